@@ -1,0 +1,142 @@
+"""The docs are the test suite: this file makes them pytest items.
+
+* every ``examples_src/NN_*.py`` gallery script becomes one item that runs the
+  script in a fresh interpreter from its own folder, as sphinx-gallery does;
+* every ``tutorials/*.md`` MyST notebook is converted with jupytext and run by
+  nbval, one item per cell;
+* markers ``cpu``, ``cuda`` and ``rocm`` say which device an item needs. An item
+  whose device is missing is skipped with the reason printed in the summary.
+
+This is the one place that decides what runs where.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+BUILD = ROOT / "build"
+GALLERY_SCRIPT = re.compile(r"^\d\d_.*\.py$")
+# A gallery script declares the devices it needs in a comment line, e.g.
+#   # opguide-devices: cuda
+DEVICES_LINE = re.compile(r"^#\s*opguide-devices:\s*(.+)$", re.MULTILINE)
+DEVICE_MARKERS = {
+    "cpu": "runs on any machine",
+    "cuda": "needs an NVIDIA GPU and a CUDA build of torch",
+    "rocm": "needs an AMD GPU and a ROCm build of torch",
+}
+
+for _name, _sub in (
+    ("TORCH_EXTENSIONS_DIR", "torch_extensions"),
+    ("TRITON_CACHE_DIR", "triton_cache"),
+    ("TORCHINDUCTOR_CACHE_DIR", "inductor_cache"),
+):
+    os.environ.setdefault(_name, str(BUILD / _sub))
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def _device_available(device: str) -> tuple[bool, str]:
+    if device == "cpu":
+        return True, ""
+    import torch
+
+    if device == "cuda":
+        if torch.version.cuda is None:
+            return False, f"torch {torch.__version__} is not a CUDA build"
+        if not torch.cuda.is_available():
+            return False, "torch.cuda.is_available() is False (no NVIDIA GPU visible)"
+        return True, ""
+    if device == "rocm":
+        if torch.version.hip is None:
+            return False, f"torch {torch.__version__} is not a ROCm build"
+        if not torch.cuda.is_available():
+            return False, "no AMD GPU visible"
+        return True, ""
+    raise ValueError(f"unknown device marker {device!r}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, doc in DEVICE_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {doc}")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for device in DEVICE_MARKERS:
+        if item.get_closest_marker(device) is not None:
+            ok, why = _device_available(device)
+            if not ok:
+                pytest.skip(f"needs {device}: {why}")
+
+
+class GalleryScriptError(Exception):
+    """A gallery script exited with a non-zero status."""
+
+
+class GalleryScript(pytest.Item):
+    """Runs one gallery script the way sphinx-gallery does: from its folder."""
+
+    def runtest(self) -> None:
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, self.path.name],
+            cwd=self.path.parent,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        self.add_report_section("call", "script output", proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise GalleryScriptError(proc.returncode, proc.stdout, proc.stderr)
+        print(f"{self.path.name}: ok in {time.perf_counter() - start:.1f} s")
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, GalleryScriptError):
+            code, out, err = excinfo.value.args
+            tail = (out + err)[-6000:]
+            return f"{self.path.name} exited with status {code}; last output:\n{tail}"
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, 0, f"gallery script {self.path.name}"
+
+
+class GalleryFile(pytest.File):
+    def collect(self):
+        text = self.path.read_text()
+        item = GalleryScript.from_parent(self, name="run")
+        found = DEVICES_LINE.search(text)
+        devices = [d.strip() for d in found.group(1).split(",")] if found else ["cpu"]
+        for device in devices:
+            if device not in DEVICE_MARKERS:
+                raise ValueError(f"{self.path.name}: unknown device {device!r}")
+            item.add_marker(device)
+        yield item
+
+
+def _notebook_item(parent: pytest.Collector, md_path: Path):
+    """Converts a MyST notebook to .ipynb under build/ and hands it to nbval."""
+    import jupytext
+    import nbformat
+    from nbval.plugin import IPyNbFile
+
+    out_dir = BUILD / "nbval"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    notebook = jupytext.read(md_path)
+    ipynb = out_dir / (md_path.stem + ".ipynb")
+    nbformat.write(notebook, ipynb)
+    return IPyNbFile.from_parent(parent, path=ipynb)
+
+
+def pytest_collect_file(parent: pytest.Collector, file_path: Path):
+    if file_path.parent == ROOT / "examples_src" and GALLERY_SCRIPT.match(file_path.name):
+        return GalleryFile.from_parent(parent, path=file_path)
+    if file_path.parent == ROOT / "tutorials" and file_path.suffix == ".md":
+        return _notebook_item(parent, file_path)
+    return None

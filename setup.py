@@ -1,0 +1,118 @@
+"""Build the compiled half of opguide: one extension, ``opguide._C``.
+
+Environment switches (read at build time):
+
+``USE_CUDA``
+    ``1`` builds the CUDA sources (``csrc/*.cu``) and fails if that is not
+    possible, ``0`` never builds them, unset builds them when the installed
+    torch was built with CUDA (or ROCm) and a CUDA toolkit is found.
+``DEBUG``
+    ``1`` compiles with ``-O0 -g`` (and ``-G`` for device code).
+``TORCH_CUDA_ARCH_LIST``
+    GPU architectures to compile for, e.g. ``"8.0;9.0"``; read by
+    :class:`torch.utils.cpp_extension.BuildExtension` itself.
+``MAX_JOBS``
+    Parallel compile jobs for ninja; read by ``BuildExtension`` itself.
+
+Build without build isolation so that the extension is compiled against the
+torch you already have: ``pip install --no-build-isolation .``
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+from setuptools import setup
+
+import torch
+from torch.utils.cpp_extension import (
+    CUDA_HOME,
+    ROCM_HOME,
+    BuildExtension,
+    CppExtension,
+    CUDAExtension,
+)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("csrc")
+# py_limited_api=True makes torch define Py_LIMITED_API for CPython 3.10, the
+# oldest Python torch supports; the wheel's tag says the same (cp310-abi3).
+LIMITED_API_TAG = "cp310"
+
+
+def _flag(name: str) -> bool | None:
+    """Reads a 0/1 environment switch; ``None`` when it is unset."""
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    if value not in ("0", "1"):
+        raise SystemExit(f"setup.py: {name} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+def _want_cuda() -> bool:
+    requested = _flag("USE_CUDA")
+    torch_has_gpu = torch.version.cuda is not None or torch.version.hip is not None
+    toolkit = CUDA_HOME if torch.version.hip is None else ROCM_HOME
+    cu_sources = glob.glob(os.path.join(CSRC, "*.cu"))
+    if requested is False:
+        return False
+    problems = []
+    if not torch_has_gpu:
+        problems.append(f"torch {torch.__version__} was built without CUDA or ROCm")
+    if toolkit is None:
+        problems.append("no CUDA/ROCm toolkit was found (set CUDA_HOME)")
+    if not cu_sources:
+        problems.append("there are no csrc/*.cu sources")
+    if problems:
+        if requested:
+            raise SystemExit("setup.py: USE_CUDA=1 but " + "; ".join(problems))
+        print("setup.py: building CPU kernels only: " + "; ".join(problems))
+        return False
+    return True
+
+
+def make_extension():
+    debug = bool(_flag("DEBUG"))
+    use_cuda = _want_cuda()
+    sources = sorted(glob.glob(os.path.join(CSRC, "*.cpp")))
+    if use_cuda:
+        sources += sorted(glob.glob(os.path.join(CSRC, "*.cu")))
+    depends = sorted(glob.glob(os.path.join(CSRC, "*.h")) + glob.glob(os.path.join(CSRC, "*.cuh")))
+
+    # No Python.h API is used (registration goes through TORCH_LIBRARY), so the
+    # library can target the stable ABI and one wheel serves every CPython >= 3.10.
+    cxx = ["-O0", "-g"] if debug else ["-O3"]
+    nvcc = ["-O0", "-g", "-G"] if debug else ["-O3", "-lineinfo"]
+
+    kind = CUDAExtension if use_cuda else CppExtension
+    extra = {"cxx": cxx, "nvcc": nvcc} if use_cuda else {"cxx": cxx}
+    if use_cuda:
+        extra["cxx"] = cxx + ["-DOPGUIDE_WITH_CUDA"]
+        extra["nvcc"] = nvcc + ["-DOPGUIDE_WITH_CUDA"]
+    print(
+        "setup.py: opguide._C from "
+        + ", ".join(os.path.basename(s) for s in sources)
+        + f" | torch {torch.__version__} | cuda={'yes' if use_cuda else 'no'}"
+        + f" | debug={'yes' if debug else 'no'}"
+        + f" | TORCH_CUDA_ARCH_LIST={os.environ.get('TORCH_CUDA_ARCH_LIST', '(torch default)')}"
+        + f" | MAX_JOBS={os.environ.get('MAX_JOBS', '(torch default)')}",
+        file=sys.stderr,
+    )
+    return kind(
+        name="opguide._C",
+        sources=sources,
+        depends=depends,
+        include_dirs=[os.path.join(HERE, CSRC)],
+        extra_compile_args=extra,
+        py_limited_api=True,
+    )
+
+
+setup(
+    ext_modules=[make_extension()],
+    cmdclass={"build_ext": BuildExtension},
+    options={"bdist_wheel": {"py_limited_api": LIMITED_API_TAG}},
+)
