@@ -60,8 +60,11 @@ def _build_fingerprint(session: nox.Session, extra: str) -> str:
         if path.is_file():
             digest.update(str(path.relative_to(ROOT)).encode() + path.read_bytes())
     torch_version = session.run(
-        "python", "-c", "import torch; print(torch.__version__, torch.version.cuda)",
-        silent=True, external=SYSTEM_TORCH,
+        "python",
+        "-c",
+        "import torch; print(torch.__version__, torch.version.cuda)",
+        silent=True,
+        external=SYSTEM_TORCH,
     )
     digest.update(str(torch_version).encode())
     for name in ("USE_CUDA", "DEBUG", "TORCH_CUDA_ARCH_LIST"):
@@ -78,8 +81,13 @@ def _install(session: nox.Session, extra: str) -> None:
     """
     session.env.update(CACHE_ENV)
     if SYSTEM_TORCH:
-        session.run("python", "-c", "import torch; print('using torch', torch.__version__, "
-                    "'cuda', torch.version.cuda, 'at', torch.__file__)", external=True)
+        session.run(
+            "python",
+            "-c",
+            "import torch; print('using torch', torch.__version__, "
+            "'cuda', torch.version.cuda, 'at', torch.__file__)",
+            external=True,
+        )
     else:
         _pip(session, "-q", TORCH_SPEC)
     stamp_dir = BUILD if SYSTEM_TORCH else pathlib.Path(session.virtualenv.location)
@@ -102,16 +110,28 @@ def _install(session: nox.Session, extra: str) -> None:
 def tests(session: nox.Session) -> None:
     """Runs pytest over tests/, the gallery scripts and the notebooks."""
     _install(session, "test")
-    session.run("python", "-m", "pytest", "--nbval-current-env", *session.posargs,
-                external=SYSTEM_TORCH)
+    session.run(
+        "python", "-m", "pytest", "--nbval-current-env", *session.posargs, external=SYSTEM_TORCH
+    )
 
 
 @nox.session(venv_backend=VENV_BACKEND)
 def docs(session: nox.Session) -> None:
     """Builds the site into docs/_build/html, warnings as errors, running every example."""
     _install(session, "docs")
-    session.run("python", "-m", "sphinx", "-W", "--keep-going", "-b", "html",
-                "docs", "docs/_build/html", *session.posargs, external=SYSTEM_TORCH)
+    session.run(
+        "python",
+        "-m",
+        "sphinx",
+        "-W",
+        "--keep-going",
+        "-b",
+        "html",
+        "docs",
+        "docs/_build/html",
+        *session.posargs,
+        external=SYSTEM_TORCH,
+    )
     session.log(f"site: {ROOT / 'docs/_build/html/index.html'}")
 
 

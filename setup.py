@@ -24,9 +24,8 @@ import glob
 import os
 import sys
 
-from setuptools import setup
-
 import torch
+from setuptools import setup
 from torch.utils.cpp_extension import (
     CUDA_HOME,
     ROCM_HOME,

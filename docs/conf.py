@@ -44,7 +44,13 @@ extensions = [
 # sphinx-gallery writes for download must not be executed a second time.
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb"}
 # myst-nb registers .ipynb itself; the gallery's download copies are excluded here.
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "auto_examples/*.ipynb"]
+exclude_patterns = [
+    "_build",
+    "Thumbs.db",
+    ".DS_Store",
+    "**.ipynb_checkpoints",
+    "auto_examples/*.ipynb",
+]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 

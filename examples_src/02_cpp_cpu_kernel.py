@@ -162,7 +162,9 @@ print(torch.library.opcheck(op, sample))
 # checked Python wrapper, :func:`opguide.rms_norm`:
 import opguide  # noqa: E402
 
-print("loaded", os.path.relpath(opguide._library.library_path(), Path(opguide.__file__).parent.parent))
+print(
+    "loaded", os.path.relpath(opguide._library.library_path(), Path(opguide.__file__).parent.parent)
+)
 x = torch.randn(16, 4096)
 w = torch.randn(4096)
 y_package = opguide.rms_norm(x, w, eps=1e-6)

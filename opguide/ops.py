@@ -29,7 +29,9 @@ def _check_rms_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float) -> N
             f"or float64), got {x.dtype}"
         )
     if weight.dtype != x.dtype:
-        raise TypeError(f"rms_norm: weight must have the dtype of x ({x.dtype}), got {weight.dtype}")
+        raise TypeError(
+            f"rms_norm: weight must have the dtype of x ({x.dtype}), got {weight.dtype}"
+        )
     if x.dim() < 1:
         raise ValueError("rms_norm: x must have at least one dimension")
     if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
@@ -84,4 +86,6 @@ def _rms_norm_fake(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.T
     # contiguous (as the real kernels return it), on x's device.
     _check_rms_norm_args(x, weight, eps)
     return x.new_empty(x.shape)
+
+
 # [fake-rms-norm-end]

@@ -89,18 +89,42 @@ def test_compile_fullgraph():
 
 
 BAD_INPUTS = [
-    ("integer x", lambda: (torch.ones(2, 4, dtype=torch.int32), torch.ones(4, dtype=torch.int32)),
-     TypeError, r"x must be a floating-point tensor .* got torch\.int32"),
-    ("weight dtype", lambda: (torch.ones(2, 4), torch.ones(4, dtype=torch.float16)),
-     TypeError, r"weight must have the dtype of x \(torch\.float32\), got torch\.float16"),
-    ("weight shape", lambda: (torch.ones(2, 4), torch.ones(5)),
-     ValueError, r"weight must have shape \(4,\) to match the last dimension of x, got \(5,\)"),
-    ("weight 2-d", lambda: (torch.ones(2, 4), torch.ones(1, 4)),
-     ValueError, r"weight must have shape \(4,\)"),
-    ("0-d x", lambda: (torch.tensor(1.0), torch.ones(1)),
-     ValueError, r"x must have at least one dimension"),
-    ("device", lambda: (torch.ones(2, 4), torch.ones(4, device="meta")),
-     RuntimeError, r"weight must be on the device of x \(cpu\), got meta"),
+    (
+        "integer x",
+        lambda: (torch.ones(2, 4, dtype=torch.int32), torch.ones(4, dtype=torch.int32)),
+        TypeError,
+        r"x must be a floating-point tensor .* got torch\.int32",
+    ),
+    (
+        "weight dtype",
+        lambda: (torch.ones(2, 4), torch.ones(4, dtype=torch.float16)),
+        TypeError,
+        r"weight must have the dtype of x \(torch\.float32\), got torch\.float16",
+    ),
+    (
+        "weight shape",
+        lambda: (torch.ones(2, 4), torch.ones(5)),
+        ValueError,
+        r"weight must have shape \(4,\) to match the last dimension of x, got \(5,\)",
+    ),
+    (
+        "weight 2-d",
+        lambda: (torch.ones(2, 4), torch.ones(1, 4)),
+        ValueError,
+        r"weight must have shape \(4,\)",
+    ),
+    (
+        "0-d x",
+        lambda: (torch.tensor(1.0), torch.ones(1)),
+        ValueError,
+        r"x must have at least one dimension",
+    ),
+    (
+        "device",
+        lambda: (torch.ones(2, 4), torch.ones(4, device="meta")),
+        RuntimeError,
+        r"weight must be on the device of x \(cpu\), got meta",
+    ),
 ]
 
 
