@@ -176,14 +176,16 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_forward_kernel(
 // [kernel-end]
 
 // [launch]
-// Two instantiations per dtype and vector width: blocks of up to 256 threads
-// keeping up to 8 vectors per thread in registers (rows of up to 2048
-// vectors: 16384 bf16 elements), and blocks of up to 1024 threads keeping 4
-// (longer rows; past 4096 vectors the rest is re-read from L2).
+// Each thread keeps up to 4 vectors of its row in registers. 8 would halve
+// the threads needed for long rows, but costs bfloat16 100 registers per
+// thread (its conversions need more registers than float16's): occupancy
+// halves and bandwidth drops by a third. Two instantiations per dtype and
+// vector width: blocks of up to 256 threads (rows of up to 1024 vectors, i.e.
+// 8192 bf16 elements), and of up to 1024 threads for longer rows (past 4096
+// vectors the rest of the row is re-read from L2).
+constexpr int kRegVecs = 4;
 constexpr int kSmallBlock = 256;
-constexpr int kSmallRegVecs = 8;
 constexpr int kLargeBlock = 1024;
-constexpr int kLargeRegVecs = 4;
 
 struct LaunchConfig {
   dim3 grid;
@@ -197,17 +199,9 @@ struct LaunchConfig {
 inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec, int warp_size) {
   const int64_t nvec = (cols + vec - 1) / vec;
   auto round_up = [warp_size](int64_t v) { return ((v + warp_size - 1) / warp_size) * warp_size; };
-  int64_t per_row = round_up((nvec + 3) / 4);
-  bool large = false;
-  if (per_row > kSmallBlock) {
-    // Up to 8 vectors per thread still fit the small instantiation.
-    per_row = round_up((nvec + kSmallRegVecs - 1) / kSmallRegVecs);
-    if (per_row > kSmallBlock) {
-      large = true;
-      per_row = round_up((nvec + kLargeRegVecs - 1) / kLargeRegVecs);
-      if (per_row > kLargeBlock) per_row = kLargeBlock;
-    }
-  }
+  int64_t per_row = round_up((nvec + kRegVecs - 1) / kRegVecs);
+  const bool large = per_row > kSmallBlock;
+  if (per_row > kLargeBlock) per_row = kLargeBlock;
   int64_t rows_per_block = large ? 1 : kSmallBlock / per_row;
   if (rows_per_block < 1) rows_per_block = 1;
   LaunchConfig cfg;
@@ -226,10 +220,10 @@ void launch_rms_norm_forward_vec(const LaunchConfig& cfg, const T* x, const T* w
                                  int64_t rows, int64_t cols, int64_t x_row_stride, float eps,
                                  cudaStream_t stream) {
   if (cfg.large) {
-    rms_norm_forward_kernel<T, kVec, kLargeRegVecs, kLargeBlock>
+    rms_norm_forward_kernel<T, kVec, kRegVecs, kLargeBlock>
         <<<cfg.grid, cfg.block, 0, stream>>>(x, weight, y, rows, cols, x_row_stride, eps);
   } else {
-    rms_norm_forward_kernel<T, kVec, kSmallRegVecs, kSmallBlock>
+    rms_norm_forward_kernel<T, kVec, kRegVecs, kSmallBlock>
         <<<cfg.grid, cfg.block, 0, stream>>>(x, weight, y, rows, cols, x_row_stride, eps);
   }
 }

@@ -1,0 +1,136 @@
+r"""
+Step 4: Porting to ROCm/HIP
+===========================
+
+AMD GPUs run HIP, a C++ dialect that mirrors CUDA almost name for name. PyTorch
+for ROCm does not ask you to write a second kernel: when you build a
+``CUDAExtension`` against a ROCm build of torch, it runs **hipify** over your
+CUDA sources first, then compiles the result with ``hipcc``.
+
+In this step you will learn:
+
+* what hipify changes in the real sources of step 3, shown as a diff;
+* what differs on AMD hardware that the code itself must handle (64-wide
+  wavefronts, shuffle intrinsics, bfloat16 headers);
+* how to compile-check the hipified, torch-free device code with ``hipcc`` on a
+  machine with no AMD GPU.
+
+What this page did on the machine that built it is stated in its output:
+which files were hipified, which were compiled for which AMD targets, and that
+nothing ran on an AMD GPU (we have none to run on).
+
+What changes on AMD GPUs
+------------------------
+* **Wavefronts of 64.** A CUDA warp is 32 threads; an AMD wavefront is 64 on
+  the CDNA data-centre GPUs (MI200 ``gfx90a``, MI300 ``gfx94x``) and 32 on RDNA.
+  Code that hard-codes 32 (shuffle loops, ``blockDim.x % 32``, per-warp shared
+  memory) silently computes wrong sums on a 64-wide wavefront. The device code
+  takes the width from the compiler, and the host takes it from the device:
+
+  .. literalinclude:: /../csrc/rms_norm.cuh
+     :language: cuda
+     :start-after: // [portability]
+     :end-before: // [portability-end]
+
+* **Warp intrinsics.** ``__shfl_xor_sync(mask, v, lane)`` takes a mask of the
+  threads taking part; HIP's ``__shfl_xor(v, lane)`` takes none (the masked
+  form arrived only in recent ROCm releases). One macro covers both.
+* **Sources and names.** hipify renames ``x.cu`` to ``x.hip`` and headers that
+  hold CUDA code (``rms_norm.cuh`` becomes ``rms_norm_hip.cuh``), rewrites
+  ``cuda*`` calls and types to ``hip*`` and ``<<<grid, block, 0, stream>>>``
+  launches to ``hipLaunchKernelGGL``. torch's own headers are mapped too:
+  ``c10/cuda/CUDAGuard.h`` becomes ``c10/hip/HIPGuard.h``. In ROCm builds of
+  torch the ``CUDA`` dispatch key and the ``torch.cuda`` API serve AMD GPUs,
+  so the registration and the Python side do not change at all.
+* **bfloat16.** CUDA's ``__nv_bfloat16`` maps to ``__hip_bfloat16`` from
+  ``hip/hip_bf16.h``, a header that ROCm added in 5.7.
+"""
+
+# %%
+# Running hipify on the real sources
+# ----------------------------------
+# :func:`opguide.compile_checks.hipify` copies ``csrc/`` to a scratch folder
+# and calls ``torch.utils.hipify.hipify_python.hipify`` the way
+# ``torch.utils.cpp_extension`` does on ROCm.
+import difflib
+import tempfile
+from pathlib import Path
+
+from opguide import compile_checks
+
+ROOT = Path.cwd().parent  # sphinx-gallery runs this script from examples_src/
+CSRC = ROOT / "csrc"
+scratch = Path(tempfile.mkdtemp(prefix="opguide-hipify-"))
+sources = [CSRC / "rms_norm_cuda.cu", CSRC / "device_checks" / "rms_norm.cu"]
+mapping = compile_checks.hipify(sources, scratch, root=CSRC)
+for original, hipified in sorted(mapping.items()):
+    print(f"{original.relative_to(ROOT)!s:36} -> {hipified.relative_to(scratch)}")
+
+
+def show_diff(original: Path, hipified: Path, context: int = 0) -> None:
+    """Prints the lines hipify changed, as a unified diff."""
+    diff = difflib.unified_diff(
+        original.read_text().splitlines(),
+        hipified.read_text().splitlines(),
+        str(original.relative_to(ROOT)),
+        str(hipified.relative_to(scratch)),
+        n=context,
+        lineterm="",
+    )
+    print("\n".join(diff))
+
+
+# %%
+# The device header: includes, bfloat16, error and stream types, and the
+# kernel launches.
+show_diff(CSRC / "rms_norm.cuh", mapping[CSRC / "rms_norm.cuh"])
+
+# %%
+# The torch wrapper: torch's CUDA headers map to their HIP twins, the
+# attribute query to HIP's name. Everything about tensors is unchanged.
+show_diff(CSRC / "rms_norm_cuda.cu", mapping[CSRC / "rms_norm_cuda.cu"])
+
+# %%
+# Compile-checking the device code with hipcc
+# -------------------------------------------
+# Debian packages ``hipcc`` (ROCm 5.2) with the clang that targets AMD GPUs.
+# ``HIP_PLATFORM=amd`` makes it compile for AMD even where it would otherwise
+# hand the file to nvcc. It cannot compile the hipified *wrapper* (that needs
+# a ROCm build of torch's headers), so the check covers the torch-free device
+# code: every kernel, instantiated for every dtype, for MI200 (``gfx90a``)
+# and MI300 (``gfx940``).
+hipcc = compile_checks.find_hipcc()
+print("hipcc:", hipcc or "not found")
+hip_source = mapping[CSRC / "device_checks" / "rms_norm.cu"]
+flags = []
+if hipcc is not None:
+    if compile_checks.hip_has_bf16():
+        print("hip/hip_bf16.h found: bfloat16 kernels included")
+    else:
+        flags = ["-DOPGUIDE_NO_BF16"]
+        print("hip/hip_bf16.h not found (ROCm < 5.7): bfloat16 kernels left out of this check")
+result = compile_checks.hipcc_check(hip_source, extra_flags=flags)
+print(result.summary())
+if result.status == "failed":
+    print(result.output[-3000:])
+assert result.status != "failed", "the hipified device code does not compile"
+
+# %%
+# What was and was not done
+# -------------------------
+kinds = ["float32", "float64", "float16"] + ([] if flags else ["bfloat16"])
+if result.ok:
+    print(f"compiled for gfx90a and gfx940: the hipified device code ({', '.join(kinds)} kernels)")
+else:
+    print(f"not compiled for AMD: {result.reason}")
+print("not compiled: the hipified torch wrapper (needs a ROCm build of torch)")
+print("not run: anything on an AMD GPU (none available to this project)")
+
+# %%
+# Building on a ROCm machine
+# --------------------------
+# Nothing in ``setup.py`` is CUDA-specific: with a ROCm build of torch,
+# ``torch.version.hip`` is set, ``CUDAExtension`` hipifies ``csrc/*.cu`` into
+# the build tree and compiles them with hipcc, and ``PYTORCH_ROCM_ARCH``
+# (for example ``"gfx90a;gfx942"``) plays the part of ``TORCH_CUDA_ARCH_LIST``.
+# The same ``pip install --no-build-isolation .`` builds it.

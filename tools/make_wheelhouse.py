@@ -1,0 +1,78 @@
+"""Downloads the Python tools the docs and tests need into a wheelhouse.
+
+For a machine with no network (such as a GPU host with its own torch): run
+this where PyPI is reachable, carry the folder over, then point the nox
+sessions at it with ``OPGUIDE_WHEELHOUSE``. torch itself is never downloaded.
+
+    python tools/make_wheelhouse.py --python-version 3.12 --dest .whl \\
+        --skip-present tools/gpu_image_packages.txt
+
+``--skip-present`` drops wheels of packages that the target already has (one
+name per line), to keep the folder small; pip on the target still checks
+that the installed versions satisfy every requirement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PLATFORMS = [
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_34_x86_64",
+    "manylinux_2_35_x86_64",
+]
+
+
+def requirements(extras: list[str]) -> list[str]:
+    """The requirements of the given extras of pyproject.toml, torch excluded, plus nox."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = {"nox"}
+    for extra in extras:
+        for req in project["optional-dependencies"][extra]:
+            if not re.match(r"^(torch|triton)\b", req):
+                reqs.add(req)
+    return sorted(reqs)
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dest", type=Path, default=ROOT / ".whl")
+    parser.add_argument("--python-version", default="3.12")
+    parser.add_argument("--extras", default="docs,test")
+    parser.add_argument("--skip-present", type=Path)
+    args = parser.parse_args()
+    args.dest.mkdir(parents=True, exist_ok=True)
+    reqs = requirements(args.extras.split(","))
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
+           "--python-version", args.python_version, "--implementation", "cp", "-d", str(args.dest)]
+    for platform in PLATFORMS:
+        cmd += ["--platform", platform]
+    print("downloading:", " ".join(reqs))
+    subprocess.run(cmd + reqs, check=True)
+    if args.skip_present:
+        present = {normalise(line.strip()) for line in args.skip_present.read_text().splitlines()
+                   if line.strip() and not line.startswith("#")}
+        for wheel in sorted(args.dest.glob("*.whl")):
+            if normalise(wheel.name.split("-")[0]) in present:
+                wheel.unlink()
+    wheels = sorted(args.dest.glob("*.whl"))
+    size = sum(w.stat().st_size for w in wheels) / 2**20
+    print(f"{len(wheels)} wheels, {size:.1f} MiB in {args.dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
