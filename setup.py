@@ -100,18 +100,12 @@ def make_extension():
         + f" | MAX_JOBS={os.environ.get('MAX_JOBS', '(torch default)')}",
         file=sys.stderr,
     )
-    # Resolve every symbol when the library is loaded, not at first call: a
-    # lazily bound call (say, to libstdc++'s number formatting in an error
-    # message) could otherwise bind to a copy of that function in a module
-    # loaded later in the process, such as a kernel Inductor just compiled.
-    link = ["-Wl,-z,now"]
     return kind(
         name="opguide._C",
         sources=sources,
         depends=depends,
         include_dirs=[os.path.join(HERE, CSRC)],
         extra_compile_args=extra,
-        extra_link_args=link,
         py_limited_api=True,
     )
 

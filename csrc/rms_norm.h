@@ -3,59 +3,18 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <c10/util/Exception.h>
-
-#include <string>
 
 namespace opguide {
 
-// "torch.float32", as Python prints a dtype, so that both sides' errors match.
-inline std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "torch.float32";
-    case at::kDouble: return "torch.float64";
-    case at::kHalf: return "torch.float16";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kInt: return "torch.int32";
-    case at::kLong: return "torch.int64";
-    case at::kShort: return "torch.int16";
-    case at::kChar: return "torch.int8";
-    case at::kByte: return "torch.uint8";
-    case at::kBool: return "torch.bool";
-    default: return std::string("torch.") + c10::toString(t);
-  }
-}
-
-// "(4, 8)" or "(5,)", as Python prints a shape.
-inline std::string shape_str(at::IntArrayRef sizes) {
-  std::string out = "(";
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    out += std::to_string(sizes[i]);
-    if (i + 1 < sizes.size() || sizes.size() == 1) out += i + 1 < sizes.size() ? ", " : ",";
-  }
-  return out + ")";
-}
-
 // Checks what every backend needs before it touches memory. The messages name
 // the argument and what was expected; the Python wrapper raises the same ones.
-inline void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight,
-                                double eps) {
-  TORCH_CHECK_TYPE(at::isFloatingType(x.scalar_type()),
-                   "rms_norm: x must be a floating-point tensor (float32, "
-                   "float16, bfloat16 or float64), got ", dtype_name(x.scalar_type()));
-  TORCH_CHECK_TYPE(weight.scalar_type() == x.scalar_type(),
-                   "rms_norm: weight must have the dtype of x (",
-                   dtype_name(x.scalar_type()), "), got ",
-                   dtype_name(weight.scalar_type()));
-  TORCH_CHECK_VALUE(x.dim() >= 1, "rms_norm: x must have at least one dimension");
-  TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == x.size(-1),
-                    "rms_norm: weight must have shape (", x.size(-1),
-                    ",) to match the last dimension of x, got ", shape_str(weight.sizes()));
-  TORCH_CHECK(weight.device() == x.device(),
-              "rms_norm: weight must be on the device of x (", x.device(),
-              "), got ", weight.device());
-  TORCH_CHECK_VALUE(eps >= 0.0, "rms_norm: eps must be non-negative, got ", eps);
-}
+//
+// Defined out of line in rms_norm_checks.cpp, on purpose: an inline function
+// that formats messages would be compiled both by the C++ compiler (in .cpp
+// files) and by nvcc's host pass (in .cu files), possibly with different
+// language settings, and the linker keeps one copy for both. Compiling it
+// once in a .cpp keeps one definition for every caller.
+void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps);
 

@@ -60,13 +60,14 @@ float16, bfloat16) and splits the rows over threads:
    :start-after: // [cpu-host]
    :end-before: // [cpu-host-end]
 
-The checks live in a header that the CUDA kernel shares. Each names the
-argument and what was expected:
+The checks are declared in ``rms_norm.h`` and defined once in
+``rms_norm_checks.cpp``, shared with the CUDA kernel. Each names the argument
+and what was expected, in the words the Python wrapper uses:
 
-.. literalinclude:: /../csrc/rms_norm.h
+.. literalinclude:: /../csrc/rms_norm_checks.cpp
    :language: cpp
-   :start-after: namespace opguide {
-   :end-before: at::Tensor rms_norm_cpu
+   :start-after: }  // namespace
+   :end-before: }  // namespace opguide
 
 Finally the kernel is attached to the schema for the ``CPU`` dispatch key:
 
@@ -105,7 +106,7 @@ build_dir.mkdir(parents=True, exist_ok=True)
 start = time.perf_counter()
 library_path = load(
     name="opguide_jit_cpu",
-    sources=[str(CSRC / "opguide.cpp"), str(CSRC / "rms_norm_cpu.cpp")],
+    sources=[str(CSRC / f) for f in ("opguide.cpp", "rms_norm_checks.cpp", "rms_norm_cpu.cpp")],
     extra_include_paths=[str(CSRC)],
     extra_cflags=["-O3", "-DOPGUIDE_NAMESPACE=opguide_jit"],
     build_directory=str(build_dir),

@@ -170,7 +170,10 @@ else:
     start = time.perf_counter()
     load(
         name="opguide_jit_cuda",
-        sources=[str(CSRC / f) for f in ("opguide.cpp", "rms_norm_cpu.cpp", "rms_norm_cuda.cu")],
+        sources=[
+            str(CSRC / f)
+            for f in ("opguide.cpp", "rms_norm_checks.cpp", "rms_norm_cpu.cpp", "rms_norm_cuda.cu")
+        ],
         extra_include_paths=[str(CSRC)],
         extra_cflags=["-O3", define],
         extra_cuda_cflags=["-O3", define],
@@ -224,7 +227,9 @@ print("installed opguide has a CUDA kernel:", has_cuda_kernel)
 if HAVE_GPU and has_cuda_kernel:
     x = torch.randn(8192, 4096, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(4096, dtype=torch.bfloat16, device="cuda")
-    torch.testing.assert_close(opguide.rms_norm(x, w), rms_norm_reference(x, w), **TOL[torch.bfloat16])
+    torch.testing.assert_close(
+        opguide.rms_norm(x, w), rms_norm_reference(x, w), **TOL[torch.bfloat16]
+    )
 
     def gpu_ms(fn, reps=50):
         fn()
@@ -245,4 +250,6 @@ if HAVE_GPU and has_cuda_kernel:
         ms = gpu_ms(fn)
         print(f"{name:30} {ms * 1e3:7.1f} us  {moved / ms / 1e6:6.0f} GB/s")
 elif not HAVE_GPU:
-    print("SKIPPED: no CUDA GPU, nothing to run. The performance chapter shows recorded GPU numbers.")
+    print(
+        "SKIPPED: no CUDA GPU, nothing to run. The performance chapter shows recorded GPU numbers."
+    )

@@ -163,7 +163,10 @@ def run_forward(
             size = torch.tensor([], dtype=dtype).element_size()
             moved = 2 * m * n * size + n * size
             sets = [
-                (torch.randn(m, n, device=device, dtype=dtype), torch.randn(n, device=device, dtype=dtype))
+                (
+                    torch.randn(m, n, device=device, dtype=dtype),
+                    torch.randn(n, device=device, dtype=dtype),
+                )
                 for _ in range(_rotation(moved, device))
             ]
             for name, fn in impls.items():
@@ -180,7 +183,9 @@ def environment(device: torch.device) -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or "cpu",
     }
     try:
         import triton

@@ -74,7 +74,9 @@ class CompileResult:
         """One line: compiler, file, status and time or reason."""
         name = Path(self.source).name
         if self.status == "ok":
-            how = "cached result of an identical compile" if self.cached else f"{self.seconds:.1f} s"
+            how = (
+                "cached result of an identical compile" if self.cached else f"{self.seconds:.1f} s"
+            )
             return f"{self.compiler}: {name}: compiled ({how})"
         return f"{self.compiler}: {name}: {self.status.upper()}: {self.reason}"
 
@@ -141,7 +143,9 @@ def _run_cached(
 ) -> CompileResult:
     version = _version(command[0], env) + version_extra
     # The same file compiled from another scratch folder is the same compile.
-    key = _fingerprint([c.replace(str(source.parent), "<src>") for c in command[1:]], inputs, version)
+    key = _fingerprint(
+        [c.replace(str(source.parent), "<src>") for c in command[1:]], inputs, version
+    )
     stamp = cache_dir / f"{compiler}-{source.stem}-{key}.ok" if cache_dir else None
     if stamp is not None and stamp.is_file():
         return CompileResult(compiler, str(source), "ok", command=command, cached=True)
@@ -151,7 +155,13 @@ def _run_cached(
     output = proc.stdout + proc.stderr
     if proc.returncode != 0:
         return CompileResult(
-            compiler, str(source), "failed", f"exit status {proc.returncode}", command, seconds, output
+            compiler,
+            str(source),
+            "failed",
+            f"exit status {proc.returncode}",
+            command,
+            seconds,
+            output,
         )
     if stamp is not None:
         stamp.parent.mkdir(parents=True, exist_ok=True)
@@ -200,7 +210,9 @@ def nvcc_check(
     source = Path(source).resolve()
     nvcc = find_nvcc()
     if nvcc is None:
-        return CompileResult("nvcc", str(source), "skipped", "nvcc not found (set CUDA_HOME or PATH)")
+        return CompileResult(
+            "nvcc", str(source), "skipped", "nvcc not found (set CUDA_HOME or PATH)"
+        )
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS, include_paths
 
     command = [nvcc, "-c", str(source), "-o", os.devnull, f"-arch={arch}", "-std=c++20"]

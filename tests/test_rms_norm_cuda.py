@@ -19,7 +19,29 @@ TOLERANCES = {
 }
 # Row lengths 1..16384: tiny, odd (scalar path), multiples of the 16-byte
 # vector, around the register-cache limits, and the sizes of real models.
-NS = [1, 2, 3, 7, 8, 31, 33, 127, 128, 255, 1000, 1024, 2047, 2048, 4095, 4096, 5120, 8191, 8192, 16383, 16384]
+NS = [
+    1,
+    2,
+    3,
+    7,
+    8,
+    31,
+    33,
+    127,
+    128,
+    255,
+    1000,
+    1024,
+    2047,
+    2048,
+    4095,
+    4096,
+    5120,
+    8191,
+    8192,
+    16383,
+    16384,
+]
 MS = [1, 3, 257]
 
 
@@ -43,12 +65,16 @@ def test_matches_reference(n, m, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_many_rows(dtype):
     x, w = make_inputs((65537, 96), dtype)  # a grid larger than any block count limit of interest
-    torch.testing.assert_close(opguide.rms_norm(x, w), rms_norm_reference(x, w), **TOLERANCES[dtype])
+    torch.testing.assert_close(
+        opguide.rms_norm(x, w), rms_norm_reference(x, w), **TOLERANCES[dtype]
+    )
 
 
 def test_float64():
     x, w = make_inputs((17, 300), torch.float64)
-    torch.testing.assert_close(opguide.rms_norm(x, w), rms_norm_reference(x, w), **TOLERANCES[torch.float64])
+    torch.testing.assert_close(
+        opguide.rms_norm(x, w), rms_norm_reference(x, w), **TOLERANCES[torch.float64]
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -64,7 +90,9 @@ def test_non_contiguous(dtype):
     tol = TOLERANCES[dtype]
     x, w = make_inputs((64, 2 * 1024), dtype)
     sliced = x[:, :1024]  # strided rows: the kernel reads them in place
-    torch.testing.assert_close(opguide.rms_norm(sliced, w[:1024]), rms_norm_reference(sliced, w[:1024]), **tol)
+    torch.testing.assert_close(
+        opguide.rms_norm(sliced, w[:1024]), rms_norm_reference(sliced, w[:1024]), **tol
+    )
     xt = x.reshape(8, 8, 2048).transpose(0, 1)  # 3-d, not dense: copied once
     torch.testing.assert_close(opguide.rms_norm(xt, w), rms_norm_reference(xt, w), **tol)
     xs = x[:, ::2]  # strided last dimension
@@ -76,7 +104,9 @@ def test_misaligned_pointers(dtype):
     # A view that starts one element in is not 16-byte aligned: scalar path.
     x, w = make_inputs((9, 4097), dtype)
     xv, wv = x[:, 1:], w[1:]
-    torch.testing.assert_close(opguide.rms_norm(xv, wv), rms_norm_reference(xv, wv), **TOLERANCES[dtype])
+    torch.testing.assert_close(
+        opguide.rms_norm(xv, wv), rms_norm_reference(xv, wv), **TOLERANCES[dtype]
+    )
 
 
 def test_empty():
@@ -95,7 +125,9 @@ def test_compile_fullgraph():
     torch._dynamo.reset()
     fn = torch.compile(lambda x, w: opguide.rms_norm(x, w) + 1.0, fullgraph=True)
     x, w = make_inputs((32, 4096), torch.bfloat16)
-    torch.testing.assert_close(fn(x, w), rms_norm_reference(x, w) + 1.0, **TOLERANCES[torch.bfloat16])
+    torch.testing.assert_close(
+        fn(x, w), rms_norm_reference(x, w) + 1.0, **TOLERANCES[torch.bfloat16]
+    )
 
 
 def test_cuda_graph_on_side_stream():
@@ -135,9 +167,13 @@ def test_side_stream_ordering():
 def test_device_mismatch_errors():
     x = torch.randn(4, 8, device="cuda")
     w_cpu = torch.randn(8)
-    with pytest.raises(RuntimeError, match=r"weight must be on the device of x \(cuda:0\), got cpu"):
+    with pytest.raises(
+        RuntimeError, match=r"weight must be on the device of x \(cuda:0\), got cpu"
+    ):
         opguide.rms_norm(x, w_cpu)
-    with pytest.raises(RuntimeError, match=r"weight must be on the device of x \(cpu\), got cuda:0"):
+    with pytest.raises(
+        RuntimeError, match=r"weight must be on the device of x \(cpu\), got cuda:0"
+    ):
         opguide.rms_norm(x.cpu(), w_cpu.cuda())
     # Called directly, the C++ checks give the same message.
     with pytest.raises(RuntimeError, match=r"weight must be on the device of x"):

@@ -18,8 +18,9 @@ import argparse
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PLATFORMS = [
@@ -56,15 +57,30 @@ def main() -> int:
     args = parser.parse_args()
     args.dest.mkdir(parents=True, exist_ok=True)
     reqs = requirements(args.extras.split(","))
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
-           "--python-version", args.python_version, "--implementation", "cp", "-d", str(args.dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--only-binary=:all:",
+        "--python-version",
+        args.python_version,
+        "--implementation",
+        "cp",
+        "-d",
+        str(args.dest),
+    ]
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
     print("downloading:", " ".join(reqs))
     subprocess.run(cmd + reqs, check=True)
     if args.skip_present:
-        present = {normalise(line.strip()) for line in args.skip_present.read_text().splitlines()
-                   if line.strip() and not line.startswith("#")}
+        present = {
+            normalise(line.strip())
+            for line in args.skip_present.read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        }
         for wheel in sorted(args.dest.glob("*.whl")):
             if normalise(wheel.name.split("-")[0]) in present:
                 wheel.unlink()

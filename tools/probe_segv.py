@@ -1,8 +1,12 @@
-import sys, torch, opguide
+import sys
+
+import torch
+
 print("loaded", flush=True)
 if "compile" in sys.argv:
     f = torch.compile(lambda x: x.sin() + 1, fullgraph=True)
-    f(torch.randn(8, 8)); print("compiled on cpu", flush=True)
+    f(torch.randn(8, 8))
+    print("compiled on cpu", flush=True)
 try:
     torch.ones(2, 3) @ torch.ones(4, 5)
 except RuntimeError as e:
