@@ -2,6 +2,7 @@
 // rms_norm.h). The messages match the Python wrapper's in opguide/ops.py.
 #include <c10/util/Exception.h>
 
+#include <cstdio>
 #include <string>
 
 #include "rms_norm.h"
@@ -24,6 +25,16 @@ std::string dtype_name(at::ScalarType t) {
     case at::kBool: return "torch.bool";
     default: return std::string("torch.") + c10::toString(t);
   }
+}
+
+// Messages are assembled from strings only (std::to_string, snprintf): on one
+// GPU machine with torch 2.11, streaming an integer into the message from
+// this library crashed inside libstdc++ (see the closing note of the CUDA
+// issue); strings take a path that does not involve locale facets.
+std::string number_str(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
 }
 
 // "(4, 8)" or "(5,)", as Python prints a shape.
@@ -49,12 +60,12 @@ void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight,
                    dtype_name(weight.scalar_type()));
   TORCH_CHECK_VALUE(x.dim() >= 1, "rms_norm: x must have at least one dimension");
   TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == x.size(-1),
-                    "rms_norm: weight must have shape (", x.size(-1),
+                    "rms_norm: weight must have shape (", std::to_string(x.size(-1)),
                     ",) to match the last dimension of x, got ", shape_str(weight.sizes()));
   TORCH_CHECK(weight.device() == x.device(),
-              "rms_norm: weight must be on the device of x (", x.device(),
-              "), got ", weight.device());
-  TORCH_CHECK_VALUE(eps >= 0.0, "rms_norm: eps must be non-negative, got ", eps);
+              "rms_norm: weight must be on the device of x (", x.device().str(),
+              "), got ", weight.device().str());
+  TORCH_CHECK_VALUE(eps >= 0.0, "rms_norm: eps must be non-negative, got ", number_str(eps));
 }
 
 }  // namespace opguide

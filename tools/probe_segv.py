@@ -2,7 +2,7 @@ import sys
 
 import torch
 
-print("loaded", flush=True)
+print("loaded", opguide.__file__, torch.ops.loaded_libraries, hasattr(torch.ops.opguide, "rms_norm"), flush=True)
 if "compile" in sys.argv:
     f = torch.compile(lambda x: x.sin() + 1, fullgraph=True)
     f(torch.randn(8, 8))
