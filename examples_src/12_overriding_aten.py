@@ -233,6 +233,7 @@ HOSTDEV_CHILD = f"""
     torch.utils.rename_privateuse1_backend("hostdev")
     module = types.ModuleType("torch.hostdev")
     module.is_available, module.current_device = (lambda: True), (lambda: 0)
+    module._is_in_bad_fork, module.manual_seed_all = (lambda: False), (lambda seed: None)
     torch._register_device_module("hostdev", module)
     x, y = torch.randn(2, 3), torch.randn(2, 3)
 """
