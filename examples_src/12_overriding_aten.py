@@ -237,7 +237,11 @@ HOSTDEV_CHILD = f"""
     torch._register_device_module("hostdev", module)
     x, y = torch.randn(2, 3), torch.randn(2, 3)
 """
-child = run_child(HOSTDEV_CHILD + "    print(torch.equal((-(x.to('hostdev') + y.to('hostdev'))).cpu(), -(x + y)))", OPGUIDE_LOG_OVERRIDES="1")
+child = run_child(
+    HOSTDEV_CHILD
+    + "    print(torch.equal((-(x.to('hostdev') + y.to('hostdev'))).cpu(), -(x + y)))",
+    OPGUIDE_LOG_OVERRIDES="1",
+)
 print("stdout:", child.stdout.strip())
 print(child.stderr)
 

@@ -202,7 +202,10 @@ def normalise_then_gate_fixed(x, w):
 explanation = torch._dynamo.explain(normalise_then_gate_fixed)(x, w)
 print("graphs:", explanation.graph_count, " graph breaks:", explanation.graph_break_count)
 nodes = explanation.graphs[0].graph.nodes
-print("calls in the graph:", [getattr(n.target, "__name__", str(n.target)) for n in nodes if n.op.startswith("call")])
+print(
+    "calls in the graph:",
+    [getattr(n.target, "__name__", str(n.target)) for n in nodes if n.op.startswith("call")],
+)
 torch.testing.assert_close(normalise_then_gate_fixed(x, w), normalise_then_gate(x, w))
 
 # %%

@@ -82,9 +82,7 @@ def registered_operators(namespace: str) -> list[str]:
         overload is not the default one); empty when nothing is registered.
     """
     prefix = namespace + "::"
-    return sorted(
-        name for name in torch._C._dispatch_get_all_op_names() if name.startswith(prefix)
-    )
+    return sorted(name for name in torch._C._dispatch_get_all_op_names() if name.startswith(prefix))
 
 
 def print_build_settings(file=None) -> None:

@@ -242,7 +242,9 @@ def test_cpu_override_without_log_switch_is_silent(libs):
 
 def test_disable_variable_restores_atens_cpu_kernel(libs):
     proc = _ok(
-        _run(libs, CPU_OVERRIDE_PROGRAM, OPGUIDE_LOG_OVERRIDES="1", OPGUIDE_DISABLE_OVERRIDE_neg="1")
+        _run(
+            libs, CPU_OVERRIDE_PROGRAM, OPGUIDE_LOG_OVERRIDES="1", OPGUIDE_DISABLE_OVERRIDE_neg="1"
+        )
     )
     # The dispatch table holds ATen's own CPU kernel of neg again, and neg
     # calls do not reach the override; add is still overridden.
@@ -288,7 +290,8 @@ a, b = torch.randn(67, 130, dtype=torch.float64), torch.randn(130, 71, dtype=tor
 for op in (torch.ops.opguide_mm.matmul_naive, torch.ops.opguide_mm.matmul_tiled,
            torch.ops.opguide_mm_tiled.matmul_tiled):
     torch.testing.assert_close(op(a, b), a @ b)
-    torch.testing.assert_close(op(a.float(), b.float()), a.float() @ b.float(), rtol=1e-4, atol=1e-4)
+    af, bf = a.float(), b.float()
+    torch.testing.assert_close(op(af, bf), af @ bf, rtol=1e-4, atol=1e-4)
 try:
     torch.ops.opguide_mm.matmul_naive(a, b.t())
 except RuntimeError as err:
@@ -343,8 +346,14 @@ def test_gpu_recorder_says_what_is_missing(tmp_path):
 @pytest.mark.parametrize("program", ["oob_write", "shared_race", "saxpy"])
 def test_gpu_debug_programs_compile(program, tmp_path):
     proc = subprocess.run(
-        ["nvcc", "-c", "-lineinfo", "-o", str(tmp_path / f"{program}.o"),
-         str(ROOT / "tools" / "gpu_debug" / f"{program}.cu")],
+        [
+            "nvcc",
+            "-c",
+            "-lineinfo",
+            "-o",
+            str(tmp_path / f"{program}.o"),
+            str(ROOT / "tools" / "gpu_debug" / f"{program}.cu"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    gpu = _first_line([path["nvidia-smi"], "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    gpu = _first_line(
+        [path["nvidia-smi"], "--query-gpu=name,driver_version", "--format=csv,noheader"]
+    )
     if gpu.startswith("(failed"):
         print(f"record_gpu_debug: no usable NVIDIA GPU: {gpu}", file=sys.stderr)
         return 2
@@ -103,7 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="opguide_gpu_debug_") as tmp:
         work = Path(tmp)
         for name in ("oob_write", "shared_race", "saxpy"):
-            cmd = [path["nvcc"], "-O2", "-lineinfo", "-arch=native", "-o", name, str(PROGRAMS / f"{name}.cu")]
+            cmd = [
+                path["nvcc"],
+                "-O2",
+                "-lineinfo",
+                "-arch=native",
+                "-o",
+                name,
+                str(PROGRAMS / f"{name}.cu"),
+            ]
             code, out = _run(cmd, work)
             if code != 0:
                 print(f"record_gpu_debug: {' '.join(cmd)} failed:\n{out}", file=sys.stderr)
@@ -112,12 +122,28 @@ def main(argv: list[str] | None = None) -> int:
 
         runs = [
             ("oob_write, no tool", ["./oob_write"], {}),
-            ("oob_write under memcheck", ["compute-sanitizer", "--tool", "memcheck", "./oob_write"], {}),
+            (
+                "oob_write under memcheck",
+                ["compute-sanitizer", "--tool", "memcheck", "./oob_write"],
+                {},
+            ),
             ("shared_race, no tool", ["./shared_race"], {}),
-            ("shared_race under racecheck", ["compute-sanitizer", "--tool", "racecheck", "./shared_race"], {}),
-            ("saxpy under Nsight Compute", ["ncu", "--section", "SpeedOfLight", "--section", "LaunchStats", "./saxpy"], {}),
+            (
+                "shared_race under racecheck",
+                ["compute-sanitizer", "--tool", "racecheck", "./shared_race"],
+                {},
+            ),
+            (
+                "saxpy under Nsight Compute",
+                ["ncu", "--section", "SpeedOfLight", "--section", "LaunchStats", "./saxpy"],
+                {},
+            ),
             ("async_error.py", [sys.executable, "async_error.py"], {}),
-            ("async_error.py with CUDA_LAUNCH_BLOCKING=1", [sys.executable, "async_error.py"], {"CUDA_LAUNCH_BLOCKING": "1"}),
+            (
+                "async_error.py with CUDA_LAUNCH_BLOCKING=1",
+                [sys.executable, "async_error.py"],
+                {"CUDA_LAUNCH_BLOCKING": "1"},
+            ),
         ]
         for title, cmd, env in runs:
             shown = " ".join(f"{k}={v}" for k, v in env.items()) + (" " if env else "")
