@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils.cpp_extension import include_paths, load
+from torch.utils.cpp_extension import include_paths
 
 print(torch.ops.aten.neg.default._schema)
 print("overloads of aten::add:", torch.ops.aten.add.overloads())
@@ -136,71 +136,73 @@ for key in ("CPU:", "PrivateUse1:"):
 #
 # Building and naming the device
 # ------------------------------
-# The library is compiled and loaded like step 2's. Then Python gives the key
-# a name: after :func:`torch.utils.rename_privateuse1_backend`, ``"hostdev"`` is
-# a device string. PyTorch also looks for a module ``torch.hostdev`` (it asks
-# it whether the device is available and which index is current), and
-# :func:`torch.utils.generate_methods_for_privateuse1_backend` adds
-# ``Tensor.hostdev()`` and ``Tensor.is_hostdev``. A process can rename
-# ``PrivateUse1`` only once, so a program can hold one such backend.
-import types  # noqa: E402
-
+# Naming the backend changes the whole process: a process can rename
+# ``PrivateUse1`` only once, and afterwards parts of PyTorch that loop over
+# devices (the random-state helpers used by ``torch.compile`` and
+# :func:`torch.library.opcheck`, for one) start asking the new device
+# questions. This page shares its process with the other steps, so the
+# backend is built, loaded and used in child processes, and the page prints
+# what they print.
 # sphinx-gallery runs this script from examples_src/; so does the test suite.
 ROOT = Path.cwd().parent
 DISPATCHER_SRC = ROOT / "csrc" / "dispatcher"
 
 
-def build(name: str, source: str) -> str:
-    """Compiles one file of csrc/dispatcher/ into build/jit/<name>/ and loads it."""
-    build_dir = ROOT / "build" / "jit" / name
-    build_dir.mkdir(parents=True, exist_ok=True)
-    return load(
-        name=name,
-        sources=[str(DISPATCHER_SRC / source)],
-        extra_include_paths=[str(DISPATCHER_SRC)],
-        extra_cflags=["-O2"],
-        build_directory=str(build_dir),
-        is_python_module=False,
+def run_child(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """Runs Python `code` (or a file, when `code` ends in .py) in a fresh process."""
+    command = [code] if code.endswith(".py") else ["-c", textwrap.dedent(code)]
+    return subprocess.run(
+        [sys.executable, *command, *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
-def register_hostdev() -> None:
-    """Names PrivateUse1 "hostdev" and adds torch.hostdev and Tensor.hostdev()."""
-    if torch._C._get_privateuse1_backend_name() == "hostdev":
-        return  # already done in this process
-    torch.utils.rename_privateuse1_backend("hostdev")
-    module = types.ModuleType("torch.hostdev")
-    module.is_available = lambda: True
-    module.device_count = lambda: 1
-    module.current_device = lambda: 0
-    module._is_in_bad_fork = lambda: False
-    module.manual_seed_all = lambda seed: None
-    torch._register_device_module("hostdev", module)
-    torch.utils.generate_methods_for_privateuse1_backend()
+def build_in_child(name: str, source: str) -> str:
+    """Compiles csrc/dispatcher/<source> into build/jit/<name>/; returns the library path.
+
+    load() also loads the library, which is why it runs in a child process.
+    """
+    build_dir = ROOT / "build" / "jit" / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    child = run_child(f"""
+        from torch.utils.cpp_extension import load
+        print(load(name={name!r}, sources=[{str(DISPATCHER_SRC / source)!r}],
+                   extra_include_paths=[{str(DISPATCHER_SRC)!r}], extra_cflags=["-O2"],
+                   build_directory={str(build_dir)!r}, is_python_module=False))
+    """)
+    assert child.returncode == 0, child.stderr
+    return child.stdout.strip().splitlines()[-1]
 
 
 start = time.perf_counter()
-hostdev_lib = build("opguide_hostdev", "hostdev_backend.cpp")
-print(f"built and loaded {Path(hostdev_lib).name} in {time.perf_counter() - start:.1f} s")
-register_hostdev()
-print(torch.device("hostdev"), "available:", torch.hostdev.is_available())
+hostdev_lib = build_in_child("opguide_hostdev", "hostdev_backend.cpp")
+print(f"built {Path(hostdev_lib).name} in {time.perf_counter() - start:.1f} s")
 
 # %%
+# The Python side of a backend gives the key a name: after
+# :func:`torch.utils.rename_privateuse1_backend`, ``"hostdev"`` is a device
+# string. PyTorch also looks for a module ``torch.hostdev``, and
+# :func:`torch.utils.generate_methods_for_privateuse1_backend` adds
+# ``Tensor.hostdev()`` and ``Tensor.is_hostdev``. From
+# ``csrc/dispatcher/hostdev_demo.py``, the program the child processes run:
+#
+# .. literalinclude:: /../csrc/dispatcher/hostdev_demo.py
+#    :pyobject: register_hostdev
+#
 # A small program on the new device
 # ---------------------------------
 # Create tensors on the device, add, negate, copy back, and compare with the
 # same program on the CPU (random inputs, several dtypes):
-torch.manual_seed(0)
-for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64):
-    x = torch.randn(64, 33).mul(100).to(dtype)
-    y = torch.randn(64, 33).mul(100).to(dtype)
-    xd = x.to("hostdev")  # empty_strided + _copy_from
-    yd = y.hostdev()  # the generated method does the same
-    zd = -(xd + yd) + torch.full_like(xd, 3)  # add, neg, empty + fill_, add
-    z = zd.cpu()  # empty + _copy_from
-    expected = -(x + y) + 3
-    torch.testing.assert_close(z, expected, rtol=0, atol=0)
-    print(f"{str(dtype):15} on {zd.device}: equal to the CPU result: {torch.equal(z, expected)}")
+#
+# .. literalinclude:: /../csrc/dispatcher/hostdev_demo.py
+#    :pyobject: small_program
+DEMO = str(DISPATCHER_SRC / "hostdev_demo.py")
+child = run_child(DEMO, hostdev_lib, "program")
+assert child.returncode == 0, child.stderr
+print(child.stdout)
 
 # %%
 # Which kernels did that run? ``OPGUIDE_LOG_OVERRIDES=1`` makes every kernel of
@@ -211,37 +213,13 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64):
 #    :start-after: // [log-switch]
 #    :end-before: // [log-switch-end]
 #
-# The variable is read when the library is loaded, so the program runs again
-# in a child process that loads the library with the variable set. This page
-# prints what the child wrote to stderr:
-
-
-def run_child(code: str, **env: str) -> subprocess.CompletedProcess:
-    """Runs `code` in a fresh Python with extra environment variables."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-HOSTDEV_CHILD = f"""
-    import types, torch
-    torch.ops.load_library({hostdev_lib!r})
-    torch.utils.rename_privateuse1_backend("hostdev")
-    module = types.ModuleType("torch.hostdev")
-    module.is_available, module.current_device = (lambda: True), (lambda: 0)
-    module._is_in_bad_fork, module.manual_seed_all = (lambda: False), (lambda seed: None)
-    torch._register_device_module("hostdev", module)
-    x, y = torch.randn(2, 3), torch.randn(2, 3)
-"""
-child = run_child(
-    HOSTDEV_CHILD
-    + "    print(torch.equal((-(x.to('hostdev') + y.to('hostdev'))).cpu(), -(x + y)))",
-    OPGUIDE_LOG_OVERRIDES="1",
-)
+# The variable is read when the library is loaded. A one-line program, run
+# with it set:
+#
+# .. literalinclude:: /../csrc/dispatcher/hostdev_demo.py
+#    :pyobject: tiny
+child = run_child(DEMO, hostdev_lib, "tiny", OPGUIDE_LOG_OVERRIDES="1")
+assert child.returncode == 0, child.stderr
 print("stdout:", child.stdout.strip())
 print(child.stderr)
 
@@ -256,20 +234,14 @@ print(child.stderr)
 # Any other operator fails with the dispatcher's own message, which names the
 # operator and the backend (the first sentence is printed here). ``sub`` has
 # the same generic default kernel as ``neg``, so the error names ``sub.out``,
-# the operator it forwards to:
-xd, yd = torch.randn(4, 5).hostdev(), torch.randn(4, 5).hostdev()
-try:
-    xd - yd
-except NotImplementedError as err:
-    print("NotImplementedError:", str(err).split(". ")[0])
-
-# %%
-# and our kernels reject what they cannot do, naming the argument:
-for bad in (lambda: xd + torch.empty(2, 5, device="hostdev"), lambda: xd + yd.double()):
-    try:
-        bad()
-    except RuntimeError as err:
-        print("RuntimeError:", err)
+# the operator it forwards to. Our kernels reject what they cannot do, naming
+# the argument:
+#
+# .. literalinclude:: /../csrc/dispatcher/hostdev_demo.py
+#    :pyobject: errors
+child = run_child(DEMO, hostdev_lib, "errors")
+assert child.returncode == 0, child.stderr
+print(child.stdout)
 
 # %%
 # Overriding ATen's CPU kernel
@@ -288,18 +260,13 @@ for bad in (lambda: xd + torch.empty(2, 5, device="hostdev"), lambda: xd + yd.do
 #    :start-after: // [register]
 #    :end-before: // [register-end]
 #
-# Because the change is process-wide, this page never loads the library
-# itself: a child process builds and loads it (``load`` compiles on the first
-# run and only checks timestamps afterwards), runs ``neg`` three times and
-# ``add`` once, and reports which kernel the dispatch table holds for CPU:
+# The change is process-wide, so again a child process loads the library, runs
+# ``neg`` three times and ``add`` once, and reports which kernel the dispatch
+# table holds for CPU:
+cpu_override_lib = build_in_child("opguide_cpu_override", "cpu_override.cpp")
 CPU_OVERRIDE_CHILD = f"""
     import torch
-    from torch.utils.cpp_extension import load
-    load(name="opguide_cpu_override",
-         sources=[{str(DISPATCHER_SRC / "cpu_override.cpp")!r}],
-         extra_include_paths=[{str(DISPATCHER_SRC)!r}], extra_cflags=["-O2"],
-         build_directory={str(ROOT / "build" / "jit" / "opguide_cpu_override")!r},
-         is_python_module=False)
+    torch.ops.load_library({cpu_override_lib!r})
     cpu = [l for l in torch._C._dispatch_dump_table("aten::neg").splitlines()
            if l.startswith("CPU:")]
     print("dispatch table for aten::neg,", cpu[0])
@@ -309,7 +276,6 @@ CPU_OVERRIDE_CHILD = f"""
     print("neg matches ATen's formula:", torch.equal(z, x * -1))
     print("add matches:", torch.equal(x + y, torch.stack([x, y]).sum(0)))
 """
-(ROOT / "build" / "jit" / "opguide_cpu_override").mkdir(parents=True, exist_ok=True)
 child = run_child(CPU_OVERRIDE_CHILD, OPGUIDE_LOG_OVERRIDES="1")
 assert child.returncode == 0, child.stderr
 print(child.stdout)

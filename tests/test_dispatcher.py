@@ -193,7 +193,7 @@ for bad in (lambda: xd + torch.randn(2, 5).hostdev(), lambda: xd + xd.double(),
     out = _ok(_run(libs, code)).stdout.splitlines()
     assert out == [
         "hostdev add: other must have the shape of self [4, 5] (no broadcasting here), got [2, 5]",
-        "hostdev add: other must have the dtype of self (Float), got Double",
+        "hostdev add: other must have the dtype of self (torch.float32), got torch.float64",
         "hostdev neg: self must not be a bool tensor (use logical_not)",
     ]
 

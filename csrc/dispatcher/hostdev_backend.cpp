@@ -18,6 +18,8 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/library.h>
 
+#include <string>
+
 #include "override_switches.h"
 
 namespace hostdev {
@@ -171,6 +173,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 }
 // [copy-end]
 
+// "torch.float32", as Python prints a dtype.
+std::string dtype_name(at::ScalarType t) {
+  return "torch." + std::string(c10::getDtypeNames(t).first);
+}
+
 void check_hostdev(const at::Tensor& t, const char* op, const char* arg) {
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "hostdev ", op, ": ", arg,
               " must be on hostdev, got ", t.device());
@@ -226,8 +233,8 @@ at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar
                 self.sizes(), " (no broadcasting here), got ", other.sizes());
   }
   TORCH_CHECK(other_is_number || other.scalar_type() == self.scalar_type(),
-              "hostdev add: other must have the dtype of self (", self.scalar_type(), "), got ",
-              other.scalar_type());
+              "hostdev add: other must have the dtype of self (", dtype_name(self.scalar_type()),
+              "), got ", dtype_name(other.scalar_type()));
   at::Tensor out = at::empty(self.sizes(), self.options());
   AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "hostdev_add", [&] {
     // Compute in float for half/bfloat16, as ATen does, and round once.
