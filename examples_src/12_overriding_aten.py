@@ -273,7 +273,7 @@ CPU_OVERRIDE_CHILD = f"""
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     for _ in range(3):
         z = -x
-    print("neg matches ATen's formula:", torch.equal(z, x * -1))
+    print("neg equals x * -1:", torch.equal(z, x * -1))
     print("add matches:", torch.equal(x + y, torch.stack([x, y]).sum(0)))
 """
 child = run_child(CPU_OVERRIDE_CHILD, OPGUIDE_LOG_OVERRIDES="1")
