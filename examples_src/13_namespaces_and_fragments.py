@@ -1,0 +1,185 @@
+r"""
+Step 13: Namespaces, fragments and loading libraries
+====================================================
+
+An operator's full name is ``namespace::name``, and a namespace belongs to
+the library that defines it with ``TORCH_LIBRARY``. That rule is easy to
+break as soon as a project has two compiled libraries, or a library is built
+twice. This step breaks it on purpose and fixes it two ways.
+
+In this step you will learn:
+
+* how :func:`torch.ops.load_library` brings a compiled library's operators into
+  ``torch.ops``;
+* what happens when two libraries both use ``TORCH_LIBRARY`` for one
+  namespace: the real error, and why it ends the process instead of raising;
+* the two fixes: distinct namespaces, or ``TORCH_LIBRARY_FRAGMENT``;
+* a helper that prints the build settings and loaded libraries, for the day
+  a build or a load does not do what you expect.
+
+Two small libraries
+-------------------
+Each library holds one matmul; both are built from ``csrc/dispatcher/`` as
+separate libraries (not part of ``opguide._C``). The namespace and the kind
+of definition block are chosen at compile time:
+
+.. literalinclude:: /../csrc/dispatcher/matmul_library.h
+   :language: cpp
+   :start-after: // [define-macro]
+   :end-before: // [define-macro-end]
+
+The first library defines ``matmul_naive``:
+
+.. literalinclude:: /../csrc/dispatcher/matmul_naive.cpp
+   :language: cpp
+   :start-after: // [register]
+   :end-before: // [register-end]
+
+and the second ``matmul_tiled``, which computes the product in 64 x 64 tiles:
+
+.. literalinclude:: /../csrc/dispatcher/matmul_tiled.cpp
+   :language: cpp
+   :start-after: namespace opguide_mm {
+   :end-before: // [register-end]
+"""
+
+# %%
+# Building and loading the first library
+# --------------------------------------
+# :func:`torch.utils.cpp_extension.load` compiles a library and, with
+# ``is_python_module=False``, loads it with :func:`torch.ops.load_library`:
+# ``dlopen`` runs the library's static initialisers, which is where
+# ``TORCH_LIBRARY`` and ``TORCH_LIBRARY_IMPL`` blocks register with the
+# dispatcher. A library built earlier is loaded the same way, by path.
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.cpp_extension import load
+
+from opguide._debug_build import print_build_settings, registered_operators
+
+# sphinx-gallery runs this script from examples_src/; so does the test suite.
+ROOT = Path.cwd().parent
+SRC = ROOT / "csrc" / "dispatcher"
+
+
+def build(name: str, source: str, *defines: str) -> str:
+    """Compiles one matmul library into build/jit/<name>/ and loads it."""
+    build_dir = ROOT / "build" / "jit" / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    return load(
+        name=name,
+        sources=[str(SRC / source)],
+        extra_include_paths=[str(SRC)],
+        extra_cflags=["-O2", *defines],
+        build_directory=str(build_dir),
+        is_python_module=False,
+    )
+
+
+start = time.perf_counter()
+naive_lib = build("opguide_mm_naive", "matmul_naive.cpp")
+print(f"built and loaded {Path(naive_lib).name} in {time.perf_counter() - start:.1f} s")
+print("loaded:", naive_lib in torch.ops.loaded_libraries)
+print("operators in opguide_mm:", registered_operators("opguide_mm"))
+
+a, b = torch.randn(100, 70, dtype=torch.float64), torch.randn(70, 90, dtype=torch.float64)
+torch.testing.assert_close(torch.ops.opguide_mm.matmul_naive(a, b), a @ b)
+print("matmul_naive == a @ b")
+
+# %%
+# Two libraries, one namespace
+# ----------------------------
+# Now the second library, built with the same namespace and its own
+# ``TORCH_LIBRARY``. Each library loads fine on its own; the second one
+# loaded into a process that already holds the first fails. The failure
+# happens inside ``dlopen``, in a static initialiser, where a C++ exception
+# has no caller to catch it: the C++ runtime calls ``std::terminate`` and the
+# process aborts. No Python ``try`` can catch that, so it runs in a child
+# process here and this page prints the child's exit status and stderr:
+same_ns_dir = ROOT / "build" / "jit" / "opguide_mm_tiled_same_ns"
+same_ns_dir.mkdir(parents=True, exist_ok=True)
+child_code = f"""
+    import torch
+    from torch.utils.cpp_extension import load
+    load(name="opguide_mm_tiled_same_ns",
+         sources=[{str(SRC / "matmul_tiled.cpp")!r}], extra_include_paths=[{str(SRC)!r}],
+         extra_cflags=["-O2"], build_directory={str(same_ns_dir)!r},
+         is_python_module=False)
+    print("matmul_tiled alone: loaded, registers", torch.ops.opguide_mm.matmul_tiled, flush=True)
+    torch.ops.load_library({naive_lib!r})
+    print("not reached")
+"""
+child = subprocess.run(
+    [sys.executable, "-c", textwrap.dedent(child_code)],
+    capture_output=True,
+    text=True,
+    timeout=600,
+)
+print(child.stdout)
+print("exit status:", child.returncode, "(-6 is SIGABRT)" if child.returncode == -6 else "")
+# The message, without the C++ stack trace that follows it.
+message = child.stderr[: child.stderr.find("Exception raised from")].strip()
+first_line, _, what = message.partition("\n")
+print(first_line)
+print(textwrap.fill(what.strip(), width=100, break_long_words=False, break_on_hyphens=False))
+
+# %%
+# The error names the namespace, both source locations, and the two ways out.
+# The same error appears when one library is simply loaded twice under two
+# file names, for example the installed package and a JIT build of the same
+# sources. That is why the earlier steps of this guide compile ``csrc/`` with
+# ``-DOPGUIDE_NAMESPACE=opguide_jit`` (see ``csrc/registration.h``).
+#
+# Fix 1: distinct namespaces
+# --------------------------
+# The same source built with ``-DMATMUL_NAMESPACE=opguide_mm_tiled`` owns its
+# own namespace and loads next to the first library:
+tiled_lib = build("opguide_mm_tiled", "matmul_tiled.cpp", "-DMATMUL_NAMESPACE=opguide_mm_tiled")
+print("operators in opguide_mm_tiled:", registered_operators("opguide_mm_tiled"))
+torch.testing.assert_close(torch.ops.opguide_mm_tiled.matmul_tiled(a, b), a @ b)
+print("opguide_mm_tiled::matmul_tiled == a @ b")
+
+# %%
+# Fix 2: TORCH_LIBRARY_FRAGMENT
+# -----------------------------
+# When both libraries should share a namespace, each adds its definitions with
+# ``TORCH_LIBRARY_FRAGMENT`` (or one keeps ``TORCH_LIBRARY`` and the others use
+# fragments, as here). Fragments may be spread over any number of files and
+# libraries; what must stay unique is each operator's name:
+fragment_lib = build("opguide_mm_tiled_fragment", "matmul_tiled.cpp", "-DMATMUL_FRAGMENT")
+print("operators in opguide_mm:", registered_operators("opguide_mm"))
+for op in (torch.ops.opguide_mm.matmul_naive, torch.ops.opguide_mm.matmul_tiled):
+    torch.testing.assert_close(op(a, b), a @ b)
+    print(f"{op._qualified_op_name} == a @ b (float64, 100x70 @ 70x90)")
+
+# %%
+# Checking the arguments is still each kernel's job:
+try:
+    torch.ops.opguide_mm.matmul_tiled(a, b.t())
+except RuntimeError as err:
+    print("RuntimeError:", err)
+
+# %%
+# Printing the build settings
+# ---------------------------
+# When a build or a load misbehaves (the wrong torch, a stale cached build, an
+# ABI mismatch, a CUDA toolkit that is not the one torch was built with), the
+# first question is what the build saw. ``opguide._debug_build`` collects it;
+# the loaded libraries at the end are the ones this page loaded:
+#
+# .. literalinclude:: /../opguide/_debug_build.py
+#    :pyobject: build_settings
+print_build_settings()
+
+# %%
+# ``TORCH_EXTENSIONS_DIR`` is where ``load`` keeps builds it names itself; this
+# guide passes ``build_directory`` explicitly, so its builds are under
+# ``build/jit/``. Deleting such a folder forces a clean rebuild.
+print("this page's builds:", sorted(p.name for p in (ROOT / "build" / "jit").glob("opguide_mm*")))
+print("TORCH_EXTENSIONS_DIR =", os.environ.get("TORCH_EXTENSIONS_DIR"))

@@ -1,0 +1,279 @@
+r"""
+Step 14: Debugging operators
+============================
+
+Something is wrong: an error message points into PyTorch instead of your
+code, :func:`torch.library.opcheck` fails, ``torch.compile`` splits your
+model into pieces, or a CUDA kernel corrupts memory. Each has a tool that
+turns "something" into a file and a line.
+
+In this step you will learn:
+
+* how ``TORCH_SHOW_CPP_STACKTRACES=1`` shows which C++ function raised an error;
+* how to read an :func:`torch.library.opcheck` failure, for two common bugs:
+  a wrong fake kernel and an undeclared mutation;
+* how :func:`torch._dynamo.explain` finds graph breaks and says why they happen;
+* on a GPU: ``CUDA_LAUNCH_BLOCKING=1``, ``compute-sanitizer`` (memcheck and
+  racecheck) and Nsight Compute (``ncu``), with outputs recorded on a real GPU.
+
+The CPU demonstrations run while this page is built. The GPU ones cannot run
+on the build machine; their outputs come from a recording, labelled as such.
+"""
+
+# %%
+# Where did that error come from?
+# -------------------------------
+# The C++ checks of ``opguide::rms_norm`` raise errors that name the argument.
+# That is enough for a user, but not for the author of a library with many
+# checks and helper functions. With ``TORCH_SHOW_CPP_STACKTRACES=1`` the error
+# carries the C++ stack at the point it was raised. PyTorch reads the variable
+# when it starts, so the call runs in a child process, once without and once
+# with it:
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+
+import opguide
+
+ROOT = Path.cwd().parent  # scripts run from examples_src/
+FAILING_CALL = """
+    import torch, opguide
+    x, w = torch.ones(2, 8, dtype=torch.int32), torch.ones(8)
+    try:
+        torch.ops.opguide.rms_norm(x, w, 1e-6)
+    except TypeError as err:
+        print(err)
+"""
+
+
+def run_child(code: str, **env: str) -> str:
+    """Runs `code` in a fresh Python with extra environment variables; returns stdout."""
+    import os
+
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+print(run_child(FAILING_CALL))
+
+# %%
+# With the variable set, the message gains the file and line of the check, and
+# the stack. The frames in our own code are the interesting ones (the full
+# stack runs on through the dispatcher and Python):
+message = run_child(FAILING_CALL, TORCH_SHOW_CPP_STACKTRACES="1")
+lines = message.splitlines()
+frames = [line for line in lines if line.startswith("#")]
+print("\n".join(lines[:2]))
+print(f"... {len(frames)} frames, of which ours:")
+for line in frames:
+    if "opguide::" in line:
+        print(textwrap.shorten(line, width=150, placeholder=" ..."))
+
+# %%
+# The stack is symbolised with ``addr2line``, which takes a few seconds and
+# works best on a library built with ``-g`` (``DEBUG=1`` for ``setup.py``).
+#
+# Reading an opcheck failure
+# --------------------------
+# :func:`torch.library.opcheck` runs an operator through the checks that
+# ``torch.compile`` and autograd rely on. Its failures are long; the first
+# lines say which check failed and why. Here are two bugs it catches, in
+# small operators defined in Python (the checks are the same for C++ ones).
+#
+# A fake kernel that disagrees with the real kernel about the output shape:
+
+
+@torch.library.custom_op("opguide_debug::row_sums", mutates_args=())
+def row_sums(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(dim=-1)
+
+
+@row_sums.register_fake
+def _(x):
+    return x.new_empty(x.shape)  # BUG: the last dimension is summed away
+
+
+def first_lines(err: BaseException, n: int = 4) -> str:
+    """The first n lines of an error, wrapped for the page."""
+    text = "\n".join(f"{type(err).__name__}: {err}".splitlines()[:n])
+    return textwrap.fill(text, width=100, break_long_words=False)
+
+
+try:
+    torch.library.opcheck(row_sums, (torch.randn(4, 8),))
+except Exception as err:  # opcheck raises OpCheckError
+    print(first_lines(err))
+
+# %%
+# The message names the check, ``test_faketensor``, and the mismatch: the real
+# kernel returned one shape and the fake kernel another. (The "stack trace"
+# it mentions is the chained exception that a test run prints above it.) The fix is the
+# fake kernel: ``x.new_empty(x.shape[:-1])``.
+#
+# An operator that writes into its input without saying so in its schema
+# (``mutates_args=()`` here, a schema without ``Tensor(a!)`` in C++):
+
+
+@torch.library.custom_op("opguide_debug::scale_", mutates_args=())
+def scale_(x: torch.Tensor, s: float) -> torch.Tensor:
+    x.mul_(s)  # BUG: mutates x, but mutates_args=() declares no mutation
+    return x.clone()
+
+
+try:
+    torch.library.opcheck(scale_, (torch.randn(4, 8), 2.0))
+except Exception as err:
+    print(first_lines(err))
+
+# %%
+# This time ``test_schema`` failed: the schema promised that ``x`` is only
+# read, and ``torch.compile`` would have reordered or dropped the write. The
+# fix is to declare it, ``mutates_args={"x"}`` (or ``Tensor(a!) x`` in a C++
+# schema). With both fixes opcheck passes:
+
+
+@torch.library.custom_op("opguide_debug::row_sums_fixed", mutates_args=())
+def row_sums_fixed(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(dim=-1)
+
+
+@row_sums_fixed.register_fake
+def _(x):
+    return x.new_empty(x.shape[:-1])
+
+
+@torch.library.custom_op("opguide_debug::scale_fixed_", mutates_args={"x"})
+def scale_fixed_(x: torch.Tensor, s: float) -> None:
+    x.mul_(s)
+
+
+print(torch.library.opcheck(row_sums_fixed, (torch.randn(4, 8),)))
+print(torch.library.opcheck(scale_fixed_, (torch.randn(4, 8), 2.0)))
+
+# %%
+# Finding graph breaks
+# --------------------
+# ``torch.compile`` captures a function into a graph. Code it cannot capture
+# ends the graph and starts another (a *graph break*), which costs speed and,
+# for a custom operator, often means the operator ran outside the compiled
+# region. :func:`torch._dynamo.explain` traces the function and lists every
+# break with its reason and the line that caused it:
+import torch._dynamo  # noqa: E402
+
+
+def normalise_then_gate(x, w):
+    y = opguide.rms_norm(x, w)
+    if y.mean() > 0:  # a Python branch on a tensor's value
+        y = y * 2
+    return y + 1
+
+
+x, w = torch.randn(8, 64), torch.randn(64)
+explanation = torch._dynamo.explain(normalise_then_gate)(x, w)
+print("graphs:", explanation.graph_count, " graph breaks:", explanation.graph_break_count)
+for reason in explanation.break_reasons:
+    where = reason.user_stack[-1] if reason.user_stack else None
+    print("reason:", textwrap.shorten(reason.reason, 200, placeholder=" ..."))
+    if where is not None:
+        print(f"  at line {where.lineno}: {where.line}")
+
+# %%
+# The branch depends on a value that is only known when the graph runs, so the
+# trace must stop there. Expressing the branch as tensor code keeps one graph,
+# with ``opguide::rms_norm`` inside it:
+
+
+def normalise_then_gate_fixed(x, w):
+    y = opguide.rms_norm(x, w)
+    return torch.where(y.mean() > 0, y * 2, y) + 1
+
+
+explanation = torch._dynamo.explain(normalise_then_gate_fixed)(x, w)
+print("graphs:", explanation.graph_count, " graph breaks:", explanation.graph_break_count)
+nodes = explanation.graphs[0].graph.nodes
+print(
+    "calls in the graph:",
+    [getattr(n.target, "__name__", str(n.target)) for n in nodes if n.op.startswith("call")],
+)
+torch.testing.assert_close(normalise_then_gate_fixed(x, w), normalise_then_gate(x, w))
+
+# %%
+# GPU tools
+# ---------
+# Three tools cover most GPU kernel bugs. None can run on this page's build
+# machine; the commands are below, and the outputs after them come from a real
+# run of ``tools/record_gpu_debug.py``, which compiles the programs shown here
+# and runs each one under its tool.
+#
+# **CUDA_LAUNCH_BLOCKING=1.** Kernel launches return before the kernel runs, so
+# a failing kernel is reported by a later call that waits for the GPU, with a
+# Python traceback that points at the wrong line. Setting
+# ``CUDA_LAUNCH_BLOCKING=1`` makes every launch wait: slow, but the error is
+# raised by the call that launched the failing kernel. The program:
+#
+# .. literalinclude:: /../tools/gpu_debug/async_error.py
+#    :language: python
+#    :start-after: import torch
+#
+# **compute-sanitizer --tool memcheck** finds out-of-bounds and misaligned
+# accesses, and reports the kernel, the thread, and the source line (compile
+# with ``-lineinfo``). This kernel forgets its bounds check; without the tool
+# it usually runs "fine":
+#
+# .. literalinclude:: /../tools/gpu_debug/oob_write.cu
+#    :language: cuda
+#    :start-after: // [kernel]
+#    :end-before: // [kernel-end]
+#
+# **compute-sanitizer --tool racecheck** finds shared-memory data races, such as
+# a reduction missing a ``__syncthreads()``:
+#
+# .. literalinclude:: /../tools/gpu_debug/shared_race.cu
+#    :language: cuda
+#    :start-after: // [kernel]
+#    :end-before: // [kernel-end]
+#
+# **Nsight Compute** (``ncu``) profiles single kernels: how close they come to
+# the GPU's memory bandwidth and compute peak (the "Speed Of Light" section),
+# occupancy, cache hit rates. A memory-bound kernel to look at:
+#
+# .. literalinclude:: /../tools/gpu_debug/saxpy.cu
+#    :language: cuda
+#    :start-after: // [kernel]
+#    :end-before: // [kernel-end]
+#
+# The same tools work on a PyTorch program: ``compute-sanitizer python
+# script.py``, or ``ncu --kernel-name <name> --launch-count 1 python script.py``
+# to profile one kernel of a whole run.
+#
+# The recording
+# -------------
+# ``python3 tools/record_gpu_debug.py --out docs/recorded`` writes
+# ``docs/recorded/gpu_debug.json`` on a machine with an NVIDIA GPU. This page
+# shows that file when it is in the repository:
+RECORDING = ROOT / "docs" / "recorded" / "gpu_debug.json"
+if RECORDING.is_file():
+    record = json.loads(RECORDING.read_text())
+    print(
+        f"RECORDED on {record['device']} on {record['date']} (not run while this page was "
+        f"built). Driver {record['driver']}; torch {record['torch']}; {record['nvcc']}."
+    )
+    for run in record["runs"]:
+        print(f"\n$ {run['command']}    # exit status {run['returncode']}")
+        print(run["output"].rstrip())
+else:
+    print(
+        f"No recording is present yet: {RECORDING.relative_to(ROOT)} does not exist, so\n"
+        "there are no GPU outputs to show. Run tools/record_gpu_debug.py on a GPU machine."
+    )
