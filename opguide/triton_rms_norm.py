@@ -140,7 +140,7 @@ def _rms_norm_bwd_kernel(
     # Program p handles rows [p * rows_per_program, (p + 1) * rows_per_program)
     # and writes its own partial sum of dweight to row p of dw_partial; the
     # host sums those rows. No two programs write the same memory.
-    pid = tl.program_id(0)
+    pid = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
@@ -148,7 +148,7 @@ def _rms_norm_bwd_kernel(
     row_begin = pid * rows_per_program
     row_end = tl.minimum(row_begin + rows_per_program, M)
     for row in range(row_begin, row_end):
-        offset = row.to(tl.int64) * N
+        offset = row * N
         x = tl.load(x_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
         inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)  # recomputed, not stored
