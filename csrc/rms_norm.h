@@ -11,7 +11,19 @@ namespace opguide {
 
 // "torch.float32", as Python prints a dtype, so that both sides' errors match.
 inline std::string dtype_name(at::ScalarType t) {
-  return "torch." + std::string(c10::getDtypeNames(t).first);
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kShort: return "torch.int16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    default: return std::string("torch.") + c10::toString(t);
+  }
 }
 
 // "(4, 8)" or "(5,)", as Python prints a shape.

@@ -1,0 +1,16 @@
+// Instantiates every kernel in rms_norm.cuh for every dtype, so that a
+// compiler with no torch at hand checks all of the device code: nvcc as is,
+// hipcc after torch's hipify. Not part of the extension (setup.py builds
+// csrc/*.cu only); opguide.compile_checks compiles it.
+#include "../rms_norm.cuh"
+
+#define OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(T)                                               \
+  template cudaError_t opguide::cuda::launch_rms_norm_forward<T>(                             \
+      const T*, const T*, T*, int64_t, int64_t, int64_t, float, int, cudaStream_t);
+
+OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(float)
+OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(double)
+OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(__half)
+#if !defined(OPGUIDE_NO_BF16)
+OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(__nv_bfloat16)
+#endif

@@ -1,0 +1,154 @@
+"""Tests of ``opguide.rms_norm`` on CUDA: every item needs a GPU (marker ``cuda``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import opguide
+from opguide import rms_norm_reference
+
+pytestmark = pytest.mark.cuda
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOLERANCES = {
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
+    torch.float64: dict(atol=1e-12, rtol=1e-12),
+}
+# Row lengths 1..16384: tiny, odd (scalar path), multiples of the 16-byte
+# vector, around the register-cache limits, and the sizes of real models.
+NS = [1, 2, 3, 7, 8, 31, 33, 127, 128, 255, 1000, 1024, 2047, 2048, 4095, 4096, 5120, 8191, 8192, 16383, 16384]
+MS = [1, 3, 257]
+
+
+def make_inputs(shape, dtype, seed=0):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(shape, generator=gen).to(dtype=dtype, device="cuda")
+    w = torch.randn(shape[-1], generator=gen).to(dtype=dtype, device="cuda")
+    return x, w
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("m", MS)
+@pytest.mark.parametrize("n", NS)
+def test_matches_reference(n, m, dtype):
+    x, w = make_inputs((m, n), dtype)
+    y = opguide.rms_norm(x, w, 1e-6)
+    assert y.device == x.device and y.dtype == dtype and y.is_contiguous()
+    torch.testing.assert_close(y, rms_norm_reference(x, w, 1e-6), **TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_many_rows(dtype):
+    x, w = make_inputs((65537, 96), dtype)  # a grid larger than any block count limit of interest
+    torch.testing.assert_close(opguide.rms_norm(x, w), rms_norm_reference(x, w), **TOLERANCES[dtype])
+
+
+def test_float64():
+    x, w = make_inputs((17, 300), torch.float64)
+    torch.testing.assert_close(opguide.rms_norm(x, w), rms_norm_reference(x, w), **TOLERANCES[torch.float64])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matches_cpu_kernel(dtype):
+    x, w = make_inputs((64, 4096), dtype)
+    torch.testing.assert_close(
+        opguide.rms_norm(x, w).cpu(), opguide.rms_norm(x.cpu(), w.cpu()), **TOLERANCES[dtype]
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_non_contiguous(dtype):
+    tol = TOLERANCES[dtype]
+    x, w = make_inputs((64, 2 * 1024), dtype)
+    sliced = x[:, :1024]  # strided rows: the kernel reads them in place
+    torch.testing.assert_close(opguide.rms_norm(sliced, w[:1024]), rms_norm_reference(sliced, w[:1024]), **tol)
+    xt = x.reshape(8, 8, 2048).transpose(0, 1)  # 3-d, not dense: copied once
+    torch.testing.assert_close(opguide.rms_norm(xt, w), rms_norm_reference(xt, w), **tol)
+    xs = x[:, ::2]  # strided last dimension
+    torch.testing.assert_close(opguide.rms_norm(xs, w[::2]), rms_norm_reference(xs, w[::2]), **tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_misaligned_pointers(dtype):
+    # A view that starts one element in is not 16-byte aligned: scalar path.
+    x, w = make_inputs((9, 4097), dtype)
+    xv, wv = x[:, 1:], w[1:]
+    torch.testing.assert_close(opguide.rms_norm(xv, wv), rms_norm_reference(xv, wv), **TOLERANCES[dtype])
+
+
+def test_empty():
+    for shape in [(0, 64), (4, 0)]:
+        x, w = make_inputs(shape, torch.float32)
+        assert opguide.rms_norm(x, w).shape == shape
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_opcheck(dtype):
+    x, w = make_inputs((5, 264), dtype)
+    torch.library.opcheck(torch.ops.opguide.rms_norm.default, (x, w, 1e-6))
+
+
+def test_compile_fullgraph():
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w: opguide.rms_norm(x, w) + 1.0, fullgraph=True)
+    x, w = make_inputs((32, 4096), torch.bfloat16)
+    torch.testing.assert_close(fn(x, w), rms_norm_reference(x, w) + 1.0, **TOLERANCES[torch.bfloat16])
+
+
+def test_cuda_graph_on_side_stream():
+    # Capturing on a side stream only works if the kernel is launched on the
+    # *current* stream; a kernel hard-wired to the default stream would either
+    # fail capture or run outside the graph, leaving `out` stale on replay.
+    x, w = make_inputs((128, 4096), torch.bfloat16)
+    static_x = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm up on the side stream, as capture requires
+            opguide.rms_norm(static_x, w)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        out = opguide.rms_norm(static_x, w)
+    for seed in range(3):
+        new_x, _ = make_inputs((128, 4096), torch.bfloat16, seed=seed + 10)
+        static_x.copy_(new_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, rms_norm_reference(new_x, w), **TOLERANCES[torch.bfloat16])
+
+
+def test_side_stream_ordering():
+    # Work queued on a side stream must see the side stream's earlier writes.
+    x, w = make_inputs((4096, 4096), torch.float16)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        z = x * 2
+        y = opguide.rms_norm(z, w)
+    side.synchronize()
+    torch.testing.assert_close(y, rms_norm_reference(x * 2, w), **TOLERANCES[torch.float16])
+
+
+def test_device_mismatch_errors():
+    x = torch.randn(4, 8, device="cuda")
+    w_cpu = torch.randn(8)
+    with pytest.raises(RuntimeError, match=r"weight must be on the device of x \(cuda:0\), got cpu"):
+        opguide.rms_norm(x, w_cpu)
+    with pytest.raises(RuntimeError, match=r"weight must be on the device of x \(cpu\), got cuda:0"):
+        opguide.rms_norm(x.cpu(), w_cpu.cuda())
+    # Called directly, the C++ checks give the same message.
+    with pytest.raises(RuntimeError, match=r"weight must be on the device of x"):
+        torch.ops.opguide.rms_norm(x, w_cpu, 1e-6)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (device guard test)")
+def test_second_gpu_while_current_is_first():
+    torch.cuda.set_device(0)
+    x = torch.randn(16, 512, device="cuda:1")
+    w = torch.randn(512, device="cuda:1")
+    y = opguide.rms_norm(x, w)
+    assert y.device == x.device
+    torch.testing.assert_close(y, rms_norm_reference(x, w))
