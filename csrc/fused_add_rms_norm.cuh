@@ -6,27 +6,25 @@
 // alone, and fused_add_rms_norm_cuda.cu wraps it for the dispatcher.
 #pragma once
 
-#include <cstdint>
-
-#if defined(__HIPCC__)
-#include <hip/hip_bf16.h>
-#include <hip/hip_fp16.h>
-#include <hip/hip_runtime.h>
-#else
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+// OPGUIDE_NO_BF16 leaves bfloat16 out, for HIP toolchains without hip_bf16.h.
+#if !defined(OPGUIDE_NO_BF16)
+#include <cuda_bf16.h>
 #endif
+
+#include <cstdint>
 
 namespace opguide {
 namespace fused {
 
 // [shim]
-// The few spellings that differ between CUDA and HIP.
-#if defined(__HIPCC__)
-using bf16_t = __hip_bfloat16;
+// Written with CUDA's names; torch's hipify renames them for ROCm. What hipify
+// cannot rename is spelled here: the warp width (a wavefront is 64 lanes on
+// AMD CDNA GPUs, 32 on RDNA) and the shuffle (HIP's takes no lane mask).
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)
 #if defined(__AMDGCN_WAVEFRONT_SIZE)
-constexpr int kWarpSize = __AMDGCN_WAVEFRONT_SIZE;  // 64 on CDNA, 32 on RDNA
+constexpr int kWarpSize = __AMDGCN_WAVEFRONT_SIZE;
 #else
 constexpr int kWarpSize = 64;
 #endif
@@ -35,7 +33,6 @@ __device__ __forceinline__ T shfl_xor(T v, int lane_mask) {
   return __shfl_xor(v, lane_mask);
 }
 #else
-using bf16_t = __nv_bfloat16;
 constexpr int kWarpSize = 32;
 template <typename T>
 __device__ __forceinline__ T shfl_xor(T v, int lane_mask) {
@@ -53,7 +50,9 @@ constexpr int kMaxWarps = kMaxThreads / kWarpSize;
 __device__ __forceinline__ float widen(float v) { return v; }
 __device__ __forceinline__ double widen(double v) { return v; }
 __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
-__device__ __forceinline__ float widen(bf16_t v) { return __bfloat162float(v); }
+#if !defined(OPGUIDE_NO_BF16)
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+#endif
 
 template <typename T>
 struct Narrow {  // float and double
@@ -65,11 +64,15 @@ struct Narrow<__half> {
   template <typename A>
   __device__ static __half from(A v) { return __float2half_rn(static_cast<float>(v)); }
 };
+#if !defined(OPGUIDE_NO_BF16)
 template <>
-struct Narrow<bf16_t> {
+struct Narrow<__nv_bfloat16> {
   template <typename A>
-  __device__ static bf16_t from(A v) { return __float2bfloat16_rn(static_cast<float>(v)); }
+  __device__ static __nv_bfloat16 from(A v) {
+    return __float2bfloat16_rn(static_cast<float>(v));
+  }
 };
+#endif
 // [conversions-end]
 
 // kVec elements moved as one access: 16 bytes for the widest type of a call.
@@ -156,6 +159,45 @@ __global__ void fused_add_rms_norm_kernel(const x_t* __restrict__ x, res_t* __re
   }
 }
 // [kernel-end]
+
+// [launcher]
+// The block size for rows of n elements moved kVec at a time: about one
+// vector per thread, a power of two from 64 (a whole wavefront on AMD too)
+// to kMaxThreads.
+inline int fused_block_size(int64_t n, int vec) {
+  const int64_t items = n / vec;
+  int threads = 64;
+  while (threads < items && threads < kMaxThreads) threads *= 2;
+  return threads;
+}
+
+// Elements per 16-byte access of the widest of the three types.
+template <typename x_t, typename res_t, typename out_t>
+constexpr int fused_vector_width() {
+  return 16 / (sizeof(x_t) > sizeof(res_t)
+                   ? (sizeof(x_t) > sizeof(out_t) ? sizeof(x_t) : sizeof(out_t))
+                   : (sizeof(res_t) > sizeof(out_t) ? sizeof(res_t) : sizeof(out_t)));
+}
+
+// Launches one block per row on `stream` (the caller checks the launch). The
+// caller passes vectorize = true only when n is a multiple of the vector width
+// and every pointer is aligned to a whole vector (16 bytes of the widest type).
+template <typename x_t, typename res_t, typename out_t, typename acc_t>
+void launch_fused_add_rms_norm(const x_t* x, res_t* residual, const x_t* weight,
+                                      out_t* out, acc_t* inv_rms, int64_t m, int64_t n,
+                                      acc_t eps, bool vectorize, cudaStream_t stream) {
+  constexpr int kVec = fused_vector_width<x_t, res_t, out_t>();
+  const dim3 grid(static_cast<unsigned int>(m));
+  if (vectorize && kVec > 1) {
+    fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, kVec>
+        <<<grid, fused_block_size(n, kVec), 0, stream>>>(x, residual, weight, out, inv_rms, n,
+                                                         eps);
+  } else {
+    fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, 1>
+        <<<grid, fused_block_size(n, 1), 0, stream>>>(x, residual, weight, out, inv_rms, n, eps);
+  }
+}
+// [launcher-end]
 
 }  // namespace fused
 }  // namespace opguide

@@ -3,9 +3,9 @@
 // device code is in fused_add_rms_norm.cuh.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
 #include <climits>
@@ -18,18 +18,18 @@
 namespace opguide {
 namespace {
 
-// at::Half and at::BFloat16 have the bit layout of __half and bfloat16.
+// at::Half and at::BFloat16 have the bit layout of __half and __nv_bfloat16.
 template <typename T>
-struct DeviceType {
+struct CudaType {
   using type = T;
 };
 template <>
-struct DeviceType<at::Half> {
+struct CudaType<at::Half> {
   using type = __half;
 };
 template <>
-struct DeviceType<at::BFloat16> {
-  using type = fused::bf16_t;
+struct CudaType<at::BFloat16> {
+  using type = __nv_bfloat16;
 };
 
 bool aligned_to(const void* p, size_t bytes) {
@@ -40,45 +40,28 @@ bool aligned_to(const void* p, size_t bytes) {
 template <typename x_t, typename res_t, typename out_t, typename acc_t>
 void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
             at::Tensor& out, at::Tensor& inv_rms, int64_t m, int64_t n, double eps) {
-  using dx_t = typename DeviceType<x_t>::type;
-  using dres_t = typename DeviceType<res_t>::type;
-  using dout_t = typename DeviceType<out_t>::type;
-  // The widest of the three types sets the vector width: 16 bytes per access.
-  constexpr size_t kWidest = std::max({sizeof(x_t), sizeof(res_t), sizeof(out_t)});
-  constexpr int kVec = static_cast<int>(16 / kWidest);
-
-  const auto* x_ptr = reinterpret_cast<const dx_t*>(x.const_data_ptr<x_t>());
-  auto* r_ptr = reinterpret_cast<dres_t*>(residual.mutable_data_ptr<res_t>());
+  using cx_t = typename CudaType<x_t>::type;
+  using cres_t = typename CudaType<res_t>::type;
+  using cout_t = typename CudaType<out_t>::type;
+  const auto* x_ptr = reinterpret_cast<const cx_t*>(x.const_data_ptr<x_t>());
+  auto* r_ptr = reinterpret_cast<cres_t*>(residual.mutable_data_ptr<res_t>());
   const auto* w_ptr =
-      weight.defined() ? reinterpret_cast<const dx_t*>(weight.const_data_ptr<x_t>()) : nullptr;
-  auto* y_ptr = reinterpret_cast<dout_t*>(out.mutable_data_ptr<out_t>());
+      weight.defined() ? reinterpret_cast<const cx_t*>(weight.const_data_ptr<x_t>()) : nullptr;
+  auto* y_ptr = reinterpret_cast<cout_t*>(out.mutable_data_ptr<out_t>());
   acc_t* inv_ptr = inv_rms.mutable_data_ptr<acc_t>();
 
-  // Vector accesses need every row of every array aligned to a whole vector:
-  // n a multiple of kVec, and each base pointer aligned (a sliced tensor may
-  // start anywhere).
+  // 16-byte accesses need every row of every array to start on a whole
+  // vector: n a multiple of the width, and each base pointer aligned (a
+  // sliced tensor may start anywhere).
+  constexpr int kVec = fused::fused_vector_width<cx_t, cres_t, cout_t>();
   const bool vectorize = n % kVec == 0 && aligned_to(x_ptr, kVec * sizeof(x_t)) &&
                          aligned_to(r_ptr, kVec * sizeof(res_t)) &&
                          aligned_to(y_ptr, kVec * sizeof(out_t)) &&
                          (w_ptr == nullptr || aligned_to(w_ptr, kVec * sizeof(x_t)));
-  // One block per row; about one vector per thread, a power of two between
-  // 64 threads (a whole wavefront on AMD too) and 1024.
-  const int64_t items = vectorize ? n / kVec : n;
-  int threads = 64;
-  while (threads < items && threads < fused::kMaxThreads) threads *= 2;
-
   TORCH_CHECK(m <= INT_MAX, "fused_add_rms_norm_: at most ", INT_MAX, " rows, got ", m);
-  const dim3 grid(static_cast<unsigned int>(m));
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  if (vectorize && kVec > 1) {
-    fused::fused_add_rms_norm_kernel<dx_t, dres_t, dout_t, acc_t, kVec>
-        <<<grid, threads, 0, stream>>>(x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, n,
-                                       static_cast<acc_t>(eps));
-  } else {
-    fused::fused_add_rms_norm_kernel<dx_t, dres_t, dout_t, acc_t, 1>
-        <<<grid, threads, 0, stream>>>(x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, n,
-                                       static_cast<acc_t>(eps));
-  }
+  fused::launch_fused_add_rms_norm<cx_t, cres_t, cout_t, acc_t>(
+      x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<acc_t>(eps), vectorize,
+      c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 // [cuda-launch-end]
