@@ -36,6 +36,15 @@ import triton.language as tl  # noqa: E402
 
 # [interpreter-switch-end]
 
+if INTERPRET and type(tl.zeros).__name__ == "JITFunction":
+    # triton.language was imported before TRITON_INTERPRET=1 was set: its own
+    # helpers were compiled-mode functions, which the interpreter cannot call.
+    raise ImportError(
+        "opguide: triton was imported before TRITON_INTERPRET=1 was set, so Triton's "
+        "interpreter cannot run; set TRITON_INTERPRET=1 in the environment, or import "
+        "opguide before anything that imports triton"
+    )
+
 from .fused_add_rms_norm import _check_fused_add_rms_norm_args  # noqa: E402
 from .ops import _check_rms_norm_args  # noqa: E402
 
