@@ -11,7 +11,7 @@ The schema lives in ``csrc/opguide.cpp``::
 fake kernel; the kernels are C++ (CPU), CUDA and Triton.
 """
 
-from typing import Optional
+from __future__ import annotations
 
 import torch
 
@@ -24,9 +24,9 @@ _OP = "fused_add_rms_norm_: "
 def _check_fused_add_rms_norm_args(
     x: torch.Tensor,
     residual: torch.Tensor,
-    weight: Optional[torch.Tensor],
+    weight: torch.Tensor | None,
     eps: float,
-    out_dtype: Optional[torch.dtype],
+    out_dtype: torch.dtype | None,
 ) -> None:
     """Raises the errors of ``csrc/fused_add_rms_norm.h``, worded the same."""
     for name, t in (("x", x), ("residual", residual)):
@@ -56,9 +56,7 @@ def _check_fused_add_rms_norm_args(
         )
     if weight is not None:
         if weight.dtype != x.dtype:
-            raise TypeError(
-                f"{_OP}weight must have the dtype of x ({x.dtype}), got {weight.dtype}"
-            )
+            raise TypeError(f"{_OP}weight must have the dtype of x ({x.dtype}), got {weight.dtype}")
         if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
             raise ValueError(
                 f"{_OP}weight must have shape ({x.shape[-1]},) to match the last dimension "
@@ -76,7 +74,7 @@ def _check_fused_add_rms_norm_args(
     if eps < 0:
         raise ValueError(f"{_OP}eps must be non-negative, got {eps}")
     # An expand()ed residual has several elements at one address (stride 0).
-    if any(s == 0 and n > 1 for s, n in zip(residual.stride(), residual.shape)):
+    if any(s == 0 and n > 1 for s, n in zip(residual.stride(), residual.shape, strict=True)):
         raise RuntimeError(
             f"{_OP}residual must not have elements that share memory (e.g. an expand()ed "
             "tensor); pass residual.clone()"
@@ -87,9 +85,9 @@ def _check_fused_add_rms_norm_args(
 def fused_add_rms_norm_(
     x: torch.Tensor,
     residual: torch.Tensor,
-    weight: Optional[torch.Tensor] = None,
+    weight: torch.Tensor | None = None,
     eps: float = 1e-6,
-    out_dtype: Optional[torch.dtype] = None,
+    out_dtype: torch.dtype | None = None,
     *,
     backend: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:

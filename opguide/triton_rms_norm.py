@@ -277,9 +277,11 @@ def _fused_add_rms_norm_kernel(
 def fused_add_rms_norm_triton_(
     x: torch.Tensor,
     residual: torch.Tensor,
-    weight: Optional[torch.Tensor],
+    # Optional[...] rather than X | None: the schema is inferred from these
+    # annotations, and Optional is understood by every torch this supports.
+    weight: Optional[torch.Tensor],  # noqa: UP045
     eps: float,
-    out_dtype: Optional[torch.dtype] = None,
+    out_dtype: Optional[torch.dtype] = None,  # noqa: UP045
 ) -> tuple[torch.Tensor, torch.Tensor]:
     _check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype)
     op = "fused_add_rms_norm_"

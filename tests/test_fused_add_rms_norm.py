@@ -49,7 +49,10 @@ DTYPE_CASES = [
     (torch.float16, torch.float32, torch.float32),
     (torch.float32, torch.float32, torch.bfloat16),
 ]
-CPU_ONLY_DTYPE_CASES = [(torch.float64, torch.float64, None), (torch.float64, torch.float64, torch.float16)]
+CPU_ONLY_DTYPE_CASES = [
+    (torch.float64, torch.float64, None),
+    (torch.float64, torch.float64, torch.float16),
+]
 
 
 def case_id(case):
@@ -207,7 +210,7 @@ def test_compile_functionalizes_the_mutation(backend):
         expected = _block(x, r_eager, w, backend)
         got = compiled(x, r_compiled, w, backend)
         torch.testing.assert_close(r_compiled, r_eager, atol=0, rtol=0)
-        for a, b in zip(got, expected):
+        for a, b in zip(got, expected, strict=True):
             torch.testing.assert_close(a, b)
     torch.testing.assert_close(r_compiled, residual + 2 * x)
 
@@ -248,9 +251,15 @@ BAD_INPUTS = [
     ),
     (
         "residual dtype",
-        lambda: (torch.ones(2, 4, dtype=torch.bfloat16), torch.ones(2, 4, dtype=torch.float16), None, {}),
+        lambda: (
+            torch.ones(2, 4, dtype=torch.bfloat16),
+            torch.ones(2, 4, dtype=torch.float16),
+            None,
+            {},
+        ),
         TypeError,
-        r"residual must have the dtype of x \(torch\.bfloat16\) or torch\.float32, got torch\.float16",
+        r"residual must have the dtype of x \(torch\.bfloat16\) or torch\.float32, "
+        r"got torch\.float16",
     ),
     (
         "weight dtype",
@@ -390,7 +399,7 @@ def test_cuda_compile_functionalizes_the_mutation(backend):
         expected = _block(x, r_eager, w, backend)
         got = compiled(x, r_compiled, w, backend)
         torch.testing.assert_close(r_compiled, r_eager, atol=0, rtol=0)
-        for a, b in zip(got, expected):
+        for a, b in zip(got, expected, strict=True):
             torch.testing.assert_close(a, b, **TOLERANCES[a.dtype])
 
 
