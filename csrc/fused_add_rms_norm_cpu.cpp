@@ -29,7 +29,8 @@ void fused_add_rms_norm_rows(const scalar_t* x, res_t* residual, const scalar_t*
       // Round the sum to the residual's dtype once, store it, and normalise
       // exactly the value that was stored: the caller's residual and the
       // output agree.
-      const res_t h = static_cast<res_t>(static_cast<acc_t>(xr[j]) + static_cast<acc_t>(rr[j]));
+      const res_t h =
+          static_cast<res_t>(static_cast<acc_t>(xr[j]) + static_cast<acc_t>(rr[j]));
       rr[j] = h;
       const acc_t v = static_cast<acc_t>(h);
       partial[j % kLanes] += v * v;
@@ -61,16 +62,21 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cpu(
   at::Tensor rc = residual.contiguous();
   const at::Tensor wc = weight.has_value() ? weight->contiguous() : at::Tensor();
   const at::ScalarType acc_dtype = fused_acc_dtype(residual);
-  at::Tensor out = at::empty(x.sizes(), x.options().dtype(out_dtype.value_or(x.scalar_type())));
-  at::Tensor inv_rms = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(acc_dtype));
+  at::Tensor out =
+      at::empty(x.sizes(), x.options().dtype(out_dtype.value_or(x.scalar_type())));
+  at::Tensor inv_rms =
+      at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(acc_dtype));
   const int64_t n = x.size(-1);
   const int64_t m = inv_rms.numel();
   if (m == 0) return {out, inv_rms};
-  const int64_t grain_rows = std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(n, 1));
+  const int64_t grain_rows =
+      std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(n, 1));
 
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "fused_add_rms_norm_cpu", [&] {
+  const auto x_type = x.scalar_type();
+  const auto out_type = out.scalar_type();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_type, "fused_add_rms_norm", [&] {
     using x_t = scalar_t;
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "fused_add_rms_norm_cpu_out", [&] {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out_type, "fused_add_rms_norm", [&] {
       using out_t = scalar_t;
       auto run = [&](auto res_tag, auto acc_tag) {
         using res_t = decltype(res_tag);
@@ -81,8 +87,8 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cpu(
         out_t* y_ptr = out.mutable_data_ptr<out_t>();
         acc_t* inv_ptr = inv_rms.mutable_data_ptr<acc_t>();
         at::parallel_for(0, m, grain_rows, [&](int64_t begin, int64_t end) {
-          fused_add_rms_norm_rows<x_t, res_t, out_t, acc_t>(x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr,
-                                                            begin, end, n, eps);
+          fused_add_rms_norm_rows<x_t, res_t, out_t, acc_t>(x_ptr, r_ptr, w_ptr, y_ptr,
+                                                            inv_ptr, begin, end, n, eps);
         });
       };
       // The residual is either the dtype of x or float32 (checked above).

@@ -80,15 +80,19 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cuda(
   at::Tensor rc = residual.contiguous();
   const at::Tensor wc = weight.has_value() ? weight->contiguous() : at::Tensor();
   const at::ScalarType acc_dtype = fused_acc_dtype(residual);
-  at::Tensor out = at::empty(x.sizes(), x.options().dtype(out_dtype.value_or(x.scalar_type())));
-  at::Tensor inv_rms = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(acc_dtype));
+  at::Tensor out =
+      at::empty(x.sizes(), x.options().dtype(out_dtype.value_or(x.scalar_type())));
+  at::Tensor inv_rms =
+      at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(acc_dtype));
   const int64_t n = x.size(-1);
   const int64_t m = inv_rms.numel();
   if (m == 0) return {out, inv_rms};
 
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "fused_add_rms_norm_cuda", [&] {
+  const auto x_type = x.scalar_type();
+  const auto out_type = out.scalar_type();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_type, "fused_add_rms_norm", [&] {
     using x_t = scalar_t;
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "fused_add_rms_norm_cuda_out", [&] {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out_type, "fused_add_rms_norm", [&] {
       using out_t = scalar_t;
       // The residual is the dtype of x or float32 (checked above).
       if (acc_dtype == at::kDouble) {
