@@ -42,6 +42,19 @@ for _name, _sub in (
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+def _no_gpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+# Without a GPU the Triton kernels run in Triton's interpreter, which must be
+# chosen before anything imports triton (torch.compile may); set here, it also
+# reaches the gallery scripts, which run in child processes.
+if _no_gpu():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 def _device_available(device: str) -> tuple[bool, str]:
     if device == "cpu":
         return True, ""

@@ -10,4 +10,10 @@ OPGUIDE_LIBRARY(m) {
   // y = x / sqrt(mean(x**2, dim=-1) + eps) * weight, over the last dimension.
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   // [schema-rms-norm-end]
+  // [schema-fused-add-rms-norm]
+  // residual += x in place (Tensor(a!)), then out = rms_norm(residual) * weight
+  // (no scale when weight is None) in out_dtype (default: the dtype of x).
+  // Returns out and the 1/rms of each row.
+  m.def("fused_add_rms_norm_(Tensor x, Tensor(a!) residual, Tensor? weight, float eps, ScalarType? out_dtype=None) -> (Tensor, Tensor)");
+  // [schema-fused-add-rms-norm-end]
 }

@@ -24,6 +24,12 @@ for _name, _sub in (
 ):
     os.environ.setdefault(_name, str(BUILD / _sub))
 os.environ.setdefault("MPLBACKEND", "Agg")
+# All gallery scripts share this process. Without a GPU, the Triton steps need
+# Triton's interpreter, chosen before any script (or torch.compile) imports triton.
+import torch  # noqa: E402
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 project = "opguide"
 author = "the opguide authors"

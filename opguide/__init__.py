@@ -15,4 +15,14 @@ from .ops import rms_norm  # noqa: E402  (needs the schemas loaded above)
 from .reference import rms_norm_reference  # noqa: E402
 
 __all__ = ["rms_norm", "rms_norm_reference"]
+
+from .backends import TRITON_INSTALLED  # noqa: E402
+from .fused_add_rms_norm import fused_add_rms_norm_  # noqa: E402
+from .reference import fused_add_rms_norm_reference  # noqa: E402
+
+__all__ += ["fused_add_rms_norm_", "fused_add_rms_norm_reference"]
+if TRITON_INSTALLED:
+    # Registers the Triton operators (and, with no GPU visible, turns on
+    # Triton's interpreter); see opguide/triton_rms_norm.py.
+    from . import triton_rms_norm  # noqa: E402, F401
 __version__ = "0.1.0"

@@ -274,7 +274,9 @@ def hipify(
         )
     mapping = {}
     for original, result in results.items():
-        if result.hipified_path:
+        # hipify keeps its results in a module-level dict across calls, so
+        # files of earlier calls (other work folders) are in it too.
+        if result.hipified_path and Path(original).is_relative_to(work):
             mapping[root / Path(original).relative_to(work)] = Path(result.hipified_path)
     return mapping
 

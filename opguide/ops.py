@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from .backends import resolve_backend
+
 _FLOATING = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
@@ -47,7 +49,9 @@ def _check_rms_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float) -> N
         raise ValueError(f"rms_norm: eps must be non-negative, got {eps}")
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, backend: str = "auto"
+) -> torch.Tensor:
     """Root-mean-square normalisation over the last dimension.
 
     Computes ``x / sqrt(mean(x**2, dim=-1) + eps) * weight`` with float32
@@ -59,14 +63,19 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
             Non-contiguous inputs are accepted (they are made contiguous).
         weight: scale of shape ``(N,)``, same dtype and device as ``x``.
         eps: non-negative number added to the mean square. Default ``1e-6``.
+        backend: ``"auto"`` (default), ``"cpp"`` (the compiled C++/CUDA
+            kernels) or ``"triton"`` (the Triton kernels, float32, float16 and
+            bfloat16 only); see :mod:`opguide.backends`.
 
     Returns:
         A new contiguous tensor with the shape and dtype of ``x``.
 
     Raises:
         TypeError: ``x`` is not floating point, or ``weight`` has another dtype.
-        ValueError: ``weight`` is not of shape ``(N,)``, ``x`` is 0-d, or ``eps < 0``.
-        RuntimeError: ``x`` and ``weight`` are on different devices.
+        ValueError: ``weight`` is not of shape ``(N,)``, ``x`` is 0-d, ``eps < 0``,
+            or ``backend`` is unknown.
+        RuntimeError: ``x`` and ``weight`` are on different devices, or the
+            backend is not available.
 
     Example:
         >>> import torch, opguide
@@ -76,6 +85,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
         torch.Size([4, 8])
     """
     _check_rms_norm_args(x, weight, eps)
+    if resolve_backend("rms_norm", "rms_norm", backend, x) == "triton":
+        return torch.ops.opguide.rms_norm_triton.default(x, weight, float(eps))
     return torch.ops.opguide.rms_norm.default(x, weight, float(eps))
 
 

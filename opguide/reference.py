@@ -23,3 +23,38 @@ def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6)
     xf = x.to(acc)
     inv_rms = torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
     return (xf * inv_rms * weight.to(acc)).to(x.dtype).contiguous()
+
+
+def fused_add_rms_norm_reference(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fused residual-add + RMSNorm, without modifying any input.
+
+    The contract of ``opguide.fused_add_rms_norm_``: the sum ``x + residual``
+    is computed in float32 (float64 for a float64 residual), rounded once to
+    the residual's dtype, and that rounded value is normalised.
+
+    Args:
+        x: input of shape ``(..., N)``.
+        residual: same shape as ``x``; not modified.
+        weight: optional scale of shape ``(N,)``.
+        eps: added to the mean square before the square root.
+        out_dtype: dtype of ``out``; ``None`` means the dtype of ``x``.
+
+    Returns:
+        ``(out, inv_rms, new_residual)``: the operator's two outputs, and the
+        value ``residual`` holds after the operator has run.
+    """
+    acc = torch.float64 if residual.dtype == torch.float64 else torch.float32
+    new_residual = (x.to(acc) + residual.to(acc)).to(residual.dtype)
+    h = new_residual.to(acc)
+    inv_rms = torch.rsqrt(h.pow(2).mean(dim=-1) + eps)
+    out = h * inv_rms.unsqueeze(-1)
+    if weight is not None:
+        out = out * weight.to(acc)
+    out = out.to(x.dtype if out_dtype is None else out_dtype).contiguous()
+    return out, inv_rms, new_residual

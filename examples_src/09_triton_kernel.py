@@ -1,0 +1,346 @@
+r"""
+Step 9: A Triton kernel as an operator
+======================================
+
+The C++ and CUDA kernels of the earlier steps are one way to give
+``opguide.rms_norm`` a fast body. `Triton <https://triton-lang.org>`_ is
+another: GPU kernels written in Python, over blocks of elements rather than
+single threads, compiled at run time. This step writes RMSNorm (forward and
+backward) in Triton and registers it so that ``torch.compile`` traces it like
+any other operator.
+
+In this step you will learn:
+
+* how to write a row-wise reduction kernel in Triton, and its backward with a
+  two-stage reduction for ``dweight``;
+* how to autotune block size and ``num_warps`` with :func:`triton.autotune`,
+  keyed on the row length;
+* the two ways to register a Triton kernel: :func:`torch.library.custom_op`
+  (opaque to the compiler) and :func:`torch.library.triton_op` with
+  :func:`torch.library.wrap_triton` (transparent to Inductor), and when each
+  is right;
+* how the same kernels run on a machine without a GPU, in Triton's
+  interpreter;
+* how users choose a backend: ``opguide.rms_norm(x, w, backend="triton")``.
+
+All the code shown is in ``opguide/triton_rms_norm.py``.
+
+Running without a GPU
+---------------------
+Triton compiles for GPUs. Its interpreter (``TRITON_INTERPRET=1``) runs the
+same kernels with NumPy on CPU tensors, which is how this page and the test
+suite check them on machines without one. Triton reads the variable when
+``@triton.jit`` runs, so it must be set before ``triton`` is imported:
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [interpreter-switch]
+   :end-before: # [interpreter-switch-end]
+
+The test suite (``conftest.py``) and the site (``docs/conf.py``) set it too, as
+early as possible, because ``torch.compile`` may import ``triton`` before
+``opguide`` does.
+
+The forward kernel
+------------------
+One program handles one row. It walks the row in chunks of ``BLOCK_N``
+columns twice: once for the sum of squares (accumulated in float32), once to
+write the output. Masks (``cols < N``) cover the last, partial chunk:
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [forward-kernel]
+   :end-before: # [forward-kernel-end]
+
+``BLOCK_N`` and ``num_warps`` come from :func:`triton.autotune`. On the first
+call for a new row length ``N`` (the ``key``), every config is timed and the
+fastest is kept. Under the interpreter timing means nothing and costs a lot, so
+there is a single config:
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [autotune-configs]
+   :end-before: # [autotune-configs-end]
+
+The backward kernel
+-------------------
+With ``x_hat = x * inv_rms`` and ``g = dy * weight``, the gradients are
+``dx = inv_rms * (g - x_hat * mean(g * x_hat))`` per row, and
+``dweight = sum over rows of dy * x_hat``. The second is a reduction *across*
+rows: each program sums the rows it owns into its own row of a small float32
+buffer, and one ``sum(dim=0)`` over that buffer finishes the job. No two
+programs write the same address, so no atomics are needed. ``inv_rms`` is
+recomputed rather than saved by the forward: it costs one more pass over a row
+that is being read anyway.
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [backward-kernel]
+   :end-before: # [backward-kernel-end]
+
+custom_op or triton_op?
+-----------------------
+Both make the kernel an operator of the dispatcher with a schema, so
+``torch.compile`` records a call to it instead of breaking the graph. They
+differ in what the compiler can see:
+
+* :func:`torch.library.custom_op`: the body is opaque. Inductor calls the
+  Python function as it is, at run time. It works with any body (here, a
+  kernel run by the interpreter), and it needs a fake kernel
+  (``register_fake``) to describe its outputs.
+* :func:`torch.library.triton_op`: the body is traced. Each launch wrapped in
+  :func:`torch.library.wrap_triton` becomes a node of the graph, and Inductor
+  launches the compiled kernel from its own generated code: no Python
+  dispatch per call, and the launch takes part in CUDA graphs and in
+  Inductor's autotuning. The body itself serves as the fake kernel. It needs
+  real, compiled Triton kernels; with the interpreter ``opcheck`` fails.
+
+So ``opguide`` picks one per process: ``triton_op`` when a GPU is there,
+``custom_op`` under the interpreter. The kernels and the operator bodies are
+the same code:
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [register-choice]
+   :end-before: # [register-choice-end]
+
+The forward operator, and the backward one, which returns two tensors:
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [forward-op]
+   :end-before: # [forward-op-end]
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [backward-op]
+   :end-before: # [backward-op-end]
+
+:meth:`~torch.library.CustomOpDef.register_autograd` connects the two:
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [autograd]
+   :end-before: # [autograd-end]
+
+Under the interpreter the ``custom_op`` versions also need fake kernels:
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [fake-kernels]
+   :end-before: # [fake-kernels-end]
+
+Choosing the backend
+--------------------
+:func:`opguide.rms_norm` takes ``backend="auto" | "cpp" | "triton"``. A
+keyword argument, rather than a global switch or a context manager, keeps the
+choice visible at each call site, and ``torch.compile`` sees it as a constant.
+``"auto"`` takes the compiled C++/CUDA kernel when the library has one for the
+input's device, otherwise Triton:
+
+.. literalinclude:: /../opguide/backends.py
+   :language: python
+   :pyobject: resolve_backend
+"""
+
+# %%
+# Which registration is in use here
+# ---------------------------------
+import os
+import time
+
+import torch
+
+import opguide
+from opguide import rms_norm_reference
+from opguide import triton_rms_norm as triton_ops
+
+print("GPU visible:", torch.cuda.is_available())
+print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"))
+print("registered with:", triton_ops.register_op.__module__ + "." + triton_ops.register_op.__name__)
+print(torch.ops.opguide.rms_norm_triton.default._schema)
+print(torch.ops.opguide.rms_norm_backward_triton.default._schema)
+
+device = "cuda" if torch.cuda.is_available() and not triton_ops.INTERPRET else "cpu"
+
+# %%
+# Checking the forward against the reference
+# ------------------------------------------
+# Random inputs, three dtypes, row lengths below, at and above one block of
+# the interpreter's config (1024): the last one walks its rows in two chunks.
+TOL = {
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
+}
+torch.manual_seed(0)
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    for shape in [(4, 7), (3, 1024), (2, 1500)]:
+        x = torch.randn(shape, device=device).to(dtype)
+        w = torch.randn(shape[-1], device=device).to(dtype)
+        y = opguide.rms_norm(x, w, eps=1e-6, backend="triton")
+        ref = rms_norm_reference(x, w, 1e-6)
+        torch.testing.assert_close(y, ref, **TOL[dtype])
+        err = (y.float() - ref.float()).abs().max().item()
+        print(f"{str(dtype):15} {str(shape):10} max |error| = {err:.2e}")
+
+# %%
+# And the backward
+# ----------------
+# The gradients of the Triton operator against those that autograd computes
+# through the reference (float32, so the comparison is tight):
+x = torch.randn(37, 96, device=device, requires_grad=True)
+w = torch.randn(96, device=device, requires_grad=True)
+grad = torch.randn(37, 96, device=device)
+opguide.rms_norm(x, w, backend="triton").backward(grad)
+dx, dw = x.grad.clone(), w.grad.clone()
+x.grad = w.grad = None
+rms_norm_reference(x, w).backward(grad)
+torch.testing.assert_close(dx, x.grad, atol=1e-4, rtol=1e-4)
+torch.testing.assert_close(dw, w.grad, atol=1e-4, rtol=1e-4)
+print("max |dx - reference| =", (dx - x.grad).abs().max().item())
+print("max |dweight - reference| =", (dw - w.grad).abs().max().item())
+
+# %%
+# opcheck and torch.compile
+# -------------------------
+# :func:`torch.library.opcheck` tests the schema, the fake kernel, the
+# autograd registration and tracing, for the forward (with inputs that require
+# grad) and for the backward:
+x = torch.randn(5, 24, device=device, requires_grad=True)
+w = torch.randn(24, device=device, requires_grad=True)
+print(torch.library.opcheck(torch.ops.opguide.rms_norm_triton.default, (x, w, 1e-6)))
+g = torch.randn(5, 24, device=device)
+args = (g, x.detach(), w.detach(), 1e-6)
+print(torch.library.opcheck(torch.ops.opguide.rms_norm_backward_triton.default, args))
+
+# %%
+# ``torch.compile(fullgraph=True)`` raises at the first graph break, so a
+# result means there was none. The backward runs through the compiled graph
+# too:
+torch._dynamo.reset()
+
+
+def norm_then_scale(x, w):
+    return opguide.rms_norm(x, w, backend="triton") * 2
+
+
+compiled = torch.compile(norm_then_scale, fullgraph=True)
+start = time.perf_counter()
+y = compiled(x, w)
+print(f"compiled and ran in {time.perf_counter() - start:.1f} s")
+torch.testing.assert_close(y, rms_norm_reference(x, w) * 2)
+y.sum().backward()
+print("compiled forward and backward match the reference; dweight[:4] =", w.grad[:4])
+
+# %%
+# What Inductor sees (GPU only)
+# -----------------------------
+# With ``triton_op``, Inductor's generated code launches ``_rms_norm_fwd_kernel``
+# itself. With ``custom_op`` it would only call the operator.
+if device == "cuda":
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    xc = torch.randn(32, 1024, device="cuda", dtype=torch.float16)
+    wc = torch.randn(1024, device="cuda", dtype=torch.float16)
+    _, code = run_and_get_code(torch.compile(norm_then_scale, fullgraph=True), xc, wc)
+    lines = [
+        line.strip() for line in "\n".join(code).splitlines() if "_rms_norm_fwd_kernel" in line
+    ]
+    print("\n".join(lines[:5]))
+else:
+    print(
+        "skipped: no GPU here, so the operator is a custom_op running in Triton's "
+        "interpreter; Inductor treats it as an opaque call."
+    )
+
+# %%
+# Trade-offs: Triton or CUDA C++?
+# -------------------------------
+# **Effort.** The Triton kernels are a few dozen lines of Python each, with no
+# build step: indexing is by blocks, and masks replace the bounds checks and
+# the vectorised and scalar paths of the CUDA kernel. The line counts of the
+# two routes, from the files themselves:
+from pathlib import Path  # noqa: E402
+
+ROOT = Path.cwd().parent
+
+
+def code_lines(path, start=None, end=None):
+    text = path.read_text().splitlines()
+    if start is not None:
+        text = text[text.index(start) + 1 : text.index(end)]
+    return sum(1 for line in text if line.strip() and not line.strip().startswith(("#", "//")))
+
+
+triton_file = ROOT / "opguide" / "triton_rms_norm.py"
+fwd = code_lines(triton_file, "# [forward-kernel]", "# [forward-kernel-end]")
+bwd = code_lines(triton_file, "# [backward-kernel]", "# [backward-kernel-end]")
+print(f"{'Triton forward kernel':38} {fwd:4} lines")
+print(f"{'Triton backward kernel':38} {bwd:4} lines")
+for name in ("rms_norm.cuh", "rms_norm_cuda.cu"):
+    if (ROOT / "csrc" / name).exists():
+        label = f"CUDA forward, csrc/{name} (whole file)"
+        print(f"{label:38} {code_lines(ROOT / 'csrc' / name):4} lines")
+
+# %%
+# **Portability to ROCm.** Triton has an AMD backend: the same Python kernels
+# compile for AMD GPUs with a ROCm build of PyTorch, with no source change
+# (only the autotuning configs may deserve a second look, since a wavefront is
+# 64 lanes on CDNA GPUs). CUDA C++ reaches ROCm through hipify plus the small
+# shims that a header like ``csrc/fused_add_rms_norm.cuh`` carries (warp
+# width, shuffles), and each architecture is compiled ahead of time.
+#
+# **Speed.** For a memory-bound kernel such as RMSNorm, both reach a good share
+# of memory bandwidth; hand-written CUDA gives more control (vector widths,
+# shared memory, launch bounds, persistent kernels), Triton gets much of it
+# from its compiler and the autotuner. The numbers depend on the GPU, so they
+# are measured where one is present. The interpreter is a correctness tool,
+# not a fast path: here is what it costs next to the C++ kernel.
+import statistics  # noqa: E402
+
+
+def median_ms(fn, repeat=5):
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+x = torch.randn(64, 1024)
+w = torch.randn(1024)
+cpp_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="cpp"))
+print(f"C++ kernel, CPU, (64, 1024) float32:   {cpp_ms:8.3f} ms")
+if triton_ops.INTERPRET:
+    interp_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="triton"))
+    print(f"Triton interpreter, same input:        {interp_ms:8.3f} ms ({interp_ms / cpp_ms:.0f}x)")
+
+
+def cuda_ms(fn, repeat=50):
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeat):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / repeat
+
+
+if device == "cuda":
+    xc = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    wc = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    moved = 2 * xc.numel() * xc.element_size()  # read x, write y
+    for backend in ("cpp", "triton"):
+        ms = cuda_ms(lambda b=backend: opguide.rms_norm(xc, wc, backend=b))
+        print(
+            f"{backend:7} (4096, 4096) bfloat16 on {torch.cuda.get_device_name()}: "
+            f"{ms:.3f} ms, {moved / ms / 1e6:.0f} GB/s"
+        )
+else:
+    print("GPU timing skipped: no GPU visible (the performance chapter measures on one)")

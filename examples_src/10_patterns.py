@@ -1,0 +1,332 @@
+r"""
+Step 10: Patterns: in-place, several outputs, optional arguments
+================================================================
+
+Real operator libraries need more than ``Tensor -> Tensor``. Between two
+blocks of a transformer, the residual stream is updated and normalised in one
+go: ``residual += x`` then ``rms_norm(residual)``. Fusing the two saves a full
+read and write of the activations, and the natural operator writes into one of
+its inputs, returns more than one tensor, and takes arguments that may be
+``None``. This step builds that operator, ``opguide::fused_add_rms_norm_``,
+in C++ (CPU), CUDA and Triton.
+
+In this step you will learn:
+
+* how a schema says that an argument is written (``Tensor(a!)``), that an
+  argument may be ``None`` (``Tensor?``, ``ScalarType?``), and that there are
+  several outputs (``-> (Tensor, Tensor)``);
+* how the C++, CUDA and Triton kernels receive those arguments;
+* what a fake kernel must (and must not) do for a mutating operator;
+* how :func:`torch.library.opcheck` tests each variant, and how
+  ``torch.compile`` turns the mutation into a functional graph and back.
+
+The schema
+----------
+.. literalinclude:: /../csrc/opguide.cpp
+   :language: cpp
+   :start-after: // [schema-fused-add-rms-norm]
+   :end-before: // [schema-fused-add-rms-norm-end]
+
+Reading it left to right:
+
+* ``Tensor(a!) residual``: the ``!`` says the kernel writes into
+  ``residual``; ``a`` names its alias set. No output carries ``(a)``, so no
+  output aliases it: the results are new tensors. The trailing ``_`` of the
+  name is PyTorch's convention for an in-place operator.
+* ``Tensor? weight``: a tensor or ``None``; C++ receives
+  ``const std::optional<at::Tensor>&``.
+* ``ScalarType? out_dtype=None``: a dtype or ``None``, with a default, so
+  Python callers may leave it out; C++ receives
+  ``std::optional<at::ScalarType>``.
+* ``-> (Tensor, Tensor)``: two outputs, the normalised tensor and ``1/rms`` of
+  each row (kept by real models for the backward pass). C++ returns a
+  ``std::tuple``.
+
+The contract: ``residual += x`` computed in float32 and rounded once to the
+residual's dtype (which may be float32 under float16/bfloat16 activations);
+then that stored value is normalised, scaled by ``weight`` if given, and
+written in ``out_dtype`` (default: the dtype of ``x``).
+
+The CPU kernel
+--------------
+The row loop stores the updated residual and accumulates its squares in the
+same pass; the second pass finds the row in cache:
+
+.. literalinclude:: /../csrc/fused_add_rms_norm_cpu.cpp
+   :language: cpp
+   :start-after: // [cpu-fused-kernel]
+   :end-before: // [cpu-fused-kernel-end]
+
+The host function is where the schema's types arrive: the mutable argument as
+``at::Tensor&``, the optionals as ``std::optional``. Three dtypes (of ``x``,
+the residual and the output) are dispatched, and a strided residual is
+updated through a dense copy that is written back, so the caller always sees
+the update in the tensor they passed:
+
+.. literalinclude:: /../csrc/fused_add_rms_norm_cpu.cpp
+   :language: cpp
+   :start-after: // [cpu-fused-host]
+   :end-before: // [cpu-fused-host-end]
+
+The checks, shared with CUDA, name the argument and what was expected:
+
+.. literalinclude:: /../csrc/fused_add_rms_norm.h
+   :language: cpp
+   :start-after: // [fused-checks]
+   :end-before: // [fused-checks-end]
+
+The CUDA kernel
+---------------
+The device code lives in a torch-free header (``csrc/fused_add_rms_norm.cuh``)
+that compiles alone with ``nvcc`` and, after hipify, with ``hipcc``. One block
+handles one row; each thread moves 16 bytes at a time when every pointer is
+aligned, and re-reads in the second pass exactly the residual elements it
+wrote in the first:
+
+.. literalinclude:: /../csrc/fused_add_rms_norm.cuh
+   :language: cpp
+   :start-after: // [kernel]
+   :end-before: // [kernel-end]
+
+The host wrapper picks the vector width, checks alignment, and launches on
+PyTorch's current stream:
+
+.. literalinclude:: /../csrc/fused_add_rms_norm_cuda.cu
+   :language: cpp
+   :start-after: // [cuda-launch]
+   :end-before: // [cuda-launch-end]
+
+The Triton kernel
+-----------------
+The whole row stays in registers, so the updated residual is stored once and
+normalised without being read back. The optional weight becomes a
+``tl.constexpr`` flag: each value compiles its own kernel, with no branch at
+run time:
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [fused-kernel]
+   :end-before: # [fused-kernel-end]
+
+In Python the schema is inferred from the annotations: ``mutates_args``
+produces the ``(a!)``, ``Optional[...]`` the ``?``:
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [fused-op]
+   :end-before: # [fused-op-end]
+
+This kernel is not autotuned. The autotuner times each config by running the
+kernel several times, and each run would add ``x`` to the residual again
+(:func:`triton.autotune` has ``restore_value`` for this, at the cost of a copy
+per trial). A block size derived from ``N`` does the job here.
+
+The fake kernel
+---------------
+The fake kernel describes the outputs: shapes, dtypes, devices. It does not
+write to ``residual``: the ``(a!)`` already tells the compiler which input
+changes, and how (in place, same shape and dtype):
+
+.. literalinclude:: /../opguide/fused_add_rms_norm.py
+   :language: python
+   :start-after: # [fake]
+   :end-before: # [fake-end]
+
+The wrapper that users call, :func:`opguide.fused_add_rms_norm_`, checks the
+arguments and picks the backend like :func:`opguide.rms_norm`.
+"""
+
+# %%
+# The operator in use
+# -------------------
+import warnings
+
+import torch
+
+import opguide
+from opguide import fused_add_rms_norm_reference
+from opguide import triton_rms_norm as triton_ops
+
+print(torch.ops.opguide.fused_add_rms_norm_.default._schema)
+print(torch.ops.opguide.fused_add_rms_norm_triton_.default._schema)
+
+# %%
+# One call updates the caller's residual, in its own storage, and returns two
+# new tensors:
+torch.manual_seed(0)
+x = torch.randn(4, 64)
+residual = torch.randn(4, 64)
+weight = torch.randn(64)
+before = residual.clone()
+storage = residual.data_ptr()
+
+out, inv_rms = opguide.fused_add_rms_norm_(x, residual, weight)
+print("same storage:", residual.data_ptr() == storage)
+print("residual == before + x:", torch.equal(residual, before + x))
+print("out", tuple(out.shape), out.dtype, "| inv_rms", tuple(inv_rms.shape), inv_rms.dtype)
+
+# %%
+# Checking every backend against the reference
+# --------------------------------------------
+# The reference computes the same contract without touching its inputs and
+# returns what the residual should hold afterwards. Random data, the three
+# backends available here, with and without weight, a float32 residual under
+# bfloat16 activations, and a float32 output for float16 inputs. The updated
+# residual must match *exactly* (one rounding, the same everywhere), except
+# that Triton's interpreter rounds float32 to bfloat16 by truncation (a GPU
+# rounds to nearest), which can leave it one unit in the last place away.
+TOL = {
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
+}
+CASES = [  # x dtype, residual dtype, weight?, out_dtype
+    (torch.float32, torch.float32, True, None),
+    (torch.float16, torch.float16, False, None),
+    (torch.bfloat16, torch.float32, True, None),
+    (torch.float16, torch.float16, True, torch.float32),
+]
+devices = [("cpu", "cpp")]
+if triton_ops.INTERPRET:
+    devices.append(("cpu", "triton"))
+if torch.cuda.is_available():
+    devices.append(("cuda", "cpp"))
+    if not triton_ops.INTERPRET:
+        devices.append(("cuda", "triton"))
+
+for device, backend in devices:
+    for x_dtype, res_dtype, has_weight, out_dtype in CASES:
+        x = torch.randn(3, 200, device=device).to(x_dtype)
+        residual = torch.randn(3, 200, device=device).to(res_dtype)
+        weight = torch.randn(200, device=device).to(x_dtype) if has_weight else None
+        before = residual.clone()
+        out, inv_rms = opguide.fused_add_rms_norm_(
+            x, residual, weight, out_dtype=out_dtype, backend=backend
+        )
+        ref_out, ref_inv, ref_residual = fused_add_rms_norm_reference(
+            x, before, weight, 1e-6, out_dtype
+        )
+        truncated = backend == "triton" and device == "cpu" and res_dtype == torch.bfloat16
+        exact = dict(atol=0, rtol=2**-7 if truncated else 0)
+        torch.testing.assert_close(residual, ref_residual, **exact)
+        torch.testing.assert_close(out, ref_out, **TOL[out.dtype])
+        torch.testing.assert_close(inv_rms, ref_inv, **TOL[torch.float32])
+        err = (out.float() - ref_out.float()).abs().max().item()
+        print(
+            f"{device:4} {backend:6} x={str(x_dtype)[6:]:8} residual={str(res_dtype)[6:]:8} "
+            f"weight={'yes' if has_weight else 'None':4} out={str(out.dtype)[6:]:8} "
+            f"max |out error| = {err:.1e}"
+        )
+if not torch.cuda.is_available():
+    print("CUDA kernel skipped: no GPU visible (the test suite runs it on a GPU machine)")
+
+# %%
+# opcheck, for each variant
+# -------------------------
+# The optional arguments change what the kernels do, so each combination is
+# checked: schema (does the kernel really write ``residual`` and nothing
+# else?), fake kernel, and tracing.
+variants = {
+    "weight": (torch.randn(4, 24), torch.randn(4, 24), torch.randn(24), 1e-6, None),
+    "no weight": (torch.randn(4, 24), torch.randn(4, 24), None, 1e-6, None),
+    "out_dtype": (torch.randn(4, 24), torch.randn(4, 24), torch.randn(24), 1e-6, torch.bfloat16),
+    "float32 residual": (
+        torch.randn(4, 24).half(),
+        torch.randn(4, 24),
+        torch.randn(24).half(),
+        1e-6,
+        None,
+    ),
+}
+ops = {"cpp": torch.ops.opguide.fused_add_rms_norm_.default}
+if triton_ops.INTERPRET:
+    ops["triton"] = torch.ops.opguide.fused_add_rms_norm_triton_.default
+for backend, op in ops.items():
+    for name, args in variants.items():
+        args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        result = torch.library.opcheck(op, args)
+        print(f"{backend:6} {name:17}", "ok" if set(result.values()) == {"SUCCESS"} else result)
+
+# %%
+# How torch.compile handles the mutation
+# --------------------------------------
+# Compiler passes want functional graphs. Exporting a small block shows what
+# functionalization does with ``(a!)``: the call becomes
+# ``auto_functionalized_v2``, which returns the new value of ``residual`` as an
+# extra output, and the graph signature records that this output must be
+# copied back into the input ``residual``:
+
+
+class Block(torch.nn.Module):
+    def forward(self, x, residual, weight):
+        out, _ = opguide.fused_add_rms_norm_(x, residual, weight)
+        return out
+
+
+example = (torch.randn(2, 8), torch.randn(2, 8), torch.randn(8))
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)  # raised inside torch.export
+    exported = torch.export.export(Block(), example).run_decompositions({})
+print(exported.graph_module.code.strip())
+print(exported.graph_signature)
+
+# %%
+# ``torch.compile`` does the same, and Inductor turns the functional form back
+# into an in-place call when that is safe. What matters to the caller: after a
+# compiled call, the residual they passed holds the update, and code that reads
+# it after the operator sees the new value. Two calls in a row, compiled and
+# eager side by side:
+torch._dynamo.reset()
+
+
+def block_boundary(x, residual, weight, backend):
+    out, _ = opguide.fused_add_rms_norm_(x, residual, weight, backend=backend)
+    return out * 2, residual + 0  # reads the residual after the update
+
+
+for backend in ops:
+    compiled = torch.compile(block_boundary, fullgraph=True)
+    x = torch.randn(8, 128)
+    weight = torch.randn(128)
+    r_compiled = torch.randn(8, 128)
+    r_eager = r_compiled.clone()
+    start = r_compiled.clone()
+    for _ in range(2):
+        got = compiled(x, r_compiled, weight, backend)
+        expected = block_boundary(x, r_eager, weight, backend)
+        torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(r_compiled, start + 2 * x)
+    print(f"{backend:6} compiled: residual updated twice in place, outputs match eager")
+
+# %%
+# Errors name the argument
+# ------------------------
+for bad in [
+    dict(x=torch.randn(2, 4), residual=torch.randn(2, 5)),
+    dict(x=torch.randn(2, 4).bfloat16(), residual=torch.randn(2, 4).half()),
+    dict(x=torch.randn(2, 4), residual=torch.randn(1, 4).expand(2, 4)),
+    dict(x=torch.randn(2, 4), residual=torch.randn(2, 4), out_dtype=torch.int32),
+]:
+    try:
+        opguide.fused_add_rms_norm_(**bad)
+    except (TypeError, ValueError, RuntimeError) as err:
+        print(f"{type(err).__name__}: {err}")
+
+# %%
+# Trade-offs, again
+# -----------------
+# The same operator three times makes the comparison of step 9 concrete:
+#
+# * **Effort**: the Triton kernel is about twenty lines, the dtype combinations
+#   come for free (the kernel is compiled per dtype on first use), and a
+#   masked load replaces the vector/scalar split. The C++ and CUDA versions
+#   spell out the dispatch over three dtypes, the alignment check and the
+#   block reduction.
+# * **Portability**: the Triton kernel runs on AMD GPUs through Triton's ROCm
+#   backend as it is. The CUDA kernel needs hipify plus the shim at the top of
+#   ``fused_add_rms_norm.cuh`` (wavefront width, shuffles without a lane mask).
+# * **Limits**: this Triton kernel keeps a row in registers, so rows are limited
+#   to 64 KiB of input (e.g. 32768 bfloat16 elements); the C++ and CUDA kernels
+#   loop over any row length. Float64 is C++/CUDA only.
+# * **Speed**: measured on a GPU by the performance chapter; on CPU the Triton
+#   route is the interpreter, a correctness tool.

@@ -1,0 +1,67 @@
+"""Which implementation runs an operator: the compiled kernels or the Triton ones.
+
+Every operator of opguide that has a Triton twin takes ``backend=``:
+
+``"cpp"``
+    the compiled library ``opguide._C``: the C++ kernel on CPU tensors, the
+    CUDA kernel on CUDA tensors (when the library was built with CUDA);
+``"triton"``
+    the Triton kernels of :mod:`opguide.triton_rms_norm` (needs ``triton``;
+    on CPU tensors they run in Triton's interpreter, which is slow);
+``"auto"`` (the default)
+    ``"cpp"`` when ``opguide._C`` has a kernel for the device of the input,
+    otherwise ``"triton"`` when Triton is installed, otherwise ``"cpp"`` (and
+    the dispatcher says which kernel is missing).
+
+The choice is a keyword argument rather than a global switch so that it is
+visible at each call, and so that ``torch.compile`` sees a constant.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+BACKENDS = ("auto", "cpp", "triton")
+TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+
+
+def _compiled_device_types(op_name: str) -> frozenset[str]:
+    # Read once, at import: the compiled library registers its kernels when it
+    # is loaded, and torch.compile cannot trace this private query.
+    return frozenset(
+        device
+        for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
+        if torch._C._dispatch_has_kernel_for_dispatch_key(f"opguide::{op_name}", key)
+    )
+
+
+_COMPILED = {name: _compiled_device_types(name) for name in ("rms_norm", "fused_add_rms_norm_")}
+
+
+def resolve_backend(fn: str, op_name: str, backend: str, x: torch.Tensor) -> str:
+    """Returns ``"cpp"`` or ``"triton"`` for a call of ``fn`` on ``x``.
+
+    Args:
+        fn: the public function's name, for error messages.
+        op_name: the compiled operator (``"rms_norm"``) whose kernels ``"auto"`` looks for.
+        backend: ``"auto"``, ``"cpp"`` or ``"triton"``.
+        x: the input whose device decides ``"auto"``.
+
+    Raises:
+        ValueError: ``backend`` is not one of the three names.
+        RuntimeError: ``backend="triton"`` but Triton is not installed.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"{fn}: backend must be 'auto', 'cpp' or 'triton', got {backend!r}")
+    if backend == "auto":
+        if x.device.type in _COMPILED[op_name] or not TRITON_INSTALLED:
+            return "cpp"
+        return "triton"
+    if backend == "triton" and not TRITON_INSTALLED:
+        raise RuntimeError(
+            f"{fn}: backend='triton' needs the triton package, which is not installed "
+            "(pip install triton, or install opguide with the 'test' extra)"
+        )
+    return backend

@@ -1,0 +1,161 @@
+"""Fused residual-add + RMSNorm: an operator that mutates an input, returns two
+outputs and takes optional arguments.
+
+The schema lives in ``csrc/opguide.cpp``::
+
+    fused_add_rms_norm_(Tensor x, Tensor(a!) residual, Tensor? weight, float eps,
+                        ScalarType? out_dtype=None) -> (Tensor, Tensor)
+
+``Tensor(a!)`` says that the kernel writes into ``residual``; ``Tensor?`` and
+``ScalarType?`` may be ``None``. This module adds the checked wrapper and the
+fake kernel; the kernels are C++ (CPU), CUDA and Triton.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .backends import resolve_backend
+
+_FLOATING = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+_OP = "fused_add_rms_norm_: "
+
+
+def _check_fused_add_rms_norm_args(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    out_dtype: torch.dtype | None,
+) -> None:
+    """Raises the errors of ``csrc/fused_add_rms_norm.h``, worded the same."""
+    for name, t in (("x", x), ("residual", residual)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{_OP}{name} must be a torch.Tensor, got {type(t).__name__}")
+    if weight is not None and not isinstance(weight, torch.Tensor):
+        raise TypeError(f"{_OP}weight must be a torch.Tensor or None, got {type(weight).__name__}")
+    if x.dtype not in _FLOATING:
+        raise TypeError(
+            f"{_OP}x must be a floating-point tensor (float32, float16, bfloat16 or "
+            f"float64), got {x.dtype}"
+        )
+    if x.dim() < 1:
+        raise ValueError(f"{_OP}x must have at least one dimension")
+    if residual.shape != x.shape:
+        raise ValueError(
+            f"{_OP}residual must have the shape of x {tuple(x.shape)}, got {tuple(residual.shape)}"
+        )
+    if residual.dtype not in (x.dtype, torch.float32):
+        raise TypeError(
+            f"{_OP}residual must have the dtype of x ({x.dtype}) or torch.float32, "
+            f"got {residual.dtype}"
+        )
+    if residual.device != x.device:
+        raise RuntimeError(
+            f"{_OP}residual must be on the device of x ({x.device}), got {residual.device}"
+        )
+    if weight is not None:
+        if weight.dtype != x.dtype:
+            raise TypeError(f"{_OP}weight must have the dtype of x ({x.dtype}), got {weight.dtype}")
+        if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
+            raise ValueError(
+                f"{_OP}weight must have shape ({x.shape[-1]},) to match the last dimension "
+                f"of x, got {tuple(weight.shape)}"
+            )
+        if weight.device != x.device:
+            raise RuntimeError(
+                f"{_OP}weight must be on the device of x ({x.device}), got {weight.device}"
+            )
+    if out_dtype is not None and out_dtype not in _FLOATING:
+        raise TypeError(
+            f"{_OP}out_dtype must be a floating-point dtype (float32, float16, bfloat16 "
+            f"or float64), got {out_dtype}"
+        )
+    if eps < 0:
+        raise ValueError(f"{_OP}eps must be non-negative, got {eps}")
+    # An expand()ed residual has several elements at one address (stride 0).
+    if any(s == 0 and n > 1 for s, n in zip(residual.stride(), residual.shape, strict=True)):
+        raise RuntimeError(
+            f"{_OP}residual must not have elements that share memory (e.g. an expand()ed "
+            "tensor); pass residual.clone()"
+        )
+
+
+# [wrapper]
+def fused_add_rms_norm_(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    out_dtype: torch.dtype | None = None,
+    *,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Adds ``x`` to ``residual`` in place, then RMS-normalises the result.
+
+    The step between two blocks of a transformer, in one pass over memory::
+
+        residual += x                          # in place, in residual's dtype
+        out = residual / rms(residual) * weight  # over the last dimension
+
+    Arithmetic is in float32 (float64 for a float64 residual). The sum is
+    rounded to the residual's dtype once, stored, and that stored value is what
+    gets normalised.
+
+    Args:
+        x: the block's output, shape ``(..., N)``; float32, float16, bfloat16
+            or float64.
+        residual: the residual stream, same shape and device as ``x``, with
+            the dtype of ``x`` or float32. **Updated in place.**
+        weight: optional scale of shape ``(N,)`` with the dtype of ``x``;
+            ``None`` means no scale.
+        eps: non-negative number added to the mean square. Default ``1e-6``.
+        out_dtype: optional dtype of ``out``; ``None`` means the dtype of ``x``.
+        backend: ``"auto"``, ``"cpp"`` or ``"triton"``; see
+            :mod:`opguide.backends`. The Triton kernels handle float32, float16
+            and bfloat16 only.
+
+    Returns:
+        ``(out, inv_rms)``: ``out`` has the shape of ``x`` and dtype
+        ``out_dtype``; ``inv_rms`` holds ``1 / rms`` of each updated row, shape
+        ``x.shape[:-1]``, float32 (float64 for a float64 residual).
+
+    Raises:
+        TypeError: a dtype is not accepted (``x``, ``residual``, ``weight``,
+            ``out_dtype``).
+        ValueError: a shape does not match, ``x`` is 0-d, ``eps < 0``, or
+            ``backend`` is unknown.
+        RuntimeError: the tensors are on different devices, ``residual`` has
+            elements that share memory, or the backend is not available.
+
+    Example:
+        >>> import torch, opguide
+        >>> x, residual = torch.randn(4, 8), torch.randn(4, 8)
+        >>> out, inv_rms = opguide.fused_add_rms_norm_(x, residual, torch.ones(8))
+        >>> out.shape, inv_rms.shape
+        (torch.Size([4, 8]), torch.Size([4]))
+    """
+    _check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype)
+    if resolve_backend("fused_add_rms_norm_", "fused_add_rms_norm_", backend, x) == "triton":
+        op = torch.ops.opguide.fused_add_rms_norm_triton_.default
+    else:
+        op = torch.ops.opguide.fused_add_rms_norm_.default
+    return op(x, residual, weight, float(eps), out_dtype)
+
+
+# [wrapper-end]
+
+
+# [fake]
+@torch.library.register_fake("opguide::fused_add_rms_norm_")
+def _fused_add_rms_norm_fake(x, residual, weight, eps, out_dtype=None):
+    # The fake kernel describes the outputs only. It does not touch residual:
+    # the schema's (a!) already tells torch.compile that residual is written.
+    _check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype)
+    out = x.new_empty(x.shape, dtype=x.dtype if out_dtype is None else out_dtype)
+    acc = torch.float64 if residual.dtype == torch.float64 else torch.float32
+    inv_rms = x.new_empty(x.shape[:-1], dtype=acc)
+    return out, inv_rms
+
+
+# [fake-end]

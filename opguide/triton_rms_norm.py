@@ -1,0 +1,335 @@
+"""RMSNorm (forward and backward) and fused residual-add + RMSNorm as Triton kernels.
+
+The kernels are registered as operators of the ``opguide`` namespace, next to
+the C++ ones, so that :func:`torch.compile` traces a call to them without a
+graph break:
+
+* ``opguide::rms_norm_triton``: ``y = x / rms(x) * weight``; differentiable,
+  its backward is ``opguide::rms_norm_backward_triton``;
+* ``opguide::rms_norm_backward_triton``: ``(dx, dweight)``;
+* ``opguide::fused_add_rms_norm_triton_``: the Triton twin of
+  ``opguide::fused_add_rms_norm_``.
+
+On a machine with a GPU they are :func:`torch.library.triton_op` operators
+(Inductor sees the kernels); without one, the kernels run in Triton's
+interpreter and the operators are :func:`torch.library.custom_op` operators.
+Users reach them through ``backend="triton"`` of :func:`opguide.rms_norm` and
+:func:`opguide.fused_add_rms_norm_`.
+"""
+
+import os
+from typing import Optional
+
+import torch
+
+# [interpreter-switch]
+# Triton compiles kernels for GPUs. Without one, its interpreter runs the same
+# kernels on CPU tensors (with NumPy, slowly). TRITON_INTERPRET=1 selects it,
+# and Triton reads it when @triton.jit runs, so it is set here, before triton
+# is imported. A TRITON_INTERPRET already in the environment wins.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+# [interpreter-switch-end]
+
+if INTERPRET and type(tl.zeros).__name__ == "JITFunction":
+    # triton.language was imported before TRITON_INTERPRET=1 was set: its own
+    # helpers were compiled-mode functions, which the interpreter cannot call.
+    raise ImportError(
+        "opguide: triton was imported before TRITON_INTERPRET=1 was set, so Triton's "
+        "interpreter cannot run; set TRITON_INTERPRET=1 in the environment, or import "
+        "opguide before anything that imports triton"
+    )
+
+from .fused_add_rms_norm import _check_fused_add_rms_norm_args  # noqa: E402
+from .ops import _check_rms_norm_args  # noqa: E402
+
+# [register-choice]
+if INTERPRET:
+    # An opaque operator: torch.compile records one call to it, and Inductor
+    # calls this Python function at run time. The interpreter is happy.
+    register_op = torch.library.custom_op
+
+    def launchable(kernel):
+        return kernel
+
+else:
+    # A transparent operator: Inductor traces the body, sees each kernel
+    # launch (wrap_triton makes it traceable) and calls the compiled kernels
+    # from its own generated code. It needs kernels compiled for a GPU.
+    register_op = torch.library.triton_op
+    launchable = torch.library.wrap_triton
+# [register-choice-end]
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check_input(op: str, name: str, t: torch.Tensor) -> None:
+    if t.device.type == "cpu" and not INTERPRET:
+        raise RuntimeError(
+            f"{op}: the Triton backend runs CPU tensors only in Triton's interpreter "
+            f"(TRITON_INTERPRET=1, set by opguide when no GPU is visible); {name} is on cpu"
+        )
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"{op}: the Triton backend supports float32, float16 and bfloat16 {name}, "
+            f"got {t.dtype}; use backend='cpp'"
+        )
+
+
+def _row_block(op: str, x: torch.Tensor, n: int) -> int:
+    """The block that holds a whole row, for the kernels that keep a row in registers."""
+    limit = 65536 // x.element_size()
+    if n > limit:
+        raise ValueError(
+            f"{op}: the Triton backend keeps a row in registers and handles rows of up "
+            f"to {limit} elements for {x.dtype}, got {n}; use backend='cpp'"
+        )
+    return triton.next_power_of_2(max(n, 1))
+
+
+def _num_warps(block: int) -> int:
+    # About 8 elements per thread, between 1 and 16 warps of 32 threads.
+    return min(max(block // 256, 1), 16)
+
+
+# [autotune-configs]
+def _forward_configs() -> list:
+    if INTERPRET:
+        # The interpreter would run (slowly) every config to time it, on a
+        # device it does not have; one config means no timing at all.
+        return [triton.Config({"BLOCK_N": 1024}, num_warps=1)]
+    return [
+        triton.Config({"BLOCK_N": block}, num_warps=warps)
+        for block in (256, 1024, 4096)
+        for warps in (2, 4, 8, 16)
+        if block >= 32 * warps  # at least one element per thread
+    ]
+
+
+# [autotune-configs-end]
+
+
+# [forward-kernel]
+@triton.autotune(configs=_forward_configs(), key=["N"])
+@triton.jit
+def _rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, N, eps, BLOCK_N: tl.constexpr):
+    # One program per row; the row is walked in chunks of BLOCK_N columns, so
+    # any row length works and the autotuner is free to pick the chunk.
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * N
+    y_row = y_ptr + row * N
+    sum_sq = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
+        sum_sq += x * x
+    inv_rms = tl.rsqrt(tl.sum(sum_sq, axis=0) / N + eps)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, (x * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# [forward-kernel-end]
+
+
+# [backward-kernel]
+@triton.jit
+def _rms_norm_bwd_kernel(
+    dy_ptr, x_ptr, w_ptr, dx_ptr, dw_partial_ptr, M, N, eps, rows_per_program,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # Program p handles rows [p * rows_per_program, (p + 1) * rows_per_program)
+    # and writes its own partial sum of dweight to row p of dw_partial; the
+    # host sums those rows. No two programs write the same memory.
+    pid = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    row_begin = pid * rows_per_program
+    row_end = tl.minimum(row_begin + rows_per_program, M)
+    for row in range(row_begin, row_end):
+        offset = row * N
+        x = tl.load(x_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
+        inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)  # recomputed, not stored
+        x_hat = x * inv_rms
+        g = dy * w
+        # d/dx of x * inv_rms(x): the direct term minus the part through inv_rms.
+        dx = inv_rms * (g - x_hat * (tl.sum(g * x_hat, axis=0) / N))
+        tl.store(dx_ptr + offset + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * x_hat
+    tl.store(dw_partial_ptr + pid * N + cols, dw, mask=mask)
+
+
+# [backward-kernel-end]
+
+
+def _backward_programs(x: torch.Tensor, m: int) -> int:
+    """How many programs share the rows: enough to fill the GPU, few enough to sum cheaply."""
+    if x.device.type == "cuda":
+        programs = 4 * torch.cuda.get_device_properties(x.device).multi_processor_count
+    else:  # the interpreter runs programs one after another
+        programs = 4
+    return max(1, min(programs, m))
+
+
+# [forward-op]
+@register_op("opguide::rms_norm_triton", mutates_args=())
+def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    _check_rms_norm_args(x, weight, eps)
+    _check_input("rms_norm", "x", x)
+    xc = x.contiguous()
+    y = torch.empty_like(xc)
+    n = xc.shape[-1]
+    m = xc.numel() // n if n > 0 else 0
+    if m > 0:
+        launchable(_rms_norm_fwd_kernel)[(m,)](xc, weight.contiguous(), y, n, eps)
+    return y
+
+
+# [forward-op-end]
+
+
+# [backward-op]
+@register_op("opguide::rms_norm_backward_triton", mutates_args=())
+def rms_norm_backward_triton(
+    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_rms_norm_args(x, weight, eps)
+    _check_input("rms_norm", "x", x)
+    xc = x.contiguous()
+    dy = grad.contiguous()
+    dx = torch.empty_like(xc)
+    n = xc.shape[-1]
+    m = xc.numel() // n if n > 0 else 0
+    if m == 0:
+        return dx, torch.zeros_like(weight)
+    block = _row_block("rms_norm", xc, n)
+    programs = _backward_programs(xc, m)
+    dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+    rows_per_program = triton.cdiv(m, programs)
+    launchable(_rms_norm_bwd_kernel)[(programs,)](
+        dy, xc, weight.contiguous(), dx, dw_partial, m, n, eps, rows_per_program,
+        BLOCK_N=block, num_warps=_num_warps(block),
+    )  # fmt: skip
+    # The second stage of the dweight reduction: one sum over `programs` rows.
+    return dx, dw_partial.sum(dim=0).to(weight.dtype)
+
+
+# [backward-op-end]
+
+
+# [autograd]
+def _setup_context(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+
+
+def _backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    dx, dweight = rms_norm_backward_triton(grad, x, weight, ctx.eps)
+    return dx, dweight, None  # no gradient for eps
+
+
+rms_norm_triton.register_autograd(_backward, setup_context=_setup_context)
+# [autograd-end]
+
+
+# [fused-kernel]
+@triton.jit
+def _fused_add_rms_norm_kernel(
+    x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, N, eps,
+    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # One program per row, the whole row in registers: the updated residual
+    # is stored and normalised without being read back from memory.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(res_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    h = (x + r).to(res_ptr.dtype.element_ty)  # rounded once, to the residual's dtype
+    tl.store(res_ptr + row * N + cols, h, mask=mask)
+    h = h.to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(h * h, axis=0) / N + eps)
+    tl.store(inv_rms_ptr + row, inv_rms)
+    y = h * inv_rms
+    if HAS_WEIGHT:  # a constexpr: the branch is resolved when the kernel is compiled
+        y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# [fused-kernel-end]
+
+
+# [fused-op]
+@register_op("opguide::fused_add_rms_norm_triton_", mutates_args=("residual",))
+def fused_add_rms_norm_triton_(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    # Optional[...] rather than X | None: the schema is inferred from these
+    # annotations, and Optional is understood by every torch this supports.
+    weight: Optional[torch.Tensor],  # noqa: UP045
+    eps: float,
+    out_dtype: Optional[torch.dtype] = None,  # noqa: UP045
+) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype)
+    op = "fused_add_rms_norm_"
+    _check_input(op, "x", x)
+    out_dtype = x.dtype if out_dtype is None else out_dtype
+    if out_dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"{op}: the Triton backend supports float32, float16 and bfloat16 out_dtype, "
+            f"got {out_dtype}; use backend='cpp'"
+        )
+    xc = x.contiguous()
+    # The kernel updates a dense buffer; a strided residual is written back.
+    rc = residual.contiguous()
+    out = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    inv_rms = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    n = x.shape[-1]
+    m = inv_rms.numel()
+    if m > 0:
+        block = _row_block(op, xc, n)
+        launchable(_fused_add_rms_norm_kernel)[(m,)](
+            xc, rc, xc if weight is None else weight.contiguous(), out, inv_rms, n, eps,
+            HAS_WEIGHT=weight is not None, BLOCK_N=block, num_warps=_num_warps(block),
+        )  # fmt: skip
+    if not residual.is_contiguous():
+        residual.copy_(rc)
+    return out, inv_rms
+
+
+# [fused-op-end]
+
+
+if INTERPRET:
+    # custom_op needs to be told what its outputs look like; triton_op works
+    # that out by running its body on fake tensors.
+
+    # [fake-kernels]
+    @rms_norm_triton.register_fake
+    def _(x, weight, eps):
+        _check_rms_norm_args(x, weight, eps)
+        return x.new_empty(x.shape)
+
+    @rms_norm_backward_triton.register_fake
+    def _(grad, x, weight, eps):
+        return x.new_empty(x.shape), torch.empty_like(weight)
+
+    @fused_add_rms_norm_triton_.register_fake
+    def _(x, residual, weight, eps, out_dtype=None):
+        out = x.new_empty(x.shape, dtype=x.dtype if out_dtype is None else out_dtype)
+        return out, x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+    # [fake-kernels-end]

@@ -1,0 +1,317 @@
+"""Tests of the Triton RMSNorm (``backend="triton"``): forward, backward, registration.
+
+Items without a device marker run the kernels on CPU tensors in Triton's
+interpreter (opguide turns it on when no GPU is visible); they are kept small
+because the interpreter is slow. Items marked ``cuda`` run the compiled kernels
+on a GPU, where the operators are ``torch.library.triton_op`` operators.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import opguide
+from opguide import rms_norm_reference
+
+# opguide, not this file, imports triton first: it sets TRITON_INTERPRET before.
+triton_ops = pytest.importorskip(
+    "opguide.triton_rms_norm", reason="the Triton backend needs the triton package"
+)
+
+interpreter = pytest.mark.skipif(
+    not triton_ops.INTERPRET,
+    reason="Triton's interpreter is off in this process (a GPU is visible); "
+    "run with TRITON_INTERPRET=1 for the CPU items",
+)
+# On a GPU machine run with TRITON_INTERPRET=1 (for the CPU items), the GPU items skip.
+compiled_triton = pytest.mark.skipif(
+    triton_ops.INTERPRET and torch.cuda.is_available(),
+    reason="TRITON_INTERPRET=1: the kernels are not compiled for the GPU",
+)
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOLERANCES = {
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
+}
+# Gradients sum over a row (dx) or over rows (dweight): looser in low precision.
+GRAD_TOLERANCES = {
+    torch.float32: dict(atol=1e-4, rtol=1e-4),
+    torch.float16: dict(atol=1e-2, rtol=1e-2),
+    torch.bfloat16: dict(atol=8e-2, rtol=5e-2),
+}
+# Small for the interpreter; (2, 1500) walks a row in two chunks of its block.
+CPU_SHAPES = [(1, 1), (3, 7), (4, 33), (2, 3, 40), (2, 1500)]
+CUDA_SHAPES = [(1, 1), (3, 7), (64, 1000), (16, 4096), (4, 8192), (7, 5000), (2, 3, 768)]
+
+
+def make_inputs(shape, dtype, device="cpu", seed=0, requires_grad=False):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(shape, generator=gen).to(dtype=dtype, device=device)
+    w = torch.randn(shape[-1], generator=gen).to(dtype=dtype, device=device)
+    return x.requires_grad_(requires_grad), w.requires_grad_(requires_grad)
+
+
+def reference_grads(x, w, grad):
+    xr = x.detach().float().requires_grad_()
+    wr = w.detach().float().requires_grad_()
+    rms_norm_reference(xr, wr).backward(grad.float())
+    return xr.grad.to(x.dtype), wr.grad.to(w.dtype)
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the operators that reach the dispatcher's backends."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+# -- CPU tensors, Triton's interpreter ---------------------------------------------------
+
+
+@interpreter
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", CPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_forward_matches_reference(shape, dtype):
+    x, w = make_inputs(shape, dtype)
+    y = opguide.rms_norm(x, w, eps=1e-6, backend="triton")
+    assert y.dtype == dtype and y.shape == x.shape and y.is_contiguous()
+    torch.testing.assert_close(y, rms_norm_reference(x, w, 1e-6), **TOLERANCES[dtype])
+
+
+@interpreter
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(3, 7), (9, 40), (2, 3, 16)], ids=str)
+def test_backward_matches_reference(shape, dtype):
+    x, w = make_inputs(shape, dtype, requires_grad=True)
+    grad = torch.randn(shape).to(dtype)
+    opguide.rms_norm(x, w, backend="triton").backward(grad)
+    dx, dw = reference_grads(x, w, grad)
+    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[dtype])
+    torch.testing.assert_close(w.grad, dw, **GRAD_TOLERANCES[dtype])
+
+
+@interpreter
+def test_backward_many_rows_per_program():
+    # 37 rows over 4 programs: uneven row ranges, partial dweight sums added up.
+    x, w = make_inputs((37, 24), torch.float32, requires_grad=True)
+    grad = torch.randn(37, 24)
+    opguide.rms_norm(x, w, backend="triton").backward(grad)
+    dx, dw = reference_grads(x, w, grad)
+    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[torch.float32])
+    torch.testing.assert_close(w.grad, dw, **GRAD_TOLERANCES[torch.float32])
+
+
+@interpreter
+@pytest.mark.filterwarnings("ignore:Input #.* is not a double precision:UserWarning")
+def test_gradcheck_float32():
+    # Finite differences in float32 are noisy; a loose check on a tiny input.
+    x, w = make_inputs((3, 5), torch.float32, requires_grad=True)
+    torch.autograd.gradcheck(
+        lambda x, w: torch.ops.opguide.rms_norm_triton(x, w, 1e-6),
+        (x, w),
+        eps=1e-2,
+        atol=5e-2,
+        rtol=5e-2,
+    )
+
+
+@interpreter
+def test_non_contiguous_input():
+    x, w = make_inputs((6, 10), torch.float32)
+    xt = x.t()  # (10, 6), strided
+    wt, _ = make_inputs((6,), torch.float32, seed=1)
+    torch.testing.assert_close(
+        opguide.rms_norm(xt, wt, backend="triton"), rms_norm_reference(xt, wt)
+    )
+
+
+@interpreter
+@pytest.mark.parametrize("shape", [(0, 8), (4, 0)], ids=str)
+def test_empty(shape):
+    x, w = make_inputs(shape, torch.float32, requires_grad=True)
+    y = opguide.rms_norm(x, w, backend="triton")
+    assert y.shape == x.shape
+    y.sum().backward()
+    assert w.grad.shape == w.shape
+
+
+@interpreter
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_opcheck_forward(dtype):
+    x, w = make_inputs((4, 24), dtype)
+    torch.library.opcheck(torch.ops.opguide.rms_norm_triton.default, (x, w, 1e-6))
+    x, w = make_inputs((4, 24), dtype, requires_grad=True)  # checks the autograd registration
+    torch.library.opcheck(torch.ops.opguide.rms_norm_triton.default, (x, w, 1e-6))
+
+
+@interpreter
+def test_opcheck_backward():
+    x, w = make_inputs((5, 24), torch.float32)
+    grad = torch.randn(5, 24)
+    torch.library.opcheck(torch.ops.opguide.rms_norm_backward_triton.default, (grad, x, w, 1e-6))
+
+
+@interpreter
+def test_registered_as_custom_op_under_the_interpreter():
+    assert isinstance(triton_ops.rms_norm_triton, torch.library.CustomOpDef)
+    assert triton_ops.register_op is torch.library.custom_op
+
+
+@interpreter
+def test_compile_fullgraph_forward_and_backward():
+    torch._dynamo.reset()
+
+    def f(x, w):
+        return opguide.rms_norm(x, w, backend="triton") * 2
+
+    compiled = torch.compile(f, fullgraph=True)
+    x, w = make_inputs((6, 32), torch.float32, requires_grad=True)
+    grad = torch.randn(6, 32)
+    y = compiled(x, w)
+    torch.testing.assert_close(y, rms_norm_reference(x, w) * 2)
+    y.backward(grad)
+    dx, dw = reference_grads(x, w, 2 * grad)
+    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[torch.float32])
+    torch.testing.assert_close(w.grad, dw, **GRAD_TOLERANCES[torch.float32])
+
+
+def test_backend_choice_reaches_the_right_operator():
+    x, w = make_inputs((2, 8), torch.float32)
+    for backend, expected in [
+        ("auto", "opguide.rms_norm.default"),
+        ("cpp", "opguide.rms_norm.default"),
+        ("triton", "opguide.rms_norm_triton.default"),
+    ]:
+        if backend == "triton" and not triton_ops.INTERPRET:
+            continue  # CPU tensors need the interpreter
+        with OpRecorder() as rec:
+            opguide.rms_norm(x, w, backend=backend)
+        assert expected in rec.ops, (backend, rec.ops)
+
+
+def test_unknown_backend():
+    x, w = make_inputs((2, 8), torch.float32)
+    with pytest.raises(ValueError, match=r"backend must be 'auto', 'cpp' or 'triton', got 'cuda'"):
+        opguide.rms_norm(x, w, backend="cuda")
+
+
+@interpreter
+def test_float64_is_rejected():
+    x, w = make_inputs((2, 8), torch.float64)
+    with pytest.raises(TypeError, match=r"Triton backend supports float32, float16 and bfloat16"):
+        opguide.rms_norm(x, w, backend="triton")
+
+
+@interpreter
+def test_backward_row_limit():
+    # The forward walks any row; the backward holds one in registers.
+    x, w = make_inputs((1, 16385), torch.float32, requires_grad=True)
+    y = opguide.rms_norm(x, w, backend="triton")
+    torch.testing.assert_close(y, rms_norm_reference(x, w))
+    with pytest.raises(ValueError, match=r"rows of up to 16384 elements for torch.float32"):
+        y.sum().backward()
+
+
+def test_input_checks_apply():
+    x, w = make_inputs((2, 8), torch.float32)
+    with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
+        opguide.rms_norm(x, w[:4], backend="triton")
+
+
+# -- CUDA tensors, compiled kernels, torch.library.triton_op -------------------------------
+
+
+@pytest.mark.cuda
+@compiled_triton
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", CUDA_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_cuda_forward_matches_reference(shape, dtype):
+    x, w = make_inputs(shape, dtype, device="cuda")
+    y = opguide.rms_norm(x, w, backend="triton")
+    assert y.device == x.device and y.dtype == dtype
+    torch.testing.assert_close(y, rms_norm_reference(x, w), **TOLERANCES[dtype])
+
+
+@pytest.mark.cuda
+@compiled_triton
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(3, 7), (64, 1000), (513, 4096), (2, 3, 768)], ids=str)
+def test_cuda_backward_matches_reference(shape, dtype):
+    x, w = make_inputs(shape, dtype, device="cuda", requires_grad=True)
+    grad = torch.randn(shape, device="cuda").to(dtype)
+    opguide.rms_norm(x, w, backend="triton").backward(grad)
+    dx, dw = reference_grads(x, w, grad)
+    tol = dict(GRAD_TOLERANCES[dtype])
+    if shape[0] > 100 and dtype != torch.float32:
+        tol = dict(atol=0.25, rtol=5e-2)  # dweight sums hundreds of rounded rows
+    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[dtype])
+    torch.testing.assert_close(w.grad, dw, **tol)
+
+
+@pytest.mark.cuda
+@compiled_triton
+def test_cuda_registered_as_triton_op():
+    assert triton_ops.register_op is torch.library.triton_op
+    assert triton_ops.launchable is torch.library.wrap_triton
+
+
+@pytest.mark.cuda
+@compiled_triton
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_opcheck_triton_op(dtype):
+    x, w = make_inputs((8, 256), dtype, device="cuda")
+    torch.library.opcheck(torch.ops.opguide.rms_norm_triton.default, (x, w, 1e-6))
+    x, w = make_inputs((8, 256), dtype, device="cuda", requires_grad=True)
+    torch.library.opcheck(torch.ops.opguide.rms_norm_triton.default, (x, w, 1e-6))
+    grad = torch.randn(8, 256, device="cuda").to(dtype)
+    torch.library.opcheck(
+        torch.ops.opguide.rms_norm_backward_triton.default, (grad, x.detach(), w.detach(), 1e-6)
+    )
+
+
+@pytest.mark.cuda
+@compiled_triton
+def test_cuda_compile_fullgraph_inductor_sees_the_kernel():
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+
+    def f(x, w):
+        return opguide.rms_norm(x + 1, w, backend="triton") * 2
+
+    compiled = torch.compile(f, fullgraph=True)
+    x, w = make_inputs((32, 1024), torch.float16, device="cuda")
+    y, code = run_and_get_code(compiled, x, w)
+    torch.testing.assert_close(y, rms_norm_reference(x + 1, w) * 2, **TOLERANCES[torch.float16])
+    # A triton_op is traced into: Inductor's generated code launches our kernel itself.
+    assert "_rms_norm_fwd_kernel" in "\n".join(code)
+
+
+@pytest.mark.cuda
+@compiled_triton
+def test_cuda_compile_backward():
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, w: opguide.rms_norm(x, w, backend="triton"), fullgraph=True)
+    x, w = make_inputs((64, 512), torch.float32, device="cuda", requires_grad=True)
+    grad = torch.randn(64, 512, device="cuda")
+    compiled(x, w).backward(grad)
+    dx, dw = reference_grads(x, w, grad)
+    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[torch.float32])
+    torch.testing.assert_close(w.grad, dw, **GRAD_TOLERANCES[torch.float32])
+
+
+@pytest.mark.cuda
+@compiled_triton
+def test_cuda_cpu_tensor_needs_the_interpreter():
+    x, w = make_inputs((2, 8), torch.float32)
+    with pytest.raises(RuntimeError, match=r"runs CPU tensors only in Triton's interpreter"):
+        opguide.rms_norm(x, w, backend="triton")
