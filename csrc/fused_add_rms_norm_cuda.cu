@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <string>
 
 #include "fused_add_rms_norm.cuh"
 #include "fused_add_rms_norm.h"
@@ -58,7 +59,8 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
                          aligned_to(r_ptr, kVec * sizeof(res_t)) &&
                          aligned_to(y_ptr, kVec * sizeof(out_t)) &&
                          (w_ptr == nullptr || aligned_to(w_ptr, kVec * sizeof(x_t)));
-  TORCH_CHECK(m <= INT_MAX, "fused_add_rms_norm_: at most ", INT_MAX, " rows, got ", m);
+  TORCH_CHECK(m <= INT_MAX, "fused_add_rms_norm_: at most ", std::to_string(INT_MAX), " rows, got ",
+              std::to_string(m));
   fused::launch_fused_add_rms_norm<cx_t, cres_t, cout_t, acc_t>(
       x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<acc_t>(eps), vectorize,
       c10::cuda::getCurrentCUDAStream());
@@ -73,7 +75,8 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cuda(
     const at::Tensor& x, at::Tensor& residual, const std::optional<at::Tensor>& weight,
     double eps, std::optional<at::ScalarType> out_dtype) {
   check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype);
-  TORCH_CHECK(x.is_cuda(), "fused_add_rms_norm_: x must be a CUDA tensor, got ", x.device());
+  TORCH_CHECK(x.is_cuda(), "fused_add_rms_norm_: x must be a CUDA tensor, got ",
+              x.device().str());
   // Allocate and launch on x's GPU, whichever is current.
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor xc = x.contiguous();

@@ -70,6 +70,35 @@ template <typename T, int kVec>
 struct alignas(sizeof(T) * kVec) Vec {
   T val[kVec];
 };
+
+// x is read once and y written once: the .cs ("cache streaming") hints tell
+// the GPU not to keep those lines in L2, which leaves L2 to the weight that
+// every row reads again. HIP has no such intrinsics; plain accesses there.
+template <typename V>
+__device__ __forceinline__ V load_streaming(const V* p) {
+#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__)
+  if constexpr (sizeof(V) == 16) {
+    const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p));
+    V v;
+    __builtin_memcpy(&v, &raw, sizeof(V));
+    return v;
+  }
+#endif
+  return *p;
+}
+
+template <typename V>
+__device__ __forceinline__ void store_streaming(V* p, const V& v) {
+#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__)
+  if constexpr (sizeof(V) == 16) {
+    uint4 raw;
+    __builtin_memcpy(&raw, &v, sizeof(V));
+    __stcs(reinterpret_cast<uint4*>(p), raw);
+    return;
+  }
+#endif
+  *p = v;
+}
 // [vector-end]
 
 // [reduce]
@@ -101,14 +130,11 @@ __device__ __forceinline__ Acc row_sum(Acc v, Acc* shared) {
 // One row per threadIdx.y, blockDim.x threads per row. Each thread keeps up to
 // kRegVecs vectors of its row in registers, so x is read from memory once:
 // pass 1 loads and sums squares, pass 2 scales what is already in registers.
-// Rows longer than blockDim.x * kRegVecs vectors re-read the rest in pass 2
-// (from L2, which still holds it).
-//
-// kMaxThreads is the largest block the kernel is launched with; it bounds the
-// registers per thread (65536 / kMaxThreads), and kRegVecs must fit in them:
-// a spill to local memory would cost more than the re-read it avoids.
-template <typename T, int kVec, int kRegVecs, int kMaxThreads>
-__global__ void __launch_bounds__(kMaxThreads) rms_norm_forward_kernel(
+// With kLongRows, rows longer than blockDim.x * kRegVecs vectors re-read the
+// rest in pass 2 (from L2, which still holds it); without it that code is
+// compiled out, which leaves the common case with fewer registers.
+template <typename T, int kVec, int kRegVecs, bool kLongRows>
+__global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
     const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y, int64_t rows,
     int64_t cols, int64_t x_row_stride, float eps) {
   using Acc = typename AccType<T>::type;
@@ -128,7 +154,7 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_forward_kernel(
   for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
     if (active && i < nvec) {
-      cache[k] = xr[i];
+      cache[k] = load_streaming(xr + i);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         const Acc v = to_acc(cache[k].val[e]);
@@ -136,13 +162,15 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_forward_kernel(
       }
     }
   }
-  for (int64_t i = threadIdx.x + static_cast<int64_t>(kRegVecs) * blockDim.x; active && i < nvec;
-       i += blockDim.x) {
-    const V v = xr[i];
+  if constexpr (kLongRows) {
+    for (int64_t i = threadIdx.x + static_cast<int64_t>(kRegVecs) * blockDim.x;
+         active && i < nvec; i += blockDim.x) {
+      const V v = xr[i];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      const Acc a = to_acc(v.val[e]);
-      sum_sq += a * a;
+      for (int e = 0; e < kVec; ++e) {
+        const Acc a = to_acc(v.val[e]);
+        sum_sq += a * a;
+      }
     }
   }
 
@@ -159,18 +187,20 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_forward_kernel(
 #pragma unroll
       for (int e = 0; e < kVec; ++e)
         out.val[e] = from_acc<T>(to_acc(cache[k].val[e]) * inv_rms * to_acc(w.val[e]));
-      yr[i] = out;
+      store_streaming(yr + i, out);
     }
   }
-  for (int64_t i = threadIdx.x + static_cast<int64_t>(kRegVecs) * blockDim.x; i < nvec;
-       i += blockDim.x) {
-    const V v = xr[i];
-    const V w = wv[i];
-    V out;
+  if constexpr (kLongRows) {
+    for (int64_t i = threadIdx.x + static_cast<int64_t>(kRegVecs) * blockDim.x; i < nvec;
+         i += blockDim.x) {
+      const V v = xr[i];
+      const V w = wv[i];
+      V out;
 #pragma unroll
-    for (int e = 0; e < kVec; ++e)
-      out.val[e] = from_acc<T>(to_acc(v.val[e]) * inv_rms * to_acc(w.val[e]));
-    yr[i] = out;
+      for (int e = 0; e < kVec; ++e)
+        out.val[e] = from_acc<T>(to_acc(v.val[e]) * inv_rms * to_acc(w.val[e]));
+      store_streaming(yr + i, out);
+    }
   }
 }
 // [kernel-end]
@@ -179,35 +209,32 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_forward_kernel(
 // Each thread keeps up to 4 vectors of its row in registers. 8 would halve
 // the threads needed for long rows, but costs bfloat16 100 registers per
 // thread (its conversions need more registers than float16's): occupancy
-// halves and bandwidth drops by a third. Two instantiations per dtype and
-// vector width: blocks of up to 256 threads (rows of up to 1024 vectors, i.e.
-// 8192 bf16 elements), and of up to 1024 threads for longer rows (past 4096
-// vectors the rest of the row is re-read from L2).
+// halves and bandwidth drops by a third (measured on an H200; see the
+// performance chapter). Past 1024 threads x 4 vectors (32768 bf16 elements)
+// the kLongRows instantiation re-reads the rest of the row from L2.
 constexpr int kRegVecs = 4;
-constexpr int kSmallBlock = 256;
-constexpr int kLargeBlock = 1024;
+constexpr int kMaxThreadsPerRow = 1024;
 
 struct LaunchConfig {
   dim3 grid;
   dim3 block;
-  bool large;  // use the 1024-thread instantiation
+  bool long_rows;
 };
 
-// Chooses the block shape from the row length: enough threads per row that
-// each holds about four 16-byte vectors (many loads in flight per thread),
-// and several short rows per block so that blocks have 256 threads.
+// Chooses the block shape from the row length: as many threads per row as
+// give each thread 4 vectors (fewer, busier threads measured faster than
+// more, idler ones), and for short rows several rows per block so that a
+// block has 256 threads.
 inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec, int warp_size) {
   const int64_t nvec = (cols + vec - 1) / vec;
-  auto round_up = [warp_size](int64_t v) { return ((v + warp_size - 1) / warp_size) * warp_size; };
-  int64_t per_row = round_up((nvec + kRegVecs - 1) / kRegVecs);
-  const bool large = per_row > kSmallBlock;
-  if (per_row > kLargeBlock) per_row = kLargeBlock;
-  int64_t rows_per_block = large ? 1 : kSmallBlock / per_row;
-  if (rows_per_block < 1) rows_per_block = 1;
+  int64_t per_row = (nvec + kRegVecs - 1) / kRegVecs;
+  per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
+  if (per_row > kMaxThreadsPerRow) per_row = kMaxThreadsPerRow;
+  const int64_t rows_per_block = per_row < 128 ? 256 / per_row : 1;
   LaunchConfig cfg;
   cfg.block = dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
   cfg.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  cfg.large = large;
+  cfg.long_rows = nvec > per_row * kRegVecs;
   return cfg;
 }
 
@@ -219,11 +246,11 @@ template <typename T, int kVec>
 void launch_rms_norm_forward_vec(const LaunchConfig& cfg, const T* x, const T* weight, T* y,
                                  int64_t rows, int64_t cols, int64_t x_row_stride, float eps,
                                  cudaStream_t stream) {
-  if (cfg.large) {
-    rms_norm_forward_kernel<T, kVec, kRegVecs, kLargeBlock>
+  if (cfg.long_rows) {
+    rms_norm_forward_kernel<T, kVec, kRegVecs, true>
         <<<cfg.grid, cfg.block, 0, stream>>>(x, weight, y, rows, cols, x_row_stride, eps);
   } else {
-    rms_norm_forward_kernel<T, kVec, kRegVecs, kSmallBlock>
+    rms_norm_forward_kernel<T, kVec, kRegVecs, false>
         <<<cfg.grid, cfg.block, 0, stream>>>(x, weight, y, rows, cols, x_row_stride, eps);
   }
 }

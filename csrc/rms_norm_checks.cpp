@@ -8,7 +8,6 @@
 #include "rms_norm.h"
 
 namespace opguide {
-namespace {
 
 // "torch.float32", as Python prints a dtype, so that both sides' errors match.
 std::string dtype_name(at::ScalarType t) {
@@ -46,8 +45,6 @@ std::string shape_str(at::IntArrayRef sizes) {
   }
   return out + ")";
 }
-
-}  // namespace
 
 void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight,
                                 double eps) {

@@ -37,7 +37,7 @@ int current_warp_size() {
 // [cuda-host]
 at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double eps) {
   check_rms_norm_args(x, weight, eps);
-  TORCH_CHECK(x.is_cuda(), "rms_norm_cuda: x must be a CUDA tensor, got ", x.device());
+  TORCH_CHECK(x.is_cuda(), "rms_norm_cuda: x must be a CUDA tensor, got ", x.device().str());
   // Run on x's GPU (and allocate there) whatever the current device is.
   const c10::cuda::CUDAGuard device_guard(x.device());
 

@@ -70,7 +70,7 @@ the update in the tensor they passed:
 
 The checks, shared with CUDA, name the argument and what was expected:
 
-.. literalinclude:: /../csrc/fused_add_rms_norm.h
+.. literalinclude:: /../csrc/fused_add_rms_norm_checks.cpp
    :language: cpp
    :start-after: // [fused-checks]
    :end-before: // [fused-checks-end]
