@@ -10,7 +10,23 @@ buffers to exceed the L2 cache (so no call reads the previous call's data
 from L2), warm-up first, the median of several batches reported. On the CPU
 the same loop uses ``time.perf_counter``.
 
-Run ``python -m opguide.benchmark --help``.
+What one run measures:
+
+* on a GPU, three passes at each shape and dtype: ``forward`` (``y`` from
+  ``x`` and ``weight``), ``backward`` (``dx`` and ``dweight`` from ``dy``) and
+  ``fused`` (residual add + RMSNorm), for opguide's compiled and Triton
+  kernels and for the PyTorch reference points;
+* on any machine (``cpu``): the cost of calling an operator on a tiny input
+  (the ``TORCH_LIBRARY`` op, ``torch.rms_norm``, the Python wrapper, a Python
+  ``custom_op``), and the C++ CPU kernel on a large float32 input next to a
+  copy of the same size. These run interleaved (round robin over the
+  implementations, repeated; medians), so that a machine that is busy with
+  something else slows every implementation alike.
+
+An implementation that cannot run (a kernel that is not registered for the
+device, Triton not installed) is skipped and the reason is recorded.
+
+Run ``python -m opguide.benchmark --help``; ``--cpu-only`` runs the CPU part.
 """
 
 from __future__ import annotations
@@ -18,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import gc
 import json
 import platform
 import statistics
@@ -28,9 +45,34 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["copy_bandwidth", "time_per_call", "run_forward", "main"]
+__all__ = [
+    "copy_bandwidth",
+    "time_per_call",
+    "time_interleaved",
+    "run_forward",
+    "run_backward",
+    "run_fused",
+    "run_cpu_overhead",
+    "run_cpu_kernel",
+    "measure",
+    "main",
+]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+EPS = 1e-6
+GPU_PASSES = ("forward", "backward", "fused")
+PASSES = (*GPU_PASSES, "cpu")
+# What each pass must move at the least, for the "bytes" of every row
+# (s = bytes per element of x; inv_rms is float32).
+BYTES_MODEL = {
+    "forward": "read x (M*N*s) and weight (N*s), write y (M*N*s)",
+    "backward": "read x, dy (M*N*s each), weight (N*s) and inv_rms (M*4); "
+    "write dx (M*N*s) and dweight (N*s)",
+    "fused": "read x, residual (M*N*s each) and weight (N*s); write residual and y (M*N*s each)",
+    "cpu_kernel": "read x (M*N*4) and weight (N*4), write y (M*N*4); the copies: read and write M*N*4",
+}
+# Version of the result file's layout: 1 had the forward pass only.
+FORMAT = 2
 
 
 def _sync(device: torch.device) -> None:
@@ -87,6 +129,51 @@ def time_per_call(
     return statistics.median(samples)
 
 
+def time_interleaved(
+    fns: dict[str, Callable[[], object]],
+    *,
+    rounds: int = 15,
+    calls_per_round: int = 1,
+    warmup: int = 1,
+) -> dict[str, float]:
+    """Median seconds per call of each CPU function, measured round robin.
+
+    Every round times ``calls_per_round`` calls of each function in turn
+    (the order reversed every other round), so that a slow spell of a shared
+    machine lands on all of them rather than on one. The garbage collector
+    is paused while timing, as :mod:`timeit` does.
+
+    Args:
+        fns: functions without arguments, by name.
+        rounds: timed rounds; the median over rounds is returned.
+        calls_per_round: calls of one function inside one timed sample.
+        warmup: untimed rounds first.
+
+    Returns:
+        Seconds per call of each function, by name.
+    """
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            for _ in range(calls_per_round):
+                fns[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else reversed(names):
+                fn = fns[name]
+                t0 = time.perf_counter()
+                for _ in range(calls_per_round):
+                    fn()
+                samples[name].append((time.perf_counter() - t0) / calls_per_round)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
 def _l2_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -126,9 +213,47 @@ class Row:
         return self.bytes / self.seconds / 1e9
 
 
+@dataclasses.dataclass
+class Skip:
+    """An implementation that could not run, and why."""
+
+    pass_: str
+    impl: str
+    m: int
+    n: int
+    dtype: str
+    reason: str
+
+    def asdict(self) -> dict:
+        return {"pass": self.pass_, "impl": self.impl, "m": self.m, "n": self.n,
+                "dtype": self.dtype, "reason": self.reason}  # fmt: skip
+
+
+def _reason(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
+
+
 def _reference(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def _unfused_reference(
+    x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # What a model writes without the fused operator: the add, then RMSNorm.
+    h = residual + x
+    return _reference(h, w, eps), h
+
+
+def _triton_available() -> str | None:
+    """None when opguide's Triton operators are registered, else why not."""
+    try:
+        from opguide import triton_rms_norm  # noqa: F401  (registers the operators)
+    except ImportError as err:
+        return _reason(err)
+    return None
 
 
 def forward_implementations() -> dict[str, Callable]:
@@ -137,43 +262,323 @@ def forward_implementations() -> dict[str, Callable]:
 
     compiled_reference = torch.compile(_reference, dynamic=False)
     impls = {
-        "opguide": lambda x, w: opguide.rms_norm(x, w, 1e-6),
-        "F.rms_norm": lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6),
-        "compile(reference)": lambda x, w: compiled_reference(x, w, 1e-6),
-        "eager reference": lambda x, w: _reference(x, w, 1e-6),
+        "opguide": lambda x, w: opguide.rms_norm(x, w, EPS, backend="cpp"),
+        "F.rms_norm": lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, EPS),
+        "compile(reference)": lambda x, w: compiled_reference(x, w, EPS),
+        "eager reference": lambda x, w: _reference(x, w, EPS),
     }
-    try:
-        from opguide import triton_rms_norm  # noqa: F401  (added by the Triton chapter)
-
-        impls["opguide triton"] = lambda x, w: opguide.rms_norm(x, w, 1e-6, backend="triton")
-    except ImportError:
-        pass
+    if _triton_available() is None:
+        impls["opguide triton"] = lambda x, w: opguide.rms_norm(x, w, EPS, backend="triton")
     return impls
 
 
-def run_forward(
-    shapes: Sequence[tuple[int, int]], dtypes: Sequence[str], device: torch.device
-) -> list[Row]:
-    """Times every forward implementation at every shape and dtype."""
-    rows = []
-    impls = forward_implementations()
+def _inv_rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The per-row statistic that the forward pass saves for the backward one."""
+    try:
+        return torch.ops.opguide.rms_norm_fwd.default(x, w, EPS)[1]
+    except (AttributeError, NotImplementedError, RuntimeError):
+        # No rms_norm_fwd kernel for this device: the same statistic, by torch.
+        return torch.rsqrt(x.float().pow(2).mean(-1) + EPS)
+
+
+def _autograd_backward(forward: Callable) -> Callable:
+    """Prepares a fixed graph ``y = forward(x, w)`` whose backward is then timed."""
+
+    def prepare(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> Callable[[], object]:
+        x = x.detach().requires_grad_()
+        w = w.detach().requires_grad_()
+        y = forward(x, w)
+        return lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True)
+
+    return prepare
+
+
+def backward_implementations() -> dict[str, Callable]:
+    """The backward implementations to compare, by name.
+
+    Each value prepares one call from ``(x, w, dy)`` (running the forward
+    pass once, untimed) and returns a function without arguments that runs
+    only the backward pass: the backward operator itself where opguide has
+    one, else ``torch.autograd.grad`` on a graph built once and kept.
+    """
+    import opguide
+
+    def opguide_op(x, w, dy):
+        # Missing in a build without the autograd chapter: AttributeError.
+        op = torch.ops.opguide.rms_norm_backward.default
+        inv_rms = _inv_rms(x, w)
+        return lambda: op(dy, x, w, inv_rms)
+
+    compiled_reference = torch.compile(_reference, dynamic=False)
+    impls = {
+        "opguide": opguide_op,
+        "opguide autograd": _autograd_backward(lambda x, w: opguide.rms_norm(x, w, EPS)),
+        "F.rms_norm": _autograd_backward(
+            lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, EPS)
+        ),
+        "compile(reference)": _autograd_backward(lambda x, w: compiled_reference(x, w, EPS)),
+        "eager reference": _autograd_backward(lambda x, w: _reference(x, w, EPS)),
+    }
+    if _triton_available() is None:
+
+        def triton_op(x, w, dy):
+            op = torch.ops.opguide.rms_norm_backward_triton.default
+            return lambda: op(dy, x, w, EPS)
+
+        impls["opguide triton"] = triton_op
+    return impls
+
+
+def fused_implementations() -> dict[str, Callable]:
+    """The residual-add + RMSNorm implementations to compare, by name."""
+    import opguide
+
+    compiled = torch.compile(_unfused_reference, dynamic=False)
+    impls = {
+        "opguide": lambda x, r, w: opguide.fused_add_rms_norm_(x, r, w, EPS, backend="cpp"),
+        "compile(unfused reference)": lambda x, r, w: compiled(x, r, w, EPS),
+        "eager add + F.rms_norm": lambda x, r, w: torch.nn.functional.rms_norm(
+            r + x, (x.shape[-1],), w, EPS
+        ),
+    }
+    if _triton_available() is None:
+        impls["opguide triton"] = lambda x, r, w: opguide.fused_add_rms_norm_(
+            x, r, w, EPS, backend="triton"
+        )
+    return impls
+
+
+def _select(impls: dict, only: Sequence[str] | None) -> dict:
+    return impls if only is None else {k: v for k, v in impls.items() if k in only}
+
+
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.tensor([], dtype=dtype).element_size()
+
+
+def _time_impls(
+    pass_name: str,
+    impls: dict[str, Callable],
+    make_sets: Callable[[], list[tuple]],
+    *,
+    m: int,
+    n: int,
+    dtype_name: str,
+    moved: int,
+    device: torch.device,
+    prepared: bool,
+    rows: list[Row],
+    skips: list[Skip],
+) -> None:
+    """Times each implementation on fresh input sets; records a skip on failure."""
+    for name, fn in impls.items():
+        sets = make_sets()
+        calls = arg_sets = None
+        try:
+            if prepared:  # fn builds a call from each set (backward)
+                calls = [(fn(*s),) for s in sets]
+                timed, arg_sets = (lambda call: call()), calls
+            else:
+                timed, arg_sets = fn, sets
+            timed(*arg_sets[0])  # a failing implementation fails here, once
+            seconds = time_per_call(timed, arg_sets, device=device)
+        except Exception as err:  # recorded, not raised: the others still run
+            skips.append(Skip(pass_name, name, m, n, dtype_name, _reason(err)))
+        else:
+            rows.append(Row(name, m, n, dtype_name, seconds, moved))
+        finally:
+            # Free this implementation's buffers before the next one allocates.
+            sets = calls = arg_sets = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+
+
+def _run_pass(
+    pass_name: str,
+    shapes: Sequence[tuple[int, int]],
+    dtypes: Sequence[str],
+    device: torch.device,
+    only: Sequence[str] | None,
+) -> tuple[list[Row], list[Skip]]:
+    rows: list[Row] = []
+    skips: list[Skip] = []
+    if pass_name == "forward":
+        impls = forward_implementations()
+    elif pass_name == "backward":
+        impls = backward_implementations()
+    else:
+        impls = fused_implementations()
+    impls = _select(impls, only)
+    triton_missing = _triton_available()
+    if triton_missing is not None and (only is None or "opguide triton" in only):
+        skips.append(Skip(pass_name, "opguide triton", 0, 0, "", triton_missing))
     for dtype_name in dtypes:
         dtype = DTYPES[dtype_name]
+        s = _element_size(dtype)
         for m, n in shapes:
-            size = torch.tensor([], dtype=dtype).element_size()
-            moved = 2 * m * n * size + n * size
-            sets = [
-                (
+            # A fresh start for torch.compile at each shape and dtype, so that
+            # no run hits its recompilation limit and falls back to eager.
+            torch.compiler.reset()
+            if pass_name == "forward":
+                moved = 2 * m * n * s + n * s
+                tensors = lambda: (  # noqa: E731
                     torch.randn(m, n, device=device, dtype=dtype),
                     torch.randn(n, device=device, dtype=dtype),
                 )
-                for _ in range(_rotation(moved, device))
-            ]
-            for name, fn in impls.items():
-                seconds = time_per_call(fn, sets, device=device)
-                rows.append(Row(name, m, n, dtype_name, seconds, moved))
-            del sets
-    return rows
+            elif pass_name == "backward":
+                moved = 3 * m * n * s + 2 * n * s + 4 * m
+                tensors = lambda: (  # noqa: E731
+                    torch.randn(m, n, device=device, dtype=dtype),
+                    torch.randn(n, device=device, dtype=dtype),
+                    torch.randn(m, n, device=device, dtype=dtype),
+                )
+            else:
+                moved = 4 * m * n * s + n * s
+                tensors = lambda: (  # noqa: E731
+                    torch.randn(m, n, device=device, dtype=dtype),
+                    torch.randn(m, n, device=device, dtype=dtype),
+                    torch.randn(n, device=device, dtype=dtype),
+                )
+            count = _rotation(moved, device)
+            _time_impls(
+                pass_name, impls, lambda: [tensors() for _ in range(count)],
+                m=m, n=n, dtype_name=dtype_name, moved=moved, device=device,
+                prepared=pass_name == "backward", rows=rows, skips=skips,
+            )  # fmt: skip
+    return rows, skips
+
+
+def run_forward(
+    shapes: Sequence[tuple[int, int]],
+    dtypes: Sequence[str],
+    device: torch.device,
+    only: Sequence[str] | None = None,
+) -> list[Row]:
+    """Times every forward implementation at every shape and dtype.
+
+    Implementations that fail are left out; :func:`measure` records why.
+    """
+    return _run_pass("forward", shapes, dtypes, device, only)[0]
+
+
+def run_backward(
+    shapes: Sequence[tuple[int, int]],
+    dtypes: Sequence[str],
+    device: torch.device,
+    only: Sequence[str] | None = None,
+) -> tuple[list[Row], list[Skip]]:
+    """Times every backward implementation (``dx`` and ``dweight``); returns rows and skips."""
+    return _run_pass("backward", shapes, dtypes, device, only)
+
+
+def run_fused(
+    shapes: Sequence[tuple[int, int]],
+    dtypes: Sequence[str],
+    device: torch.device,
+    only: Sequence[str] | None = None,
+) -> tuple[list[Row], list[Skip]]:
+    """Times every residual-add + RMSNorm implementation; returns rows and skips."""
+    return _run_pass("fused", shapes, dtypes, device, only)
+
+
+_PYTHON_CUSTOM_OP: Callable | None = None
+
+
+def python_custom_op() -> Callable:
+    """``opguide_bench::rms_norm``: a Python ``custom_op`` around the same C++ kernel.
+
+    Its body calls ``torch.ops.opguide.rms_norm``, so the difference to calling
+    that operator directly is the cost of the Python operator layer alone.
+    Defined on first use (an operator name can be defined once per process).
+    """
+    global _PYTHON_CUSTOM_OP
+    if _PYTHON_CUSTOM_OP is None:
+
+        @torch.library.custom_op("opguide_bench::rms_norm", mutates_args=())
+        def rms_norm_custom(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+            return torch.ops.opguide.rms_norm.default(x, weight, eps)
+
+        @rms_norm_custom.register_fake
+        def _(x, weight, eps):
+            return x.new_empty(x.shape)
+
+        _PYTHON_CUSTOM_OP = rms_norm_custom
+    return _PYTHON_CUSTOM_OP
+
+
+def run_cpu_overhead(
+    shape: tuple[int, int] = (4, 64), *, rounds: int = 25, calls_per_round: int = 200
+) -> dict:
+    """Time per call of each way to call RMSNorm on a tiny float32 CPU input.
+
+    On a tiny input the kernel's work is negligible, so the time is the cost
+    of the call itself: argument parsing, dispatch, Python layers.
+
+    Returns:
+        ``{"shape", "dtype", "rounds", "calls_per_round", "rows"}``; each row has
+        ``impl``, ``seconds`` and ``vs_torch_rms_norm`` (the ratio of times).
+    """
+    import opguide
+
+    m, n = shape
+    x, w = torch.randn(m, n), torch.randn(n)
+    custom = python_custom_op()
+    fns = {
+        "torch.ops.opguide.rms_norm": lambda: torch.ops.opguide.rms_norm.default(x, w, EPS),
+        "torch.rms_norm": lambda: torch.rms_norm(x, (n,), w, EPS),
+        "F.rms_norm": lambda: torch.nn.functional.rms_norm(x, (n,), w, EPS),
+        "opguide.rms_norm": lambda: opguide.rms_norm(x, w, EPS),
+        "Python custom_op": lambda: custom(x, w, EPS),
+    }
+    seconds = time_interleaved(fns, rounds=rounds, calls_per_round=calls_per_round, warmup=2)
+    base = seconds["torch.rms_norm"]
+    rows = [{"impl": k, "seconds": v, "vs_torch_rms_norm": v / base} for k, v in seconds.items()]
+    return {"shape": [m, n], "dtype": "fp32", "rounds": rounds,
+            "calls_per_round": calls_per_round, "rows": rows}  # fmt: skip
+
+
+def run_cpu_kernel(shape: tuple[int, int] = (4096, 4096), *, rounds: int = 15) -> dict:
+    """The C++ CPU kernel on a large float32 input next to copies of the same size.
+
+    ``copy_`` (into a tensor that exists) is the memory floor: one read and
+    one write of every element. The operator must also allocate its output;
+    ``clone`` is a copy that does too, so the cost of fresh memory (page
+    faults on first touch) shows separately.
+
+    Returns:
+        ``{"shape", "dtype", "threads", "rounds", "copy_bandwidth_GBps", "rows"}``;
+        each row has ``impl``, ``seconds``, ``bytes``, ``GBps`` and ``vs_copy``
+        (the ratio of its time to the time of ``copy_``).
+    """
+    m, n = shape
+    x, w = torch.randn(m, n), torch.randn(n)
+    dst = torch.empty_like(x)
+    fns = {
+        "copy_ (memory floor)": lambda: dst.copy_(x),
+        "clone (copy + new memory)": lambda: x.clone(),
+        "opguide (C++ kernel)": lambda: torch.ops.opguide.rms_norm.default(x, w, EPS),
+        "F.rms_norm": lambda: torch.nn.functional.rms_norm(x, (n,), w, EPS),
+    }
+    seconds = time_interleaved(fns, rounds=rounds, calls_per_round=1, warmup=1)
+    floor = seconds["copy_ (memory floor)"]
+    rows = []
+    for name, t in seconds.items():
+        moved = 2 * m * n * 4 + (0 if name.startswith(("copy", "clone")) else n * 4)
+        rows.append({"impl": name, "seconds": t, "bytes": moved, "GBps": moved / t / 1e9,
+                     "vs_copy": t / floor})  # fmt: skip
+    return {"shape": [m, n], "dtype": "fp32", "threads": torch.get_num_threads(),
+            "rounds": rounds, "copy_bandwidth_GBps": 2 * m * n * 4 / floor / 1e9,
+            "rows": rows}  # fmt: skip
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
 
 
 def environment(device: torch.device) -> dict:
@@ -183,9 +588,9 @@ def environment(device: torch.device) -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
-        "device": torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else platform.processor() or "cpu",
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
+        "cpu": _cpu_name(),
+        "cpu_threads": torch.get_num_threads(),
     }
     try:
         import triton
@@ -196,32 +601,161 @@ def environment(device: torch.device) -> dict:
     return info
 
 
+def _row_dict(row: Row, bandwidth: float) -> dict:
+    return dataclasses.asdict(row) | {"GBps": row.gbps, "of_copy": row.bytes / row.seconds / bandwidth}
+
+
+def measure(
+    device: torch.device,
+    *,
+    passes: Sequence[str],
+    shapes: Sequence[tuple[int, int]] = (),
+    dtypes: Sequence[str] = (),
+    only: Sequence[str] | None = None,
+    copy_bytes: int = 2**30,
+    tiny_shape: tuple[int, int] = (4, 64),
+    cpu_shape: tuple[int, int] = (4096, 4096),
+    cpu_rounds: int = 15,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """Runs the chosen passes and returns the result file's content.
+
+    Args:
+        device: where the ``forward``, ``backward`` and ``fused`` passes run.
+        passes: any of ``"forward"``, ``"backward"``, ``"fused"``, ``"cpu"``.
+        shapes: ``(M, N)`` shapes of the device passes.
+        dtypes: dtype names (``"bf16"``, ``"fp16"``, ``"fp32"``) of the device passes.
+        only: implementation names to run (``None``: all of them).
+        copy_bytes: size of the copy that measures the device's bandwidth.
+        tiny_shape: input of the operator-call overhead measurement (``cpu``).
+        cpu_shape: input of the CPU kernel measurement (``cpu``).
+        cpu_rounds: rounds of the interleaved CPU kernel measurement.
+        progress: called with a line of text as each part starts.
+
+    Returns:
+        A JSON-serialisable dict: the environment (device, versions, date),
+        ``copy_bandwidth_GBps``, a list of rows for each pass (``forward``,
+        ``backward``, ``fused``; each row with ``impl``, ``m``, ``n``,
+        ``dtype``, ``seconds``, ``bytes``, ``GBps``, ``of_copy``),
+        ``skipped`` (implementations that could not run, with the reason),
+        and ``cpu_overhead`` and ``cpu_kernel`` when ``"cpu"`` was asked for.
+    """
+    say = progress or (lambda line: None)
+    unknown = set(passes) - set(PASSES)
+    if unknown:
+        raise ValueError(f"passes must be among {PASSES}, got {sorted(unknown)}")
+    result = {**environment(device), "format": FORMAT, "bytes_model": BYTES_MODEL}
+    result.update({"shapes": [list(s) for s in shapes], "dtypes": list(dtypes)})
+    result.update({"forward": [], "backward": [], "fused": [], "skipped": []})
+    device_passes = [p for p in GPU_PASSES if p in passes]
+    if device_passes:
+        say(f"copy bandwidth on {device}")
+        bandwidth = copy_bandwidth(device, copy_bytes)
+        result["copy_bandwidth_GBps"] = bandwidth / 1e9
+        for pass_name in device_passes:
+            say(f"{pass_name} pass")
+            rows, skips = _run_pass(pass_name, shapes, dtypes, device, only)
+            result[pass_name] = [_row_dict(r, bandwidth) for r in rows]
+            result["skipped"] += [s.asdict() for s in skips]
+    if "cpu" in passes:
+        say("CPU: operator-call overhead")
+        result["cpu_overhead"] = run_cpu_overhead(tiny_shape)
+        say("CPU: kernel vs copy")
+        result["cpu_kernel"] = run_cpu_kernel(cpu_shape, rounds=cpu_rounds)
+        if not device_passes:
+            # A CPU-only file still names a bandwidth: that of the CPU copy.
+            result["copy_bandwidth_GBps"] = result["cpu_kernel"]["copy_bandwidth_GBps"]
+    return result
+
+
+def format_report(result: dict) -> str:
+    """The result as text tables (what ``main`` prints)."""
+    lines = [
+        f"{result['device']}  torch {result['torch']}  CUDA {result['cuda']}  "
+        f"Triton {result['triton']}  {result['date']}"
+    ]
+    if result.get("forward") or result.get("backward") or result.get("fused"):
+        lines.append(f"copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s")
+    for pass_name in GPU_PASSES:
+        if not result.get(pass_name):
+            continue
+        lines.append(f"\n{pass_name}")
+        lines.append(f"{'impl':28} {'shape':>12} {'dtype':>5} {'us':>9} {'GB/s':>7} {'% copy':>7}")
+        for r in result[pass_name]:
+            shape = f"{r['m']}x{r['n']}"
+            lines.append(
+                f"{r['impl']:28} {shape:>12} {r['dtype']:>5} "
+                f"{r['seconds'] * 1e6:9.1f} {r['GBps']:7.0f} {100 * r['of_copy']:6.1f}%"
+            )
+    for s in result.get("skipped", []):
+        lines.append(f"skipped {s['pass']} {s['impl']} {s['m']}x{s['n']} {s['dtype']}: {s['reason']}")
+    if "cpu_overhead" in result:
+        o = result["cpu_overhead"]
+        lines.append(f"\nCPU operator-call overhead, float32 {o['shape'][0]}x{o['shape'][1]}")
+        lines.append(f"{'impl':28} {'us/call':>9} {'vs torch.rms_norm':>18}")
+        for r in o["rows"]:
+            lines.append(f"{r['impl']:28} {r['seconds'] * 1e6:9.2f} {r['vs_torch_rms_norm']:17.2f}x")
+    if "cpu_kernel" in result:
+        k = result["cpu_kernel"]
+        lines.append(
+            f"\nCPU kernel, float32 {k['shape'][0]}x{k['shape'][1]}, {k['threads']} threads"
+        )
+        lines.append(f"{'impl':28} {'ms':>9} {'GB/s':>7} {'vs copy_':>9}")
+        for r in k["rows"]:
+            lines.append(
+                f"{r['impl']:28} {r['seconds'] * 1e3:9.2f} {r['GBps']:7.1f} {r['vs_copy']:8.2f}x"
+            )
+    return "\n".join(lines)
+
+
+def _shape(text: str) -> tuple[int, int]:
+    m, n = (int(v) for v in text.split("x"))
+    return m, n
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--shapes", default="32768x4096,8192x4096,4096x8192,65536x1024")
     parser.add_argument("--dtypes", default="bf16,fp16")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument(
+        "--passes",
+        help=f"comma-separated, among {','.join(PASSES)}; default: all of them on a GPU, "
+        "'cpu' on the CPU",
+    )
+    parser.add_argument(
+        "--cpu-only", action="store_true", help="only the CPU measurements (same as --passes cpu)"
+    )
+    parser.add_argument("--impls", help="comma-separated implementation names to run (default: all)")
+    parser.add_argument("--copy-mib", type=int, default=1024, help="size of the bandwidth copy")
+    parser.add_argument("--tiny-shape", type=_shape, default=(4, 64), help="overhead input, MxN")
+    parser.add_argument("--cpu-shape", type=_shape, default=(4096, 4096), help="CPU kernel input")
+    parser.add_argument("--cpu-rounds", type=int, default=15)
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    bandwidth = copy_bandwidth(device)
-    rows = run_forward(shapes, args.dtypes.split(","), device)
-    result = {
-        **environment(device),
-        "copy_bandwidth_GBps": bandwidth / 1e9,
-        "forward": [dataclasses.asdict(r) | {"GBps": r.gbps} for r in rows],
-    }
+    device = torch.device("cpu" if args.cpu_only else args.device)
+    if args.cpu_only:
+        passes = ["cpu"]
+    elif args.passes:
+        passes = args.passes.split(",")
+    else:
+        passes = list(PASSES) if device.type != "cpu" else ["cpu"]
+    result = measure(
+        device,
+        passes=passes,
+        shapes=[_shape(s) for s in args.shapes.split(",")],
+        dtypes=args.dtypes.split(","),
+        only=args.impls.split(",") if args.impls else None,
+        copy_bytes=args.copy_mib * 2**20,
+        tiny_shape=args.tiny_shape,
+        cpu_shape=args.cpu_shape,
+        cpu_rounds=args.cpu_rounds,
+        progress=lambda line: print(f"-- {line}", file=sys.stderr, flush=True),
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))
-    print(f"{result['device']}  torch {result['torch']}  copy bandwidth {bandwidth / 1e9:.0f} GB/s")
-    print(f"{'impl':20} {'shape':>12} {'dtype':>5} {'us':>9} {'GB/s':>7} {'% copy':>7}")
-    for r in rows:
-        print(
-            f"{r.impl:20} {f'{r.m}x{r.n}':>12} {r.dtype:>5} {r.seconds * 1e6:9.1f} "
-            f"{r.gbps:7.0f} {100 * r.gbps * 1e9 / bandwidth:6.1f}%"
-        )
+    print(format_report(result))
     return 0
 
 
