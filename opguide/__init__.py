@@ -12,7 +12,7 @@ from . import _library
 _library.load()
 
 from .ops import rms_norm  # noqa: E402  (needs the schemas loaded above)
-from .reference import rms_norm_reference  # noqa: E402
+from .reference import rms_norm_backward_reference, rms_norm_reference  # noqa: E402
 
-__all__ = ["rms_norm", "rms_norm_reference"]
+__all__ = ["rms_norm", "rms_norm_reference", "rms_norm_backward_reference"]
 __version__ = "0.1.0"
