@@ -259,8 +259,10 @@ torch._dynamo.reset()
 compiled = torch.compile(with_op, fullgraph=True)
 torch.testing.assert_close(compiled(x, w), with_op(x, w))
 explanation = torch._dynamo.explain(with_op)(x, w)
-print(f"with a fake kernel: graphs: {explanation.graph_count}, "
-      f"graph breaks: {explanation.graph_break_count}")
+print(
+    f"with a fake kernel: graphs: {explanation.graph_count}, "
+    f"graph breaks: {explanation.graph_break_count}"
+)
 
 # %%
 # The other three operators of the example needed no fake kernel: their

@@ -73,8 +73,6 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-import torch
-
 ROOT = Path.cwd().parent  # scripts run from examples_src/
 
 
@@ -131,8 +129,8 @@ print(out.replace(str(ROOT), "<repo>").replace(sys.prefix, "<venv>"))
 workdir = Path(tempfile.mkdtemp(prefix="opguide-step6-"))
 start = time.perf_counter()
 status, log = run(
-    [sys.executable, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
-     "-w", str(workdir / "dist"), str(ROOT)],
+    [sys.executable, "-m", *"pip wheel -v --no-build-isolation --no-deps -w".split()]
+    + [str(workdir / "dist"), str(ROOT)],
     env={"MAX_JOBS": "2"},
 )
 elapsed = time.perf_counter() - start
@@ -210,9 +208,7 @@ print("imported", opguide.__file__)
 print("library ", opguide._library.library_path())
 print("forward and backward match the reference")
 """
-status, out = run(
-    [sys.executable, "-c", CHECK], env={"PYTHONPATH": str(target)}, cwd=workdir
-)
+status, out = run([sys.executable, "-c", CHECK], env={"PYTHONPATH": str(target)}, cwd=workdir)
 print(out.replace(str(workdir), "<tmp>"))
 assert status == 0, out
 assert f"imported {target}" in out, "the fresh process did not import the wheel's copy"

@@ -98,19 +98,11 @@ import time
 from pathlib import Path
 
 ROOT = Path.cwd().parent  # scripts run from examples_src/
+TEST_MODULES = ["tests/test_rms_norm.py", "tests/test_rms_norm_properties.py"]
 
 start = time.perf_counter()
 proc = subprocess.run(
-    [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "tests/test_rms_norm.py",
-        "tests/test_rms_norm_properties.py",
-    ],
+    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TEST_MODULES],
     cwd=ROOT,
     capture_output=True,
     text=True,
@@ -126,9 +118,11 @@ if proc.returncode != 0:
 # %%
 # How many of each kind ran:
 collected = subprocess.run(
-    [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
-     "tests/test_rms_norm.py", "tests/test_rms_norm_properties.py"],
-    cwd=ROOT, capture_output=True, text=True,
+    [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"]
+    + TEST_MODULES,
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
 ).stdout.splitlines()
 counts: dict[str, int] = {}
 for item in collected:

@@ -43,7 +43,9 @@ def _installed_library() -> str | None:
     # that this module also runs as a plain script (python opguide/buildinfo.py)
     # when the package is not built and `import opguide` would fail.
     here = os.path.dirname(os.path.abspath(__file__))
-    found = sorted(glob.glob(os.path.join(here, "_C.*.so")) + glob.glob(os.path.join(here, "_C.*.pyd")))
+    found = sorted(
+        glob.glob(os.path.join(here, "_C.*.so")) + glob.glob(os.path.join(here, "_C.*.pyd"))
+    )
     return found[0] if found else None
 
 

@@ -62,5 +62,5 @@ def test_buildinfo_runs_as_a_module_and_as_a_script():
         out = subprocess.run(
             [sys.executable, *args], capture_output=True, text=True, check=True, env=env
         ).stdout
-        assert out.startswith(f"torch ") and torch.__version__ in out
+        assert out.startswith("torch ") and torch.__version__ in out
         assert "include_dirs" in out and "MAX_JOBS=2" in out
