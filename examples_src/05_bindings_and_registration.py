@@ -28,8 +28,7 @@ two tensors, and ``rms_norm_backward`` takes four.
 
 .. literalinclude:: /../csrc/opguide.cpp
    :language: cpp
-   :start-after: OPGUIDE_LIBRARY(m) {
-   :end-before: // [schema-rms-norm-training-end]
+   :start-after: #include "registration.h"
 
 A schema string is ``name(arguments) -> returns``. The types are few:
 ``Tensor``, ``int`` (C++ ``int64_t``), ``float`` (C++ ``double``), ``bool``,

@@ -221,8 +221,11 @@ assert f"imported {target}" in out, "the fresh process did not import the wheel'
 # the environment at the source tree, so Python edits need no reinstall
 # (C++ edits need the same command again). The test and docs sessions of
 # ``noxfile.py`` install opguide this way; pip records it:
-dist = metadata.distribution("opguide")
-print("direct_url.json:", dist.read_text("direct_url.json").replace(str(ROOT), "<repo>"))
+# (The wheel build above also left an opguide.egg-info in the source tree;
+# the installed distribution is the one with pip's direct_url.json.)
+records = [d.read_text("direct_url.json") for d in metadata.distributions(name="opguide")]
+direct_url = next((r for r in records if r), None)
+print("direct_url.json:", str(direct_url).replace(str(ROOT), "<repo>"))
 print("this process imports opguide from:", end=" ")
 import opguide  # noqa: E402
 

@@ -22,24 +22,23 @@ In this step you will learn:
 
 The formula
 -----------
-For one row :math:`x \in \mathbb{R}^N` with weight :math:`w`, let
-:math:`r = (\frac{1}{N}\sum_k x_k^2 + \epsilon)^{-1/2}` (the inverse RMS), so
-:math:`y_j = x_j\, r\, w_j`. Given :math:`g = \partial L / \partial y`,
-differentiating through :math:`r` (with
-:math:`\partial r / \partial x_j = -r^3 x_j / N`) gives
+Take one row ``x`` of length ``N`` with weight ``w``, the incoming gradient
+``g = dL/dy``, and the row's inverse RMS ``r``::
 
-.. math::
+    r         = 1 / sqrt(sum_k(x_k**2) / N + eps)
+    y_j       = x_j * r * w_j
 
-   \frac{\partial L}{\partial w_j} = \sum_{\text{rows}} g_j\, x_j\, r,
-   \qquad
-   \frac{\partial L}{\partial x_j} = r\, g_j\, w_j
-     - \frac{r^3}{N}\, x_j \sum_k g_k\, w_k\, x_k .
+    dL/dw_j   = sum over rows of  g_j * x_j * r
+    dL/dx_j   = r * g_j * w_j  -  x_j * r**3 / N * sum_k(g_k * w_k * x_k)
 
-Backward needs :math:`x`, :math:`w`, :math:`g`, and one number per row,
-:math:`r`. It does not need :math:`y`. The forward kernel computes :math:`r`
-anyway, so the cheapest design is to have the forward return it: one
-float per row, instead of recomputing it (another pass over ``x``) or
-saving ``y`` (as large as ``x``).
+The second term of ``dL/dx`` comes from ``r`` depending on every ``x_k``
+(``dr/dx_j = -r**3 * x_j / N``).
+
+Backward needs ``x``, ``w``, ``g``, and one number per row, ``r``. It does
+not need ``y``. The forward kernel computes ``r`` anyway, so the cheapest
+design is to have the forward return it: one float per row, instead of
+recomputing it (another pass over ``x``) or saving ``y`` (as large as
+``x``).
 
 The schemas
 -----------
