@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <tuple>
 
 namespace opguide {
 
@@ -25,5 +26,29 @@ std::string shape_str(at::IntArrayRef sizes);
 std::string number_str(double v);
 
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// [backward-contract]
+// rms_norm_fwd and rms_norm_backward (the training pair, step 8) share this
+// contract on every backend:
+//   inv_rms: 1 / sqrt(mean(x**2, -1) + eps), shape x.shape[:-1], dtype
+//            float32 for float32/float16/bfloat16 x and float64 for float64 x;
+//   grad_x:  shape and dtype of x, contiguous;
+//   grad_weight: shape (N,), dtype of weight (= dtype of x), accumulated in
+//            the inv_rms dtype and rounded once.
+inline at::ScalarType rms_norm_acc_type(at::ScalarType t) {
+  return t == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// Defined in rms_norm_checks.cpp, next to check_rms_norm_args.
+void check_rms_norm_backward_args(const at::Tensor& grad_y, const at::Tensor& x,
+                                  const at::Tensor& weight, const at::Tensor& inv_rms);
+// [backward-contract-end]
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
+                                                    const at::Tensor& weight, double eps);
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_y,
+                                                         const at::Tensor& x,
+                                                         const at::Tensor& weight,
+                                                         const at::Tensor& inv_rms);
 
 }  // namespace opguide

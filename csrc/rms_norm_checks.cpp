@@ -65,4 +65,23 @@ void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight,
   TORCH_CHECK_VALUE(eps >= 0.0, "rms_norm: eps must be non-negative, got ", number_str(eps));
 }
 
+void check_rms_norm_backward_args(const at::Tensor& grad_y, const at::Tensor& x,
+                                  const at::Tensor& weight, const at::Tensor& inv_rms) {
+  check_rms_norm_args(x, weight, 0.0);
+  TORCH_CHECK_VALUE(grad_y.sizes() == x.sizes(), "rms_norm_backward: grad_y must have the shape "
+                    "of x ", shape_str(x.sizes()), ", got ", shape_str(grad_y.sizes()));
+  TORCH_CHECK_TYPE(grad_y.scalar_type() == x.scalar_type(),
+                   "rms_norm_backward: grad_y must have the dtype of x (",
+                   dtype_name(x.scalar_type()), "), got ", dtype_name(grad_y.scalar_type()));
+  const at::ScalarType acc = rms_norm_acc_type(x.scalar_type());
+  TORCH_CHECK_TYPE(inv_rms.scalar_type() == acc, "rms_norm_backward: inv_rms must have dtype ",
+                   dtype_name(acc), ", got ", dtype_name(inv_rms.scalar_type()));
+  TORCH_CHECK_VALUE(inv_rms.sizes() == x.sizes().slice(0, x.dim() - 1),
+                    "rms_norm_backward: inv_rms must have shape ",
+                    shape_str(x.sizes().slice(0, x.dim() - 1)), " (x.shape[:-1]), got ",
+                    shape_str(inv_rms.sizes()));
+  TORCH_CHECK(grad_y.device() == x.device() && inv_rms.device() == x.device(),
+              "rms_norm_backward: grad_y and inv_rms must be on the device of x (", x.device().str(),
+              "), got ", grad_y.device().str(), " and ", inv_rms.device().str());
+}
 }  // namespace opguide

@@ -6,6 +6,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cstdint>
+#include <limits>
+#include <tuple>
+
 #include "registration.h"
 #include "rms_norm.cuh"
 #include "rms_norm.h"
@@ -35,15 +39,12 @@ int current_warp_size() {
 }  // namespace
 
 // [cuda-host]
-at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  check_rms_norm_args(x, weight, eps);
-  TORCH_CHECK(x.is_cuda(), "rms_norm_cuda: x must be a CUDA tensor, got ", x.device().str());
-  // Run on x's GPU (and allocate there) whatever the current device is.
-  const c10::cuda::CUDAGuard device_guard(x.device());
-
-  const int64_t cols = x.size(-1);
+// Writes y (and inv_rms when it is defined) for x and weight on x's GPU.
+void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor& y,
+                        const at::Tensor& inv_rms) {
   // Rows may be strided (a slice x[:, :n] of a wider matrix): the kernel takes
   // a row stride. Anything else that is not dense is copied once.
+  const int64_t cols = x.size(-1);
   at::Tensor xk = x;
   int64_t row_stride = cols;
   if (x.dim() == 2 && x.stride(1) == 1 && x.size(0) > 1) {
@@ -52,9 +53,8 @@ at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double e
     xk = x.contiguous();
   }
   const at::Tensor wk = weight.contiguous();
-  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-  if (rows == 0) return y;
+  if (rows == 0) return;
 
   // The kernel is queued on the stream PyTorch is using on this thread (it
   // may be a side stream, or a stream being captured into a CUDA graph).
@@ -62,20 +62,114 @@ at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double e
   const int warp_size = current_warp_size();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_cuda", [&] {
     using T = typename CudaType<scalar_t>::type;
+    using Acc = typename cuda::AccType<T>::type;
+    Acc* inv_rms_ptr = inv_rms.defined() ? inv_rms.mutable_data_ptr<Acc>() : nullptr;
     const cudaError_t err = cuda::launch_rms_norm_forward<T>(
         reinterpret_cast<const T*>(xk.const_data_ptr<scalar_t>()),
         reinterpret_cast<const T*>(wk.const_data_ptr<scalar_t>()),
-        reinterpret_cast<T*>(y.mutable_data_ptr<scalar_t>()), rows, cols, row_stride,
-        static_cast<float>(eps), warp_size, stream);
+        reinterpret_cast<T*>(y.mutable_data_ptr<scalar_t>()), inv_rms_ptr, rows, cols,
+        row_stride, static_cast<float>(eps), warp_size, stream);
     C10_CUDA_CHECK(err);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_rms_norm_args(x, weight, eps);
+  TORCH_CHECK(x.is_cuda(), "rms_norm_cuda: x must be a CUDA tensor, got ", x.device().str());
+  // Run on x's GPU (and allocate there) whatever the current device is.
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  rms_norm_cuda_into(x, weight, eps, y, at::Tensor());
   return y;
 }
 // [cuda-host-end]
 
+// [cuda-training]
+std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cuda(const at::Tensor& x,
+                                                     const at::Tensor& weight, double eps) {
+  check_rms_norm_args(x, weight, eps);
+  TORCH_CHECK(x.is_cuda(), "rms_norm_fwd_cuda: x must be a CUDA tensor, got ", x.device().str());
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor inv_rms = at::empty(x.sizes().slice(0, x.dim() - 1),
+                                 x.options().dtype(rms_norm_acc_type(x.scalar_type())));
+  if (x.size(-1) == 0) {
+    inv_rms.fill_(std::numeric_limits<double>::quiet_NaN());  // mean of nothing, as on the CPU
+    return {y, inv_rms};
+  }
+  rms_norm_cuda_into(x, weight, eps, y, inv_rms);
+  return {y, inv_rms};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad_y,
+                                                          const at::Tensor& x,
+                                                          const at::Tensor& weight,
+                                                          const at::Tensor& inv_rms) {
+  check_rms_norm_backward_args(grad_y, x, weight, inv_rms);
+  TORCH_CHECK(x.is_cuda(), "rms_norm_backward_cuda: x must be a CUDA tensor, got ",
+              x.device().str());
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const at::Tensor g = grad_y.contiguous();
+  const at::Tensor xc = x.contiguous();
+  const at::Tensor wc = weight.contiguous();
+  const at::Tensor rc = inv_rms.contiguous();
+  const int64_t cols = x.size(-1);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  const auto aligned = [](const at::Tensor& t) {
+    return reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16 == 0;
+  };
+  if (cols == 0 || !cuda::rms_norm_backward_supported(cols, x.element_size()) ||
+      !aligned(g) || !aligned(xc) || !aligned(wc)) {
+    // Rows the kernel does not take (too long, or not whole 16-byte vectors):
+    // the same formula with ATen operations, in the accumulation type.
+    const auto acc = rms_norm_acc_type(x.scalar_type());
+    const at::Tensor gf = g.to(acc), xf = xc.to(acc), wf = wc.to(acc);
+    const at::Tensor r = rc.unsqueeze(-1);
+    const at::Tensor dot = (gf * wf * xf).sum(-1, /*keepdim=*/true);
+    const at::Tensor grad_x = (r * gf * wf - xf * (r * r * r) * dot / static_cast<double>(cols));
+    const at::Tensor grad_w = (gf * xf * r).reshape({-1, cols}).sum(0);
+    return {grad_x.to(x.scalar_type()).contiguous(), grad_w.to(weight.scalar_type())};
+  }
+  at::Tensor grad_x = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor grad_w = at::empty({cols}, weight.options());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const int warp_size = current_warp_size();
+  int sm_count = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount,
+                                        c10::cuda::current_device()));
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_backward_cuda", [&] {
+        using T = typename CudaType<scalar_t>::type;
+        using Acc = typename cuda::AccType<T>::type;
+        dim3 block;
+        const int64_t blocks =
+            cuda::rms_norm_backward_blocks<T>(rows, cols, warp_size, sm_count, &block);
+        // One partial grad_w row per block, summed by the second kernel.
+        at::Tensor partial =
+            at::empty({blocks, cols}, x.options().dtype(rms_norm_acc_type(x.scalar_type())));
+        const cudaError_t err = cuda::launch_rms_norm_backward<T>(
+            reinterpret_cast<const T*>(g.const_data_ptr<scalar_t>()),
+            reinterpret_cast<const T*>(xc.const_data_ptr<scalar_t>()),
+            reinterpret_cast<const T*>(wc.const_data_ptr<scalar_t>()),
+            rc.const_data_ptr<Acc>(),
+            reinterpret_cast<T*>(grad_x.mutable_data_ptr<scalar_t>()),
+            partial.mutable_data_ptr<Acc>(),
+            reinterpret_cast<T*>(grad_w.mutable_data_ptr<scalar_t>()), rows, cols, blocks, block,
+            stream);
+        C10_CUDA_CHECK(err);
+      });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {grad_x, grad_w};
+}
+// [cuda-training-end]
+
 }  // namespace opguide
 
 // [cuda-register]
-OPGUIDE_LIBRARY_IMPL(CUDA, m) { m.impl("rms_norm", &opguide::rms_norm_cuda); }
+OPGUIDE_LIBRARY_IMPL(CUDA, m) {
+  m.impl("rms_norm", &opguide::rms_norm_cuda);
+  m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_cuda);
+  m.impl("rms_norm_backward", &opguide::rms_norm_backward_cuda);
+}
 // [cuda-register-end]

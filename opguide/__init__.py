@@ -12,9 +12,9 @@ from . import _library
 _library.load()
 
 from .ops import rms_norm  # noqa: E402  (needs the schemas loaded above)
-from .reference import rms_norm_reference  # noqa: E402
+from .reference import rms_norm_backward_reference, rms_norm_reference  # noqa: E402
 
-__all__ = ["rms_norm", "rms_norm_reference"]
+__all__ = ["rms_norm", "rms_norm_reference", "rms_norm_backward_reference"]
 
 from .backends import TRITON_INSTALLED  # noqa: E402
 from .fused_add_rms_norm import fused_add_rms_norm_  # noqa: E402

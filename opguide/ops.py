@@ -68,7 +68,10 @@ def rms_norm(
             bfloat16 only); see :mod:`opguide.backends`.
 
     Returns:
-        A new contiguous tensor with the shape and dtype of ``x``.
+        A new contiguous tensor with the shape and dtype of ``x``. It is
+        differentiable (first order) with respect to ``x`` and ``weight``:
+        when either requires grad, the forward runs ``opguide::rms_norm_fwd``,
+        which also keeps the per-row inverse RMS for ``opguide::rms_norm_backward``.
 
     Raises:
         TypeError: ``x`` is not floating point, or ``weight`` has another dtype.
@@ -87,6 +90,9 @@ def rms_norm(
     _check_rms_norm_args(x, weight, eps)
     if resolve_backend("rms_norm", "rms_norm", backend, x) == "triton":
         return torch.ops.opguide.rms_norm_triton.default(x, weight, float(eps))
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        # Training: the op that also returns inv_rms, which backward reuses.
+        return torch.ops.opguide.rms_norm_fwd.default(x, weight, float(eps))[0]
     return torch.ops.opguide.rms_norm.default(x, weight, float(eps))
 
 
@@ -100,3 +106,76 @@ def _rms_norm_fake(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.T
 
 
 # [fake-rms-norm-end]
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    # The dtype the kernels accumulate in, and the dtype of inv_rms.
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+# [fake-rms-norm-training]
+@torch.library.register_fake("opguide::rms_norm_fwd")
+def _rms_norm_fwd_fake(x: torch.Tensor, weight: torch.Tensor, eps: float):
+    _check_rms_norm_args(x, weight, eps)
+    # y like x; inv_rms: one accumulation-type value per row, shape x.shape[:-1].
+    return x.new_empty(x.shape), x.new_empty(x.shape[:-1], dtype=_acc_dtype(x.dtype))
+
+
+@torch.library.register_fake("opguide::rms_norm_backward")
+def _rms_norm_backward_fake(grad_y, x, weight, inv_rms):
+    torch._check(grad_y.shape == x.shape, lambda: "rms_norm_backward: grad_y must match x")
+    # grad_x like x, grad_weight like weight; both new and contiguous.
+    return x.new_empty(x.shape), weight.new_empty(weight.shape)
+
+
+# [fake-rms-norm-training-end]
+
+
+# [autograd-rms-norm]
+def _rms_norm_fwd_setup_context(ctx, inputs, output):
+    x, weight, _eps = inputs
+    _y, inv_rms = output
+    # What backward needs: the inputs (saved by reference, not copied) and one
+    # float per row. The output y is not saved.
+    ctx.save_for_backward(x, weight, inv_rms)
+    ctx.mark_non_differentiable(inv_rms)
+
+
+def _rms_norm_fwd_backward(ctx, grad_y, _grad_inv_rms):
+    x, weight, inv_rms = ctx.saved_tensors
+    grad_x, grad_weight = torch.ops.opguide.rms_norm_backward.default(grad_y, x, weight, inv_rms)
+    # One gradient per input of the schema (x, weight, eps); None where not needed.
+    return (
+        grad_x if ctx.needs_input_grad[0] else None,
+        grad_weight if ctx.needs_input_grad[1] else None,
+        None,
+    )
+
+
+torch.library.register_autograd(
+    "opguide::rms_norm_fwd", _rms_norm_fwd_backward, setup_context=_rms_norm_fwd_setup_context
+)
+# [autograd-rms-norm-end]
+
+
+# [autograd-rms-norm-inference-op]
+# The inference op opguide::rms_norm does not return inv_rms, so when it is
+# called directly with inputs that require grad, backward recomputes the
+# statistic (one more pass over x) instead of saving it.
+def _rms_norm_setup_context(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+
+
+def _rms_norm_backward(ctx, grad_y):
+    x, weight = ctx.saved_tensors
+    _, inv_rms = torch.ops.opguide.rms_norm_fwd.default(x, weight, ctx.eps)
+    grad_x, grad_weight = torch.ops.opguide.rms_norm_backward.default(grad_y, x, weight, inv_rms)
+    return grad_x, grad_weight, None
+
+
+torch.library.register_autograd(
+    "opguide::rms_norm", _rms_norm_backward, setup_context=_rms_norm_setup_context
+)
+# [autograd-rms-norm-inference-op-end]

@@ -1,4 +1,4 @@
-"""Tests of ``opguide.rms_norm`` on the CPU: reference match, opcheck, compile, errors."""
+"""Tests of ``opguide.rms_norm`` on the CPU: reference match, opcheck, compile, errors, autograd."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import opguide
-from opguide import rms_norm_reference
+from opguide import rms_norm_backward_reference, rms_norm_reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Tolerances are those of one rounding to the output dtype on top of float32
@@ -155,3 +155,161 @@ def test_negative_eps():
 def test_not_a_tensor():
     with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got list"):
         opguide.rms_norm([1.0, 2.0], torch.ones(2))
+
+
+# ---------------------------------------------------------------------------
+# Autograd: rms_norm_fwd + rms_norm_backward (step 8)
+
+
+def assert_grads_close(actual, expected, dtype):
+    # A gradient is a sum over many rows or columns, so its error grows with
+    # its magnitude: scale the absolute tolerance by the largest value.
+    tol = TOLERANCES[dtype]
+    scale = max(1.0, expected.abs().max().item())
+    torch.testing.assert_close(actual, expected, atol=tol["atol"] * scale, rtol=tol["rtol"])
+
+
+GRAD_SHAPES = [(1, 1), (3, 7), (5, 17), (4, 3, 33), (64, 1000)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.float64], ids=str)
+@pytest.mark.parametrize("shape", GRAD_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_backward_matches_reference(shape, dtype):
+    x, w = make_inputs(shape, dtype)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    y = opguide.rms_norm(x, w, eps=1e-5)
+    grad_y = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    y.backward(grad_y)
+    grad_x, grad_w = rms_norm_backward_reference(grad_y, x, w, 1e-5)
+    assert x.grad.dtype == dtype and w.grad.dtype == dtype
+    assert_grads_close(x.grad, grad_x, dtype)
+    assert_grads_close(w.grad, grad_w, dtype)
+
+
+def test_forward_saves_inv_rms():
+    x, w = make_inputs((4, 3, 10), torch.bfloat16)
+    y, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
+    assert inv_rms.shape == (4, 3) and inv_rms.dtype == torch.float32
+    expected = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
+    torch.testing.assert_close(inv_rms, expected)
+    torch.testing.assert_close(y, rms_norm_reference(x, w), **TOLERANCES[torch.bfloat16])
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        pytest.param(lambda x, w: opguide.rms_norm(x, w, 1e-3), id="opguide.rms_norm"),
+        # The inference op recomputes inv_rms in its backward.
+        pytest.param(lambda x, w: torch.ops.opguide.rms_norm(x, w, 1e-3), id="ops.rms_norm"),
+    ],
+)
+def test_gradcheck(entry):
+    x, w = make_inputs((4, 3, 9), torch.float64)
+    x_t = make_inputs((9, 5), torch.float64, seed=2)[0].t()  # non-contiguous
+    for a in (x, x_t):
+        a = a.detach().requires_grad_(True)
+        wg = w[: a.shape[-1]].detach().requires_grad_(True)
+        assert torch.autograd.gradcheck(entry, (a, wg))
+
+
+def test_backward_is_deterministic():
+    x, w = make_inputs((3000, 96), torch.float32)
+    grad_y = torch.randn_like(x)
+    _, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
+    first = torch.ops.opguide.rms_norm_backward(grad_y, x, w, inv_rms)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # another split of the rows over threads
+        second = torch.ops.opguide.rms_norm_backward(grad_y, x, w, inv_rms)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_opcheck_training_ops(dtype):
+    x, w = make_inputs((5, 33), dtype)
+    # requires_grad inputs make opcheck also test the autograd registration.
+    sample = (x.requires_grad_(True), w.requires_grad_(True), 1e-6)
+    torch.library.opcheck(torch.ops.opguide.rms_norm_fwd.default, sample)
+    torch.library.opcheck(torch.ops.opguide.rms_norm.default, sample)
+    _, inv_rms = torch.ops.opguide.rms_norm_fwd(x.detach(), w.detach(), 1e-6)
+    grad_y = torch.randn(5, 33).to(dtype)
+    torch.library.opcheck(
+        torch.ops.opguide.rms_norm_backward.default, (grad_y, x.detach(), w.detach(), inv_rms)
+    )
+
+
+def test_compile_dynamic_forward_backward_no_recompiles():
+    # fullgraph: no graph break in forward or backward; dynamic=True plus
+    # error_on_recompile: one graph serves every shape below.
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+
+    def loss_fn(x, w):
+        return (opguide.rms_norm(x, w) * 2.0).sum()
+
+    compiled = torch.compile(loss_fn, fullgraph=True, dynamic=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for shape in [(8, 64), (5, 33), (17, 128)]:
+            x, w = make_inputs(shape, torch.float32)
+            x.requires_grad_(True)
+            w.requires_grad_(True)
+            compiled(x, w).backward()
+            grad_x, grad_w = rms_norm_backward_reference(torch.full(shape, 2.0), x, w)
+            assert_grads_close(x.grad, grad_x, torch.float32)
+            assert_grads_close(w.grad, grad_w, torch.float32)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (4, 0), (0,)], ids=str)
+def test_empty_backward(shape):
+    x, w = make_inputs(shape, torch.float32)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    opguide.rms_norm(x, w).sum().backward()
+    assert x.grad.shape == x.shape
+    assert torch.equal(w.grad, torch.zeros_like(w))
+
+
+def _backward_args(**override):
+    x, w = make_inputs((2, 4), torch.float32)
+    args = dict(grad_y=torch.ones(2, 4), x=x, weight=w, inv_rms=torch.ones(2))
+    args.update(override)
+    return args
+
+
+BAD_BACKWARD_INPUTS = [
+    (
+        "grad_y shape",
+        _backward_args(grad_y=torch.ones(2, 5)),
+        ValueError,
+        r"grad_y must have the shape of x \(2, 4\), got \(2, 5\)",
+    ),
+    (
+        "grad_y dtype",
+        _backward_args(grad_y=torch.ones(2, 4, dtype=torch.float64)),
+        TypeError,
+        r"grad_y must have the dtype of x \(torch\.float32\), got torch\.float64",
+    ),
+    (
+        "inv_rms dtype",
+        _backward_args(inv_rms=torch.ones(2, dtype=torch.float16)),
+        TypeError,
+        r"inv_rms must have dtype torch\.float32, got torch\.float16",
+    ),
+    (
+        "inv_rms shape",
+        _backward_args(inv_rms=torch.ones(2, 1)),
+        ValueError,
+        r"inv_rms must have shape \(2,\) \(x\.shape\[:-1\]\), got \(2, 1\)",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", BAD_BACKWARD_INPUTS, ids=[c[0] for c in BAD_BACKWARD_INPUTS])
+def test_bad_input_backward(case):
+    _, args, exc, message = case
+    with pytest.raises(exc, match=message):
+        torch.ops.opguide.rms_norm_backward(**args)

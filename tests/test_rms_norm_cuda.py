@@ -188,3 +188,82 @@ def test_second_gpu_while_current_is_first():
     y = opguide.rms_norm(x, w)
     assert y.device == x.device
     torch.testing.assert_close(y, rms_norm_reference(x, w))
+
+
+# --- training: rms_norm_fwd and rms_norm_backward on CUDA -------------------
+
+BACKWARD_TOLERANCES = {
+    torch.float32: dict(atol=1e-4, rtol=1e-4),
+    torch.float16: dict(atol=1e-2, rtol=1e-2),
+    torch.bfloat16: dict(atol=6e-2, rtol=6e-2),
+}
+
+
+def _grads(fn, x, w, grad_y):
+    x = x.detach().requires_grad_()
+    w = w.detach().requires_grad_()
+    fn(x, w).backward(grad_y)
+    return x.grad, w.grad
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+# (rows, N): the kernel's range, odd rows, a 3-d input, and rows the kernel
+# leaves to the ATen fallback (odd N, N past its register budget).
+@pytest.mark.parametrize(
+    "shape", [(1, 8), (257, 1024), (64, 4096), (3, 5, 8192), (33, 4097), (4, 16384)], ids=str
+)
+def test_backward_matches_reference(shape, dtype):
+    x, w = make_inputs(shape, dtype)
+    grad_y = torch.randn_like(x)
+    gx, gw = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
+    rx, rw = _grads(lambda a, b: rms_norm_reference(a.float(), b.float()).to(dtype), x, w, grad_y)
+    # grad_weight sums over rows: scale its tolerance with the number of rows.
+    rows = x.numel() // x.shape[-1]
+    tol = BACKWARD_TOLERANCES[dtype]
+    torch.testing.assert_close(gx, rx, **tol)
+    torch.testing.assert_close(
+        gw.float(), rw.float(), atol=tol["atol"] * rows**0.5, rtol=tol["rtol"]
+    )
+
+
+def test_backward_is_deterministic():
+    x, w = make_inputs((4096, 4096), torch.bfloat16)
+    grad_y = torch.randn_like(x)
+    first = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
+    second = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+
+
+def test_inv_rms_matches_cpu():
+    x, w = make_inputs((37, 1024), torch.float16)
+    _, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
+    _, inv_rms_cpu = torch.ops.opguide.rms_norm_fwd(x.cpu(), w.cpu(), 1e-6)
+    assert inv_rms.dtype == torch.float32 and inv_rms.shape == (37,)
+    torch.testing.assert_close(inv_rms.cpu(), inv_rms_cpu)
+
+
+def test_gradcheck_float64():
+    x, w = make_inputs((6, 32), torch.float64)
+    x.requires_grad_()
+    w.requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: opguide.rms_norm(a, b, 1e-5), (x, w))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_opcheck_training_ops(dtype):
+    x, w = make_inputs((5, 264), dtype)
+    torch.library.opcheck(torch.ops.opguide.rms_norm_fwd.default, (x, w, 1e-6))
+    _, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
+    grad_y = torch.randn_like(x)
+    torch.library.opcheck(torch.ops.opguide.rms_norm_backward.default, (grad_y, x, w, inv_rms))
+
+
+def test_compile_forward_and_backward():
+    torch._dynamo.reset()
+    x, w = make_inputs((64, 2048), torch.bfloat16)
+    fn = torch.compile(lambda a, b: opguide.rms_norm(a, b) * 2, fullgraph=True)
+    grad_y = torch.randn_like(x)
+    gx, gw = _grads(fn, x, w, grad_y)
+    rx, rw = _grads(lambda a, b: opguide.rms_norm(a, b) * 2, x, w, grad_y)
+    torch.testing.assert_close(gx, rx)
+    torch.testing.assert_close(gw, rw)

@@ -4,9 +4,14 @@
 // csrc/*.cu only); opguide.compile_checks compiles it.
 #include "../rms_norm.cuh"
 
-#define OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(T)                                               \
-  template cudaError_t opguide::cuda::launch_rms_norm_forward<T>(                             \
-      const T*, const T*, T*, int64_t, int64_t, int64_t, float, int, cudaStream_t);
+#define OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(T)                                             \
+  template cudaError_t opguide::cuda::launch_rms_norm_forward<T>(                           \
+      const T*, const T*, T*, opguide::cuda::AccType<T>::type*, int64_t, int64_t, int64_t,  \
+      float, int, cudaStream_t);                                                            \
+  template cudaError_t opguide::cuda::launch_rms_norm_backward<T>(                          \
+      const T*, const T*, const T*, const opguide::cuda::AccType<T>::type*, T*,             \
+      opguide::cuda::AccType<T>::type*, T*, int64_t, int64_t, int64_t, dim3, cudaStream_t); \
+  template int64_t opguide::cuda::rms_norm_backward_blocks<T>(int64_t, int64_t, int, int, dim3*);
 
 OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(float)
 OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(double)

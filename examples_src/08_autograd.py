@@ -1,0 +1,359 @@
+r"""
+Step 8: Autograd
+================
+
+So far ``opguide.rms_norm`` could only run forward. This step gives it a
+backward: a C++ CPU kernel registered as an operator of its own,
+``opguide::rms_norm_backward``, connected to the forward with
+:func:`torch.library.register_autograd`.
+
+In this step you will learn:
+
+* how to derive the backward of RMSNorm, and what it needs from the forward;
+* how to change the forward so that it returns that (``rms_norm_fwd``), and
+  save only it, not a copy of the output;
+* how to write the backward kernel: one pass per row, float32 accumulation,
+  and a ``grad_weight`` reduction that gives the same bits on any number of
+  threads;
+* how to register the formula with ``register_autograd`` and a
+  ``setup_context``, and check it with ``gradcheck``;
+* how ``torch.compile`` traces forward and backward into one graph each;
+* when ``torch.autograd.Function`` is the better tool.
+
+The formula
+-----------
+Take one row ``x`` of length ``N`` with weight ``w``, the incoming gradient
+``g = dL/dy``, and the row's inverse RMS ``r``::
+
+    r         = 1 / sqrt(sum_k(x_k**2) / N + eps)
+    y_j       = x_j * r * w_j
+
+    dL/dw_j   = sum over rows of  g_j * x_j * r
+    dL/dx_j   = r * g_j * w_j  -  x_j * r**3 / N * sum_k(g_k * w_k * x_k)
+
+The second term of ``dL/dx`` comes from ``r`` depending on every ``x_k``
+(``dr/dx_j = -r**3 * x_j / N``).
+
+Backward needs ``x``, ``w``, ``g``, and one number per row, ``r``. It does
+not need ``y``. The forward kernel computes ``r`` anyway, so the cheapest
+design is to have the forward return it: one float per row, instead of
+recomputing it (another pass over ``x``) or saving ``y`` (as large as
+``x``).
+
+The schemas
+-----------
+``opguide::rms_norm`` keeps its schema: inference code and earlier steps use
+it. A training pair sits beside it:
+
+.. literalinclude:: /../csrc/opguide.cpp
+   :language: cpp
+   :start-after: // [schema-rms-norm-training]
+   :end-before: // [schema-rms-norm-training-end]
+
+Every backend implements the same contract, written down next to the shared
+argument checks (the CUDA kernels of the CUDA chapter register for these same
+two operators with ``OPGUIDE_LIBRARY_IMPL(CUDA, m)``):
+
+.. literalinclude:: /../csrc/rms_norm.h
+   :language: cpp
+   :start-after: // [backward-contract]
+   :end-before: inline at::ScalarType rms_norm_acc_type
+
+The forward kernel of step 2 gained one line: it stores ``inv_rms`` for the
+row when asked to (``inv_rms_out`` is ``nullptr`` for the inference op).
+The host functions of both forward operators share one implementation:
+
+.. literalinclude:: /../csrc/rms_norm_cpu.cpp
+   :language: cpp
+   :start-after: at::Tensor rms_norm_cpu(const at::Tensor& x
+   :end-before: // [cpu-host-end]
+
+The backward kernel
+-------------------
+Per row: one reduction (``dot``), then one loop that writes ``grad_x`` and
+adds this row's terms of ``grad_weight``; the second loop finds the row in
+cache. As in the forward, sixteen partial sums keep the reduction
+vectorisable:
+
+.. literalinclude:: /../csrc/rms_norm_backward_cpu.cpp
+   :language: cpp
+   :start-after: // [cpu-backward-kernel]
+   :end-before: // [cpu-backward-kernel-end]
+
+``grad_weight`` is a sum over all rows, and the rows are split over threads.
+Letting threads add into one shared buffer would need atomics, and the result
+would change from run to run with the order of the additions. Instead each
+fixed-size chunk of rows owns a row of partial sums; the chunk size depends
+only on the shape, and the chunks are added in order at the end. The result
+is the same for any number of threads:
+
+.. literalinclude:: /../csrc/rms_norm_backward_cpu.cpp
+   :language: cpp
+   :start-after: // [cpu-backward-host]
+   :end-before: // [cpu-backward-host-end]
+
+.. literalinclude:: /../csrc/rms_norm_backward_cpu.cpp
+   :language: cpp
+   :start-after: // [cpu-backward-register]
+   :end-before: // [cpu-backward-register-end]
+
+Connecting forward and backward
+-------------------------------
+Autograd is registered in Python, by operator name, in ``opguide/ops.py``.
+``setup_context`` runs after the forward and decides what to keep;
+``backward`` receives one gradient per output and returns one per input:
+
+.. literalinclude:: /../opguide/ops.py
+   :language: python
+   :start-after: # [autograd-rms-norm]
+   :end-before: # [autograd-rms-norm-end]
+
+``x`` and ``weight`` are inputs, so saving them keeps a reference, not a
+copy. ``inv_rms`` is marked non-differentiable: it is a by-product for the
+backward, and no gradient flows back through it.
+
+The public wrapper picks the operator: ``rms_norm_fwd`` when a gradient will
+be needed, the plain ``rms_norm`` otherwise (no ``inv_rms`` to allocate):
+
+.. literalinclude:: /../opguide/ops.py
+   :language: python
+   :start-after: _check_rms_norm_args(x, weight, eps)
+   :end-before: # [fake-rms-norm]
+
+Someone may still call ``torch.ops.opguide.rms_norm`` directly on inputs
+that require grad. That operator gets a registration too; having no
+``inv_rms``, its backward recomputes it:
+
+.. literalinclude:: /../opguide/ops.py
+   :language: python
+   :start-after: # [autograd-rms-norm-inference-op]
+   :end-before: # [autograd-rms-norm-inference-op-end]
+"""
+
+# %%
+# Gradients against the reference
+# --------------------------------
+# ``opguide.rms_norm_backward_reference`` differentiates the reference
+# forward with PyTorch's autograd, so it does not share the hand-derived
+# formula it checks:
+import statistics
+import time
+
+import torch
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+from torch.autograd.gradcheck import GradcheckError
+
+import opguide
+from opguide import rms_norm_backward_reference
+
+torch.manual_seed(0)
+for dtype in (torch.float32, torch.bfloat16):
+    x = torch.randn(64, 1000, dtype=dtype, requires_grad=True)
+    w = torch.randn(1000, dtype=dtype, requires_grad=True)
+    y = opguide.rms_norm(x, w)
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    ref_x, ref_w = rms_norm_backward_reference(grad_y, x, w)
+    err_x = (x.grad.float() - ref_x.float()).abs().max().item()
+    err_w = (w.grad.float() - ref_w.float()).abs().max().item()
+    print(f"{str(dtype):15} max |error| grad_x {err_x:.1e}  grad_weight {err_w:.1e}")
+
+# %%
+# What is saved for backward
+# --------------------------
+# :func:`torch.autograd.graph.saved_tensors_hooks` sees every tensor that
+# autograd keeps. For a forward through ``opguide.rms_norm``: ``x``,
+# ``weight`` and a float32 ``inv_rms`` with one value per row; not ``y``:
+saved = []
+
+
+def pack(t):
+    saved.append(t)
+    return t
+
+
+x = torch.randn(4, 3, 512, dtype=torch.bfloat16, requires_grad=True)
+w = torch.randn(512, dtype=torch.bfloat16, requires_grad=True)
+with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    y = opguide.rms_norm(x, w)
+for t in saved:
+    print(f"saved {str(tuple(t.shape)):14} {t.dtype}  is x: {t is x}  is weight: {t is w}")
+print(f"saved bytes beyond the inputs: {saved[-1].nbytes} (y has {y.nbytes})")
+
+# %%
+# gradcheck
+# ---------
+# :func:`torch.autograd.gradcheck` compares the backward with finite
+# differences of the forward, element by element. It needs float64 inputs:
+x64 = torch.randn(4, 3, 9, dtype=torch.float64, requires_grad=True)
+w64 = torch.randn(9, dtype=torch.float64, requires_grad=True)
+print("gradcheck opguide.rms_norm:", torch.autograd.gradcheck(opguide.rms_norm, (x64, w64)))
+print(
+    "gradcheck torch.ops.opguide.rms_norm:",
+    torch.autograd.gradcheck(lambda a, b: torch.ops.opguide.rms_norm(a, b, 1e-6), (x64, w64)),
+)
+
+# %%
+# And it catches a wrong formula. Here is an operator whose backward drops
+# the second term of ``grad_x`` (a plausible slip: forgetting that ``r``
+# depends on ``x``):
+
+
+@torch.library.custom_op("opguide_step8::rms_norm_wrong_grad", mutates_args=())
+def rms_norm_wrong_grad(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.opguide.rms_norm(x, weight, 1e-6)
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _wrong_backward(ctx, grad_y):
+    x, weight = ctx.saved_tensors
+    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return grad_y * weight * r, (grad_y * x * r).sum(0)  # grad_x misses -r^3/N x sum(...)
+
+
+rms_norm_wrong_grad.register_autograd(_wrong_backward, setup_context=_setup)
+x2 = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+w2 = torch.randn(5, dtype=torch.float64, requires_grad=True)
+try:
+    torch.autograd.gradcheck(rms_norm_wrong_grad, (x2, w2))
+except GradcheckError as err:
+    print("GradcheckError:", str(err).splitlines()[0])
+else:
+    raise AssertionError("gradcheck should reject the wrong formula")
+
+# %%
+# ``torch.compile``: forward and backward
+# ---------------------------------------
+# With ``fullgraph=True`` a graph break is an error, so a training step that
+# compiles proves that Dynamo traced the forward and AOTAutograd derived the
+# backward graph from ``register_autograd``, using the fake kernels for
+# shapes. A backend that only records the two graphs shows what ended up in
+# each:
+graphs = {}
+
+
+def recorder(kind):
+    def compiler(gm, example_inputs):
+        graphs[kind] = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        return make_boxed_func(gm.forward)
+
+    return compiler
+
+
+def loss_fn(x, w):
+    return (opguide.rms_norm(x, w) * 2.0).sum()
+
+
+x = torch.randn(8, 64, requires_grad=True)
+w = torch.randn(64, requires_grad=True)
+backend = aot_autograd(fw_compiler=recorder("forward"), bw_compiler=recorder("backward"))
+torch._dynamo.reset()
+torch.compile(loss_fn, backend=backend, fullgraph=True)(x, w).backward()
+for kind, ops in graphs.items():
+    print(f"{kind:8} graph: {', '.join(op for op in ops if 'getitem' not in op)}")
+assert "opguide.rms_norm_backward.default" in graphs["backward"]
+
+# %%
+# The same with the default backend (Inductor), and dynamic shapes. The
+# gradients match eager mode:
+torch._dynamo.reset()
+compiled = torch.compile(loss_fn, fullgraph=True, dynamic=True)
+start = time.perf_counter()
+for shape in [(8, 64), (33, 200)]:
+    x = torch.randn(shape, requires_grad=True)
+    w = torch.randn(shape[-1], requires_grad=True)
+    compiled(x, w).backward()
+    ref_x, ref_w = rms_norm_backward_reference(torch.full(shape, 2.0), x, w)
+    torch.testing.assert_close((x.grad, w.grad), (ref_x, ref_w))
+    print(f"compiled {shape}: gradients match the reference")
+print(f"(compile and run: {time.perf_counter() - start:.1f} s)")
+
+# %%
+# How fast is the backward?
+# -------------------------
+# A first measurement on one (2048, 4096) float32 input, median of several
+# runs: the C++ backward operator against the backward that autograd builds
+# for the six-operator Python version of step 1.
+
+
+def median_ms(fn, repeat=9):
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+x = torch.randn(2048, 4096)
+w = torch.randn(4096)
+grad_y = torch.randn_like(x)
+_, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
+xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+y_ref = xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + 1e-6) * wr
+print(
+    f"{'opguide::rms_norm_backward':28} "
+    f"{median_ms(lambda: torch.ops.opguide.rms_norm_backward(grad_y, x, w, inv_rms)):7.2f} ms"
+)
+print(
+    f"{'autograd of the Python ops':28} "
+    f"{median_ms(lambda: torch.autograd.grad(y_ref, (xr, wr), grad_y, retain_graph=True)):7.2f} ms"
+)
+
+# %%
+# ``register_autograd`` or ``torch.autograd.Function``?
+# ------------------------------------------------------
+# The same forward and backward can be wired with a
+# :class:`torch.autograd.Function`:
+
+
+class RMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        y, inv_rms = torch.ops.opguide.rms_norm_fwd(x, weight, eps)
+        ctx.save_for_backward(x, weight, inv_rms)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight, inv_rms = ctx.saved_tensors
+        grad_x, grad_weight = torch.ops.opguide.rms_norm_backward(grad_y, x, weight, inv_rms)
+        return grad_x, grad_weight, None
+
+
+x = torch.randn(16, 128, requires_grad=True)
+w = torch.randn(128, requires_grad=True)
+g1 = torch.autograd.grad(RMSNormFunction.apply(x, w, 1e-6).sum(), (x, w))
+g2 = torch.autograd.grad(opguide.rms_norm(x, w).sum(), (x, w))
+print("autograd.Function gives the same gradients:", all(map(torch.equal, g1, g2)))
+
+# %%
+# Both work here, and Dynamo can trace both. The difference is where the
+# formula lives:
+#
+# * ``register_autograd`` attaches it to the **operator**, in the dispatcher.
+#   Every caller gets it: ``torch.ops.opguide.rms_norm_fwd`` from Python or
+#   C++, a ``torch.export``-ed program, and :func:`torch.library.opcheck`,
+#   which tests it (``test_autograd_registration``). Use it for an operator
+#   that others call: a library like opguide.
+# * ``torch.autograd.Function`` attaches it to a **Python function**. Only
+#   code that calls ``RMSNormFunction.apply`` gets gradients; calling the
+#   operator directly does not. Its ``forward`` may run any Python and any
+#   number of operators, so it is the right tool for a model-local trick
+#   (a custom gradient for a few existing operators, gradient clipping inside
+#   a layer) that does not need to be an operator at all.
+#
+# Double backward (gradients of gradients) is not supported here:
+# ``rms_norm_backward`` has no autograd formula of its own. It would need
+# another registration on ``rms_norm_backward``, in the same way.
+#
+# What's next
+# -----------
+# The CUDA chapter registers GPU kernels for ``rms_norm_fwd`` and
+# ``rms_norm_backward`` against the same schemas and contract; the tests of
+# step 7 then run on both devices.
