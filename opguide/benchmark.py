@@ -215,13 +215,13 @@ class Row:
 
 @dataclasses.dataclass
 class Skip:
-    """An implementation that could not run, and why."""
+    """An implementation that could not run, and why (no shape: at any shape)."""
 
     pass_: str
     impl: str
-    m: int
-    n: int
-    dtype: str
+    m: int | None
+    n: int | None
+    dtype: str | None
     reason: str
 
     def asdict(self) -> dict:
@@ -247,8 +247,10 @@ def _unfused_reference(
     return _reference(h, w, eps), h
 
 
-def _triton_available() -> str | None:
-    """None when opguide's Triton operators are registered, else why not."""
+def _triton_available(device: torch.device | None = None) -> str | None:
+    """None when opguide's Triton operators can be timed on ``device``, else why not."""
+    if device is not None and device.type == "cpu":
+        return "on CPU tensors Triton kernels run in Triton's interpreter: not a measurement"
     try:
         from opguide import triton_rms_norm  # noqa: F401  (registers the operators)
     except ImportError as err:
@@ -256,7 +258,7 @@ def _triton_available() -> str | None:
     return None
 
 
-def forward_implementations() -> dict[str, Callable]:
+def forward_implementations(device: torch.device | None = None) -> dict[str, Callable]:
     """The forward implementations to compare, by name."""
     import opguide
 
@@ -267,7 +269,7 @@ def forward_implementations() -> dict[str, Callable]:
         "compile(reference)": lambda x, w: compiled_reference(x, w, EPS),
         "eager reference": lambda x, w: _reference(x, w, EPS),
     }
-    if _triton_available() is None:
+    if _triton_available(device) is None:
         impls["opguide triton"] = lambda x, w: opguide.rms_norm(x, w, EPS, backend="triton")
     return impls
 
@@ -293,7 +295,7 @@ def _autograd_backward(forward: Callable) -> Callable:
     return prepare
 
 
-def backward_implementations() -> dict[str, Callable]:
+def backward_implementations(device: torch.device | None = None) -> dict[str, Callable]:
     """The backward implementations to compare, by name.
 
     Each value prepares one call from ``(x, w, dy)`` (running the forward
@@ -319,7 +321,7 @@ def backward_implementations() -> dict[str, Callable]:
         "compile(reference)": _autograd_backward(lambda x, w: compiled_reference(x, w, EPS)),
         "eager reference": _autograd_backward(lambda x, w: _reference(x, w, EPS)),
     }
-    if _triton_available() is None:
+    if _triton_available(device) is None:
 
         def triton_op(x, w, dy):
             op = torch.ops.opguide.rms_norm_backward_triton.default
@@ -329,7 +331,7 @@ def backward_implementations() -> dict[str, Callable]:
     return impls
 
 
-def fused_implementations() -> dict[str, Callable]:
+def fused_implementations(device: torch.device | None = None) -> dict[str, Callable]:
     """The residual-add + RMSNorm implementations to compare, by name."""
     import opguide
 
@@ -341,7 +343,7 @@ def fused_implementations() -> dict[str, Callable]:
             r + x, (x.shape[-1],), w, EPS
         ),
     }
-    if _triton_available() is None:
+    if _triton_available(device) is None:
         impls["opguide triton"] = lambda x, r, w: opguide.fused_add_rms_norm_(
             x, r, w, EPS, backend="triton"
         )
@@ -403,15 +405,15 @@ def _run_pass(
     rows: list[Row] = []
     skips: list[Skip] = []
     if pass_name == "forward":
-        impls = forward_implementations()
+        impls = forward_implementations(device)
     elif pass_name == "backward":
-        impls = backward_implementations()
+        impls = backward_implementations(device)
     else:
-        impls = fused_implementations()
+        impls = fused_implementations(device)
     impls = _select(impls, only)
-    triton_missing = _triton_available()
+    triton_missing = _triton_available(device)
     if triton_missing is not None and (only is None or "opguide triton" in only):
-        skips.append(Skip(pass_name, "opguide triton", 0, 0, "", triton_missing))
+        skips.append(Skip(pass_name, "opguide triton", None, None, None, triton_missing))
     for dtype_name in dtypes:
         dtype = DTYPES[dtype_name]
         s = _element_size(dtype)
@@ -688,7 +690,8 @@ def format_report(result: dict) -> str:
                 f"{r['seconds'] * 1e6:9.1f} {r['GBps']:7.0f} {100 * r['of_copy']:6.1f}%"
             )
     for s in result.get("skipped", []):
-        lines.append(f"skipped {s['pass']} {s['impl']} {s['m']}x{s['n']} {s['dtype']}: {s['reason']}")
+        where = "all shapes" if s["m"] is None else f"{s['m']}x{s['n']} {s['dtype']}"
+        lines.append(f"skipped: {s['pass']}, {s['impl']}, {where}: {s['reason']}")
     if "cpu_overhead" in result:
         o = result["cpu_overhead"]
         lines.append(f"\nCPU operator-call overhead, float32 {o['shape'][0]}x{o['shape'][1]}")

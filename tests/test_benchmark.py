@@ -1,0 +1,126 @@
+"""The benchmark module: its result file's structure and its bytes model.
+
+Performance is measured, not asserted: these tests check that a run produces
+every field the performance chapter reads, with small inputs so they stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import opguide  # noqa: F401  (loads the operators)
+from opguide import benchmark
+
+ENVIRONMENT_KEYS = {"date", "torch", "cuda", "triton", "python", "device", "cpu", "cpu_threads"}
+ROW_KEYS = {"impl", "m", "n", "dtype", "seconds", "bytes", "GBps", "of_copy"}
+OVERHEAD_IMPLS = {
+    "torch.ops.opguide.rms_norm",
+    "torch.rms_norm",
+    "F.rms_norm",
+    "opguide.rms_norm",
+    "Python custom_op",
+}
+
+
+@pytest.fixture(scope="module")
+def cpu_only_result(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("bench") / "cpu.json"
+    argv = ["--cpu-only", "--out", str(out), "--tiny-shape", "2x32", "--cpu-shape", "256x1024"]
+    assert benchmark.main([*argv, "--cpu-rounds", "3"]) == 0
+    return json.loads(out.read_text())
+
+
+def test_cpu_only_file_has_environment_and_old_fields(cpu_only_result):
+    assert ENVIRONMENT_KEYS <= cpu_only_result.keys()
+    assert cpu_only_result["format"] == benchmark.FORMAT
+    assert cpu_only_result["torch"] == torch.__version__
+    # Fields of the first format stay, so older readers still work.
+    assert cpu_only_result["forward"] == []
+    assert cpu_only_result["copy_bandwidth_GBps"] > 0
+    assert cpu_only_result["skipped"] == []
+
+
+def test_cpu_overhead_section(cpu_only_result):
+    overhead = cpu_only_result["cpu_overhead"]
+    assert overhead["shape"] == [2, 32]
+    assert {r["impl"] for r in overhead["rows"]} == OVERHEAD_IMPLS
+    for row in overhead["rows"]:
+        assert row["seconds"] > 0
+        base = next(r for r in overhead["rows"] if r["impl"] == "torch.rms_norm")
+        assert row["vs_torch_rms_norm"] == pytest.approx(row["seconds"] / base["seconds"])
+
+
+def test_cpu_kernel_section(cpu_only_result):
+    kernel = cpu_only_result["cpu_kernel"]
+    assert kernel["shape"] == [256, 1024]
+    assert kernel["threads"] == torch.get_num_threads()
+    rows = {r["impl"]: r for r in kernel["rows"]}
+    assert set(rows) == {
+        "copy_ (memory floor)",
+        "clone (copy + new memory)",
+        "opguide (C++ kernel)",
+        "F.rms_norm",
+    }
+    assert rows["copy_ (memory floor)"]["vs_copy"] == 1.0
+    assert rows["copy_ (memory floor)"]["bytes"] == 2 * 256 * 1024 * 4
+    assert rows["opguide (C++ kernel)"]["bytes"] == 2 * 256 * 1024 * 4 + 1024 * 4
+    for row in rows.values():
+        assert row["GBps"] == pytest.approx(row["bytes"] / row["seconds"] / 1e9)
+
+
+def test_device_passes_rows_and_bytes_model():
+    # The GPU passes, run on the CPU with small inputs and without the
+    # implementations that compile (torch.compile) or interpret (Triton).
+    m, n, s = 64, 128, 2
+    only = ["opguide", "opguide autograd", "F.rms_norm", "eager reference", "opguide triton",
+            "eager add + F.rms_norm"]  # fmt: skip
+    result = benchmark.measure(
+        torch.device("cpu"),
+        passes=["forward", "backward", "fused"],
+        shapes=[(m, n)],
+        dtypes=["bf16"],
+        only=only,
+        copy_bytes=2**22,
+    )
+    expected_bytes = {
+        "forward": 2 * m * n * s + n * s,
+        "backward": 3 * m * n * s + 2 * n * s + 4 * m,
+        "fused": 4 * m * n * s + n * s,
+    }
+    for pass_name, moved in expected_bytes.items():
+        rows = result[pass_name]
+        assert rows, pass_name
+        for row in rows:
+            assert set(row) == ROW_KEYS
+            assert (row["m"], row["n"], row["dtype"], row["bytes"]) == (m, n, "bf16", moved)
+            assert row["of_copy"] == pytest.approx(row["GBps"] / result["copy_bandwidth_GBps"])
+    assert {r["impl"] for r in result["backward"]} >= {"opguide", "opguide autograd"}
+    # Triton on CPU tensors is its interpreter: skipped, with the reason.
+    triton_skips = [s for s in result["skipped"] if s["impl"] == "opguide triton"]
+    assert {s["pass"] for s in triton_skips} == {"forward", "backward", "fused"}
+    assert all("interpreter" in s["reason"] for s in triton_skips)
+    json.dumps(result)  # the result file is JSON
+
+
+def test_failing_implementation_is_skipped_with_reason(monkeypatch):
+    def broken(x, w):
+        raise NotImplementedError("no kernel for this device\nmore detail")
+
+    monkeypatch.setattr(benchmark, "forward_implementations", lambda device=None: {"b": broken})
+    result = benchmark.measure(
+        torch.device("cpu"), passes=["forward"], shapes=[(4, 8)], dtypes=["fp32"], only=["b"],
+        copy_bytes=2**20,
+    )  # fmt: skip
+    assert result["forward"] == []
+    assert result["skipped"] == [
+        {"pass": "forward", "impl": "b", "m": 4, "n": 8, "dtype": "fp32",
+         "reason": "NotImplementedError: no kernel for this device"}
+    ]  # fmt: skip
+
+
+def test_unknown_pass_is_rejected():
+    with pytest.raises(ValueError, match="passes must be among"):
+        benchmark.measure(torch.device("cpu"), passes=["sideways"])
