@@ -32,10 +32,13 @@ Run ``python -m opguide.benchmark --help``; ``--cpu-only`` runs the CPU part.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
+import functools
 import gc
 import json
+import os
 import platform
 import statistics
 import sys
@@ -49,6 +52,7 @@ __all__ = [
     "copy_bandwidth",
     "time_per_call",
     "time_interleaved",
+    "bytes_moved",
     "run_forward",
     "run_backward",
     "run_fused",
@@ -69,7 +73,8 @@ BYTES_MODEL = {
     "backward": "read x, dy (M*N*s each), weight (N*s) and inv_rms (M*4); "
     "write dx (M*N*s) and dweight (N*s)",
     "fused": "read x, residual (M*N*s each) and weight (N*s); write residual and y (M*N*s each)",
-    "cpu_kernel": "read x (M*N*4) and weight (N*4), write y (M*N*4); the copies: read and write M*N*4",
+    "cpu_kernel": "read x (M*N*4) and weight (N*4), write y (M*N*4); "
+    "the copies: read and write M*N*4",
 }
 # Version of the result file's layout: 1 had the forward pass only.
 FORMAT = 2
@@ -395,6 +400,43 @@ def _time_impls(
                 torch.cuda.empty_cache()
 
 
+def bytes_moved(pass_name: str, m: int, n: int, s: int) -> int:
+    """The bytes that a pass must move at the least (see ``BYTES_MODEL``).
+
+    Args:
+        pass_name: ``"forward"``, ``"backward"`` or ``"fused"``.
+        m: rows of ``x``.
+        n: the normalised dimension.
+        s: bytes per element of ``x``.
+
+    Returns:
+        The bytes read plus the bytes written.
+    """
+    if pass_name == "forward":
+        return 2 * m * n * s + n * s
+    if pass_name == "backward":
+        return 3 * m * n * s + 2 * n * s + 4 * m
+    return 4 * m * n * s + n * s
+
+
+def _input_sets(
+    pass_name: str, m: int, n: int, dtype: torch.dtype, device: torch.device, count: int
+) -> list[tuple]:
+    """``count`` random input sets: (x, w), (x, w, dy) or (x, residual, w)."""
+
+    def rows() -> torch.Tensor:
+        return torch.randn(m, n, device=device, dtype=dtype)
+
+    def weight() -> torch.Tensor:
+        return torch.randn(n, device=device, dtype=dtype)
+
+    if pass_name == "forward":
+        return [(rows(), weight()) for _ in range(count)]
+    if pass_name == "backward":
+        return [(rows(), weight(), rows()) for _ in range(count)]
+    return [(rows(), rows(), weight()) for _ in range(count)]
+
+
 def _run_pass(
     pass_name: str,
     shapes: Sequence[tuple[int, int]],
@@ -421,29 +463,12 @@ def _run_pass(
             # A fresh start for torch.compile at each shape and dtype, so that
             # no run hits its recompilation limit and falls back to eager.
             torch.compiler.reset()
-            if pass_name == "forward":
-                moved = 2 * m * n * s + n * s
-                tensors = lambda: (  # noqa: E731
-                    torch.randn(m, n, device=device, dtype=dtype),
-                    torch.randn(n, device=device, dtype=dtype),
-                )
-            elif pass_name == "backward":
-                moved = 3 * m * n * s + 2 * n * s + 4 * m
-                tensors = lambda: (  # noqa: E731
-                    torch.randn(m, n, device=device, dtype=dtype),
-                    torch.randn(n, device=device, dtype=dtype),
-                    torch.randn(m, n, device=device, dtype=dtype),
-                )
-            else:
-                moved = 4 * m * n * s + n * s
-                tensors = lambda: (  # noqa: E731
-                    torch.randn(m, n, device=device, dtype=dtype),
-                    torch.randn(m, n, device=device, dtype=dtype),
-                    torch.randn(n, device=device, dtype=dtype),
-                )
-            count = _rotation(moved, device)
+            moved = bytes_moved(pass_name, m, n, s)
+            make_sets = functools.partial(
+                _input_sets, pass_name, m, n, dtype, device, _rotation(moved, device)
+            )
             _time_impls(
-                pass_name, impls, lambda: [tensors() for _ in range(count)],
+                pass_name, impls, make_sets,
                 m=m, n=n, dtype_name=dtype_name, moved=moved, device=device,
                 prepared=pass_name == "backward", rows=rows, skips=skips,
             )  # fmt: skip
@@ -514,7 +539,10 @@ def run_cpu_overhead(
     """Time per call of each way to call RMSNorm on a tiny float32 CPU input.
 
     On a tiny input the kernel's work is negligible, so the time is the cost
-    of the call itself: argument parsing, dispatch, Python layers.
+    of the call itself: argument parsing, dispatch, Python layers. One row
+    calls the operator under :func:`torch.inference_mode`, which leaves out
+    the autograd dispatch keys (and so opguide's autograd kernel, which is
+    Python code registered with ``torch.library.register_autograd``).
 
     Returns:
         ``{"shape", "dtype", "rounds", "calls_per_round", "rows"}``; each row has
@@ -525,14 +553,29 @@ def run_cpu_overhead(
     m, n = shape
     x, w = torch.randn(m, n), torch.randn(n)
     custom = python_custom_op()
+    op = torch.ops.opguide.rms_norm.default
+
+    def batch(call: Callable[[], object], mode=contextlib.nullcontext) -> Callable[[], None]:
+        # calls_per_round calls inside one context (entered once, not per call).
+        def run() -> None:
+            with mode():
+                for _ in range(calls_per_round):
+                    call()
+
+        return run
+
     fns = {
-        "torch.ops.opguide.rms_norm": lambda: torch.ops.opguide.rms_norm.default(x, w, EPS),
-        "torch.rms_norm": lambda: torch.rms_norm(x, (n,), w, EPS),
-        "F.rms_norm": lambda: torch.nn.functional.rms_norm(x, (n,), w, EPS),
-        "opguide.rms_norm": lambda: opguide.rms_norm(x, w, EPS),
-        "Python custom_op": lambda: custom(x, w, EPS),
+        "torch.ops.opguide.rms_norm": batch(lambda: op(x, w, EPS)),
+        "torch.ops.opguide.rms_norm, inference_mode": batch(
+            lambda: op(x, w, EPS), torch.inference_mode
+        ),
+        "torch.rms_norm": batch(lambda: torch.rms_norm(x, (n,), w, EPS)),
+        "F.rms_norm": batch(lambda: torch.nn.functional.rms_norm(x, (n,), w, EPS)),
+        "opguide.rms_norm": batch(lambda: opguide.rms_norm(x, w, EPS)),
+        "Python custom_op": batch(lambda: custom(x, w, EPS)),
     }
-    seconds = time_interleaved(fns, rounds=rounds, calls_per_round=calls_per_round, warmup=2)
+    per_batch = time_interleaved(fns, rounds=rounds, calls_per_round=1, warmup=2)
+    seconds = {name: t / calls_per_round for name, t in per_batch.items()}
     base = seconds["torch.rms_norm"]
     rows = [{"impl": k, "seconds": v, "vs_torch_rms_norm": v / base} for k, v in seconds.items()]
     return {"shape": [m, n], "dtype": "fp32", "rounds": rounds,
@@ -583,8 +626,20 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
+# Settings outside opguide that change the CPU numbers: PyTorch's switch for
+# transparent huge pages in its CPU allocator, the thread count, glibc's malloc.
+CPU_ENV_VARS = ("THP_MEM_ALLOC_ENABLE", "OMP_NUM_THREADS", "MALLOC_MMAP_THRESHOLD_", "LD_PRELOAD")
+
+
+def _transparent_hugepages() -> str | None:
+    try:
+        return Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().strip()
+    except OSError:
+        return None
+
+
 def environment(device: torch.device) -> dict:
-    """Device name and software versions, for the result file."""
+    """Device name, software versions and CPU settings, for the result file."""
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
@@ -593,6 +648,8 @@ def environment(device: torch.device) -> dict:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
         "cpu": _cpu_name(),
         "cpu_threads": torch.get_num_threads(),
+        "cpu_env": {name: os.environ.get(name) for name in CPU_ENV_VARS},
+        "transparent_hugepage": _transparent_hugepages(),
     }
     try:
         import triton
@@ -604,7 +661,10 @@ def environment(device: torch.device) -> dict:
 
 
 def _row_dict(row: Row, bandwidth: float) -> dict:
-    return dataclasses.asdict(row) | {"GBps": row.gbps, "of_copy": row.bytes / row.seconds / bandwidth}
+    return dataclasses.asdict(row) | {
+        "GBps": row.gbps,
+        "of_copy": row.bytes / row.seconds / bandwidth,
+    }
 
 
 def measure(
@@ -697,7 +757,9 @@ def format_report(result: dict) -> str:
         lines.append(f"\nCPU operator-call overhead, float32 {o['shape'][0]}x{o['shape'][1]}")
         lines.append(f"{'impl':28} {'us/call':>9} {'vs torch.rms_norm':>18}")
         for r in o["rows"]:
-            lines.append(f"{r['impl']:28} {r['seconds'] * 1e6:9.2f} {r['vs_torch_rms_norm']:17.2f}x")
+            lines.append(
+                f"{r['impl']:28} {r['seconds'] * 1e6:9.2f} {r['vs_torch_rms_norm']:17.2f}x"
+            )
     if "cpu_kernel" in result:
         k = result["cpu_kernel"]
         lines.append(
@@ -730,7 +792,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cpu-only", action="store_true", help="only the CPU measurements (same as --passes cpu)"
     )
-    parser.add_argument("--impls", help="comma-separated implementation names to run (default: all)")
+    parser.add_argument(
+        "--impls", help="comma-separated implementation names to run (default: all)"
+    )
     parser.add_argument("--copy-mib", type=int, default=1024, help="size of the bandwidth copy")
     parser.add_argument("--tiny-shape", type=_shape, default=(4, 64), help="overhead input, MxN")
     parser.add_argument("--cpu-shape", type=_shape, default=(4096, 4096), help="CPU kernel input")

@@ -18,6 +18,7 @@ ENVIRONMENT_KEYS = {"date", "torch", "cuda", "triton", "python", "device", "cpu"
 ROW_KEYS = {"impl", "m", "n", "dtype", "seconds", "bytes", "GBps", "of_copy"}
 OVERHEAD_IMPLS = {
     "torch.ops.opguide.rms_norm",
+    "torch.ops.opguide.rms_norm, inference_mode",
     "torch.rms_norm",
     "F.rms_norm",
     "opguide.rms_norm",
