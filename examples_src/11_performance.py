@@ -43,6 +43,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -54,7 +55,9 @@ from opguide import benchmark
 ROOT = Path.cwd().parent  # scripts run from examples_src/
 
 for pass_name, model in benchmark.BYTES_MODEL.items():
-    print(f"{pass_name:10} {model}")
+    print(
+        textwrap.fill(model, width=88, initial_indent=f"{pass_name:11}", subsequent_indent=" " * 11)
+    )
 
 # %%
 # The benchmark counts them with this function:
