@@ -50,6 +50,8 @@ def rms_norm_backward_reference(
         yf = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps) * wf
         grad_x, grad_w = torch.autograd.grad(yf, (xf, wf), grad_y.to(acc))
     return grad_x.to(x.dtype), grad_w.to(weight.dtype)
+
+
 def fused_add_rms_norm_reference(
     x: torch.Tensor,
     residual: torch.Tensor,
