@@ -128,7 +128,8 @@ def _rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, N, eps, BLOCK_N: tl.constexpr):
         cols = start + tl.arange(0, BLOCK_N)
         x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
         sum_sq += x * x
-    inv_rms = tl.rsqrt(tl.sum(sum_sq, axis=0) / N + eps)
+    # .to(float32): Inductor may pass the scalar eps as float64.
+    inv_rms = tl.rsqrt(tl.sum(sum_sq, axis=0) / N + eps).to(tl.float32)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         mask = cols < N
@@ -160,7 +161,9 @@ def _rms_norm_bwd_kernel(
         offset = row * N
         x = tl.load(x_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
-        inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)  # recomputed, not stored
+        # Recomputed, not stored; .to(float32) because Inductor may pass eps
+        # as float64, which would turn the loop-carried dw into float64.
+        inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps).to(tl.float32)
         x_hat = x * inv_rms
         g = dy * w
         # d/dx of x * inv_rms(x): the direct term minus the part through inv_rms.
@@ -189,8 +192,10 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
     _check_input("rms_norm", "x", x)
     xc = x.contiguous()
     y = torch.empty_like(xc)
-    n = xc.shape[-1]
-    m = xc.numel() // n if n > 0 else 0
+    # Plain ints: while torch.compile traces a triton_op with dynamic shapes
+    # these are SymInts, which Triton's launcher and autotuner cannot hash.
+    n = int(xc.shape[-1])
+    m = int(xc.numel()) // n if n > 0 else 0
     if m > 0:
         launchable(_rms_norm_fwd_kernel)[(m,)](xc, weight.contiguous(), y, n, eps)
     return y
@@ -209,8 +214,10 @@ def rms_norm_backward_triton(
     xc = x.contiguous()
     dy = grad.contiguous()
     dx = torch.empty_like(xc)
-    n = xc.shape[-1]
-    m = xc.numel() // n if n > 0 else 0
+    # Plain ints: while torch.compile traces a triton_op with dynamic shapes
+    # these are SymInts, which Triton's launcher and autotuner cannot hash.
+    n = int(xc.shape[-1])
+    m = int(xc.numel()) // n if n > 0 else 0
     if m == 0:
         return dx, torch.zeros_like(weight)
     block = _row_block("rms_norm", xc, n)
@@ -261,7 +268,7 @@ def _fused_add_rms_norm_kernel(
     h = (x + r).to(res_ptr.dtype.element_ty)  # rounded once, to the residual's dtype
     tl.store(res_ptr + row * N + cols, h, mask=mask)
     h = h.to(tl.float32)
-    inv_rms = tl.rsqrt(tl.sum(h * h, axis=0) / N + eps)
+    inv_rms = tl.rsqrt(tl.sum(h * h, axis=0) / N + eps).to(tl.float32)
     tl.store(inv_rms_ptr + row, inv_rms)
     y = h * inv_rms
     if HAS_WEIGHT:  # a constexpr: the branch is resolved when the kernel is compiled
@@ -297,8 +304,8 @@ def fused_add_rms_norm_triton_(
     rc = residual.contiguous()
     out = torch.empty(x.shape, dtype=out_dtype, device=x.device)
     inv_rms = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-    n = x.shape[-1]
-    m = inv_rms.numel()
+    n = int(x.shape[-1])  # a plain int for Triton (see rms_norm_triton)
+    m = int(inv_rms.numel())
     if m > 0:
         block = _row_block(op, xc, n)
         launchable(_fused_add_rms_norm_kernel)[(m,)](

@@ -102,7 +102,7 @@ struct HostDevGuardImpl final : c10::impl::DeviceGuardImplInterface {
  private:
   static void check(c10::Device device) {
     TORCH_CHECK(device.type() == kType && device.index() <= 0,
-                "hostdev: there is one device, hostdev:0; got ", device);
+                "hostdev: there is one device, hostdev:0; got ", device.str());
   }
 };
 
@@ -165,7 +165,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   for (const at::Tensor* t : {&self, &dst}) {
     TORCH_CHECK(t->is_cpu() || t->device().type() == c10::DeviceType::PrivateUse1,
                 "hostdev: copies go between hostdev and cpu only, got a tensor on ",
-                t->device());
+                t->device().str());
   }
   // CPU copy_ handles strides, broadcasting and dtype conversion for us.
   host_alias(dst).copy_(host_alias(self));
@@ -174,13 +174,22 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 // [copy-end]
 
 // "torch.float32", as Python prints a dtype.
+// Messages are built from strings (std::to_string), not by streaming numbers:
+// on the GPU machine (torch 2.11), streaming an integer into a message from an
+// extension crashed inside libstdc++.
+std::string shape_str(at::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out + "]";
+}
+
 std::string dtype_name(at::ScalarType t) {
   return "torch." + std::string(c10::getDtypeNames(t).first);
 }
 
 void check_hostdev(const at::Tensor& t, const char* op, const char* arg) {
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "hostdev ", op, ": ", arg,
-              " must be on hostdev, got ", t.device());
+              " must be on hostdev, got ", t.device().str());
   TORCH_CHECK(t.is_contiguous(), "hostdev ", op, ": ", arg,
               " must be contiguous (this small backend has no strided kernels)");
 }
@@ -230,7 +239,7 @@ at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar
   if (!other_is_number) {
     check_hostdev(other, "add", "other");
     TORCH_CHECK(other.sizes() == self.sizes(), "hostdev add: other must have the shape of self ",
-                self.sizes(), " (no broadcasting here), got ", other.sizes());
+                shape_str(self.sizes()), " (no broadcasting here), got ", shape_str(other.sizes()));
   }
   TORCH_CHECK(other_is_number || other.scalar_type() == self.scalar_type(),
               "hostdev add: other must have the dtype of self (", dtype_name(self.scalar_type()),
