@@ -755,10 +755,10 @@ def format_report(result: dict) -> str:
     if "cpu_overhead" in result:
         o = result["cpu_overhead"]
         lines.append(f"\nCPU operator-call overhead, float32 {o['shape'][0]}x{o['shape'][1]}")
-        lines.append(f"{'impl':28} {'us/call':>9} {'vs torch.rms_norm':>18}")
+        lines.append(f"{'impl':44} {'us/call':>9} {'vs torch.rms_norm':>18}")
         for r in o["rows"]:
             lines.append(
-                f"{r['impl']:28} {r['seconds'] * 1e6:9.2f} {r['vs_torch_rms_norm']:17.2f}x"
+                f"{r['impl']:44} {r['seconds'] * 1e6:9.2f} {r['vs_torch_rms_norm']:17.2f}x"
             )
     if "cpu_kernel" in result:
         k = result["cpu_kernel"]
