@@ -46,6 +46,7 @@ std::string shape_str(at::IntArrayRef sizes) {
   return out + ")";
 }
 
+// [checks]
 void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight,
                                 double eps) {
   TORCH_CHECK_TYPE(at::isFloatingType(x.scalar_type()),
@@ -64,6 +65,7 @@ void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight,
               "), got ", weight.device().str());
   TORCH_CHECK_VALUE(eps >= 0.0, "rms_norm: eps must be non-negative, got ", number_str(eps));
 }
+// [checks-end]
 
 void check_rms_norm_backward_args(const at::Tensor& grad_y, const at::Tensor& x,
                                   const at::Tensor& weight, const at::Tensor& inv_rms) {

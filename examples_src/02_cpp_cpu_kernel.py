@@ -66,8 +66,8 @@ and what was expected, in the words the Python wrapper uses:
 
 .. literalinclude:: /../csrc/rms_norm_checks.cpp
    :language: cpp
-   :start-after: }  // namespace
-   :end-before: }  // namespace opguide
+   :start-after: // [checks]
+   :end-before: // [checks-end]
 
 Finally the kernel is attached to the schema for the ``CPU`` dispatch key:
 
