@@ -147,8 +147,23 @@ def _notebook_item(parent: pytest.Collector, md_path: Path):
     return IPyNbFile.from_parent(parent, path=ipynb)
 
 
+def _is_gallery_script(path: Path) -> bool:
+    return path.parent == ROOT / "examples_src" and GALLERY_SCRIPT.match(path.name) is not None
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector):
+    # A script named on the command line reaches pytest's Python collector,
+    # which would import it as a test module from the wrong folder; run it as
+    # a gallery script instead.
+    if _is_gallery_script(module_path):
+        return GalleryFile.from_parent(parent, path=module_path)
+    return None
+
+
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
-    if file_path.parent == ROOT / "examples_src" and GALLERY_SCRIPT.match(file_path.name):
+    if _is_gallery_script(file_path):
+        if parent.session.isinitpath(file_path):
+            return None  # named on the command line: pytest_pycollect_makemodule has it
         return GalleryFile.from_parent(parent, path=file_path)
     if file_path.parent == ROOT / "tutorials" and file_path.suffix == ".md":
         return _notebook_item(parent, file_path)
