@@ -137,3 +137,14 @@ copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True
 
 sys.path.insert(0, str(ROOT))
+
+
+def _always_rerun_notebooks(app, env, added, changed, removed):
+    """Marks every notebook page as outdated, so that myst-nb executes it on
+    every build: an unchanged page would otherwise keep the outputs of an
+    earlier build even after a kernel it calls was broken."""
+    return [name for name in env.found_docs if name.startswith("tutorials/")]
+
+
+def setup(app):
+    app.connect("env-get-outdated", _always_rerun_notebooks)
