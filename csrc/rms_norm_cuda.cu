@@ -25,14 +25,12 @@ template <> struct CudaType<at::Half> { using type = __half; };
 template <> struct CudaType<at::BFloat16> { using type = __nv_bfloat16; };
 // [cuda-types-end]
 
-// The warp size of the current device (64 on AMD CDNA GPUs), read once per device.
-int current_warp_size() {
-  static int cached[64] = {};
-  const int device = c10::cuda::current_device();
-  if (device < 64 && cached[device] != 0) return cached[device];
+// An attribute of the current device, such as its warp size (64 on AMD CDNA
+// GPUs) or its number of multiprocessors. The CUDA runtime answers from its
+// own per-device table, so asking on every call costs next to nothing.
+int current_device_attribute(cudaDeviceAttr attribute) {
   int value = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrWarpSize, device));
-  if (device < 64) cached[device] = value;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, c10::cuda::current_device()));
   return value;
 }
 
@@ -59,7 +57,7 @@ void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double ep
   // The kernel is queued on the stream PyTorch is using on this thread (it
   // may be a side stream, or a stream being captured into a CUDA graph).
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const int warp_size = current_warp_size();
+  const int warp_size = current_device_attribute(cudaDevAttrWarpSize);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_cuda", [&] {
     using T = typename CudaType<scalar_t>::type;
     using Acc = typename cuda::AccType<T>::type;
@@ -134,10 +132,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
   at::Tensor grad_x = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   at::Tensor grad_w = at::empty({cols}, weight.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const int warp_size = current_warp_size();
-  int sm_count = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount,
-                                        c10::cuda::current_device()));
+  const int warp_size = current_device_attribute(cudaDevAttrWarpSize);
+  const int sm_count = current_device_attribute(cudaDevAttrMultiProcessorCount);
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_backward_cuda", [&] {
         using T = typename CudaType<scalar_t>::type;
