@@ -5,7 +5,8 @@ RMSNorm is memory-bound: its floor is the bytes it must move (read ``x`` and
 module measures that bandwidth with a large device-to-device copy and every
 implementation in the same run, so the ratios compare like with like.
 
-Timing: CUDA events around a batch of calls, inputs rotated through enough
+Timing: CUDA events around a batch of calls queued behind a GPU spin (so
+the host's launch latency is not counted), inputs rotated through enough
 buffers to exceed the L2 cache (so no call reads the previous call's data
 from L2), warm-up first, the median of several batches reported. On the CPU
 the same loop uses ``time.perf_counter``.
@@ -85,6 +86,25 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _sleep_cycles_per_second(device: torch.device) -> float:
+    """How many ``torch.cuda._sleep`` cycles the GPU spins through per second."""
+    cached = _SLEEP_RATE.get(device.index)
+    if cached is None:
+        cycles = 10_000_000
+        torch.cuda._sleep(cycles // 10)  # warm-up
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        cached = _SLEEP_RATE[device.index] = cycles / (start.elapsed_time(end) / 1e3)
+    return cached
+
+
+_SLEEP_RATE: dict[int | None, float] = {}
+
+
 def time_per_call(
     fn: Callable[..., object],
     arg_sets: Sequence[tuple],
@@ -95,6 +115,13 @@ def time_per_call(
     warmup: int = 3,
 ) -> float:
     """Median seconds per call of ``fn(*args)``, cycling through ``arg_sets``.
+
+    On a GPU the time is the GPU's: each timed batch is queued behind a short
+    spin kernel (``torch.cuda._sleep``) that lasts longer than Python takes
+    to queue the batch, so the calls run back to back and the time between
+    the two CUDA events does not include the host's launch latency. The cost
+    of the Python call itself is measured separately, on the CPU
+    (:func:`run_cpu_overhead`).
 
     Args:
         fn: the function to time.
@@ -112,12 +139,24 @@ def time_per_call(
     for i in range(warmup * calls_per_batch):
         fn(*arg_sets[i % n])
     _sync(device)
+    sleep_cycles = 0
+    if device.type == "cuda":
+        # How long the host takes to queue one batch, on an idle GPU.
+        t0 = time.perf_counter()
+        for i in range(calls_per_batch):
+            fn(*arg_sets[i % n])
+        queue_seconds = time.perf_counter() - t0
+        _sync(device)
+        # Twice that, at least 100 us: the GPU is still spinning when the
+        # last call of the batch is queued.
+        sleep_cycles = int(_sleep_cycles_per_second(device) * max(2 * queue_seconds, 1e-4))
     samples = []
     k = 0
     for _ in range(batches):
         if device.type == "cuda":
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(sleep_cycles)
             start.record()
             for _ in range(calls_per_batch):
                 fn(*arg_sets[k % n])
