@@ -17,6 +17,8 @@
 
 #include <cstdint>
 
+#include "launch.cuh"
+
 namespace opguide {
 namespace cuda {
 
@@ -141,6 +143,8 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
   __shared__ Acc shared[kMaxWarpsPerBlock];
+  wait_for_previous_grid();  // see launch.cuh: x may be the previous kernel's output
+  allow_next_grid();
 
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool active = row < rows;  // inactive threads still join __syncthreads
@@ -246,40 +250,37 @@ inline bool is_aligned(const void* p, int bytes) {
 }
 
 template <typename T, int kVec>
-void launch_rms_norm_forward_vec(const LaunchConfig& cfg, const T* x, const T* weight, T* y,
-                                 typename AccType<T>::type* inv_rms, int64_t rows, int64_t cols,
-                                 int64_t x_row_stride, float eps, cudaStream_t stream) {
-  if (cfg.long_rows) {
-    rms_norm_forward_kernel<T, kVec, kRegVecs, true><<<cfg.grid, cfg.block, 0, stream>>>(
-        x, weight, y, inv_rms, rows, cols, x_row_stride, eps);
-  } else {
-    rms_norm_forward_kernel<T, kVec, kRegVecs, false><<<cfg.grid, cfg.block, 0, stream>>>(
-        x, weight, y, inv_rms, rows, cols, x_row_stride, eps);
-  }
+cudaError_t launch_rms_norm_forward_vec(const LaunchConfig& cfg, const T* x, const T* weight, T* y,
+                                        typename AccType<T>::type* inv_rms, int64_t rows,
+                                        int64_t cols, int64_t x_row_stride, float eps,
+                                        cudaStream_t stream, bool pdl) {
+  auto kernel = cfg.long_rows ? rms_norm_forward_kernel<T, kVec, kRegVecs, true>
+                              : rms_norm_forward_kernel<T, kVec, kRegVecs, false>;
+  return launch_kernel(kernel, cfg.grid, cfg.block, 0, stream, pdl, x, weight, y, inv_rms, rows,
+                       cols, x_row_stride, eps);
 }
 
 // Launches the forward kernel on `stream`: 16-byte accesses when the row
 // length, the row stride and every pointer allow it, one element otherwise.
 // inv_rms (one value per row, may be null) receives 1/rms for the backward.
+// pdl: launch with programmatic dependent launch (launch.cuh).
 // Returns the launch's error code (cudaSuccess when it was queued).
 template <typename T>
 cudaError_t launch_rms_norm_forward(const T* x, const T* weight, T* y,
                                     typename AccType<T>::type* inv_rms, int64_t rows,
                                     int64_t cols, int64_t x_row_stride, float eps, int warp_size,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, bool pdl = false) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   constexpr int kWide = 16 / sizeof(T);
   const bool wide = cols % kWide == 0 && x_row_stride % kWide == 0 && is_aligned(x, 16) &&
                     is_aligned(weight, 16) && is_aligned(y, 16);
   const LaunchConfig cfg = rms_norm_forward_config(rows, cols, wide ? kWide : 1, warp_size);
   if (wide) {
-    launch_rms_norm_forward_vec<T, kWide>(cfg, x, weight, y, inv_rms, rows, cols, x_row_stride,
-                                          eps, stream);
-  } else {
-    launch_rms_norm_forward_vec<T, 1>(cfg, x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
-                                      stream);
+    return launch_rms_norm_forward_vec<T, kWide>(cfg, x, weight, y, inv_rms, rows, cols,
+                                                 x_row_stride, eps, stream, pdl);
   }
-  return cudaGetLastError();
+  return launch_rms_norm_forward_vec<T, 1>(cfg, x, weight, y, inv_rms, rows, cols, x_row_stride,
+                                           eps, stream, pdl);
 }
 // [launch-end]
 
@@ -287,19 +288,31 @@ cudaError_t launch_rms_norm_forward(const T* x, const T* weight, T* y,
 // Backward, per row with r = inv_rms[row]:
 //   grad_x = r * g * w - x * (r^3 / N) * sum_k(g_k * w_k * x_k)
 //   grad_w = sum over rows of g * x * r
-// Each block walks rows blockIdx.x, blockIdx.x + gridDim.x, ... with
-// blockDim.x threads per row; a thread keeps its slice of the weight in
-// registers for all its rows and accumulates its slice of grad_w there too.
-// At the end each block writes its partial grad_w row; a second kernel sums
-// the partials in a fixed order, so the result does not depend on timing.
-constexpr int kBwdRegVecs = 2;
-// At most 512 threads per row: the registers this leaves each thread (up to
-// 128) hold g, x and w slices and the grad_w sums without spilling (bfloat16
-// spilled under the 64-register cap that 1024-thread blocks impose).
+// A block has blockDim.y row slots of blockDim.x threads each. Slot y of
+// block b takes rows b * blockDim.y + y, then that plus gridDim.x *
+// blockDim.y, and so on: the grid is only as large as fits on the GPU at
+// once, and each thread keeps its slice of the weight and of grad_w in
+// registers across all its rows. With kPrefetch a thread loads the next
+// row's g and x before it reduces and writes the current one, so that the
+// memory system always has loads in flight.
+// At the end each block writes one partial grad_w row (its slots summed in
+// slot order); a second kernel sums the partials in a fixed order, so the
+// result does not depend on timing.
 constexpr int kBwdMaxThreads = 512;
 
-template <typename T, int kVec>
-__global__ void __launch_bounds__(kBwdMaxThreads) rms_norm_backward_kernel(
+template <typename T, int kVec, int kRegs>
+__device__ __forceinline__ void load_row_slice(const Vec<T, kVec>* row, int64_t nvec,
+                                               Vec<T, kVec> (&out)[kRegs]) {
+#pragma unroll
+  for (int k = 0; k < kRegs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < nvec) out[k] = load_streaming(row + i);
+  }
+}
+
+template <typename T, int kVec, int kRegVecs, bool kPrefetch, int kMinBlocks, bool kDwShared,
+          bool kWRegs>
+__global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_kernel(
     const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
     const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
     typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
@@ -308,130 +321,273 @@ __global__ void __launch_bounds__(kBwdMaxThreads) rms_norm_backward_kernel(
   // Two buffers: iteration i reduces in shared[i % 2], so a fast warp that
   // starts the next row cannot overwrite what a slow warp is still reading.
   __shared__ Acc shared[2][kMaxWarpsPerBlock];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  wait_for_previous_grid();  // see launch.cuh
+  allow_next_grid();
   const int64_t nvec = cols / kVec;
   const V* wv = reinterpret_cast<const V*>(weight);
+  // kDwShared: this slot's grad_w sums live in shared memory, element e of
+  // vector i at e * nvec + i (neighbouring threads, neighbouring banks).
+  Acc* dw_s = reinterpret_cast<Acc*>(dynamic_shared) + threadIdx.y * cols;
 
-  V w[kBwdRegVecs];
-  Acc dw[kBwdRegVecs][kVec];
+  V w[kRegVecs];
+  Acc dw[kDwShared ? 1 : kRegVecs][kVec];
 #pragma unroll
-  for (int k = 0; k < kBwdRegVecs; ++k) {
+  for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (i < nvec) w[k] = wv[i];
+    if (kWRegs && i < nvec) w[k] = wv[i];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) dw[k][e] = 0;
+    for (int e = 0; e < kVec; ++e) {
+      if constexpr (kDwShared) {
+        if (i < nvec) dw_s[e * nvec + i] = 0;
+      } else {
+        dw[k][e] = 0;
+      }
+    }
   }
 
+  // Every thread of the block runs the same number of iterations (row_sum
+  // synchronises the block); a slot past the last row just idles.
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  V g[kRegVecs], xv[kRegVecs];
+  if (kPrefetch && row < rows) {
+    load_row_slice(reinterpret_cast<const V*>(grad_y + row * cols), nvec, g);
+    load_row_slice(reinterpret_cast<const V*>(x + row * cols), nvec, xv);
+  }
   int parity = 0;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
-    const V* gr = reinterpret_cast<const V*>(grad_y + row * cols);
-    const V* xr = reinterpret_cast<const V*>(x + row * cols);
-    V* dxr = reinterpret_cast<V*>(grad_x + row * cols);
-    V g[kBwdRegVecs], xv[kBwdRegVecs];
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.y; base < rows;
+       base += stride, row += stride, parity ^= 1) {
+    const bool active = row < rows;
+    if (!kPrefetch && active) {
+      load_row_slice(reinterpret_cast<const V*>(grad_y + row * cols), nvec, g);
+      load_row_slice(reinterpret_cast<const V*>(x + row * cols), nvec, xv);
+    }
+    const Acc r = active ? inv_rms[row] : Acc(0);
     Acc dot = 0;
+    if (active) {
 #pragma unroll
-    for (int k = 0; k < kBwdRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (i < nvec) {
-        g[k] = load_streaming(gr + i);
-        xv[k] = load_streaming(xr + i);
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+          const V wk = kWRegs ? w[k] : wv[i];
 #pragma unroll
-        for (int e = 0; e < kVec; ++e)
-          dot += to_acc(g[k].val[e]) * to_acc(w[k].val[e]) * to_acc(xv[k].val[e]);
+          for (int e = 0; e < kVec; ++e)
+            dot += to_acc(g[k].val[e]) * to_acc(wk.val[e]) * to_acc(xv[k].val[e]);
+        }
       }
+    }
+    // The next row's loads go out now and arrive while this row is reduced.
+    V g_next[kRegVecs], x_next[kRegVecs];
+    if (kPrefetch && row + stride < rows) {
+      load_row_slice(reinterpret_cast<const V*>(grad_y + (row + stride) * cols), nvec, g_next);
+      load_row_slice(reinterpret_cast<const V*>(x + (row + stride) * cols), nvec, x_next);
     }
     dot = row_sum(dot, shared[parity]);
-    const Acc r = inv_rms[row];
-    const Acc c = dot * r * r * r / static_cast<Acc>(cols);
+    if (active) {
+      const Acc c = dot * r * r * r / static_cast<Acc>(cols);
+      V* dxr = reinterpret_cast<V*>(grad_x + row * cols);
 #pragma unroll
-    for (int k = 0; k < kBwdRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (i < nvec) {
-        V out;
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+          const V wk = kWRegs ? w[k] : wv[i];
+          V out;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const Acc gv = to_acc(g[k].val[e]);
-          const Acc xe = to_acc(xv[k].val[e]);
-          out.val[e] = from_acc<T>(r * gv * to_acc(w[k].val[e]) - c * xe);
-          dw[k][e] += gv * xe * r;
+          for (int e = 0; e < kVec; ++e) {
+            const Acc gv = to_acc(g[k].val[e]);
+            const Acc xe = to_acc(xv[k].val[e]);
+            out.val[e] = from_acc<T>(r * gv * to_acc(wk.val[e]) - c * xe);
+            if constexpr (kDwShared) {
+              dw_s[e * nvec + i] += gv * xe * r;
+            } else {
+              dw[k][e] += gv * xe * r;
+            }
+          }
+          store_streaming(dxr + i, out);
         }
-        store_streaming(dxr + i, out);
+      }
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        g[k] = g_next[k];
+        xv[k] = x_next[k];
       }
     }
   }
+
+  // The block's partial grad_w row: the slots' sums added in slot order.
   Acc* partial = grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols;
+  if constexpr (kDwShared) {
+    __syncthreads();
+    const int threads = blockDim.x * blockDim.y;
+    for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < cols; j += threads) {
+      const int64_t at = (j % kVec) * nvec + j / kVec;
+      Acc total = 0;
+      for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot)
+        total += reinterpret_cast<Acc*>(dynamic_shared)[slot * cols + at];
+      partial[j] = total;
+    }
+  } else {
+    // Slot 0 writes its sums, each further slot adds its own in turn,
+    // through shared memory when the block has more than one slot.
+    Acc* sum = blockDim.y > 1 ? reinterpret_cast<Acc*>(dynamic_shared) : partial;
+    for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot) {
+      if (static_cast<int>(threadIdx.y) == slot) {
 #pragma unroll
-  for (int k = 0; k < kBwdRegVecs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (i < nvec) {
+        for (int k = 0; k < kRegVecs; ++k) {
+          const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+          if (i < nvec) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) partial[i * kVec + e] = dw[k][e];
+            for (int e = 0; e < kVec; ++e) {
+              const int64_t j = i * kVec + e;
+              sum[j] = slot == 0 ? dw[k][e] : sum[j] + dw[k][e];
+            }
+          }
+        }
+      }
+      if (blockDim.y > 1) __syncthreads();
+    }
+    if (blockDim.y > 1) {
+      const int threads = blockDim.x * blockDim.y;
+      for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < cols; j += threads)
+        partial[j] = sum[j];
     }
   }
 }
 
-// grad_w[j] = sum over the blocks' partial rows, in block order.
+// grad_w[j] = sum of the blocks' partial rows. A block takes 32 columns; its
+// 32 rows of threads each sum every 32nd partial (four running sums, so four
+// loads are in flight at once), then one row of threads adds the 32 sums.
+// The order of every addition is fixed, so the result is deterministic.
+constexpr int kGradWCols = 32;
+constexpr int kGradWLanes = 32;
+
 template <typename T>
-__global__ void rms_norm_backward_grad_w_kernel(const typename AccType<T>::type* __restrict__ partial,
-                                                int64_t parts, int64_t cols, T* __restrict__ grad_w) {
+__global__ void __launch_bounds__(kGradWCols * kGradWLanes) rms_norm_backward_grad_w_kernel(
+    const typename AccType<T>::type* __restrict__ partial, int64_t parts, int64_t cols,
+    T* __restrict__ grad_w) {
   using Acc = typename AccType<T>::type;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
-  Acc sum = 0;
-  for (int64_t p = 0; p < parts; ++p) sum += partial[p * cols + j];
-  grad_w[j] = from_acc<T>(sum);
+  __shared__ Acc sums[kGradWLanes][kGradWCols + 1];
+  wait_for_previous_grid();  // the partials are the previous kernel's output
+  allow_next_grid();
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kGradWCols + threadIdx.x;
+  Acc s[4] = {0, 0, 0, 0};
+  if (j < cols) {
+    int64_t p = threadIdx.y;
+    for (; p + 3 * kGradWLanes < parts; p += 4 * kGradWLanes) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) s[u] += partial[(p + u * kGradWLanes) * cols + j];
+    }
+    for (; p < parts; p += kGradWLanes) s[0] += partial[p * cols + j];
+  }
+  sums[threadIdx.y][threadIdx.x] = (s[0] + s[1]) + (s[2] + s[3]);
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    Acc total = 0;
+#pragma unroll
+    for (int lane = 0; lane < kGradWLanes; ++lane) total += sums[lane][threadIdx.x];
+    grad_w[j] = from_acc<T>(total);
+  }
 }
 // [backward-kernel-end]
 
 // [backward-launch]
+// Vectors of a row that each thread keeps in registers.
+constexpr int kBwdRegVecs = 2;
+
 // Whether the backward kernel handles rows of `cols` elements of `elem_bytes`
 // bytes: whole 16-byte vectors, at most kBwdMaxThreads x kBwdRegVecs of them
-// (8192 bf16 or 4096 fp32 elements). The host wrapper falls back to ATen
+// (16384 bf16 or 8192 fp32 elements). The host wrapper falls back to ATen
 // operations otherwise.
 inline bool rms_norm_backward_supported(int64_t cols, int elem_bytes) {
   const int64_t vec = 16 / elem_bytes;
   return cols % vec == 0 && cols / vec <= static_cast<int64_t>(kBwdMaxThreads) * kBwdRegVecs;
 }
 
-// Blocks for the backward: as many as fit on the GPU at once (each then
-// walks many rows), at most one per row. Also the number of grad_w partials.
-template <typename T>
-int64_t rms_norm_backward_blocks(int64_t rows, int64_t cols, int warp_size, int sm_count,
-                                 dim3* block) {
+struct BackwardConfig {
+  dim3 block;           // (threads per row, row slots per block)
+  int64_t blocks;       // also the number of partial grad_w rows
+  size_t shared_bytes;  // dynamic shared memory per block
+};
+
+// The launch shape of a backward kernel instance: threads enough for
+// kRegs vectors each per row, row slots so that a block has at least
+// `min_threads` threads, and as many blocks as fit on the GPU at once (each
+// walks many rows), at most one row slot per row.
+template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwShared, bool kWRegs>
+BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp_size,
+                                            int sm_count, int min_threads) {
   constexpr int kVec = 16 / sizeof(T);
+  using Acc = typename AccType<T>::type;
   const int64_t nvec = cols / kVec;
-  int64_t per_row = (nvec + kBwdRegVecs - 1) / kBwdRegVecs;
+  int64_t per_row = (nvec + kRegs - 1) / kRegs;
   per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
-  *block = dim3(static_cast<unsigned>(per_row));
+  int64_t slots = 1;
+  while (per_row * slots * 2 <= min_threads && per_row * slots * 2 <= kBwdMaxThreads) slots *= 2;
+  BackwardConfig cfg;
+  cfg.block = dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(slots));
+  cfg.shared_bytes = kDwShared ? static_cast<size_t>(slots * cols) * sizeof(Acc)
+                              : (slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0);
   int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rms_norm_backward_kernel<T, kVec>,
-                                                static_cast<int>(per_row), 0);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, rms_norm_backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
+      static_cast<int>(per_row * slots), cfg.shared_bytes);
   if (per_sm < 1) per_sm = 1;
-  const int64_t blocks = static_cast<int64_t>(per_sm) * sm_count;
-  return rows < blocks ? (rows > 0 ? rows : 1) : blocks;
+  const int64_t fit = static_cast<int64_t>(per_sm) * sm_count;
+  const int64_t needed = (rows + slots - 1) / slots;
+  cfg.blocks = needed < fit ? (needed > 0 ? needed : 1) : fit;
+  return cfg;
+}
+
+template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwShared, bool kWRegs>
+cudaError_t launch_rms_norm_backward_for(const T* grad_y, const T* x, const T* weight,
+                                         const typename AccType<T>::type* inv_rms, T* grad_x,
+                                         typename AccType<T>::type* grad_w_partial, T* grad_w,
+                                         int64_t rows, int64_t cols, const BackwardConfig& cfg,
+                                         cudaStream_t stream, bool pdl = false) {
+  constexpr int kVec = 16 / sizeof(T);
+  if (rows > 0) {
+    const cudaError_t err = launch_kernel(
+        rms_norm_backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
+        dim3(static_cast<unsigned>(cfg.blocks)), cfg.block, cfg.shared_bytes, stream, pdl, grad_y,
+        x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
+    if (err != cudaSuccess) return err;
+  }
+  const int64_t parts = rows > 0 ? cfg.blocks : 0;
+  return launch_kernel(rms_norm_backward_grad_w_kernel<T>,
+                       dim3(static_cast<unsigned>((cols + kGradWCols - 1) / kGradWCols)),
+                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, grad_w_partial, parts, cols,
+                       grad_w);
+}
+
+// The instance opguide uses (chosen by tools/sweep_rms_norm.cu).
+constexpr bool kBwdPrefetch = true;
+constexpr int kBwdMinBlocks = 1;
+constexpr int kBwdMinThreads = 256;
+constexpr bool kBwdDwShared = true;
+constexpr bool kBwdWRegs = true;
+
+template <typename T>
+BackwardConfig rms_norm_backward_config(int64_t rows, int64_t cols, int warp_size, int sm_count) {
+  return rms_norm_backward_config_for<T, kBwdRegVecs, kBwdPrefetch, kBwdMinBlocks, kBwdDwShared, kBwdWRegs>(
+      rows, cols, warp_size, sm_count, kBwdMinThreads);
 }
 
 // Launches both backward kernels on `stream`. grad_w_partial must hold
-// `blocks * cols` accumulators (blocks from rms_norm_backward_blocks). All
-// pointers must be 16-byte aligned and cols a multiple of 16 / sizeof(T).
+// `cfg.blocks * cols` accumulators. All pointers must be 16-byte aligned and
+// cols a multiple of 16 / sizeof(T) (see rms_norm_backward_supported).
 template <typename T>
 cudaError_t launch_rms_norm_backward(const T* grad_y, const T* x, const T* weight,
                                      const typename AccType<T>::type* inv_rms, T* grad_x,
                                      typename AccType<T>::type* grad_w_partial, T* grad_w,
-                                     int64_t rows, int64_t cols, int64_t blocks, dim3 block,
-                                     cudaStream_t stream) {
-  constexpr int kVec = 16 / sizeof(T);
-  if (rows > 0) {
-    rms_norm_backward_kernel<T, kVec><<<static_cast<unsigned>(blocks), block, 0, stream>>>(
-        grad_y, x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
-  }
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
-  const int threads = 256;
-  const int64_t parts = rows > 0 ? blocks : 0;
-  rms_norm_backward_grad_w_kernel<T>
-      <<<static_cast<unsigned>((cols + threads - 1) / threads), threads, 0, stream>>>(
-          grad_w_partial, parts, cols, grad_w);
-  return cudaGetLastError();
+                                     int64_t rows, int64_t cols, const BackwardConfig& cfg,
+                                     cudaStream_t stream, bool pdl = false) {
+  return launch_rms_norm_backward_for<T, kBwdRegVecs, kBwdPrefetch, kBwdMinBlocks, kBwdDwShared,
+                                      kBwdWRegs>(grad_y, x, weight, inv_rms, grad_x,
+                                                 grad_w_partial, grad_w, rows, cols, cfg, stream,
+                                                 pdl);
 }
 // [backward-launch-end]
 

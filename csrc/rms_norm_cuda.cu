@@ -7,6 +7,8 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <tuple>
 
@@ -32,6 +34,17 @@ int current_device_attribute(cudaDeviceAttr attribute) {
   int value = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, c10::cuda::current_device()));
   return value;
+}
+
+// Whether to launch with programmatic dependent launch (csrc/launch.cuh): on
+// GPUs of compute capability 9.0 (Hopper) and later, unless the environment
+// sets OPGUIDE_PDL=0 (read once per process), for example to compare timings.
+bool use_pdl() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("OPGUIDE_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled && current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
 }
 
 }  // namespace
@@ -66,7 +79,7 @@ void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double ep
         reinterpret_cast<const T*>(xk.const_data_ptr<scalar_t>()),
         reinterpret_cast<const T*>(wk.const_data_ptr<scalar_t>()),
         reinterpret_cast<T*>(y.mutable_data_ptr<scalar_t>()), inv_rms_ptr, rows, cols,
-        row_stride, static_cast<float>(eps), warp_size, stream);
+        row_stride, static_cast<float>(eps), warp_size, stream, use_pdl());
     C10_CUDA_CHECK(err);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -138,12 +151,11 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
       at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_backward_cuda", [&] {
         using T = typename CudaType<scalar_t>::type;
         using Acc = typename cuda::AccType<T>::type;
-        dim3 block;
-        const int64_t blocks =
-            cuda::rms_norm_backward_blocks<T>(rows, cols, warp_size, sm_count, &block);
+        const cuda::BackwardConfig cfg =
+            cuda::rms_norm_backward_config<T>(rows, cols, warp_size, sm_count);
         // One partial grad_w row per block, summed by the second kernel.
         at::Tensor partial =
-            at::empty({blocks, cols}, x.options().dtype(rms_norm_acc_type(x.scalar_type())));
+            at::empty({cfg.blocks, cols}, x.options().dtype(rms_norm_acc_type(x.scalar_type())));
         const cudaError_t err = cuda::launch_rms_norm_backward<T>(
             reinterpret_cast<const T*>(g.const_data_ptr<scalar_t>()),
             reinterpret_cast<const T*>(xc.const_data_ptr<scalar_t>()),
@@ -151,8 +163,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
             rc.const_data_ptr<Acc>(),
             reinterpret_cast<T*>(grad_x.mutable_data_ptr<scalar_t>()),
             partial.mutable_data_ptr<Acc>(),
-            reinterpret_cast<T*>(grad_w.mutable_data_ptr<scalar_t>()), rows, cols, blocks, block,
-            stream);
+            reinterpret_cast<T*>(grad_w.mutable_data_ptr<scalar_t>()), rows, cols, cfg, stream,
+            use_pdl());
         C10_CUDA_CHECK(err);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -7,11 +7,13 @@
 #define OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(T)                                             \
   template cudaError_t opguide::cuda::launch_rms_norm_forward<T>(                           \
       const T*, const T*, T*, opguide::cuda::AccType<T>::type*, int64_t, int64_t, int64_t,  \
-      float, int, cudaStream_t);                                                            \
+      float, int, cudaStream_t, bool);                                                      \
   template cudaError_t opguide::cuda::launch_rms_norm_backward<T>(                          \
       const T*, const T*, const T*, const opguide::cuda::AccType<T>::type*, T*,             \
-      opguide::cuda::AccType<T>::type*, T*, int64_t, int64_t, int64_t, dim3, cudaStream_t); \
-  template int64_t opguide::cuda::rms_norm_backward_blocks<T>(int64_t, int64_t, int, int, dim3*);
+      opguide::cuda::AccType<T>::type*, T*, int64_t, int64_t,                               \
+      const opguide::cuda::BackwardConfig&, cudaStream_t, bool);                            \
+  template opguide::cuda::BackwardConfig opguide::cuda::rms_norm_backward_config<T>(        \
+      int64_t, int64_t, int, int);
 
 OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(float)
 OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(double)

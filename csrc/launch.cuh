@@ -1,0 +1,80 @@
+// Kernel launch with programmatic dependent launch (PDL), device code and
+// host code, torch-free like the kernels that use it.
+//
+// Back-to-back kernels on one stream normally run strictly one after the
+// other: the next kernel's blocks are only scheduled once the previous kernel
+// has finished, so every launch pays for the GPU ramping down and up again.
+// On Hopper (sm_90) and later, a kernel launched with the
+// "programmatic stream serialization" attribute may be scheduled while the
+// previous kernel is still running its last blocks. It must then wait, with
+// `griddepcontrol.wait`, before it touches memory that the previous kernel
+// may write: that wait returns once the previous grid has completed and its
+// writes are visible. Our kernels call wait_for_previous_grid() before their
+// first global memory access, so the overlap covers only scheduling and
+// set-up, never data.
+//
+// On older GPUs, on ROCm, and with OPGUIDE_NO_PDL defined, the helpers do
+// nothing and kernels launch with <<<...>>>.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__) && !defined(OPGUIDE_NO_PDL) && \
+    defined(CUDART_VERSION) && CUDART_VERSION >= 12000
+#define OPGUIDE_HAVE_PDL 1
+#else
+#define OPGUIDE_HAVE_PDL 0
+#endif
+
+namespace opguide {
+namespace cuda {
+
+// [pdl-device]
+// Waits until the grid this kernel depends on has completed (a no-op when the
+// kernel was launched without PDL or the previous grid is already done).
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if OPGUIDE_HAVE_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next PDL kernel on the stream be scheduled once every block of
+// this grid has called it (or exited). Safe at any point: the next kernel
+// still waits for this one to complete before it reads memory.
+__device__ __forceinline__ void allow_next_grid() {
+#if OPGUIDE_HAVE_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+// [pdl-device-end]
+
+// [pdl-launch]
+// Launches kernel<<<grid, block, shared_bytes, stream>>>(args...), with PDL
+// when `pdl` is true and the toolchain has it. Returns the launch's error.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                          cudaStream_t stream, bool pdl, Args... args) {
+#if OPGUIDE_HAVE_PDL
+  if (pdl) {
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  }
+#else
+  (void)pdl;
+#endif
+  kernel<<<grid, block, shared_bytes, stream>>>(static_cast<Params>(args)...);
+  return cudaGetLastError();
+}
+// [pdl-launch-end]
+
+}  // namespace cuda
+}  // namespace opguide
