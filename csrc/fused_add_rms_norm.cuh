@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "launch.cuh"
+
 namespace opguide {
 namespace fused {
 
@@ -117,6 +119,8 @@ __global__ void fused_add_rms_norm_kernel(const x_t* __restrict__ x, res_t* __re
                                           out_t* __restrict__ out, acc_t* __restrict__ inv_rms,
                                           int64_t n, acc_t eps) {
   __shared__ acc_t shared[kMaxWarps];
+  cuda::wait_for_previous_grid();  // launch.cuh: may start before the previous kernel ends
+  cuda::allow_next_grid();
   const int64_t row = blockIdx.x;
   const int64_t n_vec = n / kVec;
   const auto* x_row = reinterpret_cast<const Vec<x_t, kVec>*>(x + row * n);
@@ -179,23 +183,25 @@ constexpr int fused_vector_width() {
                    : (sizeof(res_t) > sizeof(out_t) ? sizeof(res_t) : sizeof(out_t)));
 }
 
-// Launches one block per row on `stream` (the caller checks the launch). The
-// caller passes vectorize = true only when n is a multiple of the vector width
-// and every pointer is aligned to a whole vector (16 bytes of the widest type).
+// Launches one block per row on `stream` and returns the launch's error; with
+// programmatic dependent launch when `pdl` (launch.cuh). The caller passes
+// vectorize = true only when n is a multiple of the vector width and every
+// pointer is aligned to a whole vector (16 bytes of the widest type).
 template <typename x_t, typename res_t, typename out_t, typename acc_t>
-void launch_fused_add_rms_norm(const x_t* x, res_t* residual, const x_t* weight,
+cudaError_t launch_fused_add_rms_norm(const x_t* x, res_t* residual, const x_t* weight,
                                       out_t* out, acc_t* inv_rms, int64_t m, int64_t n,
-                                      acc_t eps, bool vectorize, cudaStream_t stream) {
+                                      acc_t eps, bool vectorize, cudaStream_t stream,
+                                      bool pdl = false) {
   constexpr int kVec = fused_vector_width<x_t, res_t, out_t>();
   const dim3 grid(static_cast<unsigned int>(m));
   if (vectorize && kVec > 1) {
-    fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, kVec>
-        <<<grid, fused_block_size(n, kVec), 0, stream>>>(x, residual, weight, out, inv_rms, n,
-                                                         eps);
-  } else {
-    fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, 1>
-        <<<grid, fused_block_size(n, 1), 0, stream>>>(x, residual, weight, out, inv_rms, n, eps);
+    return cuda::launch_kernel(fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, kVec>, grid,
+                               dim3(fused_block_size(n, kVec)), 0, stream, pdl, x, residual,
+                               weight, out, inv_rms, n, eps);
   }
+  return cuda::launch_kernel(fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, 1>, grid,
+                             dim3(fused_block_size(n, 1)), 0, stream, pdl, x, residual, weight,
+                             out, inv_rms, n, eps);
 }
 // [launcher-end]
 

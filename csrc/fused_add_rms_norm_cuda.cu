@@ -15,6 +15,7 @@
 #include "fused_add_rms_norm.cuh"
 #include "fused_add_rms_norm.h"
 #include "registration.h"
+#include "rms_norm.h"
 
 namespace opguide {
 namespace {
@@ -61,10 +62,10 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
                          (w_ptr == nullptr || aligned_to(w_ptr, kVec * sizeof(x_t)));
   TORCH_CHECK(m <= INT_MAX, "fused_add_rms_norm_: at most ", std::to_string(INT_MAX), " rows, got ",
               std::to_string(m));
-  fused::launch_fused_add_rms_norm<cx_t, cres_t, cout_t, acc_t>(
+  const cudaError_t err = fused::launch_fused_add_rms_norm<cx_t, cres_t, cout_t, acc_t>(
       x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<acc_t>(eps), vectorize,
-      c10::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+      c10::cuda::getCurrentCUDAStream(), cuda_use_pdl());
+  C10_CUDA_CHECK(err);
 }
 // [cuda-launch-end]
 

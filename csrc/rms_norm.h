@@ -27,6 +27,10 @@ std::string number_str(double v);
 
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// CUDA builds only (rms_norm_cuda.cu): whether kernels launch with
+// programmatic dependent launch on the current GPU (see csrc/launch.cuh).
+bool cuda_use_pdl();
+
 // [backward-contract]
 // rms_norm_fwd and rms_norm_backward (the training pair, step 8) share this
 // contract on every backend:

@@ -36,18 +36,18 @@ int current_device_attribute(cudaDeviceAttr attribute) {
   return value;
 }
 
+}  // namespace
+
 // Whether to launch with programmatic dependent launch (csrc/launch.cuh): on
 // GPUs of compute capability 9.0 (Hopper) and later, unless the environment
 // sets OPGUIDE_PDL=0 (read once per process), for example to compare timings.
-bool use_pdl() {
+bool cuda_use_pdl() {
   static const bool enabled = [] {
     const char* v = std::getenv("OPGUIDE_PDL");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return enabled && current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
 }
-
-}  // namespace
 
 // [cuda-host]
 // Writes y (and inv_rms when it is defined) for x and weight on x's GPU.
@@ -79,7 +79,7 @@ void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double ep
         reinterpret_cast<const T*>(xk.const_data_ptr<scalar_t>()),
         reinterpret_cast<const T*>(wk.const_data_ptr<scalar_t>()),
         reinterpret_cast<T*>(y.mutable_data_ptr<scalar_t>()), inv_rms_ptr, rows, cols,
-        row_stride, static_cast<float>(eps), warp_size, stream, use_pdl());
+        row_stride, static_cast<float>(eps), warp_size, stream, cuda_use_pdl());
     C10_CUDA_CHECK(err);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -164,7 +164,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
             reinterpret_cast<T*>(grad_x.mutable_data_ptr<scalar_t>()),
             partial.mutable_data_ptr<Acc>(),
             reinterpret_cast<T*>(grad_w.mutable_data_ptr<scalar_t>()), rows, cols, cfg, stream,
-            use_pdl());
+            cuda_use_pdl());
         C10_CUDA_CHECK(err);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -102,12 +102,21 @@ def _forward_configs() -> list:
     if INTERPRET:
         # The interpreter would run (slowly) every config to time it, on a
         # device it does not have; one config means no timing at all.
+        return [triton.Config({"ROWS": 1}, num_warps=1)]
+    return [
+        triton.Config({"ROWS": rows}, num_warps=warps)
+        for rows in (1, 2, 4)
+        for warps in (2, 4, 8, 16)
+    ]
+
+
+def _long_row_configs() -> list:
+    if INTERPRET:
         return [triton.Config({"BLOCK_N": 1024}, num_warps=1)]
     return [
         triton.Config({"BLOCK_N": block}, num_warps=warps)
-        for block in (256, 1024, 4096)
-        for warps in (2, 4, 8, 16)
-        if block >= 32 * warps  # at least one element per thread
+        for block in (1024, 4096)
+        for warps in (4, 8, 16)
     ]
 
 
@@ -117,9 +126,34 @@ def _forward_configs() -> list:
 # [forward-kernel]
 @triton.autotune(configs=_forward_configs(), key=["N"])
 @triton.jit
-def _rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, N, eps, BLOCK_N: tl.constexpr):
-    # One program per row; the row is walked in chunks of BLOCK_N columns, so
-    # any row length works and the autotuner is free to pick the chunk.
+def _rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    # One program normalises ROWS whole rows, held in registers as a
+    # (ROWS, BLOCK_N) block: x is read from memory once. BLOCK_N is N rounded
+    # up to a power of two; the mask covers the padding and the last rows.
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    mask = (rows < M) & (cols < N)
+    # x and y are touched once: "evict_first" leaves the cache to the weight.
+    x = tl.load(x_ptr + rows * N + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+    x = x.to(tl.float32)
+    # .to(float32): Inductor may pass the scalar eps as float64.
+    inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    y = x * inv_rms[:, None] * w
+    tl.store(y_ptr + rows * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask,
+             eviction_policy="evict_first")  # fmt: skip
+
+
+# [forward-kernel-end]
+
+
+# [long-row-kernel]
+@triton.autotune(configs=_long_row_configs(), key=["N"])
+@triton.jit
+def _rms_norm_fwd_long_kernel(x_ptr, w_ptr, y_ptr, N, eps, BLOCK_N: tl.constexpr):
+    # Rows too long for registers: one program per row walks it in chunks of
+    # BLOCK_N columns twice, once for the sum of squares, once to write y
+    # (the second read mostly hits the L2 cache).
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * N
     y_row = y_ptr + row * N
@@ -128,7 +162,6 @@ def _rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, N, eps, BLOCK_N: tl.constexpr):
         cols = start + tl.arange(0, BLOCK_N)
         x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
         sum_sq += x * x
-    # .to(float32): Inductor may pass the scalar eps as float64.
     inv_rms = tl.rsqrt(tl.sum(sum_sq, axis=0) / N + eps).to(tl.float32)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -138,26 +171,40 @@ def _rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, N, eps, BLOCK_N: tl.constexpr):
         tl.store(y_row + cols, (x * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-# [forward-kernel-end]
+# [long-row-kernel-end]
+
+# Longest row (elements) that the forward keeps in registers.
+MAX_REGISTER_ROW = 16384
 
 
 # [backward-kernel]
+def _backward_configs() -> list:
+    if INTERPRET:
+        return [triton.Config({"STAGES": 1}, num_warps=1)]
+    return [
+        triton.Config({"STAGES": stages}, num_warps=warps)
+        for stages in (1, 2, 3)
+        for warps in (4, 8, 16)
+    ]
+
+
+@triton.autotune(configs=_backward_configs(), key=["N"])
 @triton.jit
 def _rms_norm_bwd_kernel(
-    dy_ptr, x_ptr, w_ptr, dx_ptr, dw_partial_ptr, M, N, eps, rows_per_program,
-    BLOCK_N: tl.constexpr,
+    dy_ptr, x_ptr, w_ptr, dx_ptr, dw_partial_ptr, M, N, eps,
+    BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
 ):  # fmt: skip
-    # Program p handles rows [p * rows_per_program, (p + 1) * rows_per_program)
+    # Program p handles rows p, p + P, p + 2P, ... (P programs, as many as
+    # fit on the GPU at once, so neighbouring rows are read at the same time)
     # and writes its own partial sum of dweight to row p of dw_partial; the
-    # host sums those rows. No two programs write the same memory.
-    pid = tl.program_id(0).to(tl.int64)
+    # host sums those rows. No two programs write the same memory. With
+    # STAGES > 1 Triton loads the next rows while it computes this one.
+    pid = tl.program_id(0).to(tl.int64)  # int64: row * N may pass 2**31
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
-    row_begin = pid * rows_per_program
-    row_end = tl.minimum(row_begin + rows_per_program, M)
-    for row in range(row_begin, row_end):
+    for row in tl.range(pid, M, tl.num_programs(0), num_stages=STAGES):
         offset = row * N
         x = tl.load(x_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
@@ -179,7 +226,7 @@ def _rms_norm_bwd_kernel(
 def _backward_programs(x: torch.Tensor, m: int) -> int:
     """How many programs share the rows: enough to fill the GPU, few enough to sum cheaply."""
     if x.device.type == "cuda":
-        programs = 4 * torch.cuda.get_device_properties(x.device).multi_processor_count
+        programs = 2 * torch.cuda.get_device_properties(x.device).multi_processor_count
     else:  # the interpreter runs programs one after another
         programs = 4
     return max(1, min(programs, m))
@@ -196,8 +243,14 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
     # these are SymInts, which Triton's launcher and autotuner cannot hash.
     n = int(xc.shape[-1])
     m = int(xc.numel()) // n if n > 0 else 0
-    if m > 0:
-        launchable(_rms_norm_fwd_kernel)[(m,)](xc, weight.contiguous(), y, n, eps)
+    if m == 0:
+        return y
+    if n <= MAX_REGISTER_ROW:
+        launchable(_rms_norm_fwd_kernel)[lambda meta: (triton.cdiv(m, meta["ROWS"]),)](
+            xc, weight.contiguous(), y, m, n, eps, BLOCK_N=triton.next_power_of_2(n)
+        )
+    else:
+        launchable(_rms_norm_fwd_long_kernel)[(m,)](xc, weight.contiguous(), y, n, eps)
     return y
 
 
@@ -223,11 +276,9 @@ def rms_norm_backward_triton(
     block = _row_block("rms_norm", xc, n)
     programs = _backward_programs(xc, m)
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-    rows_per_program = triton.cdiv(m, programs)
     launchable(_rms_norm_bwd_kernel)[(programs,)](
-        dy, xc, weight.contiguous(), dx, dw_partial, m, n, eps, rows_per_program,
-        BLOCK_N=block, num_warps=_num_warps(block),
-    )  # fmt: skip
+        dy, xc, weight.contiguous(), dx, dw_partial, m, n, eps, BLOCK_N=block
+    )
     # The second stage of the dweight reduction: one sum over `programs` rows.
     return dx, dw_partial.sum(dim=0).to(weight.dtype)
 

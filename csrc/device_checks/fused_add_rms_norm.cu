@@ -5,8 +5,8 @@
 #include "../fused_add_rms_norm.cuh"
 
 #define OPGUIDE_INSTANTIATE_FUSED(X, R, O, A)                                          \
-  template void opguide::fused::launch_fused_add_rms_norm<X, R, O, A>(          \
-      const X*, R*, const X*, O*, A*, int64_t, int64_t, A, bool, cudaStream_t);
+  template cudaError_t opguide::fused::launch_fused_add_rms_norm<X, R, O, A>(   \
+      const X*, R*, const X*, O*, A*, int64_t, int64_t, A, bool, cudaStream_t, bool);
 
 // x and residual of one dtype, output in that dtype or float32.
 OPGUIDE_INSTANTIATE_FUSED(float, float, float, float)
