@@ -562,11 +562,15 @@ cudaError_t launch_rms_norm_backward_for(const T* grad_y, const T* x, const T* w
                        grad_w);
 }
 
-// The instance opguide uses (chosen by tools/sweep_rms_norm.cu).
+// The instance opguide uses, chosen with tools/sweep_rms_norm_backward.cu
+// (docs/recorded/sweep_rms_norm_backward_*_h200.txt): 2 vectors per thread,
+// next row prefetched, weight and grad_w sums in registers. Sums in shared
+// memory (kBwdDwShared) save registers and win one or two points at the small
+// shapes, but lose three to five at (32768, 4096) and (65536, 1024).
 constexpr bool kBwdPrefetch = true;
 constexpr int kBwdMinBlocks = 1;
 constexpr int kBwdMinThreads = 256;
-constexpr bool kBwdDwShared = true;
+constexpr bool kBwdDwShared = false;
 constexpr bool kBwdWRegs = true;
 
 template <typename T>

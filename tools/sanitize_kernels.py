@@ -1,0 +1,64 @@
+"""Runs every CUDA kernel of opguide once per case, for compute-sanitizer.
+
+    compute-sanitizer --tool memcheck  python3 tools/sanitize_kernels.py
+    compute-sanitizer --tool racecheck python3 tools/sanitize_kernels.py
+
+Each case checks its result against the reference, so a run that the
+sanitizer passes also computed the right numbers. The cases cover the vector
+and scalar paths, rows longer than the register cache, several rows per
+block, strided rows, the backward kernels and the fused kernel. Exits non-zero
+on a wrong result.
+"""
+
+import sys
+
+import torch
+
+import opguide
+from opguide.reference import rms_norm_reference
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    dev = "cuda"
+    tol = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+    cases = 0
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        # Long rows (past the register cache), odd widths (scalar path),
+        # short rows (several rows per block), a ragged last block.
+        for m, n in [(7, 4096), (3, 40000), (5, 13), (33, 64), (130, 1024), (2, 8192)]:
+            x = torch.randn(m, n, device=dev, dtype=dtype)
+            w = torch.randn(n, device=dev, dtype=dtype)
+            t = tol[dtype]
+            y = torch.ops.opguide.rms_norm(x, w, 1e-6)
+            torch.testing.assert_close(y, rms_norm_reference(x, w, 1e-6), atol=t, rtol=t)
+            y2, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
+            torch.testing.assert_close(y2, y)
+            dy = torch.randn_like(x)
+            dx, dw = torch.ops.opguide.rms_norm_backward(dy, x, w, inv_rms)
+            xr = x.float().requires_grad_()
+            wr = w.float().requires_grad_()
+            rms_norm_reference(xr, wr, 1e-6).backward(dy.float())
+            torch.testing.assert_close(dx.float(), xr.grad, atol=t * 4, rtol=t * 4)
+            torch.testing.assert_close(dw.float(), wr.grad, atol=t * m, rtol=t * 4)
+            res = torch.randn_like(x)
+            out, _ = opguide.fused_add_rms_norm_(x, res.clone(), w, 1e-6)
+            h = (res.float() + x.float()).to(dtype)
+            torch.testing.assert_close(out, rms_norm_reference(h, w, 1e-6), atol=t, rtol=t)
+            cases += 1
+        # Strided rows: a slice of a wider matrix.
+        wide = torch.randn(9, 4104, device=dev, dtype=dtype)
+        xs = wide[:, :4096]
+        w = torch.randn(4096, device=dev, dtype=dtype)
+        y = torch.ops.opguide.rms_norm(xs, w, 1e-6)
+        torch.testing.assert_close(
+            y, rms_norm_reference(xs, w, 1e-6), atol=tol[dtype], rtol=tol[dtype]
+        )
+        cases += 1
+    torch.cuda.synchronize()
+    print(f"{cases} cases ran and matched the reference")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
