@@ -213,13 +213,16 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
 // [kernel-end]
 
 // [launch]
-// Each thread keeps up to 4 vectors of its row in registers. 8 would halve
-// the threads needed for long rows, but costs bfloat16 100 registers per
-// thread (its conversions need more registers than float16's): occupancy
-// halves and bandwidth drops by a third (measured on an H200; see the
-// performance chapter). Past 1024 threads x 4 vectors (32768 bf16 elements)
-// the kLongRows instantiation re-reads the rest of the row from L2.
-constexpr int kRegVecs = 4;
+// How many 16-byte vectors of its row each thread keeps in registers, by
+// dtype, from sweeps on an H200 (tools/sweep_rms_norm_forward_vectors.cu):
+// bfloat16 is fastest with 4 (with 2, its conversions still take 43
+// registers and it loses up to 20 points); float16 is fastest with 2, twice
+// the threads per row (2-3 points over 4 at the smaller shapes). 8 would cost
+// bfloat16 100 registers per thread and a third of its bandwidth. float32
+// and double keep 4 (not swept). Past 1024 threads per row the kLongRows
+// instantiation re-reads the rest of the row from L2.
+template <typename T> struct ForwardRegVecs { static constexpr int value = 4; };
+template <> struct ForwardRegVecs<__half> { static constexpr int value = 2; };
 constexpr int kMaxThreadsPerRow = 1024;
 
 struct LaunchConfig {
@@ -229,19 +232,21 @@ struct LaunchConfig {
 };
 
 // Chooses the block shape from the row length: as many threads per row as
-// give each thread 4 vectors (fewer, busier threads measured faster than
-// more, idler ones), and for short rows several rows per block so that a
-// block has 256 threads.
-inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec, int warp_size) {
+// give each thread reg_vecs vectors, and two rows per block when a row takes
+// 64 threads or fewer. One row per block of 32 or 64 threads means so many
+// blocks (65536 for 65536 x 1024) that the GPU cannot start them fast
+// enough: 78% of the copy against 96% with two rows per block.
+inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec, int warp_size,
+                                            int reg_vecs) {
   const int64_t nvec = (cols + vec - 1) / vec;
-  int64_t per_row = (nvec + kRegVecs - 1) / kRegVecs;
+  int64_t per_row = (nvec + reg_vecs - 1) / reg_vecs;
   per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
   if (per_row > kMaxThreadsPerRow) per_row = kMaxThreadsPerRow;
-  const int64_t rows_per_block = per_row < 128 ? 256 / per_row : 1;
+  const int64_t rows_per_block = per_row <= 64 ? 2 : 1;
   LaunchConfig cfg;
   cfg.block = dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
   cfg.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  cfg.long_rows = nvec > per_row * kRegVecs;
+  cfg.long_rows = nvec > per_row * reg_vecs;
   return cfg;
 }
 
@@ -254,8 +259,9 @@ cudaError_t launch_rms_norm_forward_vec(const LaunchConfig& cfg, const T* x, con
                                         typename AccType<T>::type* inv_rms, int64_t rows,
                                         int64_t cols, int64_t x_row_stride, float eps,
                                         cudaStream_t stream, bool pdl) {
-  auto kernel = cfg.long_rows ? rms_norm_forward_kernel<T, kVec, kRegVecs, true>
-                              : rms_norm_forward_kernel<T, kVec, kRegVecs, false>;
+  constexpr int kRegs = ForwardRegVecs<T>::value;
+  auto kernel = cfg.long_rows ? rms_norm_forward_kernel<T, kVec, kRegs, true>
+                              : rms_norm_forward_kernel<T, kVec, kRegs, false>;
   return launch_kernel(kernel, cfg.grid, cfg.block, 0, stream, pdl, x, weight, y, inv_rms, rows,
                        cols, x_row_stride, eps);
 }
@@ -274,7 +280,8 @@ cudaError_t launch_rms_norm_forward(const T* x, const T* weight, T* y,
   constexpr int kWide = 16 / sizeof(T);
   const bool wide = cols % kWide == 0 && x_row_stride % kWide == 0 && is_aligned(x, 16) &&
                     is_aligned(weight, 16) && is_aligned(y, 16);
-  const LaunchConfig cfg = rms_norm_forward_config(rows, cols, wide ? kWide : 1, warp_size);
+  const LaunchConfig cfg = rms_norm_forward_config(rows, cols, wide ? kWide : 1, warp_size,
+                                                   ForwardRegVecs<T>::value);
   if (wide) {
     return launch_rms_norm_forward_vec<T, kWide>(cfg, x, weight, y, inv_rms, rows, cols,
                                                  x_row_stride, eps, stream, pdl);

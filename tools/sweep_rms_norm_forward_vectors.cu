@@ -1,0 +1,137 @@
+// Times the RMSNorm forward kernel of csrc/rms_norm.cuh with 1, 2 or 4
+// vectors per thread and several block sizes, for bfloat16 and float16, on
+// one GPU without torch.
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_forward_vectors.cu -o /tmp/sweep_vec
+//   /tmp/sweep_vec
+// Batches are queued behind a spin kernel, launches use PDL as the library does.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "rms_norm.cuh"
+
+using namespace opguide::cuda;
+
+#define CHECK(x)                                                              \
+  do {                                                                        \
+    cudaError_t e = (x);                                                      \
+    if (e != cudaSuccess) {                                                   \
+      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      exit(1);                                                                \
+    }                                                                         \
+  } while (0)
+
+__global__ void spin(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+template <typename T>
+__global__ void fill(T* p, int64_t n, unsigned seed) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    unsigned h = (unsigned)i * 2654435761u + seed * 97u;
+    h ^= h >> 13;
+    p[i] = from_acc<T>(((h & 0xffff) / 32768.0f) - 1.0f);
+  }
+}
+
+template <typename F>
+float time_us(F&& launch, int calls = 20, int batches = 15) {
+  for (int i = 0; i < 2 * calls; ++i) launch(i);
+  CHECK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  int k = 0;
+  for (int bt = 0; bt < batches; ++bt) {
+    spin<<<1, 1>>>(2000000);
+    CHECK(cudaEventRecord(a));
+    for (int c = 0; c < calls; ++c) launch(k++);
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000 / calls);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+template <typename T, int kRegs>
+void run(const char* dtype, int64_t M, int64_t N, double copy_bw, size_t l2, int sms) {
+  constexpr int kVec = 16 / sizeof(T);
+  const size_t bytes = (size_t)M * N * sizeof(T);
+  const int nbuf = (int)std::max<size_t>(2, (3 * l2 + 2 * bytes - 1) / (2 * bytes));
+  std::vector<T*> xs(nbuf), ys(nbuf);
+  for (int i = 0; i < nbuf; ++i) {
+    CHECK(cudaMalloc(&xs[i], bytes));
+    CHECK(cudaMalloc(&ys[i], bytes));
+    fill<<<1024, 256>>>(xs[i], M * N, 1 + i);
+  }
+  T* w;
+  CHECK(cudaMalloc(&w, N * sizeof(T)));
+  fill<<<64, 256>>>(w, N, 3);
+  auto kernel = rms_norm_forward_kernel<T, kVec, kRegs, false>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  cudaFuncAttributes attr;
+  CHECK(cudaFuncGetAttributes(&attr, kernel));
+  const int64_t nvec = N / kVec;
+  int per_row = (int)((nvec + kRegs - 1) / kRegs);
+  per_row = (per_row + 31) / 32 * 32;
+  if (per_row > 1024) return;
+  for (int block_threads : {64, 128, 256, 512}) {
+    if (block_threads < per_row) continue;
+    const int rpb = block_threads / per_row;
+    for (int cap : {0}) {
+      const size_t smem = cap == 0 ? 0 : (size_t)(227 * 1024 / cap) - 1024;
+      int per_sm = 0;
+      CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, per_row * rpb, smem));
+      const dim3 grid((unsigned)((M + rpb - 1) / rpb)), block(per_row, rpb);
+      const float us = time_us([&](int i) {
+        const int s = i % nbuf;
+        CHECK(launch_kernel(kernel, grid, block, smem, 0, true, (const T*)xs[s], (const T*)w,
+                            ys[s], (float*)nullptr, M, N, N, 1e-6f));
+      });
+      printf("  %-4s %6lldx%-5lld vecs/thr %d thr/row %4d rows/blk %2d regs %3d blocks/SM %2d "
+             "(threads/SM %4d)  %7.1f us %5.1f%%\n",
+             dtype, (long long)M, (long long)N, kRegs, per_row, rpb, attr.numRegs, per_sm,
+             per_sm * per_row * rpb, us, 100.0 * 2 * bytes / (us * 1e-6) / copy_bw);
+      fflush(stdout);
+    }
+  }
+  for (int i = 0; i < nbuf; ++i) {
+    cudaFree(xs[i]);
+    cudaFree(ys[i]);
+  }
+  cudaFree(w);
+}
+
+int main() {
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const size_t n = (size_t)1 << 28;
+  float *src, *dst;
+  CHECK(cudaMalloc(&src, n * 4));
+  CHECK(cudaMalloc(&dst, n * 4));
+  fill<<<1024, 256>>>(src, n, 1);
+  const float copy_us =
+      time_us([&](int) { CHECK(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToDevice)); }, 5);
+  const double copy_bw = 2.0 * n * 4 / (copy_us * 1e-6);
+  printf("%s, %d SMs, copy %.0f GB/s\n", prop.name, prop.multiProcessorCount, copy_bw / 1e9);
+  cudaFree(src);
+  cudaFree(dst);
+  const int64_t shapes[][2] = {{32768, 4096}, {8192, 4096}, {4096, 8192}, {65536, 1024}};
+  for (auto& sh : shapes) {
+    run<__nv_bfloat16, 4>("bf16", sh[0], sh[1], copy_bw, prop.l2CacheSize, prop.multiProcessorCount);
+    run<__nv_bfloat16, 2>("bf16", sh[0], sh[1], copy_bw, prop.l2CacheSize, prop.multiProcessorCount);
+    run<__nv_bfloat16, 1>("bf16", sh[0], sh[1], copy_bw, prop.l2CacheSize, prop.multiProcessorCount);
+    run<__half, 4>("fp16", sh[0], sh[1], copy_bw, prop.l2CacheSize, prop.multiProcessorCount);
+    run<__half, 2>("fp16", sh[0], sh[1], copy_bw, prop.l2CacheSize, prop.multiProcessorCount);
+    run<__half, 1>("fp16", sh[0], sh[1], copy_bw, prop.l2CacheSize, prop.multiProcessorCount);
+  }
+  return 0;
+}
