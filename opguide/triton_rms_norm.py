@@ -188,36 +188,39 @@ def _backward_configs() -> list:
     ]
 
 
-@triton.autotune(configs=_backward_configs(), key=["N"])
+@triton.autotune(configs=_backward_configs(), key=["N", "ROWS"])
 @triton.jit
 def _rms_norm_bwd_kernel(
     dy_ptr, x_ptr, w_ptr, dx_ptr, dw_partial_ptr, M, N, eps,
-    BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.constexpr,
 ):  # fmt: skip
-    # Program p handles rows p, p + P, p + 2P, ... (P programs, as many as
-    # fit on the GPU at once, so neighbouring rows are read at the same time)
-    # and writes its own partial sum of dweight to row p of dw_partial; the
-    # host sums those rows. No two programs write the same memory. With
-    # STAGES > 1 Triton loads the next rows while it computes this one.
+    # Program p handles the groups of ROWS rows p, p + P, p + 2P, ... (P
+    # programs, as many as fit on the GPU at once, so that neighbouring rows
+    # are read at the same time) and writes its own partial sum of dweight to
+    # row p of dw_partial; the host sums those rows. No two programs write the
+    # same memory. Short rows come several at a time (ROWS > 1), so that each
+    # step has enough work; with STAGES > 1 Triton loads the next group while
+    # it computes this one.
     pid = tl.program_id(0).to(tl.int64)  # int64: row * N may pass 2**31
-    cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for row in tl.range(pid, M, tl.num_programs(0), num_stages=STAGES):
-        offset = row * N
-        x = tl.load(x_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    dw = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    for first in tl.range(pid * ROWS, M, tl.num_programs(0) * ROWS, num_stages=STAGES):
+        rows = first + tl.arange(0, ROWS)[:, None]
+        mask = (rows < M) & (cols < N)
+        offset = rows * N + cols
+        x = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + offset, mask=mask, other=0.0).to(tl.float32)
         # Recomputed, not stored; .to(float32) because Inductor may pass eps
         # as float64, which would turn the loop-carried dw into float64.
-        inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps).to(tl.float32)
+        inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps).to(tl.float32)[:, None]
         x_hat = x * inv_rms
         g = dy * w
         # d/dx of x * inv_rms(x): the direct term minus the part through inv_rms.
-        dx = inv_rms * (g - x_hat * (tl.sum(g * x_hat, axis=0) / N))
-        tl.store(dx_ptr + offset + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dx = inv_rms * (g - x_hat * (tl.sum(g * x_hat, axis=1) / N)[:, None])
+        tl.store(dx_ptr + offset, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         dw += dy * x_hat
-    tl.store(dw_partial_ptr + pid * N + cols, dw, mask=mask)
+    tl.store(dw_partial_ptr + pid * N + cols, tl.sum(dw, axis=0)[None, :], mask=cols < N)
 
 
 # [backward-kernel-end]
@@ -276,8 +279,10 @@ def rms_norm_backward_triton(
     block = _row_block("rms_norm", xc, n)
     programs = _backward_programs(xc, m)
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+    # Short rows go several to a step: at least 4096 elements per step.
+    rows = max(1, 4096 // block)
     launchable(_rms_norm_bwd_kernel)[(programs,)](
-        dy, xc, weight.contiguous(), dx, dw_partial, m, n, eps, BLOCK_N=block
+        dy, xc, weight.contiguous(), dx, dw_partial, m, n, eps, BLOCK_N=block, ROWS=rows
     )
     # The second stage of the dweight reduction: one sum over `programs` rows.
     return dx, dw_partial.sum(dim=0).to(weight.dtype)
