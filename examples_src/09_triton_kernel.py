@@ -43,16 +43,18 @@ early as possible, because ``torch.compile`` may import ``triton`` before
 
 The forward kernel
 ------------------
-One program handles one row. It walks the row in chunks of ``BLOCK_N``
-columns twice: once for the sum of squares (accumulated in float32), once to
-write the output. Masks (``cols < N``) cover the last, partial chunk:
+One program handles ``ROWS`` whole rows, loaded at once as a
+``(ROWS, BLOCK_N)`` block: ``BLOCK_N`` is the row length rounded up to a power
+of two, the mask (``cols < N``, ``rows < M``) covers the padding and the last
+rows, and ``x`` is read from memory once. The sum of squares is a
+``tl.sum`` along the rows (in float32):
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python
    :start-after: # [forward-kernel]
    :end-before: # [forward-kernel-end]
 
-``BLOCK_N`` and ``num_warps`` come from :func:`triton.autotune`. On the first
+``ROWS`` and ``num_warps`` come from :func:`triton.autotune`. On the first
 call for a new row length ``N`` (the ``key``), every config is timed and the
 fastest is kept. Under the interpreter timing means nothing and costs a lot, so
 there is a single config:
@@ -61,6 +63,16 @@ there is a single config:
    :language: python
    :start-after: # [autotune-configs]
    :end-before: # [autotune-configs-end]
+
+A row longer than 16384 elements no longer fits in registers. For those the
+operator launches a second kernel, one program per row, that walks the row
+in chunks of ``BLOCK_N`` twice: once for the sum of squares, once to write
+the output (that second read mostly comes from the L2 cache):
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [long-row-kernel]
+   :end-before: # [long-row-kernel-end]
 
 The backward kernel
 -------------------
@@ -72,6 +84,12 @@ buffer, and one ``sum(dim=0)`` over that buffer finishes the job. No two
 programs write the same address, so no atomics are needed. ``inv_rms`` is
 recomputed rather than saved by the forward: it costs one more pass over a row
 that is being read anyway.
+
+There are only as many programs as fit on the GPU at once, each looping over
+its rows with ``tl.range``, whose ``num_stages`` argument lets Triton
+load the next rows while it computes the current ones (the ``STAGES`` of the
+autotuned configs). Short rows come ``ROWS`` at a time, so that each step of
+the loop has a few thousand elements to work on:
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python
@@ -166,8 +184,8 @@ device = "cuda" if torch.cuda.is_available() and not triton_ops.INTERPRET else "
 # %%
 # Checking the forward against the reference
 # ------------------------------------------
-# Random inputs, three dtypes, row lengths below, at and above one block of
-# the interpreter's config (1024): the last one walks its rows in two chunks.
+# Random inputs, three dtypes, row lengths that are and are not powers of
+# two (the mask covers the padding of the block).
 TOL = {
     torch.float32: dict(atol=1e-5, rtol=1e-5),
     torch.float16: dict(atol=2e-3, rtol=2e-3),

@@ -505,13 +505,18 @@ print(sweep[0])
 print("\n".join([line for line in sweep if "bf16  32768x4096" in line][:8]))
 
 # %%
-# Still short of 80% at the two smaller shapes: each block walks only about
-# thirty rows there, so the first row (nothing to overlap it with) and the
-# last one (nothing left to prefetch) weigh more, and one row of prefetch is
-# not enough. The Triton backward shows what deeper pipelining buys: with
-# ``tl.range(..., num_stages=...)`` Triton loads rows several iterations
-# ahead, and reaches 89-91% at (32768, 4096), while at (65536, 1024) it
-# stays near 54%. A CUDA kernel with a deeper pipeline is the next step.
+# Still short of 80% at the two smaller shapes, (8192, 4096) and
+# (4096, 8192). There each block walks only about thirty rows, so the fixed
+# costs weigh more: the first row (nothing to overlap it with), the last one
+# (nothing left to prefetch), the partial ``dweight`` rows and the second
+# kernel that sums them, about 3 us of a 65 us call. More blocks per
+# multiprocessor did not move those shapes (the ``minblk 2`` lines of
+# ``sweep_rms_norm_backward_variants_h200.txt``). The Triton
+# backward, which lets its compiler pipeline the loads several rows ahead
+# (``tl.range(..., num_stages=...)``), does better at (32768, 4096) and
+# (8192, 4096) but also stays under 80% at the small shapes. Closing that
+# gap, with asynchronous copies into shared memory (``cp.async`` or the
+# Hopper TMA) or a split of the fixed costs, is open work.
 #
 # **6. Programmatic dependent launch.** A kernel of 35 us pays a few
 # microseconds at each end: the GPU fills with blocks at the start and
@@ -541,6 +546,34 @@ compare(
 # ``(ROWS, BLOCK_N)`` block, with ``ROWS`` and ``num_warps`` autotuned, moved it
 # to the numbers below (before and after, from the two recorded files):
 compare("forward", ["opguide triton"], start, now, ("before", "after"))
+
+# %%
+# The Triton backward had its own problem at (65536, 1024): one row of 1024
+# elements per loop step is too little work for the reductions and the loop
+# around them. Taking four rows per step (``ROWS``, at least 4096 elements)
+# took it from 54% to 88% of the copy (the backward table at the top of this
+# story, "before" and "after").
+#
+# **8. Two vectors per thread for float16.** After PDL, float16 trailed
+# bfloat16 by one to three points at the small shapes, with the same kernel.
+# *Prediction:* float16 needs fewer registers (32 against 61 per thread), so
+# it runs more threads per multiprocessor, and more rows at once compete for
+# DRAM; capping its occupancy should help. *Measurement:* capping it made
+# things worse at every step (``sweep_rms_norm_forward_occupancy_h200.txt``).
+# What helped was the opposite of step 3's lesson
+# for bfloat16: half the vectors per thread, so twice the threads per row.
+# ``tools/sweep_rms_norm_forward_vectors.cu`` (columns: dtype, shape, vectors
+# per thread, threads per row, rows per block, registers, blocks and threads
+# per multiprocessor, time, % of copy):
+vectors = (RECORDED_DIR / "sweep_rms_norm_forward_vectors_h200.txt").read_text().splitlines()
+print(vectors[0])
+print("\n".join(line for line in vectors if "8192x4096" in line))
+
+# %%
+# So the number of vectors per thread is now a property of the dtype
+# (``ForwardRegVecs`` in the launch code shown in step 3). The same sweep
+# showed that one row per block of 64 threads starts too many blocks for
+# (65536, 1024): two rows per block went from 78% to 96%.
 #
 # Run it yourself
 # ---------------
