@@ -91,12 +91,19 @@ for m, n in SHAPES:
 # behind a short spin kernel (``torch.cuda._sleep``) that keeps the GPU busy
 # while Python queues the calls, so that the calls then run back to back and
 # the time does not include the host's launch latency (the cost of the call
-# on the host is measured on the CPU, below). It runs untimed batches first
-# (``torch.compile`` compiles, Triton autotunes, the allocator settles), then
-# reports the median of 15 batches, which a single slow batch cannot move:
+# on the host is measured on the CPU, below):
 #
 # .. literalinclude:: /../opguide/benchmark.py
-#    :pyobject: time_per_call
+#    :pyobject: _timed_batch
+#
+# All implementations of one shape are timed together, their batches taken
+# in turn, after untimed warm-up batches (``torch.compile`` compiles, Triton
+# autotunes, the allocator settles). A GPU whose clock drifts during the run
+# then slows every implementation alike, and the median of 15 batches is
+# something a single slow batch cannot move:
+#
+# .. literalinclude:: /../opguide/benchmark.py
+#    :pyobject: time_round_robin
 #
 # Each call gets its own input tensors from a list of sets that together
 # exceed three times the L2 cache. Calling a kernel again on the same input

@@ -6,7 +6,8 @@ module measures that bandwidth with a large device-to-device copy and every
 implementation in the same run, so the ratios compare like with like.
 
 Timing: CUDA events around a batch of calls queued behind a GPU spin (so
-the host's launch latency is not counted), inputs rotated through enough
+the host's launch latency is not counted), the implementations' batches
+taken in turn (so a drifting clock slows all of them alike), inputs rotated through enough
 buffers to exceed the L2 cache (so no call reads the previous call's data
 from L2), warm-up first, the median of several batches reported. On the CPU
 the same loop uses ``time.perf_counter``.
@@ -52,6 +53,7 @@ import torch
 __all__ = [
     "copy_bandwidth",
     "time_per_call",
+    "time_round_robin",
     "time_interleaved",
     "bytes_moved",
     "run_forward",
@@ -105,6 +107,52 @@ def _sleep_cycles_per_second(device: torch.device) -> float:
 _SLEEP_RATE: dict[int | None, float] = {}
 
 
+def _queue_seconds(fn: Callable, arg_sets: Sequence[tuple], calls: int) -> float:
+    """How long the host takes to queue ``calls`` calls, on an idle GPU."""
+    t0 = time.perf_counter()
+    for i in range(calls):
+        fn(*arg_sets[i % len(arg_sets)])
+    return time.perf_counter() - t0
+
+
+def _timed_batch(
+    fn: Callable, arg_sets: Sequence[tuple], first: int, calls: int, device: torch.device,
+    sleep_cycles: int,
+) -> float:  # fmt: skip
+    """Seconds per call of one batch of ``calls`` calls starting at set ``first``."""
+    n = len(arg_sets)
+    if device.type == "cuda":
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(sleep_cycles)
+        start.record()
+        for k in range(first, first + calls):
+            fn(*arg_sets[k % n])
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / calls
+    t0 = time.perf_counter()
+    for k in range(first, first + calls):
+        fn(*arg_sets[k % n])
+    return (time.perf_counter() - t0) / calls
+
+
+def _prepare(
+    fn: Callable, arg_sets: Sequence[tuple], device: torch.device, calls: int, warmup: int
+) -> int:
+    """Warms ``fn`` up and returns the GPU spin (cycles) to put before each batch."""
+    for i in range(warmup * calls):
+        fn(*arg_sets[i % len(arg_sets)])
+    _sync(device)
+    if device.type != "cuda":
+        return 0
+    queue = _queue_seconds(fn, arg_sets, calls)
+    _sync(device)
+    # Twice the queueing time, at least 100 us: the GPU is still spinning
+    # when the last call of the batch is queued.
+    return int(_sleep_cycles_per_second(device) * max(2 * queue, 1e-4))
+
+
 def time_per_call(
     fn: Callable[..., object],
     arg_sets: Sequence[tuple],
@@ -135,42 +183,45 @@ def time_per_call(
     Returns:
         Seconds per call, median over batches.
     """
-    n = len(arg_sets)
-    for i in range(warmup * calls_per_batch):
-        fn(*arg_sets[i % n])
-    _sync(device)
-    sleep_cycles = 0
-    if device.type == "cuda":
-        # How long the host takes to queue one batch, on an idle GPU.
-        t0 = time.perf_counter()
-        for i in range(calls_per_batch):
-            fn(*arg_sets[i % n])
-        queue_seconds = time.perf_counter() - t0
-        _sync(device)
-        # Twice that, at least 100 us: the GPU is still spinning when the
-        # last call of the batch is queued.
-        sleep_cycles = int(_sleep_cycles_per_second(device) * max(2 * queue_seconds, 1e-4))
-    samples = []
-    k = 0
-    for _ in range(batches):
-        if device.type == "cuda":
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(sleep_cycles)
-            start.record()
-            for _ in range(calls_per_batch):
-                fn(*arg_sets[k % n])
-                k += 1
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3 / calls_per_batch)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(calls_per_batch):
-                fn(*arg_sets[k % n])
-                k += 1
-            samples.append((time.perf_counter() - t0) / calls_per_batch)
-    return statistics.median(samples)
+    return time_round_robin(
+        {"fn": (fn, arg_sets)}, device=device, batches=batches,
+        calls_per_batch=calls_per_batch, warmup=warmup,
+    )["fn"]  # fmt: skip
+
+
+def time_round_robin(
+    fns: dict[str, tuple[Callable[..., object], Sequence[tuple]]],
+    *,
+    device: torch.device,
+    batches: int = 15,
+    calls_per_batch: int = 20,
+    warmup: int = 3,
+) -> dict[str, float]:
+    """Like :func:`time_per_call` for several functions, their batches taken in turn.
+
+    Batch 1 of every function, then batch 2 of every function, and so on
+    (the order reversed every other round): a GPU whose clock or temperature
+    drifts during the run slows all of them alike, so their ratios hold.
+
+    Args:
+        fns: by name, the function and its argument sets.
+        device: where the functions run.
+        batches, calls_per_batch, warmup: as for :func:`time_per_call`.
+
+    Returns:
+        Seconds per call of each function (median over its batches), by name.
+    """
+    sleep = {name: _prepare(fn, sets, device, calls_per_batch, warmup)
+             for name, (fn, sets) in fns.items()}  # fmt: skip
+    names = list(fns)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for b in range(batches):
+        for name in names if b % 2 == 0 else reversed(names):
+            fn, sets = fns[name]
+            samples[name].append(
+                _timed_batch(fn, sets, b * calls_per_batch, calls_per_batch, device, sleep[name])
+            )
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def time_interleaved(
@@ -416,10 +467,15 @@ def _time_impls(
     rows: list[Row],
     skips: list[Skip],
 ) -> None:
-    """Times each implementation on fresh input sets; records a skip on failure."""
+    """Times the implementations round robin on shared inputs; records a skip on failure.
+
+    Every implementation reads the same input sets (the fused pass updates
+    its residual in place, which changes values, not the work), so one set
+    of buffers serves them all and their batches can alternate.
+    """
+    sets = make_sets()
+    ready: dict[str, tuple[Callable, list[tuple]]] = {}
     for name, fn in impls.items():
-        sets = make_sets()
-        calls = arg_sets = None
         try:
             if prepared:  # fn builds a call from each set (backward)
                 calls = [(fn(*s),) for s in sets]
@@ -427,16 +483,22 @@ def _time_impls(
             else:
                 timed, arg_sets = fn, sets
             timed(*arg_sets[0])  # a failing implementation fails here, once
-            seconds = time_per_call(timed, arg_sets, device=device)
         except Exception as err:  # recorded, not raised: the others still run
             skips.append(Skip(pass_name, name, m, n, dtype_name, _reason(err)))
         else:
-            rows.append(Row(name, m, n, dtype_name, seconds, moved))
-        finally:
-            # Free this implementation's buffers before the next one allocates.
-            sets = calls = arg_sets = None
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            ready[name] = (timed, arg_sets)
+    seconds: dict[str, float] = {}
+    try:
+        seconds = time_round_robin(ready, device=device)
+    except Exception as err:  # a failure while timing: every implementation of this shape
+        skips.extend(Skip(pass_name, name, m, n, dtype_name, _reason(err)) for name in ready)
+    finally:
+        # Free the buffers (and the backward graphs) before the next shape.
+        sets = ready = None
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    for name, t in seconds.items():
+        rows.append(Row(name, m, n, dtype_name, t, moved))
 
 
 def bytes_moved(pass_name: str, m: int, n: int, s: int) -> int:
