@@ -2,12 +2,15 @@
 // rows spread over threads with at::parallel_for.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -73,31 +76,49 @@ OPGUIDE_CPU_CLONES void rms_norm_rows(const scalar_t* x, const scalar_t* weight,
 // [cpu-kernel-end]
 
 // [huge-pages]
-// The output of x's shape and dtype, contiguous, for the kernel to fill.
-//
 // A fresh output of many MiB comes straight from the operating system
 // (glibc's malloc maps allocations this large), and the first write to each
 // 4 KiB page traps into the kernel, which zeroes and maps it: for a 64 MiB
 // output that is 16384 faults, which cost more than the loop that fills it.
-// Advising the buffer as MADV_HUGEPAGE before that first write lets a fault
-// map 2 MiB at once where transparent huge pages are enabled ("always" or
-// "madvise"). The memory stays the CPU allocator's: the tensor owns and frees
-// it as any other; only the advice is added, to the part of the buffer made
-// of whole 2 MiB blocks. Where THP is "never", or off Linux, nothing changes.
-at::Tensor empty_output(const at::Tensor& x) {
-  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+// With transparent huge pages ("always" or "madvise" in
+// /sys/kernel/mm/transparent_hugepage/enabled) one fault can map 2 MiB
+// instead, if the memory is 2 MiB-aligned and advised as MADV_HUGEPAGE before
+// its first write. This allocator does both; it is what PyTorch's own CPU
+// allocator does under THP_MEM_ALLOC_ENABLE=1. The tensor owns the memory
+// (its storage frees it), and resize_ works through the same allocator.
 #ifdef __linux__
-  constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
-  const auto begin = reinterpret_cast<std::uintptr_t>(y.data_ptr());
-  const std::uintptr_t first = (begin + kHugePage - 1) & ~(kHugePage - 1);
-  const std::uintptr_t last = (begin + y.nbytes()) & ~(kHugePage - 1);
-  if (begin != 0 && last > first) {
-    // Only advice: if the kernel refuses it (no THP support), the pages are
-    // ordinary ones and the result is the same.
-    (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+constexpr size_t kHugePage = size_t{2} << 20;
+
+struct HugePageAllocator final : c10::Allocator {
+  static void release(void* p) { std::free(p); }
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* p = nullptr;
+    if (nbytes > 0) {
+      TORCH_CHECK(posix_memalign(&p, kHugePage, nbytes) == 0,
+                  "rms_norm_cpu: out of memory allocating ", std::to_string(nbytes), " bytes");
+      // Only advice: where THP is "never" the pages are ordinary ones.
+      (void)madvise(p, nbytes, MADV_HUGEPAGE);
+    }
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+#endif
+
+// The output of x's shape and dtype, contiguous, for the kernel to fill.
+at::Tensor empty_output(const at::Tensor& x) {
+#ifdef __linux__
+  if (x.numel() * x.element_size() >= kHugePage) {
+    static HugePageAllocator allocator;
+    return at::detail::empty_generic(x.sizes(), &allocator,
+                                     c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                     x.scalar_type(), at::MemoryFormat::Contiguous);
   }
 #endif
-  return y;
+  return at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
 }
 // [huge-pages-end]
 

@@ -316,20 +316,26 @@ print(f"target {target}x copy_: {'met' if mine <= target else 'not met'} ({mine:
 # kernel, which zeroes and maps it: 16384 faults per call, each costing more
 # than copying the page. The cost belongs to whoever allocates, not to the
 # loop. The operator cannot avoid zeroed pages, but it can make the faults
-# 512 times fewer: before its first write it asks for transparent huge pages
-# (2 MiB) on the part of the buffer made of whole 2 MiB blocks:
+# 512 times fewer, by asking for transparent huge pages (2 MiB): for an output
+# of 2 MiB or more it takes memory aligned to 2 MiB and advises it as
+# ``MADV_HUGEPAGE`` before the first write, through a small
+# ``c10::Allocator``:
 #
 # .. literalinclude:: /../csrc/rms_norm_cpu.cpp
 #    :language: cpp
 #    :start-after: // [huge-pages]
 #    :end-before: // [huge-pages-end]
 #
-# The tensor is still an ordinary one from PyTorch's CPU allocator, owned and
-# freed as usual (``tests/test_rms_norm_cpu.py`` checks the values, the
-# ownership, the freeing and the advice itself in ``/proc/self/smaps``). A
-# cache of output buffers kept between calls would also remove the faults,
-# but only for a caller that frees each output before the next call, and it
-# would hold memory the caller cannot see.
+# The tensor owns its memory like any other: its storage frees it, and
+# ``resize_`` goes through the same allocator (``tests/test_rms_norm_cpu.py``
+# checks the values, the ownership, the freeing and the advice itself in
+# ``/proc/self/smaps``). Two differences from PyTorch's default allocator
+# remain: the profiler's memory view does not see these outputs, and when
+# glibc serves one from its heap rather than a fresh mapping, that part of
+# the heap keeps the advice after the tensor is freed, as it does under
+# ``THP_MEM_ALLOC_ENABLE=1``. A cache of output buffers kept between calls
+# would also remove the faults, but only for a caller that frees each output
+# before the next call, and it would hold memory the caller cannot see.
 #
 # **The loop.** ``opguide into existing y`` is the kernel without the
 # allocation. It reads each row once from memory (the second pass finds it in
@@ -372,9 +378,9 @@ print(
 )
 
 # %%
-# With the switch, ``clone`` drops to near the copy, while the operator
-# changes little: it already asks for huge pages itself, so it does not need
-# the switch. Both runs side by side, as time relative to the copy, with the
+# With the switch, ``clone`` drops towards the copy, while the operator
+# changes little: it already takes huge pages itself, so it does not need the
+# switch. Both runs side by side, as time relative to the copy, with the
 # target (dotted):
 fig, ax = plt.subplots(figsize=(8, 3.8), layout="constrained")
 names = list(kernel)
