@@ -94,8 +94,9 @@ struct HugePageAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     void* p = nullptr;
     if (nbytes > 0) {
-      TORCH_CHECK(posix_memalign(&p, kHugePage, nbytes) == 0,
-                  "rms_norm_cpu: out of memory allocating ", std::to_string(nbytes), " bytes");
+      const int failed = posix_memalign(&p, kHugePage, nbytes);
+      TORCH_CHECK(!failed, "rms_norm_cpu: out of memory allocating ", std::to_string(nbytes),
+                  " bytes");
       // Only advice: where THP is "never" the pages are ordinary ones.
       (void)madvise(p, nbytes, MADV_HUGEPAGE);
     }

@@ -58,8 +58,9 @@ copy the CPU supports is picked when the library loads; step 11 measures it:
 The host function makes the input dense, picks the kernel for the dtype with
 ``AT_DISPATCH_FLOATING_TYPES_AND2`` (float32, float64, float16, bfloat16) and
 splits the rows over threads. The operator checks the arguments and allocates
-the output with ``empty_output``: ``at::empty`` plus a hint to the operating
-system for large outputs, which step 11 explains:
+the output with ``empty_output``: ``at::empty``, or for an output of 2 MiB or
+more, memory that the operating system can map in huge pages (step 11 shows
+why and how):
 
 .. literalinclude:: /../csrc/rms_norm_cpu.cpp
    :language: cpp
