@@ -113,8 +113,9 @@ struct HugePageAllocator final : c10::Allocator {
 at::Tensor empty_output(const at::Tensor& x) {
 #ifdef __linux__
   if (x.numel() * x.element_size() >= kHugePage) {
-    static HugePageAllocator allocator;
-    return at::detail::empty_generic(x.sizes(), &allocator,
+    // Never destroyed: a storage may outlive static destructors at exit.
+    static HugePageAllocator* allocator = new HugePageAllocator();
+    return at::detail::empty_generic(x.sizes(), allocator,
                                      c10::DispatchKeySet(c10::DispatchKey::CPU),
                                      x.scalar_type(), at::MemoryFormat::Contiguous);
   }

@@ -309,7 +309,7 @@ print(f"target {target}x copy_: {'met' if mine <= target else 'not met'} ({mine:
 # Two costs separate the operator from the copy, and the rows above show them
 # apart.
 #
-# **New memory.** ``clone`` is only a copy, yet it takes several times as
+# **New memory.** ``clone`` is only a copy, yet it can take several times as
 # long as ``copy_``. The prediction: a 64 MiB allocation is too large for
 # glibc's ``malloc`` to take from its heap, so it maps fresh pages from the
 # operating system, and the first write to each 4 KiB page traps into the
@@ -350,9 +350,10 @@ print(f"target {target}x copy_: {'met' if mine <= target else 'not met'} ({mine:
 # PyTorch's per-CPU flags it falls back to a generic implementation, and that
 # was slower here than the plain loop the compiler vectorises by itself.
 #
-# What remains between the loop and the copy is traffic: ordinary stores
-# first read each cache line of ``y`` they write. The prediction for the
-# operator is therefore its loop plus the price of fresh huge pages. PyTorch's
+# The loop alone (``opguide into existing y``) still takes longer than the
+# copy: besides moving the bytes it computes, and its ordinary stores make the
+# CPU read each cache line of ``y`` from memory before writing it. The
+# prediction for the operator is its loop plus the price of fresh huge pages. PyTorch's
 # own switch for the latter, ``THP_MEM_ALLOC_ENABLE=1``, makes its CPU
 # allocator ask for huge pages for large tensors, including ``clone``'s. It is
 # read once when PyTorch starts, so the same benchmark runs again in a child
