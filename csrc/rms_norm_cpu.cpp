@@ -29,7 +29,8 @@ namespace {
 // A wheel is built for the oldest x86-64 CPUs, whose vectors are 4 floats
 // wide (SSE2). With GCC on x86-64 Linux, target_clones compiles the function
 // a second time for AVX2 (8 floats) and the loader picks the copy that the
-// CPU running it supports. Elsewhere the attribute is left out.
+// CPU running it supports. Elsewhere (and with Clang, which does not accept
+// it on templates) the attribute is left out.
 #if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define OPGUIDE_CPU_CLONES __attribute__((target_clones("avx2", "default")))
 #else
@@ -38,8 +39,9 @@ namespace {
 
 template <typename scalar_t>
 OPGUIDE_CPU_CLONES void rms_norm_rows(const scalar_t* x, const scalar_t* weight, scalar_t* y,
-                   at::opmath_type<scalar_t>* inv_rms_out, int64_t row_begin,
-                   int64_t row_end, int64_t n, double eps) {
+                                      at::opmath_type<scalar_t>* inv_rms_out,
+                                      int64_t row_begin, int64_t row_end, int64_t n,
+                                      double eps) {
   // float for float/half/bfloat16, double for double.
   using acc_t = at::opmath_type<scalar_t>;
   // Independent partial sums let the compiler keep several SIMD lanes busy;
