@@ -44,16 +44,23 @@ The kernel
 ----------
 The inner loop handles a range of rows. Sixteen independent partial sums let
 the compiler vectorise the sum of squares; the second loop finds the row in
-cache because it was just read:
+cache because it was just read. The loop is plain C++: the compiler turns it
+into vector instructions. A library is compiled for the oldest CPUs of its
+architecture (on x86-64, 4 floats per vector), so with GCC on x86-64 Linux
+``target_clones`` builds a second copy for AVX2 (8 floats per vector), and the
+copy the CPU supports is picked when the library loads; step 11 measures it:
 
 .. literalinclude:: /../csrc/rms_norm_cpu.cpp
    :language: cpp
    :start-after: // [cpu-kernel]
    :end-before: // [cpu-kernel-end]
 
-The host function checks the arguments, makes the input dense, picks the
-kernel for the dtype with ``AT_DISPATCH_FLOATING_TYPES_AND2`` (float32, float64,
-float16, bfloat16) and splits the rows over threads:
+The host function makes the input dense, picks the kernel for the dtype with
+``AT_DISPATCH_FLOATING_TYPES_AND2`` (float32, float64, float16, bfloat16) and
+splits the rows over threads. The operator checks the arguments and allocates
+the output with ``empty_output``: ``at::empty``, or for an output of 2 MiB or
+more, memory that the operating system can map in huge pages (step 11 shows
+why and how):
 
 .. literalinclude:: /../csrc/rms_norm_cpu.cpp
    :language: cpp
@@ -69,7 +76,9 @@ and what was expected, in the words the Python wrapper uses:
    :start-after: // [checks]
    :end-before: // [checks-end]
 
-Finally the kernel is attached to the schema for the ``CPU`` dispatch key:
+Finally the kernel is attached to the schema for the ``CPU`` dispatch key
+(``_rms_norm_into``, the same kernel writing into an existing tensor, is
+there for the benchmark of step 11):
 
 .. literalinclude:: /../csrc/rms_norm_cpu.cpp
    :language: cpp

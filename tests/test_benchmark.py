@@ -63,11 +63,14 @@ def test_cpu_kernel_section(cpu_only_result):
         "copy_ (memory floor)",
         "clone (copy + new memory)",
         "opguide (C++ kernel)",
+        "opguide into existing y",
         "F.rms_norm",
     }
+    assert kernel["target_vs_copy"] == 2.5
     assert rows["copy_ (memory floor)"]["vs_copy"] == 1.0
     assert rows["copy_ (memory floor)"]["bytes"] == 2 * 256 * 1024 * 4
     assert rows["opguide (C++ kernel)"]["bytes"] == 2 * 256 * 1024 * 4 + 1024 * 4
+    assert rows["opguide into existing y"]["bytes"] == rows["opguide (C++ kernel)"]["bytes"]
     for row in rows.values():
         assert row["GBps"] == pytest.approx(row["bytes"] / row["seconds"] / 1e9)
 

@@ -1,0 +1,148 @@
+"""The CPU kernel's large-output path and ``_rms_norm_into`` (the loop without allocation).
+
+A large output of ``rms_norm`` is advised for transparent huge pages before
+the kernel writes it (csrc/rms_norm_cpu.cpp, ``empty_output``). These tests
+check that this changes nothing a user can see: the values, the ownership of
+the memory, and that it is freed. ``_rms_norm_into`` is the same kernel
+writing into an existing tensor; step 11 times it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import opguide
+from opguide import rms_norm_reference
+
+into = torch.ops.opguide._rms_norm_into.default
+TOLERANCES = {
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
+    torch.float64: dict(atol=1e-12, rtol=1e-12),
+}
+# 16 MiB: holds several whole 2 MiB blocks. (1000, 2049) is ~8 MiB with rows
+# that are not a multiple of 16 elements, so rows straddle the block edges.
+LARGE_SHAPES = [(1024, 4096), (1000, 2049)]
+
+
+def make_inputs(shape, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=gen).to(dtype)
+    w = torch.randn(shape[-1], generator=gen).to(dtype)
+    return x, w
+
+
+@pytest.mark.parametrize("shape", LARGE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_large_output_matches_reference_and_the_unadvised_kernel(shape):
+    x, w = make_inputs(shape)
+    y = opguide.rms_norm(x, w, 1e-6)
+    torch.testing.assert_close(y, rms_norm_reference(x, w, 1e-6))
+    # The same kernel into memory that was never advised: bit for bit equal,
+    # so the huge-page advice does not change a single value.
+    y_into = torch.empty_like(x)
+    into(x, w, 1e-6, y_into)
+    assert torch.equal(y, y_into)
+
+
+def test_large_output_is_an_ordinary_owned_tensor():
+    x, w = make_inputs((1024, 4096))
+    y = opguide.rms_norm(x, w)
+    storage = y.untyped_storage()
+    assert y.is_contiguous() and y.storage_offset() == 0
+    assert storage.nbytes() == x.numel() * x.element_size()
+    assert storage.data_ptr() != x.untyped_storage().data_ptr()
+    # Memory from the CPU allocator, so it can grow like any tensor's.
+    assert storage.resizable()
+    y.resize_(2048, 4096)
+    y[1024:] = 1.0
+    assert y[1024:].eq(1.0).all()
+
+
+def _rss_bytes() -> int:
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * 4096
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_large_outputs_are_freed():
+    x, w = make_inputs((2048, 4096))  # 32 MiB outputs
+    for _ in range(3):  # warm up: let the allocator settle
+        opguide.rms_norm(x, w)
+    before = _rss_bytes()
+    for _ in range(20):
+        y = opguide.rms_norm(x, w)
+        del y
+    # 20 outputs that were never freed would add 640 MiB.
+    assert _rss_bytes() - before < 128 * 2**20
+
+
+def _vm_flags(address: int) -> list[str] | None:
+    """The VmFlags of the mapping that holds ``address`` (None if not listed)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        span = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
+        if span:
+            inside = int(span[1], 16) <= address < int(span[2], 16)
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    return None
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/smaps").exists()
+    or not Path("/sys/kernel/mm/transparent_hugepage/enabled").exists(),
+    reason="needs Linux with transparent huge pages (reads /proc/self/smaps)",
+)
+def test_large_output_is_advised_for_huge_pages():
+    x, w = make_inputs((1024, 4096))
+    y = opguide.rms_norm(x, w)
+    assert y.data_ptr() % (2 * 2**20) == 0  # starts on a 2 MiB boundary
+    flags = _vm_flags(y.data_ptr())
+    assert flags is not None
+    assert "hg" in flags  # VM_HUGEPAGE: madvise(MADV_HUGEPAGE) was applied
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCES), ids=str)
+@pytest.mark.parametrize("shape", [(3, 7), (64, 1000), (5, 4096)], ids=str)
+def test_into_matches_reference(shape, dtype):
+    x, w = make_inputs(shape, dtype)
+    y = torch.full_like(x, float("nan"))
+    assert into(x, w, 1e-6, y) is None
+    torch.testing.assert_close(y, rms_norm_reference(x, w, 1e-6), **TOLERANCES[dtype])
+    assert torch.equal(y, opguide.rms_norm(x, w, 1e-6))
+
+
+def test_into_non_contiguous_input():
+    x, w = make_inputs((40, 6, 33))
+    xt = x.transpose(0, 1)
+    y = torch.empty(xt.shape)
+    into(xt, w, 1e-5, y)
+    torch.testing.assert_close(y, rms_norm_reference(xt, w, 1e-5))
+
+
+def test_into_opcheck_schema():
+    x, w = make_inputs((5, 33))
+    torch.library.opcheck(into, (x, w, 1e-6, torch.empty_like(x)), test_utils=("test_schema",))
+
+
+def test_into_bad_output():
+    x, w = make_inputs((4, 8))
+    cases = [
+        (torch.empty(4, 8, dtype=torch.float64), TypeError,
+         "_rms_norm_into: y must have the dtype of x (torch.float32), got torch.float64"),
+        (torch.empty(4, 9), ValueError,
+         "_rms_norm_into: y must have the shape of x (4, 8), got (4, 9)"),
+        (torch.empty(8, 4).t(), ValueError, "_rms_norm_into: y must be contiguous"),
+        (x, RuntimeError, "unsupported operation"),
+    ]  # fmt: skip
+    for y, kind, message in cases:
+        with pytest.raises(kind, match=re.escape(message)):
+            into(x, w, 1e-6, y)
+    with pytest.raises(ValueError, match=re.escape("rms_norm: weight must have shape (8,)")):
+        into(x, w[:4], 1e-6, torch.empty_like(x))
