@@ -19,8 +19,12 @@ In this step you will learn:
   passes against the copy;
 * what it costs to *call* an operator, on the CPU: a ``TORCH_LIBRARY``
   operator, ``torch.rms_norm``, a Python wrapper and a Python ``custom_op``;
-* which changes moved the CUDA forward kernel from 61% to 89% of the copy
-  bandwidth for bfloat16, and how each one was predicted and then measured.
+* what a CPU kernel pays for fresh output memory, and how huge pages cut it;
+* which changes moved the CUDA kernels to where they are (register use,
+  vectors per thread, cache hints, prefetching in the backward, programmatic
+  dependent launch) and the Triton ones (whole rows in registers, pipelined
+  loops), each predicted first and then measured;
+* which targets are met, computed from the numbers rather than claimed.
 
 On a machine with a CUDA GPU this page runs the GPU benchmark while it is
 built. Without one it shows a result file recorded on a GPU, and says where
