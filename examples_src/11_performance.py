@@ -496,8 +496,9 @@ ax.legend(fontsize="small")
 # per thread instead of eight halves the registers that hold the row, so
 # occupancy and bandwidth come back (long rows use more threads per row
 # instead). *Measurement:* bfloat16 at 63 registers per thread, 88.9% of the
-# copy bandwidth (float16: 95%). This is the ``kRegVecs = 4`` of the launch
-# code, with the reason in its comment:
+# copy bandwidth (float16: 95%). Four is still bfloat16's number today; step
+# 8 below found a different one for float16. The launch code as it is now,
+# with the reasons in its comments:
 #
 # .. literalinclude:: /../csrc/rms_norm.cuh
 #    :language: cuda
@@ -608,8 +609,12 @@ compare(
 )
 
 # %%
-# Up to three points at the small shapes, within the noise at the large ones
-# (the same run repeated moves by about one point). The helpers:
+# A mixed result: two to three points gained at (8192, 4096) in both dtypes
+# and at (4096, 8192) in bfloat16, about two points lost at two other points.
+# These two runs came one after the other, before the benchmark timed its
+# implementations round robin, and repeated runs of that time moved single
+# points by up to two. PDL stayed on: with it, the final recorded run has
+# every forward point at 91% or more. The helpers:
 #
 # .. literalinclude:: /../csrc/launch.cuh
 #    :language: cuda
