@@ -937,6 +937,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu_rounds=args.cpu_rounds,
         progress=lambda line: print(f"-- {line}", file=sys.stderr, flush=True),
     )
+    # The command line, so that a result file says how it was made.
+    cli = sys.argv[1:] if argv is None else list(argv)
+    result["command"] = " ".join(["python -m opguide.benchmark", *cli])
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))

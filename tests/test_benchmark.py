@@ -36,6 +36,7 @@ def cpu_only_result(tmp_path_factory) -> dict:
 
 def test_cpu_only_file_has_environment_and_old_fields(cpu_only_result):
     assert ENVIRONMENT_KEYS <= cpu_only_result.keys()
+    assert cpu_only_result["command"].startswith("python -m opguide.benchmark --cpu-only --out ")
     assert cpu_only_result["format"] == benchmark.FORMAT
     assert cpu_only_result["torch"] == torch.__version__
     # Fields of the first format stay, so older readers still work.
@@ -128,3 +129,18 @@ def test_failing_implementation_is_skipped_with_reason(monkeypatch):
 def test_unknown_pass_is_rejected():
     with pytest.raises(ValueError, match="passes must be among"):
         benchmark.measure(torch.device("cpu"), passes=["sideways"])
+
+
+def test_round_robin_alternates_and_reports_every_function():
+    # Batches are taken in turn, the order reversed every other round, so
+    # that drift slows every function alike.
+    order: list[str] = []
+    fns = {name: (lambda name=name: order.append(name), [()]) for name in ("a", "b", "c")}
+    seconds = benchmark.time_round_robin(
+        fns, device=torch.device("cpu"), batches=4, calls_per_batch=2, warmup=1
+    )
+    assert set(seconds) == {"a", "b", "c"}
+    assert all(t >= 0 for t in seconds.values())
+    timed = order[3 * 2 * 1 :]  # after the warm-up calls (1 batch of 2 per function)
+    batches = [timed[i] for i in range(0, len(timed), 2)]
+    assert batches == ["a", "b", "c", "c", "b", "a", "a", "b", "c", "c", "b", "a"]
