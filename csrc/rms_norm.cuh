@@ -305,6 +305,12 @@ cudaError_t launch_rms_norm_forward(const T* x, const T* weight, T* y,
 // At the end each block writes one partial grad_w row (its slots summed in
 // slot order); a second kernel sums the partials in a fixed order, so the
 // result does not depend on timing.
+// The other template parameters are the knobs that
+// tools/sweep_rms_norm_backward.cu turns: kMinBlocks (the second argument of
+// __launch_bounds__, which caps registers to fit that many blocks),
+// kDwShared (grad_w sums in shared memory instead of registers) and kWRegs
+// (the weight slice in registers, or re-read from L1 each row). The values
+// opguide uses are set after the launch code below.
 constexpr int kBwdMaxThreads = 512;
 
 template <typename T, int kVec, int kRegs>
