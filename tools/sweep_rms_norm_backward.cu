@@ -6,62 +6,12 @@
 // Times are per call of both kernels (rows, then the grad_w partial sums),
 // each batch queued behind a spin kernel so launch latency is not counted.
 // Bytes: read x and dy, write dx (3 M N s), as in opguide.benchmark.
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#include "rms_norm.cuh"
+#include "sweep_common.cuh"
 
 using namespace opguide::cuda;
 
-#define CHECK(x)                                                              \
-  do {                                                                        \
-    cudaError_t e = (x);                                                      \
-    if (e != cudaSuccess) {                                                   \
-      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                \
-    }                                                                         \
-  } while (0)
-
-__global__ void spin(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
-
-template <typename T>
-__global__ void fill(T* p, int64_t n, unsigned seed) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)i * 2654435761u + seed * 97u;
-    h ^= h >> 13;
-    p[i] = from_acc<T>(((h & 0xffff) / 32768.0f) - 1.0f);
-  }
-}
-
-template <typename F>
-float time_us(F&& launch, int calls = 20, int batches = 11) {
-  for (int i = 0; i < 2 * calls; ++i) launch(i);
-  CHECK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  int k = 0;
-  for (int bt = 0; bt < batches; ++bt) {
-    spin<<<1, 1>>>(2000000);
-    CHECK(cudaEventRecord(a));
-    for (int c = 0; c < calls; ++c) launch(k++);
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000 / calls);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+// Timed batches per measurement.
+constexpr int kBatches = 11;
 
 template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwS, bool kWR>
 void run_variant(const char* dtype, int64_t M, int64_t N, int sms, double copy_bw,
@@ -76,14 +26,14 @@ void run_variant(const char* dtype, int64_t M, int64_t N, int sms, double copy_b
     const int s = i % nbuf;
     CHECK((launch_rms_norm_backward_for<T, kRegs, kPrefetch, kMinBlocks, kDwS, kWR>(
         gs[s], xs[s], w, (const Acc*)rs[s], dxs[s], partial, dw, M, N, cfg, 0)));
-  });
+  }, 20, kBatches);
   // The first kernel alone (rows and partials), without the grad_w sum.
   auto kernel = rms_norm_backward_kernel<T, 16 / sizeof(T), kRegs, kPrefetch, kMinBlocks, kDwS, kWR>;
   float us_rows = time_us([&](int i) {
     const int s = i % nbuf;
     kernel<<<(unsigned)cfg.blocks, cfg.block, cfg.shared_bytes>>>(gs[s], xs[s], w, rs[s], dxs[s],
                                                                   partial, M, N);
-  });
+  }, 20, kBatches);
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, kernel));
   const double bytes = 3.0 * M * N * sizeof(T);
@@ -146,17 +96,7 @@ void run_dtype(const char* dtype, int64_t M, int64_t N, int sms, double copy_bw,
 int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  const size_t n = (size_t)1 << 28;  // 1 GiB of float
-  float *src, *dst;
-  CHECK(cudaMalloc(&src, n * 4));
-  CHECK(cudaMalloc(&dst, n * 4));
-  fill<<<1024, 256>>>(src, n, 1);
-  const float copy_us =
-      time_us([&](int) { CHECK(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToDevice)); }, 5);
-  const double copy_bw = 2.0 * n * 4 / (copy_us * 1e-6);
-  printf("%s, %d SMs, copy %.0f GB/s\n", prop.name, prop.multiProcessorCount, copy_bw / 1e9);
-  cudaFree(src);
-  cudaFree(dst);
+  const double copy_bw = copy_bandwidth(prop, kBatches);
   const int64_t shapes[][2] = {{32768, 4096}, {8192, 4096}, {4096, 8192}, {65536, 1024}};
   const bool only_bf16 = argc > 1;
   for (auto& sh : shapes) {

@@ -4,62 +4,12 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_forward_vectors.cu -o /tmp/sweep_vec
 //   /tmp/sweep_vec
 // Batches are queued behind a spin kernel, launches use PDL as the library does.
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#include "rms_norm.cuh"
+#include "sweep_common.cuh"
 
 using namespace opguide::cuda;
 
-#define CHECK(x)                                                              \
-  do {                                                                        \
-    cudaError_t e = (x);                                                      \
-    if (e != cudaSuccess) {                                                   \
-      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                \
-    }                                                                         \
-  } while (0)
-
-__global__ void spin(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
-
-template <typename T>
-__global__ void fill(T* p, int64_t n, unsigned seed) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)i * 2654435761u + seed * 97u;
-    h ^= h >> 13;
-    p[i] = from_acc<T>(((h & 0xffff) / 32768.0f) - 1.0f);
-  }
-}
-
-template <typename F>
-float time_us(F&& launch, int calls = 20, int batches = 15) {
-  for (int i = 0; i < 2 * calls; ++i) launch(i);
-  CHECK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  int k = 0;
-  for (int bt = 0; bt < batches; ++bt) {
-    spin<<<1, 1>>>(2000000);
-    CHECK(cudaEventRecord(a));
-    for (int c = 0; c < calls; ++c) launch(k++);
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000 / calls);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+// Timed batches per measurement.
+constexpr int kBatches = 15;
 
 template <typename T, int kRegs>
 void run(const char* dtype, int64_t M, int64_t N, double copy_bw, size_t l2, int sms) {
@@ -95,7 +45,7 @@ void run(const char* dtype, int64_t M, int64_t N, double copy_bw, size_t l2, int
         const int s = i % nbuf;
         CHECK(launch_kernel(kernel, grid, block, smem, 0, true, (const T*)xs[s], (const T*)w,
                             ys[s], (float*)nullptr, M, N, N, 1e-6f));
-      });
+      }, 20, kBatches);
       printf("  %-4s %6lldx%-5lld vecs/thr %d thr/row %4d rows/blk %2d regs %3d blocks/SM %2d "
              "(threads/SM %4d)  %7.1f us %5.1f%%\n",
              dtype, (long long)M, (long long)N, kRegs, per_row, rpb, attr.numRegs, per_sm,
@@ -113,17 +63,7 @@ void run(const char* dtype, int64_t M, int64_t N, double copy_bw, size_t l2, int
 int main() {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  const size_t n = (size_t)1 << 28;
-  float *src, *dst;
-  CHECK(cudaMalloc(&src, n * 4));
-  CHECK(cudaMalloc(&dst, n * 4));
-  fill<<<1024, 256>>>(src, n, 1);
-  const float copy_us =
-      time_us([&](int) { CHECK(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToDevice)); }, 5);
-  const double copy_bw = 2.0 * n * 4 / (copy_us * 1e-6);
-  printf("%s, %d SMs, copy %.0f GB/s\n", prop.name, prop.multiProcessorCount, copy_bw / 1e9);
-  cudaFree(src);
-  cudaFree(dst);
+  const double copy_bw = copy_bandwidth(prop, kBatches);
   const int64_t shapes[][2] = {{32768, 4096}, {8192, 4096}, {4096, 8192}, {65536, 1024}};
   for (auto& sh : shapes) {
     run<__nv_bfloat16, 4>("bf16", sh[0], sh[1], copy_bw, prop.l2CacheSize, prop.multiProcessorCount);
