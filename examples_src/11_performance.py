@@ -135,7 +135,8 @@ for m, n in SHAPES:
 # also has float16; the full run takes longer than a page should). Without
 # one, this page reads ``docs/recorded/benchmark_gpu.json``, written on a GPU
 # machine by ``python -m opguide.benchmark --out docs/recorded/benchmark_gpu.json``.
-RECORDED = ROOT / "docs" / "recorded" / "benchmark_gpu.json"
+RECORDED_DIR = ROOT / "docs" / "recorded"
+RECORDED = RECORDED_DIR / "benchmark_gpu.json"
 
 if torch.cuda.is_available():
     gpu = benchmark.measure(
@@ -532,7 +533,6 @@ ax.legend(fontsize="small")
 # --------------------------------
 # From here on the numbers are printed from result files recorded on the
 # H200 (``docs/recorded/``), each with the command that wrote it.
-RECORDED_DIR = ROOT / "docs" / "recorded"
 
 
 def recorded(name: str) -> dict:
