@@ -470,6 +470,195 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
   }
 }
 
+// [async-copy]
+// Asynchronous 16-byte copies from global to shared memory (cp.async, sm_80
+// and later): the copy is queued and the thread goes on; commit closes a
+// group of copies, and wait<N> returns once at most N of this thread's
+// groups are still in flight. The copies bypass L1 (.cg): the data is read
+// once. Elsewhere (HIP, older GPUs) the copy is an ordinary load and store,
+// which is correct, only not asynchronous.
+#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__) && defined(__CUDA_ARCH__) && \
+    __CUDA_ARCH__ >= 800
+#define OPGUIDE_HAVE_CP_ASYNC 1
+#else
+#define OPGUIDE_HAVE_CP_ASYNC 0
+#endif
+
+template <typename V>
+__device__ __forceinline__ void copy_async(V* shared_dst, const V* global_src) {
+  static_assert(sizeof(V) == 16, "copy_async moves 16-byte vectors");
+#if OPGUIDE_HAVE_CP_ASYNC
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src)
+               : "memory");
+#else
+  *shared_dst = *global_src;
+#endif
+}
+
+__device__ __forceinline__ void copy_async_commit() {
+#if OPGUIDE_HAVE_CP_ASYNC
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int kInFlight>
+__device__ __forceinline__ void copy_async_wait() {
+#if OPGUIDE_HAVE_CP_ASYNC
+  asm volatile("cp.async.wait_group %0;" ::"n"(kInFlight) : "memory");
+#endif
+}
+// [async-copy-end]
+
+// [pipelined-backward-kernel]
+// The same backward with a deeper pipeline: each row slot keeps kStages rows
+// of g and x in shared memory and has the next kStages - 1 rows' copies in
+// flight while it computes one (cp.async, above). Each thread copies only the
+// vectors it later reads itself, so waiting for its own copies is enough; no
+// barrier guards the stages. Registers hold one row, the weight slice and the
+// grad_w sums, as in the kernel above.
+// Shared memory: kStages x slots x 2 tensors x kRegVecs x blockDim.x vectors,
+// laid out so that neighbouring threads read neighbouring 16-byte vectors.
+template <typename T, int kVec, int kRegVecs, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_pipelined_kernel(
+    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
+    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
+    typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+  static_assert(kStages >= 2, "a pipeline needs two stages or more");
+  using Acc = typename AccType<T>::type;
+  using V = Vec<T, kVec>;
+  __shared__ Acc shared[2][kMaxWarpsPerBlock];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  wait_for_previous_grid();  // see launch.cuh
+  allow_next_grid();
+  const int64_t nvec = cols / kVec;
+  const V* wv = reinterpret_cast<const V*>(weight);
+  // This thread's vector k of tensor t (0: g, 1: x) in stage s.
+  V* const buffers = reinterpret_cast<V*>(dynamic_shared);
+  const int per_stage = static_cast<int>(blockDim.y) * 2 * kRegVecs * static_cast<int>(blockDim.x);
+  V* const mine = buffers + threadIdx.y * 2 * kRegVecs * blockDim.x + threadIdx.x;
+
+  V w[kRegVecs];
+  Acc dw[kRegVecs][kVec];
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < nvec) w[k] = wv[i];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) dw[k][e] = 0;
+  }
+
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  // Queues the copies of row `r` into stage `s` (none past the last row) and
+  // closes the group, so that every iteration commits exactly one group.
+  auto fetch = [&](int64_t r, int s) {
+    if (r < rows) {
+      const V* gr = reinterpret_cast<const V*>(grad_y + r * cols);
+      const V* xr = reinterpret_cast<const V*>(x + r * cols);
+      V* dst = mine + s * per_stage;
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+          copy_async(dst + k * blockDim.x, gr + i);
+          copy_async(dst + (kRegVecs + k) * blockDim.x, xr + i);
+        }
+      }
+    }
+    copy_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) fetch(row + s * stride, s);
+
+  // inv_rms is loaded one row ahead, before the wait below: a load issued
+  // after it would stall every row for a full memory latency.
+  Acc r_next = row < rows ? inv_rms[row] : Acc(0);
+  int stage = 0;
+  int parity = 0;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.y; base < rows;
+       base += stride, row += stride, parity ^= 1) {
+    const Acc r = r_next;
+    r_next = row + stride < rows ? inv_rms[row + stride] : Acc(0);
+    // Refill the stage that the previous iteration used, then wait for this
+    // row's group: the kStages - 1 newer groups may still be in flight.
+    fetch(row + (kStages - 1) * stride, stage == 0 ? kStages - 1 : stage - 1);
+    copy_async_wait<kStages - 1>();
+    const bool active = row < rows;
+    V g[kRegVecs], xv[kRegVecs];
+    const V* src = mine + stage * per_stage;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      g[k] = src[k * blockDim.x];
+      xv[k] = src[(kRegVecs + k) * blockDim.x];
+    }
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+    Acc dot = 0;
+    if (active) {
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e)
+            dot += to_acc(g[k].val[e]) * to_acc(w[k].val[e]) * to_acc(xv[k].val[e]);
+        }
+      }
+    }
+    dot = row_sum(dot, shared[parity]);
+    if (active) {
+      const Acc c = dot * r * r * r / static_cast<Acc>(cols);
+      V* dxr = reinterpret_cast<V*>(grad_x + row * cols);
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+          V out;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            const Acc gv = to_acc(g[k].val[e]);
+            const Acc xe = to_acc(xv[k].val[e]);
+            out.val[e] = from_acc<T>(r * gv * to_acc(w[k].val[e]) - c * xe);
+            dw[k][e] += gv * xe * r;
+          }
+          store_streaming(dxr + i, out);
+        }
+      }
+    }
+  }
+  // No copy is in flight past the loop (rows past the end queue none), but
+  // the stage buffers are reused below: drain and synchronise first.
+  copy_async_wait<0>();
+  __syncthreads();
+
+  // The block's partial grad_w row: slot 0 writes its sums, each further slot
+  // adds its own in turn, through shared memory when there are several.
+  Acc* partial = grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols;
+  Acc* sum = blockDim.y > 1 ? reinterpret_cast<Acc*>(dynamic_shared) : partial;
+  for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot) {
+    if (static_cast<int>(threadIdx.y) == slot) {
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            const int64_t j = i * kVec + e;
+            sum[j] = slot == 0 ? dw[k][e] : sum[j] + dw[k][e];
+          }
+        }
+      }
+    }
+    if (blockDim.y > 1) __syncthreads();
+  }
+  if (blockDim.y > 1) {
+    const int threads = blockDim.x * blockDim.y;
+    for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < cols; j += threads)
+      partial[j] = sum[j];
+  }
+}
+// [pipelined-backward-kernel-end]
+
 // grad_w[j] = sum of the blocks' partial rows. A block takes 32 columns; its
 // 32 rows of threads each sum every 32nd partial (four running sums, so four
 // loads are in flight at once), then one row of threads adds the 32 sums.
@@ -521,8 +710,10 @@ inline bool rms_norm_backward_supported(int64_t cols, int elem_bytes) {
 
 struct BackwardConfig {
   dim3 block;           // (threads per row, row slots per block)
-  int64_t blocks;       // also the number of partial grad_w rows
+  int64_t blocks;       // also the number of partial grad_w rows; 0: does not fit
   size_t shared_bytes;  // dynamic shared memory per block
+  int kernel = 0;       // rms_norm_backward_config: 0 register prefetch, else pipelined
+                        // with this many vectors per thread
 };
 
 // The launch shape of a backward kernel instance: threads enough for
@@ -575,32 +766,141 @@ cudaError_t launch_rms_norm_backward_for(const T* grad_y, const T* x, const T* w
                        grad_w);
 }
 
-// The instance opguide uses, chosen with tools/sweep_rms_norm_backward.cu
-// (docs/recorded/sweep_rms_norm_backward_*_h200.txt): 2 vectors per thread,
-// next row prefetched, weight and grad_w sums in registers. Sums in shared
-// memory (kBwdDwShared) save registers and win one or two points at the small
-// shapes, but lose three to five at (32768, 4096) and (65536, 1024).
+// The launch shape of a pipelined backward instance: like the one above, with
+// the stage buffers in dynamic shared memory. Past 48 KiB (static and
+// dynamic together) a kernel must be allowed more shared memory before it is
+// launched, which this does.
+template <typename T, int kRegs, int kStages, int kMinBlocks>
+BackwardConfig rms_norm_backward_pipelined_config_for(int64_t rows, int64_t cols, int warp_size,
+                                                      int sm_count, int min_threads,
+                                                      int max_blocks_per_sm = 0,
+                                                      size_t max_shared_bytes = 227 * 1024) {
+  constexpr int kVec = 16 / sizeof(T);
+  using Acc = typename AccType<T>::type;
+  auto kernel = rms_norm_backward_pipelined_kernel<T, kVec, kRegs, kStages, kMinBlocks>;
+  const int64_t nvec = cols / kVec;
+  int64_t per_row = (nvec + kRegs - 1) / kRegs;
+  per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
+  int64_t slots = 1;
+  while (per_row * slots * 2 <= min_threads && per_row * slots * 2 <= kBwdMaxThreads) slots *= 2;
+  BackwardConfig cfg;
+  cfg.block = dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(slots));
+  const size_t stages = static_cast<size_t>(kStages * slots * 2 * kRegs * per_row) * 16;
+  const size_t sums = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
+  cfg.shared_bytes = stages > sums ? stages : sums;
+  // The 48 KiB default covers static and dynamic shared memory together.
+  const size_t static_bytes = sizeof(Acc) * 2 * kMaxWarpsPerBlock;
+  if (cfg.shared_bytes + static_bytes > max_shared_bytes) {
+    cfg.blocks = 0;  // more than one block may have on this GPU
+    return cfg;
+  }
+  if (cfg.shared_bytes + static_bytes > 48 * 1024) {
+    // A failure (more than the GPU has) shows up as the launch's error.
+    (void)cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(cfg.shared_bytes));
+  }
+  int per_sm = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
+                                                static_cast<int>(per_row * slots),
+                                                cfg.shared_bytes);
+  if (max_blocks_per_sm > 0 && per_sm > max_blocks_per_sm) per_sm = max_blocks_per_sm;
+  if (per_sm < 1) per_sm = 1;
+  const int64_t fit = static_cast<int64_t>(per_sm) * sm_count;
+  const int64_t needed = (rows + slots - 1) / slots;
+  cfg.blocks = needed < fit ? (needed > 0 ? needed : 1) : fit;
+  return cfg;
+}
+
+template <typename T, int kRegs, int kStages, int kMinBlocks>
+cudaError_t launch_rms_norm_backward_pipelined_for(
+    const T* grad_y, const T* x, const T* weight, const typename AccType<T>::type* inv_rms,
+    T* grad_x, typename AccType<T>::type* grad_w_partial, T* grad_w, int64_t rows, int64_t cols,
+    const BackwardConfig& cfg, cudaStream_t stream, bool pdl = false) {
+  constexpr int kVec = 16 / sizeof(T);
+  if (rows > 0) {
+    const cudaError_t err =
+        launch_kernel(rms_norm_backward_pipelined_kernel<T, kVec, kRegs, kStages, kMinBlocks>,
+                      dim3(static_cast<unsigned>(cfg.blocks)), cfg.block, cfg.shared_bytes,
+                      stream, pdl, grad_y, x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
+    if (err != cudaSuccess) return err;
+  }
+  const int64_t parts = rows > 0 ? cfg.blocks : 0;
+  return launch_kernel(rms_norm_backward_grad_w_kernel<T>,
+                       dim3(static_cast<unsigned>((cols + kGradWCols - 1) / kGradWCols)),
+                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, grad_w_partial, parts, cols,
+                       grad_w);
+}
+
+// The register-prefetch kernel's settings, chosen with
+// tools/sweep_rms_norm_backward.cu (docs/recorded/sweep_rms_norm_backward_h200.txt
+// and ..._variants_h200.txt): 2 vectors per thread, next row prefetched,
+// weight and grad_w sums in registers. opguide uses it only where the
+// pipelined kernel's shared memory does not fit.
 constexpr bool kBwdPrefetch = true;
 constexpr int kBwdMinBlocks = 1;
 constexpr int kBwdMinThreads = 256;
 constexpr bool kBwdDwShared = false;
 constexpr bool kBwdWRegs = true;
 
-template <typename T>
-BackwardConfig rms_norm_backward_config(int64_t rows, int64_t cols, int warp_size, int sm_count) {
-  return rms_norm_backward_config_for<T, kBwdRegVecs, kBwdPrefetch, kBwdMinBlocks, kBwdDwShared, kBwdWRegs>(
-      rows, cols, warp_size, sm_count, kBwdMinThreads);
+// The pipelined kernel's settings, from the same tool's "pipelined" sweep
+// (docs/recorded/sweep_rms_norm_backward_pipelined_h200.txt): three stages,
+// blocks of at least 512 threads (two rows at a time for rows of 4096 bf16
+// elements: twice the data per barrier), one block per SM; 2 vectors per
+// thread, or 4 for rows of more than 512 vectors, which keeps two rows per
+// block there too.
+constexpr int kBwdStages = 3;
+constexpr int kBwdPipelineMinThreads = 512;
+constexpr int64_t kBwdWideRow = 512;  // vectors
+
+template <typename T, int kRegs>
+BackwardConfig rms_norm_backward_pipelined_config(int64_t rows, int64_t cols, int warp_size,
+                                                  int sm_count, size_t max_shared_bytes) {
+  BackwardConfig cfg = rms_norm_backward_pipelined_config_for<T, kRegs, kBwdStages, 1>(
+      rows, cols, warp_size, sm_count, kBwdPipelineMinThreads, 0, max_shared_bytes);
+  cfg.kernel = kRegs;
+  return cfg;
 }
 
-// Launches both backward kernels on `stream`. grad_w_partial must hold
-// `cfg.blocks * cols` accumulators. All pointers must be 16-byte aligned and
-// cols a multiple of 16 / sizeof(T) (see rms_norm_backward_supported).
+// The launch configuration of the backward for this GPU: the pipelined
+// kernel when its stages fit in `max_shared_bytes` (the most shared memory a
+// block may have), the register-prefetch kernel otherwise.
+template <typename T>
+BackwardConfig rms_norm_backward_config(int64_t rows, int64_t cols, int warp_size, int sm_count,
+                                        size_t max_shared_bytes) {
+  const int64_t nvec = cols / (16 / static_cast<int64_t>(sizeof(T)));
+  const BackwardConfig cfg =
+      nvec > kBwdWideRow
+          ? rms_norm_backward_pipelined_config<T, 4>(rows, cols, warp_size, sm_count,
+                                                     max_shared_bytes)
+          : rms_norm_backward_pipelined_config<T, 2>(rows, cols, warp_size, sm_count,
+                                                     max_shared_bytes);
+  if (cfg.blocks > 0) return cfg;
+  BackwardConfig fallback =
+      rms_norm_backward_config_for<T, kBwdRegVecs, kBwdPrefetch, kBwdMinBlocks, kBwdDwShared,
+                                   kBwdWRegs>(rows, cols, warp_size, sm_count, kBwdMinThreads);
+  fallback.kernel = 0;
+  return fallback;
+}
+
+// Launches both backward kernels on `stream`, as `cfg` (from
+// rms_norm_backward_config) says. grad_w_partial must hold `cfg.blocks *
+// cols` accumulators. All pointers must be 16-byte aligned and cols a
+// multiple of 16 / sizeof(T) (see rms_norm_backward_supported).
 template <typename T>
 cudaError_t launch_rms_norm_backward(const T* grad_y, const T* x, const T* weight,
                                      const typename AccType<T>::type* inv_rms, T* grad_x,
                                      typename AccType<T>::type* grad_w_partial, T* grad_w,
                                      int64_t rows, int64_t cols, const BackwardConfig& cfg,
                                      cudaStream_t stream, bool pdl = false) {
+  if (cfg.kernel == 4) {
+    return launch_rms_norm_backward_pipelined_for<T, 4, kBwdStages, 1>(
+        grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
+  }
+  if (cfg.kernel == 2) {
+    return launch_rms_norm_backward_pipelined_for<T, 2, kBwdStages, 1>(
+        grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
+  }
   return launch_rms_norm_backward_for<T, kBwdRegVecs, kBwdPrefetch, kBwdMinBlocks, kBwdDwShared,
                                       kBwdWRegs>(grad_y, x, weight, inv_rms, grad_x,
                                                  grad_w_partial, grad_w, rows, cols, cfg, stream,

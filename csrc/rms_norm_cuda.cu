@@ -147,12 +147,14 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const int warp_size = current_device_attribute(cudaDevAttrWarpSize);
   const int sm_count = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  const size_t max_shared =
+      static_cast<size_t>(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_backward_cuda", [&] {
         using T = typename CudaType<scalar_t>::type;
         using Acc = typename cuda::AccType<T>::type;
         const cuda::BackwardConfig cfg =
-            cuda::rms_norm_backward_config<T>(rows, cols, warp_size, sm_count);
+            cuda::rms_norm_backward_config<T>(rows, cols, warp_size, sm_count, max_shared);
         // One partial grad_w row per block, summed by the second kernel.
         at::Tensor partial =
             at::empty({cfg.blocks, cols}, x.options().dtype(rms_norm_acc_type(x.scalar_type())));

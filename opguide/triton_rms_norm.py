@@ -68,6 +68,38 @@ else:
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+# [pdl]
+# Programmatic dependent launch (PDL), as for the CUDA kernels (csrc/launch.cuh):
+# a kernel launched with launch_pdl=True may be scheduled while the previous
+# kernel on the stream drains. GDC=True compiles the two instructions into
+# the kernel: gdc_wait (wait for the previous kernel's results before reading
+# memory) and gdc_launch_dependents (let the next kernel be scheduled). Hopper
+# and later GPUs only, and only for eager calls on real tensors: while
+# torch.compile or opcheck traces an operator, wrap_triton analyses the
+# kernel, and that analysis does not understand the instructions' inline
+# assembly. OPGUIDE_PDL=0 turns PDL off, for the CUDA kernels too.
+_PDL_ENABLED = not INTERPRET and os.environ.get("OPGUIDE_PDL", "1") != "0"
+_PDL_CAPABLE: dict[int, bool] = {}
+
+
+def _pdl(t: torch.Tensor) -> dict:
+    """The launch options for a kernel on ``t``: GDC, and launch_pdl when PDL is on."""
+    off = {"GDC": False}  # passed explicitly: Inductor does not fill in defaults
+    if not _PDL_ENABLED or type(t) is not torch.Tensor or torch.compiler.is_compiling():
+        return off
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    if get_proxy_mode() is not None:  # make_fx is tracing
+        return off
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    if index not in _PDL_CAPABLE:
+        _PDL_CAPABLE[index] = torch.cuda.get_device_capability(index)[0] >= 9
+    return {"GDC": True, "launch_pdl": True} if _PDL_CAPABLE[index] else off
+
+
+# [pdl-end]
+
+
 def _check_input(op: str, name: str, t: torch.Tensor) -> None:
     if t.device.type == "cpu" and not INTERPRET:
         raise RuntimeError(
@@ -92,26 +124,11 @@ def _row_block(op: str, x: torch.Tensor, n: int) -> int:
     return triton.next_power_of_2(max(n, 1))
 
 
-def _num_warps(block: int) -> int:
-    # About 8 elements per thread, between 1 and 16 warps of 32 threads.
-    return min(max(block // 256, 1), 16)
-
-
 # [autotune-configs]
-def _forward_configs() -> list:
+def _long_row_configs() -> list:
     if INTERPRET:
         # The interpreter would run (slowly) every config to time it, on a
         # device it does not have; one config means no timing at all.
-        return [triton.Config({"ROWS": 1}, num_warps=1)]
-    return [
-        triton.Config({"ROWS": rows}, num_warps=warps)
-        for rows in (1, 2, 4)
-        for warps in (2, 4, 8, 16)
-    ]
-
-
-def _long_row_configs() -> list:
-    if INTERPRET:
         return [triton.Config({"BLOCK_N": 1024}, num_warps=1)]
     return [
         triton.Config({"BLOCK_N": block}, num_warps=warps)
@@ -124,21 +141,27 @@ def _long_row_configs() -> list:
 
 
 # [forward-kernel]
-@triton.autotune(configs=_forward_configs(), key=["N"])
 @triton.jit
-def _rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+def _rms_norm_fwd_kernel(
+    x_ptr, w_ptr, y_ptr, M, N, eps,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, GDC: tl.constexpr,
+):  # fmt: skip
     # One program normalises ROWS whole rows, held in registers as a
     # (ROWS, BLOCK_N) block: x is read from memory once. BLOCK_N is N rounded
     # up to a power of two; the mask covers the padding and the last rows.
+    if GDC:  # see [pdl] above; a constexpr, so the branch costs nothing
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
     cols = tl.arange(0, BLOCK_N)[None, :]
     mask = (rows < M) & (cols < N)
     # x and y are touched once: "evict_first" leaves the cache to the weight.
     x = tl.load(x_ptr + rows * N + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+    # The weight is loaded now, so that its load overlaps the reduction.
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     x = x.to(tl.float32)
     # .to(float32): Inductor may pass the scalar eps as float64.
     inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     y = x * inv_rms[:, None] * w
     tl.store(y_ptr + rows * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")  # fmt: skip
@@ -178,29 +201,22 @@ MAX_REGISTER_ROW = 16384
 
 
 # [backward-kernel]
-def _backward_configs() -> list:
-    if INTERPRET:
-        return [triton.Config({"STAGES": 1}, num_warps=1)]
-    return [
-        triton.Config({"STAGES": stages}, num_warps=warps)
-        for stages in (1, 2, 3)
-        for warps in (4, 8, 16)
-    ]
-
-
-@triton.autotune(configs=_backward_configs(), key=["N", "ROWS"])
 @triton.jit
 def _rms_norm_bwd_kernel(
     dy_ptr, x_ptr, w_ptr, dx_ptr, dw_partial_ptr, M, N, eps,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.constexpr,
+    GDC: tl.constexpr,
 ):  # fmt: skip
     # Program p handles the groups of ROWS rows p, p + P, p + 2P, ... (P
     # programs, as many as fit on the GPU at once, so that neighbouring rows
     # are read at the same time) and writes its own partial sum of dweight to
-    # row p of dw_partial; the host sums those rows. No two programs write the
-    # same memory. Short rows come several at a time (ROWS > 1), so that each
-    # step has enough work; with STAGES > 1 Triton loads the next group while
-    # it computes this one.
+    # row p of dw_partial; a second kernel sums those rows. No two programs
+    # write the same memory. Short rows come several at a time (ROWS > 1), so
+    # that each step has enough work; with STAGES > 1 Triton loads the next
+    # groups while it computes this one.
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0).to(tl.int64)  # int64: row * N may pass 2**31
     cols = tl.arange(0, BLOCK_N)[None, :]
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
@@ -223,16 +239,67 @@ def _rms_norm_bwd_kernel(
     tl.store(dw_partial_ptr + pid * N + cols, tl.sum(dw, axis=0)[None, :], mask=cols < N)
 
 
+@triton.jit
+def _dw_sum_kernel(
+    partial_ptr, dw_ptr, P, N,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, GDC: tl.constexpr,
+):  # fmt: skip
+    # dweight for BLOCK_N columns: the P partial rows summed in a fixed order
+    # (so the result does not vary from run to run), cast to dweight's dtype.
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+    for first in range(0, P, BLOCK_P):
+        rows = first + tl.arange(0, BLOCK_P)[:, None]
+        acc += tl.load(partial_ptr + rows * N + cols, mask=(rows < P) & (cols < N), other=0.0)
+    total = tl.sum(acc, axis=0)[None, :]
+    tl.store(dw_ptr + cols, total.to(dw_ptr.dtype.element_ty), mask=cols < N)
+
+
 # [backward-kernel-end]
 
 
-def _backward_programs(x: torch.Tensor, m: int) -> int:
-    """How many programs share the rows: enough to fill the GPU, few enough to sum cheaply."""
-    if x.device.type == "cuda":
-        programs = 2 * torch.cuda.get_device_properties(x.device).multi_processor_count
-    else:  # the interpreter runs programs one after another
-        programs = 4
-    return max(1, min(programs, m))
+# [launch-rules]
+# Launch parameters, from a sweep on an H200 (tools/sweep_triton.py; output
+# in docs/recorded/sweep_triton_*_h200.txt). They used to come from
+# triton.autotune keyed on N, but the best choice depends on M too, and the
+# autotuner kept whatever suited the first M it saw.
+def _forward_launch(block: int) -> tuple[int, int]:
+    """(ROWS, num_warps) of the forward: about 2048 elements per program, 16 per thread."""
+    if INTERPRET:
+        return 1, 1
+    rows = max(1, 2048 // block)
+    elements = rows * block
+    return rows, min(max(elements // 512, 1), 8 if elements <= 8192 else 16)
+
+
+def _backward_launch(x: torch.Tensor, m: int, block: int) -> tuple[int, int, int, int]:
+    """(programs, ROWS, STAGES, num_warps) of the backward."""
+    # Short rows go several to a step: at least 4096 elements per step.
+    rows = max(1, 4096 // block)
+    if INTERPRET:  # the interpreter runs programs one after another
+        return max(1, min(4, m)), rows, 1, 1
+    props = torch.cuda.get_device_properties(x.device)
+    step = rows * block
+    # Three stages of x and dy in shared memory when they fit, else fewer.
+    budget = getattr(props, "shared_memory_per_block_optin", 0) or 96 * 1024
+    stages = 3
+    while stages > 1 and stages * 2 * step * x.element_size() > budget - 8 * 1024:
+        stages -= 1
+    # Two programs per SM for steps of up to 4096 elements, one for larger
+    # ones (whose stages leave no room for a second program).
+    programs = props.multi_processor_count * (2 if step <= 4096 else 1)
+    return max(1, min(programs, m)), rows, stages, 4 if block < 4096 else 8
+
+
+def _fused_warps(block: int) -> int:
+    # Few warps, many elements each (64 at 4096 and above): fastest in the sweep.
+    return 1 if INTERPRET else max(2, min(block // 2048, 16))
+
+
+# [launch-rules-end]
 
 
 # [forward-op]
@@ -249,9 +316,12 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
     if m == 0:
         return y
     if n <= MAX_REGISTER_ROW:
-        launchable(_rms_norm_fwd_kernel)[lambda meta: (triton.cdiv(m, meta["ROWS"]),)](
-            xc, weight.contiguous(), y, m, n, eps, BLOCK_N=triton.next_power_of_2(n)
-        )
+        block = triton.next_power_of_2(n)
+        rows, warps = _forward_launch(block)
+        launchable(_rms_norm_fwd_kernel)[(triton.cdiv(m, rows),)](
+            xc, weight.contiguous(), y, m, n, eps, BLOCK_N=block, ROWS=rows, num_warps=warps,
+            **_pdl(xc),
+        )  # fmt: skip
     else:
         launchable(_rms_norm_fwd_long_kernel)[(m,)](xc, weight.contiguous(), y, n, eps)
     return y
@@ -277,15 +347,19 @@ def rms_norm_backward_triton(
     if m == 0:
         return dx, torch.zeros_like(weight)
     block = _row_block("rms_norm", xc, n)
-    programs = _backward_programs(xc, m)
+    programs, rows, stages, warps = _backward_launch(xc, m, block)
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-    # Short rows go several to a step: at least 4096 elements per step.
-    rows = max(1, 4096 // block)
+    dweight = torch.empty_like(weight, memory_format=torch.contiguous_format)
+    pdl = _pdl(xc)
     launchable(_rms_norm_bwd_kernel)[(programs,)](
-        dy, xc, weight.contiguous(), dx, dw_partial, m, n, eps, BLOCK_N=block, ROWS=rows
+        dy, xc, weight.contiguous(), dx, dw_partial, m, n, eps,
+        BLOCK_N=block, ROWS=rows, STAGES=stages, num_warps=warps, **pdl,
+    )  # fmt: skip
+    # The second stage of the dweight reduction: a sum over `programs` rows.
+    launchable(_dw_sum_kernel)[(triton.cdiv(n, 64),)](
+        dw_partial, dweight, programs, n, BLOCK_P=32, BLOCK_N=64, num_warps=4, **pdl
     )
-    # The second stage of the dweight reduction: one sum over `programs` rows.
-    return dx, dw_partial.sum(dim=0).to(weight.dtype)
+    return dx, dweight
 
 
 # [backward-op-end]
@@ -312,24 +386,31 @@ rms_norm_triton.register_autograd(_backward, setup_context=_setup_context)
 @triton.jit
 def _fused_add_rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, N, eps,
-    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
     # One program per row, the whole row in registers: the updated residual
     # is stored and normalised without being read back from memory.
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
-    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
-    r = tl.load(res_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
-    h = (x + r).to(res_ptr.dtype.element_ty)  # rounded once, to the residual's dtype
-    tl.store(res_ptr + row * N + cols, h, mask=mask)
+    # Each row is read and written once: "evict_first" keeps it out of the cache.
+    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+    r = tl.load(res_ptr + row * N + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+    if HAS_WEIGHT:  # loaded now, so that the load overlaps the reduction
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    h = (x.to(tl.float32) + r.to(tl.float32)).to(res_ptr.dtype.element_ty)  # rounded once
+    tl.store(res_ptr + row * N + cols, h, mask=mask, eviction_policy="evict_first")
     h = h.to(tl.float32)
     inv_rms = tl.rsqrt(tl.sum(h * h, axis=0) / N + eps).to(tl.float32)
     tl.store(inv_rms_ptr + row, inv_rms)
     y = h * inv_rms
     if HAS_WEIGHT:  # a constexpr: the branch is resolved when the kernel is compiled
-        y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+        y = y * w
+    tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
+             eviction_policy="evict_first")  # fmt: skip
 
 
 # [fused-kernel-end]
@@ -366,7 +447,8 @@ def fused_add_rms_norm_triton_(
         block = _row_block(op, xc, n)
         launchable(_fused_add_rms_norm_kernel)[(m,)](
             xc, rc, xc if weight is None else weight.contiguous(), out, inv_rms, n, eps,
-            HAS_WEIGHT=weight is not None, BLOCK_N=block, num_warps=_num_warps(block),
+            HAS_WEIGHT=weight is not None, BLOCK_N=block, num_warps=_fused_warps(block),
+            **_pdl(xc),
         )  # fmt: skip
     if not residual.is_contiguous():
         residual.copy_(rc)

@@ -207,11 +207,15 @@ def _grads(fn, x, w, grad_y):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-# (rows, N): the kernel's range, odd rows, a 3-d input, and rows the kernel
-# leaves to the ATen fallback (odd N, N past its register budget).
+# (rows, N): the kernel's range, odd rows, a 3-d input, more rows than the
+# grid has row slots (each slot then cycles through its pipeline stages), and
+# rows the kernel leaves to the ATen fallback (odd N, N past its budget).
 @pytest.mark.parametrize(
-    "shape", [(1, 8), (257, 1024), (64, 4096), (3, 5, 8192), (33, 4097), (4, 16384)], ids=str
-)
+    "shape",
+    [(1, 8), (257, 1024), (64, 4096), (3, 5, 8192), (3000, 1024), (1500, 4096), (700, 8192),
+     (33, 4097), (4, 16384)],
+    ids=str,
+)  # fmt: skip
 def test_backward_matches_reference(shape, dtype):
     x, w = make_inputs(shape, dtype)
     grad_y = torch.randn_like(x)

@@ -25,8 +25,11 @@ def main() -> int:
     cases = 0
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         # Long rows (past the register cache), odd widths (scalar path),
-        # short rows (several rows per block), a ragged last block.
-        for m, n in [(7, 4096), (3, 40000), (5, 13), (33, 64), (130, 1024), (2, 8192)]:
+        # short rows (several rows per block), a ragged last block, and more
+        # rows than the backward grid has row slots (its pipeline cycles).
+        shapes = [(7, 4096), (3, 40000), (5, 13), (33, 64), (130, 1024), (2, 8192),
+                  (3000, 1024), (1500, 4096), (700, 8192)]  # fmt: skip
+        for m, n in shapes:
             x = torch.randn(m, n, device=dev, dtype=dtype)
             w = torch.randn(n, device=dev, dtype=dtype)
             t = tol[dtype]

@@ -13,7 +13,7 @@
       opguide::cuda::AccType<T>::type*, T*, int64_t, int64_t,                               \
       const opguide::cuda::BackwardConfig&, cudaStream_t, bool);                            \
   template opguide::cuda::BackwardConfig opguide::cuda::rms_norm_backward_config<T>(        \
-      int64_t, int64_t, int, int);
+      int64_t, int64_t, int, int, size_t);
 
 OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(float)
 OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(double)

@@ -1,0 +1,386 @@
+"""Sweeps variants of the Triton RMSNorm kernels on one GPU and prints achieved
+bandwidth against a large device-to-device copy, next to torch.compile of the
+reference. Needs a CUDA GPU, torch and triton; opguide itself is not imported
+(the kernels here are copies that differ from opguide/triton_rms_norm.py in
+the one thing each variant tries).
+
+    python3 tools/sweep_triton.py [forward] [backward] [fused]
+
+Times are medians of batches queued behind a spin kernel, as in
+opguide.benchmark, so the host's launch latency is not counted.
+Bytes: forward reads x and writes y (2 M N s); backward reads x and dy and
+writes dx (3 M N s); fused reads x and residual, writes residual and y (4 M N s).
+"""
+
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+SHAPES = [(32768, 4096), (8192, 4096), (4096, 8192), (65536, 1024)]
+DTYPE = torch.bfloat16
+BATCHES = 11
+CALLS = 20
+# The backward variants: software-pipeline stages, and how dweight's partial
+# sums are added up (torch.sum then a cast, or one Triton kernel).
+STAGES = (3, 4)
+REDUCE = ("triton",)
+
+
+def time_us(fn, arg_sets) -> float:
+    """Median microseconds per call over BATCHES batches of CALLS calls (NaN on failure)."""
+    try:
+        return _time_us(fn, arg_sets)
+    except Exception as error:  # a variant this Triton cannot compile or launch
+        print(f"  failed: {type(error).__name__}: {str(error)[:300]}", flush=True)
+        return float("nan")
+
+
+def _time_us(fn, arg_sets) -> float:
+    for i in range(2 * CALLS):
+        fn(*arg_sets[i % len(arg_sets)])
+    torch.cuda.synchronize()
+    times = []
+    k = 0
+    for _ in range(BATCHES):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(5_000_000)
+        start.record()
+        for _ in range(CALLS):
+            fn(*arg_sets[k % len(arg_sets)])
+            k += 1
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / CALLS)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def copy_gbps() -> float:
+    n = 2**28
+    src = torch.empty(n, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    us = time_us(lambda: dst.copy_(src), [()])
+    return 2 * n * 4 / (us * 1e-6) / 1e9
+
+
+def reference(x, w, eps=1e-6):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def arg_sets_for(m, n, tensors):
+    """Enough sets of fresh buffers that one round of them is larger than L2."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    per_set = tensors * m * n * 2
+    count = max(2, -(-3 * l2 // per_set))
+    return count
+
+
+# ---------------------------------------------------------------- forward
+
+
+@triton.jit
+def fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+               W_FIRST: tl.constexpr, GDC: tl.constexpr):  # fmt: skip
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    mask = (rows < M) & (cols < N)
+    x = tl.load(x_ptr + rows * N + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+    if W_FIRST:
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    if GDC:
+        tl.extra.cuda.gdc_launch_dependents()
+    x = x.to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps).to(tl.float32)
+    if not W_FIRST:
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    y = x * inv_rms[:, None] * w
+    tl.store(y_ptr + rows * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask,
+             eviction_policy="evict_first")  # fmt: skip
+
+
+def report(m, n, label, us, nbytes, copy, best="", extra=""):
+    pct = 100 * nbytes / us / 1e3 / copy
+    print(f"  {best}{m:6d}x{n:<5d} {label:44s} {us:7.1f} us {pct:5.1f}%{extra}", flush=True)
+
+
+def randn(*shape):
+    return torch.randn(*shape, device="cuda", dtype=DTYPE)
+
+
+def sweep_forward(copy):
+    print("forward", flush=True)
+    for m, n in SHAPES:
+        forward_shape(m, n, copy)
+
+
+def forward_shape(m, n, copy):
+    sets = [(randn(m, n), randn(m, n)) for _ in range(arg_sets_for(m, n, 2))]
+    w = torch.randn(n, device="cuda", dtype=DTYPE)
+    nbytes = 2 * m * n * 2
+    compiled = torch.compile(reference, dynamic=False)
+    base = {
+        "compile(reference)": time_us(lambda x, y: compiled(x, w), sets),
+        "F.rms_norm": time_us(lambda x, y: torch.nn.functional.rms_norm(x, (n,), w, 1e-6), sets),
+    }  # fmt: skip
+    for name, us in base.items():
+        report(m, n, name, us, nbytes, copy)
+    block = triton.next_power_of_2(n)
+    results = []
+    for w_first, gdc in ((False, False), (True, False), (True, True)):
+        for rows in (1, 2, 4):
+            for warps in (2, 4, 8, 16):
+                if block * rows // (32 * warps) > 64 or block * rows // (32 * warps) < 4:
+                    continue
+
+                def run(x, y, rows=rows, warps=warps, w_first=w_first, gdc=gdc):
+                    fwd_kernel[(triton.cdiv(m, rows),)](
+                        x, w, y, m, n, 1e-6, BLOCK_N=block, ROWS=rows, W_FIRST=w_first,
+                        GDC=gdc, num_warps=warps, launch_pdl=gdc,
+                    )  # fmt: skip
+
+                us = time_us(run, sets)
+                label = f"w_first {int(w_first)} pdl {int(gdc)} rows {rows} warps {warps}"
+                results.append((us, label))
+                report(m, n, label, us, nbytes, copy)
+    try:
+        ref = reference(sets[0][0], w)
+        fwd_kernel[(m,)](sets[0][0], w, sets[0][1], m, n, 1e-6, BLOCK_N=block, ROWS=1,
+                         W_FIRST=True, GDC=True, num_warps=4, launch_pdl=True)  # fmt: skip
+        torch.testing.assert_close(sets[0][1].float(), ref.float(), rtol=2e-2, atol=2e-2)
+        print("  check: the pdl variant matches the reference", flush=True)
+    except Exception as error:
+        print(f"  CHECK FAILED: {type(error).__name__}: {str(error)[:300]}", flush=True)
+    for key in ("w_first 0 pdl 0", "w_first 1 pdl 0", "w_first 1 pdl 1"):
+        us, label = min(r for r in results if r[0] == r[0] and r[1].startswith(key))
+        compiled_us = base["compile(reference)"]
+        report(m, n, label, us, nbytes, copy, "best ", f"  compile {compiled_us:.1f} us")
+
+
+# --------------------------------------------------------------- backward
+
+
+@triton.jit
+def bwd_kernel(dy_ptr, x_ptr, w_ptr, dx_ptr, dw_partial_ptr, M, N, eps,
+               BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.constexpr,
+               GDC: tl.constexpr):  # fmt: skip
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    pid = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    dw = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    for first in tl.range(pid * ROWS, M, tl.num_programs(0) * ROWS, num_stages=STAGES):
+        rows = first + tl.arange(0, ROWS)[:, None]
+        mask = (rows < M) & (cols < N)
+        offset = rows * N + cols
+        x = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+        inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps).to(tl.float32)[:, None]
+        x_hat = x * inv_rms
+        g = dy * w
+        dx = inv_rms * (g - x_hat * (tl.sum(g * x_hat, axis=1) / N)[:, None])
+        tl.store(dx_ptr + offset, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * x_hat
+    tl.store(dw_partial_ptr + pid * N + cols, tl.sum(dw, axis=0)[None, :], mask=cols < N)
+
+
+@triton.jit
+def dw_sum_kernel(partial_ptr, dw_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+                  GDC: tl.constexpr):  # fmt: skip
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    # Column block pid: the P partial rows summed in a fixed order.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+    for first in range(0, P, BLOCK_P):
+        rows = first + tl.arange(0, BLOCK_P)[:, None]
+        acc += tl.load(partial_ptr + rows * N + cols, mask=(rows < P) & (cols < N), other=0.0)
+    tl.store(dw_ptr + cols, tl.sum(acc, axis=0)[None, :].to(dw_ptr.dtype.element_ty),
+             mask=cols < N)  # fmt: skip
+
+
+def check_backward(run, args, w, ref_fwd):
+    """Compares one variant's dx and dweight with autograd through the reference."""
+    x, dy, dx = args
+    try:
+        got_dw = run(x, dy, dx).float().clone()
+        xg = x.detach().float().requires_grad_()
+        wg = w.detach().float().requires_grad_()
+        gx, gw = torch.autograd.grad(ref_fwd(xg, wg).float(), (xg, wg), dy.float())
+        torch.testing.assert_close(dx.float(), gx, rtol=5e-2, atol=5e-2)
+        torch.testing.assert_close(got_dw, gw, rtol=5e-2, atol=1.0)
+        print("  check: dx and dweight match the reference", flush=True)
+    except Exception as error:
+        print(f"  CHECK FAILED: {type(error).__name__}: {str(error)[:300]}", flush=True)
+
+
+def sweep_backward(copy):
+    print("backward", flush=True)
+    for m, n in SHAPES:
+        backward_shape(m, n, copy)
+
+
+def backward_shape(m, n, copy):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sets = [(randn(m, n), randn(m, n), randn(m, n)) for _ in range(arg_sets_for(m, n, 3))]
+    w = torch.randn(n, device="cuda", dtype=DTYPE)
+    nbytes = 3 * m * n * 2
+    wr = w.detach().float().requires_grad_()
+
+    def ref_fwd(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype)
+
+    compiled = torch.compile(ref_fwd, dynamic=False)
+    outs = []
+    # Donated buffers would forbid retain_graph=True, which lets each graph run many times.
+    with torch._functorch.config.patch(donated_buffer=False):
+        for x, dy, _ in sets:
+            xg = x.detach().requires_grad_()
+            outs.append((compiled(xg, wr), xg, dy))
+    us_c = time_us(lambda y, xg, dy: torch.autograd.grad(y, (xg, wr), dy, retain_graph=True), outs)
+    report(m, n, "compile(reference) backward", us_c, nbytes, copy)
+    del outs
+    block = triton.next_power_of_2(n)
+    rows = max(1, 4096 // block)
+    results = []
+    for per_sm in (1, 2):
+        programs = min(per_sm * sms, m)
+        partial = torch.empty(programs, n, device="cuda", dtype=torch.float32)
+        dw = torch.empty(n, device="cuda", dtype=DTYPE)
+        for stages in STAGES:
+            for warps in (4, 8, 16):
+                for gdc in (False, True):
+                    for reduce in REDUCE:
+
+                        def run(x, dy, dx, stages=stages, warps=warps, reduce=reduce,
+                                programs=programs, partial=partial, dw=dw, gdc=gdc):  # fmt: skip
+                            bwd_kernel[(programs,)](
+                                dy, x, w, dx, partial, m, n, 1e-6, BLOCK_N=block, ROWS=rows,
+                                STAGES=stages, GDC=gdc, num_warps=warps, launch_pdl=gdc,
+                            )  # fmt: skip
+                            if reduce == "torch":
+                                return partial.sum(dim=0).to(DTYPE)
+                            dw_sum_kernel[(triton.cdiv(n, 64),)](
+                                partial, dw, programs, n, BLOCK_P=32, BLOCK_N=64, GDC=gdc,
+                                num_warps=4, launch_pdl=gdc,
+                            )  # fmt: skip
+                            return dw
+
+                        us = time_us(run, sets)
+                        label = (
+                            f"programs {per_sm}xSM stages {stages} warps {warps} pdl {int(gdc)} "
+                            f"sum {reduce}"
+                        )
+                        results.append((us, label))
+                        report(m, n, label, us, nbytes, copy)
+                        if warps == 8 and gdc and reduce == "triton" and us == us:
+                            check_backward(run, sets[0], w, ref_fwd)
+    for key in [f"pdl {p} sum {r}" for p in (0, 1) for r in REDUCE]:
+        us, label = min(r for r in results if r[0] == r[0] and r[1].endswith(key))
+        report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
+
+
+# ------------------------------------------------------------------ fused
+
+
+@triton.jit
+def fused_kernel(x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, M, N, eps,
+                 BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr,
+                 GDC: tl.constexpr):  # fmt: skip
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    mask = (rows < M) & (cols < N)
+    offset = rows * N + cols
+    if EVICT:
+        x = tl.load(x_ptr + offset, mask=mask, other=0.0, eviction_policy="evict_first")
+        r = tl.load(res_ptr + offset, mask=mask, other=0.0, eviction_policy="evict_first")
+    else:
+        x = tl.load(x_ptr + offset, mask=mask, other=0.0)
+        r = tl.load(res_ptr + offset, mask=mask, other=0.0)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    h = (x.to(tl.float32) + r.to(tl.float32)).to(res_ptr.dtype.element_ty)
+    if EVICT:
+        tl.store(res_ptr + offset, h, mask=mask, eviction_policy="evict_first")
+    else:
+        tl.store(res_ptr + offset, h, mask=mask)
+    h = h.to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(h * h, axis=1) / N + eps).to(tl.float32)
+    tl.store(inv_rms_ptr + rows, inv_rms[:, None], mask=rows < M)
+    y = h * inv_rms[:, None] * w
+    if EVICT:
+        tl.store(out_ptr + offset, y.to(out_ptr.dtype.element_ty), mask=mask,
+                 eviction_policy="evict_first")  # fmt: skip
+    else:
+        tl.store(out_ptr + offset, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def sweep_fused(copy):
+    print("fused", flush=True)
+    for m, n in SHAPES:
+        fused_shape(m, n, copy)
+
+
+def fused_shape(m, n, copy):
+    sets = [
+        (randn(m, n), randn(m, n), randn(m, n), torch.empty(m, device="cuda"))
+        for _ in range(arg_sets_for(m, n, 3))
+    ]
+    w = torch.randn(n, device="cuda", dtype=DTYPE)
+    nbytes = 4 * m * n * 2
+
+    def unfused(x, res, w):
+        h = x + res
+        res.copy_(h)
+        return reference(h, w)
+
+    compiled = torch.compile(unfused, dynamic=False)
+    us_c = time_us(lambda x, r, o, i: compiled(x, r, w), sets)
+    report(m, n, "compile(unfused reference)", us_c, nbytes, copy)
+    block = triton.next_power_of_2(n)
+    results = []
+    for evict, gdc in ((False, False), (True, False), (True, True)):
+        for rows in (1, 2, 4):
+            for warps in (2, 4, 8, 16):
+                per_thread = block * rows // (32 * warps)
+                if per_thread > 64 or per_thread < 4:
+                    continue
+
+                def run(x, r, o, i, rows=rows, warps=warps, evict=evict, gdc=gdc):
+                    fused_kernel[(triton.cdiv(m, rows),)](
+                        x, r, w, o, i, m, n, 1e-6, BLOCK_N=block, ROWS=rows, EVICT=evict,
+                        GDC=gdc, num_warps=warps, launch_pdl=gdc,
+                    )  # fmt: skip
+
+                us = time_us(run, sets)
+                label = f"evict {int(evict)} pdl {int(gdc)} rows {rows} warps {warps}"
+                results.append((us, label))
+                report(m, n, label, us, nbytes, copy)
+    for key in ("evict 0 pdl 0", "evict 1 pdl 0", "evict 1 pdl 1"):
+        us, label = min(r for r in results if r[0] == r[0] and r[1].startswith(key))
+        report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
+
+
+def main(argv):
+    passes = argv or ["forward", "backward", "fused"]
+    torch.manual_seed(0)
+    copy = copy_gbps()
+    versions = f"torch {torch.__version__}, triton {triton.__version__}"
+    print(f"{torch.cuda.get_device_name()}, {versions}, copy {copy:.0f} GB/s, {DTYPE}", flush=True)
+    for name in passes:
+        {"forward": sweep_forward, "backward": sweep_backward, "fused": sweep_fused}[name](copy)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
