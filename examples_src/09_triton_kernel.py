@@ -13,8 +13,9 @@ In this step you will learn:
 
 * how to write a row-wise reduction kernel in Triton, and its backward with a
   two-stage reduction for ``dweight``;
-* how to autotune block size and ``num_warps`` with :func:`triton.autotune`,
-  keyed on the row length;
+* how to choose ``ROWS``, ``num_warps`` and pipeline stages: with
+  :func:`triton.autotune`, keyed on the row length, and, where the best
+  choice depends on more than the key, with rules taken from a sweep;
 * the two ways to register a Triton kernel: :func:`torch.library.custom_op`
   (opaque to the compiler) and :func:`torch.library.triton_op` with
   :func:`torch.library.wrap_triton` (transparent to Inductor), and when each
@@ -54,20 +55,36 @@ rows, and ``x`` is read from memory once. The sum of squares is a
    :start-after: # [forward-kernel]
    :end-before: # [forward-kernel-end]
 
-``ROWS`` and ``num_warps`` come from :func:`triton.autotune`. On the first
-call for a new row length ``N`` (the ``key``), every config is timed and the
-fastest is kept. Under the interpreter timing means nothing and costs a lot, so
-there is a single config:
+``ROWS`` and ``num_warps`` (and, for the backward below, the number of
+programs and of pipeline stages) come from a few rules in Python. They were
+found with ``tools/sweep_triton.py``, which times every config on a GPU
+(step 11 tells that story): about 2048 elements per program and 16 per
+thread for the forward. Under the interpreter the rules return one program
+per row and one warp:
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [launch-rules]
+   :end-before: # [launch-rules-end]
+
+The first version asked :func:`triton.autotune` instead: on the first call
+for a new value of its ``key`` (here the row length ``N``), it times every
+config and keeps the fastest. That is the right tool when the best config
+depends on the key alone. Here it also depends on the number of rows, and
+the autotuner kept whatever suited the first ``M`` it saw for each ``N``:
+at (8192, 4096) it ran 6 points under the rule's choice.
+
+A row longer than 16384 elements no longer fits in registers. For those the
+operator launches a second kernel, which still uses the autotuner: one
+program per row walks the row in chunks of ``BLOCK_N`` twice, once for the
+sum of squares, once to write the output (that second read mostly comes from
+the L2 cache). The configs, with a single one under the interpreter, where
+timing means nothing and costs a lot:
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python
    :start-after: # [autotune-configs]
    :end-before: # [autotune-configs-end]
-
-A row longer than 16384 elements no longer fits in registers. For those the
-operator launches a second kernel, one program per row, that walks the row
-in chunks of ``BLOCK_N`` twice: once for the sum of squares, once to write
-the output (that second read mostly comes from the L2 cache):
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python
@@ -80,16 +97,20 @@ With ``x_hat = x * inv_rms`` and ``g = dy * weight``, the gradients are
 ``dx = inv_rms * (g - x_hat * mean(g * x_hat))`` per row, and
 ``dweight = sum over rows of dy * x_hat``. The second is a reduction *across*
 rows: each program sums the rows it owns into its own row of a small float32
-buffer, and one ``sum(dim=0)`` over that buffer finishes the job. No two
-programs write the same address, so no atomics are needed. ``inv_rms`` is
+buffer, and a second kernel (``_dw_sum_kernel``) adds up that buffer's rows
+in a fixed order and writes ``dweight`` in its dtype. No two programs write
+the same address, so no atomics are needed, and the result is the same on
+every run. ``inv_rms`` is
 recomputed rather than saved by the forward: it costs one more pass over a row
 that is being read anyway.
 
 There are only as many programs as fit on the GPU at once, each looping over
 its rows with ``tl.range``, whose ``num_stages`` argument lets Triton
-load the next rows while it computes the current ones (the ``STAGES`` of the
-autotuned configs). Short rows come ``ROWS`` at a time, so that each step of
-the loop has a few thousand elements to work on:
+load the next rows while it computes the current ones (``STAGES``, three
+where they fit in shared memory). Short rows come ``ROWS`` at a time, so that
+each step of the loop has a few thousand elements to work on. The ``GDC``
+flag turns on programmatic dependent launch (the ``[pdl]`` block of the file;
+step 11 measures it):
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python
@@ -305,7 +326,7 @@ for name in ("rms_norm.cuh", "rms_norm_cuda.cu"):
 # %%
 # **Portability to ROCm.** Triton has an AMD backend: the same Python kernels
 # compile for AMD GPUs with a ROCm build of PyTorch, with no source change
-# (only the autotuning configs may deserve a second look, since a wavefront is
+# (only the launch rules may deserve a second look, since a wavefront is
 # 64 lanes on CDNA GPUs). CUDA C++ reaches ROCm through hipify plus the small
 # shims that a header like ``csrc/fused_add_rms_norm.cuh`` carries (warp
 # width, shuffles), and each architecture is compiled ahead of time.
@@ -313,7 +334,7 @@ for name in ("rms_norm.cuh", "rms_norm_cuda.cu"):
 # **Speed.** For a memory-bound kernel such as RMSNorm, both reach a good share
 # of memory bandwidth; hand-written CUDA gives more control (vector widths,
 # shared memory, launch bounds, persistent kernels), Triton gets much of it
-# from its compiler and the autotuner. The numbers depend on the GPU, so they
+# from its compiler and a few launch parameters. The numbers depend on the GPU, so they
 # are measured where one is present. The interpreter is a correctness tool,
 # not a fast path: here is what it costs next to the C++ kernel.
 import statistics  # noqa: E402
