@@ -671,7 +671,8 @@ print("\n".join(line for line in vectors if "8192x4096" in line))
 # block of 512 threads (86%) against one row per block of 256 (76%).
 pipelined = (RECORDED_DIR / "sweep_rms_norm_backward_pipelined_h200.txt").read_text().splitlines()
 print(pipelined[2])
-print("\n".join(line for line in pipelined if "bf16   8192x4096" in line and "pdl 1" in line))
+wanted = ("bf16   8192x4096", "pdl 1", "vecs/thr 2")
+print("\n".join(line for line in pipelined if all(w in line for w in wanted)))
 
 # %%
 # One detail cost a few points before it was found: the kernel read
