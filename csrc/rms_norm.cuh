@@ -323,6 +323,39 @@ __device__ __forceinline__ void load_row_slice(const Vec<T, kVec>* row, int64_t 
   }
 }
 
+// Writes the block's partial grad_w row from each thread's register sums
+// dw[k][e] (element e of its vector k of the row): slot 0 writes its sums,
+// each further slot adds its own in turn, through `shared` (cols
+// accumulators) when the block has more than one slot, so the order of the
+// additions is fixed. Every thread of the block must call it.
+template <int kVec, int kRegVecs, typename Acc>
+__device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][kVec],
+                                                     int64_t nvec, int64_t cols, Acc* partial,
+                                                     Acc* shared) {
+  Acc* sum = blockDim.y > 1 ? shared : partial;
+  for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot) {
+    if (static_cast<int>(threadIdx.y) == slot) {
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            const int64_t j = i * kVec + e;
+            sum[j] = slot == 0 ? dw[k][e] : sum[j] + dw[k][e];
+          }
+        }
+      }
+    }
+    if (blockDim.y > 1) __syncthreads();
+  }
+  if (blockDim.y > 1) {
+    const int threads = blockDim.x * blockDim.y;
+    for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < cols; j += threads)
+      partial[j] = sum[j];
+  }
+}
+
 template <typename T, int kVec, int kRegVecs, bool kPrefetch, int kMinBlocks, bool kDwShared,
           bool kWRegs>
 __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_kernel(
@@ -443,30 +476,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
       partial[j] = total;
     }
   } else {
-    // Slot 0 writes its sums, each further slot adds its own in turn,
-    // through shared memory when the block has more than one slot.
-    Acc* sum = blockDim.y > 1 ? reinterpret_cast<Acc*>(dynamic_shared) : partial;
-    for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot) {
-      if (static_cast<int>(threadIdx.y) == slot) {
-#pragma unroll
-        for (int k = 0; k < kRegVecs; ++k) {
-          const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-          if (i < nvec) {
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) {
-              const int64_t j = i * kVec + e;
-              sum[j] = slot == 0 ? dw[k][e] : sum[j] + dw[k][e];
-            }
-          }
-        }
-      }
-      if (blockDim.y > 1) __syncthreads();
-    }
-    if (blockDim.y > 1) {
-      const int threads = blockDim.x * blockDim.y;
-      for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < cols; j += threads)
-        partial[j] = sum[j];
-    }
+    store_partial_grad_w<kVec>(dw, nvec, cols, partial, reinterpret_cast<Acc*>(dynamic_shared));
   }
 }
 
@@ -631,31 +641,9 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
   copy_async_wait<0>();
   __syncthreads();
 
-  // The block's partial grad_w row: slot 0 writes its sums, each further slot
-  // adds its own in turn, through shared memory when there are several.
-  Acc* partial = grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols;
-  Acc* sum = blockDim.y > 1 ? reinterpret_cast<Acc*>(dynamic_shared) : partial;
-  for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot) {
-    if (static_cast<int>(threadIdx.y) == slot) {
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i < nvec) {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) {
-            const int64_t j = i * kVec + e;
-            sum[j] = slot == 0 ? dw[k][e] : sum[j] + dw[k][e];
-          }
-        }
-      }
-    }
-    if (blockDim.y > 1) __syncthreads();
-  }
-  if (blockDim.y > 1) {
-    const int threads = blockDim.x * blockDim.y;
-    for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < cols; j += threads)
-      partial[j] = sum[j];
-  }
+  store_partial_grad_w<kVec>(dw, nvec, cols,
+                             grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
+                             reinterpret_cast<Acc*>(dynamic_shared));
 }
 // [pipelined-backward-kernel-end]
 
@@ -716,6 +704,26 @@ struct BackwardConfig {
                         // with this many vectors per thread
 };
 
+// The block of both backward kernels for rows of `nvec` vectors: enough
+// threads per row (a whole number of warps) for kRegs vectors each, and as
+// many row slots (a power of two) as give at least `min_threads` threads,
+// within kBwdMaxThreads.
+inline dim3 backward_block(int64_t nvec, int regs, int warp_size, int min_threads) {
+  int64_t per_row = (nvec + regs - 1) / regs;
+  per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
+  int64_t slots = 1;
+  while (per_row * slots * 2 <= min_threads && per_row * slots * 2 <= kBwdMaxThreads) slots *= 2;
+  return dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(slots));
+}
+
+// As many blocks as fit on the GPU at once (`per_sm` per multiprocessor, at
+// least one), and no more than there are groups of `slots` rows.
+inline int64_t backward_grid(int64_t rows, int64_t slots, int per_sm, int sm_count) {
+  const int64_t fit = static_cast<int64_t>(per_sm < 1 ? 1 : per_sm) * sm_count;
+  const int64_t needed = (rows + slots - 1) / slots;
+  return needed < fit ? (needed > 0 ? needed : 1) : fit;
+}
+
 // The launch shape of a backward kernel instance: threads enough for
 // kRegs vectors each per row, row slots so that a block has at least
 // `min_threads` threads, and as many blocks as fit on the GPU at once (each
@@ -725,23 +733,16 @@ BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp
                                             int sm_count, int min_threads) {
   constexpr int kVec = 16 / sizeof(T);
   using Acc = typename AccType<T>::type;
-  const int64_t nvec = cols / kVec;
-  int64_t per_row = (nvec + kRegs - 1) / kRegs;
-  per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
-  int64_t slots = 1;
-  while (per_row * slots * 2 <= min_threads && per_row * slots * 2 <= kBwdMaxThreads) slots *= 2;
   BackwardConfig cfg;
-  cfg.block = dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(slots));
+  cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
+  const int64_t slots = cfg.block.y;
   cfg.shared_bytes = kDwShared ? static_cast<size_t>(slots * cols) * sizeof(Acc)
                               : (slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0);
   int per_sm = 0;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm, rms_norm_backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
-      static_cast<int>(per_row * slots), cfg.shared_bytes);
-  if (per_sm < 1) per_sm = 1;
-  const int64_t fit = static_cast<int64_t>(per_sm) * sm_count;
-  const int64_t needed = (rows + slots - 1) / slots;
-  cfg.blocks = needed < fit ? (needed > 0 ? needed : 1) : fit;
+      static_cast<int>(cfg.block.x * cfg.block.y), cfg.shared_bytes);
+  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
   return cfg;
 }
 
@@ -778,14 +779,11 @@ BackwardConfig rms_norm_backward_pipelined_config_for(int64_t rows, int64_t cols
   constexpr int kVec = 16 / sizeof(T);
   using Acc = typename AccType<T>::type;
   auto kernel = rms_norm_backward_pipelined_kernel<T, kVec, kRegs, kStages, kMinBlocks>;
-  const int64_t nvec = cols / kVec;
-  int64_t per_row = (nvec + kRegs - 1) / kRegs;
-  per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
-  int64_t slots = 1;
-  while (per_row * slots * 2 <= min_threads && per_row * slots * 2 <= kBwdMaxThreads) slots *= 2;
   BackwardConfig cfg;
-  cfg.block = dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(slots));
-  const size_t stages = static_cast<size_t>(kStages * slots * 2 * kRegs * per_row) * 16;
+  cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
+  const int64_t slots = cfg.block.y;
+  const int64_t threads = static_cast<int64_t>(cfg.block.x) * cfg.block.y;
+  const size_t stages = static_cast<size_t>(kStages * 2 * kRegs * threads) * 16;
   const size_t sums = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
   cfg.shared_bytes = stages > sums ? stages : sums;
   // The 48 KiB default covers static and dynamic shared memory together.
@@ -801,14 +799,10 @@ BackwardConfig rms_norm_backward_pipelined_config_for(int64_t rows, int64_t cols
                                static_cast<int>(cfg.shared_bytes));
   }
   int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
-                                                static_cast<int>(per_row * slots),
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(threads),
                                                 cfg.shared_bytes);
   if (max_blocks_per_sm > 0 && per_sm > max_blocks_per_sm) per_sm = max_blocks_per_sm;
-  if (per_sm < 1) per_sm = 1;
-  const int64_t fit = static_cast<int64_t>(per_sm) * sm_count;
-  const int64_t needed = (rows + slots - 1) / slots;
-  cfg.blocks = needed < fit ? (needed > 0 ? needed : 1) : fit;
+  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
   return cfg;
 }
 
