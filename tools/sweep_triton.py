@@ -1,13 +1,15 @@
 """Sweeps variants of the Triton RMSNorm kernels on one GPU and prints achieved
 bandwidth against a large device-to-device copy, next to torch.compile of the
-reference. Needs a CUDA GPU, torch and triton; opguide itself is not imported
-(the kernels here are copies that differ from opguide/triton_rms_norm.py in
-the one thing each variant tries).
+reference. Needs a CUDA GPU, triton and opguide built with its CUDA kernels
+(pip install --no-build-isolation -e . with USE_CUDA=1). The backward uses
+opguide's own kernels; the forward and fused kernels here are copies that
+differ from opguide/triton_rms_norm.py in the one thing each variant tries
+(the weight loaded before or after the reduction, cache hints, PDL).
 
     python3 tools/sweep_triton.py [forward] [backward] [fused]
 
-Times are medians of batches queued behind a spin kernel, as in
-opguide.benchmark, so the host's launch latency is not counted.
+Times come from opguide.benchmark.time_per_call: medians of batches queued
+behind a spin kernel, so the host's launch latency is not counted.
 Bytes: forward reads x and writes y (2 M N s); backward reads x and dy and
 writes dx (3 M N s); fused reads x and residual, writes residual and y (4 M N s).
 """
@@ -17,6 +19,10 @@ import sys
 import torch
 import triton
 import triton.language as tl
+
+from opguide.benchmark import copy_bandwidth, time_per_call
+from opguide.triton_rms_norm import _dw_sum_kernel as dw_sum_kernel
+from opguide.triton_rms_norm import _rms_norm_bwd_kernel as bwd_kernel
 
 SHAPES = [(32768, 4096), (8192, 4096), (4096, 8192), (65536, 1024)]
 DTYPE = torch.bfloat16
@@ -31,39 +37,19 @@ REDUCE = ("triton",)
 def time_us(fn, arg_sets) -> float:
     """Median microseconds per call over BATCHES batches of CALLS calls (NaN on failure)."""
     try:
-        return _time_us(fn, arg_sets)
+        seconds = time_per_call(
+            fn, arg_sets, device=torch.device("cuda"), batches=BATCHES, calls_per_batch=CALLS,
+            warmup=2,
+        )  # fmt: skip
+        return seconds * 1e6
     except Exception as error:  # a variant this Triton cannot compile or launch
         print(f"  failed: {type(error).__name__}: {str(error)[:300]}", flush=True)
         return float("nan")
 
 
-def _time_us(fn, arg_sets) -> float:
-    for i in range(2 * CALLS):
-        fn(*arg_sets[i % len(arg_sets)])
-    torch.cuda.synchronize()
-    times = []
-    k = 0
-    for _ in range(BATCHES):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(5_000_000)
-        start.record()
-        for _ in range(CALLS):
-            fn(*arg_sets[k % len(arg_sets)])
-            k += 1
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / CALLS)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def copy_gbps() -> float:
-    n = 2**28
-    src = torch.empty(n, dtype=torch.float32, device="cuda").uniform_()
-    dst = torch.empty_like(src)
-    us = time_us(lambda: dst.copy_(src), [()])
-    return 2 * n * 4 / (us * 1e-6) / 1e9
+def best(results, match):
+    """The fastest (us, label) of the results whose label satisfies ``match``."""
+    return min(r for r in results if r[0] == r[0] and match(r[1]))  # r[0] == r[0]: not NaN
 
 
 def reference(x, w, eps=1e-6):
@@ -157,54 +143,12 @@ def forward_shape(m, n, copy):
     except Exception as error:
         print(f"  CHECK FAILED: {type(error).__name__}: {str(error)[:300]}", flush=True)
     for key in ("w_first 0 pdl 0", "w_first 1 pdl 0", "w_first 1 pdl 1"):
-        us, label = min(r for r in results if r[0] == r[0] and r[1].startswith(key))
+        us, label = best(results, lambda label, key=key: label.startswith(key))
         compiled_us = base["compile(reference)"]
         report(m, n, label, us, nbytes, copy, "best ", f"  compile {compiled_us:.1f} us")
 
 
 # --------------------------------------------------------------- backward
-
-
-@triton.jit
-def bwd_kernel(dy_ptr, x_ptr, w_ptr, dx_ptr, dw_partial_ptr, M, N, eps,
-               BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.constexpr,
-               GDC: tl.constexpr):  # fmt: skip
-    if GDC:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    pid = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_N)[None, :]
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    dw = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-    for first in tl.range(pid * ROWS, M, tl.num_programs(0) * ROWS, num_stages=STAGES):
-        rows = first + tl.arange(0, ROWS)[:, None]
-        mask = (rows < M) & (cols < N)
-        offset = rows * N + cols
-        x = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-        inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps).to(tl.float32)[:, None]
-        x_hat = x * inv_rms
-        g = dy * w
-        dx = inv_rms * (g - x_hat * (tl.sum(g * x_hat, axis=1) / N)[:, None])
-        tl.store(dx_ptr + offset, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        dw += dy * x_hat
-    tl.store(dw_partial_ptr + pid * N + cols, tl.sum(dw, axis=0)[None, :], mask=cols < N)
-
-
-@triton.jit
-def dw_sum_kernel(partial_ptr, dw_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                  GDC: tl.constexpr):  # fmt: skip
-    if GDC:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    # Column block pid: the P partial rows summed in a fixed order.
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
-    for first in range(0, P, BLOCK_P):
-        rows = first + tl.arange(0, BLOCK_P)[:, None]
-        acc += tl.load(partial_ptr + rows * N + cols, mask=(rows < P) & (cols < N), other=0.0)
-    tl.store(dw_ptr + cols, tl.sum(acc, axis=0)[None, :].to(dw_ptr.dtype.element_ty),
-             mask=cols < N)  # fmt: skip
 
 
 def check_backward(run, args, w, ref_fwd):
@@ -285,7 +229,7 @@ def backward_shape(m, n, copy):
                         if warps == 8 and gdc and reduce == "triton" and us == us:
                             check_backward(run, sets[0], w, ref_fwd)
     for key in [f"pdl {p} sum {r}" for p in (0, 1) for r in REDUCE]:
-        us, label = min(r for r in results if r[0] == r[0] and r[1].endswith(key))
+        us, label = best(results, lambda label, key=key: label.endswith(key))
         report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
 
 
@@ -368,14 +312,14 @@ def fused_shape(m, n, copy):
                 results.append((us, label))
                 report(m, n, label, us, nbytes, copy)
     for key in ("evict 0 pdl 0", "evict 1 pdl 0", "evict 1 pdl 1"):
-        us, label = min(r for r in results if r[0] == r[0] and r[1].startswith(key))
+        us, label = best(results, lambda label, key=key: label.startswith(key))
         report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
 
 
 def main(argv):
     passes = argv or ["forward", "backward", "fused"]
     torch.manual_seed(0)
-    copy = copy_gbps()
+    copy = copy_bandwidth(torch.device("cuda")) / 1e9
     versions = f"torch {torch.__version__}, triton {triton.__version__}"
     print(f"{torch.cuda.get_device_name()}, {versions}, copy {copy:.0f} GB/s, {DTYPE}", flush=True)
     for name in passes:
