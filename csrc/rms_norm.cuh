@@ -324,16 +324,19 @@ __device__ __forceinline__ void load_row_slice(const Vec<T, kVec>* row, int64_t 
 }
 
 // Writes the block's partial grad_w row from each thread's register sums
-// dw[k][e] (element e of its vector k of the row): slot 0 writes its sums,
-// each further slot adds its own in turn, through `shared` (cols
-// accumulators) when the block has more than one slot, so the order of the
-// additions is fixed. Every thread of the block must call it.
+// dw[k][e] (element e of its vector k of the row). Thread x of every row
+// slot holds sums for the same columns, so the slots are added: slots
+// blockDim.y - 1 down to 1 add theirs in turn into `shared` (cols
+// accumulators), element e of vector i at e * nvec + i, where neighbouring
+// threads touch neighbouring words (no bank conflicts; with i * kVec + e,
+// 16-byte vectors put 8 threads on one bank); slot 0 then adds that total to
+// its own sums and stores whole vectors. The order of the additions is fixed.
+// Every thread of the block must call it.
 template <int kVec, int kRegVecs, typename Acc>
 __device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][kVec],
-                                                     int64_t nvec, int64_t cols, Acc* partial,
-                                                     Acc* shared) {
-  Acc* sum = blockDim.y > 1 ? shared : partial;
-  for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot) {
+                                                     int64_t nvec, Acc* partial, Acc* shared) {
+  const int slots = static_cast<int>(blockDim.y);
+  for (int slot = slots - 1; slot >= 1; --slot) {
     if (static_cast<int>(threadIdx.y) == slot) {
 #pragma unroll
       for (int k = 0; k < kRegVecs; ++k) {
@@ -341,18 +344,24 @@ __device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][k
         if (i < nvec) {
 #pragma unroll
           for (int e = 0; e < kVec; ++e) {
-            const int64_t j = i * kVec + e;
-            sum[j] = slot == 0 ? dw[k][e] : sum[j] + dw[k][e];
+            Acc& sum = shared[e * nvec + i];
+            sum = (slot == slots - 1 ? Acc(0) : sum) + dw[k][e];
           }
         }
       }
     }
-    if (blockDim.y > 1) __syncthreads();
+    __syncthreads();
   }
-  if (blockDim.y > 1) {
-    const int threads = blockDim.x * blockDim.y;
-    for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < cols; j += threads)
-      partial[j] = sum[j];
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (threadIdx.y == 0 && i < nvec) {
+      Vec<Acc, kVec> out;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        out.val[e] = slots > 1 ? dw[k][e] + shared[e * nvec + i] : dw[k][e];
+      reinterpret_cast<Vec<Acc, kVec>*>(partial)[i] = out;
+    }
   }
 }
 
@@ -476,7 +485,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
       partial[j] = total;
     }
   } else {
-    store_partial_grad_w<kVec>(dw, nvec, cols, partial, reinterpret_cast<Acc*>(dynamic_shared));
+    store_partial_grad_w<kVec>(dw, nvec, partial, reinterpret_cast<Acc*>(dynamic_shared));
   }
 }
 
@@ -641,8 +650,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
   copy_async_wait<0>();
   __syncthreads();
 
-  store_partial_grad_w<kVec>(dw, nvec, cols,
-                             grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
+  store_partial_grad_w<kVec>(dw, nvec, grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
                              reinterpret_cast<Acc*>(dynamic_shared));
 }
 // [pipelined-backward-kernel-end]

@@ -115,15 +115,40 @@ def _queue_seconds(fn: Callable, arg_sets: Sequence[tuple], calls: int) -> float
     return time.perf_counter() - t0
 
 
+def _clean_l2(device: torch.device) -> None:
+    """Leaves the L2 cache holding clean lines only, whatever ran before.
+
+    A batch that writes a lot (``y``, or an eager reference's float32
+    temporaries) leaves L2 full of dirty lines, and the next batch pays for
+    writing them back to memory. Reading a buffer three times the size of L2
+    evicts them all now, before the timing starts, so every batch starts from
+    the same state and the order of the batches does not matter.
+    """
+    buf = _L2_SWEEP.get(device.index)
+    if buf is None:
+        words = 3 * _l2_bytes(device) // 4
+        buf = _L2_SWEEP[device.index] = torch.ones(words, dtype=torch.float32, device=device)
+    buf.sum()
+
+
+_L2_SWEEP: dict[int | None, torch.Tensor] = {}
+
+
 def _timed_batch(
     fn: Callable, arg_sets: Sequence[tuple], first: int, calls: int, device: torch.device,
-    sleep_cycles: int,
+    sleep_cycles: int, clean_l2: bool = True,
 ) -> float:  # fmt: skip
-    """Seconds per call of one batch of ``calls`` calls starting at set ``first``."""
+    """Seconds per call of one batch of ``calls`` calls starting at set ``first``.
+
+    On a GPU, L2 is cleaned first (:func:`_clean_l2`) unless ``clean_l2`` is
+    false; then a spin, long enough for the batch to be queued behind it.
+    """
     n = len(arg_sets)
     if device.type == "cuda":
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
+        if clean_l2:
+            _clean_l2(device)
         torch.cuda._sleep(sleep_cycles)
         start.record()
         for k in range(first, first + calls):
@@ -161,6 +186,7 @@ def time_per_call(
     batches: int = 15,
     calls_per_batch: int = 20,
     warmup: int = 3,
+    clean_l2: bool = True,
 ) -> float:
     """Median seconds per call of ``fn(*args)``, cycling through ``arg_sets``.
 
@@ -179,13 +205,15 @@ def time_per_call(
         batches: how many timed batches (the median is returned).
         calls_per_batch: calls inside one timed batch.
         warmup: untimed batches first (compilation, autotuning, allocator).
+        clean_l2: on a GPU, evict what the previous batch left in L2 before
+            each batch (:func:`_clean_l2`).
 
     Returns:
         Seconds per call, median over batches.
     """
     return time_round_robin(
         {"fn": (fn, arg_sets)}, device=device, batches=batches,
-        calls_per_batch=calls_per_batch, warmup=warmup,
+        calls_per_batch=calls_per_batch, warmup=warmup, clean_l2=clean_l2,
     )["fn"]  # fmt: skip
 
 
@@ -196,17 +224,20 @@ def time_round_robin(
     batches: int = 15,
     calls_per_batch: int = 20,
     warmup: int = 3,
+    clean_l2: bool = True,
 ) -> dict[str, float]:
     """Like :func:`time_per_call` for several functions, their batches taken in turn.
 
     Batch 1 of every function, then batch 2 of every function, and so on
     (the order reversed every other round): a GPU whose clock or temperature
     drifts during the run slows all of them alike, so their ratios hold.
+    Each batch starts from a clean L2 (``clean_l2``), so that no function
+    pays for the dirty cache lines of the one timed before it.
 
     Args:
         fns: by name, the function and its argument sets.
         device: where the functions run.
-        batches, calls_per_batch, warmup: as for :func:`time_per_call`.
+        batches, calls_per_batch, warmup, clean_l2: as for :func:`time_per_call`.
 
     Returns:
         Seconds per call of each function (median over its batches), by name.
@@ -219,7 +250,9 @@ def time_round_robin(
         for name in names if b % 2 == 0 else reversed(names):
             fn, sets = fns[name]
             samples[name].append(
-                _timed_batch(fn, sets, b * calls_per_batch, calls_per_batch, device, sleep[name])
+                _timed_batch(
+                    fn, sets, b * calls_per_batch, calls_per_batch, device, sleep[name], clean_l2
+                )
             )
     return {name: statistics.median(v) for name, v in samples.items()}
 
@@ -281,14 +314,15 @@ def _rotation(bytes_per_set: int, device: torch.device) -> int:
     return max(1, min(64, -(-3 * _l2_bytes(device) // max(1, bytes_per_set))))
 
 
-def copy_bandwidth(device: torch.device, nbytes: int = 2**30) -> float:
+def copy_bandwidth(device: torch.device, nbytes: int = 2**30, *, clean_l2: bool = True) -> float:
     """Bytes per second of a large device-to-device copy, counting read + write."""
     n = nbytes // 4
     src = torch.empty(n, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
     seconds = time_per_call(
-        lambda a, b: b.copy_(a), [(src, dst)], device=device, batches=10, calls_per_batch=5
-    )
+        lambda a, b: b.copy_(a), [(src, dst)], device=device, batches=10, calls_per_batch=5,
+        clean_l2=clean_l2,
+    )  # fmt: skip
     return 2 * src.numel() * src.element_size() / seconds
 
 
@@ -466,6 +500,7 @@ def _time_impls(
     prepared: bool,
     rows: list[Row],
     skips: list[Skip],
+    clean_l2: bool = True,
 ) -> None:
     """Times the implementations round robin on shared inputs; records a skip on failure.
 
@@ -489,7 +524,7 @@ def _time_impls(
             ready[name] = (timed, arg_sets)
     seconds: dict[str, float] = {}
     try:
-        seconds = time_round_robin(ready, device=device)
+        seconds = time_round_robin(ready, device=device, clean_l2=clean_l2)
     except Exception as err:  # a failure while timing: every implementation of this shape
         skips.extend(Skip(pass_name, name, m, n, dtype_name, _reason(err)) for name in ready)
     finally:
@@ -544,6 +579,7 @@ def _run_pass(
     dtypes: Sequence[str],
     device: torch.device,
     only: Sequence[str] | None,
+    clean_l2: bool = True,
 ) -> tuple[list[Row], list[Skip]]:
     rows: list[Row] = []
     skips: list[Skip] = []
@@ -571,7 +607,7 @@ def _run_pass(
             _time_impls(
                 pass_name, impls, make_sets,
                 m=m, n=n, dtype_name=dtype_name, moved=moved, device=device,
-                prepared=pass_name == "backward", rows=rows, skips=skips,
+                prepared=pass_name == "backward", rows=rows, skips=skips, clean_l2=clean_l2,
             )  # fmt: skip
     return rows, skips
 
@@ -581,12 +617,13 @@ def run_forward(
     dtypes: Sequence[str],
     device: torch.device,
     only: Sequence[str] | None = None,
+    clean_l2: bool = True,
 ) -> list[Row]:
     """Times every forward implementation at every shape and dtype.
 
     Implementations that fail are left out; :func:`measure` records why.
     """
-    return _run_pass("forward", shapes, dtypes, device, only)[0]
+    return _run_pass("forward", shapes, dtypes, device, only, clean_l2)[0]
 
 
 def run_backward(
@@ -594,9 +631,10 @@ def run_backward(
     dtypes: Sequence[str],
     device: torch.device,
     only: Sequence[str] | None = None,
+    clean_l2: bool = True,
 ) -> tuple[list[Row], list[Skip]]:
     """Times every backward implementation (``dx`` and ``dweight``); returns rows and skips."""
-    return _run_pass("backward", shapes, dtypes, device, only)
+    return _run_pass("backward", shapes, dtypes, device, only, clean_l2)
 
 
 def run_fused(
@@ -604,9 +642,10 @@ def run_fused(
     dtypes: Sequence[str],
     device: torch.device,
     only: Sequence[str] | None = None,
+    clean_l2: bool = True,
 ) -> tuple[list[Row], list[Skip]]:
     """Times every residual-add + RMSNorm implementation; returns rows and skips."""
-    return _run_pass("fused", shapes, dtypes, device, only)
+    return _run_pass("fused", shapes, dtypes, device, only, clean_l2)
 
 
 _PYTHON_CUSTOM_OP: Callable | None = None
@@ -792,6 +831,7 @@ def measure(
     cpu_shape: tuple[int, int] = (4096, 4096),
     cpu_rounds: int = 15,
     progress: Callable[[str], None] | None = None,
+    clean_l2: bool = True,
 ) -> dict:
     """Runs the chosen passes and returns the result file's content.
 
@@ -806,6 +846,8 @@ def measure(
         cpu_shape: input of the CPU kernel measurement (``cpu``).
         cpu_rounds: rounds of the interleaved CPU kernel measurement.
         progress: called with a line of text as each part starts.
+        clean_l2: clean L2 before every timed GPU batch (:func:`_clean_l2`);
+            recorded in the result as ``clean_l2``.
 
     Returns:
         A JSON-serialisable dict: the environment (device, versions, date),
@@ -821,15 +863,16 @@ def measure(
         raise ValueError(f"passes must be among {PASSES}, got {sorted(unknown)}")
     result = {**environment(device), "format": FORMAT, "bytes_model": BYTES_MODEL}
     result.update({"shapes": [list(s) for s in shapes], "dtypes": list(dtypes)})
+    result["clean_l2"] = clean_l2
     result.update({"forward": [], "backward": [], "fused": [], "skipped": []})
     device_passes = [p for p in GPU_PASSES if p in passes]
     if device_passes:
         say(f"copy bandwidth on {device}")
-        bandwidth = copy_bandwidth(device, copy_bytes)
+        bandwidth = copy_bandwidth(device, copy_bytes, clean_l2=clean_l2)
         result["copy_bandwidth_GBps"] = bandwidth / 1e9
         for pass_name in device_passes:
             say(f"{pass_name} pass")
-            rows, skips = _run_pass(pass_name, shapes, dtypes, device, only)
+            rows, skips = _run_pass(pass_name, shapes, dtypes, device, only, clean_l2)
             result[pass_name] = [_row_dict(r, bandwidth) for r in rows]
             result["skipped"] += [s.asdict() for s in skips]
     if "cpu" in passes:
@@ -917,6 +960,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tiny-shape", type=_shape, default=(4, 64), help="overhead input, MxN")
     parser.add_argument("--cpu-shape", type=_shape, default=(4096, 4096), help="CPU kernel input")
     parser.add_argument("--cpu-rounds", type=int, default=15)
+    parser.add_argument(
+        "--keep-l2",
+        action="store_true",
+        help="do not clean L2 before each timed GPU batch: a batch then pays for the "
+        "dirty cache lines of the batch before it (how results were taken before)",
+    )
     args = parser.parse_args(argv)
     device = torch.device("cpu" if args.cpu_only else args.device)
     if args.cpu_only:
@@ -935,6 +984,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tiny_shape=args.tiny_shape,
         cpu_shape=args.cpu_shape,
         cpu_rounds=args.cpu_rounds,
+        clean_l2=not args.keep_l2,
         progress=lambda line: print(f"-- {line}", file=sys.stderr, flush=True),
     )
     # The command line, so that a result file says how it was made.
