@@ -183,6 +183,7 @@ COLORS = {
     "eager reference": "C7",
     "eager add + F.rms_norm": "C7",
     "opguide autograd": "C9",
+    benchmark.SAME_SIZE_COPY: "0.6",
 }
 TARGETS = {"forward": 0.9, "backward": 0.8, "fused": 0.9}
 
@@ -254,7 +255,8 @@ RIVALS = {
 
 
 def target_rows(result: dict) -> list[tuple]:
-    """(pass, impl, dtype, shape, % of copy, target met, faster than every rival)."""
+    """(pass, impl, dtype, shape, % of copy, target met, faster than every rival,
+    time of the same-size copy over this time, or None in files without that copy)."""
     out = []
     for pass_name, rivals in RIVALS.items():
         rows = result.get(pass_name) or []
@@ -266,17 +268,20 @@ def target_rows(result: dict) -> list[tuple]:
                            if (q, dtype, m, n) in by_key]  # fmt: skip
             faster = bool(rival_times) and r["seconds"] < min(rival_times)
             met = r["of_copy"] >= TARGETS[pass_name]
-            out.append((pass_name, impl, dtype, f"{m}x{n}", r["of_copy"], met, faster))
+            same = by_key.get((benchmark.SAME_SIZE_COPY, dtype, m, n))
+            vs_same = same["seconds"] / r["seconds"] if same else None
+            out.append((pass_name, impl, dtype, f"{m}x{n}", r["of_copy"], met, faster, vs_same))
     return out
 
 
 if gpu is not None:
     checks = target_rows(gpu)
     print(f"{'pass':9} {'impl':15} {'dtype':5} {'shape':>11} {'% copy':>7} "
-          f"{'target':>7} {'beats rivals':>13}")  # fmt: skip
-    for pass_name, impl, dtype, shape, frac, met, faster in checks:
+          f"{'target':>7} {'beats rivals':>13} {'% same-size copy':>17}")  # fmt: skip
+    for pass_name, impl, dtype, shape, frac, met, faster, vs_same in checks:
+        same = "-" if vs_same is None else f"{100 * vs_same:.1f}%"
         print(f"{pass_name:9} {impl:15} {dtype:5} {shape:>11} {100 * frac:6.1f}% "
-              f"{'yes' if met else 'no':>7} {'yes' if faster else 'no':>13}")  # fmt: skip
+              f"{'yes' if met else 'no':>7} {'yes' if faster else 'no':>13} {same:>17}")  # fmt: skip
     for impl in ("opguide", "opguide triton"):
         mine = [c for c in checks if c[1] == impl]
         print(f"{impl}: {sum(c[5] and c[6] for c in mine)} of {len(mine)} points meet both")

@@ -7,10 +7,13 @@ implementation in the same run, so the ratios compare like with like.
 
 Timing: CUDA events around a batch of calls queued behind a GPU spin (so
 the host's launch latency is not counted), the implementations' batches
-taken in turn (so a drifting clock slows all of them alike), inputs rotated through enough
-buffers to exceed the L2 cache (so no call reads the previous call's data
-from L2), warm-up first, the median of several batches reported. On the CPU
-the same loop uses ``time.perf_counter``.
+taken in turn (so a drifting clock slows all of them alike), L2 cleaned
+before each batch (so no batch pays for the dirty lines of the one before),
+inputs rotated through enough buffers to exceed the L2 cache (so no call
+reads the previous call's data from L2), warm-up first, the median of
+several batches reported. On the CPU the same loop uses ``time.perf_counter``.
+Next to the implementations, every GPU pass times a copy of the same bytes
+(``copy (same bytes)``): what a kernel of that size reaches at all.
 
 What one run measures:
 
@@ -81,6 +84,11 @@ BYTES_MODEL = {
 }
 # Version of the result file's layout: 1 had the forward pass only.
 FORMAT = 2
+# The name of the reference row that every GPU pass has at every shape: a
+# copy_ that moves the pass's bytes (half read, half written). Against the
+# 1 GiB copy it shows what a kernel of this size can reach at all: a short
+# kernel pays for filling and draining the GPU, and a copy does too.
+SAME_SIZE_COPY = "copy (same bytes)"
 
 
 def _sync(device: torch.device) -> None:
@@ -501,15 +509,23 @@ def _time_impls(
     rows: list[Row],
     skips: list[Skip],
     clean_l2: bool = True,
+    copy_sets: int = 0,
 ) -> None:
     """Times the implementations round robin on shared inputs; records a skip on failure.
 
     Every implementation reads the same input sets (the fused pass updates
     its residual in place, which changes values, not the work), so one set
-    of buffers serves them all and their batches can alternate.
+    of buffers serves them all and their batches can alternate. With
+    ``copy_sets`` > 0, a copy of ``moved`` bytes (:data:`SAME_SIZE_COPY`)
+    runs in the same round robin, through that many pairs of buffers.
     """
     sets = make_sets()
     ready: dict[str, tuple[Callable, list[tuple]]] = {}
+    if copy_sets > 0:
+        words = max(1, moved // 8)  # float32 words; read once, written once
+        pairs = [(torch.empty(words, device=device).uniform_(), torch.empty(words, device=device))
+                 for _ in range(copy_sets)]  # fmt: skip
+        ready[SAME_SIZE_COPY] = (lambda src, dst: dst.copy_(src), pairs)
     for name, fn in impls.items():
         try:
             if prepared:  # fn builds a call from each set (backward)
@@ -529,7 +545,7 @@ def _time_impls(
         skips.extend(Skip(pass_name, name, m, n, dtype_name, _reason(err)) for name in ready)
     finally:
         # Free the buffers (and the backward graphs) before the next shape.
-        sets = ready = None
+        sets = ready = pairs = None
         if device.type == "cuda":
             torch.cuda.empty_cache()
     for name, t in seconds.items():
@@ -601,13 +617,14 @@ def _run_pass(
             # no run hits its recompilation limit and falls back to eager.
             torch.compiler.reset()
             moved = bytes_moved(pass_name, m, n, s)
-            make_sets = functools.partial(
-                _input_sets, pass_name, m, n, dtype, device, _rotation(moved, device)
-            )
+            count = _rotation(moved, device)
+            make_sets = functools.partial(_input_sets, pass_name, m, n, dtype, device, count)
+            with_copy = device.type == "cuda" and (only is None or SAME_SIZE_COPY in only)
             _time_impls(
                 pass_name, impls, make_sets,
                 m=m, n=n, dtype_name=dtype_name, moved=moved, device=device,
                 prepared=pass_name == "backward", rows=rows, skips=skips, clean_l2=clean_l2,
+                copy_sets=count if with_copy else 0,
             )  # fmt: skip
     return rows, skips
 

@@ -144,3 +144,31 @@ def test_round_robin_alternates_and_reports_every_function():
     timed = order[3 * 2 * 1 :]  # after the warm-up calls (1 batch of 2 per function)
     batches = [timed[i] for i in range(0, len(timed), 2)]
     assert batches == ["a", "b", "c", "c", "b", "a", "a", "b", "c", "c", "b", "a"]
+
+
+def test_cli_keep_l2_is_recorded(tmp_path, capsys):
+    # --keep-l2 turns off the cleaning of L2 between batches; the file says which.
+    out = tmp_path / "r.json"
+    only = "opguide,F.rms_norm"
+    benchmark.main(["--device", "cpu", "--passes", "forward", "--shapes", "4x8", "--dtypes",
+                    "fp32", "--impls", only, "--copy-mib", "1", "--keep-l2", "--out", str(out)])  # fmt: skip
+    assert json.loads(out.read_text())["clean_l2"] is False
+    benchmark.main(["--device", "cpu", "--passes", "forward", "--shapes", "4x8", "--dtypes",
+                    "fp32", "--impls", only, "--copy-mib", "1", "--out", str(out)])  # fmt: skip
+    assert json.loads(out.read_text())["clean_l2"] is True
+    capsys.readouterr()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_pass_times_a_copy_of_the_same_bytes():
+    result = benchmark.measure(
+        torch.device("cuda"), passes=["forward", "backward"], shapes=[(256, 1024)],
+        dtypes=["bf16"], only=["opguide", benchmark.SAME_SIZE_COPY], copy_bytes=2**26,
+    )  # fmt: skip
+    for pass_name in ("forward", "backward"):
+        rows = {r["impl"]: r for r in result[pass_name]}
+        assert set(rows) == {"opguide", benchmark.SAME_SIZE_COPY}, pass_name
+        assert rows["opguide"]["bytes"] == rows[benchmark.SAME_SIZE_COPY]["bytes"]
+    # The L2 sweep buffer is three times the L2 cache.
+    sweep = benchmark._L2_SWEEP[torch.device("cuda").index]
+    assert sweep.numel() * 4 >= 3 * benchmark._l2_bytes(torch.device("cuda"))

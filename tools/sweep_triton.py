@@ -6,7 +6,10 @@ opguide's own kernels; the forward and fused kernels here are copies that
 differ from opguide/triton_rms_norm.py in the one thing each variant tries
 (the weight loaded before or after the reduction, cache hints, PDL).
 
-    python3 tools/sweep_triton.py [forward] [backward] [fused]
+    python3 tools/sweep_triton.py [forward] [backward] [fused] [dwsum]
+
+dwsum times opguide's whole backward (its own launch rules, PDL on) with
+each shape of the kernel that adds up dweight's partial rows.
 
 Times come from opguide.benchmark.time_per_call: medians of batches queued
 behind a spin kernel, so the host's launch latency is not counted.
@@ -20,7 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
+from opguide import triton_rms_norm as T
 from opguide.benchmark import copy_bandwidth, time_per_call
+from opguide.triton_rms_norm import _backward_launch
 from opguide.triton_rms_norm import _dw_sum_kernel as dw_sum_kernel
 from opguide.triton_rms_norm import _rms_norm_bwd_kernel as bwd_kernel
 
@@ -213,9 +218,10 @@ def backward_shape(m, n, copy):
                             )  # fmt: skip
                             if reduce == "torch":
                                 return partial.sum(dim=0).to(DTYPE)
-                            dw_sum_kernel[(triton.cdiv(n, 64),)](
-                                partial, dw, programs, n, BLOCK_P=32, BLOCK_N=64, GDC=gdc,
-                                num_warps=4, launch_pdl=gdc,
+                            dw_sum_kernel[(triton.cdiv(n, T.DW_SUM_BLOCK_N),)](
+                                partial, dw, programs, n, BLOCK_P=T.DW_SUM_BLOCK_P,
+                                BLOCK_N=T.DW_SUM_BLOCK_N, GDC=gdc, num_warps=T.DW_SUM_WARPS,
+                                launch_pdl=gdc,
                             )  # fmt: skip
                             return dw
 
@@ -231,6 +237,46 @@ def backward_shape(m, n, copy):
     for key in [f"pdl {p} sum {r}" for p in (0, 1) for r in REDUCE]:
         us, label = best(results, lambda label, key=key: label.endswith(key))
         report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
+
+
+# ------------------------------------------------------------------ dwsum
+
+
+def sweep_dwsum(copy):
+    print("dwsum: the backward with each (BLOCK_P, BLOCK_N, num_warps) of the dweight sum")
+    for m, n in SHAPES:
+        dwsum_shape(m, n, copy)
+
+
+def dwsum_shape(m, n, copy):
+    sets = [(randn(m, n), randn(m, n), randn(m, n)) for _ in range(arg_sets_for(m, n, 3))]
+    w = torch.randn(n, device="cuda", dtype=DTYPE)
+    block = triton.next_power_of_2(n)
+    programs, rows, stages, warps = _backward_launch(sets[0][0], m, block)
+    partial = torch.empty(programs, n, device="cuda", dtype=torch.float32)
+    dw = torch.empty(n, device="cuda", dtype=DTYPE)
+    results = []
+    for block_p in (32, 64, 128):
+        for block_n in (32, 64, 128):
+            for sum_warps in (2, 4, 8):
+
+                def run(x, dy, dx, block_p=block_p, block_n=block_n, sum_warps=sum_warps):
+                    bwd_kernel[(programs,)](
+                        dy, x, w, dx, partial, m, n, 1e-6, BLOCK_N=block, ROWS=rows,
+                        STAGES=stages, GDC=True, num_warps=warps, launch_pdl=True,
+                    )  # fmt: skip
+                    dw_sum_kernel[(triton.cdiv(n, block_n),)](
+                        partial, dw, programs, n, BLOCK_P=block_p, BLOCK_N=block_n,
+                        GDC=True, num_warps=sum_warps, launch_pdl=True,
+                    )  # fmt: skip
+                    return dw
+
+                us = time_us(run, sets)
+                label = f"P {programs} block_p {block_p} block_n {block_n} warps {sum_warps}"
+                results.append((us, label))
+                report(m, n, label, us, 3 * m * n * 2, copy)
+    us, label = best(results, lambda label: True)
+    report(m, n, label, us, 3 * m * n * 2, copy, "best ")
 
 
 # ------------------------------------------------------------------ fused
@@ -323,7 +369,9 @@ def main(argv):
     versions = f"torch {torch.__version__}, triton {triton.__version__}"
     print(f"{torch.cuda.get_device_name()}, {versions}, copy {copy:.0f} GB/s, {DTYPE}", flush=True)
     for name in passes:
-        {"forward": sweep_forward, "backward": sweep_backward, "fused": sweep_fused}[name](copy)
+        passes_by_name = {"forward": sweep_forward, "backward": sweep_backward,
+                          "fused": sweep_fused, "dwsum": sweep_dwsum}  # fmt: skip
+        passes_by_name[name](copy)
 
 
 if __name__ == "__main__":
