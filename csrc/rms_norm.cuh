@@ -73,12 +73,19 @@ struct alignas(sizeof(T) * kVec) Vec {
   T val[kVec];
 };
 
-// x is read once and y written once: the .cs ("cache streaming") hints tell
-// the GPU not to keep those lines in L2, which leaves L2 to the weight that
-// every row reads again. HIP has no such intrinsics; plain accesses there.
+// Accesses with the .cs ("cache streaming") hints, which tell L2 not to keep
+// those lines. The backward writes dx with them (one point better at
+// (4096, 8192)); the forward used them for x and y until a benchmark that
+// starts each batch with L2 full of other data showed them costing it 2-4
+// points (step 11, story 12). OPGUIDE_STREAMING_HINTS=0 turns them off, for
+// such comparisons. HIP has no such intrinsics; plain accesses there.
+#ifndef OPGUIDE_STREAMING_HINTS
+#define OPGUIDE_STREAMING_HINTS 1
+#endif
+
 template <typename V>
 __device__ __forceinline__ V load_streaming(const V* p) {
-#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__)
+#if OPGUIDE_STREAMING_HINTS && !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__)
   if constexpr (sizeof(V) == 16) {
     const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p));
     V v;
@@ -91,7 +98,7 @@ __device__ __forceinline__ V load_streaming(const V* p) {
 
 template <typename V>
 __device__ __forceinline__ void store_streaming(V* p, const V& v) {
-#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__)
+#if OPGUIDE_STREAMING_HINTS && !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__)
   if constexpr (sizeof(V) == 16) {
     uint4 raw;
     __builtin_memcpy(&raw, &v, sizeof(V));
@@ -159,7 +166,7 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
   for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
     if (active && i < nvec) {
-      cache[k] = load_streaming(xr + i);
+      cache[k] = xr[i];
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         const Acc v = to_acc(cache[k].val[e]);
@@ -194,7 +201,7 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
 #pragma unroll
       for (int e = 0; e < kVec; ++e)
         out.val[e] = from_acc<T>(to_acc(cache[k].val[e]) * inv_rms * to_acc(w.val[e]));
-      store_streaming(yr + i, out);
+      yr[i] = out;
     }
   }
   if constexpr (kLongRows) {
@@ -206,7 +213,7 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
 #pragma unroll
       for (int e = 0; e < kVec; ++e)
         out.val[e] = from_acc<T>(to_acc(v.val[e]) * inv_rms * to_acc(w.val[e]));
-      store_streaming(yr + i, out);
+      yr[i] = out;
     }
   }
 }

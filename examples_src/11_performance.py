@@ -280,8 +280,9 @@ if gpu is not None:
           f"{'target':>7} {'beats rivals':>13} {'% same-size copy':>17}")  # fmt: skip
     for pass_name, impl, dtype, shape, frac, met, faster, vs_same in checks:
         same = "-" if vs_same is None else f"{100 * vs_same:.1f}%"
+        verdicts = f"{'yes' if met else 'no':>7} {'yes' if faster else 'no':>13}"
         print(f"{pass_name:9} {impl:15} {dtype:5} {shape:>11} {100 * frac:6.1f}% "
-              f"{'yes' if met else 'no':>7} {'yes' if faster else 'no':>13} {same:>17}")  # fmt: skip
+              f"{verdicts} {same:>17}")  # fmt: skip
     for impl in ("opguide", "opguide triton"):
         mine = [c for c in checks if c[1] == impl]
         print(f"{impl}: {sum(c[5] and c[6] for c in mine)} of {len(mine)} points meet both")

@@ -149,12 +149,11 @@ def test_round_robin_alternates_and_reports_every_function():
 def test_cli_keep_l2_is_recorded(tmp_path, capsys):
     # --keep-l2 turns off the cleaning of L2 between batches; the file says which.
     out = tmp_path / "r.json"
-    only = "opguide,F.rms_norm"
-    benchmark.main(["--device", "cpu", "--passes", "forward", "--shapes", "4x8", "--dtypes",
-                    "fp32", "--impls", only, "--copy-mib", "1", "--keep-l2", "--out", str(out)])  # fmt: skip
+    args = ["--device", "cpu", "--passes", "forward", "--shapes", "4x8", "--dtypes", "fp32",
+            "--impls", "opguide,F.rms_norm", "--copy-mib", "1", "--out", str(out)]  # fmt: skip
+    benchmark.main([*args, "--keep-l2"])
     assert json.loads(out.read_text())["clean_l2"] is False
-    benchmark.main(["--device", "cpu", "--passes", "forward", "--shapes", "4x8", "--dtypes",
-                    "fp32", "--impls", only, "--copy-mib", "1", "--out", str(out)])  # fmt: skip
+    benchmark.main(args)
     assert json.loads(out.read_text())["clean_l2"] is True
     capsys.readouterr()
 
