@@ -330,6 +330,7 @@ __device__ __forceinline__ void load_row_slice(const Vec<T, kVec>* row, int64_t 
   }
 }
 
+// [partial-grad-w]
 // Writes the block's partial grad_w row from each thread's register sums
 // dw[k][e] (element e of its vector k of the row). Thread x of every row
 // slot holds sums for the same columns, so the slots are added: slots
@@ -371,6 +372,7 @@ __device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][k
     }
   }
 }
+// [partial-grad-w-end]
 
 template <typename T, int kVec, int kRegVecs, bool kPrefetch, int kMinBlocks, bool kDwShared,
           bool kWRegs>
