@@ -201,7 +201,7 @@ COLORS = {
     "eager reference": "C7",
     "eager add + F.rms_norm": "C7",
     "opguide autograd": "C9",
-    benchmark.SAME_SIZE_COPY: "0.6",
+    benchmark.SAME_SIZE_COPY: "0.82",  # light grey, apart from the eager reference
 }
 TARGETS = {"forward": 0.9, "backward": 0.8, "fused": 0.9}
 
