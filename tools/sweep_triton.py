@@ -23,9 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from opguide import triton_rms_norm as T
 from opguide.benchmark import copy_bandwidth, time_per_call
-from opguide.triton_rms_norm import _backward_launch
+from opguide.triton_rms_norm import DW_SUM_BLOCK_N, DW_SUM_BLOCK_P, DW_SUM_WARPS, _backward_launch
 from opguide.triton_rms_norm import _dw_sum_kernel as dw_sum_kernel
 from opguide.triton_rms_norm import _rms_norm_bwd_kernel as bwd_kernel
 
@@ -55,6 +54,12 @@ def time_us(fn, arg_sets) -> float:
 def best(results, match):
     """The fastest (us, label) of the results whose label satisfies ``match``."""
     return min(r for r in results if r[0] == r[0] and match(r[1]))  # r[0] == r[0]: not NaN
+
+
+def row_configs(block):
+    """(ROWS, num_warps) pairs to try for rows of ``block`` columns: 4 to 64 elements per thread."""
+    return [(rows, warps) for rows in (1, 2, 4) for warps in (2, 4, 8, 16)
+            if 4 <= block * rows // (32 * warps) <= 64]  # fmt: skip
 
 
 def reference(x, w, eps=1e-6):
@@ -124,21 +129,18 @@ def forward_shape(m, n, copy):
     block = triton.next_power_of_2(n)
     results = []
     for w_first, gdc in ((False, False), (True, False), (True, True)):
-        for rows in (1, 2, 4):
-            for warps in (2, 4, 8, 16):
-                if block * rows // (32 * warps) > 64 or block * rows // (32 * warps) < 4:
-                    continue
+        for rows, warps in row_configs(block):
 
-                def run(x, y, rows=rows, warps=warps, w_first=w_first, gdc=gdc):
-                    fwd_kernel[(triton.cdiv(m, rows),)](
-                        x, w, y, m, n, 1e-6, BLOCK_N=block, ROWS=rows, W_FIRST=w_first,
-                        GDC=gdc, num_warps=warps, launch_pdl=gdc,
-                    )  # fmt: skip
+            def run(x, y, rows=rows, warps=warps, w_first=w_first, gdc=gdc):
+                fwd_kernel[(triton.cdiv(m, rows),)](
+                    x, w, y, m, n, 1e-6, BLOCK_N=block, ROWS=rows, W_FIRST=w_first,
+                    GDC=gdc, num_warps=warps, launch_pdl=gdc,
+                )  # fmt: skip
 
-                us = time_us(run, sets)
-                label = f"w_first {int(w_first)} pdl {int(gdc)} rows {rows} warps {warps}"
-                results.append((us, label))
-                report(m, n, label, us, nbytes, copy)
+            us = time_us(run, sets)
+            label = f"w_first {int(w_first)} pdl {int(gdc)} rows {rows} warps {warps}"
+            results.append((us, label))
+            report(m, n, label, us, nbytes, copy)
     try:
         ref = reference(sets[0][0], w)
         fwd_kernel[(m,)](sets[0][0], w, sets[0][1], m, n, 1e-6, BLOCK_N=block, ROWS=1,
@@ -218,9 +220,9 @@ def backward_shape(m, n, copy):
                             )  # fmt: skip
                             if reduce == "torch":
                                 return partial.sum(dim=0).to(DTYPE)
-                            dw_sum_kernel[(triton.cdiv(n, T.DW_SUM_BLOCK_N),)](
-                                partial, dw, programs, n, BLOCK_P=T.DW_SUM_BLOCK_P,
-                                BLOCK_N=T.DW_SUM_BLOCK_N, GDC=gdc, num_warps=T.DW_SUM_WARPS,
+                            dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
+                                partial, dw, programs, n, BLOCK_P=DW_SUM_BLOCK_P,
+                                BLOCK_N=DW_SUM_BLOCK_N, GDC=gdc, num_warps=DW_SUM_WARPS,
                                 launch_pdl=gdc,
                             )  # fmt: skip
                             return dw
@@ -341,22 +343,18 @@ def fused_shape(m, n, copy):
     block = triton.next_power_of_2(n)
     results = []
     for evict, gdc in ((False, False), (True, False), (True, True)):
-        for rows in (1, 2, 4):
-            for warps in (2, 4, 8, 16):
-                per_thread = block * rows // (32 * warps)
-                if per_thread > 64 or per_thread < 4:
-                    continue
+        for rows, warps in row_configs(block):
 
-                def run(x, r, o, i, rows=rows, warps=warps, evict=evict, gdc=gdc):
-                    fused_kernel[(triton.cdiv(m, rows),)](
-                        x, r, w, o, i, m, n, 1e-6, BLOCK_N=block, ROWS=rows, EVICT=evict,
-                        GDC=gdc, num_warps=warps, launch_pdl=gdc,
-                    )  # fmt: skip
+            def run(x, r, o, i, rows=rows, warps=warps, evict=evict, gdc=gdc):
+                fused_kernel[(triton.cdiv(m, rows),)](
+                    x, r, w, o, i, m, n, 1e-6, BLOCK_N=block, ROWS=rows, EVICT=evict,
+                    GDC=gdc, num_warps=warps, launch_pdl=gdc,
+                )  # fmt: skip
 
-                us = time_us(run, sets)
-                label = f"evict {int(evict)} pdl {int(gdc)} rows {rows} warps {warps}"
-                results.append((us, label))
-                report(m, n, label, us, nbytes, copy)
+            us = time_us(run, sets)
+            label = f"evict {int(evict)} pdl {int(gdc)} rows {rows} warps {warps}"
+            results.append((us, label))
+            report(m, n, label, us, nbytes, copy)
     for key in ("evict 0 pdl 0", "evict 1 pdl 0", "evict 1 pdl 1"):
         us, label = best(results, lambda label, key=key: label.startswith(key))
         report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
