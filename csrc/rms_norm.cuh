@@ -108,6 +108,34 @@ __device__ __forceinline__ void store_streaming(V* p, const V& v) {
 #endif
   *p = v;
 }
+
+// Returns v unchanged, through an empty asm statement that the compiler must
+// treat as a new value. The forward converts each x element to float twice,
+// once for the sum of squares and once for the output. For bfloat16 that
+// conversion is a bit shift, and without this barrier the compiler keeps the
+// 32 floats of the first pass alive across the reduction instead of the 16
+// registers of packed values. With the weight held too, that is more than
+// the 64 registers per thread that __launch_bounds__(1024) allows: spills,
+// and 60% of the copy instead of 92% (step
+// 11, story 13). OPGUIDE_KEEP_PACKED=0 turns it off for comparisons; HIP
+// returns v as it is.
+#ifndef OPGUIDE_KEEP_PACKED
+#define OPGUIDE_KEEP_PACKED 1
+#endif
+
+template <typename V>
+__device__ __forceinline__ V keep_packed(V v) {
+#if OPGUIDE_KEEP_PACKED && !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__)
+  if constexpr (sizeof(V) % 4 == 0) {  // whole registers; single 16-bit elements pass as they are
+    unsigned words[sizeof(V) / 4];
+    __builtin_memcpy(words, &v, sizeof(V));
+#pragma unroll
+    for (int j = 0; j < static_cast<int>(sizeof(V) / 4); ++j) asm("" : "+r"(words[j]));
+    __builtin_memcpy(&v, words, sizeof(V));
+  }
+#endif
+  return v;
+}
 // [vector-end]
 
 // [reduce]
@@ -139,6 +167,8 @@ __device__ __forceinline__ Acc row_sum(Acc v, Acc* shared) {
 // One row per threadIdx.y, blockDim.x threads per row. Each thread keeps up to
 // kRegVecs vectors of its row in registers, so x is read from memory once:
 // pass 1 loads and sums squares, pass 2 scales what is already in registers.
+// The matching weight vectors are loaded in pass 1 too, so that their loads
+// overlap the reduction instead of following it.
 // With kLongRows, rows longer than blockDim.x * kRegVecs vectors re-read the
 // rest in pass 2 (from L2, which still holds it); without it that code is
 // compiled out, which leaves the common case with fewer registers.
@@ -160,13 +190,25 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
   const V* wv = reinterpret_cast<const V*>(weight);
   V* yr = reinterpret_cast<V*>(y + (active ? row : 0) * cols);
 
+  // All loads first, then the arithmetic: written this way the compiler
+  // issues every load before it waits for the first one (interleaved with
+  // the sums, it waited for each x before loading the next: 71% of the copy
+  // instead of 93%, story 13).
   V cache[kRegVecs];
-  Acc sum_sq = 0;
+  V wcache[kRegVecs];
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
     if (active && i < nvec) {
       cache[k] = xr[i];
+      wcache[k] = wv[i];
+    }
+  }
+  Acc sum_sq = 0;
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (active && i < nvec) {
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         const Acc v = to_acc(cache[k].val[e]);
@@ -196,11 +238,12 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
   for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
     if (i < nvec) {
-      const V w = wv[i];
+      const V v = keep_packed(cache[k]);
+      const V w = keep_packed(wcache[k]);
       V out;
 #pragma unroll
       for (int e = 0; e < kVec; ++e)
-        out.val[e] = from_acc<T>(to_acc(cache[k].val[e]) * inv_rms * to_acc(w.val[e]));
+        out.val[e] = from_acc<T>(to_acc(v.val[e]) * inv_rms * to_acc(w.val[e]));
       yr[i] = out;
     }
   }
@@ -220,16 +263,15 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
 // [kernel-end]
 
 // [launch]
-// How many 16-byte vectors of its row each thread keeps in registers, by
-// dtype, from sweeps on an H200 (tools/sweep_rms_norm_forward_vectors.cu):
-// bfloat16 is fastest with 4 (with 2, its conversions still take 43
-// registers and it loses up to 20 points); float16 is fastest with 2, twice
-// the threads per row (2-3 points over 4 at the smaller shapes). 8 would cost
-// bfloat16 100 registers per thread and a third of its bandwidth. float32
-// and double keep 4 (not swept). Past 1024 threads per row the kLongRows
-// instantiation re-reads the rest of the row from L2.
-template <typename T> struct ForwardRegVecs { static constexpr int value = 4; };
-template <> struct ForwardRegVecs<__half> { static constexpr int value = 2; };
+// How many 16-byte vectors of its row each thread keeps in registers, from
+// sweeps on an H200 (tools/sweep_rms_norm_forward_vectors.cu): 4 for every
+// dtype. With the weight held next to x, bfloat16 and float16 take 54-57
+// registers per thread there (4 blocks of 256 threads per SM at (4096, 8192))
+// and reach 93-98% of the copy at the four benchmark shapes; 2 vectors (twice
+// the threads per row) lose up to 24 points for bfloat16, 8 would not fit.
+// Past 1024 threads per row the kLongRows instantiation re-reads the rest of
+// the row from L2.
+constexpr int kForwardRegVecs = 4;
 constexpr int kMaxThreadsPerRow = 1024;
 
 struct LaunchConfig {
@@ -266,7 +308,7 @@ cudaError_t launch_rms_norm_forward_vec(const LaunchConfig& cfg, const T* x, con
                                         typename AccType<T>::type* inv_rms, int64_t rows,
                                         int64_t cols, int64_t x_row_stride, float eps,
                                         cudaStream_t stream, bool pdl) {
-  constexpr int kRegs = ForwardRegVecs<T>::value;
+  constexpr int kRegs = kForwardRegVecs;
   auto kernel = cfg.long_rows ? rms_norm_forward_kernel<T, kVec, kRegs, true>
                               : rms_norm_forward_kernel<T, kVec, kRegs, false>;
   return launch_kernel(kernel, cfg.grid, cfg.block, 0, stream, pdl, x, weight, y, inv_rms, rows,
@@ -288,7 +330,7 @@ cudaError_t launch_rms_norm_forward(const T* x, const T* weight, T* y,
   const bool wide = cols % kWide == 0 && x_row_stride % kWide == 0 && is_aligned(x, 16) &&
                     is_aligned(weight, 16) && is_aligned(y, 16);
   const LaunchConfig cfg = rms_norm_forward_config(rows, cols, wide ? kWide : 1, warp_size,
-                                                   ForwardRegVecs<T>::value);
+                                                   kForwardRegVecs);
   if (wide) {
     return launch_rms_norm_forward_vec<T, kWide>(cfg, x, weight, y, inv_rms, rows, cols,
                                                  x_row_stride, eps, stream, pdl);

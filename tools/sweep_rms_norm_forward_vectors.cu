@@ -3,7 +3,9 @@
 // one GPU without torch.
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_forward_vectors.cu -o /tmp/sweep_vec
 //   /tmp/sweep_vec
-// Batches are queued behind a spin kernel, launches use PDL as the library does.
+// Add -DOPGUIDE_KEEP_PACKED=0 to see the kernel without keep_packed (its
+// registers and speed). Batches are queued behind an L2 clean and a spin
+// kernel, launches use PDL as the library does.
 #include "sweep_common.cuh"
 
 using namespace opguide::cuda;
@@ -64,6 +66,8 @@ int main() {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
   const double copy_bw = copy_bandwidth(prop, kBatches);
+  printf("OPGUIDE_KEEP_PACKED=%d, L2 cleaned before each batch\n", OPGUIDE_KEEP_PACKED);
+  enable_l2_clean(prop);
   const int64_t shapes[][2] = {{32768, 4096}, {8192, 4096}, {4096, 8192}, {65536, 1024}};
   for (auto& sh : shapes) {
     run<__nv_bfloat16, 4>("bf16", sh[0], sh[1], copy_bw, prop.l2CacheSize, prop.multiProcessorCount);
