@@ -7,6 +7,8 @@ reason; when it is present, a compile error fails the test.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from opguide import compile_checks
@@ -56,3 +58,60 @@ def test_nvcc_catches_a_broken_kernel(tmp_path):
     bad.write_text("__global__ void k(float* p) { p[0] = undefined_symbol; }\n")
     result = compile_checks.nvcc_check(bad, with_torch=False, cache_dir=tmp_path / "cache")
     assert result.status == "failed" and "undefined_symbol" in result.output
+
+
+# What the compiler makes of the CUDA forward kernel (step 11, story 13): the
+# speed of a memory-bound kernel depends on details that no output check sees.
+FORWARD_KERNELS = """
+#include "rms_norm.cuh"
+using namespace opguide::cuda;
+void* kernels[] = {
+    (void*)rms_norm_forward_kernel<__nv_bfloat16, 8, kForwardRegVecs, false>,
+    (void*)rms_norm_forward_kernel<__half, 8, kForwardRegVecs, false>,
+};
+"""
+
+
+@functools.cache
+def _forward_machine_code(*flags):
+    if compile_checks.find_nvcc() is None or compile_checks.find_cuobjdump() is None:
+        pytest.skip("nvcc or cuobjdump not found (set CUDA_HOME or PATH)")
+    kernels = compile_checks.kernel_machine_code(
+        FORWARD_KERNELS, include_dirs=[CSRC], extra_flags=flags
+    )
+    assert len(kernels) == 2, list(kernels)
+    return {("bf16" if "bfloat16" in name else "fp16"): code for name, code in kernels.items()}
+
+
+def _opcode(instruction):
+    words = instruction.split()
+    return words[1] if words[0].startswith("@") else words[0]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_forward_kernel_fits_four_blocks_of_256_threads(dtype):
+    # 64 registers per thread or fewer, and no spills: 4 blocks of 256 threads
+    # per multiprocessor at (4096, 8192), the occupancy that the sweep chose.
+    code = _forward_machine_code()[dtype]
+    assert code.registers <= 64 and code.stack == 0, (code.registers, code.stack)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_forward_kernel_issues_all_its_loads_before_the_arithmetic(dtype):
+    # 4 vectors of x and 4 of the weight per thread: all 8 128-bit loads come
+    # before the first floating-point multiply, so their latencies overlap.
+    # The kernel written with the sums between the loads compiled to a branch
+    # and a wait per vector (71% of the copy instead of 93%).
+    ops = [_opcode(i) for i in _forward_machine_code()[dtype].instructions]
+    loads = [k for k, op in enumerate(ops) if op.startswith("LDG.E.128")]
+    first_math = next(k for k, op in enumerate(ops) if op.startswith(("FFMA", "FMUL")))
+    assert len(loads) >= 8 and loads[7] < first_math, (loads, first_math)
+
+
+def test_without_keep_packed_bfloat16_spills():
+    # Why keep_packed exists: without it, this nvcc keeps the 32 converted
+    # floats of x across the reduction and runs out of the 64 registers that
+    # __launch_bounds__(1024) allows. If a newer compiler stops doing that,
+    # this test says so, and keep_packed can go.
+    code = _forward_machine_code("-DOPGUIDE_KEEP_PACKED=0")["bf16"]
+    assert code.stack > 0 or code.registers > 64, (code.registers, code.stack)
