@@ -28,13 +28,16 @@ per element. Its speed is therefore the memory bandwidth it reaches, and the
 kernel is shaped around memory traffic:
 
 * **one read of x**: each thread loads its part of the row into registers,
-  sums the squares, and, after the row's threads have combined their sums,
-  scales the values it already holds;
+  with the matching part of the weight, sums the squares, and, after the
+  row's threads have combined their sums, scales the values it already holds;
 * **16-byte accesses**: eight bf16 (or four fp32) elements per load
   instruction, when the row length and the pointers allow;
 * **float32 accumulation** whatever the storage type.
 
-The element type conversions and the vector type:
+The element type conversions, the vector type, the cache-hint helpers that
+the backward uses, and ``keep_packed``, an empty ``asm`` statement that stops
+the compiler from holding converted copies of ``x`` in extra registers
+(step 11, story 13, measures what that is worth):
 
 .. literalinclude:: /../csrc/rms_norm.cuh
    :language: cuda
@@ -58,8 +61,8 @@ the thread inside the row:
    :end-before: // [kernel-end]
 
 The grid shape comes from the row length: enough threads per row that each
-holds a few 16-byte vectors (four for bfloat16, two for float16, both
-measured: see step 11), and two rows per block when rows are short. The
+holds four 16-byte vectors of ``x`` and four of the weight (measured: see
+step 11), and two rows per block when rows are short. The
 launcher also picks the vector width from the alignment of the data, and
 launches through a helper of ``csrc/launch.cuh`` that step 11 explains:
 
