@@ -936,15 +936,16 @@ compare(
 )
 
 # %%
-# Three to five points at (4096, 8192), two to four at (8192, 4096), and a
+# Three to five points at (4096, 8192), two to four at (8192, 4096), and
 # within a point at the two large shapes, where the kernel was already close
 # to the copy. The prediction had the direction right and the cost wrong:
 # the registers that ``keep_packed`` freed paid for the weight.
 #
 # What is still open
 # ------------------
-# In the recorded run at the top of this page every GPU target is met (the
-# targets table). The thinnest margins, from the same table:
+# In the H200 run recorded in ``benchmark_gpu.json`` every GPU target is
+# met (the targets table, when this page is built without a GPU). The
+# thinnest margins of the run at the top of this page:
 if gpu is not None:
     margins = sorted(
         (frac - TARGETS[pass_name], pass_name, impl, dtype, shape)
