@@ -277,7 +277,8 @@ RIVALS = {
 
 def target_rows(result: dict) -> list[tuple]:
     """(pass, impl, dtype, shape, % of copy, target met, faster than every rival,
-    time of the same-size copy over this time, or None in files without that copy)."""
+    time of the same-size copy over this time, or None in files without that copy,
+    seconds behind the fastest rival (negative: ahead), or None without rivals)."""
     out = []
     for pass_name, rivals in RIVALS.items():
         rows = result.get(pass_name) or []
@@ -287,26 +288,34 @@ def target_rows(result: dict) -> list[tuple]:
                 continue
             rival_times = [by_key[(q, dtype, m, n)]["seconds"] for q in rivals
                            if (q, dtype, m, n) in by_key]  # fmt: skip
-            faster = bool(rival_times) and r["seconds"] < min(rival_times)
+            gap = r["seconds"] - min(rival_times) if rival_times else None
+            faster = gap is not None and gap < 0
             met = r["of_copy"] >= TARGETS[pass_name]
             same = by_key.get((benchmark.SAME_SIZE_COPY, dtype, m, n))
             vs_same = same["seconds"] / r["seconds"] if same else None
-            out.append((pass_name, impl, dtype, f"{m}x{n}", r["of_copy"], met, faster, vs_same))
+            out.append(
+                (pass_name, impl, dtype, f"{m}x{n}", r["of_copy"], met, faster, vs_same, gap)
+            )
     return out
+
+
+def print_counts(checks: list[tuple]) -> None:
+    """How many points of each implementation meet both targets."""
+    for impl in ("opguide", "opguide triton"):
+        mine = [c for c in checks if c[1] == impl]
+        print(f"{impl}: {sum(c[5] and c[6] for c in mine)} of {len(mine)} points meet both")
 
 
 if gpu is not None:
     checks = target_rows(gpu)
     print(f"{'pass':9} {'impl':15} {'dtype':5} {'shape':>11} {'% copy':>7} "
           f"{'target':>7} {'beats rivals':>13} {'% same-size copy':>17}")  # fmt: skip
-    for pass_name, impl, dtype, shape, frac, met, faster, vs_same in checks:
+    for pass_name, impl, dtype, shape, frac, met, faster, vs_same, _ in checks:
         same = "-" if vs_same is None else f"{100 * vs_same:.1f}%"
         verdicts = f"{'yes' if met else 'no':>7} {'yes' if faster else 'no':>13}"
         print(f"{pass_name:9} {impl:15} {dtype:5} {shape:>11} {100 * frac:6.1f}% "
               f"{verdicts} {same:>17}")  # fmt: skip
-    for impl in ("opguide", "opguide triton"):
-        mine = [c for c in checks if c[1] == impl]
-        print(f"{impl}: {sum(c[5] and c[6] for c in mine)} of {len(mine)} points meet both")
+    print_counts(checks)
 
 # %%
 # On the CPU: the cost of a call
@@ -963,16 +972,11 @@ if gpu is not None:
 h100 = recorded("benchmark_gpu_h100.json")
 print(f"copy bandwidth {h100['copy_bandwidth_GBps']:.0f} GB/s")
 h100_checks = target_rows(h100)
-for impl in ("opguide", "opguide triton"):
-    mine = [c for c in h100_checks if c[1] == impl]
-    print(f"{impl}: {sum(c[5] and c[6] for c in mine)} of {len(mine)} points meet both")
-by_key = {(p, r["impl"], r["dtype"], f"{r['m']}x{r['n']}"): r for p in RIVALS for r in h100[p]}
-for pass_name, impl, dtype, shape, frac, met, faster, _ in h100_checks:
+print_counts(h100_checks)
+for pass_name, impl, dtype, shape, frac, met, faster, _, gap in h100_checks:
     if not (met and faster):
-        mine = by_key[(pass_name, impl, dtype, shape)]["seconds"]
-        best = min(by_key[(pass_name, q, dtype, shape)]["seconds"] for q in RIVALS[pass_name])
         print(f"  miss: {pass_name} {impl} {dtype} {shape}: {100 * frac:.1f}% of the copy, "
-              f"{(mine - best) * 1e6:+.2f} us against the fastest rival")  # fmt: skip
+              f"{gap * 1e6:+.2f} us against the fastest rival")  # fmt: skip
 
 # %%
 # The H100's copy is slower (3.0 against 4.3 TB/s), so every kernel spends
