@@ -958,7 +958,7 @@ compare(
 if gpu is not None:
     margins = sorted(
         (frac - TARGETS[pass_name], pass_name, impl, dtype, shape)
-        for pass_name, impl, dtype, shape, frac, *_ in target_rows(gpu)
+        for pass_name, impl, dtype, shape, frac, *_ in checks
     )
     for margin, pass_name, impl, dtype, shape in margins[:4]:
         print(f"  {pass_name:8} {impl:15} {dtype} {shape:>11}: "

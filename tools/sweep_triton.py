@@ -105,6 +105,36 @@ def report(m, n, label, us, nbytes, copy, best="", extra=""):
     print(f"  {best}{m:6d}x{n:<5d} {label:44s} {us:7.1f} us {pct:5.1f}%{extra}", flush=True)
 
 
+# The forward and fused sweeps try one option of their kernel (FLAG) off, on,
+# and on with PDL, at every (ROWS, num_warps) pair of row_configs.
+FLAG_STEPS = ((False, False), (True, False), (True, True))
+
+
+def sweep_rows(m, n, block, flag, launch, sets, nbytes, copy):
+    """Times launch(args, rows, warps, flag_on, pdl) for every flag step and row
+    config, reports each, and returns the (us, label) results."""
+    results = []
+    for on, gdc in FLAG_STEPS:
+        for rows, warps in row_configs(block):
+
+            def run(*args, rows=rows, warps=warps, on=on, gdc=gdc):
+                launch(args, rows, warps, on, gdc)
+
+            us = time_us(run, sets)
+            label = f"{flag} {int(on)} pdl {int(gdc)} rows {rows} warps {warps}"
+            results.append((us, label))
+            report(m, n, label, us, nbytes, copy)
+    return results
+
+
+def report_best(m, n, flag, results, nbytes, copy, compile_us):
+    """The fastest result of each flag step, next to torch.compile's time."""
+    for on, gdc in FLAG_STEPS:
+        key = f"{flag} {int(on)} pdl {int(gdc)}"
+        us, label = best(results, lambda label, key=key: label.startswith(key + " "))
+        report(m, n, label, us, nbytes, copy, "best ", f"  compile {compile_us:.1f} us")
+
+
 def randn(*shape):
     return torch.randn(*shape, device="cuda", dtype=DTYPE)
 
@@ -127,20 +157,15 @@ def forward_shape(m, n, copy):
     for name, us in base.items():
         report(m, n, name, us, nbytes, copy)
     block = triton.next_power_of_2(n)
-    results = []
-    for w_first, gdc in ((False, False), (True, False), (True, True)):
-        for rows, warps in row_configs(block):
 
-            def run(x, y, rows=rows, warps=warps, w_first=w_first, gdc=gdc):
-                fwd_kernel[(triton.cdiv(m, rows),)](
-                    x, w, y, m, n, 1e-6, BLOCK_N=block, ROWS=rows, W_FIRST=w_first,
-                    GDC=gdc, num_warps=warps, launch_pdl=gdc,
-                )  # fmt: skip
+    def launch(args, rows, warps, w_first, gdc):
+        x, y = args
+        fwd_kernel[(triton.cdiv(m, rows),)](
+            x, w, y, m, n, 1e-6, BLOCK_N=block, ROWS=rows, W_FIRST=w_first,
+            GDC=gdc, num_warps=warps, launch_pdl=gdc,
+        )  # fmt: skip
 
-            us = time_us(run, sets)
-            label = f"w_first {int(w_first)} pdl {int(gdc)} rows {rows} warps {warps}"
-            results.append((us, label))
-            report(m, n, label, us, nbytes, copy)
+    results = sweep_rows(m, n, block, "w_first", launch, sets, nbytes, copy)
     try:
         ref = reference(sets[0][0], w)
         fwd_kernel[(m,)](sets[0][0], w, sets[0][1], m, n, 1e-6, BLOCK_N=block, ROWS=1,
@@ -149,10 +174,7 @@ def forward_shape(m, n, copy):
         print("  check: the pdl variant matches the reference", flush=True)
     except Exception as error:
         print(f"  CHECK FAILED: {type(error).__name__}: {str(error)[:300]}", flush=True)
-    for key in ("w_first 0 pdl 0", "w_first 1 pdl 0", "w_first 1 pdl 1"):
-        us, label = best(results, lambda label, key=key: label.startswith(key))
-        compiled_us = base["compile(reference)"]
-        report(m, n, label, us, nbytes, copy, "best ", f"  compile {compiled_us:.1f} us")
+    report_best(m, n, "w_first", results, nbytes, copy, base["compile(reference)"])
 
 
 # --------------------------------------------------------------- backward
@@ -341,23 +363,16 @@ def fused_shape(m, n, copy):
     us_c = time_us(lambda x, r, o, i: compiled(x, r, w), sets)
     report(m, n, "compile(unfused reference)", us_c, nbytes, copy)
     block = triton.next_power_of_2(n)
-    results = []
-    for evict, gdc in ((False, False), (True, False), (True, True)):
-        for rows, warps in row_configs(block):
 
-            def run(x, r, o, i, rows=rows, warps=warps, evict=evict, gdc=gdc):
-                fused_kernel[(triton.cdiv(m, rows),)](
-                    x, r, w, o, i, m, n, 1e-6, BLOCK_N=block, ROWS=rows, EVICT=evict,
-                    GDC=gdc, num_warps=warps, launch_pdl=gdc,
-                )  # fmt: skip
+    def launch(args, rows, warps, evict, gdc):
+        x, r, o, i = args
+        fused_kernel[(triton.cdiv(m, rows),)](
+            x, r, w, o, i, m, n, 1e-6, BLOCK_N=block, ROWS=rows, EVICT=evict,
+            GDC=gdc, num_warps=warps, launch_pdl=gdc,
+        )  # fmt: skip
 
-            us = time_us(run, sets)
-            label = f"evict {int(evict)} pdl {int(gdc)} rows {rows} warps {warps}"
-            results.append((us, label))
-            report(m, n, label, us, nbytes, copy)
-    for key in ("evict 0 pdl 0", "evict 1 pdl 0", "evict 1 pdl 1"):
-        us, label = best(results, lambda label, key=key: label.startswith(key))
-        report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
+    results = sweep_rows(m, n, block, "evict", launch, sets, nbytes, copy)
+    report_best(m, n, "evict", results, nbytes, copy, us_c)
 
 
 def main(argv):
