@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "keep_packed.cuh"
 #include "launch.cuh"
 
 namespace opguide {
@@ -83,96 +84,189 @@ struct alignas(sizeof(T) * kVec) Vec {
   T v[kVec];
 };
 
-// [block-sum]
+// [row-sum]
 template <typename acc_t>
 __device__ __forceinline__ acc_t warp_sum(acc_t v) {
   for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v += shfl_xor(v, offset);
   return v;
 }
 
-// Sum over the block; every thread gets the result. blockDim.x must be a
-// multiple of kWarpSize.
+// Sum over the blockDim.x threads of one row (row threadIdx.y of the block);
+// each of them gets the result. blockDim.x must be a multiple of kWarpSize,
+// so that no warp holds parts of two rows. All threads of the block must
+// call it: it synchronises the block when a row spans several warps.
 template <typename acc_t>
-__device__ acc_t block_sum(acc_t v, acc_t* shared) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int num_warps = blockDim.x / kWarpSize;
+__device__ acc_t row_sum(acc_t v, acc_t* shared) {
   v = warp_sum(v);
-  if (lane == 0) shared[warp] = v;
+  const int warps_per_row = blockDim.x / kWarpSize;
+  if (warps_per_row == 1) return v;  // the same for the whole block: no thread skips a barrier
+  const int first_warp = threadIdx.y * warps_per_row;
+  const int lane = threadIdx.x % kWarpSize;
+  if (lane == 0) shared[first_warp + threadIdx.x / kWarpSize] = v;
   __syncthreads();
-  if (warp == 0) {
-    v = warp_sum(lane < num_warps ? shared[lane] : acc_t(0));
-    if (lane == 0) shared[0] = v;
-  }
-  __syncthreads();
-  return shared[0];
+  // Every warp of the row adds the row's partial sums with shuffles: one
+  // shared-memory load per thread, where a loop over the partials would be
+  // 32 dependent loads for a row of 1024 threads.
+  return warp_sum(lane < warps_per_row ? shared[first_warp + lane] : acc_t(0));
 }
-// [block-sum-end]
+// [row-sum-end]
+
+// h = x + residual, rounded once to res_t (the value that is stored), and
+// its squares added to sum_sq.
+template <typename acc_t, typename x_t, typename res_t, int kVec>
+__device__ __forceinline__ void add_residual(const Vec<x_t, kVec>& xv, Vec<res_t, kVec>& hv,
+                                             acc_t& sum_sq) {
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    hv.v[k] = Narrow<res_t>::from(static_cast<acc_t>(widen(xv.v[k])) +
+                                  static_cast<acc_t>(widen(hv.v[k])));
+    const acc_t h = static_cast<acc_t>(widen(hv.v[k]));
+    sum_sq += h * h;
+  }
+}
+
+// out = h * inv_rms (* weight).
+template <typename out_t, typename acc_t, typename x_t, typename res_t, int kVec>
+__device__ __forceinline__ Vec<out_t, kVec> normalise(const Vec<res_t, kVec>& hv,
+                                                      const Vec<x_t, kVec>& wv, bool has_weight,
+                                                      acc_t inv_rms) {
+  Vec<out_t, kVec> yv;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    acc_t y = static_cast<acc_t>(widen(hv.v[k])) * inv_rms;
+    if (has_weight) y *= static_cast<acc_t>(widen(wv.v[k]));
+    yv.v[k] = Narrow<out_t>::from(y);
+  }
+  return yv;
+}
 
 // [kernel]
+// Row threadIdx.y of block b is row b * blockDim.y + threadIdx.y; its
+// blockDim.x threads each take the vectors threadIdx.x, threadIdx.x +
+// blockDim.x, ... of it.
+// With kRegVecs > 0 (rows of at most kRegVecs * blockDim.x vectors) a
+// thread holds its vectors of h and of the weight in registers: pass 1
+// loads x, the residual and the weight, stores h = x + residual and sums
+// h^2; pass 2 writes the output without reading memory.
+// With kRegVecs == 0 (longer rows) both passes loop over the row: pass 2
+// reads back the residual elements that the thread itself wrote in pass 1
+// (same index mapping), from L2, and the weight.
 // x and weight are x_t, the residual res_t, the output out_t; acc_t is float
 // or double. kVec > 1 only when every row of every array is aligned to
 // kVec elements and n is a multiple of kVec (the host checks).
-template <typename x_t, typename res_t, typename out_t, typename acc_t, int kVec>
-__global__ void fused_add_rms_norm_kernel(const x_t* __restrict__ x, res_t* __restrict__ residual,
-                                          const x_t* __restrict__ weight,  // may be null
-                                          out_t* __restrict__ out, acc_t* __restrict__ inv_rms,
-                                          int64_t n, acc_t eps) {
+// __launch_bounds__(1024, 2) caps the kernel at 32 registers per thread, so
+// that two blocks of 1024 threads fit on an SM: at 35 registers the float16
+// kernel ran one block per SM, at 80% of the copy instead of 97% (step 11).
+template <typename x_t, typename res_t, typename out_t, typename acc_t, int kVec, int kRegVecs>
+__global__ void __launch_bounds__(kMaxThreads, 2)
+    fused_add_rms_norm_kernel(const x_t* __restrict__ x, res_t* __restrict__ residual,
+                              const x_t* __restrict__ weight,  // may be null
+                              out_t* __restrict__ out, acc_t* __restrict__ inv_rms, int64_t m,
+                              int64_t n, acc_t eps) {
   __shared__ acc_t shared[kMaxWarps];
   cuda::wait_for_previous_grid();  // launch.cuh: may start before the previous kernel ends
   cuda::allow_next_grid();
-  const int64_t row = blockIdx.x;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const bool active = row < m;  // a block's last rows may lie past m; they still sum
   const int64_t n_vec = n / kVec;
-  const auto* x_row = reinterpret_cast<const Vec<x_t, kVec>*>(x + row * n);
-  auto* res_row = reinterpret_cast<Vec<res_t, kVec>*>(residual + row * n);
-  auto* out_row = reinterpret_cast<Vec<out_t, kVec>*>(out + row * n);
+  const int64_t offset = (active ? row : 0) * n;
+  const auto* x_row = reinterpret_cast<const Vec<x_t, kVec>*>(x + offset);
+  auto* res_row = reinterpret_cast<Vec<res_t, kVec>*>(residual + offset);
+  auto* out_row = reinterpret_cast<Vec<out_t, kVec>*>(out + offset);
   const auto* w_vec = reinterpret_cast<const Vec<x_t, kVec>*>(weight);
-
-  // Pass 1: h = x + residual, rounded once to res_t and stored; sum of h^2.
+  const bool has_weight = weight != nullptr;
   acc_t sum_sq = 0;
-  for (int64_t i = threadIdx.x; i < n_vec; i += blockDim.x) {
-    const Vec<x_t, kVec> xv = x_row[i];
-    Vec<res_t, kVec> hv = res_row[i];
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      hv.v[k] = Narrow<res_t>::from(static_cast<acc_t>(widen(xv.v[k])) +
-                                    static_cast<acc_t>(widen(hv.v[k])));
-      const acc_t h = static_cast<acc_t>(widen(hv.v[k]));
-      sum_sq += h * h;
-    }
-    res_row[i] = hv;
-  }
-  const acc_t total = block_sum(sum_sq, shared);
-  const acc_t inv = acc_t(1) / sqrt(total / static_cast<acc_t>(n) + eps);
-  if (threadIdx.x == 0) inv_rms[row] = inv;
 
-  // Pass 2: each thread reads back the residual elements it wrote itself
-  // (same index mapping), from cache, and writes the output.
-  for (int64_t i = threadIdx.x; i < n_vec; i += blockDim.x) {
-    const Vec<res_t, kVec> hv = res_row[i];
-    Vec<out_t, kVec> yv;
-    Vec<x_t, kVec> wv;
-    if (weight != nullptr) wv = w_vec[i];
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      acc_t y = static_cast<acc_t>(widen(hv.v[k])) * inv;
-      if (weight != nullptr) y *= static_cast<acc_t>(widen(wv.v[k]));
-      yv.v[k] = Narrow<out_t>::from(y);
+  if constexpr (kRegVecs == 0) {
+    for (int64_t i = threadIdx.x; active && i < n_vec; i += blockDim.x) {
+      Vec<res_t, kVec> h = res_row[i];
+      add_residual(x_row[i], h, sum_sq);
+      res_row[i] = h;
     }
-    out_row[i] = yv;
+    const acc_t total = row_sum(sum_sq, shared);
+    if (!active) return;
+    const acc_t inv = acc_t(1) / sqrt(total / static_cast<acc_t>(n) + eps);
+    if (threadIdx.x == 0) inv_rms[row] = inv;
+    for (int64_t i = threadIdx.x; i < n_vec; i += blockDim.x) {
+      Vec<x_t, kVec> w;
+      if (has_weight) w = w_vec[i];
+      out_row[i] = normalise<out_t>(res_row[i], w, has_weight, inv);
+    }
+  } else {
+    // All loads are issued before the first addition, as in the forward
+    // kernel (step 11, story 13).
+    Vec<x_t, kVec> xv[kRegVecs];
+    Vec<res_t, kVec> hv[kRegVecs];
+    Vec<x_t, kVec> wv[kRegVecs];
+#pragma unroll
+    for (int j = 0; j < kRegVecs; ++j) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (active && i < n_vec) {
+        xv[j] = x_row[i];
+        hv[j] = res_row[i];
+        if (has_weight) wv[j] = w_vec[i];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kRegVecs; ++j) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (active && i < n_vec) {
+        add_residual(xv[j], hv[j], sum_sq);
+        res_row[i] = hv[j];
+      }
+    }
+    const acc_t total = row_sum(sum_sq, shared);
+    if (!active) return;
+    const acc_t inv = acc_t(1) / sqrt(total / static_cast<acc_t>(n) + eps);
+    if (threadIdx.x == 0) inv_rms[row] = inv;
+#pragma unroll
+    for (int j = 0; j < kRegVecs; ++j) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (i < n_vec) {
+        // keep_packed: convert h and the weight again rather than hold
+        // their float copies across the reduction (keep_packed.cuh).
+        out_row[i] = normalise<out_t>(cuda::keep_packed(hv[j]), cuda::keep_packed(wv[j]),
+                                      has_weight, inv);
+      }
+    }
   }
 }
 // [kernel-end]
 
 // [launcher]
-// The block size for rows of n elements moved kVec at a time: about one
-// vector per thread, a power of two from 64 (a whole wavefront on AMD too)
-// to kMaxThreads.
-inline int fused_block_size(int64_t n, int vec) {
-  const int64_t items = n / vec;
-  int threads = 64;
-  while (threads < items && threads < kMaxThreads) threads *= 2;
-  return threads;
+// Vectors of its row that each thread holds in registers, and the threads
+// of a block (short rows are grouped several to a block), from
+// tools/sweep_fused_add_rms_norm.cu and step 11 on an H100. One vector per
+// thread: two take 54-64 registers and were one to two points slower. At
+// (65536, 1024) blocks of 6 rows of 128 threads (768, two blocks per SM)
+// were 0.2 us faster than 4 or 8 rows, and 0.5-0.9 us faster than one
+// row per block with both passes reading memory (the kernel before).
+constexpr int kFusedRegVecs = 1;
+constexpr int kFusedBlockThreads = 384;
+
+struct FusedConfig {
+  dim3 grid;
+  dim3 block;
+  bool long_rows;  // more vectors than the block's threads can hold: kRegVecs == 0
+};
+
+// The block shape for m rows of n elements moved vec at a time: enough
+// threads per row (a multiple of the warp, at most kMaxThreads) for each to
+// hold reg_vecs vectors, and as many rows per block as fit in
+// block_threads threads.
+inline FusedConfig fused_config(int64_t m, int64_t n, int vec, int reg_vecs, int warp_size,
+                                int block_threads) {
+  const int64_t n_vec = n / vec;
+  int64_t per_row = (n_vec + reg_vecs - 1) / reg_vecs;
+  per_row = (per_row + warp_size - 1) / warp_size * warp_size;
+  if (per_row < warp_size) per_row = warp_size;  // n == 0: one warp per row, which writes inv_rms
+  if (per_row > kMaxThreads) per_row = kMaxThreads;
+  const int64_t rows_per_block = per_row < block_threads ? block_threads / per_row : 1;
+  FusedConfig cfg;
+  cfg.block = dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
+  cfg.grid = dim3(static_cast<unsigned>((m + rows_per_block - 1) / rows_per_block));
+  cfg.long_rows = n_vec > per_row * reg_vecs;
+  return cfg;
 }
 
 // Elements per 16-byte access of the widest of the three types.
@@ -183,25 +277,36 @@ constexpr int fused_vector_width() {
                    : (sizeof(res_t) > sizeof(out_t) ? sizeof(res_t) : sizeof(out_t)));
 }
 
-// Launches one block per row on `stream` and returns the launch's error; with
-// programmatic dependent launch when `pdl` (launch.cuh). The caller passes
-// vectorize = true only when n is a multiple of the vector width and every
-// pointer is aligned to a whole vector (16 bytes of the widest type).
+template <typename x_t, typename res_t, typename out_t, typename acc_t, int kVec>
+cudaError_t launch_fused_vec(const FusedConfig& cfg, const x_t* x, res_t* residual,
+                             const x_t* weight, out_t* out, acc_t* inv_rms, int64_t m, int64_t n,
+                             acc_t eps, cudaStream_t stream, bool pdl) {
+  auto kernel = cfg.long_rows
+                    ? fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, kVec, 0>
+                    : fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, kVec, kFusedRegVecs>;
+  return cuda::launch_kernel(kernel, cfg.grid, cfg.block, 0, stream, pdl, x, residual, weight, out,
+                             inv_rms, m, n, eps);
+}
+
+// Launches on `stream` and returns the launch's error; with programmatic
+// dependent launch when `pdl` (launch.cuh). The caller passes vectorize =
+// true only when n is a multiple of the vector width and every pointer is
+// aligned to a whole vector (16 bytes of the widest type). warp_size is the
+// device's (32, or 64 on AMD CDNA GPUs).
 template <typename x_t, typename res_t, typename out_t, typename acc_t>
 cudaError_t launch_fused_add_rms_norm(const x_t* x, res_t* residual, const x_t* weight,
                                       out_t* out, acc_t* inv_rms, int64_t m, int64_t n,
-                                      acc_t eps, bool vectorize, cudaStream_t stream,
-                                      bool pdl = false) {
+                                      acc_t eps, bool vectorize, int warp_size,
+                                      cudaStream_t stream, bool pdl = false) {
   constexpr int kVec = fused_vector_width<x_t, res_t, out_t>();
-  const dim3 grid(static_cast<unsigned int>(m));
-  if (vectorize && kVec > 1) {
-    return cuda::launch_kernel(fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, kVec>, grid,
-                               dim3(fused_block_size(n, kVec)), 0, stream, pdl, x, residual,
-                               weight, out, inv_rms, n, eps);
+  const int vec = vectorize ? kVec : 1;
+  const FusedConfig cfg = fused_config(m, n, vec, kFusedRegVecs, warp_size, kFusedBlockThreads);
+  if (vec > 1) {
+    return launch_fused_vec<x_t, res_t, out_t, acc_t, kVec>(cfg, x, residual, weight, out,
+                                                            inv_rms, m, n, eps, stream, pdl);
   }
-  return cuda::launch_kernel(fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, 1>, grid,
-                             dim3(fused_block_size(n, 1)), 0, stream, pdl, x, residual, weight,
-                             out, inv_rms, n, eps);
+  return launch_fused_vec<x_t, res_t, out_t, acc_t, 1>(cfg, x, residual, weight, out, inv_rms, m,
+                                                       n, eps, stream, pdl);
 }
 // [launcher-end]
 

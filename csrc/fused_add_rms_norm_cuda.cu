@@ -64,7 +64,7 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
               std::to_string(m));
   const cudaError_t err = fused::launch_fused_add_rms_norm<cx_t, cres_t, cout_t, acc_t>(
       x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<acc_t>(eps), vectorize,
-      c10::cuda::getCurrentCUDAStream(), cuda_use_pdl());
+      cuda_warp_size(), c10::cuda::getCurrentCUDAStream(), cuda_use_pdl());
   C10_CUDA_CHECK(err);
 }
 // [cuda-launch-end]

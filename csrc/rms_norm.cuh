@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "keep_packed.cuh"
 #include "launch.cuh"
 
 namespace opguide {
@@ -109,33 +110,6 @@ __device__ __forceinline__ void store_streaming(V* p, const V& v) {
   *p = v;
 }
 
-// Returns v unchanged, through an empty asm statement that the compiler must
-// treat as a new value. The forward converts each x element to float twice,
-// once for the sum of squares and once for the output. For bfloat16 that
-// conversion is a bit shift, and without this barrier the compiler keeps the
-// 32 floats of the first pass alive across the reduction instead of the 16
-// registers of packed values. With the weight held too, that is more than
-// the 64 registers per thread that __launch_bounds__(1024) allows: spills,
-// and 60% of the copy instead of 92% (step 11, story 13; a test in
-// tests/test_compile_checks.py watches for it). OPGUIDE_KEEP_PACKED=0 turns
-// it off for comparisons; HIP returns v as it is.
-#ifndef OPGUIDE_KEEP_PACKED
-#define OPGUIDE_KEEP_PACKED 1
-#endif
-
-template <typename V>
-__device__ __forceinline__ V keep_packed(V v) {
-#if OPGUIDE_KEEP_PACKED && !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__)
-  if constexpr (sizeof(V) % 4 == 0) {  // whole registers; single 16-bit elements pass as they are
-    unsigned words[sizeof(V) / 4];
-    __builtin_memcpy(words, &v, sizeof(V));
-#pragma unroll
-    for (int j = 0; j < static_cast<int>(sizeof(V) / 4); ++j) asm("" : "+r"(words[j]));
-    __builtin_memcpy(&v, words, sizeof(V));
-  }
-#endif
-  return v;
-}
 // [vector-end]
 
 // [reduce]

@@ -49,6 +49,8 @@ bool cuda_use_pdl() {
   return enabled && current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
 }
 
+int cuda_warp_size() { return current_device_attribute(cudaDevAttrWarpSize); }
+
 // [cuda-host]
 // Writes y (and inv_rms when it is defined) for x and weight on x's GPU.
 void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor& y,
@@ -70,7 +72,7 @@ void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double ep
   // The kernel is queued on the stream PyTorch is using on this thread (it
   // may be a side stream, or a stream being captured into a CUDA graph).
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const int warp_size = current_device_attribute(cudaDevAttrWarpSize);
+  const int warp_size = cuda_warp_size();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_cuda", [&] {
     using T = typename CudaType<scalar_t>::type;
     using Acc = typename cuda::AccType<T>::type;
@@ -145,7 +147,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
   at::Tensor grad_x = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   at::Tensor grad_w = at::empty({cols}, weight.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const int warp_size = current_device_attribute(cudaDevAttrWarpSize);
+  const int warp_size = cuda_warp_size();
   const int sm_count = current_device_attribute(cudaDevAttrMultiProcessorCount);
   const size_t max_shared =
       static_cast<size_t>(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));

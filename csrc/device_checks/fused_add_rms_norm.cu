@@ -6,7 +6,7 @@
 
 #define OPGUIDE_INSTANTIATE_FUSED(X, R, O, A)                                          \
   template cudaError_t opguide::fused::launch_fused_add_rms_norm<X, R, O, A>(   \
-      const X*, R*, const X*, O*, A*, int64_t, int64_t, A, bool, cudaStream_t, bool);
+      const X*, R*, const X*, O*, A*, int64_t, int64_t, A, bool, int, cudaStream_t, bool);
 
 // x and residual of one dtype, output in that dtype or float32.
 OPGUIDE_INSTANTIATE_FUSED(float, float, float, float)
