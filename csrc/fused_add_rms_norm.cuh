@@ -1,6 +1,8 @@
 // Device code of the fused residual-add + RMSNorm: residual += x in place,
-// out = rms_norm(residual) * weight. One block per row, float (or double)
-// accumulation, 16-byte vector accesses when the host says they are aligned.
+// out = rms_norm(residual) * weight. One or more rows per block, each row's
+// part of h and of the weight held in registers between the two passes,
+// float (or double) accumulation, 16-byte vector accesses when the host says
+// they are aligned.
 //
 // This header includes no torch header: it builds with nvcc and with hipcc
 // alone, and fused_add_rms_norm_cuda.cu wraps it for the dispatcher.
@@ -236,11 +238,13 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
 // [launcher]
 // Vectors of its row that each thread holds in registers, and the threads
 // of a block (short rows are grouped several to a block), from
-// tools/sweep_fused_add_rms_norm.cu and step 11 on an H100. One vector per
-// thread: two take 54-64 registers and were one to two points slower. At
-// (65536, 1024) blocks of 6 rows of 128 threads (768, two blocks per SM)
-// were 0.2 us faster than 4 or 8 rows, and 0.5-0.9 us faster than one
-// row per block with both passes reading memory (the kernel before).
+// tools/sweep_fused_add_rms_norm.cu (docs/recorded/sweep_fused_add_rms_norm_*):
+// - One vector per thread. Two took 54-64 registers and were 1-2 points
+//   slower; under the 32-register cap they spill.
+// - At (65536, 1024) the H100 and the H200 disagree on the rows per block:
+//   the H100 was fastest with 6 (180.1 us against 181.0 with one), the H200
+//   with 2 (127.8 us; 135.0 with 6). Three rows of 128 threads were within
+//   0.4 us of the best on both.
 constexpr int kFusedRegVecs = 1;
 constexpr int kFusedBlockThreads = 384;
 

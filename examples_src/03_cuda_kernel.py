@@ -34,15 +34,23 @@ kernel is shaped around memory traffic:
   instruction, when the row length and the pointers allow;
 * **float32 accumulation** whatever the storage type.
 
-The element type conversions, the vector type, the cache-hint helpers that
-the backward uses, and ``keep_packed``, an empty ``asm`` statement that stops
-the compiler from holding converted copies of ``x`` in extra registers
-(step 11, story 13, measures what that is worth):
+The element type conversions, the vector type, and the cache-hint helpers
+that the backward uses:
 
 .. literalinclude:: /../csrc/rms_norm.cuh
    :language: cuda
    :start-after: // [convert]
    :end-before: // [vector-end]
+
+``keep_packed``, in its own header because the fused kernel of step 10 uses
+it too, is an empty ``asm`` statement that stops the compiler from holding
+converted copies of ``x`` in extra registers (step 11, story 13, measures
+what that is worth):
+
+.. literalinclude:: /../csrc/keep_packed.cuh
+   :language: cuda
+   :start-after: // [keep-packed]
+   :end-before: // [keep-packed-end]
 
 The reduction over a row: shuffles inside each warp, then one value per warp
 through shared memory:

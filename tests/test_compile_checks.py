@@ -115,3 +115,31 @@ def test_without_keep_packed_bfloat16_spills():
     # this test says so, and keep_packed can go.
     code = _forward_machine_code("-DOPGUIDE_KEEP_PACKED=0")["bf16"]
     assert code.stack > 0 or code.registers > 64, (code.registers, code.stack)
+
+
+@functools.cache
+def _fused_machine_code():
+    if compile_checks.find_nvcc() is None or compile_checks.find_cuobjdump() is None:
+        pytest.skip("nvcc or cuobjdump not found (set CUDA_HOME or PATH)")
+    source = CSRC / "device_checks" / "fused_add_rms_norm.cu"
+    # Every instantiation the extension launches; "../fused_add_rms_norm.cuh"
+    # resolves through the -I folder.
+    kernels = compile_checks.kernel_machine_code(
+        source.read_text(), include_dirs=[source.parent]
+    )
+    fused = {k: v for k, v in kernels.items() if "fused_add_rms_norm_kernel" in k}
+    assert len(fused) >= 30, list(kernels)
+    return fused
+
+
+def test_fused_kernels_fit_two_blocks_of_1024_threads():
+    # __launch_bounds__(1024, 2): at most 32 registers, and none of the dtype
+    # combinations may pay for that with a stack (spills). At 35 registers the
+    # float16 kernel ran one block of 1024 threads per multiprocessor, 80% of
+    # the copy instead of 97% (step 11, story 14).
+    heavy = {
+        name: (code.registers, code.stack)
+        for name, code in _fused_machine_code().items()
+        if code.registers > 32 or code.stack > 0
+    }
+    assert not heavy, heavy
