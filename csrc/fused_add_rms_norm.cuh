@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
 // - At (65536, 1024) the H100 and the H200 disagree on the rows per block:
 //   the H100 was fastest with 6 (180.1 us against 181.0 with one), the H200
 //   with 2 (127.8 us; 135.0 with 6). Three rows of 128 threads were within
-//   0.4 us of the best on both.
+//   half a microsecond of the best on both.
 constexpr int kFusedRegVecs = 1;
 constexpr int kFusedBlockThreads = 384;
 

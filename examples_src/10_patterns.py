@@ -78,10 +78,12 @@ The checks, shared with CUDA, name the argument and what was expected:
 The CUDA kernel
 ---------------
 The device code lives in a torch-free header (``csrc/fused_add_rms_norm.cuh``)
-that compiles alone with ``nvcc`` and, after hipify, with ``hipcc``. One block
-handles one row; each thread moves 16 bytes at a time when every pointer is
-aligned, and re-reads in the second pass exactly the residual elements it
-wrote in the first:
+that compiles alone with ``nvcc`` and, after hipify, with ``hipcc``. A row
+gets one thread per 16-byte vector (up to 1024 threads; short rows share a
+block). Each thread keeps its vector of ``h = x + residual`` and of the weight
+in registers, so the second pass writes the output without reading memory;
+rows too long for that loop, and re-read in the second pass the residual
+elements the thread itself wrote. Step 11 (story 14) measures the choices:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm.cuh
    :language: cpp

@@ -124,9 +124,7 @@ def _fused_machine_code():
     source = CSRC / "device_checks" / "fused_add_rms_norm.cu"
     # Every instantiation the extension launches; "../fused_add_rms_norm.cuh"
     # resolves through the -I folder.
-    kernels = compile_checks.kernel_machine_code(
-        source.read_text(), include_dirs=[source.parent]
-    )
+    kernels = compile_checks.kernel_machine_code(source.read_text(), include_dirs=[source.parent])
     fused = {k: v for k, v in kernels.items() if "fused_add_rms_norm_kernel" in k}
     assert len(fused) >= 30, list(kernels)
     return fused
