@@ -108,7 +108,7 @@ __device__ acc_t row_sum(acc_t v, acc_t* shared) {
   __syncthreads();
   // Every warp of the row adds the row's partial sums with shuffles: one
   // shared-memory load per thread, where a loop over the partials would be
-  // 32 dependent loads for a row of 1024 threads.
+  // a chain of 32 loads and additions for a row of 1024 threads.
   return warp_sum(lane < warps_per_row ? shared[first_warp + lane] : acc_t(0));
 }
 // [row-sum-end]

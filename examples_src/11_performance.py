@@ -989,7 +989,7 @@ print("\n".join(sweep_lines(uncapped, "4096x8192  vecs/thr 1")))
 #
 # Then the rows per block. On the H100 larger blocks were faster at
 # (65536, 1024); on the H200 they were much slower, six rows per block by
-# seven microseconds (first of the two repetitions in each file):
+# six to seven microseconds (first of the two repetitions in each file):
 for name in ["sweep_fused_add_rms_norm_h100.txt", "sweep_fused_add_rms_norm_h200.txt"]:
     print(name)
     print("\n".join(sweep_lines(name, "65536x1024  vecs/thr 1")))
@@ -1007,9 +1007,11 @@ for name in ["sweep_fused_add_rms_norm_h100.txt", "sweep_fused_add_rms_norm_h200
 # Groups of rows need a reduction per row rather than per block. The first
 # one wrote each warp's partial sum to shared memory, and then every thread
 # added the row's partial sums in a loop. For a row of 1024 threads that is
-# 32 dependent shared-memory loads per thread, and on the H200 it cost six
-# points at (4096, 8192), where the kernel before had reduced with shuffles
-# (``library`` lines: with the loop, then with the shuffles below):
+# a chain of 32 shared-memory loads and additions per thread, and on the
+# H200 it cost six points at (4096, 8192), where the kernel before had
+# reduced with shuffles. The ``library`` lines, with the loop and then with
+# the shuffles below (a row of 8192 elements takes all 1024 threads of a
+# block, whatever ``kFusedBlockThreads`` says):
 print("\n".join(sweep_lines("sweep_fused_add_rms_norm_loop_h200.txt", "4096x8192  library")))
 print("\n".join(sweep_lines("sweep_fused_add_rms_norm_h200.txt", "4096x8192  library")))
 
@@ -1068,7 +1070,7 @@ if gpu is not None:
 # %%
 # Runs on different machines of the same kind move single points by up to
 # two, the size of the smallest margins. The targets also name the H100.
-# The same benchmark on one, with the same build, and the points that miss
+# The same benchmark on one, with the same build, and any points that miss
 # there (the time gap is to the fastest rival):
 h100 = recorded("benchmark_gpu_h100.json")
 print(f"copy bandwidth {h100['copy_bandwidth_GBps']:.0f} GB/s")
