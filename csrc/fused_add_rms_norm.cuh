@@ -178,28 +178,22 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
   const auto* w_vec = reinterpret_cast<const Vec<x_t, kVec>*>(weight);
   const bool has_weight = weight != nullptr;
   acc_t sum_sq = 0;
+  // kRegVecs == 0 holds nothing; the arrays are then never used.
+  constexpr int kHeld = kRegVecs > 0 ? kRegVecs : 1;
+  Vec<x_t, kVec> xv[kHeld];
+  Vec<res_t, kVec> hv[kHeld];
+  Vec<x_t, kVec> wv[kHeld];
 
+  // Pass 1: h = x + residual, stored, and the sum of h^2.
   if constexpr (kRegVecs == 0) {
     for (int64_t i = threadIdx.x; active && i < n_vec; i += blockDim.x) {
       Vec<res_t, kVec> h = res_row[i];
       add_residual(x_row[i], h, sum_sq);
       res_row[i] = h;
     }
-    const acc_t total = row_sum(sum_sq, shared);
-    if (!active) return;
-    const acc_t inv = acc_t(1) / sqrt(total / static_cast<acc_t>(n) + eps);
-    if (threadIdx.x == 0) inv_rms[row] = inv;
-    for (int64_t i = threadIdx.x; i < n_vec; i += blockDim.x) {
-      Vec<x_t, kVec> w;
-      if (has_weight) w = w_vec[i];
-      out_row[i] = normalise<out_t>(res_row[i], w, has_weight, inv);
-    }
   } else {
     // All loads are issued before the first addition, as in the forward
     // kernel (step 11, story 13).
-    Vec<x_t, kVec> xv[kRegVecs];
-    Vec<res_t, kVec> hv[kRegVecs];
-    Vec<x_t, kVec> wv[kRegVecs];
 #pragma unroll
     for (int j = 0; j < kRegVecs; ++j) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
@@ -217,10 +211,21 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
         res_row[i] = hv[j];
       }
     }
-    const acc_t total = row_sum(sum_sq, shared);
-    if (!active) return;
-    const acc_t inv = acc_t(1) / sqrt(total / static_cast<acc_t>(n) + eps);
-    if (threadIdx.x == 0) inv_rms[row] = inv;
+  }
+
+  const acc_t total = row_sum(sum_sq, shared);
+  if (!active) return;
+  const acc_t inv = acc_t(1) / sqrt(total / static_cast<acc_t>(n) + eps);
+  if (threadIdx.x == 0) inv_rms[row] = inv;
+
+  // Pass 2: the output.
+  if constexpr (kRegVecs == 0) {
+    for (int64_t i = threadIdx.x; i < n_vec; i += blockDim.x) {
+      Vec<x_t, kVec> w;
+      if (has_weight) w = w_vec[i];
+      out_row[i] = normalise<out_t>(res_row[i], w, has_weight, inv);
+    }
+  } else {
 #pragma unroll
     for (int j = 0; j < kRegVecs; ++j) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
