@@ -72,10 +72,14 @@ void* kernels[] = {
 """
 
 
-@functools.cache
-def _forward_machine_code(*flags):
+def _skip_without_machine_code_tools():
     if compile_checks.find_nvcc() is None or compile_checks.find_cuobjdump() is None:
         pytest.skip("nvcc or cuobjdump not found (set CUDA_HOME or PATH)")
+
+
+@functools.cache
+def _forward_machine_code(*flags):
+    _skip_without_machine_code_tools()
     kernels = compile_checks.kernel_machine_code(
         FORWARD_KERNELS, include_dirs=[CSRC], extra_flags=flags
     )
@@ -119,8 +123,7 @@ def test_without_keep_packed_bfloat16_spills():
 
 @functools.cache
 def _fused_machine_code():
-    if compile_checks.find_nvcc() is None or compile_checks.find_cuobjdump() is None:
-        pytest.skip("nvcc or cuobjdump not found (set CUDA_HOME or PATH)")
+    _skip_without_machine_code_tools()
     source = CSRC / "device_checks" / "fused_add_rms_norm.cu"
     # Every instantiation the extension launches; "../fused_add_rms_norm.cuh"
     # resolves through the -I folder.
