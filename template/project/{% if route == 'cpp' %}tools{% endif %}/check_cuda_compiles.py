@@ -65,7 +65,9 @@ def main() -> int:
     failed = 0
     for source in args.sources or sorted(glob.glob("csrc/*.cu")):
         command = nvcc_command(nvcc, source, args.arch)
-        print("$", shlex.join(command), flush=True)
+        # Printed as typed: "nvcc" when it is the one on PATH.
+        typed = ["nvcc" if nvcc == shutil.which("nvcc") else nvcc, *command[1:]]
+        print("$", shlex.join(typed), flush=True)
         proc = subprocess.run(command, capture_output=True, text=True)
         if proc.returncode != 0:
             failed += 1

@@ -1,0 +1,332 @@
+r"""
+Step 15: Start your own operator
+================================
+
+The fourteen steps built one operator, RMSNorm, inside this repository. This
+step hands you a project of your own: a template that writes a complete,
+standalone operator library for an operator that is not in this guide, here
+``silu_mul`` (the SwiGLU activation, ``silu(x) * gate``), which this page then
+builds and tests, live.
+
+In this step you will learn:
+
+* how to render the project template with one command, and what it asks;
+* what each generated file is for, and which step of this guide explains it;
+* how to build the generated project, run its tests, and compile-check its
+  CUDA kernel on a machine without a GPU;
+* where to put your own formula.
+
+The template
+------------
+``template/`` in this repository is a `copier <https://copier.readthedocs.io>`_
+template. Copier asks a few questions, renders the files, leaves out those
+that do not apply (no ``csrc/`` for a Triton-only project), and records the
+answers in ``.copier-answers.yml`` so that ``copier update`` can later bring
+template changes into your project. The questions:
+
+.. list-table::
+   :header-rows: 1
+   :widths: 20 80
+
+   * - question
+     - what it sets
+   * - ``package``
+     - the Python package (``import myops``)
+   * - ``namespace``
+     - the operator namespace, ``torch.ops.<namespace>``; by default the package name
+   * - ``op_name``
+     - the operator, ``torch.ops.<namespace>.<op_name>``
+   * - ``route``
+     - ``cpp``: a C++ CPU kernel and a CUDA kernel registered with ``TORCH_LIBRARY``,
+       built by ``setup.py`` (plus the same operator in Triton); ``triton``: a
+       Python-only package whose kernel is Triton, registered with
+       :func:`torch.library.custom_op`. :doc:`/routes` says which fits.
+   * - ``kind``
+     - the kernel to start from: ``elementwise`` (``silu(x) * gate``) or ``rowwise``,
+       a row reduction (``x / sqrt(mean(x**2, -1) + eps) * weight``, like RMSNorm)
+
+Run it with your answers (``copier copy`` alone asks them one by one):
+
+.. code-block:: bash
+
+   pip install copier
+   copier copy --defaults --data package=myops --data op_name=silu_mul \
+       --data route=cpp --data kind=elementwise path/to/opguide/template myops
+
+The cell below runs exactly that.
+"""
+
+import importlib.util
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from opguide.compile_checks import source_root
+
+ROOT = source_root()  # the opguide source tree: it holds template/
+WORK = ROOT / "build" / "your_own_operator"
+PROJECT = WORK / "myops"
+WORK.mkdir(parents=True, exist_ok=True)
+TORCH_DIR = str(Path(torch.__file__).parent)
+
+
+def shown(text: str) -> str:
+    """Shortens machine-specific paths for printing."""
+    return text.replace(TORCH_DIR, "<torch>").replace(str(ROOT), "<opguide>")
+
+
+def run(command: list[str], cwd: Path, show: str | None = None) -> str:
+    """Runs a command as a reader would type it; prints it, returns its output."""
+    print("$", show or shlex.join(shown(c) for c in command))
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    output = shown(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        print(output[-6000:])
+        raise RuntimeError(f"exit status {proc.returncode}")
+    print(f"  (exit status 0, {time.perf_counter() - start:.1f} s)")
+    return output
+
+
+if importlib.util.find_spec("copier") is None:
+    raise SystemExit("this step needs copier: pip install copier")
+if PROJECT.exists():
+    shutil.rmtree(PROJECT)  # render afresh on every run
+data = []
+for answer in ["package=myops", "op_name=silu_mul", "route=cpp", "kind=elementwise"]:
+    data += ["--data", answer]
+copier_copy = [sys.executable, "-m", "copier", "copy", "--quiet", "--defaults", *data]
+shown_command = " ".join(["copier copy --defaults", *data, "path/to/opguide/template myops"])
+run([*copier_copy, str(ROOT / "template"), "myops"], cwd=WORK, show=shown_command)
+
+# %%
+# What it wrote
+# -------------
+# A standalone project: nothing in it refers to opguide.
+for path in sorted(PROJECT.rglob("*")):
+    if path.is_file():
+        lines = len(path.read_text().splitlines())
+        print(f"  {path.relative_to(PROJECT).as_posix():34} {lines:4} lines")
+
+# %%
+# The checklist below maps every generated file to the step that explains
+# it. To make the template's operator yours, change the files in this order:
+#
+# .. list-table::
+#    :header-rows: 1
+#    :widths: 32 40 28
+#
+#    * - file
+#      - what to change
+#      - explained in
+#    * - ``myops/reference.py``
+#      - your formula in plain PyTorch, first: every test compares with it
+#      - :doc:`step 1 <01_first_operator>`, :doc:`step 7 <07_the_tests>`
+#    * - ``csrc/myops.cpp``
+#      - the schema: arguments, returns, mutation
+#      - :doc:`step 2 <02_cpp_cpu_kernel>`, :doc:`step 5 <05_bindings_and_registration>`
+#    * - ``csrc/silu_mul.h``, ``myops/_checks.py``
+#      - the argument checks, in C++ and in Python
+#      - :doc:`step 2 <02_cpp_cpu_kernel>`
+#    * - ``csrc/silu_mul_cpu.cpp``
+#      - the CPU kernels (forward and backward)
+#      - :doc:`step 2 <02_cpp_cpu_kernel>`, :doc:`step 8 <08_autograd>`
+#    * - ``csrc/silu_mul.cuh``, ``csrc/silu_mul_cuda.cu``
+#      - the CUDA kernels, and their torch side
+#      - :doc:`step 3 <03_cuda_kernel>`, :doc:`step 4 <04_hip_port>` (HIP)
+#    * - ``myops/ops.py``
+#      - the checked wrapper, the fake kernels, the autograd formula
+#      - :doc:`step 1 <01_first_operator>`, :doc:`step 8 <08_autograd>`
+#    * - ``myops/triton_silu_mul.py``
+#      - the same operator in Triton
+#      - :doc:`step 9 <09_triton_kernel>`
+#    * - ``myops/__init__.py``
+#      - loading the compiled library
+#      - :doc:`step 5 <05_bindings_and_registration>`
+#    * - ``setup.py``, ``pyproject.toml``
+#      - the build and the package metadata
+#      - :doc:`step 6 <06_the_build>`
+#    * - ``tests/test_silu_mul.py``, ``tests/conftest.py``
+#      - the shapes, dtypes and bad inputs that matter for your operator
+#      - :doc:`step 7 <07_the_tests>`
+#    * - ``tools/check_cuda_compiles.py``
+#      - nothing: it compiles every ``csrc/*.cu``
+#      - :doc:`step 3 <03_cuda_kernel>`
+#
+# The key files, whole
+# --------------------
+# The schema, once, with plain ``TORCH_LIBRARY``:
+#
+# .. literalinclude:: /../build/your_own_operator/myops/csrc/myops.cpp
+#    :language: cpp
+#    :caption: csrc/myops.cpp
+#
+# The checks that the CPU and CUDA kernels share:
+#
+# .. literalinclude:: /../build/your_own_operator/myops/csrc/silu_mul.h
+#    :language: cpp
+#    :caption: csrc/silu_mul.h
+#
+# The CPU kernels. ``AT_DISPATCH_FLOATING_TYPES_AND2`` instantiates them for
+# float32, float64, float16 and bfloat16; the arithmetic runs in
+# ``at::opmath_type`` (float, or double for double):
+#
+# .. literalinclude:: /../build/your_own_operator/myops/csrc/silu_mul_cpu.cpp
+#    :language: cpp
+#    :caption: csrc/silu_mul_cpu.cpp
+#
+# The CUDA kernels, torch-free, and their torch side: the device guard, the
+# current stream, the dtype dispatch and the launch check:
+#
+# .. literalinclude:: /../build/your_own_operator/myops/csrc/silu_mul.cuh
+#    :language: cuda
+#    :caption: csrc/silu_mul.cuh
+#
+# .. literalinclude:: /../build/your_own_operator/myops/csrc/silu_mul_cuda.cu
+#    :language: cuda
+#    :caption: csrc/silu_mul_cuda.cu
+#
+# The Python side: the checked entry point, the fake kernels and the
+# autograd formula, which calls the backward operator:
+#
+# .. literalinclude:: /../build/your_own_operator/myops/myops/ops.py
+#    :language: python
+#    :caption: myops/ops.py
+#
+# The build, and the package:
+#
+# .. literalinclude:: /../build/your_own_operator/myops/setup.py
+#    :language: python
+#    :caption: setup.py
+#
+# .. literalinclude:: /../build/your_own_operator/myops/pyproject.toml
+#    :language: toml
+#    :caption: pyproject.toml
+#
+# The tests:
+#
+# .. literalinclude:: /../build/your_own_operator/myops/tests/test_silu_mul.py
+#    :language: python
+#    :caption: tests/test_silu_mul.py
+#
+# .. dropdown:: The other generated files
+#
+#    .. literalinclude:: /../build/your_own_operator/myops/myops/__init__.py
+#       :language: python
+#       :caption: myops/__init__.py
+#
+#    .. literalinclude:: /../build/your_own_operator/myops/myops/_checks.py
+#       :language: python
+#       :caption: myops/_checks.py
+#
+#    .. literalinclude:: /../build/your_own_operator/myops/myops/reference.py
+#       :language: python
+#       :caption: myops/reference.py
+#
+#    .. literalinclude:: /../build/your_own_operator/myops/myops/triton_silu_mul.py
+#       :language: python
+#       :caption: myops/triton_silu_mul.py
+#
+#    .. literalinclude:: /../build/your_own_operator/myops/tests/conftest.py
+#       :language: python
+#       :caption: tests/conftest.py
+#
+#    .. literalinclude:: /../build/your_own_operator/myops/tools/check_cuda_compiles.py
+#       :language: python
+#       :caption: tools/check_cuda_compiles.py
+#
+#    .. literalinclude:: /../build/your_own_operator/myops/README.md
+#       :language: markdown
+#       :caption: README.md
+#
+# Building it
+# -----------
+# The project's README gives its two commands. The first installs it in
+# editable mode without build isolation, so the library compiles against the
+# torch already installed (here ``--no-deps`` too: everything it needs is
+# installed already). With a CUDA build of torch and nvcc, ``setup.py`` also
+# builds the CUDA kernel.
+pip = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", "."]
+run(pip, cwd=PROJECT, show='pip install --no-build-isolation --no-deps -e "."')
+built = sorted(p.name for p in (PROJECT / "myops").glob("_C.*"))
+print("built:", built)
+print(f"torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}")
+
+# %%
+# Testing it
+# ----------
+# The second command runs the generated tests: values against the reference
+# for every dtype, strided and empty inputs, ``opcheck``, ``gradcheck``,
+# ``torch.compile(fullgraph=True)`` and the errors for bad inputs, for the
+# C++ kernels and the Triton variant, on every device this machine has.
+output = run(
+    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+    cwd=PROJECT,
+    show="python -m pytest -q",
+)
+summary = output.strip().splitlines()[-1]
+print(summary)
+assert " passed" in summary and "failed" not in summary and "error" not in summary
+devices = "cpu and cuda" if torch.cuda.is_available() else "cpu only (no GPU visible here)"
+print("devices tested:", devices)
+
+# %%
+# The CUDA kernel compiles without a GPU
+# --------------------------------------
+# ``tools/check_cuda_compiles.py`` runs ``nvcc -c`` on every ``csrc/*.cu``
+# with torch's include folders and flags, and prints the command whole. On a
+# machine without nvcc it says that it skipped.
+output = run(
+    [sys.executable, "tools/check_cuda_compiles.py"],
+    cwd=PROJECT,
+    show="python tools/check_cuda_compiles.py",
+)
+print(output)
+assert "FAILED" not in output
+
+# %%
+# Using it
+# --------
+# The package is an ordinary import; the operator is in ``torch.ops`` and works
+# with autograd and ``torch.compile``:
+sys.path.insert(0, str(PROJECT))
+import myops  # noqa: E402
+
+print(torch.ops.myops.silu_mul.default._schema)
+x = torch.randn(4, 8, requires_grad=True)
+gate = torch.randn(4, 8, requires_grad=True)
+out = myops.silu_mul(x, gate)
+out.sum().backward()
+torch.testing.assert_close(out, torch.nn.functional.silu(x) * gate)
+torch.testing.assert_close(gate.grad, torch.nn.functional.silu(x.detach()))
+print("matches silu(x) * gate, and its gradient")
+compiled = torch.compile(myops.silu_mul, fullgraph=True)
+torch.testing.assert_close(compiled(x, gate), out)
+print("torch.compile(fullgraph=True): same values")
+
+# %%
+# Your own formula
+# ----------------
+# Change ``myops/reference.py`` first, then the two kernels in each of
+# ``csrc/silu_mul_cpu.cpp``, ``csrc/silu_mul.cuh`` and
+# ``myops/triton_silu_mul.py`` (forward and backward), and the schema,
+# checks and fake kernels if the arguments change. The tests fail until every
+# kernel agrees with the reference: this guide's own test suite checks that
+# they do, by breaking the CPU kernel's formula in a generated project and
+# watching its tests fail.
+#
+# The generated kernels are the simple ones, a thread per element or a block
+# per row; :doc:`step 11 <11_performance>` measures
+# what makes RMSNorm's kernels fast, when your operator needs that.
+#
+# Removing the project from this environment again:
+run(
+    [sys.executable, "-m", "pip", "uninstall", "-y", "myops"],
+    cwd=WORK,
+    show="pip uninstall -y myops",
+)
