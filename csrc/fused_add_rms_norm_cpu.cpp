@@ -3,11 +3,11 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <torch/library.h>
 
 #include <cmath>
 
 #include "fused_add_rms_norm.h"
-#include "registration.h"
 
 namespace opguide {
 namespace {
@@ -109,5 +109,5 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cpu(
 }  // namespace opguide
 
 // [cpu-fused-register]
-OPGUIDE_LIBRARY_IMPL(CPU, m) { m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_cpu); }
+TORCH_LIBRARY_IMPL(opguide, CPU, m) { m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_cpu); }
 // [cpu-fused-register-end]

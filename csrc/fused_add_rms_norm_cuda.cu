@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <climits>
@@ -14,7 +15,6 @@
 
 #include "fused_add_rms_norm.cuh"
 #include "fused_add_rms_norm.h"
-#include "registration.h"
 #include "rms_norm.h"
 
 namespace opguide {
@@ -116,5 +116,5 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cuda(
 }  // namespace opguide
 
 // [cuda-register]
-OPGUIDE_LIBRARY_IMPL(CUDA, m) { m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_cuda); }
+TORCH_LIBRARY_IMPL(opguide, CUDA, m) { m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_cuda); }
 // [cuda-register-end]

@@ -8,11 +8,11 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <tuple>
 
-#include "registration.h"
 #include "rms_norm.h"
 
 namespace opguide {
@@ -124,5 +124,5 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_
 }  // namespace opguide
 
 // [cpu-backward-register]
-OPGUIDE_LIBRARY_IMPL(CPU, m) { m.impl("rms_norm_backward", &opguide::rms_norm_backward_cpu); }
+TORCH_LIBRARY_IMPL(opguide, CPU, m) { m.impl("rms_norm_backward", &opguide::rms_norm_backward_cpu); }
 // [cpu-backward-register-end]

@@ -6,6 +6,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <cstdint>
@@ -19,7 +20,6 @@
 #include <sys/mman.h>
 #endif
 
-#include "registration.h"
 #include "rms_norm.h"
 
 namespace opguide {
@@ -203,7 +203,7 @@ void rms_norm_into_cpu(const at::Tensor& x, const at::Tensor& weight, double eps
 }  // namespace opguide
 
 // [cpu-register]
-OPGUIDE_LIBRARY_IMPL(CPU, m) {
+TORCH_LIBRARY_IMPL(opguide, CPU, m) {
   m.impl("rms_norm", &opguide::rms_norm_cpu);
   m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_cpu);
   m.impl("_rms_norm_into", &opguide::rms_norm_into_cpu);

@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -12,7 +13,6 @@
 #include <limits>
 #include <tuple>
 
-#include "registration.h"
 #include "rms_norm.cuh"
 #include "rms_norm.h"
 
@@ -179,7 +179,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
 }  // namespace opguide
 
 // [cuda-register]
-OPGUIDE_LIBRARY_IMPL(CUDA, m) {
+TORCH_LIBRARY_IMPL(opguide, CUDA, m) {
   m.impl("rms_norm", &opguide::rms_norm_cuda);
   m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_cuda);
   m.impl("rms_norm_backward", &opguide::rms_norm_backward_cuda);

@@ -35,7 +35,12 @@ project = "opguide"
 author = "the opguide authors"
 copyright = "2026, the opguide authors"
 
+# docs/_ext/opguide_docs.py: marker-free literalinclude, notebook downloads
+# that carry the shown code, and the source archive.
+sys.path.insert(0, str(DOCS / "_ext"))
+
 extensions = [
+    "opguide_docs",
     "myst_nb",
     "sphinx_gallery.gen_gallery",
     "sphinx.ext.autodoc",

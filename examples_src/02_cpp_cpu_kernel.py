@@ -15,90 +15,51 @@ In this step you will learn:
   ``at::parallel_for`` over rows;
 * how to compile it from a script with :func:`torch.utils.cpp_extension.load`
   and call it as a ``torch.ops`` operator;
-* how the installed package ``opguide`` ships the same code.
+* how the installed package ``opguide`` ships the same operator, with a faster
+  kernel.
 
-The files shown on this page are the real ones in ``csrc/``; the script below
-compiles them.
+The whole operator in one file
+------------------------------
+This file is a complete C++ operator: every include, the kernel, the function
+the dispatcher calls, the schema and the registration. Copy it into a project
+of your own, change the namespace, and it builds (the cell below builds it):
 
-The schema
-----------
-One C++ file defines every operator of the library, once:
-
-.. literalinclude:: /../csrc/opguide.cpp
+.. literalinclude:: /../csrc/minimal/rms_norm_minimal.cpp
    :language: cpp
+   :caption: csrc/minimal/rms_norm_minimal.cpp
 
-``OPGUIDE_LIBRARY(m)`` is ``TORCH_LIBRARY(opguide, m)`` with the namespace
-spelled through a macro, so that this step can build a second copy of the same
-files under another namespace in the same process (a namespace may be defined
-by only one library per process):
+What each part does:
 
-.. literalinclude:: /../csrc/registration.h
-   :language: cpp
-   :start-after: #include <torch/library.h>
-
-The schema string ``rms_norm(Tensor x, Tensor weight, float eps) -> Tensor`` is
-the operator's type: ``float`` in a schema is a C++ ``double``, and a plain
-``Tensor`` return means a new tensor that aliases no input.
-
-The kernel
-----------
-The inner loop handles a range of rows. Sixteen independent partial sums let
-the compiler vectorise the sum of squares; the second loop finds the row in
-cache because it was just read. The loop is plain C++: the compiler turns it
-into vector instructions. A library is compiled for the oldest CPUs of its
-architecture (on x86-64, 4 floats per vector), so with GCC on x86-64 Linux
-``target_clones`` builds a second copy for AVX2 (8 floats per vector), and the
-copy the CPU supports is picked when the library loads; step 11 measures it:
-
-.. literalinclude:: /../csrc/rms_norm_cpu.cpp
-   :language: cpp
-   :start-after: // [cpu-kernel]
-   :end-before: // [cpu-kernel-end]
-
-The host function makes the input dense, picks the kernel for the dtype with
-``AT_DISPATCH_FLOATING_TYPES_AND2`` (float32, float64, float16, bfloat16) and
-splits the rows over threads. The operator checks the arguments and allocates
-the output with ``empty_output``: ``at::empty``, or for an output of 2 MiB or
-more, memory that the operating system can map in huge pages (step 11 shows
-why and how):
-
-.. literalinclude:: /../csrc/rms_norm_cpu.cpp
-   :language: cpp
-   :start-after: // [cpu-host]
-   :end-before: // [cpu-host-end]
-
-The checks are declared in ``rms_norm.h`` and defined once in
-``rms_norm_checks.cpp``, shared with the CUDA kernel. Each names the argument
-and what was expected, in the words the Python wrapper uses:
-
-.. literalinclude:: /../csrc/rms_norm_checks.cpp
-   :language: cpp
-   :start-after: // [checks]
-   :end-before: // [checks-end]
-
-Finally the kernel is attached to the schema for the ``CPU`` dispatch key
-(``_rms_norm_into``, the same kernel writing into an existing tensor, is
-there for the benchmark of step 11):
-
-.. literalinclude:: /../csrc/rms_norm_cpu.cpp
-   :language: cpp
-   :start-after: // [cpu-register]
-   :end-before: // [cpu-register-end]
+* ``TORCH_LIBRARY(opguide_minimal, m)`` defines the namespace and its schemas.
+  The schema string ``rms_norm(Tensor x, Tensor weight, float eps) -> Tensor``
+  is the operator's type: ``float`` in a schema is a C++ ``double``, and a
+  plain ``Tensor`` return means a new tensor that aliases no input. A
+  namespace is defined by one ``TORCH_LIBRARY`` block in the whole process;
+  :doc:`step 13 <13_namespaces_and_fragments>` shows what happens otherwise.
+* ``TORCH_LIBRARY_IMPL(opguide_minimal, CPU, m)`` attaches ``rms_norm_cpu`` to
+  that schema for the ``CPU`` dispatch key: the dispatcher calls it whenever
+  ``x`` is a CPU tensor. :doc:`step 3 <03_cuda_kernel>` adds the ``CUDA`` key
+  the same way, from another file.
+* ``AT_DISPATCH_FLOATING_TYPES_AND2`` instantiates the lambda for float32,
+  float64, float16 and bfloat16, with ``scalar_t`` the element type.
+  ``at::opmath_type<scalar_t>`` is the type to compute in: float for the
+  16-bit types, so bfloat16 rows are summed in float32 and rounded once.
+* ``at::parallel_for`` splits the rows over PyTorch's intra-op threads, in
+  tasks of at least ``GRAIN_SIZE`` elements (declared in
+  ``ATen/TensorIterator.h``), so that a small input stays on one thread.
+* ``TORCH_CHECK_TYPE`` / ``TORCH_CHECK_VALUE`` / ``TORCH_CHECK`` raise Python's
+  ``TypeError`` / ``ValueError`` / ``RuntimeError`` with the message given.
 """
 
 # %%
-# Compiling the files from a script
-# ---------------------------------
+# Compiling the file from a script
+# --------------------------------
 # :func:`torch.utils.cpp_extension.load` writes a ninja file, compiles the
 # sources against the installed torch and loads the result. With
 # ``is_python_module=False`` the library is loaded with
 # :func:`torch.ops.load_library`: it holds no Python module, only operator
 # registrations. The build directory is kept inside the repository's
 # ``build/`` tree, so a second run only checks timestamps.
-#
-# ``-DOPGUIDE_NAMESPACE=opguide_jit`` registers this copy as
-# ``torch.ops.opguide_jit`` so that it can share the process with the installed
-# package, which registers ``torch.ops.opguide``.
 import os
 import time
 from pathlib import Path
@@ -106,29 +67,27 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load
 
-# sphinx-gallery runs this script from examples_src/; so does the test suite.
-ROOT = Path.cwd().parent
-CSRC = ROOT / "csrc"
-build_dir = ROOT / "build" / "jit" / "rms_norm_cpu"
+from opguide.compile_checks import source_root
+
+ROOT = source_root()  # the opguide source tree (csrc/ is there)
+build_dir = ROOT / "build" / "jit" / "rms_norm_minimal_cpu"
 build_dir.mkdir(parents=True, exist_ok=True)
 
 start = time.perf_counter()
 library_path = load(
-    name="opguide_jit_cpu",
-    sources=[str(CSRC / f) for f in ("opguide.cpp", "rms_norm_checks.cpp", "rms_norm_cpu.cpp")],
-    extra_include_paths=[str(CSRC)],
-    extra_cflags=["-O3", "-DOPGUIDE_NAMESPACE=opguide_jit"],
+    name="rms_norm_minimal_cpu",
+    sources=[str(ROOT / "csrc" / "minimal" / "rms_norm_minimal.cpp")],
+    extra_cflags=["-O3"],
     build_directory=str(build_dir),
     is_python_module=False,
     verbose=False,
 )
 print(f"built and loaded {Path(library_path).name} in {time.perf_counter() - start:.1f} s")
-print("objects:", sorted(p.name for p in build_dir.glob("*.o")))
 
 # %%
 # The operator is now in the dispatcher, with the schema from C++ and a kernel
 # for the CPU key:
-op = torch.ops.opguide_jit.rms_norm.default
+op = torch.ops.opguide_minimal.rms_norm.default
 print(op._schema)
 print("CPU kernel registered:", torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CPU"))
 
@@ -136,8 +95,8 @@ print("CPU kernel registered:", torch._C._dispatch_has_kernel_for_dispatch_key(o
 # Checking it against the reference
 # ---------------------------------
 # ``opguide.reference`` holds the pure-PyTorch definition (step 1's body) that
-# every test compares with. The kernel must match it for every dtype, and for a
-# row length that is not a multiple of the 16 lanes:
+# every test compares with. The kernel must match it for every dtype, and for
+# any row length:
 from opguide.reference import rms_norm_reference  # noqa: E402
 
 TOL = {
@@ -150,7 +109,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     for shape in [(3, 7), (64, 1000), (8, 4096)]:
         x = torch.randn(shape, dtype=dtype)
         w = torch.randn(shape[-1], dtype=dtype)
-        y = torch.ops.opguide_jit.rms_norm(x, w, 1e-6)
+        y = torch.ops.opguide_minimal.rms_norm(x, w, 1e-6)
         torch.testing.assert_close(y, rms_norm_reference(x, w, 1e-6), **TOL[dtype])
         err = (y.float() - rms_norm_reference(x, w, 1e-6).float()).abs().max().item()
         print(f"{str(dtype):15} {str(shape):11} max |error| = {err:.2e}")
@@ -159,17 +118,66 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # A C++ operator needs a fake kernel too. It is written in Python, as in
 # step 1, but registered by name because the operator was defined in C++.
 # With it, :func:`torch.library.opcheck` passes:
-torch.library.register_fake("opguide_jit::rms_norm")(lambda x, w, eps: x.new_empty(x.shape))
+torch.library.register_fake("opguide_minimal::rms_norm")(
+    lambda x, w, eps: torch.empty_like(x, memory_format=torch.contiguous_format)
+)
 sample = (torch.randn(5, 33), torch.randn(33), 1e-6)
 print(torch.library.opcheck(op, sample))
 
 # %%
-# The same operator from the installed package
-# --------------------------------------------
-# ``pip install --no-build-isolation .`` compiles the same files through
-# ``setup.py`` into ``opguide/_C.abi3.so``. Importing ``opguide`` loads it,
-# registers ``torch.ops.opguide.rms_norm``, adds the fake kernel and exports a
-# checked Python wrapper, :func:`opguide.rms_norm`:
+# The library's CPU kernel
+# ------------------------
+# opguide itself is built the way a library is: one file of schemas, one file
+# per kernel, and the argument checks in a file that the CPU and the CUDA
+# kernels share. The schemas of every opguide operator:
+#
+# .. literalinclude:: /../csrc/opguide.cpp
+#    :language: cpp
+#    :caption: csrc/opguide.cpp
+#
+# Its CPU kernel computes the same thing as the minimal one, with three
+# additions that :doc:`step 11 <11_performance>` measures:
+#
+# * sixteen independent partial sums, so the compiler can keep several SIMD
+#   lanes busy instead of serialising every add on the previous one;
+# * on GCC/x86-64 Linux, ``target_clones("avx2", "default")``: the loop is
+#   compiled twice and the copy the CPU supports is chosen when the library
+#   loads;
+# * for outputs of 2 MiB or more, memory that the operating system can map in
+#   huge pages, which makes the first write to a fresh output cheaper.
+#
+# and two more operators: ``rms_norm_fwd``, which also returns the statistic
+# that the backward needs (:doc:`step 8 <08_autograd>`), and ``_rms_norm_into``,
+# the kernel writing into an existing tensor, for the benchmark.
+#
+# .. dropdown:: csrc/rms_norm_cpu.cpp, the whole file
+#
+#    .. literalinclude:: /../csrc/rms_norm_cpu.cpp
+#       :language: cpp
+#       :caption: csrc/rms_norm_cpu.cpp
+#
+# The checks are declared in ``rms_norm.h`` and defined once in
+# ``rms_norm_checks.cpp``. Each names the argument and what was expected, in
+# the words the Python wrapper uses, and spells dtypes and shapes as Python
+# prints them:
+#
+# .. dropdown:: csrc/rms_norm.h and csrc/rms_norm_checks.cpp, the whole files
+#
+#    .. literalinclude:: /../csrc/rms_norm.h
+#       :language: cpp
+#       :caption: csrc/rms_norm.h
+#
+#    .. literalinclude:: /../csrc/rms_norm_checks.cpp
+#       :language: cpp
+#       :caption: csrc/rms_norm_checks.cpp
+#
+# The installed package
+# ---------------------
+# ``pip install --no-build-isolation .`` compiles these files through
+# ``setup.py`` (:doc:`step 6 <06_the_build>`) into ``opguide/_C.abi3.so``.
+# Importing ``opguide`` loads it, registers ``torch.ops.opguide.rms_norm``,
+# adds the fake kernel and exports a checked Python wrapper,
+# :func:`opguide.rms_norm`:
 import opguide  # noqa: E402
 
 print(
@@ -179,10 +187,10 @@ x = torch.randn(16, 4096)
 w = torch.randn(4096)
 y_package = opguide.rms_norm(x, w, eps=1e-6)
 y_ops = torch.ops.opguide.rms_norm(x, w, 1e-6)
-y_jit = torch.ops.opguide_jit.rms_norm(x, w, 1e-6)
+y_minimal = torch.ops.opguide_minimal.rms_norm(x, w, 1e-6)
 torch.testing.assert_close(y_package, rms_norm_reference(x, w, 1e-6))
 print("package == torch.ops.opguide:", torch.equal(y_package, y_ops))
-print("max |package - JIT build|:", (y_package - y_jit).abs().max().item())
+print("max |package - minimal|:", (y_package - y_minimal).abs().max().item())
 
 # %%
 # The wrapper's checks name the argument that is wrong:
@@ -195,9 +203,14 @@ for bad in [(x.int(), w), (x, w.half()), (x, w[:100])]:
 # %%
 # How fast is it?
 # ---------------
-# A first look (the performance chapter measures properly): the C++ kernel
-# against the Python operator of step 1 and PyTorch's own RMSNorm, on one
-# (2048, 4096) float32 input, median of several runs.
+# A first look (:doc:`step 11 <11_performance>` measures properly): the
+# library's kernel and the minimal one against the Python operator of step 1,
+# PyTorch's own RMSNorm and ``x.clone()``, which reads and writes the same
+# bytes as the operator, on one (2048, 4096) float32 input, median of several
+# runs. The copy allocates its output with PyTorch's default allocator, the
+# library's kernel with huge pages; where fresh memory is expensive to touch,
+# the kernel can therefore beat the copy (step 11 explains). The last line
+# compares the two kernels on this machine.
 import statistics  # noqa: E402
 
 
@@ -220,10 +233,15 @@ def python_ops(x, w):
     return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
+timings = {}
 for name, fn in [
     ("opguide.rms_norm (C++)", lambda: opguide.rms_norm(x, w)),
+    ("the minimal kernel above", lambda: torch.ops.opguide_minimal.rms_norm(x, w, 1e-6)),
     ("torch.nn.functional.rms_norm", lambda: torch.nn.functional.rms_norm(x, (4096,), w, 1e-6)),
     ("step 1 body (6 PyTorch ops)", lambda: python_ops(x, w)),
     ("x.clone() (memory floor)", lambda: x.clone()),
 ]:
-    print(f"{name:32} {median_ms(fn):7.2f} ms")
+    timings[name] = median_ms(fn)
+    print(f"{name:32} {timings[name]:7.2f} ms")
+ratio = timings["the minimal kernel above"] / timings["opguide.rms_norm (C++)"]
+print(f"the minimal kernel takes {ratio:.2f}x the library kernel's time here")
