@@ -1,7 +1,9 @@
 """The docs are the test suite: this file makes them pytest items.
 
-* every ``examples_src/NN_*.py`` gallery script becomes one item that runs the
-  script in a fresh interpreter from its own folder, as sphinx-gallery does;
+* every ``examples_src/NN_*.py`` gallery script becomes one item that copies
+  the script into an empty temporary folder and runs it there in a fresh
+  interpreter, as a reader runs the site's download of it once opguide is
+  installed (nothing in a script may depend on the folder it runs from);
 * every ``tutorials/*.md`` MyST notebook is converted with jupytext and run by
   nbval, one item per cell;
 * markers ``cpu``, ``cuda`` and ``rocm`` say which device an item needs. An item
@@ -14,8 +16,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -93,17 +97,20 @@ class GalleryScriptError(Exception):
 
 
 class GalleryScript(pytest.Item):
-    """Runs one gallery script the way sphinx-gallery does: from its folder."""
+    """Runs one gallery script as a reader runs its download: alone, in an empty folder."""
 
     def runtest(self) -> None:
         start = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, self.path.name],
-            cwd=self.path.parent,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
+        with tempfile.TemporaryDirectory(prefix="opguide-download-") as empty:
+            script = Path(empty) / self.path.name
+            shutil.copyfile(self.path, script)
+            proc = subprocess.run(
+                [sys.executable, script.name],
+                cwd=empty,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
         self.add_report_section("call", "script output", proc.stdout + proc.stderr)
         if proc.returncode != 0:
             raise GalleryScriptError(proc.returncode, proc.stdout, proc.stderr)

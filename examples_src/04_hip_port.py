@@ -57,8 +57,9 @@ import tempfile
 from pathlib import Path
 
 from opguide import compile_checks
+from opguide.compile_checks import source_root  # noqa: E402
 
-ROOT = Path.cwd().parent  # sphinx-gallery runs this script from examples_src/
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
 CSRC = ROOT / "csrc"
 scratch = Path(tempfile.mkdtemp(prefix="opguide-hipify-"))
 sources = [CSRC / "rms_norm_cuda.cu", CSRC / "device_checks" / "rms_norm.cu"]

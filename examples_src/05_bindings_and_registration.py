@@ -28,7 +28,7 @@ two tensors, and ``rms_norm_backward`` takes four.
 
 .. literalinclude:: /../csrc/opguide.cpp
    :language: cpp
-   :start-after: #include "registration.h"
+   :caption: csrc/opguide.cpp
 
 A schema string is ``name(arguments) -> returns``. The types are few:
 ``Tensor``, ``int`` (C++ ``int64_t``), ``float`` (C++ ``double``), ``bool``,
@@ -65,7 +65,9 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load_inline
 
-ROOT = Path.cwd().parent  # scripts run from examples_src/
+from opguide.compile_checks import source_root  # noqa: E402
+
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
 
 CPP_SOURCE = r"""
 #include <torch/extension.h>
@@ -365,3 +367,27 @@ for line in sorted(matches)[:4]:
 # -----------
 # Step 6 looks at the build that turns ``csrc/`` into ``opguide/_C.abi3.so``:
 # ``setup.py``, the switches it reads, the abi3 wheel, and JIT builds.
+
+# %%
+# The files of this step, whole
+# -----------------------------
+# The page above showed parts of these files; here each one is whole, as it
+# is compiled and run.
+#
+# .. dropdown:: opguide/__init__.py
+#
+#    .. literalinclude:: /../opguide/__init__.py
+#       :language: python
+#       :caption: opguide/__init__.py
+#
+# .. dropdown:: opguide/_library.py
+#
+#    .. literalinclude:: /../opguide/_library.py
+#       :language: python
+#       :caption: opguide/_library.py
+#
+# .. dropdown:: opguide/ops.py
+#
+#    .. literalinclude:: /../opguide/ops.py
+#       :language: python
+#       :caption: opguide/ops.py

@@ -29,30 +29,38 @@ fresh Python process.
 ``setup.py``
 ------------
 One extension, ``opguide._C``, built from every ``csrc/*.cpp`` (and
-``csrc/*.cu`` when CUDA is built). The docstring lists the switches:
+``csrc/*.cu`` when CUDA is built). The whole file:
 
 .. literalinclude:: /../setup.py
    :language: python
-   :end-before: from __future__ import annotations
+   :caption: setup.py
 
-The extension itself. ``CUDAExtension`` adds the CUDA include and library
-directories and compiles ``.cu`` files with nvcc; ``CppExtension`` is the
-CPU-only version. Both add torch's include directories and libraries.
-``py_limited_api=True`` makes ``BuildExtension`` define ``Py_LIMITED_API``
-and leave out ``libtorch_python``, which is what allows the ``abi3`` tag:
+What it does, part by part:
 
-.. literalinclude:: /../setup.py
-   :language: python
-   :pyobject: make_extension
+* the docstring lists the switches it reads; ``_flag`` refuses anything but
+  ``0``/``1`` and ``_want_cuda`` decides whether to build CUDA, and says why
+  not when it does not;
+* ``make_extension`` describes the extension. ``CUDAExtension`` adds the CUDA
+  include and library directories and compiles ``.cu`` files with nvcc;
+  ``CppExtension`` is the CPU-only version. Both add torch's include
+  directories and libraries. ``py_limited_api=True`` makes
+  ``BuildExtension`` define ``Py_LIMITED_API`` and leave out
+  ``libtorch_python``, which is what allows the ``abi3`` tag;
+* ``BuildExtension`` supplies the compiler flags torch needs (C++ standard,
+  C++ ABI, ``-DTORCH_EXTENSION_NAME``) and compiles with ninja, in parallel
+  (``MAX_JOBS`` jobs) and incrementally. The ``bdist_wheel`` option sets the
+  wheel's tag to ``cp310-abi3``.
 
-``BuildExtension`` supplies the compiler flags torch needs (C++ standard,
-C++ ABI, ``-DTORCH_EXTENSION_NAME``) and compiles with ninja, in parallel
-(``MAX_JOBS`` jobs) and incrementally. The ``bdist_wheel`` option sets the
-wheel's tag to ``cp310-abi3``:
+``pyproject.toml``
+------------------
+The package's metadata, its optional dependency groups (what the tests and
+the site need), and what the build needs. ``torch`` is in
+``[build-system] requires`` for builds with isolation; this guide always
+builds without it (below says why):
 
-.. literalinclude:: /../setup.py
-   :language: python
-   :start-after: py_limited_api=True,
+.. literalinclude:: /../pyproject.toml
+   :language: toml
+   :caption: pyproject.toml
 """
 
 # %%
@@ -73,7 +81,9 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-ROOT = Path.cwd().parent  # scripts run from examples_src/
+from opguide.compile_checks import source_root  # noqa: E402
+
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
 
 
 def run(cmd, env=None, cwd=ROOT):
@@ -124,8 +134,9 @@ print(out.replace(str(ROOT), "<repo>").replace(sys.prefix, "<venv>"))
 # than the one it will run with. ``--no-deps`` builds only opguide.
 #
 # Compiled objects go to ``build/temp.*`` in the repository, and ninja only
-# recompiles sources that changed; a cold build of the three C++ files takes
-# about a minute on two cores, a warm one a few seconds.
+# recompiles sources that changed. The output says how many sources the
+# extension has, whether ninja had anything to compile, and how long the
+# build took on this machine.
 workdir = Path(tempfile.mkdtemp(prefix="opguide-step6-"))
 start = time.perf_counter()
 status, log = run(
@@ -139,6 +150,8 @@ if status != 0:
     raise RuntimeError("pip wheel failed")
 summary = next(line.strip() for line in log.splitlines() if "setup.py: opguide._C from" in line)
 print(summary)
+sources = summary.split(" from ", 1)[1].split(" | ", 1)[0].split(", ")
+print(f"{len(sources)} sources")
 print("ninja had no work to do (warm build)" if "ninja: no work to do" in log else "ninja compiled")
 wheel = next((workdir / "dist").glob("opguide-*.whl"))
 print(f"built {wheel.name} in {elapsed:.1f} s")

@@ -97,7 +97,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path.cwd().parent  # scripts run from examples_src/
+from opguide.compile_checks import source_root  # noqa: E402
+
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
 TEST_MODULES = ["tests/test_rms_norm.py", "tests/test_rms_norm_properties.py"]
 
 start = time.perf_counter()
@@ -138,3 +140,21 @@ for key, count in counts.items():
 # -----------
 # Step 8 builds the backward kernel and the autograd registration that the
 # gradient tests above check.
+
+# %%
+# The files of this step, whole
+# -----------------------------
+# The page above showed parts of these files; here each one is whole, as it
+# is run by the test suite.
+#
+# .. dropdown:: tests/test_rms_norm.py
+#
+#    .. literalinclude:: /../tests/test_rms_norm.py
+#       :language: python
+#       :caption: tests/test_rms_norm.py
+#
+# .. dropdown:: tests/test_rms_norm_properties.py
+#
+#    .. literalinclude:: /../tests/test_rms_norm_properties.py
+#       :language: python
+#       :caption: tests/test_rms_norm_properties.py

@@ -52,7 +52,7 @@ it. A training pair sits beside it:
 
 Every backend implements the same contract, written down next to the shared
 argument checks (the CUDA kernels of the CUDA chapter register for these same
-two operators with ``OPGUIDE_LIBRARY_IMPL(CUDA, m)``):
+two operators with ``TORCH_LIBRARY_IMPL(opguide, CUDA, m)``):
 
 .. literalinclude:: /../csrc/rms_norm.h
    :language: cpp
@@ -357,3 +357,15 @@ print("autograd.Function gives the same gradients:", all(map(torch.equal, g1, g2
 # The CUDA chapter registers GPU kernels for ``rms_norm_fwd`` and
 # ``rms_norm_backward`` against the same schemas and contract; the tests of
 # step 7 then run on both devices.
+
+# %%
+# The files of this step, whole
+# -----------------------------
+# The page above showed parts of these files; here each one is whole, as it
+# is compiled and run.
+#
+# .. dropdown:: csrc/rms_norm_backward_cpu.cpp
+#
+#    .. literalinclude:: /../csrc/rms_norm_backward_cpu.cpp
+#       :language: cpp
+#       :caption: csrc/rms_norm_backward_cpu.cpp

@@ -301,9 +301,10 @@ else:
 # build step: indexing is by blocks, and masks replace the bounds checks and
 # the vectorised and scalar paths of the CUDA kernel. The line counts of the
 # two routes, from the files themselves:
-from pathlib import Path  # noqa: E402
 
-ROOT = Path.cwd().parent
+from opguide.compile_checks import source_root  # noqa: E402
+
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
 
 
 def code_lines(path, start=None, end=None):
@@ -383,3 +384,21 @@ if device == "cuda":
         )
 else:
     print("GPU timing skipped: no GPU visible (the performance chapter measures on one)")
+
+# %%
+# The files of this step, whole
+# -----------------------------
+# The page above showed parts of these files; here each one is whole, as it
+# is compiled and run.
+#
+# .. dropdown:: opguide/triton_rms_norm.py
+#
+#    .. literalinclude:: /../opguide/triton_rms_norm.py
+#       :language: python
+#       :caption: opguide/triton_rms_norm.py
+#
+# .. dropdown:: opguide/backends.py
+#
+#    .. literalinclude:: /../opguide/backends.py
+#       :language: python
+#       :caption: opguide/backends.py

@@ -332,3 +332,45 @@ for bad in [
 #   loop over any row length. Float64 is C++/CUDA only.
 # * **Speed**: measured on a GPU by the performance chapter; on CPU the Triton
 #   route is the interpreter, a correctness tool.
+
+# %%
+# The files of this step, whole
+# -----------------------------
+# The page above showed parts of these files; here each one is whole, as it
+# is compiled and run.
+#
+# .. dropdown:: csrc/fused_add_rms_norm.h
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm.h
+#       :language: cpp
+#       :caption: csrc/fused_add_rms_norm.h
+#
+# .. dropdown:: csrc/fused_add_rms_norm_checks.cpp
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm_checks.cpp
+#       :language: cpp
+#       :caption: csrc/fused_add_rms_norm_checks.cpp
+#
+# .. dropdown:: csrc/fused_add_rms_norm_cpu.cpp
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm_cpu.cpp
+#       :language: cpp
+#       :caption: csrc/fused_add_rms_norm_cpu.cpp
+#
+# .. dropdown:: csrc/fused_add_rms_norm.cuh
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm.cuh
+#       :language: cuda
+#       :caption: csrc/fused_add_rms_norm.cuh
+#
+# .. dropdown:: csrc/fused_add_rms_norm_cuda.cu
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm_cuda.cu
+#       :language: cuda
+#       :caption: csrc/fused_add_rms_norm_cuda.cu
+#
+# .. dropdown:: opguide/fused_add_rms_norm.py
+#
+#    .. literalinclude:: /../opguide/fused_add_rms_norm.py
+#       :language: python
+#       :caption: opguide/fused_add_rms_norm.py

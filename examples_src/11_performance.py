@@ -52,15 +52,15 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 from opguide import benchmark
+from opguide.compile_checks import source_root  # noqa: E402
 
-ROOT = Path.cwd().parent  # scripts run from examples_src/
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
 
 for pass_name, model in benchmark.BYTES_MODEL.items():
     print(

@@ -144,7 +144,9 @@ for key in ("CPU:", "PrivateUse1:"):
 # backend is built, loaded and used in child processes, and the page prints
 # what they print.
 # sphinx-gallery runs this script from examples_src/; so does the test suite.
-ROOT = Path.cwd().parent
+from opguide.compile_checks import source_root  # noqa: E402
+
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
 DISPATCHER_SRC = ROOT / "csrc" / "dispatcher"
 
 
@@ -330,3 +332,33 @@ print(child.stderr)
 child = run_child(CPU_OVERRIDE_CHILD, OPGUIDE_OVERRIDE_NAIVE_NEG="1")
 print("exit status:", child.returncode)
 print(child.stderr.strip().splitlines()[-1])
+
+# %%
+# The files of this step, whole
+# -----------------------------
+# The page above showed parts of these files; here each one is whole, as it
+# is compiled and run.
+#
+# .. dropdown:: csrc/dispatcher/override_switches.h
+#
+#    .. literalinclude:: /../csrc/dispatcher/override_switches.h
+#       :language: cpp
+#       :caption: csrc/dispatcher/override_switches.h
+#
+# .. dropdown:: csrc/dispatcher/cpu_override.cpp
+#
+#    .. literalinclude:: /../csrc/dispatcher/cpu_override.cpp
+#       :language: cpp
+#       :caption: csrc/dispatcher/cpu_override.cpp
+#
+# .. dropdown:: csrc/dispatcher/hostdev_backend.cpp
+#
+#    .. literalinclude:: /../csrc/dispatcher/hostdev_backend.cpp
+#       :language: cpp
+#       :caption: csrc/dispatcher/hostdev_backend.cpp
+#
+# .. dropdown:: csrc/dispatcher/hostdev_demo.py
+#
+#    .. literalinclude:: /../csrc/dispatcher/hostdev_demo.py
+#       :language: python
+#       :caption: csrc/dispatcher/hostdev_demo.py

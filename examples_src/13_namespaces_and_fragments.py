@@ -64,7 +64,9 @@ from torch.utils.cpp_extension import load
 from opguide._debug_build import print_build_settings, registered_operators
 
 # sphinx-gallery runs this script from examples_src/; so does the test suite.
-ROOT = Path.cwd().parent
+from opguide.compile_checks import source_root  # noqa: E402
+
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
 SRC = ROOT / "csrc" / "dispatcher"
 
 
@@ -133,8 +135,8 @@ print(textwrap.fill(what.strip(), width=100, break_long_words=False, break_on_hy
 # The error names the namespace, both source locations, and the two ways out.
 # The same error appears when one library is simply loaded twice under two
 # file names, for example the installed package and a JIT build of the same
-# sources. That is why the earlier steps of this guide compile ``csrc/`` with
-# ``-DOPGUIDE_NAMESPACE=opguide_jit`` (see ``csrc/registration.h``).
+# sources. That is why the JIT builds of steps 2 and 3 compile their own
+# files, under their own namespace ``opguide_minimal``, rather than opguide's.
 #
 # Fix 1: distinct namespaces
 # --------------------------
@@ -183,3 +185,27 @@ print_build_settings()
 # ``build/jit/``. Deleting such a folder forces a clean rebuild.
 print("this page's builds:", sorted(p.name for p in (ROOT / "build" / "jit").glob("opguide_mm*")))
 print("TORCH_EXTENSIONS_DIR =", os.environ.get("TORCH_EXTENSIONS_DIR"))
+
+# %%
+# The files of this step, whole
+# -----------------------------
+# The page above showed parts of these files; here each one is whole, as it
+# is compiled and run.
+#
+# .. dropdown:: csrc/dispatcher/matmul_library.h
+#
+#    .. literalinclude:: /../csrc/dispatcher/matmul_library.h
+#       :language: cpp
+#       :caption: csrc/dispatcher/matmul_library.h
+#
+# .. dropdown:: csrc/dispatcher/matmul_naive.cpp
+#
+#    .. literalinclude:: /../csrc/dispatcher/matmul_naive.cpp
+#       :language: cpp
+#       :caption: csrc/dispatcher/matmul_naive.cpp
+#
+# .. dropdown:: csrc/dispatcher/matmul_tiled.cpp
+#
+#    .. literalinclude:: /../csrc/dispatcher/matmul_tiled.cpp
+#       :language: cpp
+#       :caption: csrc/dispatcher/matmul_tiled.cpp

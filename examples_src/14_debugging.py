@@ -33,13 +33,13 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import torch
 
 import opguide
+from opguide.compile_checks import source_root  # noqa: E402
 
-ROOT = Path.cwd().parent  # scripts run from examples_src/
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
 FAILING_CALL = """
     import torch, opguide
     x, w = torch.ones(2, 8, dtype=torch.int32), torch.ones(8)
@@ -277,3 +277,33 @@ else:
         f"No recording is present yet: {RECORDING.relative_to(ROOT)} does not exist, so\n"
         "there are no GPU outputs to show. Run tools/record_gpu_debug.py on a GPU machine."
     )
+
+# %%
+# The files of this step, whole
+# -----------------------------
+# The page above showed parts of these files; here each one is whole, as it
+# is compiled and run.
+#
+# .. dropdown:: tools/gpu_debug/saxpy.cu
+#
+#    .. literalinclude:: /../tools/gpu_debug/saxpy.cu
+#       :language: cuda
+#       :caption: tools/gpu_debug/saxpy.cu
+#
+# .. dropdown:: tools/gpu_debug/oob_write.cu
+#
+#    .. literalinclude:: /../tools/gpu_debug/oob_write.cu
+#       :language: cuda
+#       :caption: tools/gpu_debug/oob_write.cu
+#
+# .. dropdown:: tools/gpu_debug/shared_race.cu
+#
+#    .. literalinclude:: /../tools/gpu_debug/shared_race.cu
+#       :language: cuda
+#       :caption: tools/gpu_debug/shared_race.cu
+#
+# .. dropdown:: tools/gpu_debug/async_error.py
+#
+#    .. literalinclude:: /../tools/gpu_debug/async_error.py
+#       :language: python
+#       :caption: tools/gpu_debug/async_error.py

@@ -7,6 +7,7 @@
   page shows: each ``.. literalinclude::`` becomes a code block with the file's
   text (read with Sphinx's own reader, so the options mean what they mean on
   the page), and a ``.. dropdown::`` becomes a bold title over its body.
+* viewcode's pages of opguide's modules show marker lines as blank lines.
 * ``_generated/opguide-source.tar.gz``: an archive of this source tree made at
   build time, offered on the landing page.
 """
@@ -102,6 +103,7 @@ def markdown_with_code(markdown: str, srcdir: Path, config) -> str:
             j += 1
         if name == "dropdown":
             body = textwrap.dedent("\n".join(lines[j:end]))
+            body = markdown_with_code(body, srcdir, config)  # directives inside it
             out += [f"{indent}**{arg}**", ""]
             out += [indent + line if line else line for line in body.split("\n")]
         else:
@@ -168,8 +170,26 @@ def write_source_archive(app: Sphinx) -> None:
     target.write_bytes(buffer.getvalue())
 
 
+def viewcode_source(app: Sphinx, modname: str):
+    """The source that viewcode shows for opguide's modules, marker lines blanked.
+
+    Blank lines instead of removed ones keep every definition on its line, so
+    viewcode's links from the API reference still land on it.
+    """
+    if modname != "opguide" and not modname.startswith("opguide."):
+        return None
+    from sphinx.pycode import ModuleAnalyzer
+
+    analyzer = ModuleAnalyzer.for_module(modname)
+    analyzer.find_tags()
+    lines = analyzer.code.split("\n")
+    code = "\n".join("" if MARKER_LINE.match(line) else line for line in lines)
+    return code, analyzer.tags
+
+
 def setup(app: Sphinx) -> dict:
     app.add_directive("literalinclude", MarkerFreeLiteralInclude, override=True)
+    app.connect("viewcode-find-source", viewcode_source)
     # After sphinx-gallery (priority 500) has written the notebooks.
     app.connect("builder-inited", rewrite_gallery_notebooks, priority=900)
     app.connect("builder-inited", write_source_archive, priority=900)

@@ -1,0 +1,154 @@
+"""Checks of the built site (``docs/_build/html``): what a reader sees and downloads.
+
+The README's docs command builds the site before its test command runs, so in
+CI these tests read the site that was just built. Without a built site they
+skip, saying so.
+
+* no rendered code block carries a marker comment (``// [name]``), and no page
+  shows ``OPGUIDE_LIBRARY``: shown code registers with plain ``TORCH_LIBRARY``;
+* steps 2 and 3 show a complete minimal kernel file, includes first;
+* the downloadable notebooks carry the code their pages show, never a
+  ``literalinclude`` directive;
+* the source archive offered on the landing page holds the project.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = ROOT / "docs" / "_build" / "html"
+MARKER = re.compile(r"^\s*(?://|#)\s*\[[A-Za-z0-9_-]+\]\s*$", re.MULTILINE)
+PRE = re.compile(r"<pre[^>]*>(.*?)</pre>", re.DOTALL)
+TAG = re.compile(r"<[^>]+>")
+CAPTIONED = re.compile(
+    r'<div class="code-block-caption"><span class="caption-text">(.*?)</span>'
+    r".*?<pre[^>]*>(.*?)</pre>",
+    re.DOTALL,
+)
+
+pytestmark = pytest.mark.skipif(
+    not (SITE / "index.html").is_file(),
+    reason="the site is not built (run the README's docs command first)",
+)
+
+
+def pages() -> list[Path]:
+    return sorted(p for p in SITE.rglob("*.html") if "_static" not in p.parts)
+
+
+def code_blocks(page: Path) -> list[str]:
+    """The text of every code block of a page, as a reader sees it."""
+    return [html.unescape(TAG.sub("", block)) for block in PRE.findall(page.read_text())]
+
+
+def captioned_blocks(page: Path) -> dict[str, str]:
+    """{caption: code} for the code blocks that carry a caption (a file path)."""
+    found = {}
+    for match in CAPTIONED.finditer(page.read_text()):
+        found[html.unescape(TAG.sub("", match[1]))] = html.unescape(TAG.sub("", match[2]))
+    return found
+
+
+def test_no_marker_comment_in_rendered_code():
+    leaks = []
+    for page in pages():
+        for block in code_blocks(page):
+            for line in MARKER.findall(block):
+                leaks.append(f"{page.relative_to(SITE)}: {line.strip()}")
+    assert not leaks, "marker comments shown to readers:\n" + "\n".join(leaks[:20])
+
+
+def test_no_page_shows_the_old_registration_macros():
+    shown = [str(p.relative_to(SITE)) for p in pages() if "OPGUIDE_LIBRARY" in p.read_text()]
+    assert not shown, f"pages that show OPGUIDE_LIBRARY: {shown}"
+
+
+@pytest.mark.parametrize(
+    "page, files",
+    [
+        ("auto_examples/02_cpp_cpu_kernel.html", ["csrc/minimal/rms_norm_minimal.cpp"]),
+        (
+            "auto_examples/03_cuda_kernel.html",
+            ["csrc/minimal/rms_norm_minimal.cuh", "csrc/minimal/rms_norm_minimal_cuda.cu"],
+        ),
+    ],
+)
+def test_steps_2_and_3_show_a_complete_minimal_kernel(page, files):
+    blocks = captioned_blocks(SITE / page)
+    for name in files:
+        assert name in blocks, f"{page} shows no block captioned {name}: {sorted(blocks)}"
+        shown = blocks[name]
+        assert shown.strip() == (ROOT / name).read_text().strip(), f"{name} is not shown whole"
+        code = [line for line in shown.splitlines() if line and not line.startswith("//")]
+        assert code[0].startswith("#"), f"{name} does not start with its includes"
+        assert "TORCH_LIBRARY" in shown or name.endswith(".cuh")
+
+
+def test_downloaded_notebooks_carry_code_not_directives():
+    notebooks = sorted((SITE / "_downloads").rglob("*.ipynb"))
+    assert len(notebooks) >= 15, f"expected a notebook per gallery step, found {len(notebooks)}"
+    for notebook in notebooks:
+        cells = json.loads(notebook.read_text())["cells"]
+        text = "\n".join("".join(cell["source"]) for cell in cells)
+        assert "literalinclude" not in text, f"{notebook.name} holds a literalinclude directive"
+        assert not MARKER.search(text), f"{notebook.name} holds a marker comment"
+    step2 = next(n for n in notebooks if n.name == "02_cpp_cpu_kernel.ipynb")
+    text = step2.read_text()
+    assert "TORCH_LIBRARY(opguide_minimal, m)" in text, "step 2's notebook lacks the shown file"
+
+
+def test_source_archive_holds_the_project():
+    archives = sorted((SITE / "_downloads").rglob("opguide-source.tar.gz"))
+    assert archives, "no source archive among the downloads"
+    with tarfile.open(archives[0]) as tar:
+        names = set(tar.getnames())
+    for needed in ["setup.py", "pyproject.toml", "csrc/opguide.cpp", "template/copier.yml"]:
+        assert f"opguide/{needed}" in names, f"the archive lacks {needed}"
+    assert not any("/build/" in n or n.endswith(".so") for n in names), "build output in archive"
+    index = (SITE / "index.html").read_text()
+    assert "opguide-source.tar.gz" in index, "the landing page does not offer the archive"
+
+
+# The guide's machinery (benchmark, build information, debug builds, the
+# machine-code tests): pages quote what they need of these, whole files are
+# not the point there.
+MACHINERY = {
+    "opguide/benchmark.py",
+    "opguide/buildinfo.py",
+    "opguide/_debug_build.py",
+    "tests/test_compile_checks.py",
+}
+INCLUDE = re.compile(r"literalinclude:: /\.\./(\S+)")
+
+
+def test_every_file_a_step_shows_is_shown_whole_somewhere():
+    """A file that a step quotes appears whole, captioned with its path, on some page."""
+    quoted = set()
+    for script in sorted((ROOT / "examples_src").glob("[0-9][0-9]_*.py")):
+        quoted |= {p for p in INCLUDE.findall(script.read_text()) if not p.startswith("build/")}
+    whole = {}
+    for page in pages():
+        whole.update(captioned_blocks(page))
+    missing, differ = [], []
+    for path in sorted(quoted - MACHINERY):
+        if path not in whole:
+            missing.append(path)
+        elif whole[path].strip() != MARKER.sub("", (ROOT / path).read_text()).strip():
+            # the marker lines are dropped from the shown file
+            shown = [line for line in whole[path].splitlines() if line.strip()]
+            source = [
+                line
+                for line in (ROOT / path).read_text().splitlines()
+                if line.strip() and not MARKER.match(line)
+            ]
+            if shown != source:
+                differ.append(path)
+    assert not missing, f"quoted but never shown whole with its path as caption: {missing}"
+    assert not differ, f"shown under their path but not whole: {differ}"
