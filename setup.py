@@ -10,7 +10,9 @@ Environment switches (read at build time):
     ``1`` compiles with ``-O0 -g`` (and ``-G`` for device code).
 ``TORCH_CUDA_ARCH_LIST``
     GPU architectures to compile for, e.g. ``"8.0;9.0"``; read by
-    :class:`torch.utils.cpp_extension.BuildExtension` itself.
+    :class:`torch.utils.cpp_extension.BuildExtension` itself. Unset, torch
+    takes the architectures of the visible GPUs; with none visible,
+    :data:`DEFAULT_ARCH_LIST`.
 ``MAX_JOBS``
     Parallel compile jobs for ninja; read by ``BuildExtension`` itself.
 
@@ -39,6 +41,10 @@ CSRC = os.path.join("csrc")
 # py_limited_api=True makes torch define Py_LIMITED_API for CPython 3.10, the
 # oldest Python torch supports; the wheel's tag says the same (cp310-abi3).
 LIMITED_API_TAG = "cp310"
+# When no GPU is visible torch has no architecture to pick: Ampere (A100; its
+# code also runs on RTX 30/40), Hopper (H100/H200), and PTX for newer GPUs.
+# The kernels use cp.async, so nothing older than sm_80.
+DEFAULT_ARCH_LIST = "8.0;9.0+PTX"
 
 
 def _flag(name: str) -> bool | None:
@@ -85,6 +91,10 @@ def make_extension():
     # library can target the stable ABI and one wheel serves every CPython >= 3.10.
     cxx = ["-O0", "-g"] if debug else ["-O3"]
     nvcc = ["-O0", "-g", "-G"] if debug else ["-O3", "-lineinfo"]
+
+    if use_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
+        os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_ARCH_LIST
+        print(f"setup.py: no GPU visible, so TORCH_CUDA_ARCH_LIST={DEFAULT_ARCH_LIST}")
 
     kind = CUDAExtension if use_cuda else CppExtension
     extra = {"cxx": cxx, "nvcc": nvcc} if use_cuda else {"cxx": cxx}

@@ -164,13 +164,13 @@ for path in sorted(PROJECT.rglob("*")):
 #
 # .. literalinclude:: /../build/your_own_operator/myops/csrc/myops.cpp
 #    :language: cpp
-#    :caption: csrc/myops.cpp
+#    :caption: myops/csrc/myops.cpp
 #
 # The checks that the CPU and CUDA kernels share:
 #
 # .. literalinclude:: /../build/your_own_operator/myops/csrc/silu_mul.h
 #    :language: cpp
-#    :caption: csrc/silu_mul.h
+#    :caption: myops/csrc/silu_mul.h
 #
 # The CPU kernels. ``AT_DISPATCH_FLOATING_TYPES_AND2`` instantiates them for
 # float32, float64, float16 and bfloat16; the arithmetic runs in
@@ -178,71 +178,71 @@ for path in sorted(PROJECT.rglob("*")):
 #
 # .. literalinclude:: /../build/your_own_operator/myops/csrc/silu_mul_cpu.cpp
 #    :language: cpp
-#    :caption: csrc/silu_mul_cpu.cpp
+#    :caption: myops/csrc/silu_mul_cpu.cpp
 #
 # The CUDA kernels, torch-free, and their torch side: the device guard, the
 # current stream, the dtype dispatch and the launch check:
 #
 # .. literalinclude:: /../build/your_own_operator/myops/csrc/silu_mul.cuh
 #    :language: cuda
-#    :caption: csrc/silu_mul.cuh
+#    :caption: myops/csrc/silu_mul.cuh
 #
 # .. literalinclude:: /../build/your_own_operator/myops/csrc/silu_mul_cuda.cu
 #    :language: cuda
-#    :caption: csrc/silu_mul_cuda.cu
+#    :caption: myops/csrc/silu_mul_cuda.cu
 #
 # The Python side: the checked entry point, the fake kernels and the
 # autograd formula, which calls the backward operator:
 #
 # .. literalinclude:: /../build/your_own_operator/myops/myops/ops.py
 #    :language: python
-#    :caption: myops/ops.py
+#    :caption: myops/myops/ops.py
 #
 # The build, and the package:
 #
 # .. literalinclude:: /../build/your_own_operator/myops/setup.py
 #    :language: python
-#    :caption: setup.py
+#    :caption: myops/setup.py
 #
 # .. literalinclude:: /../build/your_own_operator/myops/pyproject.toml
 #    :language: toml
-#    :caption: pyproject.toml
+#    :caption: myops/pyproject.toml
 #
 # The tests:
 #
 # .. literalinclude:: /../build/your_own_operator/myops/tests/test_silu_mul.py
 #    :language: python
-#    :caption: tests/test_silu_mul.py
+#    :caption: myops/tests/test_silu_mul.py
 #
 # .. dropdown:: The other generated files
 #
 #    .. literalinclude:: /../build/your_own_operator/myops/myops/__init__.py
 #       :language: python
-#       :caption: myops/__init__.py
+#       :caption: myops/myops/__init__.py
 #
 #    .. literalinclude:: /../build/your_own_operator/myops/myops/_checks.py
 #       :language: python
-#       :caption: myops/_checks.py
+#       :caption: myops/myops/_checks.py
 #
 #    .. literalinclude:: /../build/your_own_operator/myops/myops/reference.py
 #       :language: python
-#       :caption: myops/reference.py
+#       :caption: myops/myops/reference.py
 #
 #    .. literalinclude:: /../build/your_own_operator/myops/myops/triton_silu_mul.py
 #       :language: python
-#       :caption: myops/triton_silu_mul.py
+#       :caption: myops/myops/triton_silu_mul.py
 #
 #    .. literalinclude:: /../build/your_own_operator/myops/tests/conftest.py
 #       :language: python
-#       :caption: tests/conftest.py
+#       :caption: myops/tests/conftest.py
 #
 #    .. literalinclude:: /../build/your_own_operator/myops/tools/check_cuda_compiles.py
 #       :language: python
-#       :caption: tools/check_cuda_compiles.py
+#       :caption: myops/tools/check_cuda_compiles.py
 #
 #    .. literalinclude:: /../build/your_own_operator/myops/README.md
 #       :language: markdown
-#       :caption: README.md
+#       :caption: myops/README.md
 #
 # Building it
 # -----------

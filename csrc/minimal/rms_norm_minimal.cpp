@@ -25,7 +25,10 @@ void rms_norm_rows(const scalar_t* x, const scalar_t* weight, scalar_t* y, int64
     const scalar_t* xr = x + row * n;
     scalar_t* yr = y + row * n;
     acc_t sum_sq = 0;
-    for (int64_t j = 0; j < n; ++j) sum_sq += static_cast<acc_t>(xr[j]) * static_cast<acc_t>(xr[j]);
+    for (int64_t j = 0; j < n; ++j) {
+      const acc_t v = static_cast<acc_t>(xr[j]);
+      sum_sq += v * v;
+    }
     const acc_t inv_rms = acc_t(1) / std::sqrt(sum_sq / acc_t(n) + acc_t(eps));
     for (int64_t j = 0; j < n; ++j) {
       yr[j] = static_cast<scalar_t>(static_cast<acc_t>(xr[j]) * inv_rms *
@@ -35,7 +38,8 @@ void rms_norm_rows(const scalar_t* x, const scalar_t* weight, scalar_t* y, int64
 }
 
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  TORCH_CHECK_TYPE(at::isFloatingType(x.scalar_type()) && weight.scalar_type() == x.scalar_type(),
+  TORCH_CHECK_TYPE(at::isFloatingType(x.scalar_type()) &&
+                       weight.scalar_type() == x.scalar_type(),
                    "rms_norm: x and weight must be floating point, of one dtype");
   TORCH_CHECK_VALUE(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1),
                     "rms_norm: weight must have shape (N,) for x of shape (..., N)");
@@ -48,7 +52,8 @@ at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double ep
   if (m == 0) return y;
   // At least GRAIN_SIZE elements per task: small inputs stay on one thread.
   const int64_t grain_rows = std::max<int64_t>(1, at::internal::GRAIN_SIZE / n);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, xc.scalar_type(), "rms_norm_cpu", [&] {
+  const auto dtype = xc.scalar_type();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "rms_norm_cpu", [&] {
     at::parallel_for(0, m, grain_rows, [&](int64_t begin, int64_t end) {
       rms_norm_rows<scalar_t>(xc.const_data_ptr<scalar_t>(), wc.const_data_ptr<scalar_t>(),
                               y.mutable_data_ptr<scalar_t>(), begin, end, n, eps);

@@ -30,7 +30,8 @@ __global__ void rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ w
     if (threadIdx.x < active) partial[threadIdx.x] += partial[threadIdx.x + active];
     __syncthreads();
   }
-  const Acc inv_rms = Acc(1) / sqrt(partial[0] / static_cast<Acc>(n) + static_cast<Acc>(eps));
+  const Acc mean_sq = partial[0] / static_cast<Acc>(n);
+  const Acc inv_rms = Acc(1) / sqrt(mean_sq + static_cast<Acc>(eps));
   for (int64_t j = threadIdx.x; j < n; j += kThreads) {
     y[offset + j] = static_cast<T>(static_cast<Acc>(x[offset + j]) * inv_rms *
                                    static_cast<Acc>(weight[j]));
@@ -39,10 +40,11 @@ __global__ void rms_norm_kernel(const T* __restrict__ x, const T* __restrict__ w
 
 // m rows of n elements; returns the launch's error code.
 template <typename T, typename Acc>
-cudaError_t launch_rms_norm(const T* x, const T* weight, T* y, int64_t m, int64_t n, double eps,
-                            cudaStream_t stream) {
+cudaError_t launch_rms_norm(const T* x, const T* weight, T* y, int64_t m, int64_t n,
+                            double eps, cudaStream_t stream) {
   if (m == 0) return cudaSuccess;
-  rms_norm_kernel<T, Acc><<<static_cast<unsigned int>(m), kThreads, 0, stream>>>(x, weight, y, n, eps);
+  const unsigned int blocks = static_cast<unsigned int>(m);  // one per row
+  rms_norm_kernel<T, Acc><<<blocks, kThreads, 0, stream>>>(x, weight, y, n, eps);
   return cudaGetLastError();
 }
 

@@ -17,7 +17,8 @@
 namespace opguide_minimal {
 
 at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  TORCH_CHECK_TYPE(at::isFloatingType(x.scalar_type()) && weight.scalar_type() == x.scalar_type(),
+  TORCH_CHECK_TYPE(at::isFloatingType(x.scalar_type()) &&
+                       weight.scalar_type() == x.scalar_type(),
                    "rms_norm: x and weight must be floating point, of one dtype");
   TORCH_CHECK_VALUE(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1),
                     "rms_norm: weight must have shape (N,) for x of shape (..., N)");
@@ -33,10 +34,11 @@ at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double e
   TORCH_CHECK_VALUE(m <= std::numeric_limits<int32_t>::max(), "rms_norm: too many rows");
   // at::Half and at::BFloat16 convert to and from float on the device, so
   // the kernel takes them as they are.
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, xc.scalar_type(), "rms_norm_cuda", [&] {
+  const auto dtype = xc.scalar_type();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "rms_norm_cuda", [&] {
     const cudaError_t err = launch_rms_norm<scalar_t, at::opmath_type<scalar_t>>(
-        xc.const_data_ptr<scalar_t>(), wc.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(),
-        m, n, eps, c10::cuda::getCurrentCUDAStream());
+        xc.const_data_ptr<scalar_t>(), wc.const_data_ptr<scalar_t>(),
+        y.mutable_data_ptr<scalar_t>(), m, n, eps, c10::cuda::getCurrentCUDAStream());
     C10_CUDA_CHECK(err);
   });
   return y;

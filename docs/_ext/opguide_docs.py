@@ -189,6 +189,7 @@ def viewcode_source(app: Sphinx, modname: str):
 
 def setup(app: Sphinx) -> dict:
     app.add_directive("literalinclude", MarkerFreeLiteralInclude, override=True)
+    app.setup_extension("sphinx.ext.viewcode")  # defines the event connected here
     app.connect("viewcode-find-source", viewcode_source)
     # After sphinx-gallery (priority 500) has written the notebooks.
     app.connect("builder-inited", rewrite_gallery_notebooks, priority=900)
