@@ -61,6 +61,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -82,7 +83,9 @@ def shown(text: str) -> str:
 
 def run(command: list[str], cwd: Path, show: str | None = None) -> str:
     """Runs a command as a reader would type it; prints it, returns its output."""
-    print("$", show or shlex.join(shown(c) for c in command))
+    typed = show or shlex.join(shown(c) for c in command)
+    # Long commands print on several lines, as a shell accepts them.
+    print("$", " \\\n    ".join(textwrap.wrap(typed, 80, break_on_hyphens=False)))
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     output = shown(proc.stdout + proc.stderr)
@@ -102,7 +105,7 @@ for answer in ["package=myops", "op_name=silu_mul", "route=cpp", "kind=elementwi
     data += ["--data", answer]
 copier_copy = [sys.executable, "-m", "copier", "copy", "--quiet", "--defaults", *data]
 shown_command = " ".join(["copier copy --defaults", *data, "path/to/opguide/template myops"])
-run([*copier_copy, str(ROOT / "template"), "myops"], cwd=WORK, show=shown_command)
+rendered = run([*copier_copy, str(ROOT / "template"), "myops"], cwd=WORK, show=shown_command)
 
 # %%
 # What it wrote
@@ -252,7 +255,7 @@ for path in sorted(PROJECT.rglob("*")):
 # installed already). With a CUDA build of torch and nvcc, ``setup.py`` also
 # builds the CUDA kernel.
 pip = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", "."]
-run(pip, cwd=PROJECT, show='pip install --no-build-isolation --no-deps -e "."')
+build_log = run(pip, cwd=PROJECT, show='pip install --no-build-isolation --no-deps -e "."')
 built = sorted(p.name for p in (PROJECT / "myops").glob("_C.*"))
 print("built:", built)
 print(f"torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}")
@@ -325,7 +328,7 @@ print("torch.compile(fullgraph=True): same values")
 # what makes RMSNorm's kernels fast, when your operator needs that.
 #
 # Removing the project from this environment again:
-run(
+removed = run(
     [sys.executable, "-m", "pip", "uninstall", "-y", "myops"],
     cwd=WORK,
     show="pip uninstall -y myops",
