@@ -57,6 +57,18 @@ def _flag(name: str) -> bool | None:
     return value == "1"
 
 
+def _has_cudart(toolkit: str) -> bool:
+    """Whether the toolkit holds the CUDA runtime that CUDAExtension links (-lcudart)."""
+    folders = (
+        "lib64",
+        "lib",
+        os.path.join("targets", "x86_64-linux", "lib"),
+        os.path.join("lib", "x64"),
+    )
+    names = ("libcudart.so", "cudart.lib")
+    return any(os.path.exists(os.path.join(toolkit, f, n)) for f in folders for n in names)
+
+
 def _want_cuda() -> bool:
     requested = _flag("USE_CUDA")
     torch_has_gpu = torch.version.cuda is not None or torch.version.hip is not None
@@ -69,6 +81,11 @@ def _want_cuda() -> bool:
         problems.append(f"torch {torch.__version__} was built without CUDA or ROCm")
     if toolkit is None:
         problems.append("no CUDA/ROCm toolkit was found (set CUDA_HOME)")
+    elif torch.version.cuda is not None and not _has_cudart(toolkit):
+        problems.append(
+            f"the CUDA toolkit at {toolkit} has nvcc but no CUDA runtime library "
+            "(libcudart) to link with (set CUDA_HOME to a complete toolkit)"
+        )
     if not cu_sources:
         problems.append("there are no csrc/*.cu sources")
     if problems:
