@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
     }
   } else {
     // All loads are issued before the first addition, as in the forward
-    // kernel (step 11, story 13).
+    // kernel (step 11).
 #pragma unroll
     for (int j = 0; j < kRegVecs; ++j) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;

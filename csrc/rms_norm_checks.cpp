@@ -28,8 +28,8 @@ std::string dtype_name(at::ScalarType t) {
 
 // Messages are assembled from strings only (std::to_string, snprintf): on one
 // GPU machine with torch 2.11, streaming an integer into the message from
-// this library crashed inside libstdc++ (see the closing note of the CUDA
-// issue); strings take a path that does not involve locale facets.
+// this library crashed inside libstdc++; strings take a path that does not
+// involve locale facets.
 std::string number_str(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", v);

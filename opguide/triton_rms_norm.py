@@ -156,7 +156,7 @@ def _rms_norm_fwd_kernel(
     cols = tl.arange(0, BLOCK_N)[None, :]
     mask = (rows < M) & (cols < N)
     # No cache hints: eviction_policy="evict_first" on x and y cost 3-5 points
-    # of the copy when L2 holds other data (step 11, story 12).
+    # of the copy when L2 holds other data (step 11).
     x = tl.load(x_ptr + rows * N + cols, mask=mask, other=0.0)
     # The weight is loaded now, so that its load overlaps the reduction.
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
