@@ -14,12 +14,17 @@ from .backends import resolve_backend
 _FLOATING = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
-def _check_rms_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+def _check_rms_norm_args(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, *, autocast: bool = False
+) -> None:
     """Raises a clear error for arguments the kernels do not accept.
 
     The wording matches the C++ checks in ``csrc/rms_norm.h``, so an error
     reads the same in eager mode, under ``torch.compile`` and from
-    ``torch.ops.opguide.rms_norm`` called directly.
+    ``torch.ops.opguide.rms_norm`` called directly. With ``autocast=True``
+    (an autocast region is active on the device of ``x``) ``x`` and ``weight``
+    may differ in floating dtype: the autocast kernel casts both to float32
+    before any kernel runs.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"rms_norm: x must be a torch.Tensor, got {type(x).__name__}")
@@ -30,7 +35,7 @@ def _check_rms_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float) -> N
             "rms_norm: x must be a floating-point tensor (float32, float16, bfloat16 "
             f"or float64), got {x.dtype}"
         )
-    if weight.dtype != x.dtype:
+    if weight.dtype != x.dtype and not (autocast and weight.dtype in _FLOATING):
         raise TypeError(
             f"rms_norm: weight must have the dtype of x ({x.dtype}), got {weight.dtype}"
         )
@@ -87,7 +92,7 @@ def rms_norm(
         >>> y.shape
         torch.Size([4, 8])
     """
-    _check_rms_norm_args(x, weight, eps)
+    _check_rms_norm_args(x, weight, eps, autocast=torch.is_autocast_enabled(x.device.type))
     if resolve_backend("rms_norm", "rms_norm", backend, x) == "triton":
         return torch.ops.opguide.rms_norm_triton.default(x, weight, float(eps))
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
@@ -179,3 +184,73 @@ torch.library.register_autograd(
     "opguide::rms_norm", _rms_norm_backward, setup_context=_rms_norm_setup_context
 )
 # [autograd-rms-norm-inference-op-end]
+
+
+# [fake-rms-norm-out]
+@torch.library.register_fake("opguide::rms_norm.out")
+def _rms_norm_out_fake(x, weight, eps, *, out):
+    _check_rms_norm_args(x, weight, eps)
+    torch._check(out.shape == x.shape, lambda: "rms_norm: out must have the shape of x")
+    return out
+
+
+# [fake-rms-norm-out-end]
+
+
+# [vmap-rms-norm]
+# torch.vmap calls these rules with the batched dimension of each argument
+# (in_dims, None when an argument is not batched). The batch is just more rows
+# for the forward ops, so one call serves it when the weight is shared. A
+# weight per batch element, and the backward (whose grad_weight sums over
+# rows, which must stay per element), run one call per batch element.
+def _batch_first(t: torch.Tensor, bdim: int | None, size: int) -> torch.Tensor:
+    return t.movedim(bdim, 0) if bdim is not None else t.expand(size, *t.shape)
+
+
+def _vmap_by_loop(op, info, in_dims, *args):
+    outs = [
+        op(*[a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)])
+        for i in range(info.batch_size)
+    ]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.stack(o) for o in zip(*outs)), (0,) * len(outs[0])
+    return torch.stack(outs), 0
+
+
+def _rms_norm_vmap(info, in_dims, x, weight, eps):
+    x_bdim, w_bdim, _ = in_dims
+    if w_bdim is not None:
+        return _vmap_by_loop(torch.ops.opguide.rms_norm.default, info, in_dims, x, weight, eps)
+    x = _batch_first(x, x_bdim, info.batch_size)
+    return torch.ops.opguide.rms_norm.default(x, weight, eps), 0
+
+
+def _rms_norm_fwd_vmap(info, in_dims, x, weight, eps):
+    x_bdim, w_bdim, _ = in_dims
+    if w_bdim is not None:
+        return _vmap_by_loop(torch.ops.opguide.rms_norm_fwd.default, info, in_dims, x, weight, eps)
+    x = _batch_first(x, x_bdim, info.batch_size)
+    return torch.ops.opguide.rms_norm_fwd.default(x, weight, eps), (0, 0)
+
+
+def _rms_norm_backward_vmap(info, in_dims, grad_y, x, weight, inv_rms):
+    op = torch.ops.opguide.rms_norm_backward.default
+    return _vmap_by_loop(op, info, in_dims, grad_y, x, weight, inv_rms)
+
+
+torch.library.register_vmap("opguide::rms_norm", _rms_norm_vmap)
+torch.library.register_vmap("opguide::rms_norm_fwd", _rms_norm_fwd_vmap)
+torch.library.register_vmap("opguide::rms_norm_backward", _rms_norm_backward_vmap)
+# [vmap-rms-norm-end]
+
+
+# [autocast-rms-norm]
+# Under torch.autocast a norm runs in float32, as PyTorch's own layer_norm
+# does in a CUDA autocast region: both x and weight are cast to float32 (a
+# bfloat16 activation with a float32 weight is the usual pair), and the output
+# is float32; the next matmul casts it down again. Registered for CPU and
+# CUDA, so a model behaves the same on both.
+for _op in ("opguide::rms_norm", "opguide::rms_norm_fwd"):
+    for _device in ("cpu", "cuda"):
+        torch.library.register_autocast(_op, _device, torch.float32)
+# [autocast-rms-norm-end]

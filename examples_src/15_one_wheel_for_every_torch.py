@@ -1,0 +1,309 @@
+r"""
+Step 15: One wheel for every torch (the stable ABI)
+===================================================
+
+The library of steps 2 to 14 uses LibTorch's C++ API (``at::Tensor``,
+``TORCH_CHECK``, ``c10::cuda::getCurrentCUDAStream``). That API has no binary
+compatibility promise: a library built against one torch release calls C++
+functions by their mangled names, and the next release may rename, move or
+change them. The symptom is familiar: ``undefined symbol: _ZN3c10...`` after
+``pip install -U torch``, and one wheel to build per torch release.
+
+Since torch 2.10 PyTorch recommends the **LibTorch stable ABI** for new
+operators: headers under ``torch/csrc/stable/`` and ``torch/headeronly/``, and
+every call into torch made through a C shim whose functions keep their
+signatures. A library built against one torch loads into every later one, from
+the version it targets on.
+
+In this step you will learn:
+
+* how the running example's forward, CPU and CUDA, reads on the stable ABI,
+  and where it differs from the classic API;
+* how ``TORCH_TARGET_VERSION`` and ``py_limited_api`` give one wheel per
+  platform;
+* how to check a built library for C++ API symbols, and what the check finds
+  when one slips in;
+* that the same wheel, built here once, passes its tests under other torch
+  releases (recorded runs).
+
+The project lives in ``stable/`` beside the guide's library: a package
+``opguide_stable`` with one operator, ``opguide_stable::rms_norm``.
+"""
+
+# %%
+# The CPU kernel on the stable ABI
+# --------------------------------
+# Compare with :doc:`step 2 <02_cpp_cpu_kernel>`'s
+# ``csrc/minimal/rms_norm_minimal.cpp``: the loop is the same; what changes is
+# every place the file touches torch.
+#
+# .. literalinclude:: /../stable/csrc/rms_norm.cpp
+#    :language: cpp
+#    :caption: stable/csrc/rms_norm.cpp
+#
+# The checks both kernels share:
+#
+# .. literalinclude:: /../stable/csrc/rms_norm.h
+#    :language: cpp
+#    :caption: stable/csrc/rms_norm.h
+#
+# The CUDA kernel on the stable ABI
+# ---------------------------------
+# The device code is :doc:`step 3 <03_cuda_kernel>`'s torch-free header,
+# included as it is. Only the wrapper changes; compare with
+# ``csrc/minimal/rms_norm_minimal_cuda.cu``:
+#
+# .. literalinclude:: /../stable/csrc/rms_norm_cuda.cu
+#    :language: cuda
+#    :caption: stable/csrc/rms_norm_cuda.cu
+#
+# Side by side
+# ------------
+# .. list-table::
+#    :header-rows: 1
+#    :widths: 18 41 41
+#
+#    * - what
+#      - classic API (steps 2, 3)
+#      - stable ABI (this step)
+#    * - headers
+#      - ``ATen/ATen.h``, ``torch/library.h``, ``c10/cuda/*``
+#      - ``torch/csrc/stable/*``, ``torch/headeronly/*`` only
+#    * - tensor type
+#      - ``at::Tensor``
+#      - ``torch::stable::Tensor`` (a handle; each method is a C shim call)
+#    * - new tensors, ATen ops
+#      - ``at::empty_like``, ``x.contiguous()``
+#      - ``torch::stable::empty_like``, ``torch::stable::contiguous``: a
+#        small set in ``torch/csrc/stable/ops.h``, growing each release
+#    * - dtype dispatch
+#      - ``AT_DISPATCH_FLOATING_TYPES_AND2``
+#      - ``THO_DISPATCH_V2(dtype, name, lambda, types...)``, header-only
+#    * - accumulation type
+#      - ``at::opmath_type<scalar_t>``
+#      - written out (``acc_type`` in ``rms_norm.h``)
+#    * - checks
+#      - ``TORCH_CHECK``, ``TORCH_CHECK_TYPE``, ``TORCH_CHECK_VALUE``
+#        (Python sees ``RuntimeError``, ``TypeError``, ``ValueError``)
+#      - ``STD_TORCH_CHECK`` (a ``std::runtime_error``: Python sees
+#        ``RuntimeError``; typed errors belong in a Python wrapper)
+#    * - threads
+#      - ``at::parallel_for``
+#      - ``torch::stable::parallel_for``
+#    * - device and stream
+#      - ``c10::cuda::CUDAGuard``, ``getCurrentCUDAStream()``
+#      - ``torch::stable::accelerator::DeviceGuard``,
+#        ``aoti_torch_get_current_cuda_stream`` (C shim)
+#    * - launch check
+#      - ``C10_CUDA_CHECK``
+#      - ``STD_CUDA_CHECK``
+#    * - registration
+#      - ``TORCH_LIBRARY``, ``TORCH_LIBRARY_IMPL``, ``m.impl(name, &fn)``
+#      - ``STABLE_TORCH_LIBRARY``, ``STABLE_TORCH_LIBRARY_IMPL``,
+#        ``m.impl(name, TORCH_BOX(&fn))``
+#    * - build flags
+#      - none
+#      - ``-DTORCH_TARGET_VERSION=0x020b000000000000`` (torch 2.11: newer
+#        APIs fail to compile); ``py_limited_api=True``
+#    * - the wheel
+#      - one per (Python, torch) pair
+#      - ``cp310-abi3``: one per platform, for torch 2.11 and later
+#
+# The build
+# ---------
+# ``setup.py`` is the one of :doc:`step 6 <06_the_build>` with two additions:
+# the target version, and the CUDA file built with ``CppExtension`` (the
+# library links no torch CUDA library, so a CPU-only torch with nvcc can build
+# the CUDA kernel too):
+#
+# .. literalinclude:: /../stable/setup.py
+#    :language: python
+#    :caption: stable/setup.py
+#
+# .. literalinclude:: /../stable/pyproject.toml
+#    :language: toml
+#    :caption: stable/pyproject.toml
+#
+# The Python package loads the library and adds the fake kernel:
+#
+# .. literalinclude:: /../stable/opguide_stable/__init__.py
+#    :language: python
+#    :caption: stable/opguide_stable/__init__.py
+#
+# Building the wheel
+# ------------------
+# ``pip wheel`` builds it against the torch installed here (no build
+# isolation), then the wheel is installed into a folder of its own:
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from opguide import compile_checks
+
+ROOT = compile_checks.source_root()
+STABLE = ROOT / "stable"
+OUT = ROOT / "build" / "opguide_stable"
+shutil.rmtree(OUT, ignore_errors=True)
+print(f"torch {torch.__version__}, Python {sys.version.split()[0]}")
+start = time.perf_counter()
+build = subprocess.run(
+    [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+     str(STABLE), "-w", str(OUT / "dist")],
+    capture_output=True, text=True,
+)  # fmt: skip
+for line in build.stderr.splitlines():
+    if line.startswith("setup.py:"):
+        print(line.replace(str(ROOT) + "/", ""))
+if build.returncode != 0:
+    print(build.stdout[-3000:], build.stderr[-3000:])
+assert build.returncode == 0, "the stable-ABI wheel did not build"
+wheel = next((OUT / "dist").glob("*.whl"))
+print(f"built {wheel.name} in {time.perf_counter() - start:.0f} s")
+subprocess.run(
+    [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+     str(OUT / "site"), str(wheel)],
+    check=True,
+)  # fmt: skip
+library = next((OUT / "site" / "opguide_stable").glob("_C*.so"))
+
+# %%
+# The wheel's tag, ``cp310-abi3``, says "any CPython from 3.10 on". Nothing in
+# the name or the metadata pins a torch release beyond ``torch>=2.11``.
+#
+# What the library takes from torch
+# ---------------------------------
+# ``nm -D --undefined-only`` lists the symbols a library needs from elsewhere.
+# This small script sorts them: names from the C shim are fine, demangled
+# ``at::``/``c10::``/``torch::`` names tie the build to one torch:
+#
+# .. literalinclude:: /../stable/tools/check_abi.py
+#    :language: python
+#    :caption: stable/tools/check_abi.py
+sys.path.insert(0, str(STABLE / "tools"))
+import check_abi  # noqa: E402
+
+from opguide import _library  # noqa: E402
+
+for name, path in [("opguide_stable (stable ABI)", library), ("opguide._C (classic)", _library.library_path())]:  # fmt: skip
+    shim, cpp = check_abi.c_shim_symbols(str(path)), check_abi.torch_cpp_symbols(str(path))
+    print(f"{name:28} C shim: {len(shim):3}   C++ API: {len(cpp):3}")
+    for symbol in cpp[:3]:
+        print(f"{'':30}{symbol[:90]}")
+stable_cpp = check_abi.torch_cpp_symbols(str(library))
+assert not stable_cpp, f"the stable library uses the C++ API: {stable_cpp}"
+calls = [s for s in check_abi.c_shim_symbols(str(library)) if "_dtype_" not in s and "_type_" not in s]  # fmt: skip
+print("shim functions it calls (dtype and device constants left out):")
+print("  " + ", ".join(sorted(calls)))
+
+# %%
+# When a classic call slips in
+# ----------------------------
+# The easiest slip is a ``TORCH_CHECK`` (the classic macro) where
+# ``STD_TORCH_CHECK`` belongs. Here the CPU file is compiled twice more with
+# one check switched to the classic macro (and its header included). With
+# ``TORCH_TARGET_VERSION`` defined, torch's classic headers refuse to compile;
+# in a build that forgot the define, the file compiles, the library even works
+# with the torch it was built against, and the symbol check catches it:
+from torch.utils import cpp_extension  # noqa: E402
+
+probe_dir = OUT / "probe"
+probe_dir.mkdir(parents=True, exist_ok=True)
+text = (STABLE / "csrc" / "rms_norm.cpp").read_text()
+text = text.replace(
+    '#include "rms_norm.h"', '#include "rms_norm.h"\n#include <c10/util/Exception.h>'
+)
+text = text.replace("STD_TORCH_CHECK(x.is_cpu()", "TORCH_CHECK(x.is_cpu()", 1)
+(probe_dir / "rms_norm_probe.cpp").write_text(text)
+includes = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{STABLE / 'csrc'}"]
+lib_dir = cpp_extension.library_paths()[0]
+probe = probe_dir / "probe.so"
+
+
+def compile_probe(*defines: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["c++", "-shared", "-fPIC", "-O1", "-std=c++17", *defines, *includes,
+         str(probe_dir / "rms_norm_probe.cpp"), f"-L{lib_dir}", "-lc10", "-ltorch_cpu",
+         "-o", str(probe)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+
+
+with_define = compile_probe("-DTORCH_TARGET_VERSION=0x020b000000000000")
+errors = [line.split("error: ", 1)[1] for line in with_define.stderr.splitlines() if "error: " in line]  # fmt: skip
+print("with TORCH_TARGET_VERSION:", "compiled" if with_define.returncode == 0 else "compile error")
+for line in errors[:2]:
+    print("  ", line[:110])
+assert with_define.returncode != 0, "the classic header compiled under TORCH_TARGET_VERSION"
+without_define = compile_probe()
+assert without_define.returncode == 0, without_define.stderr[-3000:]
+found = check_abi.torch_cpp_symbols(str(probe))
+print(f"without it: compiled; probe.so needs {len(found)} C++ API symbol(s):")
+for symbol in found:
+    print("  ", symbol[:110])
+assert found, "the check missed a classic TORCH_CHECK"
+
+# %%
+# Its tests, from the wheel
+# -------------------------
+# The tests import only ``opguide_stable`` and torch, so they run wherever the
+# wheel is installed; here, with the torch it was built against:
+#
+# .. literalinclude:: /../stable/tests/test_opguide_stable.py
+#    :language: python
+#    :caption: stable/tests/test_opguide_stable.py
+run = subprocess.run(
+    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(STABLE / "tests")],
+    capture_output=True, text=True, cwd=OUT, env=dict(os.environ, PYTHONPATH=str(OUT / "site")),
+)  # fmt: skip
+summary = [line for line in run.stdout.splitlines() if " passed" in line or " failed" in line]
+print(summary[-1] if summary else run.stdout[-2000:])
+assert run.returncode == 0, run.stdout[-3000:]
+
+# %%
+# The same wheel under other torch releases
+# -----------------------------------------
+# The promise is about other releases, which this build does not have. A
+# wheel built against torch 2.13 (target 2.11, CPU and CUDA kernels) was
+# carried to other machines and its tests run there with
+# ``tools/record_stable_abi.py``; each line below is one recorded run:
+import json  # noqa: E402
+
+records = sorted((ROOT / "docs" / "recorded").glob("stable_abi_*.json"))
+print(f"{'built with':>16} {'target':>6} {'CUDA':>5}   {'ran with':>16} {'on':>24}   pytest")
+for path in records:
+    r = json.loads(path.read_text())
+    b, u = r["built_with"], r["run_with"]
+    print(
+        f"{b['torch']:>16} {b['target_version']:>6} {'yes' if b['cuda_kernel'] else 'no':>5}"
+        f"   {u['torch']:>16} {u['device'][:24]:>24}   {r['pytest_summary']} ({r['date'][:10]})"
+    )
+cross = [json.loads(p.read_text()) for p in records]
+different = [r for r in cross if r["run_with"]["torch"].split("+")[0] != r["built_with"]["torch"].split("+")[0]]  # fmt: skip
+print(
+    f"{len(different)} of {len(cross)} recorded runs used a torch other than the build's; "
+    f"{sum(r['pytest_exit_code'] == 0 for r in different)} passed."
+)
+
+# %%
+# What the stable ABI does not cover
+# ----------------------------------
+# * **The CUDA runtime.** The CUDA build links ``libcudart.so.13``; it loads
+#   into torch builds for CUDA 13.x, not into a CUDA 12 torch. One wheel per
+#   CUDA major version remains.
+# * **Older torch.** ``TORCH_TARGET_VERSION`` is a floor: the wheel needs the
+#   shim functions of 2.11 and loads into 2.11 and later, not into 2.10.
+# * **The API surface.** ``torch/csrc/stable/ops.h`` wraps a small set of ATen
+#   operators (``empty_like``, ``contiguous``, ``copy_``, ``sum``, ``matmul``,
+#   ...). Others can be called by name through ``torch_call_dispatcher``; the
+#   library above needs none.
+# * **The Python side.** Fake kernels, autograd and vmap rules are registered
+#   from Python (``torch.library``), exactly as for the classic library
+#   (:doc:`step 7 <07_the_tests>`, :doc:`step 8 <08_autograd>`).
+#
+# The project template of :doc:`step 17 <17_your_own_operator>` offers the
+# stable ABI as a choice (``abi=stable``).

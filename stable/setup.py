@@ -1,0 +1,130 @@
+"""Build ``opguide_stable._C`` on the LibTorch stable ABI: one wheel for every torch.
+
+The library includes only torch's stable headers and calls torch only through
+its C shim, so a build made against one torch loads into every later one (from
+``TORCH_TARGET_VERSION`` on). It has no Python module in it either, so with
+``py_limited_api`` the wheel is tagged ``cp310-abi3``: one wheel per platform,
+not one per Python and torch pair.
+
+Environment switches:
+
+``USE_CUDA``
+    ``1`` builds ``csrc/rms_norm_cuda.cu`` (it needs nvcc and the CUDA runtime
+    library, not a CUDA build of torch), ``0`` never does, unset builds it when
+    torch has CUDA and a toolkit is found.
+``TORCH_CUDA_ARCH_LIST``
+    GPU architectures; with no GPU visible and none given, ``8.0;9.0+PTX``.
+
+Build against the torch you have: ``pip wheel --no-build-isolation --no-deps .``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+import torch.utils.cpp_extension as cpp_extension
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# torch 2.11 (major << 56 | minor << 48): the headers then refuse to compile
+# the APIs that torch 2.11 does not have.
+TARGET = (2, 11)
+TORCH_TARGET_VERSION = f"0x{TARGET[0]:02x}{TARGET[1]:02x}000000000000"
+# The device code is the torch-free header of the guide's step 3.
+MINIMAL = os.path.join(HERE, os.pardir, "csrc", "minimal")
+DEFAULT_ARCH_LIST = "8.0;9.0+PTX"
+
+
+# torch looks for a CUDA toolkit only when torch itself was built with CUDA.
+# This library needs none of torch's CUDA libraries, only nvcc and the CUDA
+# runtime, so a CPU-only torch can build its CUDA kernel too: CUDA_HOME set,
+# or the toolkit of the nvcc on PATH.
+if cpp_extension.CUDA_HOME is None and os.environ.get("USE_CUDA") == "1":
+    cpp_extension.CUDA_HOME = cpp_extension._find_cuda_home()
+CUDA_HOME = cpp_extension.CUDA_HOME
+
+
+def _cudart_dir() -> str | None:
+    for folder in ("lib64", "lib", os.path.join("targets", "x86_64-linux", "lib")):
+        path = os.path.join(CUDA_HOME or "", folder)
+        if CUDA_HOME and os.path.exists(os.path.join(path, "libcudart.so")):
+            return path
+    return None
+
+
+def _want_cuda() -> bool:
+    requested = os.environ.get("USE_CUDA", "")
+    if requested not in ("", "0", "1"):
+        raise SystemExit(f"setup.py: USE_CUDA must be 0 or 1, got {requested!r}")
+    if requested == "0":
+        return False
+    problems = []
+    if CUDA_HOME is None:
+        problems.append("no CUDA toolkit was found (set CUDA_HOME)")
+    elif _cudart_dir() is None:
+        problems.append(f"the CUDA toolkit at {CUDA_HOME} has no libcudart.so to link")
+    if requested == "" and torch.version.cuda is None:
+        problems.append(f"torch {torch.__version__} has no CUDA (USE_CUDA=1 builds it anyway)")
+    if problems and requested == "1":
+        raise SystemExit("setup.py: USE_CUDA=1 but " + "; ".join(problems))
+    if problems:
+        print("setup.py: CPU kernel only: " + "; ".join(problems), file=sys.stderr)
+    return not problems
+
+
+def make_extension() -> CppExtension:
+    use_cuda = _want_cuda()
+    defines = [f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"]
+    sources = ["csrc/rms_norm.cpp"]
+    extra = {"cxx": ["-O3", *defines]}
+    kwargs = {}
+    if use_cuda:
+        if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
+            os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_ARCH_LIST
+        sources.append("csrc/rms_norm_cuda.cu")
+        # USE_CUDA declares the shim's CUDA functions (the current stream).
+        extra["nvcc"] = ["-O3", "-DUSE_CUDA", *defines]
+        # The current-stream call lives in libtorch_cuda, which libtorch.so pulls
+        # in on a CUDA torch: keep libtorch.so as a dependency even though the
+        # linker finds none of its symbols when the build's torch has no CUDA.
+        kwargs = {
+            "libraries": ["cudart"],
+            "library_dirs": [_cudart_dir()],
+            "extra_link_args": ["-Wl,--no-as-needed", "-ltorch", "-Wl,--as-needed"],
+        }
+    print(
+        f"setup.py: opguide_stable._C from {', '.join(sources)} | built with torch "
+        f"{torch.__version__} | TORCH_TARGET_VERSION={TORCH_TARGET_VERSION} | "
+        f"TORCH_CUDA_ARCH_LIST={os.environ.get('TORCH_CUDA_ARCH_LIST', '-')}",
+        file=sys.stderr,
+    )
+    # What the build used, for the package to report wherever it is loaded.
+    info = {
+        "torch": torch.__version__,
+        "target_version": f"{TARGET[0]}.{TARGET[1]}",
+        "cuda_kernel": use_cuda,
+        "python": sys.version.split()[0],
+    }
+    with open(os.path.join(HERE, "opguide_stable", "_build_info.json"), "w") as f:
+        json.dump(info, f)
+    # CppExtension, not CUDAExtension, even for the .cu file: the library needs
+    # no torch CUDA library (c10_cuda, torch_cuda), only the CUDA runtime.
+    return CppExtension(
+        name="opguide_stable._C",
+        sources=sources,
+        include_dirs=[os.path.join(HERE, "csrc"), MINIMAL],
+        extra_compile_args=extra,
+        py_limited_api=True,
+        **kwargs,
+    )
+
+
+setup(
+    ext_modules=[make_extension()],
+    cmdclass={"build_ext": BuildExtension},
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+)
