@@ -2,28 +2,12 @@
 // own files and attach to these schemas with TORCH_LIBRARY_IMPL, one block per
 // dispatch key (CPU, CUDA).
 #include <torch/library.h>
-#include <torch/version.h>
-
-// torch 2.13 added the `out` tag; older releases get the same schema untagged.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
-#define OPGUIDE_OUT_TAGS {at::Tag::out}
-#else
-#define OPGUIDE_OUT_TAGS {}
-#endif
 
 TORCH_LIBRARY(opguide, m) {
   // [schema-rms-norm]
   // y = x / sqrt(mean(x**2, dim=-1) + eps) * weight, over the last dimension.
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   // [schema-rms-norm-end]
-  // [schema-rms-norm-out]
-  // The out= overload: writes into `out` (keyword-only, Tensor(a!): written,
-  // never read) and returns it. The `out` tag tells torch.compile that this
-  // overload is rms_norm writing into a given buffer, so Inductor can call it
-  // on a buffer of its own memory plan instead of letting the kernel allocate.
-  m.def("rms_norm.out(Tensor x, Tensor weight, float eps, *, Tensor(a!) out) -> Tensor(a!)",
-        OPGUIDE_OUT_TAGS);
-  // [schema-rms-norm-out-end]
   // [schema-rms-norm-training]
   // The training pair (step 8). rms_norm_fwd also returns the per-row
   // statistic inv_rms = 1 / sqrt(mean(x**2, dim=-1) + eps), shape x.shape[:-1],

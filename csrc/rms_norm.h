@@ -18,9 +18,6 @@ namespace opguide {
 // language settings, and the linker keeps one copy for both. Compiling it
 // once in a .cpp keeps one definition for every caller.
 void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight, double eps);
-// For rms_norm.out: `out` is a contiguous tensor of x's shape, dtype and
-// device that overlaps neither x nor weight.
-void check_rms_norm_out(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& out);
 
 // Pieces of error messages, spelled as Python prints them ("torch.float32",
 // "(4, 8)", "1e-06"), built from strings only (see rms_norm_checks.cpp).

@@ -1,6 +1,5 @@
 // Argument checks shared by the RMSNorm kernels of every backend (declared in
 // rms_norm.h). The messages match the Python wrapper's in opguide/ops.py.
-#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
 #include <cstdio>
@@ -67,18 +66,6 @@ void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight,
   TORCH_CHECK_VALUE(eps >= 0.0, "rms_norm: eps must be non-negative, got ", number_str(eps));
 }
 // [checks-end]
-
-void check_rms_norm_out(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& out) {
-  TORCH_CHECK(out.device() == x.device(), "rms_norm: out must be on the device of x (",
-              x.device().str(), "), got ", out.device().str());
-  TORCH_CHECK_TYPE(out.scalar_type() == x.scalar_type(), "rms_norm: out must have the dtype of x (",
-                   dtype_name(x.scalar_type()), "), got ", dtype_name(out.scalar_type()));
-  TORCH_CHECK_VALUE(out.sizes() == x.sizes(), "rms_norm: out must have the shape of x ",
-                    shape_str(x.sizes()), ", got ", shape_str(out.sizes()));
-  TORCH_CHECK_VALUE(out.is_contiguous(), "rms_norm: out must be contiguous");
-  at::assert_no_overlap(out, x);
-  at::assert_no_overlap(out, weight);
-}
 
 void check_rms_norm_backward_args(const at::Tensor& grad_y, const at::Tensor& x,
                                   const at::Tensor& weight, const at::Tensor& inv_rms) {

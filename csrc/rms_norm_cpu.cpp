@@ -177,15 +177,6 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
   if (x.size(-1) == 0) inv_rms.fill_(std::numeric_limits<double>::quiet_NaN());
   return {y, inv_rms};
 }
-
-// rms_norm.out: the kernel writing into the caller's `out`.
-at::Tensor& rms_norm_out_cpu(const at::Tensor& x, const at::Tensor& weight, double eps,
-                             at::Tensor& out) {
-  check_rms_norm_args(x, weight, eps);
-  check_rms_norm_out(x, weight, out);
-  rms_norm_cpu_kernel(x, weight, eps, out, at::Tensor());
-  return out;
-}
 // [cpu-host-end]
 
 // [cpu-into]
@@ -214,7 +205,6 @@ void rms_norm_into_cpu(const at::Tensor& x, const at::Tensor& weight, double eps
 // [cpu-register]
 TORCH_LIBRARY_IMPL(opguide, CPU, m) {
   m.impl("rms_norm", &opguide::rms_norm_cpu);
-  m.impl("rms_norm.out", &opguide::rms_norm_out_cpu);
   m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_cpu);
   m.impl("_rms_norm_into", &opguide::rms_norm_into_cpu);
 }

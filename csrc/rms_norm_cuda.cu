@@ -96,17 +96,6 @@ at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double e
   rms_norm_cuda_into(x, weight, eps, y, at::Tensor());
   return y;
 }
-
-// rms_norm.out: the kernel writing into the caller's `out`.
-at::Tensor& rms_norm_out_cuda(const at::Tensor& x, const at::Tensor& weight, double eps,
-                              at::Tensor& out) {
-  check_rms_norm_args(x, weight, eps);
-  check_rms_norm_out(x, weight, out);
-  TORCH_CHECK(x.is_cuda(), "rms_norm_cuda: x must be a CUDA tensor, got ", x.device().str());
-  const c10::cuda::CUDAGuard device_guard(x.device());
-  rms_norm_cuda_into(x, weight, eps, out, at::Tensor());
-  return out;
-}
 // [cuda-host-end]
 
 // [cuda-training]
@@ -192,7 +181,6 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
 // [cuda-register]
 TORCH_LIBRARY_IMPL(opguide, CUDA, m) {
   m.impl("rms_norm", &opguide::rms_norm_cuda);
-  m.impl("rms_norm.out", &opguide::rms_norm_out_cuda);
   m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_cuda);
   m.impl("rms_norm_backward", &opguide::rms_norm_backward_cuda);
 }

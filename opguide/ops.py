@@ -186,17 +186,6 @@ torch.library.register_autograd(
 # [autograd-rms-norm-inference-op-end]
 
 
-# [fake-rms-norm-out]
-@torch.library.register_fake("opguide::rms_norm.out")
-def _rms_norm_out_fake(x, weight, eps, *, out):
-    _check_rms_norm_args(x, weight, eps)
-    torch._check(out.shape == x.shape, lambda: "rms_norm: out must have the shape of x")
-    return out
-
-
-# [fake-rms-norm-out-end]
-
-
 # [vmap-rms-norm]
 # torch.vmap calls these rules with the batched dimension of each argument
 # (in_dims, None when an argument is not batched). The batch is just more rows
@@ -209,11 +198,11 @@ def _batch_first(t: torch.Tensor, bdim: int | None, size: int) -> torch.Tensor:
 
 def _vmap_by_loop(op, info, in_dims, *args):
     outs = [
-        op(*[a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)])
+        op(*[a.select(d, i) if d is not None else a for a, d in zip(args, in_dims, strict=True)])
         for i in range(info.batch_size)
     ]
     if isinstance(outs[0], tuple):
-        return tuple(torch.stack(o) for o in zip(*outs)), (0,) * len(outs[0])
+        return tuple(torch.stack(o) for o in zip(*outs, strict=True)), (0,) * len(outs[0])
     return torch.stack(outs), 0
 
 

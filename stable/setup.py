@@ -48,6 +48,15 @@ if cpp_extension.CUDA_HOME is None and os.environ.get("USE_CUDA") == "1":
 CUDA_HOME = cpp_extension.CUDA_HOME
 
 
+# The sources use the stable headers of torch 2.13 (THO_DISPATCH_V2 and the
+# stable ops); the library they make loads into torch 2.11 and later.
+if tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 13):
+    raise SystemExit(
+        f"setup.py: build opguide_stable against torch 2.13 or later (found {torch.__version__}); "
+        "the wheel it makes loads into torch 2.11 and later"
+    )
+
+
 def _cudart_dir() -> str | None:
     for folder in ("lib64", "lib", os.path.join("targets", "x86_64-linux", "lib")):
         path = os.path.join(CUDA_HOME or "", folder)

@@ -35,23 +35,48 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as target:
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target,
-             str(args.wheel)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                target,
+                str(args.wheel),
+            ],
             check=True,
         )
         env = dict(os.environ, PYTHONPATH=target)
         info = subprocess.run(
-            [sys.executable, "-c",
-             "import json, opguide_stable; print(json.dumps(opguide_stable.BUILD_INFO))"],
-            env=env, capture_output=True, text=True,
+            [
+                sys.executable,
+                "-c",
+                "import json, opguide_stable; print(json.dumps(opguide_stable.BUILD_INFO))",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
         )
         if info.returncode != 0:
-            raise SystemExit(f"the wheel does not load under torch {torch.__version__}:\n"
-                             + info.stderr[-3000:])
+            raise SystemExit(
+                f"the wheel does not load under torch {torch.__version__}:\n" + info.stderr[-3000:]
+            )
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             str(ROOT / "stable" / "tests")],
-            env=env, capture_output=True, text=True, cwd=target,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                str(ROOT / "stable" / "tests"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=target,
         )
     print(run.stdout[-3000:], run.stderr[-2000:])
     summary = [line for line in run.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]

@@ -19,7 +19,9 @@ __all__ = ["BUILD_INFO", "library_path", "rms_norm"]
 def library_path() -> str:
     """The compiled library next to this file (``_C.abi3.so``)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    found = sorted(glob.glob(os.path.join(here, "_C*.so")) + glob.glob(os.path.join(here, "_C*.pyd")))
+    found = sorted(
+        glob.glob(os.path.join(here, "_C*.so")) + glob.glob(os.path.join(here, "_C*.pyd"))
+    )
     if not found:
         raise ImportError(
             f"opguide_stable: no compiled _C library in {here}; build the package with "

@@ -6,10 +6,9 @@ was not built (another torch, another machine) against the wheel alone.
 
 from __future__ import annotations
 
+import opguide_stable
 import pytest
 import torch
-
-import opguide_stable
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]

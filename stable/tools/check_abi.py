@@ -28,7 +28,9 @@ def undefined_symbols(library: str) -> list[str]:
     """Every symbol the library needs from elsewhere, demangled."""
     out = subprocess.run(
         ["nm", "-D", "--undefined-only", "--demangle", library],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return [line.split(maxsplit=1)[1] for line in out.splitlines() if line.strip()]
 

@@ -1,5 +1,5 @@
 r"""
-Step 15: Start your own operator
+Step 17: Start your own operator
 ================================
 
 The fourteen steps built one operator, RMSNorm, inside this repository. This

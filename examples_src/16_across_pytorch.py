@@ -1,0 +1,408 @@
+r"""
+Step 16: The operator across PyTorch
+====================================
+
+An operator that passes ``opcheck`` and ``torch.compile`` still meets more of
+PyTorch in a user's hands: a model exported and compiled ahead of time for a
+server with no Python, ``torch.vmap``, mixed precision, ``out=`` buffers and
+CUDA graphs. Each needs something registered, or a contract kept, and each
+section below runs it.
+
+In this step you will learn:
+
+* how a model that calls the operator goes through ``torch.export`` and
+  AOTInductor into a package that runs without Python's ``opguide``, and why
+  a Python-only ``custom_op`` cannot;
+* how to give an operator a ``vmap`` rule, and where ``torch.func`` stops;
+* what the operator does under ``torch.autocast``, and how that is registered;
+* the ``out`` tag, which lets Inductor hand the kernel a buffer of its own
+  memory plan; why the fused op's mutation fits neither ``inplace`` nor
+  ``out``;
+* capturing the operators in a CUDA graph, by hand and with
+  ``torch.compile(mode="reduce-overhead")``, and what ``cudagraph_unsafe``
+  is for.
+
+On a machine with a CUDA GPU the GPU sections run live; without one they show
+the output recorded on a GPU, with its device and date.
+"""
+
+# %%
+# A small model
+# -------------
+# Two norms around a linear layer: ``opguide.rms_norm`` and the fused
+# residual-add norm of :doc:`step 10 <10_patterns>`, which updates
+# ``residual`` in place.
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+import opguide
+from opguide import _library, compile_checks
+
+# torch.export warns about its own internals (pytree specs) on some releases.
+warnings.filterwarnings("ignore", category=FutureWarning)
+ROOT = compile_checks.source_root()
+OUT = ROOT / "build" / "across_pytorch"
+OUT.mkdir(parents=True, exist_ok=True)
+HAVE_GPU = torch.cuda.is_available()
+print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name() if HAVE_GPU else 'none'}")
+
+
+class Block(torch.nn.Module):
+    def __init__(self, n: int):
+        super().__init__()
+        self.proj = torch.nn.Linear(n, n)
+        self.w1 = torch.nn.Parameter(torch.rand(n) + 0.5)
+        self.w2 = torch.nn.Parameter(torch.rand(n) + 0.5)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor):
+        h = opguide.rms_norm(x, self.w1)
+        residual = residual.clone()  # the fused op updates it in place
+        out, _ = opguide.fused_add_rms_norm_(self.proj(h), residual, self.w2)
+        return out, residual
+
+
+# %%
+# torch.export and AOTInductor
+# ----------------------------
+# :func:`torch.export.export` traces the model into a graph of ATen and
+# ``opguide`` operators; the fake kernels of :doc:`step 7 <07_the_tests>`
+# give it the shapes. The mutation of ``residual`` shows as a plain call of
+# the mutating op: the schema's ``Tensor(a!)`` tells export what it writes.
+torch.manual_seed(0)
+model = Block(64).eval().requires_grad_(False)  # inference: the rms_norm op
+x, residual = torch.randn(8, 64), torch.randn(8, 64)
+exported = torch.export.export(model, (x, residual))
+print(exported.graph_module.code.strip())
+
+
+# %%
+# :func:`torch._inductor.aoti_compile_and_package` compiles the graph into a
+# ``.pt2`` package: C++ (and, on a GPU, Triton kernels compiled to cubins) for
+# the ATen parts, and calls by name for the ``opguide`` operators.
+def package(device: str) -> tuple[Path, Path]:
+    m = Block(64).to(device).eval().requires_grad_(False)
+    m.load_state_dict(model.state_dict())
+    args = (x.to(device), residual.to(device))
+    ep = torch.export.export(m, args)
+    path = OUT / f"block_{device}.pt2"
+    start = time.perf_counter()
+    torch._inductor.aoti_compile_and_package(ep, package_path=str(path))
+    print(f"{device}: compiled {path.name} ({path.stat().st_size / 1e3:.0f} kB) "
+          f"in {time.perf_counter() - start:.0f} s")  # fmt: skip
+    io = OUT / f"io_{device}.pt"
+    expected = m(*args)
+    torch.save({"args": args, "expected": expected}, io)
+    return path, io
+
+
+cpu_package, cpu_io = package("cpu")
+
+# %%
+# A fresh Python process runs the package. It loads the compiled operator
+# library, ``opguide/_C.abi3.so`` (what registers ``opguide::rms_norm`` and
+# its kernels), and nothing of ``opguide``'s Python code; a C++ program would
+# link the same library next to libtorch's AOTInductor runtime.
+RUNNER = """
+import sys, torch
+torch.ops.load_library(sys.argv[1])
+runner = torch._inductor.aoti_load_package(sys.argv[2])
+io = torch.load(sys.argv[3])
+got = runner(*io["args"])
+for g, e in zip(got, io["expected"]):
+    torch.testing.assert_close(g, e)
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "opguide")
+name = sys.argv[2].rsplit('/', 1)[-1]
+print(f"ran {name}: outputs match eager; opguide modules imported: {loaded}")
+"""
+
+
+TORCH_2_13 = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
+
+
+def run_fresh(pt2: Path, io: Path) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", RUNNER, _library.library_path(), str(pt2), str(io)],
+        capture_output=True, text=True, cwd=OUT,
+    )  # fmt: skip
+    if result.returncode != 0 and not TORCH_2_13:
+        # Seen with torch 2.11 on an H100: the fresh process crashes (exit -11).
+        return (f"the fresh process FAILED with exit code {result.returncode} on torch "
+                f"{torch.__version__}; with torch 2.13 it runs (this page's CPU build)")  # fmt: skip  # noqa: E501
+    assert result.returncode == 0, (
+        f"exit code {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    )
+    return result.stdout.strip()
+
+
+print(run_fresh(cpu_package, cpu_io))
+
+# %%
+# A Python-only ``custom_op`` is registered by running Python: the package
+# names it, and a process without that Python has no such operator. The
+# failure comes when the package is loaded:
+PY_OP = """
+import torch
+@torch.library.custom_op("pydemo::scale", mutates_args=())
+def scale(x: torch.Tensor, s: float) -> torch.Tensor:
+    return x * s
+@scale.register_fake
+def _(x, s):
+    return torch.empty_like(x)
+class M(torch.nn.Module):
+    def forward(self, x):
+        return scale(x, 2.0) + 1
+ep = torch.export.export(M(), (torch.randn(4, 8),))
+torch._inductor.aoti_compile_and_package(ep, package_path="pydemo.pt2")
+"""
+LOAD = "import torch; torch._inductor.aoti_load_package('pydemo.pt2')"
+env = dict(os.environ, PYTHONWARNINGS="ignore")
+subprocess.run([sys.executable, "-c", PY_OP], cwd=OUT, check=True, capture_output=True, env=env)
+failed = subprocess.run([sys.executable, "-c", LOAD], cwd=OUT, capture_output=True, text=True)
+print("loading the package of a Python-only custom_op in a fresh process:")
+print("  " + failed.stderr.strip().splitlines()[-1][:300])
+assert failed.returncode != 0
+
+# %%
+# To serve a Python-free runtime, define the operator in C++ (``TORCH_LIBRARY``,
+# as this guide's library does) and ship the compiled library with the
+# package. A Triton kernel written with ``torch.library.triton_op`` is the
+# other way: Inductor compiles the kernel into the package itself.
+#
+# vmap
+# ----
+# :func:`torch.vmap` runs a function written for one example over a batch.
+# An operator without a rule fails under it; ``torch.library.register_vmap``
+# gives the rule. For ``rms_norm`` the batch is just more rows, so one call
+# serves it when the weight is shared:
+#
+# .. literalinclude:: /../opguide/ops.py
+#    :language: python
+#    :start-after: [vmap-rms-norm]
+#    :end-before: [vmap-rms-norm-end]
+#    :caption: opguide/ops.py (the vmap rules)
+torch.manual_seed(0)
+xs = torch.randn(5, 3, 64)  # 5 examples of shape (3, 64)
+w = torch.rand(64) + 0.5
+ws = torch.rand(5, 64) + 0.5  # one weight per example
+loop = torch.stack([opguide.rms_norm(xs[i], w) for i in range(5)])
+torch.testing.assert_close(torch.vmap(lambda a: opguide.rms_norm(a, w))(xs), loop)
+loop_w = torch.stack([opguide.rms_norm(xs[i], ws[i]) for i in range(5)])
+torch.testing.assert_close(torch.vmap(opguide.rms_norm)(xs, ws), loop_w)
+print("vmap over x, and over x and weight: equal to a loop over the batch")
+
+# %%
+# Training through ``vmap`` works as usual (the backward runs on the whole
+# batch outside the transform). The function transforms of ``torch.func``
+# (``grad``, ``vjp``, ``jacrev``) do not compose with ``register_autograd``
+# in this torch: it says so when asked, and a per-example gradient needs a
+# ``torch.autograd.Function`` with ``setup_context`` and a ``vmap`` method.
+wr = w.clone().requires_grad_()
+torch.vmap(lambda a: opguide.rms_norm(a, wr))(xs).square().sum().backward()
+via_vmap = wr.grad.clone()
+wr.grad = None
+sum(opguide.rms_norm(xs[i], wr).square().sum() for i in range(5)).backward()
+torch.testing.assert_close(via_vmap, wr.grad)
+print("backward through vmap: the weight's gradient equals the loop's")
+try:
+    torch.func.grad(lambda a: opguide.rms_norm(a, w).sum())(xs[0].requires_grad_())
+    print("torch.func.grad: worked")
+except RuntimeError as error:
+    print("torch.func.grad:", str(error).split(". For more")[0] + ".")
+
+
+# %%
+# Autocast
+# --------
+# In a :class:`torch.autocast` region matmuls run in bfloat16 or float16 and
+# the values that reach a norm are often a bfloat16 activation and a float32
+# weight, a pair the kernels (and their checks) refuse. PyTorch's own
+# ``layer_norm`` runs in float32 in a CUDA autocast region (on CPU it keeps
+# the input's dtype: the table below shows both); ``opguide`` registers the
+# float32 policy on CPU and CUDA alike:
+#
+# .. literalinclude:: /../opguide/ops.py
+#    :language: python
+#    :start-after: [autocast-rms-norm]
+#    :end-before: [autocast-rms-norm-end]
+#    :caption: opguide/ops.py (autocast)
+#
+# The fused op is left out: it writes into ``residual``, and a cast would hand
+# the kernel a copy, so the update would be lost. It runs with the dtypes it
+# is given (``out_dtype`` chooses the output's).
+def autocast_table(device: str) -> list[str]:
+    lines = []
+    w32 = torch.rand(64, device=device) + 0.5
+    for x_dtype in (torch.bfloat16, torch.float16, torch.float32):
+        xa = torch.randn(4, 64, device=device, dtype=x_dtype)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            y = opguide.rms_norm(xa, w32)
+            yt = torch.nn.functional.layer_norm(xa, (64,), w32)
+        lines.append(
+            f"{device:4} autocast(bfloat16)  x {str(x_dtype):15} weight float32 -> "
+            f"opguide.rms_norm {y.dtype}, F.layer_norm {yt.dtype}"
+        )
+    return lines
+
+
+print("\n".join(autocast_table("cpu")))
+
+# %%
+# Mutation contracts: the ``out`` and ``inplace`` tags
+# ----------------------------------------------------
+# torch 2.13 reads two tags on custom operators. ``inplace``: the op writes
+# its first positional argument and returns it (``x.add_(y)``). ``out``:
+# the op writes keyword-only ``Tensor(a!)`` buffers that it never reads, and
+# returns exactly them (``torch.add(x, y, out=z)``). When a functional op has
+# an ``out``-tagged overload with the same other arguments, Inductor calls
+# that overload on a buffer from its own memory plan, which it can reuse,
+# instead of letting the kernel allocate.
+#
+# The fused op fits neither tag. It reads ``residual`` before writing it, so
+# ``residual`` is no ``out`` buffer; and it is not its first argument, nor what
+# it returns, so it is no ``inplace`` op. Its schema says exactly what it
+# does, ``Tensor(a!) residual``, and that is what export, functionalization
+# and Inductor need: above, export kept the call, and AOTInductor's package
+# updated ``residual`` in place. ``rms_norm`` could have an ``out`` overload;
+# ``opguide`` has none, for the reason shown below.
+#
+# The tag at work, on a small operator pair defined here (``demo::twice`` and
+# its tagged ``demo::twice.out``): Inductor's code calls the ``out`` overload.
+from torch._inductor.utils import run_and_get_code  # noqa: E402
+
+demo = torch.library.Library("demo", "DEF")
+demo.define("twice(Tensor x) -> Tensor")
+demo.define("twice.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)", tags=(torch.Tag.out,))
+demo.impl("twice", lambda t: t * 2, "CompositeExplicitAutograd")
+demo.impl("twice.out", lambda t, *, out: out.copy_(t * 2), "CompositeExplicitAutograd")
+torch.library.register_fake("demo::twice", lambda t: torch.empty_like(t), lib=demo)
+torch.library.register_fake("demo::twice.out", lambda t, *, out: out, lib=demo)
+compiled = torch.compile(lambda a: torch.ops.demo.twice(a + 1) - 1)
+_, (code, *_) = run_and_get_code(compiled, x)
+calls = [line.strip() for line in code.splitlines() if "demo.twice" in line and "#" not in line]  # fmt: skip  # noqa: E501
+print("Inductor calls:", calls[0] if calls else "(no call of demo.twice found)")
+
+
+# %%
+# And the reason ``opguide`` does without one: AOTInductor's C++ wrapper
+# turns that ``out`` call into a call of an ATen C shim function named after
+# the operator, which exists only for ATen's own operators, so the package
+# does not compile (seen with torch 2.13 and 2.15):
+class Twice(torch.nn.Module):
+    def forward(self, a):
+        return torch.ops.demo.twice(a + 1) - 1
+
+
+try:
+    torch._inductor.aoti_compile_and_package(
+        torch.export.export(Twice(), (x,)), package_path=str(OUT / "twice.pt2")
+    )
+    print("AOTInductor compiled the tagged pair")
+except Exception as error:  # torch._inductor.exc.InductorError
+    lines = [line for line in str(error).splitlines() if "error:" in line]
+    print("AOTInductor:", (lines[0].split("error: ", 1)[1] if lines else str(error))[:140])
+
+# %%
+# CUDA graphs
+# -----------
+# A CUDA graph records a sequence of kernel launches once and replays it with
+# one launch. An operator is safe to capture when it launches on PyTorch's
+# current stream (the capture stream), allocates through PyTorch's allocator,
+# and never waits on the GPU from the CPU (no ``.item()``, no
+# ``cudaDeviceSynchronize``, no host-side decision on device data). The C++
+# wrappers follow the first two rules by construction (step 3), and no opguide
+# operator synchronises. An operator that cannot follow them carries the
+# ``cudagraph_unsafe`` tag (``torch.Tag.cudagraph_unsafe``): Inductor then
+# splits the graph around it and replays the rest.
+RECORD = ROOT / "docs" / "recorded" / "across_pytorch_gpu.json"
+
+
+def gpu_section() -> dict:
+    """The GPU parts of this page: AOTInductor, autocast and CUDA graphs on CUDA."""
+    lines = []
+    pt2, io = package("cuda")
+    lines.append(run_fresh(pt2, io))
+    lines += autocast_table("cuda")
+    # Capture by hand: static inputs, one capture, replay after new data.
+    xg = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    rg = torch.randn_like(xg)
+    wg = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
+        for _ in range(2):
+            opguide.rms_norm(xg, wg)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    res_static = rg.clone()
+    with torch.cuda.graph(graph):
+        y_static = opguide.rms_norm(xg, wg)
+        out_static, _ = opguide.fused_add_rms_norm_(y_static, res_static, wg)
+    xg.copy_(torch.randn_like(xg))
+    res_static.copy_(rg)
+    graph.replay()
+    torch.cuda.synchronize()
+    y_ref = opguide.rms_norm(xg, wg)
+    res_ref = rg.clone()
+    out_ref, _ = opguide.fused_add_rms_norm_(y_ref, res_ref, wg)
+    torch.testing.assert_close(out_static, out_ref)
+    torch.testing.assert_close(res_static, res_ref)
+    lines.append("torch.cuda.graph: rms_norm + fused op captured; replay after new input "
+                 "matches eager (output and residual)")  # fmt: skip
+    # torch.compile(mode="reduce-overhead"): Inductor's CUDA graph trees.
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    block = Block(4096).cuda().to(torch.bfloat16).requires_grad_(False)
+    step = torch.compile(block, mode="reduce-overhead")
+    for _ in range(3):
+        got = step(xg, rg)
+    torch.testing.assert_close(got[0], block(xg, rg)[0], atol=2e-2, rtol=2e-2)
+    skips = dict(counters["inductor"]).get("cudagraph_skips", 0)
+    lines.append(f"torch.compile(mode='reduce-overhead'): outputs match eager; "
+                 f"CUDA graphs skipped: {skips}")  # fmt: skip
+    return {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "lines": lines,
+    }
+
+
+if HAVE_GPU:
+    result = gpu_section()
+    print("\n".join(result["lines"]))
+    if os.environ.get("OPGUIDE_RECORD_GPU") == "1":
+        RECORD.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"recorded to docs/recorded/{RECORD.name}")
+elif RECORD.exists():
+    recorded = json.loads(RECORD.read_text())
+    print(f"No GPU here. Recorded on {recorded['device']} with torch {recorded['torch']}, "
+          f"{recorded['date']}, by this page:")  # fmt: skip
+    print("\n".join(recorded["lines"]))
+else:
+    print(
+        "SKIPPED: no GPU here, and no recorded GPU run of this section "
+        f"(docs/recorded/{RECORD.name}). tests/test_across_pytorch.py holds the same "
+        "checks for a GPU machine."
+    )
+
+# %%
+# What to take to your own operator
+# ---------------------------------
+# * For a Python-free deployment, define the op in C++ and ship the library;
+#   keep the fake kernel in Python for export and compile.
+# * ``register_vmap`` for any op a user may batch; ``register_autocast`` with
+#   the dtype your kernel wants under mixed precision, and none for an op that
+#   mutates its inputs.
+# * ``Tensor(a!)`` on anything the op writes; an ``out``-tagged overload only
+#   if the op need not go through AOTInductor (torch 2.13 to 2.15).
+# * Launch on the current stream, allocate with PyTorch, never synchronise:
+#   then CUDA graphs, by hand or through ``reduce-overhead``, just work.

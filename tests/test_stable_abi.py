@@ -1,0 +1,96 @@
+"""The stable-ABI library (``stable/``): builds as one abi3 wheel, needs nothing
+from libtorch's C++ API, and passes its own tests from the wheel.
+
+The symbol check is tried on a library with one classic ``TORCH_CHECK`` in it,
+so a check that cannot fail would fail here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from torch.utils import cpp_extension
+
+from opguide import _library
+
+ROOT = Path(__file__).resolve().parents[1]
+STABLE = ROOT / "stable"
+
+import torch  # noqa: E402
+
+if tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 13):
+    pytest.skip("stable/ builds against torch 2.13 or later", allow_module_level=True)
+if shutil.which("nm") is None:
+    pytest.skip("nm (binutils) is not installed", allow_module_level=True)
+
+_spec = importlib.util.spec_from_file_location("check_abi", STABLE / "tools" / "check_abi.py")
+check_abi = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check_abi)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stable")
+    env = dict(os.environ, USE_CUDA=os.environ.get("OPGUIDE_STABLE_USE_CUDA", ""))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+         str(STABLE), "-w", str(out / "dist")],
+        check=True, env=env,
+    )  # fmt: skip
+    wheel = next((out / "dist").glob("*.whl"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+         str(out / "site"), str(wheel)],
+        check=True,
+    )  # fmt: skip
+    library = next((out / "site" / "opguide_stable").glob("_C*.so"))
+    return wheel, library, out
+
+
+def test_the_wheel_is_abi3(built):
+    wheel, _, _ = built
+    assert "-cp310-abi3-" in wheel.name
+
+
+def test_no_symbol_from_libtorch_cpp_api(built):
+    _, library, _ = built
+    assert check_abi.torch_cpp_symbols(str(library)) == []
+    shim = check_abi.c_shim_symbols(str(library))
+    assert "torch_library_impl" in shim or "aoti_torch_library_impl" in shim
+
+
+def test_the_classic_library_does_use_the_cpp_api():
+    assert check_abi.torch_cpp_symbols(_library.library_path())
+
+
+def test_the_check_catches_a_classic_torch_check(built, tmp_path):
+    text = (STABLE / "csrc" / "rms_norm.cpp").read_text()
+    text = text.replace('#include "rms_norm.h"', '#include "rms_norm.h"\n#include <c10/util/Exception.h>')  # fmt: skip  # noqa: E501
+    text = text.replace("STD_TORCH_CHECK(x.is_cpu()", "TORCH_CHECK(x.is_cpu()", 1)
+    source = tmp_path / "probe.cpp"
+    source.write_text(text)
+    includes = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{STABLE / 'csrc'}"]
+    probe = tmp_path / "probe.so"
+    subprocess.run(
+        ["c++", "-shared", "-fPIC", "-O1", "-std=c++17", *includes, str(source),
+         f"-L{cpp_extension.library_paths()[0]}", "-lc10", "-ltorch_cpu", "-o", str(probe)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    found = check_abi.torch_cpp_symbols(str(probe))
+    assert any("torchCheckFail" in s for s in found), found
+    assert check_abi.main([str(probe)]) == 1
+
+
+def test_its_tests_pass_from_the_wheel(built):
+    _, _, out = built
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(STABLE / "tests")],
+        capture_output=True, text=True, cwd=out, env=dict(os.environ, PYTHONPATH=str(out / "site")),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:]
