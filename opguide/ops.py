@@ -206,20 +206,16 @@ def _vmap_by_loop(op, info, in_dims, *args):
     return torch.stack(outs), 0
 
 
-def _rms_norm_vmap(info, in_dims, x, weight, eps):
-    x_bdim, w_bdim, _ = in_dims
-    if w_bdim is not None:
-        return _vmap_by_loop(torch.ops.opguide.rms_norm.default, info, in_dims, x, weight, eps)
-    x = _batch_first(x, x_bdim, info.batch_size)
-    return torch.ops.opguide.rms_norm.default(x, weight, eps), 0
+def _forward_vmap_rule(op, out_dims):
+    """The rule for a forward op taking (x, weight, eps): rows, or a loop."""
 
+    def rule(info, in_dims, x, weight, eps):
+        x_bdim, w_bdim, _ = in_dims
+        if w_bdim is not None:
+            return _vmap_by_loop(op, info, in_dims, x, weight, eps)
+        return op(_batch_first(x, x_bdim, info.batch_size), weight, eps), out_dims
 
-def _rms_norm_fwd_vmap(info, in_dims, x, weight, eps):
-    x_bdim, w_bdim, _ = in_dims
-    if w_bdim is not None:
-        return _vmap_by_loop(torch.ops.opguide.rms_norm_fwd.default, info, in_dims, x, weight, eps)
-    x = _batch_first(x, x_bdim, info.batch_size)
-    return torch.ops.opguide.rms_norm_fwd.default(x, weight, eps), (0, 0)
+    return rule
 
 
 def _rms_norm_backward_vmap(info, in_dims, grad_y, x, weight, inv_rms):
@@ -227,8 +223,12 @@ def _rms_norm_backward_vmap(info, in_dims, grad_y, x, weight, inv_rms):
     return _vmap_by_loop(op, info, in_dims, grad_y, x, weight, inv_rms)
 
 
-torch.library.register_vmap("opguide::rms_norm", _rms_norm_vmap)
-torch.library.register_vmap("opguide::rms_norm_fwd", _rms_norm_fwd_vmap)
+torch.library.register_vmap(
+    "opguide::rms_norm", _forward_vmap_rule(torch.ops.opguide.rms_norm.default, 0)
+)
+torch.library.register_vmap(
+    "opguide::rms_norm_fwd", _forward_vmap_rule(torch.ops.opguide.rms_norm_fwd.default, (0, 0))
+)
 torch.library.register_vmap("opguide::rms_norm_backward", _rms_norm_backward_vmap)
 # [vmap-rms-norm-end]
 
