@@ -117,7 +117,7 @@ be needed, the plain ``rms_norm`` otherwise (no ``inv_rms`` to allocate):
 
 .. literalinclude:: /../opguide/ops.py
    :language: python
-   :start-after: autocast=torch.is_autocast_enabled(x.device.type))
+   :start-after: _check_rms_norm_args(x, weight, eps, autocast=True)
    :end-before: # [fake-rms-norm]
 
 Someone may still call ``torch.ops.opguide.rms_norm`` directly on inputs

@@ -21,10 +21,10 @@ def _check_rms_norm_args(
 
     The wording matches the C++ checks in ``csrc/rms_norm.h``, so an error
     reads the same in eager mode, under ``torch.compile`` and from
-    ``torch.ops.opguide.rms_norm`` called directly. With ``autocast=True``
-    (an autocast region is active on the device of ``x``) ``x`` and ``weight``
-    may differ in floating dtype: the autocast kernel casts both to float32
-    before any kernel runs.
+    ``torch.ops.opguide.rms_norm`` called directly. With ``autocast=True``,
+    when an autocast region is active on the device of ``x``, ``x`` and
+    ``weight`` may differ in floating dtype: the autocast kernel casts both to
+    float32 before any kernel runs.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"rms_norm: x must be a torch.Tensor, got {type(x).__name__}")
@@ -35,7 +35,8 @@ def _check_rms_norm_args(
             "rms_norm: x must be a floating-point tensor (float32, float16, bfloat16 "
             f"or float64), got {x.dtype}"
         )
-    if weight.dtype != x.dtype and not (autocast and weight.dtype in _FLOATING):
+    mixed_ok = autocast and torch.is_autocast_enabled(x.device.type)
+    if weight.dtype != x.dtype and not (mixed_ok and weight.dtype in _FLOATING):
         raise TypeError(
             f"rms_norm: weight must have the dtype of x ({x.dtype}), got {weight.dtype}"
         )
@@ -92,7 +93,7 @@ def rms_norm(
         >>> y.shape
         torch.Size([4, 8])
     """
-    _check_rms_norm_args(x, weight, eps, autocast=torch.is_autocast_enabled(x.device.type))
+    _check_rms_norm_args(x, weight, eps, autocast=True)
     if resolve_backend("rms_norm", "rms_norm", backend, x) == "triton":
         return torch.ops.opguide.rms_norm_triton.default(x, weight, float(eps))
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
