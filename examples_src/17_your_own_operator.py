@@ -2,7 +2,7 @@ r"""
 Step 17: Start your own operator
 ================================
 
-The fourteen steps built one operator, RMSNorm, inside this repository. This
+The sixteen steps before this one built one operator, RMSNorm, inside this repository. This
 step hands you a project of your own: a template that writes a complete,
 standalone operator library for an operator that is not in this guide, here
 ``silu_mul`` (the SwiGLU activation, ``silu(x) * gate``), which this page then
@@ -41,6 +41,11 @@ template changes into your project. The questions:
        built by ``setup.py`` (plus the same operator in Triton); ``triton``: a
        Python-only package whose kernel is Triton, registered with
        :func:`torch.library.custom_op`. :doc:`/routes` says which fits.
+   * - ``abi``
+     - the C++ route only: ``classic`` (ATen and ``TORCH_LIBRARY``; build again for
+       every torch release) or ``stable``, the LibTorch stable ABI of
+       :doc:`step 15 <15_one_wheel_for_every_torch>` (one build loads into torch
+       2.11 and later; building needs torch 2.13 or later)
    * - ``kind``
      - the kernel to start from: ``elementwise`` (``silu(x) * gate``) or ``rowwise``,
        a row reduction (``x / sqrt(mean(x**2, -1) + eps) * weight``, like RMSNorm)
@@ -327,7 +332,77 @@ print("torch.compile(fullgraph=True): same values")
 # per row; :doc:`step 11 <11_performance>` measures
 # what makes RMSNorm's kernels fast, when your operator needs that.
 #
-# Removing the project from this environment again:
+# One build for every torch
+# -------------------------
+# With ``--data abi=stable`` the same questions give the same project on the
+# LibTorch stable ABI of :doc:`step 15 <15_one_wheel_for_every_torch>`: the
+# C++ files include only ``torch/csrc/stable`` and ``torch/headeronly``
+# headers, register with ``STABLE_TORCH_LIBRARY``, and ``setup.py`` builds
+# with ``TORCH_TARGET_VERSION`` set to torch 2.11. The Python files, the
+# torch-free CUDA kernels and the tests are the same, except that every C++
+# check raises ``RuntimeError`` (the stable ABI's ``STD_TORCH_CHECK`` has no
+# ``TypeError`` or ``ValueError``). The files that differ:
+STABLE = WORK / "myops_stable"
+if STABLE.exists():
+    shutil.rmtree(STABLE)
+stable_data = []
+for answer in ["package=myops_stable", "op_name=silu_mul", "route=cpp", "abi=stable"]:
+    stable_data += ["--data", answer]
+stable_command = [sys.executable, "-m", "copier", "copy", "--quiet", "--defaults", *stable_data]
+run(
+    [*stable_command, str(ROOT / "template"), "myops_stable"],
+    cwd=WORK,
+    show=" ".join(
+        ["copier copy --defaults", *stable_data, "path/to/opguide/template myops_stable"]
+    ),
+)
+for path in sorted(STABLE.rglob("*")):
+    if path.is_file() and not path.name.startswith("."):
+        rel = path.relative_to(STABLE).as_posix()
+        twin = PROJECT / rel.replace("myops_stable", "myops")
+        same = twin.is_file() and twin.read_text() == path.read_text().replace(
+            "myops_stable", "myops"
+        )
+        if not same:
+            print(f"  {rel:40} differs")
+
+# %%
+# The two C++ files that change most, whole:
+#
+# .. dropdown:: csrc/silu_mul_cpu.cpp (abi=stable)
+#
+#    .. literalinclude:: /../build/your_own_operator/myops_stable/csrc/silu_mul_cpu.cpp
+#       :language: c++
+#
+# .. dropdown:: csrc/silu_mul_cuda.cu (abi=stable)
+#
+#    .. literalinclude:: /../build/your_own_operator/myops_stable/csrc/silu_mul_cuda.cu
+#       :language: cuda
+#
+# .. dropdown:: setup.py (abi=stable)
+#
+#    .. literalinclude:: /../build/your_own_operator/myops_stable/setup.py
+#       :language: python
+#
+# Built and tested the same way (the build needs torch 2.13 or later):
+TORCH_2_13 = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
+if TORCH_2_13:
+    run(pip, cwd=STABLE, show='pip install --no-build-isolation --no-deps -e "."')
+    output = run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=STABLE,
+        show="python -m pytest -q",
+    )
+    summary = output.strip().splitlines()[-1]
+    print(summary)
+    assert " passed" in summary and "failed" not in summary and "error" not in summary
+    run([sys.executable, "-m", "pip", "uninstall", "-y", "myops_stable"], cwd=WORK,
+        show="pip uninstall -y myops_stable")  # fmt: skip
+else:
+    print(f"SKIPPED: torch {torch.__version__} here; the stable-ABI sources build with 2.13+")
+
+# %%
+# Removing the first project from this environment again:
 removed = run(
     [sys.executable, "-m", "pip", "uninstall", "-y", "myops"],
     cwd=WORK,

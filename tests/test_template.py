@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template"
@@ -69,17 +70,31 @@ def start_nvcc_check(project: Path) -> subprocess.Popen | None:
 # The C++ route with the elementwise kernel is what gallery step 17 renders,
 # builds, tests and compile-checks, as an item of this suite; it is not
 # repeated here.
+TORCH_2_13 = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
+NEEDS_2_13 = pytest.mark.skipif(
+    not TORCH_2_13,
+    reason=f"the stable-ABI sources build with torch >= 2.13, not {torch.__version__}",
+)
 CASES = [
-    pytest.param("cpp", "rowwise", "scaled_norm", id="cpp-rowwise"),
-    pytest.param("triton", "elementwise", "silu_mul", id="triton-elementwise"),
-    pytest.param("triton", "rowwise", "scaled_norm", id="triton-rowwise"),
+    pytest.param("cpp", "classic", "rowwise", "scaled_norm", id="cpp-rowwise"),
+    pytest.param(
+        "cpp", "stable", "elementwise", "silu_mul", id="cpp-stable-elementwise", marks=NEEDS_2_13
+    ),
+    pytest.param(
+        "cpp", "stable", "rowwise", "scaled_norm", id="cpp-stable-rowwise", marks=NEEDS_2_13
+    ),
+    pytest.param("triton", "classic", "elementwise", "silu_mul", id="triton-elementwise"),
+    pytest.param("triton", "classic", "rowwise", "scaled_norm", id="triton-rowwise"),
 ]
 
 
-@pytest.mark.parametrize("route, kind, op_name", CASES)
-def test_generated_project_builds_and_passes_its_tests(tmp_path, route, kind, op_name):
-    package = f"tpl_{route}_{kind}"
-    project = render(tmp_path / package, package=package, op_name=op_name, route=route, kind=kind)
+@pytest.mark.parametrize("route, abi, kind, op_name", CASES)
+def test_generated_project_builds_and_passes_its_tests(tmp_path, route, abi, kind, op_name):
+    package = f"tpl_{route}_{abi}_{kind}"
+    answers = dict(package=package, op_name=op_name, route=route, kind=kind)
+    if route == "cpp":
+        answers["abi"] = abi
+    project = render(tmp_path / package, **answers)
     expected = {
         "pyproject.toml",
         "README.md",
@@ -93,6 +108,17 @@ def test_generated_project_builds_and_passes_its_tests(tmp_path, route, kind, op
     assert expected <= present, f"missing: {sorted(expected - present)}"
     if route == "triton":
         assert not (project / "csrc").exists() and not (project / "setup.py").exists()
+    if route == "cpp":
+        # Each ABI's registration macro, and nothing of the other API.
+        sources = "".join(p.read_text() for p in (project / "csrc").iterdir())
+        if abi == "stable":
+            assert (
+                "STABLE_TORCH_LIBRARY(" in sources
+                and "TORCH_TARGET_VERSION" in (project / "setup.py").read_text()
+            )
+            assert "#include <ATen/" not in sources and "at::Tensor" not in sources
+        else:
+            assert "TORCH_LIBRARY(" in sources and "STABLE_TORCH_LIBRARY" not in sources
 
     with Installed(project, package):
         nvcc = start_nvcc_check(project)
@@ -107,6 +133,13 @@ def test_generated_project_builds_and_passes_its_tests(tmp_path, route, kind, op
             assert nvcc.returncode == 0, f"the generated nvcc check failed:\n{output}"
             if not output.startswith("SKIPPED"):
                 assert f"csrc/{op_name}_cuda.cu: compiled" in output
+        if abi == "stable" and shutil.which("nm"):
+            # The built library calls torch only through its C shim.
+            library = next((project / package).glob("_C*.so"))
+            check_abi = ROOT / "stable" / "tools" / "check_abi.py"
+            proc = run([sys.executable, str(check_abi), str(library)], cwd=project)
+            print(proc.stdout)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_generated_tests_catch_a_wrong_formula(tmp_path):
