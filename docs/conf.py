@@ -79,6 +79,8 @@ sphinx_gallery_conf = {
     "gallery_dirs": "auto_examples",
     # Run every numbered step, every build: a stale page would hide a broken kernel.
     "filename_pattern": r"/\d\d_",
+    # A program that a step shows and launches (torchrun), not a page.
+    "ignore_pattern": r"__init__\.py|_worker\.py$",
     "run_stale_examples": True,
     "abort_on_example_error": False,
     "only_warn_on_example_error": False,

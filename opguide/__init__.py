@@ -23,6 +23,15 @@ from .reference import fused_add_rms_norm_reference  # noqa: E402
 __all__ += ["fused_add_rms_norm_", "fused_add_rms_norm_reference"]
 if TRITON_INSTALLED:
     # Registers the Triton operators (and, with no GPU visible, turns on
-    # Triton's interpreter); see opguide/triton_rms_norm.py.
-    from . import triton_rms_norm  # noqa: E402, F401
+    # Triton's interpreter); see opguide/triton_rms_norm.py. When that cannot
+    # work in this process, the compiled operators still do.
+    try:
+        from . import triton_rms_norm  # noqa: E402, F401
+    except ImportError as error:
+        import warnings  # noqa: E402
+
+        from . import backends  # noqa: E402
+
+        backends.TRITON_UNUSABLE = str(error)
+        warnings.warn(f"{error}; the Triton backend is off", RuntimeWarning, stacklevel=2)
 __version__ = "0.1.0"

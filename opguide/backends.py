@@ -25,6 +25,14 @@ import torch
 
 BACKENDS = ("auto", "cpp", "triton")
 TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+# Why the Triton operators could not be defined although triton is installed
+# (set by opguide/__init__.py), or None.
+TRITON_UNUSABLE: str | None = None
+
+
+def triton_ready() -> bool:
+    """Whether the Triton operators are defined in this process."""
+    return TRITON_INSTALLED and TRITON_UNUSABLE is None
 
 
 def _compiled_device_types(op_name: str) -> frozenset[str]:
@@ -51,12 +59,13 @@ def resolve_backend(fn: str, op_name: str, backend: str, x: torch.Tensor) -> str
 
     Raises:
         ValueError: ``backend`` is not one of the three names.
-        RuntimeError: ``backend="triton"`` but Triton is not installed.
+        RuntimeError: ``backend="triton"`` but Triton is not installed, or its
+            operators could not be defined in this process.
     """
     if backend not in BACKENDS:
         raise ValueError(f"{fn}: backend must be 'auto', 'cpp' or 'triton', got {backend!r}")
     if backend == "auto":
-        if x.device.type in _COMPILED[op_name] or not TRITON_INSTALLED:
+        if x.device.type in _COMPILED[op_name] or not triton_ready():
             return "cpp"
         return "triton"
     if backend == "triton" and not TRITON_INSTALLED:
@@ -64,4 +73,6 @@ def resolve_backend(fn: str, op_name: str, backend: str, x: torch.Tensor) -> str
             f"{fn}: backend='triton' needs the triton package, which is not installed "
             "(pip install triton, or install opguide with the 'test' extra)"
         )
+    if backend == "triton" and TRITON_UNUSABLE is not None:
+        raise RuntimeError(f"{fn}: backend='triton' is off in this process: {TRITON_UNUSABLE}")
     return backend

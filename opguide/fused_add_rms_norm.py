@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from .backends import resolve_backend
+from .ops import _register_dtensor_rules
 
 _FLOATING = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _OP = "fused_add_rms_norm_: "
@@ -136,6 +137,7 @@ def fused_add_rms_norm_(
         (torch.Size([4, 8]), torch.Size([4]))
     """
     _check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype)
+    _register_dtensor_rules(residual)
     if resolve_backend("fused_add_rms_norm_", "fused_add_rms_norm_", backend, x) == "triton":
         op = torch.ops.opguide.fused_add_rms_norm_triton_.default
     else:

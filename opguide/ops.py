@@ -55,6 +55,12 @@ def _check_rms_norm_args(
         raise ValueError(f"rms_norm: eps must be non-negative, got {eps}")
 
 
+def _register_dtensor_rules(x: object) -> None:
+    """Imports opguide.distributed (once) when an argument is a DTensor."""
+    if type(x).__name__ == "DTensor" and type(x).__module__.startswith("torch.distributed"):
+        from . import distributed  # noqa: F401  (registers the sharding rules)
+
+
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, backend: str = "auto"
 ) -> torch.Tensor:
@@ -94,6 +100,7 @@ def rms_norm(
         torch.Size([4, 8])
     """
     _check_rms_norm_args(x, weight, eps, autocast=True)
+    _register_dtensor_rules(x)
     if resolve_backend("rms_norm", "rms_norm", backend, x) == "triton":
         return torch.ops.opguide.rms_norm_triton.default(x, weight, float(eps))
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):

@@ -4,7 +4,7 @@ Each case renders the template with copier into a temporary folder, installs
 the generated project into this environment without build isolation (its C++
 library compiled against this torch), runs the generated project's own test
 suite, and, where nvcc is present, its nvcc compile check of the CUDA sources.
-Gallery step 17 (``examples_src/17_your_own_operator.py``) does the same for
+Gallery step 18 (``examples_src/18_your_own_operator.py``) does the same for
 the C++ route with the elementwise kernel. A last test breaks the kernel
 formula of a generated project and checks that the generated tests catch it.
 """
@@ -67,7 +67,7 @@ def start_nvcc_check(project: Path) -> subprocess.Popen | None:
     )
 
 
-# The C++ route with the elementwise kernel is what gallery step 17 renders,
+# The C++ route with the elementwise kernel is what gallery step 18 renders,
 # builds, tests and compile-checks, as an item of this suite; it is not
 # repeated here.
 TORCH_2_13 = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)

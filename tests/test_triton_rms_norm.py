@@ -315,3 +315,32 @@ def test_cuda_cpu_tensor_needs_the_interpreter():
     x, w = make_inputs((2, 8), torch.float32)
     with pytest.raises(RuntimeError, match=r"runs CPU tensors only in Triton's interpreter"):
         opguide.rms_norm(x, w, backend="triton")
+
+
+def test_triton_imported_first_without_interpreter_turns_only_triton_off():
+    """triton imported before opguide on a CPU-only process: the C++ ops still work."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings, torch, triton.language\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import opguide\n"
+        "print([str(w.message) for w in caught if 'Triton backend is off' in str(w.message)])\n"
+        "x = torch.randn(3, 8)\n"
+        "torch.testing.assert_close(opguide.rms_norm(x, torch.ones(8)), "
+        "opguide.rms_norm_reference(x, torch.ones(8)))\n"
+        "try:\n"
+        "    opguide.rms_norm(x, torch.ones(8), backend='triton')\n"
+        "except RuntimeError as error:\n"
+        "    print('refused:', error)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warned, refused = proc.stdout.strip().splitlines()
+    assert "imported before TRITON_INTERPRET=1" in warned
+    assert refused.startswith("refused: rms_norm: backend='triton' is off in this process")

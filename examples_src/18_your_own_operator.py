@@ -1,8 +1,8 @@
 r"""
-Step 17: Start your own operator
+Step 18: Start your own operator
 ================================
 
-The sixteen steps before this one built one operator, RMSNorm, inside this repository. This
+The seventeen steps before this one built one operator, RMSNorm, inside this repository. This
 step hands you a project of your own: a template that writes a complete,
 standalone operator library for an operator that is not in this guide, here
 ``silu_mul`` (the SwiGLU activation, ``silu(x) * gate``), which this page then
