@@ -94,8 +94,10 @@ def package(device: str) -> tuple[Path, Path]:
     path = OUT / f"block_{device}.pt2"
     start = time.perf_counter()
     torch._inductor.aoti_compile_and_package(ep, package_path=str(path))
-    print(f"{device}: compiled {path.name} ({path.stat().st_size / 1e3:.0f} kB) "
-          f"in {time.perf_counter() - start:.0f} s")  # fmt: skip
+    print(
+        f"{device}: compiled {path.name} ({path.stat().st_size / 1e3:.0f} kB) "
+        f"in {time.perf_counter() - start:.0f} s"
+    )
     io = OUT / f"io_{device}.pt"
     expected = m(*args)
     torch.save({"args": args, "expected": expected}, io)
@@ -132,23 +134,32 @@ def plain_package_loads(device: str) -> bool:
     linear = torch.nn.Linear(8, 8).to(device)
     ep = torch.export.export(linear, (torch.randn(2, 8, device=device),))
     torch._inductor.aoti_compile_and_package(ep, package_path=str(path))
-    code = f"import torch; torch._inductor.aoti_load_package({str(path)!r})(torch.randn(2, 8, device={device!r}))"  # noqa: E501
+    load = f"torch._inductor.aoti_load_package({str(path)!r})"
+    code = f"import torch; {load}(torch.randn(2, 8, device={device!r}))"
     return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 
 def run_fresh(pt2: Path, io: Path, device: str) -> str:
     result = subprocess.run(
         [sys.executable, "-c", RUNNER, _library.library_path(), str(pt2), str(io)],
-        capture_output=True, text=True, cwd=OUT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=OUT,
+    )
     if result.returncode != 0 and not TORCH_2_13:
         # Seen with torch 2.11: the fresh process crashes (exit -11). The
         # control below says whether any package fails to load there.
         plain = plain_package_loads(device)
-        return (f"the fresh process FAILED with exit code {result.returncode} on torch "
-                f"{torch.__version__}; a package of a plain torch.nn.Linear "
-                + ("loads and runs there" if plain else "crashes there too: this torch "
-                   "cannot load AOTInductor packages in a fresh process"))  # fmt: skip
+        return (
+            f"the fresh process FAILED with exit code {result.returncode} on torch "
+            f"{torch.__version__}; a package of a plain torch.nn.Linear "
+            + (
+                "loads and runs there"
+                if plain
+                else "crashes there too: this torch "
+                "cannot load AOTInductor packages in a fresh process"
+            )
+        )
     assert result.returncode == 0, (
         f"exit code {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
     )
@@ -180,7 +191,9 @@ env = dict(os.environ, PYTHONWARNINGS="ignore")
 subprocess.run([sys.executable, "-c", PY_OP], cwd=OUT, check=True, capture_output=True, env=env)
 failed = subprocess.run([sys.executable, "-c", LOAD], cwd=OUT, capture_output=True, text=True)
 print("loading the package of a Python-only custom_op in a fresh process:")
-print("  " + failed.stderr.strip().splitlines()[-1][:300])
+# The last line of the error, up to the end of its first sentence.
+message = failed.stderr.strip().splitlines()[-1]
+print("  " + message.split(". ")[0] + ".")
 assert failed.returncode != 0
 
 # %%
@@ -215,8 +228,10 @@ print("vmap over x, and over x and weight: equal to a loop over the batch")
 # Training through ``vmap`` works as usual (the backward runs on the whole
 # batch outside the transform). The function transforms of ``torch.func``
 # (``grad``, ``vjp``, ``jacrev``) do not compose with ``register_autograd``
-# in this torch: it says so when asked, and a per-example gradient needs a
-# ``torch.autograd.Function`` with ``setup_context`` and a ``vmap`` method.
+# in this torch. ``register_autograd`` builds an ``autograd.Function`` behind
+# the scenes, which is why the error below speaks of one: a per-example
+# gradient needs a ``torch.autograd.Function`` of your own, with
+# ``setup_context`` and a ``vmap`` method.
 wr = w.clone().requires_grad_()
 torch.vmap(lambda a: opguide.rms_norm(a, wr))(xs).square().sum().backward()
 via_vmap = wr.grad.clone()
@@ -237,9 +252,10 @@ except RuntimeError as error:
 # In a :class:`torch.autocast` region matmuls run in bfloat16 or float16 and
 # the values that reach a norm are often a bfloat16 activation and a float32
 # weight, a pair the kernels (and their checks) refuse. PyTorch's own
-# ``layer_norm`` runs in float32 in a CUDA autocast region (on CPU it keeps
-# the input's dtype: the table below shows both); ``opguide`` registers the
-# float32 policy on CPU and CUDA alike:
+# ``layer_norm`` runs in float32 in a CUDA autocast region and keeps the
+# input's dtype on CPU (the table below is CPU's; the CUDA rows are in the GPU
+# section at the end of the page); ``opguide`` registers the float32 policy on
+# CPU and CUDA alike:
 #
 # .. literalinclude:: /../opguide/ops.py
 #    :language: python
@@ -258,13 +274,15 @@ def autocast_table(device: str) -> list[str]:
         with torch.autocast(device, dtype=torch.bfloat16):
             y = opguide.rms_norm(xa, w32)
             yt = torch.nn.functional.layer_norm(xa, (64,), w32)
+        short = str(x_dtype).removeprefix("torch.")
         lines.append(
-            f"{device:4} autocast(bfloat16)  x {str(x_dtype):15} weight float32 -> "
-            f"opguide.rms_norm {y.dtype}, F.layer_norm {yt.dtype}"
+            f"{device:4} x {short:8} -> opguide.rms_norm {str(y.dtype)[6:]:8} "
+            f"F.layer_norm {str(yt.dtype)[6:]}"
         )
     return lines
 
 
+print("torch.autocast(dtype=torch.bfloat16), weight float32:")
 print("\n".join(autocast_table("cpu")))
 
 # %%
@@ -288,7 +306,7 @@ print("\n".join(autocast_table("cpu")))
 #
 # The tag at work, on a small operator pair defined here (``demo::twice`` and
 # its tagged ``demo::twice.out``): Inductor's code calls the ``out`` overload.
-from torch._inductor.utils import run_and_get_code  # noqa: E402
+from torch._inductor.utils import run_and_get_code
 
 HAVE_OUT_TAG = hasattr(torch.Tag, "out")
 if HAVE_OUT_TAG:
@@ -301,7 +319,8 @@ if HAVE_OUT_TAG:
     torch.library.register_fake("demo::twice.out", lambda t, *, out: out, lib=demo)
     compiled = torch.compile(lambda a: torch.ops.demo.twice(a + 1) - 1)
     _, (code, *_) = run_and_get_code(compiled, x)
-    calls = [line.strip() for line in code.splitlines() if "demo.twice" in line and "#" not in line]  # fmt: skip  # noqa: E501
+    lines = [line.strip() for line in code.splitlines()]
+    calls = [line for line in lines if "demo.twice" in line and "#" not in line]
     print("Inductor calls:", calls[0] if calls else "(no call of demo.twice found)")
 else:
     print(f"torch {torch.__version__} has no torch.Tag.out: this part needs torch 2.13 or later")
@@ -372,8 +391,10 @@ def gpu_section() -> dict:
     out_ref, _ = opguide.fused_add_rms_norm_(y_ref, res_ref, wg)
     torch.testing.assert_close(out_static, out_ref)
     torch.testing.assert_close(res_static, res_ref)
-    lines.append("torch.cuda.graph: rms_norm + fused op captured; replay after new input "
-                 "matches eager (output and residual)")  # fmt: skip
+    lines.append(
+        "torch.cuda.graph: rms_norm + fused op captured; replay after new input "
+        "matches eager (output and residual)"
+    )
     # torch.compile(mode="reduce-overhead"): Inductor's CUDA graph trees.
     torch._dynamo.reset()
     from torch._dynamo.utils import counters
@@ -385,8 +406,9 @@ def gpu_section() -> dict:
         got = step(xg, rg)
     torch.testing.assert_close(got[0], block(xg, rg)[0], atol=2e-2, rtol=2e-2)
     skips = dict(counters["inductor"]).get("cudagraph_skips", 0)
-    lines.append(f"torch.compile(mode='reduce-overhead'): outputs match eager; "
-                 f"CUDA graphs skipped: {skips}")  # fmt: skip
+    lines.append(
+        f"torch.compile(mode='reduce-overhead'): outputs match eager; CUDA graphs skipped: {skips}"
+    )
     return {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -403,8 +425,10 @@ if HAVE_GPU:
         print(f"recorded to docs/recorded/{RECORD.name}")
 elif RECORD.exists():
     recorded = json.loads(RECORD.read_text())
-    print(f"No GPU here. Recorded on {recorded['device']} with torch {recorded['torch']}, "
-          f"{recorded['date']}, by this page:")  # fmt: skip
+    print(
+        f"No GPU here. Recorded on {recorded['device']} with torch {recorded['torch']}, "
+        f"{recorded['date']}, by this page:"
+    )
     print("\n".join(recorded["lines"]))
 else:
     print(

@@ -66,7 +66,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -86,17 +85,36 @@ def shown(text: str) -> str:
     return text.replace(TORCH_DIR, "<torch>").replace(str(ROOT), "<opguide>")
 
 
-def run(command: list[str], cwd: Path, show: str | None = None) -> str:
-    """Runs a command as a reader would type it; prints it, returns its output."""
-    typed = show or shlex.join(shown(c) for c in command)
-    # Long commands print on several lines, as a shell accepts them.
-    print("$", " \\\n    ".join(textwrap.wrap(typed, 80, break_on_hyphens=False)))
+def wrapped(typed: str, width: int = 80) -> str:
+    """A long command on several lines, as a shell accepts it; options keep their values."""
+    words, groups = shlex.split(typed), []
+    while words:
+        word = words.pop(0)
+        takes_value = word.startswith("-") and words and not words[0].startswith("-")
+        groups.append(shlex.join([word, words.pop(0)]) if takes_value else shlex.quote(word))
+    lines = [""]
+    for group in groups:
+        if lines[-1] and len(lines[-1]) + len(group) + 1 > width:
+            lines.append("")
+        lines[-1] = f"{lines[-1]} {group}".strip()
+    return " \\\n    ".join(lines)
+
+
+def run(command: list[str], cwd: Path, show: str | None = None, echo: bool = False) -> str:
+    """Runs a command as a reader would type it; prints it, returns its output.
+
+    With ``echo``, the command's own output is printed too, before its exit status.
+    """
+    print("$", wrapped(show or shlex.join(shown(c) for c in command)))
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     output = shown(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         print(output[-6000:])
         raise RuntimeError(f"exit status {proc.returncode}")
+    if echo:
+        for line in output.splitlines():
+            print("  " + wrapped(line[2:], 86) if line.startswith("$ ") else line)
     print(f"  (exit status 0, {time.perf_counter() - start:.1f} s)")
     return output
 
@@ -287,21 +305,24 @@ print("devices tested:", devices)
 # The CUDA kernel compiles without a GPU
 # --------------------------------------
 # ``tools/check_cuda_compiles.py`` runs ``nvcc -c`` on every ``csrc/*.cu``
-# with torch's include folders and flags, and prints the command whole. On a
-# machine without nvcc it says that it skipped.
+# with torch's include folders and flags, and prints the command whole
+# (``<torch>`` stands for the folder torch is installed in). On a machine
+# without nvcc it says that it skipped.
 output = run(
     [sys.executable, "tools/check_cuda_compiles.py"],
     cwd=PROJECT,
     show="python tools/check_cuda_compiles.py",
+    echo=True,
 )
-print(output)
 assert "FAILED" not in output
 
 # %%
 # Using it
 # --------
 # The package is an ordinary import; the operator is in ``torch.ops`` and works
-# with autograd and ``torch.compile``:
+# with autograd and ``torch.compile``. (This page's process started before the
+# install, so it adds the project folder to ``sys.path`` itself; a new Python
+# process needs only the ``import``.)
 sys.path.insert(0, str(PROJECT))
 import myops  # noqa: E402
 
@@ -338,10 +359,12 @@ print("torch.compile(fullgraph=True): same values")
 # LibTorch stable ABI of :doc:`step 15 <15_one_wheel_for_every_torch>`: the
 # C++ files include only ``torch/csrc/stable`` and ``torch/headeronly``
 # headers, register with ``STABLE_TORCH_LIBRARY``, and ``setup.py`` builds
-# with ``TORCH_TARGET_VERSION`` set to torch 2.11. The Python files, the
-# torch-free CUDA kernels and the tests are the same, except that every C++
-# check raises ``RuntimeError`` (the stable ABI's ``STD_TORCH_CHECK`` has no
-# ``TypeError`` or ``ValueError``). The files that differ:
+# with ``TORCH_TARGET_VERSION`` set to torch 2.11. The torch-free CUDA
+# kernels are the same; of the other files, the package differs in a
+# docstring, the tests in one expectation (every C++ check raises
+# ``RuntimeError``: the stable ABI's ``STD_TORCH_CHECK`` has no ``TypeError``
+# or ``ValueError``), the nvcc check in two defines, ``pyproject.toml`` in the
+# torch it needs. The files that differ:
 STABLE = WORK / "myops_stable"
 if STABLE.exists():
     shutil.rmtree(STABLE)
@@ -367,7 +390,12 @@ for path in sorted(STABLE.rglob("*")):
             print(f"  {rel:40} differs")
 
 # %%
-# The two C++ files that change most, whole:
+# The stable C++ files and the build, whole:
+#
+# .. dropdown:: csrc/silu_mul.h (abi=stable)
+#
+#    .. literalinclude:: /../build/your_own_operator/myops_stable/csrc/silu_mul.h
+#       :language: c++
 #
 # .. dropdown:: csrc/silu_mul_cpu.cpp (abi=stable)
 #
