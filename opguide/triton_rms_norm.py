@@ -17,6 +17,7 @@ Users reach them through ``backend="triton"`` of :func:`opguide.rms_norm` and
 :func:`opguide.fused_add_rms_norm_`.
 """
 
+import contextlib
 import os
 from typing import Optional
 
@@ -98,6 +99,24 @@ def _pdl(t: torch.Tensor) -> dict:
 
 
 # [pdl-end]
+
+
+# [device-guard]
+def _on_device_of(t: torch.Tensor):
+    """Makes the GPU of ``t`` current for a launch, as the CUDA wrappers' DeviceGuard does.
+
+    Triton launches on the current GPU and requires every pointer argument to
+    live there: a tensor on cuda:1 while cuda:0 is current (a second pipeline
+    stage, a replica without ``set_device``) fails with "Pointer argument (at
+    0) cannot be accessed from Triton (cpu tensor?)". Under torch.compile the
+    code Inductor generates sets the device itself.
+    """
+    if t.is_cuda and not torch.compiler.is_compiling():
+        return torch.cuda.device(t.device)
+    return contextlib.nullcontext()
+
+
+# [device-guard-end]
 
 
 def _check_input(op: str, name: str, t: torch.Tensor) -> None:
@@ -322,15 +341,16 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
     m = int(xc.numel()) // n if n > 0 else 0
     if m == 0:
         return y
-    if n <= MAX_REGISTER_ROW:
-        block = triton.next_power_of_2(n)
-        rows, warps = _forward_launch(block)
-        launchable(_rms_norm_fwd_kernel)[(triton.cdiv(m, rows),)](
-            xc, weight.contiguous(), y, m, n, eps, BLOCK_N=block, ROWS=rows, num_warps=warps,
-            **_pdl(xc),
-        )  # fmt: skip
-    else:
-        launchable(_rms_norm_fwd_long_kernel)[(m,)](xc, weight.contiguous(), y, n, eps)
+    with _on_device_of(xc):
+        if n <= MAX_REGISTER_ROW:
+            block = triton.next_power_of_2(n)
+            rows, warps = _forward_launch(block)
+            launchable(_rms_norm_fwd_kernel)[(triton.cdiv(m, rows),)](
+                xc, weight.contiguous(), y, m, n, eps, BLOCK_N=block, ROWS=rows,
+                num_warps=warps, **_pdl(xc),
+            )  # fmt: skip
+        else:
+            launchable(_rms_norm_fwd_long_kernel)[(m,)](xc, weight.contiguous(), y, n, eps)
     return y
 
 
@@ -358,15 +378,16 @@ def rms_norm_backward_triton(
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
     dweight = torch.empty_like(weight, memory_format=torch.contiguous_format)
     pdl = _pdl(xc)
-    launchable(_rms_norm_bwd_kernel)[(programs,)](
-        dy, xc, weight.contiguous(), dx, dw_partial, m, n, eps,
-        BLOCK_N=block, ROWS=rows, STAGES=stages, num_warps=warps, **pdl,
-    )  # fmt: skip
-    # The second stage of the dweight reduction: a sum over `programs` rows.
-    launchable(_dw_sum_kernel)[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
-        dw_partial, dweight, programs, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
-        num_warps=DW_SUM_WARPS, **pdl,
-    )  # fmt: skip
+    with _on_device_of(xc):
+        launchable(_rms_norm_bwd_kernel)[(programs,)](
+            dy, xc, weight.contiguous(), dx, dw_partial, m, n, eps,
+            BLOCK_N=block, ROWS=rows, STAGES=stages, num_warps=warps, **pdl,
+        )  # fmt: skip
+        # The second stage of the dweight reduction: a sum over `programs` rows.
+        launchable(_dw_sum_kernel)[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
+            dw_partial, dweight, programs, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
+            num_warps=DW_SUM_WARPS, **pdl,
+        )  # fmt: skip
     return dx, dweight
 
 
@@ -452,11 +473,12 @@ def fused_add_rms_norm_triton_(
     m = int(inv_rms.numel())
     if m > 0:
         block = _row_block(op, xc, n)
-        launchable(_fused_add_rms_norm_kernel)[(m,)](
-            xc, rc, xc if weight is None else weight.contiguous(), out, inv_rms, n, eps,
-            HAS_WEIGHT=weight is not None, BLOCK_N=block, num_warps=_fused_warps(block),
-            **_pdl(xc),
-        )  # fmt: skip
+        with _on_device_of(xc):
+            launchable(_fused_add_rms_norm_kernel)[(m,)](
+                xc, rc, xc if weight is None else weight.contiguous(), out, inv_rms, n, eps,
+                HAS_WEIGHT=weight is not None, BLOCK_N=block, num_warps=_fused_warps(block),
+                **_pdl(xc),
+            )  # fmt: skip
     if not residual.is_contiguous():
         residual.copy_(rc)
     return out, inv_rms
