@@ -193,7 +193,7 @@ failed = subprocess.run([sys.executable, "-c", LOAD], cwd=OUT, capture_output=Tr
 print("loading the package of a Python-only custom_op in a fresh process:")
 # The last line of the error, up to the end of its first sentence.
 message = failed.stderr.strip().splitlines()[-1]
-print("  " + message.split(". ")[0] + ".")
+print("  " + message.split(". ")[0].rstrip(".") + ".")
 assert failed.returncode != 0
 
 # %%

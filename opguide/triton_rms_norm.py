@@ -119,8 +119,19 @@ def _on_device_of(t: torch.Tensor):
 # [device-guard-end]
 
 
+def _shape_only(t: torch.Tensor) -> bool:
+    """A fake tensor: the body runs to derive output shapes, and launches nothing.
+
+    DTensor derives the global output shapes of an operator this way, with
+    fake tensors on the CPU whatever the device of the real ones.
+    """
+    from torch._subclasses.fake_tensor import is_fake
+
+    return is_fake(t)
+
+
 def _check_input(op: str, name: str, t: torch.Tensor) -> None:
-    if t.device.type == "cpu" and not INTERPRET:
+    if t.device.type == "cpu" and not INTERPRET and not _shape_only(t):
         raise RuntimeError(
             f"{op}: the Triton backend runs CPU tensors only in Triton's interpreter "
             f"(TRITON_INTERPRET=1, set by opguide when no GPU is visible); {name} is on cpu"
@@ -298,7 +309,7 @@ def _backward_launch(x: torch.Tensor, m: int, block: int) -> tuple[int, int, int
     """(programs, ROWS, STAGES, num_warps) of the backward."""
     # Short rows go several to a step: at least 4096 elements per step.
     rows = max(1, 4096 // block)
-    if INTERPRET:  # the interpreter runs programs one after another
+    if INTERPRET or not x.is_cuda:  # the interpreter runs programs one after another
         return max(1, min(4, m)), rows, 1, 1
     props = torch.cuda.get_device_properties(x.device)
     step = rows * block

@@ -29,7 +29,10 @@ def fused_only() -> int:
     cases = 0
     for backend in backends:
         for dtype in (torch.float32, torch.bfloat16):
-            for m, n in [(5, 13), (33, 1024), (4, 8192), (2, 40000)]:
+            # 40000: past the register cache of the CUDA kernel (Triton's fused
+            # kernel holds rows of up to 16384 float32 elements, and refuses more).
+            shapes = [(5, 13), (33, 1024), (4, 8192)] + ([(2, 40000)] if backend == "cpp" else [])
+            for m, n in shapes:
                 x = torch.randn(m, n, device="cuda", dtype=dtype)
                 w = torch.randn(n, device="cuda", dtype=dtype)
                 res = torch.randn_like(x)
