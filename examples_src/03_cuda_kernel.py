@@ -41,7 +41,10 @@ things every CUDA operator must do:
 
 * **device guard**: ``c10::cuda::CUDAGuard`` makes ``x``'s GPU current for the
   duration of the call, so allocations and the launch go to the right GPU on a
-  multi-GPU machine, whichever GPU the caller made current;
+  multi-GPU machine, whichever GPU the caller made current (without it, a
+  launcher that uses the current GPU fails or computes on the wrong one:
+  :doc:`step 9 <09_triton_kernel>` shows the Triton launches failing on the
+  second of two GPUs when their guard is removed);
 * **current stream**: the kernel is queued on
   ``c10::cuda::getCurrentCUDAStream()`` (``at::cuda::getCurrentCUDAStream`` is the
   same function), the stream PyTorch uses on this thread. A kernel launched on

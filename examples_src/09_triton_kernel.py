@@ -143,6 +143,17 @@ the same code:
    :start-after: # [register-choice]
    :end-before: # [register-choice-end]
 
+Every launch runs under a device guard. Triton launches on the *current*
+GPU and requires every pointer argument to live there, so, as the CUDA
+wrappers of :doc:`step 3 <03_cuda_kernel>` make the input's GPU current, the
+Triton operators do (the last section of this page shows what happens
+without it):
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [device-guard]
+   :end-before: # [device-guard-end]
+
 The forward operator, and the backward one, which returns two tensors:
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
@@ -295,16 +306,59 @@ else:
     )
 
 # %%
+# The device guard at work
+# ------------------------
+# ``tests/test_two_gpus.py`` calls every operator, with each backend, on
+# ``cuda:1`` while ``cuda:0`` is current: what a second pipeline stage or a
+# model moved with ``.to("cuda:1")`` does. With two GPUs here it runs live;
+# otherwise the page shows a run recorded on a two-GPU machine, made once as
+# the code is and once with the guard removed
+# (``tools/record_two_gpus.py``):
+import json
+import subprocess
+import sys
+
+from opguide.compile_checks import source_root
+
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
+if torch.cuda.device_count() >= 2:
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    run = subprocess.run(
+        [*pytest, "tests/test_two_gpus.py"], cwd=ROOT, capture_output=True, text=True
+    )
+    print(f"{torch.cuda.device_count()} GPUs here:", run.stdout.strip().splitlines()[-1])
+else:
+    record = json.loads((ROOT / "docs" / "recorded" / "two_gpus.json").read_text())
+    machine = f"{record['gpus']} x {record['device']}, torch {record['torch']}"
+    print(f"{torch.cuda.device_count()} GPU(s) here. Recorded on {machine}, {record['date']}:")
+    for label in ("with_guard", "without_guard"):
+        run = record[label]
+        print(f"{label.replace('_', ' ')}: $ {run['command']}")
+        print(f"    {run['summary']}")
+        for test in run["failed"]:
+            print("   ", test.removeprefix("tests/test_two_gpus.py::"))
+        if run["first_error"]:
+            print("   ", run["first_error"])
+    failed = record["without_guard"]["failed"]
+    print(
+        f"without the guard: {len(failed)} failed, all Triton: "
+        f"{all('triton' in t for t in failed)}; compiled among them: "
+        f"{any('compiled' in t for t in failed)}"
+    )
+
+# %%
+# Without the guard every eager Triton call on the second GPU fails inside
+# Triton's launcher, and the CUDA graph captured there too; the C++/CUDA
+# operators (their own ``CUDAGuard``) and the compiled Triton path (Inductor
+# sets the device in the code it generates) pass either way.
+
+# %%
 # Trade-offs: Triton or CUDA C++?
 # -------------------------------
 # **Effort.** The Triton kernels are a few dozen lines of Python each, with no
 # build step: indexing is by blocks, and masks replace the bounds checks and
 # the vectorised and scalar paths of the CUDA kernel. The line counts of the
 # two routes, from the files themselves:
-
-from opguide.compile_checks import source_root  # noqa: E402
-
-ROOT = source_root()  # the opguide source tree, wherever this script runs from
 
 
 def code_lines(path, start=None, end=None):

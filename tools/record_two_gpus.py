@@ -1,0 +1,96 @@
+"""Records the two-GPU matrix (tests/test_two_gpus.py), with and without the Triton device guard.
+
+On a machine with two GPUs::
+
+    python tools/record_two_gpus.py --out docs/recorded/two_gpus.json
+
+runs the matrix as it is, then again on a copy of the source tree whose
+Triton launches have no device guard (``_on_device_of`` in
+``opguide/triton_rms_norm.py`` made a no-op), and records both pytest
+summaries, the failed tests and the first error. Steps 3 and 9 show the
+record on builds with fewer GPUs. ``--from-logs WITH WITHOUT`` builds the
+record from the pytest output of two such runs made by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GUARD = "    if t.is_cuda and not torch.compiler.is_compiling():"
+
+
+def summarize(output: str) -> dict:
+    """The summary line, the failed tests and the first error of a pytest run."""
+    lines = output.strip().splitlines()
+    summary = next(line for line in reversed(lines) if re.search(r"\d+ (passed|failed)", line))
+    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in lines if line.startswith("FAILED ")]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ") and "Error" in line]
+    return {"summary": summary, "failed": failed, "first_error": errors[0] if errors else None}
+
+
+def run_matrix(root: Path) -> str:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
+    proc = subprocess.run(
+        [*command, "tests/test_two_gpus.py"], cwd=root, capture_output=True, text=True
+    )
+    return proc.stdout + proc.stderr
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="the JSON file to write")
+    parser.add_argument("--from-logs", nargs=2, metavar=("WITH", "WITHOUT"))
+    parser.add_argument("--with-command", help="with --from-logs: the command of WITH")
+    parser.add_argument("--device", help="with --from-logs: the GPU's name")
+    parser.add_argument("--gpus", type=int, help="with --from-logs: how many GPUs")
+    parser.add_argument("--torch", help="with --from-logs: the torch version")
+    args = parser.parse_args()
+    import torch
+
+    command = "python -m pytest -q tests/test_two_gpus.py"
+    machine = {}
+    if args.from_logs:
+        if not (args.device and args.gpus and args.torch):
+            parser.error("--from-logs needs --device, --gpus and --torch")
+        with_guard, without_guard = (Path(p).read_text() for p in args.from_logs)
+        machine = {"device": args.device, "gpus": args.gpus, "torch": args.torch}
+    else:
+        if torch.cuda.device_count() < 2:
+            print(f"needs two GPUs, this machine has {torch.cuda.device_count()}")
+            return 1
+        with_guard = run_matrix(ROOT)
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / "opguide"
+            shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", ".nox", "build"))
+            source = copy / "opguide" / "triton_rms_norm.py"
+            text = source.read_text()
+            assert GUARD in text, "the device guard's condition was not found"
+            source.write_text(text.replace(GUARD, "    if False:  # guard removed"))
+            without_guard = run_matrix(copy)
+        machine = {
+            "device": torch.cuda.get_device_name(0),
+            "gpus": torch.cuda.device_count(),
+            "torch": torch.__version__,
+        }
+    record = {
+        **machine,
+        "date": time.strftime("%Y-%m-%d"),
+        "with_guard": {"command": args.with_command or command, **summarize(with_guard)},
+        "without_guard": {"command": command, **summarize(without_guard)},
+    }
+    Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
