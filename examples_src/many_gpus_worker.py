@@ -31,12 +31,10 @@ from torch.distributed.tensor.parallel import (
 )
 
 import opguide
-import opguide.distributed  # noqa: F401  (the sharding rules)
 
 EPS = 1e-6
 
 
-# [model]
 class RMSNorm(nn.Module):
     """torch.nn.RMSNorm's interface, computed by opguide.rms_norm."""
 
@@ -89,10 +87,6 @@ class Block(nn.Module):
         return h + self.mlp(self.mlp_norm(h))
 
 
-# [model-end]
-
-
-# [tp-plan]
 def tensor_parallel_plan() -> dict:
     """Sequence parallel norms between column- and row-parallel projections.
 
@@ -116,9 +110,6 @@ def tensor_parallel_plan() -> dict:
         "mlp.up": ColwiseParallel(),
         "mlp.down": back_to_rows,
     }
-
-
-# [tp-plan-end]
 
 
 def loss_of(out: torch.Tensor) -> torch.Tensor:
@@ -149,7 +140,6 @@ def main() -> None:
 
     say(f"{world} processes, backend {dist.get_backend()}, device type {device.type}")
 
-    # [op-on-dtensors]
     # Every rank makes the same full tensors (same seed); distribute_tensor
     # keeps each rank's shard. (batch, sequence, hidden), sharded on the
     # sequence: the layout of sequence parallelism.
@@ -197,9 +187,7 @@ def main() -> None:
         f"fused_add_rms_norm_ x, residual S(1) -> {out_d.placements[0]}: {collectives(comm)}; equal"
     )
     assert comm.get_total_counts() == 0
-    # [op-on-dtensors-end]
 
-    # [training-step]
     # The same block twice, once with opguide's norm and once with
     # torch.nn.RMSNorm, from the same weights; and the reference: the torch
     # block on one device, on the whole batch.
@@ -256,7 +244,6 @@ def main() -> None:
         mean_loss = loss.detach().clone()
         dist.all_reduce(mean_loss)
         check(f"FSDP2 {label}", model, mean_loss / world, comm)
-    # [training-step-end]
 
     say("all checks passed")
     dist.destroy_process_group()

@@ -7,7 +7,7 @@ communication. :func:`opguide.rms_norm` and :func:`opguide.fused_add_rms_norm_`
 import it the first time they are called with a DTensor; code that calls
 ``torch.ops.opguide.*`` on DTensors directly imports it once itself::
 
-    import opguide.distributed  # noqa: F401  (registers the rules)
+    import opguide.distributed  # registers the rules
 
 An RMSNorm normalises each row on its own, so a rule only has to say: rows
 may be split, the row itself may not.
@@ -16,7 +16,8 @@ may be split, the row itself may not.
   sharded the same way; the weight is replicated. No collective.
 * ``x`` sharded on the normalised (last) dimension, or a partial sum: no rule
   accepts it, so DTensor first redistributes ``x`` to a layout that one
-  accepts (seen: an all-gather to replicated), then runs the kernel.
+  accepts (one collective: an all-gather, or an all-to-all to rows), then
+  runs the kernel.
 * The backward's weight gradient sums over all rows, and each device holds
   some of the rows: it is returned as ``Partial("sum")``, the placement
   PyTorch's own norms use, and DTensor reduces it where a replicated value is
