@@ -427,7 +427,7 @@ elif RECORD.exists():
     recorded = json.loads(RECORD.read_text())
     print(
         f"No GPU here. Recorded on {recorded['device']} with torch {recorded['torch']}, "
-        f"{recorded['date']}, by this page:"
+        f"{recorded['date']}:"
     )
     print("\n".join(recorded["lines"]))
 else:

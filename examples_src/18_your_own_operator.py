@@ -87,11 +87,15 @@ def shown(text: str) -> str:
 
 def wrapped(typed: str, width: int = 80) -> str:
     """A long command on several lines, as a shell accepts it; options keep their values."""
+
+    def quoted(word: str) -> str:  # quotes only where a shell needs them
+        return shlex.quote(word) if any(c.isspace() or c in "'\"" for c in word) else word
+
     words, groups = shlex.split(typed), []
     while words:
         word = words.pop(0)
         takes_value = word.startswith("-") and words and not words[0].startswith("-")
-        groups.append(shlex.join([word, words.pop(0)]) if takes_value else shlex.quote(word))
+        groups.append(f"{word} {quoted(words.pop(0))}" if takes_value else quoted(word))
     lines = [""]
     for group in groups:
         if lines[-1] and len(lines[-1]) + len(group) + 1 > width:
