@@ -186,6 +186,6 @@ else:
 #   to reduce.
 # * Test with ``CommDebugMode``: count the collectives of a call, and assert
 #   zero where the layout needs none. Test one training step against one
-#   device, with a loss that reduces with a sum (gloo has no average).
+#   device: loss, gradients and the weights after an optimizer step.
 # * On the CPU the same code runs on gloo in two processes: the distributed
 #   tests need no GPU.

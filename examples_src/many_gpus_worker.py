@@ -113,9 +113,9 @@ def tensor_parallel_plan() -> dict:
 
 
 def loss_of(out: torch.Tensor) -> torch.Tensor:
-    # A sum, not a mean: the sum of a sharded tensor is a partial sum, which
-    # every backend can reduce (gloo has no averaging reduction).
-    return out.float().pow(2).sum() / out.numel()
+    # On a sharded output the mean is a partial result (Partial("avg")) that
+    # DTensor reduces when the loss is read or differentiated.
+    return out.float().pow(2).mean()
 
 
 def collectives(comm: CommDebugMode) -> str:
