@@ -76,5 +76,39 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
 }
 // [pdl-launch-end]
 
+// [cluster-launch]
+// Launches `kernel` in thread-block clusters of `cluster` blocks along x
+// (sm_90 and later; grid.x must be a multiple of `cluster`), with PDL when
+// `pdl` is true. Clusters of more than 8 blocks must be allowed for the
+// kernel first (cudaFuncAttributeNonPortableClusterSizeAllowed).
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                      size_t shared_bytes, cudaStream_t stream, bool pdl,
+                                      int cluster, Args... args) {
+#if OPGUIDE_HAVE_PDL
+  cudaLaunchAttribute attribute[2];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = pdl ? 2 : 1;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+#else
+  (void)kernel, (void)grid, (void)block, (void)shared_bytes, (void)stream, (void)pdl;
+  (void)cluster;
+  ((void)args, ...);
+  return cudaErrorNotSupported;
+#endif
+}
+// [cluster-launch-end]
+
 }  // namespace cuda
 }  // namespace opguide

@@ -16,6 +16,9 @@
 #endif
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "keep_packed.cuh"
 #include "launch.cuh"
@@ -120,10 +123,16 @@ __device__ __forceinline__ Acc warp_sum(Acc v) {
   return v;
 }
 
-// Sums v over the threads of one row (blockDim.x threads, a multiple of the
-// warp size, so warps never straddle two rows). Every thread gets the total.
+// Sums v over the threads of one row: blockDim.x threads, a multiple of the
+// warp size (warps never straddle two rows), or a power of two below it (a
+// warp then holds several whole rows, summed apart by shuffles within each
+// group of blockDim.x lanes). Every thread gets its row's total.
 template <typename Acc>
 __device__ __forceinline__ Acc row_sum(Acc v, Acc* shared) {
+  if (blockDim.x < kWarpSize) {
+    for (int offset = blockDim.x / 2; offset > 0; offset /= 2) v += OPGUIDE_SHFL_XOR(v, offset);
+    return v;
+  }
   v = warp_sum(v);
   const int warps_per_row = blockDim.x / kWarpSize;
   if (warps_per_row == 1) return v;
@@ -259,20 +268,81 @@ struct LaunchConfig {
 // give each thread reg_vecs vectors, and two rows per block when a row takes
 // 64 threads or fewer. One row per block of 32 or 64 threads means so many
 // blocks (65536 for 65536 x 1024) that the GPU cannot start them fast
-// enough: 78% of the copy against 96% with two rows per block.
+// enough: 78% of the copy against 96% with two rows per block. Rows that
+// need less than a warp get a power of two of threads each, and a block of
+// 256 threads holds as many rows as fit (rows of 256 bfloat16 elements: 8
+// threads each, 32 rows per block; step 11, "Every row length").
 inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec, int warp_size,
                                             int reg_vecs) {
   const int64_t nvec = (cols + vec - 1) / vec;
   int64_t per_row = (nvec + reg_vecs - 1) / reg_vecs;
-  per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
-  if (per_row > kMaxThreadsPerRow) per_row = kMaxThreadsPerRow;
-  const int64_t rows_per_block = per_row <= 64 ? 2 : 1;
+  int64_t rows_per_block;
+  if (per_row < warp_size) {
+    int64_t p = 1;
+    while (p < per_row) p *= 2;
+    per_row = p;
+    rows_per_block = 256 / per_row;
+  } else {
+    per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
+    if (per_row > kMaxThreadsPerRow) per_row = kMaxThreadsPerRow;
+    rows_per_block = per_row <= 64 ? 2 : 1;
+  }
   LaunchConfig cfg;
   cfg.block = dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
   cfg.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
   cfg.long_rows = nvec > per_row * reg_vecs;
   return cfg;
 }
+
+// [host-cache]
+// An occupancy query or a function attribute costs a driver call of a few
+// microseconds: more than the whole host side of a small call. Both depend
+// only on the kernel, its block and the device, so each is asked once per
+// device and remembered (step 11, "The eager call").
+inline int current_device_index() {
+  int device = 0;
+  (void)cudaGetDevice(&device);
+  return device;
+}
+
+template <typename Kernel>
+int blocks_per_sm(Kernel kernel, int threads, size_t shared_bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, int, size_t>, int> cache;
+  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel),
+                                   threads, shared_bytes);
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared_bytes) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    blocks = 1;
+  }
+  cache.emplace(key, blocks);
+  return blocks;
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (needed past 48 KiB).
+// A failure (more than the GPU has) shows up as the launch's error.
+template <typename Kernel>
+void allow_shared_bytes(Kernel kernel, size_t bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*>, size_t> allowed;
+  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel));
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& done = allowed[key];
+  if (bytes <= done) return;
+  if (cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes)) == cudaSuccess) {
+    done = bytes;
+  } else {
+    (void)cudaGetLastError();
+  }
+}
+// [host-cache-end]
 
 inline bool is_aligned(const void* p, int bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(bytes) == 0;
@@ -721,21 +791,15 @@ __global__ void __launch_bounds__(kGradWCols * kGradWLanes) rms_norm_backward_gr
 // Vectors of a row that each thread keeps in registers.
 constexpr int kBwdRegVecs = 2;
 
-// Whether the backward kernel handles rows of `cols` elements of `elem_bytes`
-// bytes: whole 16-byte vectors, at most kBwdMaxThreads x kBwdRegVecs of them
-// (16384 bf16 or 8192 fp32 elements). The host wrapper falls back to ATen
-// operations otherwise.
-inline bool rms_norm_backward_supported(int64_t cols, int elem_bytes) {
-  const int64_t vec = 16 / elem_bytes;
-  return cols % vec == 0 && cols / vec <= static_cast<int64_t>(kBwdMaxThreads) * kBwdRegVecs;
-}
-
 struct BackwardConfig {
   dim3 block;           // (threads per row, row slots per block)
   int64_t blocks;       // also the number of partial grad_w rows; 0: does not fit
   size_t shared_bytes;  // dynamic shared memory per block
   int kernel = 0;       // rms_norm_backward_config: 0 register prefetch, else pipelined
-                        // with this many vectors per thread
+                        // with this many vectors per thread; rms_norm_backward_plan
+                        // (rms_norm_long.cuh) adds kBwdKernelCluster and kBwdKernelTwoPass
+  int cluster = 0;      // blocks per cluster (cluster kernel)
+  int64_t grid = 0;     // blocks of the first kernel (cluster and two-pass kernels)
 };
 
 // The block of both backward kernels for rows of `nvec` vectors: enough
@@ -772,9 +836,8 @@ BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp
   const int64_t slots = cfg.block.y;
   cfg.shared_bytes = kDwShared ? static_cast<size_t>(slots * cols) * sizeof(Acc)
                               : (slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0);
-  int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, rms_norm_backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
+  const int per_sm = blocks_per_sm(
+      rms_norm_backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
       static_cast<int>(cfg.block.x * cfg.block.y), cfg.shared_bytes);
   cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
   return cfg;
@@ -826,15 +889,8 @@ BackwardConfig rms_norm_backward_pipelined_config_for(int64_t rows, int64_t cols
     cfg.blocks = 0;  // more than one block may have on this GPU
     return cfg;
   }
-  if (cfg.shared_bytes + static_bytes > 48 * 1024) {
-    // A failure (more than the GPU has) shows up as the launch's error.
-    (void)cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(cfg.shared_bytes));
-  }
-  int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(threads),
-                                                cfg.shared_bytes);
+  if (cfg.shared_bytes + static_bytes > 48 * 1024) allow_shared_bytes(kernel, cfg.shared_bytes);
+  int per_sm = blocks_per_sm(kernel, static_cast<int>(threads), cfg.shared_bytes);
   if (max_blocks_per_sm > 0 && per_sm > max_blocks_per_sm) per_sm = max_blocks_per_sm;
   cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
   return cfg;
@@ -914,7 +970,8 @@ BackwardConfig rms_norm_backward_config(int64_t rows, int64_t cols, int warp_siz
 // Launches both backward kernels on `stream`, as `cfg` (from
 // rms_norm_backward_config) says. grad_w_partial must hold `cfg.blocks *
 // cols` accumulators. All pointers must be 16-byte aligned and cols a
-// multiple of 16 / sizeof(T) (see rms_norm_backward_supported).
+// multiple of 16 / sizeof(T): rms_norm_backward_plan (rms_norm_long.cuh)
+// checks both and sends other rows to the two-pass kernels.
 template <typename T>
 cudaError_t launch_rms_norm_backward(const T* grad_y, const T* x, const T* weight,
                                      const typename AccType<T>::type* inv_rms, T* grad_x,

@@ -13,7 +13,7 @@
 #include <limits>
 #include <tuple>
 
-#include "rms_norm.cuh"
+#include "rms_norm_long.cuh"
 #include "rms_norm.h"
 
 namespace opguide {
@@ -51,6 +51,22 @@ bool cuda_use_pdl() {
 
 int cuda_warp_size() { return current_device_attribute(cudaDevAttrWarpSize); }
 
+// The most blocks per thread-block cluster the long-row kernels may use
+// (csrc/rms_norm_long.cuh): 16 on compute capability 9.0 and later, 0 (no
+// clusters) before, on ROCm, or when the environment sets OPGUIDE_CLUSTERS=0
+// (read once per process), for example to compare timings.
+int cuda_max_cluster() {
+#if OPGUIDE_HAVE_CLUSTERS
+  static const bool enabled = [] {
+    const char* v = std::getenv("OPGUIDE_CLUSTERS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled && current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9 ? 16 : 0;
+#else
+  return 0;
+#endif
+}
+
 // [cuda-host]
 // Writes y (and inv_rms when it is defined) for x and weight on x's GPU.
 void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor& y,
@@ -77,11 +93,12 @@ void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double ep
     using T = typename CudaType<scalar_t>::type;
     using Acc = typename cuda::AccType<T>::type;
     Acc* inv_rms_ptr = inv_rms.defined() ? inv_rms.mutable_data_ptr<Acc>() : nullptr;
-    const cudaError_t err = cuda::launch_rms_norm_forward<T>(
+    const cudaError_t err = cuda::launch_rms_norm_forward_any<T>(
         reinterpret_cast<const T*>(xk.const_data_ptr<scalar_t>()),
         reinterpret_cast<const T*>(wk.const_data_ptr<scalar_t>()),
         reinterpret_cast<T*>(y.mutable_data_ptr<scalar_t>()), inv_rms_ptr, rows, cols,
-        row_stride, static_cast<float>(eps), warp_size, stream, cuda_use_pdl());
+        row_stride, static_cast<float>(eps), warp_size, cuda_max_cluster(), stream,
+        cuda_use_pdl());
     C10_CUDA_CHECK(err);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -132,17 +149,10 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
   const auto aligned = [](const at::Tensor& t) {
     return reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16 == 0;
   };
-  if (cols == 0 || !cuda::rms_norm_backward_supported(cols, x.element_size()) ||
-      !aligned(g) || !aligned(xc) || !aligned(wc)) {
-    // Rows the kernel does not take (too long, or not whole 16-byte vectors):
-    // the same formula with ATen operations, in the accumulation type.
-    const auto acc = rms_norm_acc_type(x.scalar_type());
-    const at::Tensor gf = g.to(acc), xf = xc.to(acc), wf = wc.to(acc);
-    const at::Tensor r = rc.unsqueeze(-1);
-    const at::Tensor dot = (gf * wf * xf).sum(-1, /*keepdim=*/true);
-    const at::Tensor grad_x = (r * gf * wf - xf * (r * r * r) * dot / static_cast<double>(cols));
-    const at::Tensor grad_w = (gf * xf * r).reshape({-1, cols}).sum(0);
-    return {grad_x.to(x.scalar_type()).contiguous(), grad_w.to(weight.scalar_type())};
+  if (cols == 0) {
+    // Nothing to normalise: grad_x is empty and grad_w a sum over no element.
+    return {at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)),
+            at::zeros({0}, weight.options())};
   }
   at::Tensor grad_x = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   at::Tensor grad_w = at::empty({cols}, weight.options());
@@ -155,12 +165,14 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
       at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_backward_cuda", [&] {
         using T = typename CudaType<scalar_t>::type;
         using Acc = typename cuda::AccType<T>::type;
-        const cuda::BackwardConfig cfg =
-            cuda::rms_norm_backward_config<T>(rows, cols, warp_size, sm_count, max_shared);
+        // Which kernels run depends on the row: see rms_norm_backward_plan.
+        const cuda::BackwardConfig cfg = cuda::rms_norm_backward_plan<T>(
+            rows, cols, aligned(g) && aligned(xc) && aligned(wc), warp_size, sm_count,
+            max_shared, cuda_max_cluster());
         // One partial grad_w row per block, summed by the second kernel.
         at::Tensor partial =
             at::empty({cfg.blocks, cols}, x.options().dtype(rms_norm_acc_type(x.scalar_type())));
-        const cudaError_t err = cuda::launch_rms_norm_backward<T>(
+        const cudaError_t err = cuda::launch_rms_norm_backward_any<T>(
             reinterpret_cast<const T*>(g.const_data_ptr<scalar_t>()),
             reinterpret_cast<const T*>(xc.const_data_ptr<scalar_t>()),
             reinterpret_cast<const T*>(wc.const_data_ptr<scalar_t>()),

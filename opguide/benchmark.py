@@ -785,6 +785,271 @@ def run_cpu_kernel(shape: tuple[int, int] = (4096, 4096), *, rounds: int = 15) -
             "target_vs_copy": CPU_KERNEL_TARGET, "rows": rows}  # fmt: skip
 
 
+# The row lengths of the sweep, at a fixed total of SWEEP_ELEMENTS elements:
+# M = SWEEP_ELEMENTS // N rows, so every point moves the same bytes and only
+# the shape of the work changes.
+SWEEP_NS = tuple(2**k for k in range(8, 18))  # 256 ... 131072
+SWEEP_ELEMENTS = 2**26
+SWEEP_PASSES = ("forward", "backward", "training", "fused")
+
+
+def peer_implementations(pass_name: str) -> tuple[dict[str, Callable], dict[str, str]]:
+    """Other libraries' RMSNorm for ``pass_name``, and why each missing one is missing.
+
+    Liger-Kernel (``liger_kernel``, Triton) and Quack (``quack``, CuTe DSL)
+    are optional: a library that does not import is left out, with the
+    reason. Forward and fused entries take the pass's inputs; backward
+    entries prepare a call (see :func:`backward_implementations`); training
+    entries run forward and backward (see :func:`training_implementations`).
+    """
+    impls: dict[str, Callable] = {}
+    missing: dict[str, str] = {}
+    try:
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+        def liger(x, w):
+            return LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
+
+    except Exception as err:  # ImportError, or a broken install
+        missing["liger"] = _reason(err)
+        liger = None
+    try:
+        from quack.rmsnorm import rmsnorm as quack_rmsnorm
+
+        def quack(x, w):
+            return quack_rmsnorm(x, w, eps=EPS)
+
+    except Exception as err:
+        missing["quack"] = _reason(err)
+        quack = None
+    for name, fn in (("liger", liger), ("quack", quack)):
+        if fn is None:
+            continue
+        if pass_name == "forward":
+            impls[name] = fn
+        elif pass_name == "backward":
+            impls[name] = _autograd_backward(fn)
+        elif pass_name == "training":
+            impls[name] = _training(fn)
+    return impls, missing
+
+
+def _training(forward: Callable) -> Callable:
+    """A training step's norm: ``y = forward(x, w)``, then ``dx, dw`` by autograd."""
+
+    def step(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor):
+        return torch.autograd.grad(forward(x, w), (x, w), dy)
+
+    return step
+
+
+def training_implementations(device: torch.device | None = None) -> dict[str, Callable]:
+    """Forward + backward through autograd, as a training step calls the norm."""
+    import opguide
+
+    compiled_reference = torch.compile(_reference, dynamic=False)
+    impls = {
+        "opguide": _training(lambda x, w: opguide.rms_norm(x, w, EPS, backend="cpp")),
+        "F.rms_norm": _training(
+            lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, EPS)
+        ),
+        "compile(reference)": _training(lambda x, w: compiled_reference(x, w, EPS)),
+    }
+    if _triton_available(device) is None:
+        impls["opguide triton"] = _training(
+            lambda x, w: opguide.rms_norm(x, w, EPS, backend="triton")
+        )
+    return impls
+
+
+def _sweep_sets(
+    pass_name: str, m: int, n: int, dtype: torch.dtype, device: torch.device, count: int
+) -> list[tuple]:
+    sets = _input_sets("backward" if pass_name == "training" else pass_name, m, n, dtype,
+                       device, count)  # fmt: skip
+    if pass_name == "training":
+        sets = [(x.requires_grad_(), w.requires_grad_(), dy) for x, w, dy in sets]
+    return sets
+
+
+def run_sweep(
+    device: torch.device,
+    *,
+    dtypes: Sequence[str] = ("bf16",),
+    ns: Sequence[int] = SWEEP_NS,
+    elements: int = SWEEP_ELEMENTS,
+    passes: Sequence[str] = SWEEP_PASSES,
+    only: Sequence[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """GPU time of every implementation at every row length N, M = elements // N.
+
+    The same timing as the fixed-shape passes (a batch queued behind a GPU
+    spin, L2 cleaned, inputs rotated; :func:`time_round_robin`), with a copy
+    of the same bytes in every round robin. ``training`` is a forward and a
+    backward through autograd, as a training step runs them; its bytes are
+    those of the forward plus those of the backward.
+
+    Returns:
+        ``{"elements", "ns", "dtypes", "rows", "skipped", "peers_missing"}``;
+        each row has ``pass``, ``impl``, ``m``, ``n``, ``dtype``, ``seconds``,
+        ``bytes``, ``GBps`` and ``vs_copy`` (the copy's time over the
+        implementation's: 1.0 is the copy's speed).
+    """
+    say = progress or (lambda line: None)
+    rows: list[dict] = []
+    skips: list[Skip] = []
+    missing: dict[str, str] = {}
+    for pass_name in passes:
+        if pass_name == "forward":
+            impls = forward_implementations(device)
+            impls.pop("eager reference", None)
+        elif pass_name == "backward":
+            impls = backward_implementations(device)
+            impls.pop("eager reference", None)
+            impls.pop("opguide autograd", None)
+        elif pass_name == "training":
+            impls = training_implementations(device)
+        elif pass_name == "fused":
+            impls = fused_implementations(device)
+        else:
+            raise ValueError(f"passes must be among {SWEEP_PASSES}, got {pass_name!r}")
+        peers, why = peer_implementations(pass_name)
+        missing.update(why)
+        impls = _select({**impls, **peers}, only)
+        for dtype_name in dtypes:
+            dtype = DTYPES[dtype_name]
+            s = _element_size(dtype)
+            for n in ns:
+                m = max(1, elements // n)
+                say(f"sweep: {pass_name} {dtype_name} {m}x{n}")
+                torch.compiler.reset()
+                if pass_name == "training":
+                    moved = bytes_moved("forward", m, n, s) + bytes_moved("backward", m, n, s)
+                else:
+                    moved = bytes_moved(pass_name, m, n, s)
+                count = _rotation(moved, device)
+                make_sets = functools.partial(_sweep_sets, pass_name, m, n, dtype, device, count)
+                found: list[Row] = []
+                _time_impls(
+                    pass_name, impls, make_sets, m=m, n=n, dtype_name=dtype_name, moved=moved,
+                    device=device, prepared=pass_name == "backward", rows=found, skips=skips,
+                    copy_sets=count,
+                )  # fmt: skip
+                copy = next((r for r in found if r.impl == SAME_SIZE_COPY), None)
+                for r in found:
+                    rows.append(dataclasses.asdict(r) | {
+                        "pass": pass_name, "GBps": r.gbps,
+                        "vs_copy": copy.seconds / r.seconds if copy else None,
+                    })  # fmt: skip
+    return {"elements": elements, "ns": list(ns), "dtypes": list(dtypes), "rows": rows,
+            "skipped": [s.asdict() for s in skips], "peers_missing": missing}  # fmt: skip
+
+
+# The shapes of the eager mode: decode (one row) to small batches.
+EAGER_MS = (1, 16, 128, 1024)
+EAGER_NS = (4096, 8192)
+
+
+def eager_implementations(mode: str) -> dict[str, Callable]:
+    """Calls as a user writes them, by name; ``mode`` is ``forward`` or ``training``.
+
+    Each value takes ``(x, w, dy)``. ``training`` calls ``y = f(x, w)`` and then
+    ``y.backward(dy)`` on leaves that require grad (their ``.grad`` reset to
+    None first, as an optimiser's ``zero_grad`` does).
+    """
+    import opguide
+
+    norms: dict[str, Callable] = {
+        "opguide": lambda x, w: opguide.rms_norm(x, w, EPS, backend="cpp"),
+        "F.rms_norm": lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, EPS),
+    }
+    if mode == "forward":
+        norms["torch.ops.opguide.rms_norm"] = lambda x, w: torch.ops.opguide.rms_norm.default(
+            x, w, EPS
+        )
+    if _triton_available() is None:
+        norms["opguide triton"] = lambda x, w: opguide.rms_norm(x, w, EPS, backend="triton")
+    norms.update(peer_implementations("forward")[0])
+    if mode == "forward":
+
+        def forward(f: Callable) -> Callable:
+            return lambda x, w, dy: f(x, w)
+
+        return {name: forward(f) for name, f in norms.items()}
+
+    def step(f: Callable) -> Callable:
+        def run(x, w, dy):
+            x.grad = w.grad = None
+            f(x, w).backward(dy)
+
+        return run
+
+    return {name: step(f) for name, f in norms.items()}
+
+
+def run_eager(
+    device: torch.device,
+    *,
+    dtype: str = "bf16",
+    ms: Sequence[int] = EAGER_MS,
+    ns: Sequence[int] = EAGER_NS,
+    calls: int = 50,
+    rounds: int = 9,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """Wall-clock time per call, as a user's program waits for it.
+
+    No spin and no CUDA graph: ``calls`` calls are made back to back, then the
+    device is synchronised, and the elapsed time is divided by ``calls``.
+    Where the kernels are short this is the host's cost of a call (Python,
+    dispatch, autograd, launches); where they are long, the GPU's. The
+    implementations take turns (:func:`time_interleaved`).
+
+    Returns:
+        ``{"dtype", "calls", "rounds", "rows", "skipped"}``; each row has
+        ``mode`` (``forward`` or ``training``), ``impl``, ``m``, ``n``,
+        ``seconds`` and ``vs_F.rms_norm`` (the ratio of times).
+    """
+    say = progress or (lambda line: None)
+    dt = DTYPES[dtype]
+    rows: list[dict] = []
+    skips: list[Skip] = []
+    for mode in ("forward", "training"):
+        impls = eager_implementations(mode)
+        for n in ns:
+            for m in ms:
+                say(f"eager: {mode} {dtype} {m}x{n}")
+                grad = mode == "training"
+                x = torch.randn(m, n, device=device, dtype=dt, requires_grad=grad)
+                w = torch.randn(n, device=device, dtype=dt, requires_grad=grad)
+                dy = torch.randn(m, n, device=device, dtype=dt)
+                fns = {}
+                for name, fn in impls.items():
+                    try:
+                        fn(x, w, dy)
+                        _sync(device)
+                    except Exception as err:
+                        skips.append(Skip(mode, name, m, n, dtype, _reason(err)))
+                        continue
+
+                    def batch(fn=fn, args=(x, w, dy)) -> None:
+                        for _ in range(calls):
+                            fn(*args)
+                        _sync(device)
+
+                    fns[name] = batch
+                seconds = time_interleaved(fns, rounds=rounds, warmup=2)
+                base = seconds.get("F.rms_norm")
+                for name, t in seconds.items():
+                    per_call = t / calls
+                    ratio = per_call / (base / calls) if base else None
+                    rows.append({"mode": mode, "impl": name, "m": m, "n": n,
+                                 "seconds": per_call, "vs_F.rms_norm": ratio})  # fmt: skip
+    return {"dtype": dtype, "calls": calls, "rounds": rounds, "rows": rows,
+            "skipped": [s.asdict() for s in skips]}  # fmt: skip
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -951,6 +1216,46 @@ def format_report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def format_sweep_report(result: dict) -> str:
+    """The sweep and eager results as text tables: one column per implementation."""
+    lines = [f"{result['device']}  torch {result['torch']}  Triton {result['triton']}"]
+    sweep = result.get("sweep")
+    if sweep:
+        for pass_name in SWEEP_PASSES:
+            for dtype in sweep["dtypes"]:
+                rows = [r for r in sweep["rows"] if r["pass"] == pass_name and r["dtype"] == dtype]
+                if not rows:
+                    continue
+                impls = list(dict.fromkeys(r["impl"] for r in rows))
+                lines.append(f"\n{pass_name} {dtype}: GPU time as a fraction of the copy's speed")
+                lines.append(f"{'N':>7} " + " ".join(f"{i[:12]:>12}" for i in impls))
+                for n in sweep["ns"]:
+                    at = {r["impl"]: r for r in rows if r["n"] == n}
+                    cells = [f"{at[i]['vs_copy']:12.2f}" if i in at and at[i]["vs_copy"] else
+                             f"{'-':>12}" for i in impls]  # fmt: skip
+                    lines.append(f"{n:>7} " + " ".join(cells))
+        for s in sweep["skipped"]:
+            lines.append(f"skipped: {s['pass']} {s['impl']} {s['m']}x{s['n']}: {s['reason']}")
+        for name, why in sweep["peers_missing"].items():
+            lines.append(f"not installed: {name}: {why}")
+    eager = result.get("eager")
+    if eager:
+        for mode in ("forward", "training"):
+            rows = [r for r in eager["rows"] if r["mode"] == mode]
+            impls = list(dict.fromkeys(r["impl"] for r in rows))
+            lines.append(f"\neager {mode} {eager['dtype']}: us per call (wall clock)")
+            lines.append(f"{'shape':>10} " + " ".join(f"{i[:12]:>12}" for i in impls))
+            for n in sorted({r["n"] for r in rows}):
+                for m in sorted({r["m"] for r in rows}):
+                    at = {r["impl"]: r for r in rows if r["m"] == m and r["n"] == n}
+                    cells = [f"{at[i]['seconds'] * 1e6:12.1f}" if i in at else f"{'-':>12}"
+                             for i in impls]  # fmt: skip
+                    lines.append(f"{f'{m}x{n}':>10} " + " ".join(cells))
+        for s in eager["skipped"]:
+            lines.append(f"skipped: {s['pass']} {s['impl']} {s['m']}x{s['n']}: {s['reason']}")
+    return "\n".join(lines)
+
+
 def _shape(text: str) -> tuple[int, int]:
     m, n = (int(v) for v in text.split("x"))
     return m, n
@@ -978,6 +1283,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cpu-shape", type=_shape, default=(4096, 4096), help="CPU kernel input")
     parser.add_argument("--cpu-rounds", type=int, default=15)
     parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="time every row length N in --sweep-ns at M = 2**26 // N (GPU time) instead of "
+        "--shapes; --passes among " + ",".join(SWEEP_PASSES),
+    )
+    parser.add_argument("--sweep-ns", default=",".join(str(n) for n in SWEEP_NS))
+    parser.add_argument(
+        "--sweep-elements", type=int, default=SWEEP_ELEMENTS, help="M * N of every sweep point"
+    )
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="also time calls as a user makes them (wall clock, no spin) at M in "
+        f"{EAGER_MS} and N in {EAGER_NS}, first dtype of --dtypes",
+    )
+    parser.add_argument(
         "--keep-l2",
         action="store_true",
         help="do not clean L2 before each timed GPU batch: a batch then pays for the "
@@ -985,6 +1306,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     device = torch.device("cpu" if args.cpu_only else args.device)
+    say = lambda line: print(f"-- {line}", file=sys.stderr, flush=True)  # noqa: E731
+    if args.sweep or args.eager:
+        result = {**environment(device), "format": FORMAT, "bytes_model": BYTES_MODEL}
+        if args.sweep:
+            say(f"copy bandwidth on {device}")
+            result["copy_bandwidth_GBps"] = copy_bandwidth(device, args.copy_mib * 2**20) / 1e9
+            result["sweep"] = run_sweep(
+                device, dtypes=args.dtypes.split(","),
+                ns=[int(v) for v in args.sweep_ns.split(",")], elements=args.sweep_elements,
+                passes=args.passes.split(",") if args.passes else SWEEP_PASSES,
+                only=args.impls.split(",") if args.impls else None, progress=say,
+            )  # fmt: skip
+        if args.eager:
+            result["eager"] = run_eager(device, dtype=args.dtypes.split(",")[0], progress=say)
+        cli = sys.argv[1:] if argv is None else list(argv)
+        result["command"] = " ".join(["python -m opguide.benchmark", *cli])
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1))
+        print(format_sweep_report(result))
+        return 0
     if args.cpu_only:
         passes = ["cpu"]
     elif args.passes:

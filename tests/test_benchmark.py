@@ -171,3 +171,51 @@ def test_gpu_pass_times_a_copy_of_the_same_bytes():
     # The L2 sweep buffer is three times the L2 cache.
     sweep = benchmark._L2_SWEEP[torch.device("cuda").index]
     assert sweep.numel() * 4 >= 3 * benchmark._l2_bytes(torch.device("cuda"))
+
+
+def test_sweep_rows_cover_every_n_and_pass_with_copy_ratio():
+    # The N sweep on CPU tensors with a tiny total: every pass, every N, the
+    # copy row in each round robin, and a ratio to it on every row.
+    result = benchmark.run_sweep(
+        torch.device("cpu"), dtypes=["fp32"], ns=[64, 256], elements=2**12,
+        passes=list(benchmark.SWEEP_PASSES),
+        only=["opguide", "F.rms_norm", benchmark.SAME_SIZE_COPY],
+    )  # fmt: skip
+    seen = {(r["pass"], r["n"], r["impl"]) for r in result["rows"]}
+    for pass_name in benchmark.SWEEP_PASSES:
+        for n in (64, 256):
+            assert (pass_name, n, benchmark.SAME_SIZE_COPY) in seen
+            assert (pass_name, n, "opguide") in seen
+    for r in result["rows"]:
+        assert r["m"] == 2**12 // r["n"] and r["seconds"] > 0 and r["vs_copy"] > 0
+    # Peers that are not installed are named with the reason, not dropped silently.
+    for name, why in result["peers_missing"].items():
+        assert name in ("liger", "quack") and why
+    report = benchmark.format_sweep_report({**benchmark.environment(torch.device("cpu")),
+                                            "sweep": result})  # fmt: skip
+    assert "training fp32" in report and "256" in report
+
+
+def test_eager_mode_times_calls_against_f_rms_norm():
+    result = benchmark.run_eager(
+        torch.device("cpu"), dtype="fp32", ms=[1, 4], ns=[64], calls=3, rounds=3
+    )
+    modes = {(r["mode"], r["impl"], r["m"]) for r in result["rows"]}
+    for mode in ("forward", "training"):
+        for m in (1, 4):
+            assert (mode, "opguide", m) in modes and (mode, "F.rms_norm", m) in modes
+    base = [r for r in result["rows"] if r["impl"] == "F.rms_norm"]
+    assert all(r["vs_F.rms_norm"] == pytest.approx(1.0) for r in base)
+
+
+def test_cli_sweep_writes_the_file(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    assert benchmark.main([
+        "--device", "cpu", "--sweep", "--sweep-ns", "128", "--sweep-elements", "4096",
+        "--dtypes", "fp32",
+        "--passes", "forward", "--impls", f"opguide,{benchmark.SAME_SIZE_COPY}",
+        "--copy-mib", "1", "--out", str(out),
+    ]) == 0  # fmt: skip
+    data = json.loads(out.read_text())
+    assert {r["impl"] for r in data["sweep"]["rows"]} == {"opguide", benchmark.SAME_SIZE_COPY}
+    assert "forward fp32" in capsys.readouterr().out

@@ -209,7 +209,8 @@ def _grads(fn, x, w, grad_y):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 # (rows, N): the kernel's range, odd rows, a 3-d input, more rows than the
 # grid has row slots (each slot then cycles through its pipeline stages), and
-# rows the kernel leaves to the ATen fallback (odd N, N past its budget).
+# rows the vector kernels leave to the two-pass kernels (odd N) or to
+# clusters (N past one block's budget).
 @pytest.mark.parametrize(
     "shape",
     [(1, 8), (257, 1024), (64, 4096), (3, 5, 8192), (3000, 1024), (1500, 4096), (700, 8192),
@@ -271,3 +272,79 @@ def test_compile_forward_and_backward():
     rx, rw = _grads(lambda a, b: opguide.rms_norm(a, b) * 2, x, w, grad_y)
     torch.testing.assert_close(gx, rx)
     torch.testing.assert_close(gw, rw)
+
+
+# Long rows (csrc/rms_norm_long.cuh): past one block's registers the forward
+# and backward split a row over a thread-block cluster (sm_90+), or take the
+# two-pass kernels (older GPUs, odd N, misaligned rows). Shapes: every cluster
+# size (2 to 16 blocks for bfloat16), more rows than clusters fit on the GPU
+# at once, and odd N (the two-pass kernels on every GPU).
+LONG_SHAPES = [(3, 32768), (5, 65536), (300, 65536), (7, 131072), (2, 262144), (5, 100003),
+               (3, 40000), (600, 16384)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", LONG_SHAPES, ids=str)
+def test_long_rows_forward_and_backward(shape, dtype):
+    x, w = make_inputs(shape, dtype)
+    grad_y = torch.randn_like(x)
+    y = opguide.rms_norm(x, w)
+    ref = rms_norm_reference(x.float(), w.float()).to(dtype)
+    torch.testing.assert_close(y, ref, **TOLERANCES[dtype])
+    gx, gw = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
+    rx, rw = _grads(lambda a, b: rms_norm_reference(a.float(), b.float()).to(dtype), x, w, grad_y)
+    tol = BACKWARD_TOLERANCES[dtype]
+    torch.testing.assert_close(gx, rx, **tol)
+    torch.testing.assert_close(
+        gw.float(), rw.float(), atol=tol["atol"] * shape[0] ** 0.5, rtol=tol["rtol"]
+    )
+    # inv_rms of the training op, per row.
+    _, inv_rms = torch.ops.opguide.rms_norm_fwd.default(x, w, 1e-6)
+    expected = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
+    torch.testing.assert_close(inv_rms, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_long_rows_misaligned_backward():
+    # A row that starts 2 bytes past a 16-byte boundary: the two-pass kernels.
+    base, w = make_inputs((4, 65537), torch.bfloat16)
+    x = base[:, 1:]
+    grad_y = torch.randn_like(x)
+    gx, gw = _grads(lambda a, b: opguide.rms_norm(a, b), x, w[1:].contiguous(), grad_y)
+    rx, rw = _grads(
+        lambda a, b: rms_norm_reference(a.float(), b.float()).to(a.dtype),
+        x, w[1:].contiguous(), grad_y,
+    )  # fmt: skip
+    torch.testing.assert_close(gx, rx, **BACKWARD_TOLERANCES[torch.bfloat16])
+    torch.testing.assert_close(gw.float(), rw.float(), atol=0.2, rtol=6e-2)
+
+
+def test_long_rows_backward_is_deterministic():
+    x, w = make_inputs((300, 131072), torch.bfloat16)
+    grad_y = torch.randn_like(x)
+    first = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
+    second = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+
+
+def test_long_rows_without_clusters():
+    # OPGUIDE_CLUSTERS=0 (read once per process) sends long rows to the
+    # two-pass backward and the one-block forward: run in a fresh process.
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, opguide\n"
+        "from opguide import rms_norm_reference\n"
+        "x = torch.randn(5, 131072, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
+        "w = torch.randn(131072, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
+        "dy = torch.randn_like(x)\n"
+        "opguide.rms_norm(x, w).backward(dy)\n"
+        "xr = x.detach().float().requires_grad_(); wr = w.detach().float().requires_grad_()\n"
+        "rms_norm_reference(xr, wr).backward(dy.float())\n"
+        "torch.testing.assert_close(x.grad.float(), xr.grad, atol=6e-2, rtol=6e-2)\n"
+        "torch.testing.assert_close(w.grad.float(), wr.grad, atol=0.2, rtol=6e-2)\n"
+        "print('ok')\n"
+    )
+    env = {**__import__("os").environ, "OPGUIDE_CLUSTERS": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

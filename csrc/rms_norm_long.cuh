@@ -1,0 +1,551 @@
+// RMSNorm for rows longer than one block holds, device code (torch-free, as
+// rms_norm.cuh). Two ways, chosen by the launchers in rms_norm.cuh:
+//
+// * Clusters (sm_90 and later, CUDA only). A thread-block cluster is a group
+//   of blocks that run at the same time on neighbouring multiprocessors and
+//   can read each other's shared memory. Each block of a cluster takes one
+//   slice of the row and keeps it in registers, as the one-block kernels do;
+//   the row's sum is the sum of the blocks' sums, exchanged through shared
+//   memory. So a row of 131072 elements is still read from memory once.
+// * Two passes (every GPU, any alignment, any dtype): one block per row reads
+//   the row once for the sum and again for the result, and the weight's
+//   gradient is summed over column strips by a second kernel. Slower (the
+//   second read may come from memory), but it has no limit and no condition.
+//
+// Step 11 ("Long rows") measures both against a copy of the same bytes.
+#pragma once
+
+#include "rms_norm.cuh"
+
+#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__) && defined(CUDART_VERSION) && \
+    CUDART_VERSION >= 12000
+#define OPGUIDE_HAVE_CLUSTERS 1
+#include <cooperative_groups.h>
+#else
+#define OPGUIDE_HAVE_CLUSTERS 0
+#endif
+
+namespace opguide {
+namespace cuda {
+
+// [cluster-sum]
+#if OPGUIDE_HAVE_CLUSTERS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define OPGUIDE_CLUSTER_DEVICE 1
+#else
+#define OPGUIDE_CLUSTER_DEVICE 0
+#endif
+
+__device__ __forceinline__ unsigned cluster_rank() {
+#if OPGUIDE_CLUSTER_DEVICE
+  return cooperative_groups::this_cluster().block_rank();
+#else
+  return 0;
+#endif
+}
+
+__device__ __forceinline__ unsigned cluster_blocks() {
+#if OPGUIDE_CLUSTER_DEVICE
+  return cooperative_groups::this_cluster().num_blocks();
+#else
+  return 1;
+#endif
+}
+
+// Every thread of every block of the cluster waits here for all the others.
+// It also orders shared memory: what a block wrote before it, the others see.
+__device__ __forceinline__ void cluster_barrier() {
+#if OPGUIDE_CLUSTER_DEVICE
+  cooperative_groups::this_cluster().sync();
+#else
+  __syncthreads();
+#endif
+}
+
+// The sum over the cluster's blocks of `block_total` (which every thread of
+// a block holds). Block 0's thread 0 .. : each block publishes its total in
+// its own `slot`; after the barrier, lane j of every warp reads block j's
+// slot and the warp adds them in a fixed order, so every thread of every
+// block gets the same, deterministic total. Slots alternate between calls
+// (two of them, by `parity`): the barrier of the next call is what keeps a
+// fast block from overwriting a slot that a slow one still reads.
+template <typename Acc>
+__device__ __forceinline__ Acc cluster_sum(Acc block_total, Acc* slot) {
+#if OPGUIDE_CLUSTER_DEVICE
+  auto cluster = cooperative_groups::this_cluster();
+  if (threadIdx.x == 0 && threadIdx.y == 0) *slot = block_total;
+  cluster.sync();
+  const unsigned lane = threadIdx.x % kWarpSize;
+  Acc v = 0;
+  if (lane < cluster.num_blocks()) v = *cluster.map_shared_rank(slot, lane);
+  return warp_sum(v);
+#else
+  (void)slot;
+  return block_total;
+#endif
+}
+// [cluster-sum-end]
+
+// The vectors [begin, end) of a row of nvec vectors that this block of the
+// cluster takes: equal slices, the last one shorter when nvec does not divide.
+struct Slice {
+  int64_t begin;
+  int64_t count;
+};
+
+__device__ __forceinline__ Slice cluster_slice(int64_t nvec) {
+  const int64_t blocks = cluster_blocks();
+  const int64_t per = (nvec + blocks - 1) / blocks;
+  const int64_t begin = per * cluster_rank();
+  const int64_t end = begin + per < nvec ? begin + per : nvec;
+  return {begin, end > begin ? end - begin : 0};
+}
+
+// Threads per block, and vectors per thread, of the cluster kernels.
+constexpr int kClusterThreads = 512;
+constexpr int kClusterRegVecs = 4;
+
+// [cluster-forward]
+// Forward: cluster c normalises rows c, c + C, c + 2C, ... (C clusters, as
+// many as fit on the GPU at once). Each block holds the same slice of every
+// row: its slice of the weight stays in registers across rows, and the next
+// row's slice of x is loaded into registers before this row is reduced, so
+// that loads are in flight while the cluster exchanges its sums.
+template <typename T, int kVec, int kRegVecs>
+__global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_forward_cluster_kernel(
+    const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
+    typename AccType<T>::type* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
+    int64_t x_row_stride, float eps) {
+  using Acc = typename AccType<T>::type;
+  using V = Vec<T, kVec>;
+  __shared__ Acc shared[2][kMaxWarpsPerBlock];
+  __shared__ Acc slots[2];
+  wait_for_previous_grid();
+  allow_next_grid();
+  const Slice s = cluster_slice(cols / kVec);
+  const int64_t clusters = gridDim.x / cluster_blocks();
+  const int64_t first_row = blockIdx.x / cluster_blocks();
+  const V* wv = reinterpret_cast<const V*>(weight) + s.begin;
+  auto load = [&](int64_t r, V (&out)[kRegVecs]) {
+    if (r >= rows) return;
+    const V* xr = reinterpret_cast<const V*>(x + r * x_row_stride) + s.begin;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (i < s.count) out[k] = xr[i];
+    }
+  };
+
+  V w[kRegVecs];
+  V cache[kRegVecs];
+  load(first_row, cache);
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < s.count) w[k] = wv[i];
+  }
+  int parity = 0;
+  for (int64_t row = first_row; row < rows; row += clusters, parity ^= 1) {
+    Acc sum_sq = 0;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (i < s.count) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const Acc v = to_acc(cache[k].val[e]);
+          sum_sq += v * v;
+        }
+      }
+    }
+    V next[kRegVecs];
+    load(row + clusters, next);
+    sum_sq = cluster_sum(row_sum(sum_sq, shared[parity]), &slots[parity]);
+    const Acc inv_rms = Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
+    if (inv_rms_out != nullptr && cluster_rank() == 0 && threadIdx.x == 0)
+      inv_rms_out[row] = inv_rms;
+    V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (i < s.count) {
+        const V v = keep_packed(cache[k]);
+        const V wk = keep_packed(w[k]);
+        V out;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          out.val[e] = from_acc<T>(to_acc(v.val[e]) * inv_rms * to_acc(wk.val[e]));
+        yr[i] = out;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) cache[k] = next[k];
+  }
+  // No block may leave while another still reads its slot.
+  cluster_barrier();
+}
+// [cluster-forward-end]
+
+// [cluster-backward]
+// Backward: cluster c takes rows c, c + C, c + 2C, ... (C clusters, as many
+// as fit on the GPU at once), each block the same slice of every row. A
+// thread keeps its slice of the weight and of grad_w in registers across all
+// its rows, and copies the next kStages - 1 rows' g and x into shared memory
+// while it computes this one (cp.async, as the pipelined kernel in
+// rms_norm.cuh). At the end, cluster c writes row c of grad_w_partial, and
+// rms_norm_backward_grad_w_kernel sums the C rows in a fixed order.
+template <typename T, int kVec, int kRegVecs, int kStages>
+__global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_backward_cluster_kernel(
+    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
+    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
+    typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+  static_assert(kStages >= 2, "a pipeline needs two stages or more");
+  using Acc = typename AccType<T>::type;
+  using V = Vec<T, kVec>;
+  __shared__ Acc shared[2][kMaxWarpsPerBlock];
+  __shared__ Acc slots[2];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  wait_for_previous_grid();
+  allow_next_grid();
+  const Slice s = cluster_slice(cols / kVec);
+  const int64_t clusters = gridDim.x / cluster_blocks();
+  const int64_t first_row = blockIdx.x / cluster_blocks();
+  const V* wv = reinterpret_cast<const V*>(weight) + s.begin;
+  V* const mine = reinterpret_cast<V*>(dynamic_shared) + threadIdx.x;
+  const int per_stage = 2 * kRegVecs * static_cast<int>(blockDim.x);
+
+  V w[kRegVecs];
+  Acc dw[kRegVecs][kVec];
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < s.count) w[k] = wv[i];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) dw[k][e] = 0;
+  }
+  auto fetch = [&](int64_t r, int stage) {
+    if (r < rows) {
+      const V* gr = reinterpret_cast<const V*>(grad_y + r * cols) + s.begin;
+      const V* xr = reinterpret_cast<const V*>(x + r * cols) + s.begin;
+      V* dst = mine + stage * per_stage;
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < s.count) {
+          copy_async(dst + k * blockDim.x, gr + i);
+          copy_async(dst + (kRegVecs + k) * blockDim.x, xr + i);
+        }
+      }
+    }
+    copy_async_commit();
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) fetch(first_row + st * clusters, st);
+
+  Acc r_next = first_row < rows ? inv_rms[first_row] : Acc(0);
+  int stage = 0;
+  int parity = 0;
+  for (int64_t row = first_row; row < rows; row += clusters, parity ^= 1) {
+    const Acc r = r_next;
+    r_next = row + clusters < rows ? inv_rms[row + clusters] : Acc(0);
+    fetch(row + (kStages - 1) * clusters, stage == 0 ? kStages - 1 : stage - 1);
+    copy_async_wait<kStages - 1>();
+    V g[kRegVecs], xv[kRegVecs];
+    const V* src = mine + stage * per_stage;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      g[k] = src[k * blockDim.x];
+      xv[k] = src[(kRegVecs + k) * blockDim.x];
+    }
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+    Acc dot = 0;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (i < s.count) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          dot += to_acc(g[k].val[e]) * to_acc(w[k].val[e]) * to_acc(xv[k].val[e]);
+      }
+    }
+    dot = cluster_sum(row_sum(dot, shared[parity]), &slots[parity]);
+    const Acc c = dot * r * r * r / static_cast<Acc>(cols);
+    V* dxr = reinterpret_cast<V*>(grad_x + row * cols) + s.begin;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (i < s.count) {
+        V out;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const Acc gv = to_acc(g[k].val[e]);
+          const Acc xe = to_acc(xv[k].val[e]);
+          out.val[e] = from_acc<T>(r * gv * to_acc(w[k].val[e]) - c * xe);
+          dw[k][e] += gv * xe * r;
+        }
+        store_streaming(dxr + i, out);
+      }
+    }
+  }
+  copy_async_wait<0>();
+  Acc* partial = grad_w_partial + (first_row < clusters ? first_row : 0) * cols + s.begin * kVec;
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < s.count) {
+      Vec<Acc, kVec> out;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) out.val[e] = dw[k][e];
+      reinterpret_cast<Vec<Acc, kVec>*>(partial)[i] = out;
+    }
+  }
+  cluster_barrier();
+}
+// [cluster-backward-end]
+
+// [two-pass-backward]
+// The backward with no condition: one block per row (grid-stride), one
+// element per access. Pass 1 sums g * w * x over the row, pass 2 writes
+// grad_x. grad_w is left to rms_norm_backward_grad_w_columns_kernel.
+template <typename T>
+__global__ void __launch_bounds__(1024) rms_norm_backward_rows_kernel(
+    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
+    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x, int64_t rows,
+    int64_t cols) {
+  using Acc = typename AccType<T>::type;
+  __shared__ Acc shared[2][kMaxWarpsPerBlock];
+  wait_for_previous_grid();
+  allow_next_grid();
+  int parity = 0;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
+    const T* gr = grad_y + row * cols;
+    const T* xr = x + row * cols;
+    Acc dot = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      dot += to_acc(gr[j]) * to_acc(weight[j]) * to_acc(xr[j]);
+    dot = row_sum(dot, shared[parity]);
+    const Acc r = inv_rms[row];
+    const Acc c = dot * r * r * r / static_cast<Acc>(cols);
+    T* dxr = grad_x + row * cols;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      dxr[j] = from_acc<T>(r * to_acc(gr[j]) * to_acc(weight[j]) - c * to_acc(xr[j]));
+  }
+}
+
+// grad_w partial sums over column strips: block (bx, p) sums the rows
+// p, p + P, ... (P = gridDim.y) of columns bx * blockDim.x + threadIdx.x into
+// row p of `partial`. Neighbouring threads read neighbouring columns.
+template <typename T>
+__global__ void __launch_bounds__(256) rms_norm_backward_grad_w_columns_kernel(
+    const T* __restrict__ grad_y, const T* __restrict__ x,
+    const typename AccType<T>::type* __restrict__ inv_rms,
+    typename AccType<T>::type* __restrict__ partial, int64_t rows, int64_t cols) {
+  using Acc = typename AccType<T>::type;
+  wait_for_previous_grid();
+  allow_next_grid();
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  Acc sum = 0;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y)
+    sum += to_acc(grad_y[row * cols + j]) * to_acc(x[row * cols + j]) * inv_rms[row];
+  partial[static_cast<int64_t>(blockIdx.y) * cols + j] = sum;
+}
+// [two-pass-backward-end]
+
+// [long-launch]
+// Which backward kernel runs, beyond those of rms_norm_backward_config.
+constexpr int kBwdKernelCluster = 8;
+constexpr int kBwdKernelTwoPass = -1;
+constexpr int kClusterStages = 3;
+
+// The number of blocks per cluster that gives each block of kClusterThreads
+// threads at most kClusterRegVecs vectors of a row of `nvec` vectors: a power
+// of two, at least 2; 0 when more than `max_cluster` would be needed.
+inline int cluster_size_for(int64_t nvec, int max_cluster) {
+  const int64_t per_block = static_cast<int64_t>(kClusterThreads) * kClusterRegVecs;
+  int size = 2;
+  while (size * per_block < nvec) size *= 2;
+  return size <= max_cluster ? size : 0;
+}
+
+// Clusters of more than 8 blocks must be allowed per kernel, once.
+template <typename Kernel>
+void allow_cluster_size(Kernel kernel, int cluster) {
+#if OPGUIDE_HAVE_CLUSTERS
+  if (cluster <= 8) return;
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*>, bool> done;
+  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel));
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (done[key]) return;
+  if (cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                           cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  done[key] = true;
+#else
+  (void)kernel, (void)cluster;
+#endif
+}
+
+// How many clusters of `cluster` blocks fit on the GPU at once (cached).
+template <typename Kernel>
+int active_clusters(Kernel kernel, int cluster, int threads, size_t shared_bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, int, int, size_t>, int> cache;
+  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel),
+                                   cluster, threads, shared_bytes);
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  int count = 0;
+#if OPGUIDE_HAVE_CLUSTERS
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(cluster));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = shared_bytes;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();
+    count = 0;
+  }
+#else
+  (void)kernel, (void)threads, (void)shared_bytes;
+#endif
+  cache.emplace(key, count);
+  return count;
+}
+
+// The forward for rows of more vectors than one block keeps in registers
+// (kMaxThreadsPerRow * kForwardRegVecs): in clusters when `max_cluster`
+// (0 without clusters) allows, else the one-block kernel, which re-reads the
+// rest of such a row from L2 (launch_rms_norm_forward).
+template <typename T>
+cudaError_t launch_rms_norm_forward_any(const T* x, const T* weight, T* y,
+                                        typename AccType<T>::type* inv_rms, int64_t rows,
+                                        int64_t cols, int64_t x_row_stride, float eps,
+                                        int warp_size, int max_cluster, cudaStream_t stream,
+                                        bool pdl = false) {
+  constexpr int kWide = 16 / sizeof(T);
+  const bool wide = cols % kWide == 0 && x_row_stride % kWide == 0 && is_aligned(x, 16) &&
+                    is_aligned(weight, 16) && is_aligned(y, 16);
+  const int64_t nvec = cols / kWide;
+  const int cluster = wide && rows > 0 && nvec > kMaxThreadsPerRow * kForwardRegVecs
+                          ? cluster_size_for(nvec, max_cluster)
+                          : 0;
+  if (cluster == 0) {
+    return launch_rms_norm_forward<T>(x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
+                                      warp_size, stream, pdl);
+  }
+  auto kernel = rms_norm_forward_cluster_kernel<T, kWide, kClusterRegVecs>;
+  allow_cluster_size(kernel, cluster);
+  const int fit = active_clusters(kernel, cluster, kClusterThreads, 0);
+  if (fit == 0) {
+    return launch_rms_norm_forward<T>(x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
+                                      warp_size, stream, pdl);
+  }
+  const int64_t clusters = rows < fit ? rows : fit;
+  return launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(clusters * cluster)),
+                                   dim3(kClusterThreads), 0, stream, pdl, cluster, x, weight, y,
+                                   inv_rms, rows, cols, x_row_stride, eps);
+}
+
+// The backward's plan for any row: the kernels of rms_norm_backward_config
+// when the row fits them, clusters for longer rows, and the two-pass kernels
+// when neither can run (rows not whole 16-byte vectors or not 16-byte
+// aligned: `aligned` false; or longer than the largest cluster).
+// `cfg.blocks` is the number of partial grad_w rows to allocate.
+template <typename T>
+BackwardConfig rms_norm_backward_plan(int64_t rows, int64_t cols, bool aligned, int warp_size,
+                                      int sm_count, size_t max_shared_bytes, int max_cluster) {
+  constexpr int kVec = 16 / sizeof(T);
+  using Acc = typename AccType<T>::type;
+  const int64_t nvec = cols / kVec;
+  const bool wide = aligned && cols % kVec == 0 && rows > 0;
+  if (wide && nvec <= static_cast<int64_t>(kBwdMaxThreads) * 4) {
+    BackwardConfig cfg =
+        rms_norm_backward_config<T>(rows, cols, warp_size, sm_count, max_shared_bytes);
+    if (cfg.kernel != 0 || nvec <= static_cast<int64_t>(kBwdMaxThreads) * kBwdRegVecs) return cfg;
+  }
+  BackwardConfig cfg;
+  const int cluster = wide ? cluster_size_for(nvec, max_cluster) : 0;
+  if (cluster > 0) {
+    auto kernel = rms_norm_backward_cluster_kernel<T, kVec, kClusterRegVecs, kClusterStages>;
+    const size_t shared = static_cast<size_t>(kClusterStages) * 2 * kClusterRegVecs *
+                          kClusterThreads * 16;
+    const size_t static_bytes = sizeof(Acc) * (2 * kMaxWarpsPerBlock + 2);
+    if (shared + static_bytes <= max_shared_bytes) {
+      allow_shared_bytes(kernel, shared);
+      allow_cluster_size(kernel, cluster);
+      const int fit = active_clusters(kernel, cluster, kClusterThreads, shared);
+      if (fit > 0) {
+        cfg.kernel = kBwdKernelCluster;
+        cfg.cluster = cluster;
+        cfg.block = dim3(kClusterThreads);
+        cfg.shared_bytes = shared;
+        cfg.blocks = rows < fit ? rows : fit;  // clusters, one partial row each
+        cfg.grid = cfg.blocks * cluster;
+        return cfg;
+      }
+    }
+  }
+  // Two passes: a block of 512 threads per row, a few blocks per SM; grad_w
+  // over strips of 256 columns, with enough row groups to fill the GPU.
+  cfg.kernel = kBwdKernelTwoPass;
+  cfg.block = dim3(512);
+  const int64_t fit = static_cast<int64_t>(sm_count) * 4;
+  cfg.grid = rows < fit ? (rows > 0 ? rows : 1) : fit;
+  const int64_t strips = (cols + 255) / 256;
+  int64_t parts = (fit + strips - 1) / strips;
+  if (parts > rows) parts = rows;
+  cfg.blocks = parts > 0 ? parts : 1;
+  return cfg;
+}
+
+// Launches the backward as `cfg` (from rms_norm_backward_plan) says.
+// grad_w_partial must hold cfg.blocks * cols accumulators.
+template <typename T>
+cudaError_t launch_rms_norm_backward_any(const T* grad_y, const T* x, const T* weight,
+                                         const typename AccType<T>::type* inv_rms, T* grad_x,
+                                         typename AccType<T>::type* grad_w_partial, T* grad_w,
+                                         int64_t rows, int64_t cols, const BackwardConfig& cfg,
+                                         cudaStream_t stream, bool pdl = false) {
+  constexpr int kVec = 16 / sizeof(T);
+  cudaError_t err = cudaSuccess;
+  if (cfg.kernel == kBwdKernelCluster) {
+    err = launch_kernel_in_clusters(
+        rms_norm_backward_cluster_kernel<T, kVec, kClusterRegVecs, kClusterStages>,
+        dim3(static_cast<unsigned>(cfg.grid)), cfg.block, cfg.shared_bytes, stream, pdl,
+        cfg.cluster, grad_y, x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
+  } else if (cfg.kernel == kBwdKernelTwoPass) {
+    if (rows > 0) {
+      err = launch_kernel(rms_norm_backward_rows_kernel<T>, dim3(static_cast<unsigned>(cfg.grid)),
+                          cfg.block, 0, stream, pdl, grad_y, x, weight, inv_rms, grad_x, rows,
+                          cols);
+      if (err != cudaSuccess) return err;
+      err = launch_kernel(rms_norm_backward_grad_w_columns_kernel<T>,
+                          dim3(static_cast<unsigned>((cols + 255) / 256),
+                               static_cast<unsigned>(cfg.blocks)),
+                          dim3(256), 0, stream, pdl, grad_y, x, inv_rms, grad_w_partial, rows,
+                          cols);
+    }
+  } else {
+    return launch_rms_norm_backward<T>(grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w,
+                                       rows, cols, cfg, stream, pdl);
+  }
+  if (err != cudaSuccess) return err;
+  const int64_t parts = rows > 0 ? cfg.blocks : 0;
+  return launch_kernel(rms_norm_backward_grad_w_kernel<T>,
+                       dim3(static_cast<unsigned>((cols + kGradWCols - 1) / kGradWCols)),
+                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, grad_w_partial, parts, cols,
+                       grad_w);
+}
+// [long-launch-end]
+
+}  // namespace cuda
+}  // namespace opguide
