@@ -158,7 +158,8 @@ __device__ __forceinline__ Vec<out_t, kVec> normalise(const Vec<res_t, kVec>& hv
 // kVec elements and n is a multiple of kVec (the host checks).
 // __launch_bounds__(1024, 2) caps the kernel at 32 registers per thread, so
 // that two blocks of 1024 threads fit on an SM: at 35 registers the float16
-// kernel ran one block per SM, at 80% of the copy instead of 97% (step 11).
+// kernel ran one block per SM, at 80% of the copy instead of 97% (step 11,
+// "Lessons").
 template <typename x_t, typename res_t, typename out_t, typename acc_t, int kVec, int kRegVecs>
 __global__ void __launch_bounds__(kMaxThreads, 2)
     fused_add_rms_norm_kernel(const x_t* __restrict__ x, res_t* __restrict__ residual,
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
     }
   } else {
     // All loads are issued before the first addition, as in the forward
-    // kernel (step 11).
+    // kernel (step 11, "Lessons").
 #pragma unroll
     for (int j = 0; j < kRegVecs; ++j) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;

@@ -27,7 +27,7 @@ TORCH_LIBRARY(opguide, m) {
   // [schema-rms-norm-into]
   // Private (leading underscore), CPU only: the rms_norm kernel writing into
   // an existing y (Tensor(a!): mutated in place, nothing returned), so that
-  // step 11 can time the loop apart from allocating the output.
+  // step 11 ("On the CPU") can time the loop apart from allocating the output.
   m.def("_rms_norm_into(Tensor x, Tensor weight, float eps, Tensor(a!) y) -> ()");
   // [schema-rms-norm-into-end]
 }

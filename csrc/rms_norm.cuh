@@ -81,7 +81,7 @@ struct alignas(sizeof(T) * kVec) Vec {
 // those lines. The backward writes dx with them (one point better at
 // (4096, 8192)); the forward used them for x and y until a benchmark that
 // starts each batch with L2 full of other data showed them costing it 2-4
-// points (step 11). OPGUIDE_STREAMING_HINTS=0 turns them off, for
+// points (step 11, "Lessons"). OPGUIDE_STREAMING_HINTS=0 turns them off, for
 // such comparisons. HIP has no such intrinsics; plain accesses there.
 #ifndef OPGUIDE_STREAMING_HINTS
 #define OPGUIDE_STREAMING_HINTS 1
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
   // All loads first, then the arithmetic: written this way the compiler
   // issues every load before it waits for the first one (interleaved with
   // the sums, it waited for each x before loading the next: 71% of the copy
-  // instead of 93%, step 11; tests/test_compile_checks.py checks the
+  // instead of 93%, step 11, "Lessons"; tests/test_compile_checks.py checks the
   // order in the machine code).
   V cache[kRegVecs];
   V wcache[kRegVecs];

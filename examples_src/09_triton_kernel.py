@@ -58,7 +58,7 @@ rows, and ``x`` is read from memory once. The sum of squares is a
 ``ROWS`` and ``num_warps`` (and, for the backward below, the number of
 programs and of pipeline stages) come from a few rules in Python. They were
 found with ``tools/sweep_triton.py``, which times every config on a GPU
-(step 11 tells that story): about 2048 elements per program and 16 per
+(the ``launch-rules`` comment names the recorded sweeps): about 2048 elements per program and 16 per
 thread for the forward. Under the interpreter the rules return one program
 per row and one warp:
 
@@ -100,9 +100,10 @@ rows: each program sums the rows it owns into its own row of a small float32
 buffer, and a second kernel (``_dw_sum_kernel``) adds up that buffer's rows
 in a fixed order and writes ``dweight`` in its dtype. No two programs write
 the same address, so no atomics are needed, and the result is the same on
-every run. ``inv_rms`` is
-recomputed rather than saved by the forward: it costs one more pass over a row
-that is being read anyway.
+every run. ``inv_rms`` comes from the forward, which saved it
+(``opguide::rms_norm_fwd_triton`` returns it next to ``y``): the Triton
+backward takes the same arguments as the C++ one of :doc:`step 8
+<08_autograd>`, so either backend's backward serves either forward.
 
 There are only as many programs as fit on the GPU at once, each looping over
 its rows with ``tl.range``, whose ``num_stages`` argument lets Triton
@@ -110,12 +111,24 @@ load the next rows while it computes the current ones (``STAGES``, three
 where they fit in shared memory). Short rows come ``ROWS`` at a time, so that
 each step of the loop has a few thousand elements to work on. The ``GDC``
 flag turns on programmatic dependent launch (the ``[pdl]`` block of the file;
-step 11 measures it):
+step 11, "Lessons", measures it for the CUDA kernels):
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python
    :start-after: # [backward-kernel]
    :end-before: # [backward-kernel-end]
+
+Rows too long to hold in registers (past 64 KiB: 16384 float32 or 32768
+bfloat16 elements) take two simpler kernels: one program per row walks it in
+chunks, once for the row's sum and once for ``dx``, and ``dweight`` is summed
+over strips of columns, then by ``_dw_sum_kernel`` as above. The second walk
+over the row may come from memory rather than L2, so these rows run slower
+(:doc:`step 11 <11_performance>` measures it):
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [long-row-backward]
+   :end-before: # [long-row-backward-end]
 
 custom_op or triton_op?
 -----------------------
@@ -154,7 +167,9 @@ without it):
    :start-after: # [device-guard]
    :end-before: # [device-guard-end]
 
-The forward operator, and the backward one, which returns two tensors:
+The forward operators (``rms_norm_triton`` for inference,
+``rms_norm_fwd_triton`` for training, which also returns ``inv_rms``), and
+the backward one, which returns two tensors:
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python
@@ -166,7 +181,7 @@ The forward operator, and the backward one, which returns two tensors:
    :start-after: # [backward-op]
    :end-before: # [backward-op-end]
 
-:meth:`~torch.library.CustomOpDef.register_autograd` connects the two:
+:meth:`~torch.library.CustomOpDef.register_autograd` connects them:
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python
@@ -209,6 +224,7 @@ print("GPU visible:", torch.cuda.is_available())
 print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"))
 print("registered with:", triton_ops.register_op.__module__ + "." + triton_ops.register_op.__name__)
 print(torch.ops.opguide.rms_norm_triton.default._schema)
+print(torch.ops.opguide.rms_norm_fwd_triton.default._schema)
 print(torch.ops.opguide.rms_norm_backward_triton.default._schema)
 
 device = "cuda" if torch.cuda.is_available() and not triton_ops.INTERPRET else "cpu"
@@ -260,8 +276,10 @@ print("max |dweight - reference| =", (dw - w.grad).abs().max().item())
 x = torch.randn(5, 24, device=device, requires_grad=True)
 w = torch.randn(24, device=device, requires_grad=True)
 print(torch.library.opcheck(torch.ops.opguide.rms_norm_triton.default, (x, w, 1e-6)))
+print(torch.library.opcheck(torch.ops.opguide.rms_norm_fwd_triton.default, (x, w, 1e-6)))
 g = torch.randn(5, 24, device=device)
-args = (g, x.detach(), w.detach(), 1e-6)
+_, inv_rms = torch.ops.opguide.rms_norm_fwd_triton.default(x.detach(), w.detach(), 1e-6)
+args = (g, x.detach(), w.detach(), inv_rms)
 print(torch.library.opcheck(torch.ops.opguide.rms_norm_backward_triton.default, args))
 
 # %%

@@ -83,7 +83,7 @@ gets one thread per 16-byte vector (up to 1024 threads; short rows share a
 block). Each thread keeps its vector of ``h = x + residual`` and of the weight
 in registers, so the second pass writes the output without reading memory;
 rows too long for that loop, and re-read in the second pass the residual
-elements the thread itself wrote. Step 11 (story 14) measures the choices:
+elements the thread itself wrote. Step 11 ("Lessons") measures the choices:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm.cuh
    :language: cpp

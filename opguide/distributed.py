@@ -73,21 +73,13 @@ def _backward_rule(grad_y, x, weight, inv_rms):
     return strategies
 
 
-def _backward_recompute_rule(grad_y, x, weight, eps):
-    # The Triton backward takes eps and recomputes inv_rms.
-    strategies = [([Replicate(), Replicate()], [Replicate(), Replicate(), Replicate(), None])]
-    for dim in range(x.ndim - 1):
-        rows = Shard(dim)
-        strategies.append(([rows, Partial()], [rows, rows, Replicate(), None]))
-    return strategies
-
-
 register_sharding(ops.rms_norm.default)(_forward_rule)
 register_sharding(ops.rms_norm_fwd.default)(_forward_with_stats_rule)
 register_sharding(ops.rms_norm_backward.default)(_backward_rule)
 if triton_ready():
     register_sharding(ops.rms_norm_triton.default)(_forward_rule)
-    register_sharding(ops.rms_norm_backward_triton.default)(_backward_recompute_rule)
+    register_sharding(ops.rms_norm_fwd_triton.default)(_forward_with_stats_rule)
+    register_sharding(ops.rms_norm_backward_triton.default)(_backward_rule)
 
 
 def _holds_whole_rows(placements, ndim: int) -> bool:

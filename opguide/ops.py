@@ -101,12 +101,13 @@ def rms_norm(
     """
     _check_rms_norm_args(x, weight, eps, autocast=True)
     _register_dtensor_rules(x)
-    if resolve_backend("rms_norm", "rms_norm", backend, x) == "triton":
-        return torch.ops.opguide.rms_norm_triton.default(x, weight, float(eps))
+    triton = resolve_backend("rms_norm", "rms_norm", backend, x) == "triton"
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         # Training: the op that also returns inv_rms, which backward reuses.
-        return torch.ops.opguide.rms_norm_fwd.default(x, weight, float(eps))[0]
-    return torch.ops.opguide.rms_norm.default(x, weight, float(eps))
+        op = torch.ops.opguide.rms_norm_fwd_triton if triton else torch.ops.opguide.rms_norm_fwd
+        return op.default(x, weight, float(eps))[0]
+    op = torch.ops.opguide.rms_norm_triton if triton else torch.ops.opguide.rms_norm
+    return op.default(x, weight, float(eps))
 
 
 # [fake-rms-norm]

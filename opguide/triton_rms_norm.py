@@ -4,9 +4,12 @@ The kernels are registered as operators of the ``opguide`` namespace, next to
 the C++ ones, so that :func:`torch.compile` traces a call to them without a
 graph break:
 
-* ``opguide::rms_norm_triton``: ``y = x / rms(x) * weight``; differentiable,
-  its backward is ``opguide::rms_norm_backward_triton``;
-* ``opguide::rms_norm_backward_triton``: ``(dx, dweight)``;
+* ``opguide::rms_norm_triton``: ``y = x / rms(x) * weight``; differentiable;
+* ``opguide::rms_norm_fwd_triton``: ``(y, inv_rms)``, the training forward,
+  which keeps the per-row ``inv_rms`` for the backward;
+* ``opguide::rms_norm_backward_triton``: ``(dx, dweight)`` from ``dy``, ``x``,
+  ``weight`` and the saved ``inv_rms``, the contract of the C++
+  ``opguide::rms_norm_backward``;
 * ``opguide::fused_add_rms_norm_triton_``: the Triton twin of
   ``opguide::fused_add_rms_norm_``.
 
@@ -143,17 +146,6 @@ def _check_input(op: str, name: str, t: torch.Tensor) -> None:
         )
 
 
-def _row_block(op: str, x: torch.Tensor, n: int) -> int:
-    """The block that holds a whole row, for the kernels that keep a row in registers."""
-    limit = 65536 // x.element_size()
-    if n > limit:
-        raise ValueError(
-            f"{op}: the Triton backend keeps a row in registers and handles rows of up "
-            f"to {limit} elements for {x.dtype}, got {n}; use backend='cpp'"
-        )
-    return triton.next_power_of_2(max(n, 1))
-
-
 # [autotune-configs]
 def _long_row_configs() -> list:
     if INTERPRET:
@@ -173,26 +165,30 @@ def _long_row_configs() -> list:
 # [forward-kernel]
 @triton.jit
 def _rms_norm_fwd_kernel(
-    x_ptr, w_ptr, y_ptr, M, N, eps,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, GDC: tl.constexpr,
+    x_ptr, w_ptr, y_ptr, inv_rms_ptr, M, N, eps,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STORE_INV: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
     # One program normalises ROWS whole rows, held in registers as a
     # (ROWS, BLOCK_N) block: x is read from memory once. BLOCK_N is N rounded
     # up to a power of two; the mask covers the padding and the last rows.
+    # STORE_INV (the training forward) also writes inv_rms, one per row.
     if GDC:  # see [pdl] above; a constexpr, so the branch costs nothing
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
+    row_ids = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    rows = row_ids[:, None]
     cols = tl.arange(0, BLOCK_N)[None, :]
     mask = (rows < M) & (cols < N)
     # No cache hints: eviction_policy="evict_first" on x and y cost 3-5 points
-    # of the copy when L2 holds other data (step 11).
+    # of the copy when L2 holds other data (step 11, "Lessons").
     x = tl.load(x_ptr + rows * N + cols, mask=mask, other=0.0)
     # The weight is loaded now, so that its load overlaps the reduction.
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     x = x.to(tl.float32)
     # .to(float32): Inductor may pass the scalar eps as float64.
     inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps).to(tl.float32)
+    if STORE_INV:
+        tl.store(inv_rms_ptr + row_ids, inv_rms, mask=row_ids < M)
     y = x * inv_rms[:, None] * w
     tl.store(y_ptr + rows * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -203,7 +199,9 @@ def _rms_norm_fwd_kernel(
 # [long-row-kernel]
 @triton.autotune(configs=_long_row_configs(), key=["N"])
 @triton.jit
-def _rms_norm_fwd_long_kernel(x_ptr, w_ptr, y_ptr, N, eps, BLOCK_N: tl.constexpr):
+def _rms_norm_fwd_long_kernel(
+    x_ptr, w_ptr, y_ptr, inv_rms_ptr, N, eps, BLOCK_N: tl.constexpr, STORE_INV: tl.constexpr
+):
     # Rows too long for registers: one program per row walks it in chunks of
     # BLOCK_N columns twice, once for the sum of squares, once to write y
     # (the second read mostly hits the L2 cache).
@@ -216,6 +214,8 @@ def _rms_norm_fwd_long_kernel(x_ptr, w_ptr, y_ptr, N, eps, BLOCK_N: tl.constexpr
         x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
         sum_sq += x * x
     inv_rms = tl.rsqrt(tl.sum(sum_sq, axis=0) / N + eps).to(tl.float32)
+    if STORE_INV:
+        tl.store(inv_rms_ptr + row, inv_rms)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         mask = cols < N
@@ -233,7 +233,7 @@ MAX_REGISTER_ROW = 16384
 # [backward-kernel]
 @triton.jit
 def _rms_norm_bwd_kernel(
-    dy_ptr, x_ptr, w_ptr, dx_ptr, dw_partial_ptr, M, N, eps,
+    dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, M, N,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.constexpr,
     GDC: tl.constexpr,
 ):  # fmt: skip
@@ -257,9 +257,8 @@ def _rms_norm_bwd_kernel(
         offset = rows * N + cols
         x = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-        # Recomputed, not stored; .to(float32) because Inductor may pass eps
-        # as float64, which would turn the loop-carried dw into float64.
-        inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps).to(tl.float32)[:, None]
+        # The forward's inv_rms, one per row, saved for this pass.
+        inv_rms = tl.load(inv_rms_ptr + rows, mask=rows < M, other=0.0)
         x_hat = x * inv_rms
         g = dy * w
         # d/dx of x * inv_rms(x): the direct term minus the part through inv_rms.
@@ -291,6 +290,63 @@ def _dw_sum_kernel(
 # [backward-kernel-end]
 
 
+# [long-row-backward]
+@triton.jit
+def _rms_norm_bwd_long_kernel(
+    dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, N, BLOCK_N: tl.constexpr, GDC: tl.constexpr
+):  # fmt: skip
+    # Rows too long for registers: one program per row walks it twice in
+    # chunks, for sum(dy * w * x) and then for dx. dweight is left to
+    # _dw_columns_kernel, which walks the columns.
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    row = tl.program_id(0).to(tl.int64)
+    r = tl.load(inv_rms_ptr + row)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        dy = tl.load(dy_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        acc += dy * w * x
+    c = tl.sum(acc, axis=0) * r * r * r / N
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        dy = tl.load(dy_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        dx = r * dy * w - c * x
+        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _dw_columns_kernel(
+    dy_ptr, x_ptr, inv_rms_ptr, partial_ptr, M, N, BLOCK_N: tl.constexpr, GDC: tl.constexpr
+):  # fmt: skip
+    # Program (c, p) sums dy * x * inv_rms over the rows p, p + P, p + 2P, ...
+    # of columns [c * BLOCK_N, (c + 1) * BLOCK_N) into row p of partial;
+    # _dw_sum_kernel then adds the P rows.
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < N
+    p = tl.program_id(1).to(tl.int64)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for row in range(p, M, tl.num_programs(1)):
+        r = tl.load(inv_rms_ptr + row)
+        dy = tl.load(dy_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+        acc += dy * x * r
+    tl.store(partial_ptr + p * N + cols, acc, mask=mask)
+
+
+# [long-row-backward-end]
+
+
 # [launch-rules]
 # Launch parameters, from a sweep on an H200 (tools/sweep_triton.py; output
 # in docs/recorded/sweep_triton_*_h200.txt). They used to come from
@@ -303,6 +359,12 @@ def _forward_launch(block: int) -> tuple[int, int]:
     rows = max(1, 2048 // block)
     elements = rows * block
     return rows, min(max(elements // 512, 1), 8 if elements <= 8192 else 16)
+
+
+def _sm_count(x: torch.Tensor) -> int:
+    if INTERPRET or not x.is_cuda:
+        return 1
+    return torch.cuda.get_device_properties(x.device).multi_processor_count
 
 
 def _backward_launch(x: torch.Tensor, m: int, block: int) -> tuple[int, int, int, int]:
@@ -340,8 +402,8 @@ def _fused_warps(block: int) -> int:
 
 
 # [forward-op]
-@register_op("opguide::rms_norm_triton", mutates_args=())
-def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float, inv_rms: Optional[torch.Tensor]):  # noqa: UP045
+    """y for x and weight; also fills inv_rms (one float32 per row) when given."""
     _check_rms_norm_args(x, weight, eps)
     _check_input("rms_norm", "x", x)
     xc = x.contiguous()
@@ -352,17 +414,35 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
     m = int(xc.numel()) // n if n > 0 else 0
     if m == 0:
         return y
+    store_inv = inv_rms is not None
+    inv_arg = inv_rms if store_inv else y  # not written when STORE_INV is False
     with _on_device_of(xc):
         if n <= MAX_REGISTER_ROW:
             block = triton.next_power_of_2(n)
             rows, warps = _forward_launch(block)
             launchable(_rms_norm_fwd_kernel)[(triton.cdiv(m, rows),)](
-                xc, weight.contiguous(), y, m, n, eps, BLOCK_N=block, ROWS=rows,
-                num_warps=warps, **_pdl(xc),
+                xc, weight.contiguous(), y, inv_arg, m, n, eps, BLOCK_N=block, ROWS=rows,
+                STORE_INV=store_inv, num_warps=warps, **_pdl(xc),
             )  # fmt: skip
         else:
-            launchable(_rms_norm_fwd_long_kernel)[(m,)](xc, weight.contiguous(), y, n, eps)
+            launchable(_rms_norm_fwd_long_kernel)[(m,)](
+                xc, weight.contiguous(), y, inv_arg, n, eps, STORE_INV=store_inv
+            )
     return y
+
+
+@register_op("opguide::rms_norm_triton", mutates_args=())
+def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return _forward(x, weight, eps, None)
+
+
+@register_op("opguide::rms_norm_fwd_triton", mutates_args=())
+def rms_norm_fwd_triton(
+    x: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # The training forward: y, and inv_rms for rms_norm_backward_triton.
+    inv_rms = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    return _forward(x, weight, eps, inv_rms), inv_rms
 
 
 # [forward-op-end]
@@ -371,12 +451,14 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
 # [backward-op]
 @register_op("opguide::rms_norm_backward_triton", mutates_args=())
 def rms_norm_backward_triton(
-    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float
+    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, inv_rms: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_rms_norm_args(x, weight, eps)
     _check_input("rms_norm", "x", x)
+    torch._check(grad.shape == x.shape, lambda: "rms_norm_backward: grad_y must match x")
     xc = x.contiguous()
     dy = grad.contiguous()
+    rc = inv_rms.contiguous()
+    wc = weight.contiguous()
     dx = torch.empty_like(xc)
     # Plain ints: while torch.compile traces a triton_op with dynamic shapes
     # these are SymInts, which Triton's launcher and autotuner cannot hash.
@@ -384,16 +466,31 @@ def rms_norm_backward_triton(
     m = int(xc.numel()) // n if n > 0 else 0
     if m == 0:
         return dx, torch.zeros_like(weight)
-    block = _row_block("rms_norm", xc, n)
-    programs, rows, stages, warps = _backward_launch(xc, m, block)
-    dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
     dweight = torch.empty_like(weight, memory_format=torch.contiguous_format)
     pdl = _pdl(xc)
     with _on_device_of(xc):
-        launchable(_rms_norm_bwd_kernel)[(programs,)](
-            dy, xc, weight.contiguous(), dx, dw_partial, m, n, eps,
-            BLOCK_N=block, ROWS=rows, STAGES=stages, num_warps=warps, **pdl,
-        )  # fmt: skip
+        if n <= MAX_REGISTER_ROW:
+            # The whole row in registers, rows looped over by a grid that fits.
+            block = triton.next_power_of_2(n)
+            programs, rows, stages, warps = _backward_launch(xc, m, block)
+            dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+            launchable(_rms_norm_bwd_kernel)[(programs,)](
+                dy, xc, wc, rc, dx, dw_partial, m, n,
+                BLOCK_N=block, ROWS=rows, STAGES=stages, num_warps=warps, **pdl,
+            )  # fmt: skip
+        else:
+            # Longer rows: dx row by row in chunks, dweight over column strips.
+            block = 1024 if INTERPRET else 4096
+            launchable(_rms_norm_bwd_long_kernel)[(m,)](
+                dy, xc, wc, rc, dx, n, BLOCK_N=block, num_warps=1 if INTERPRET else 8, **pdl
+            )  # fmt: skip
+            strips = triton.cdiv(n, block)
+            programs = max(1, min(m, _sm_count(xc) * 4 // strips))
+            dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+            launchable(_dw_columns_kernel)[(strips, programs)](
+                dy, xc, rc, dw_partial, m, n, BLOCK_N=block, num_warps=1 if INTERPRET else 8,
+                **pdl,
+            )  # fmt: skip
         # The second stage of the dweight reduction: a sum over `programs` rows.
         launchable(_dw_sum_kernel)[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
             dw_partial, dweight, programs, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
@@ -406,6 +503,30 @@ def rms_norm_backward_triton(
 
 
 # [autograd]
+# The training forward saves x, weight and inv_rms; its backward is the
+# backward operator, the contract of the C++ operators of step 8.
+def _fwd_setup_context(ctx, inputs, output):
+    x, weight, _eps = inputs
+    _y, inv_rms = output
+    ctx.save_for_backward(x, weight, inv_rms)
+    ctx.mark_non_differentiable(inv_rms)
+
+
+def _fwd_backward(ctx, grad, _grad_inv_rms):
+    x, weight, inv_rms = ctx.saved_tensors
+    dx, dweight = rms_norm_backward_triton(grad, x, weight, inv_rms)
+    return (
+        dx if ctx.needs_input_grad[0] else None,
+        dweight if ctx.needs_input_grad[1] else None,
+        None,  # no gradient for eps
+    )
+
+
+rms_norm_fwd_triton.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+
+
+# The inference operator keeps no inv_rms: called directly with inputs that
+# require grad, its backward recomputes it first.
 def _setup_context(ctx, inputs, output):
     x, weight, eps = inputs
     ctx.save_for_backward(x, weight)
@@ -414,7 +535,8 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad):
     x, weight = ctx.saved_tensors
-    dx, dweight = rms_norm_backward_triton(grad, x, weight, ctx.eps)
+    _, inv_rms = rms_norm_fwd_triton(x, weight, ctx.eps)
+    dx, dweight = rms_norm_backward_triton(grad, x, weight, inv_rms)
     return dx, dweight, None  # no gradient for eps
 
 
@@ -455,6 +577,41 @@ def _fused_add_rms_norm_kernel(
 # [fused-kernel-end]
 
 
+@triton.jit
+def _fused_add_rms_norm_long_kernel(
+    x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, N, eps,
+    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, GDC: tl.constexpr,
+):  # fmt: skip
+    # Rows too long for registers: pass 1 adds, stores the residual and sums
+    # squares chunk by chunk; pass 2 reads the new residual back (mostly from
+    # L2) to normalise it.
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    row = tl.program_id(0).to(tl.int64)
+    sum_sq = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0)
+        r = tl.load(res_ptr + row * N + cols, mask=mask, other=0.0)
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(res_ptr.dtype.element_ty)
+        tl.store(res_ptr + row * N + cols, h, mask=mask)
+        hf = h.to(tl.float32)
+        sum_sq += hf * hf
+    # Pass 2 reads what other threads of the program stored in pass 1.
+    tl.debug_barrier()
+    inv_rms = tl.rsqrt(tl.sum(sum_sq, axis=0) / N + eps).to(tl.float32)
+    tl.store(inv_rms_ptr + row, inv_rms)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        y = tl.load(res_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32) * inv_rms
+        if HAS_WEIGHT:
+            y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 # [fused-op]
 @register_op("opguide::fused_add_rms_norm_triton_", mutates_args=("residual",))
 def fused_add_rms_norm_triton_(
@@ -483,13 +640,20 @@ def fused_add_rms_norm_triton_(
     n = int(x.shape[-1])  # a plain int for Triton (see rms_norm_triton)
     m = int(inv_rms.numel())
     if m > 0:
-        block = _row_block(op, xc, n)
+        w_arg = xc if weight is None else weight.contiguous()
         with _on_device_of(xc):
-            launchable(_fused_add_rms_norm_kernel)[(m,)](
-                xc, rc, xc if weight is None else weight.contiguous(), out, inv_rms, n, eps,
-                HAS_WEIGHT=weight is not None, BLOCK_N=block, num_warps=_fused_warps(block),
-                **_pdl(xc),
-            )  # fmt: skip
+            if n <= 65536 // xc.element_size():  # the whole row in registers
+                block = triton.next_power_of_2(n)
+                launchable(_fused_add_rms_norm_kernel)[(m,)](
+                    xc, rc, w_arg, out, inv_rms, n, eps, HAS_WEIGHT=weight is not None,
+                    BLOCK_N=block, num_warps=_fused_warps(block), **_pdl(xc),
+                )  # fmt: skip
+            else:
+                launchable(_fused_add_rms_norm_long_kernel)[(m,)](
+                    xc, rc, w_arg, out, inv_rms, n, eps, HAS_WEIGHT=weight is not None,
+                    BLOCK_N=1024 if INTERPRET else 4096, num_warps=1 if INTERPRET else 8,
+                    **_pdl(xc),
+                )  # fmt: skip
     if not residual.is_contiguous():
         residual.copy_(rc)
     return out, inv_rms
@@ -508,8 +672,13 @@ if INTERPRET:
         _check_rms_norm_args(x, weight, eps)
         return x.new_empty(x.shape)
 
+    @rms_norm_fwd_triton.register_fake
+    def _(x, weight, eps):
+        _check_rms_norm_args(x, weight, eps)
+        return x.new_empty(x.shape), x.new_empty(x.shape[:-1], dtype=torch.float32)
+
     @rms_norm_backward_triton.register_fake
-    def _(grad, x, weight, eps):
+    def _(grad, x, weight, inv_rms):
         return x.new_empty(x.shape), torch.empty_like(weight)
 
     @fused_add_rms_norm_triton_.register_fake

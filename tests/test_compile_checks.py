@@ -60,7 +60,7 @@ def test_nvcc_catches_a_broken_kernel(tmp_path):
     assert result.status == "failed" and "undefined_symbol" in result.output
 
 
-# What the compiler makes of the CUDA forward kernel (step 11, story 13): the
+# What the compiler makes of the CUDA forward kernel (step 11, "Lessons"): the
 # speed of a memory-bound kernel depends on details that no output check sees.
 FORWARD_KERNELS = """
 #include "rms_norm.cuh"
@@ -137,7 +137,7 @@ def test_fused_kernels_fit_two_blocks_of_1024_threads():
     # __launch_bounds__(1024, 2): at most 32 registers, and none of the dtype
     # combinations may pay for that with a stack (spills). At 35 registers the
     # float16 kernel ran one block of 1024 threads per multiprocessor, 80% of
-    # the copy instead of 97% (step 11, story 14).
+    # the copy instead of 97% (step 11, "Lessons").
     heavy = {
         name: (code.registers, code.stack)
         for name, code in _fused_machine_code().items()

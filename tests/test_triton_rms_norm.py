@@ -157,7 +157,10 @@ def test_opcheck_forward(dtype):
 def test_opcheck_backward():
     x, w = make_inputs((5, 24), torch.float32)
     grad = torch.randn(5, 24)
-    torch.library.opcheck(torch.ops.opguide.rms_norm_backward_triton.default, (grad, x, w, 1e-6))
+    inv_rms = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
+    torch.library.opcheck(torch.ops.opguide.rms_norm_backward_triton.default, (grad, x, w, inv_rms))
+    x, w = make_inputs((5, 24), torch.float32, requires_grad=True)
+    torch.library.opcheck(torch.ops.opguide.rms_norm_fwd_triton.default, (x, w, 1e-6))
 
 
 @interpreter
@@ -212,13 +215,58 @@ def test_float64_is_rejected():
 
 
 @interpreter
-def test_backward_row_limit():
-    # The forward walks any row; the backward holds one in registers.
-    x, w = make_inputs((1, 16385), torch.float32, requires_grad=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_long_rows_forward_backward_and_fused(dtype):
+    # Rows past the register kernels (16384 float32 / 32768 bfloat16
+    # elements): the chunked kernels, forward, backward and fused.
+    n = 16385 if dtype == torch.float32 else 32769
+    x, w = make_inputs((2, n), dtype, requires_grad=True)
+    grad = torch.randn(2, n).to(dtype)
     y = opguide.rms_norm(x, w, backend="triton")
-    torch.testing.assert_close(y, rms_norm_reference(x, w))
-    with pytest.raises(ValueError, match=r"rows of up to 16384 elements for torch.float32"):
-        y.sum().backward()
+    torch.testing.assert_close(y, rms_norm_reference(x, w), **TOLERANCES[dtype])
+    y.backward(grad)
+    rx, rw = reference_grads(x, w, grad)
+    torch.testing.assert_close(x.grad, rx, **GRAD_TOLERANCES[dtype])
+    torch.testing.assert_close(w.grad.float(), rw.float(), atol=0.2, rtol=5e-2)  # 2-row sum
+    residual = torch.randn(2, n).to(dtype)
+    expected_h = (x.detach().float() + residual.float()).to(dtype)
+    out, inv_rms = opguide.fused_add_rms_norm_(
+        x.detach(), residual, w.detach(), 1e-6, backend="triton"
+    )
+    # (The interpreter rounds to bfloat16 its own way: a tolerance, not equality.)
+    torch.testing.assert_close(residual, expected_h, **TOLERANCES[dtype])
+    expected_inv = torch.rsqrt(expected_h.float().pow(2).mean(-1) + 1e-6)
+    torch.testing.assert_close(inv_rms, expected_inv, atol=1e-2, rtol=5e-3)
+    torch.testing.assert_close(out, rms_norm_reference(expected_h, w.detach()), **TOLERANCES[dtype])
+
+
+# One backward contract for both backends: (grad_y, x, weight, inv_rms) in,
+# (grad_x, grad_weight) out, with the inv_rms of the backend's training forward.
+BACKWARD_OPS = {
+    "cpp": ("rms_norm_fwd", "rms_norm_backward"),
+    "triton": ("rms_norm_fwd_triton", "rms_norm_backward_triton"),
+}
+
+
+@interpreter
+@pytest.mark.parametrize("backend", list(BACKWARD_OPS))
+@pytest.mark.parametrize("shape", [(5, 24), (3, 7), (2, 20000)], ids=str)
+def test_backward_ops_share_one_contract(backend, shape):
+    fwd, bwd = (getattr(torch.ops.opguide, name).default for name in BACKWARD_OPS[backend])
+    x, w = make_inputs(shape, torch.float32)
+    grad = torch.randn(shape)
+    y, inv_rms = fwd(x, w, 1e-6)
+    assert inv_rms.shape == x.shape[:-1] and inv_rms.dtype == torch.float32
+    torch.testing.assert_close(inv_rms, torch.rsqrt(x.pow(2).mean(-1) + 1e-6))
+    dx, dw = bwd(grad, x, w, inv_rms)
+    rx, rw = reference_grads(x, w, grad)
+    torch.testing.assert_close(dx, rx, **GRAD_TOLERANCES[torch.float32])
+    torch.testing.assert_close(dw, rw, **GRAD_TOLERANCES[torch.float32])
+    # Both backends' backward ops, fed the same inv_rms, agree with each other.
+    other = "cpp" if backend == "triton" else "triton"
+    odx, odw = getattr(torch.ops.opguide, BACKWARD_OPS[other][1]).default(grad, x, w, inv_rms)
+    torch.testing.assert_close(dx, odx, **GRAD_TOLERANCES[torch.float32])
+    torch.testing.assert_close(dw, odw, **GRAD_TOLERANCES[torch.float32])
 
 
 def test_input_checks_apply():
@@ -273,9 +321,12 @@ def test_cuda_opcheck_triton_op(dtype):
     x, w = make_inputs((8, 256), dtype, device="cuda", requires_grad=True)
     torch.library.opcheck(torch.ops.opguide.rms_norm_triton.default, (x, w, 1e-6))
     grad = torch.randn(8, 256, device="cuda").to(dtype)
+    inv_rms = torch.rsqrt(x.detach().float().pow(2).mean(-1) + 1e-6)
     torch.library.opcheck(
-        torch.ops.opguide.rms_norm_backward_triton.default, (grad, x.detach(), w.detach(), 1e-6)
+        torch.ops.opguide.rms_norm_backward_triton.default,
+        (grad, x.detach(), w.detach(), inv_rms),
     )
+    torch.library.opcheck(torch.ops.opguide.rms_norm_fwd_triton.default, (x, w, 1e-6))
 
 
 @pytest.mark.cuda

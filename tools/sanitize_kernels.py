@@ -6,6 +6,8 @@
 
 ``--fused-only`` runs the fused kernel alone (CUDA and Triton), on a few
 shapes: racecheck is slow, and this run reaches its summary in minutes.
+``--long-rows`` runs the long-row kernels alone (csrc/rms_norm_long.cuh:
+clusters and two passes; the Triton chunked kernels), forward and backward.
 
 Each case checks its result against the reference, so a run that the
 sanitizer passes also computed the right numbers. The cases cover the vector
@@ -22,6 +24,39 @@ import opguide
 from opguide.reference import rms_norm_reference
 
 
+def long_rows() -> int:
+    """The long-row kernels of each backend: clusters, two passes, chunks."""
+    torch.manual_seed(0)
+    backends = ["cpp"] + (["triton"] if opguide.backends.triton_ready() else [])
+    cases = 0
+    for backend in backends:
+        for dtype in (torch.float32, torch.bfloat16):
+            # 300 rows of 65536: more rows than the clusters that fit at once;
+            # 100003: odd, the two-pass kernels; 16384 float32: 4 vectors per thread.
+            for m, n in [(3, 65536), (300, 65536), (2, 131072), (3, 100003), (40, 16384)]:
+                x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
+                w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
+                dy = torch.randn(m, n, device="cuda", dtype=dtype)
+                opguide.rms_norm(x, w, backend=backend).backward(dy)
+                xr = x.detach().float().requires_grad_()
+                wr = w.detach().float().requires_grad_()
+                rms_norm_reference(xr, wr, 1e-6).backward(dy.float())
+                t = 1e-4 if dtype == torch.float32 else 6e-2
+                torch.testing.assert_close(x.grad.float(), xr.grad, atol=t, rtol=t)
+                torch.testing.assert_close(w.grad.float(), wr.grad, atol=t * m, rtol=t)
+                res = torch.randn(m, n, device="cuda", dtype=dtype)
+                xd, wd = x.detach(), w.detach()
+                out, _ = opguide.fused_add_rms_norm_(xd, res.clone(), wd, 1e-6, backend=backend)
+                h = (res.float() + xd.float()).to(dtype)
+                torch.testing.assert_close(
+                    out, rms_norm_reference(h, wd, 1e-6), atol=t, rtol=t
+                )  # fmt: skip
+                cases += 1
+    torch.cuda.synchronize()
+    print(f"{cases} long-row cases ({', '.join(backends)}) ran and matched the reference")
+    return 0
+
+
 def fused_only() -> int:
     """The fused kernel of each backend on the shapes of its code paths."""
     torch.manual_seed(0)
@@ -29,9 +64,9 @@ def fused_only() -> int:
     cases = 0
     for backend in backends:
         for dtype in (torch.float32, torch.bfloat16):
-            # 40000: past the register cache of the CUDA kernel (Triton's fused
-            # kernel holds rows of up to 16384 float32 elements, and refuses more).
-            shapes = [(5, 13), (33, 1024), (4, 8192)] + ([(2, 40000)] if backend == "cpp" else [])
+            # 40000: past the register cache of the CUDA kernel and of Triton's
+            # (16384 float32 elements), whose fused kernel then walks the row in chunks.
+            shapes = [(5, 13), (33, 1024), (4, 8192), (2, 40000)]
             for m, n in shapes:
                 x = torch.randn(m, n, device="cuda", dtype=dtype)
                 w = torch.randn(n, device="cuda", dtype=dtype)
@@ -50,6 +85,8 @@ def fused_only() -> int:
 def main() -> int:
     if "--fused-only" in sys.argv[1:]:
         return fused_only()
+    if "--long-rows" in sys.argv[1:]:
+        return long_rows()
     torch.manual_seed(0)
     dev = "cuda"
     tol = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
