@@ -203,7 +203,7 @@ for ax, pass_name in zip(axes.flat, benchmark.SWEEP_PASSES, strict=True):
     ax.set_ylabel("GB/s")
     ax.grid(alpha=0.3)
 fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=5)
-fig.suptitle(f"RMSNorm, bfloat16, GPU time: {sweep_file['device']} (recorded)")
+_ = fig.suptitle(f"RMSNorm, bfloat16, GPU time: {sweep_file['device']} (recorded)")
 
 # %%
 # The targets: the CUDA and the Triton kernels at 90% of the same-size copy
@@ -267,7 +267,7 @@ for (impl, pass_name), ns in misses.items():
 print(f"Expected misses: {'; '.join(expected) or 'none'}")
 print(f"Other misses, not expected: {'; '.join(other) or 'none'}")
 for s in sweep["skipped"]:
-    print(f"could not run: {s['pass']} {s['impl']} N={s['n']}: {s['reason'][:80]}")
+    print(f"could not run: {s['pass']} {s['impl']} {s['dtype']} N={s['n']}: {s['reason'][:70]}")
 slow = [
     n
     for n in sweep["ns"]

@@ -143,9 +143,14 @@ _L2_SWEEP: dict[int | None, torch.Tensor] = {}
 
 
 def _timed_batch(
-    fn: Callable, arg_sets: Sequence[tuple], first: int, calls: int, device: torch.device,
-    sleep_cycles: int, clean_l2: bool = True,
-) -> float:  # fmt: skip
+    fn: Callable,
+    arg_sets: Sequence[tuple],
+    first: int,
+    calls: int,
+    device: torch.device,
+    sleep_cycles: int,
+    clean_l2: bool = True,
+) -> float:
     """Seconds per call of one batch of ``calls`` calls starting at set ``first``.
 
     On a GPU, L2 is cleaned first (:func:`_clean_l2`) unless ``clean_l2`` is
