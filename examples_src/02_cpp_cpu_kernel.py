@@ -99,11 +99,9 @@ print("CPU kernel registered:", torch._C._dispatch_has_kernel_for_dispatch_key(o
 # any row length:
 from opguide.reference import rms_norm_reference  # noqa: E402
 
-TOL = {
-    torch.float32: dict(atol=1e-5, rtol=1e-5),
-    torch.float16: dict(atol=2e-3, rtol=2e-3),
-    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
-}
+# The tolerance of one rounding to each dtype (opguide's tests use the same table).
+from opguide.testing import TOLERANCES as TOL  # noqa: E402
+
 torch.manual_seed(0)
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
     for shape in [(3, 7), (64, 1000), (8, 4096)]:

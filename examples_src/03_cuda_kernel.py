@@ -117,11 +117,9 @@ assert minimal.status != "failed", "the minimal CUDA kernel does not compile"
 # needs the schema that step 2's file defines, so the cell first loads step 2's
 # library (built and loaded again only if this process does not have it yet:
 # the same ``load`` call is a no-op the second time), then the CUDA kernel.
-TOL = {
-    torch.float32: dict(atol=1e-5, rtol=1e-5),
-    torch.float16: dict(atol=2e-3, rtol=2e-3),
-    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
-}
+# The tolerance of one rounding to each dtype (opguide's tests use the same table).
+from opguide.testing import TOLERANCES as TOL  # noqa: E402
+
 if not HAVE_GPU:
     print(
         "SKIPPED: no CUDA GPU here, so the kernel was compiled (above, when nvcc is "

@@ -234,11 +234,9 @@ device = "cuda" if torch.cuda.is_available() and not triton_ops.INTERPRET else "
 # ------------------------------------------
 # Random inputs, three dtypes, row lengths that are and are not powers of
 # two (the mask covers the padding of the block).
-TOL = {
-    torch.float32: dict(atol=1e-5, rtol=1e-5),
-    torch.float16: dict(atol=2e-3, rtol=2e-3),
-    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
-}
+# The tolerance of one rounding to each dtype (opguide's tests use the same table).
+from opguide.testing import TOLERANCES as TOL  # noqa: E402
+
 torch.manual_seed(0)
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
     for shape in [(4, 7), (3, 1024), (2, 1500)]:

@@ -177,11 +177,9 @@ print("out", tuple(out.shape), out.dtype, "| inv_rms", tuple(inv_rms.shape), inv
 # residual must match *exactly* (one rounding, the same everywhere), except
 # that Triton's interpreter rounds float32 to bfloat16 by truncation (a GPU
 # rounds to nearest), which can leave it one unit in the last place away.
-TOL = {
-    torch.float32: dict(atol=1e-5, rtol=1e-5),
-    torch.float16: dict(atol=2e-3, rtol=2e-3),
-    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
-}
+# The tolerance of one rounding to each dtype (opguide's tests use the same table).
+from opguide.testing import TOLERANCES as TOL  # noqa: E402
+
 CASES = [  # x dtype, residual dtype, weight?, out_dtype
     (torch.float32, torch.float32, True, None),
     (torch.float16, torch.float16, False, None),

@@ -7,25 +7,11 @@ import torch
 
 import opguide
 from opguide import rms_norm_backward_reference, rms_norm_reference
+from opguide.testing import TOLERANCES, make_inputs
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-# Tolerances are those of one rounding to the output dtype on top of float32
-# accumulation (the kernel and the reference may round at different points).
-TOLERANCES = {
-    torch.float32: dict(atol=1e-5, rtol=1e-5),
-    torch.float16: dict(atol=2e-3, rtol=2e-3),
-    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
-    torch.float64: dict(atol=1e-12, rtol=1e-12),
-}
 # (M, N): N below, at and off the 16-lane width, odd, large, a single row.
 SHAPES = [(1, 1), (3, 7), (4, 16), (5, 17), (8, 33), (2, 255), (16, 4096), (1, 8191), (64, 1000)]
-
-
-def make_inputs(shape, dtype, device="cpu", seed=0):
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype=dtype, device=device)
-    w = torch.randn(shape[-1], generator=gen, dtype=torch.float32).to(dtype=dtype, device=device)
-    return x, w
 
 
 @pytest.mark.parametrize("dtype", DTYPES + [torch.float64], ids=str)

@@ -18,24 +18,12 @@ import torch
 
 import opguide
 from opguide import rms_norm_reference
+from opguide.testing import TOLERANCES, make_inputs
 
 into = torch.ops.opguide._rms_norm_into.default
-TOLERANCES = {
-    torch.float32: dict(atol=1e-5, rtol=1e-5),
-    torch.float16: dict(atol=2e-3, rtol=2e-3),
-    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
-    torch.float64: dict(atol=1e-12, rtol=1e-12),
-}
 # 16 MiB: holds several whole 2 MiB blocks. (1000, 2049) is ~8 MiB with rows
 # that are not a multiple of 16 elements, so rows straddle the block edges.
 LARGE_SHAPES = [(1024, 4096), (1000, 2049)]
-
-
-def make_inputs(shape, dtype=torch.float32, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(shape, generator=gen).to(dtype)
-    w = torch.randn(shape[-1], generator=gen).to(dtype)
-    return x, w
 
 
 @pytest.mark.parametrize("shape", LARGE_SHAPES, ids=lambda s: "x".join(map(str, s)))

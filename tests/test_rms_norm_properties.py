@@ -15,12 +15,9 @@ from hypothesis import strategies as st
 
 import opguide
 from opguide import rms_norm_backward_reference, rms_norm_reference
+from opguide.testing import TOLERANCES
 
 PROPERTY_SETTINGS = settings(max_examples=40, deadline=None, derandomize=True)
-TOLERANCES = {
-    torch.float32: dict(atol=1e-5, rtol=1e-5),
-    torch.float64: dict(atol=1e-12, rtol=1e-12),
-}
 
 
 @st.composite

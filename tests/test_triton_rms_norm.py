@@ -14,6 +14,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import opguide
 from opguide import rms_norm_reference
+from opguide.testing import (
+    GRAD_TOLERANCES,
+    TOLERANCES,
+    assert_grads_close,
+    make_inputs,
+    reference_grads,
+)
 
 # opguide, not this file, imports triton first: it sets TRITON_INTERPRET before.
 triton_ops = pytest.importorskip(
@@ -32,34 +39,9 @@ compiled_triton = pytest.mark.skipif(
 )
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-TOLERANCES = {
-    torch.float32: dict(atol=1e-5, rtol=1e-5),
-    torch.float16: dict(atol=2e-3, rtol=2e-3),
-    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
-}
-# Gradients sum over a row (dx) or over rows (dweight): looser in low precision.
-GRAD_TOLERANCES = {
-    torch.float32: dict(atol=1e-4, rtol=1e-4),
-    torch.float16: dict(atol=1e-2, rtol=1e-2),
-    torch.bfloat16: dict(atol=8e-2, rtol=5e-2),
-}
 # Small for the interpreter; (2, 1500) walks a row in two chunks of its block.
 CPU_SHAPES = [(1, 1), (3, 7), (4, 33), (2, 3, 40), (2, 1500)]
 CUDA_SHAPES = [(1, 1), (3, 7), (64, 1000), (16, 4096), (4, 8192), (7, 5000), (2, 3, 768)]
-
-
-def make_inputs(shape, dtype, device="cpu", seed=0, requires_grad=False):
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(shape, generator=gen).to(dtype=dtype, device=device)
-    w = torch.randn(shape[-1], generator=gen).to(dtype=dtype, device=device)
-    return x.requires_grad_(requires_grad), w.requires_grad_(requires_grad)
-
-
-def reference_grads(x, w, grad):
-    xr = x.detach().float().requires_grad_()
-    wr = w.detach().float().requires_grad_()
-    rms_norm_reference(xr, wr).backward(grad.float())
-    return xr.grad.to(x.dtype), wr.grad.to(w.dtype)
 
 
 class OpRecorder(TorchDispatchMode):
@@ -259,9 +241,7 @@ def test_backward_ops_share_one_contract(backend, shape):
     assert inv_rms.shape == x.shape[:-1] and inv_rms.dtype == torch.float32
     torch.testing.assert_close(inv_rms, torch.rsqrt(x.pow(2).mean(-1) + 1e-6))
     dx, dw = bwd(grad, x, w, inv_rms)
-    rx, rw = reference_grads(x, w, grad)
-    torch.testing.assert_close(dx, rx, **GRAD_TOLERANCES[torch.float32])
-    torch.testing.assert_close(dw, rw, **GRAD_TOLERANCES[torch.float32])
+    assert_grads_close((dx, dw), reference_grads(x, w, grad))
     # Both backends' backward ops, fed the same inv_rms, agree with each other.
     other = "cpp" if backend == "triton" else "triton"
     odx, odw = getattr(torch.ops.opguide, BACKWARD_OPS[other][1]).default(grad, x, w, inv_rms)
