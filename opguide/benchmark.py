@@ -1267,6 +1267,15 @@ def _shape(text: str) -> tuple[int, int]:
     return m, n
 
 
+def _save(result: dict, out: Path | None, argv: Sequence[str] | None) -> None:
+    """Records the command line (so a result file says how it was made); writes ``out``."""
+    cli = sys.argv[1:] if argv is None else list(argv)
+    result["command"] = " ".join(["python -m opguide.benchmark", *cli])
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -1326,11 +1335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )  # fmt: skip
         if args.eager:
             result["eager"] = run_eager(device, dtype=args.dtypes.split(",")[0], progress=say)
-        cli = sys.argv[1:] if argv is None else list(argv)
-        result["command"] = " ".join(["python -m opguide.benchmark", *cli])
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(result, indent=1))
+        _save(result, args.out, argv)
         print(format_sweep_report(result))
         return 0
     if args.cpu_only:
@@ -1352,12 +1357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         clean_l2=not args.keep_l2,
         progress=lambda line: print(f"-- {line}", file=sys.stderr, flush=True),
     )
-    # The command line, so that a result file says how it was made.
-    cli = sys.argv[1:] if argv is None else list(argv)
-    result["command"] = " ".join(["python -m opguide.benchmark", *cli])
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+    _save(result, args.out, argv)
     print(format_report(result))
     return 0
 
