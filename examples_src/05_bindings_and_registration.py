@@ -6,7 +6,7 @@ Steps 1 and 2 registered ``rms_norm`` with the PyTorch dispatcher. This step
 looks at that registration on its own: how schema strings are written, why
 the library registers operators with ``TORCH_LIBRARY`` instead of binding
 functions with pybind11, how the compiled library is loaded, and where the
-pieces that only Python can provide (fake kernels, autograd) live.
+pieces registered from Python (fake kernels) live.
 
 In this step you will learn:
 
@@ -328,8 +328,9 @@ except ImportError as err:
 #    :pyobject: load
 #
 # and ``opguide/__init__.py`` then exports the checked wrappers and the
-# references. The fake kernels and autograd formulas are registered as a
-# side effect of importing ``opguide.ops``:
+# references. The fake kernels and the vmap and autocast rules are registered
+# as a side effect of importing ``opguide.ops``; the autograd kernels are C++
+# and come with the library (step 8):
 #
 # .. literalinclude:: /../opguide/__init__.py
 #    :language: python

@@ -43,7 +43,7 @@ What each group guards against:
     Registration mistakes: a fake kernel whose output differs from the real
     one, a schema that hides a mutation or an alias, an autograd
     registration that does not work through the dispatcher. With inputs that
-    require grad, opcheck also exercises ``register_autograd``.
+    require grad, opcheck also exercises the autograd kernel.
 
 ``test_compile_fullgraph`` and ``test_compile_dynamic_forward_backward_no_recompiles``
     ``torch.compile`` support: no graph break (``fullgraph=True``), forward

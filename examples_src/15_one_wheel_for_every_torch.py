@@ -323,9 +323,12 @@ print(f"The CUDA kernel ran in {len(on_gpu)} of them; the others had no GPU (CUD
 #   operators (``empty_like``, ``contiguous``, ``copy_``, ``sum``, ``matmul``,
 #   ...). Others can be called by name through ``torch_call_dispatcher``; the
 #   library above needs none.
-# * **The Python side.** Fake kernels, autograd and vmap rules are registered
-#   from Python (``torch.library``), exactly as for the classic library
-#   (:doc:`step 7 <07_the_tests>`, :doc:`step 8 <08_autograd>`).
+# * **The Python side.** The fake kernel is registered from Python
+#   (``torch.library``), as for the classic library
+#   (:doc:`step 7 <07_the_tests>`). The stable ABI has no autograd API: an
+#   operator built on it that needs gradients registers its formula from
+#   Python with ``register_autograd``, as :doc:`step 8 <08_autograd>` shows
+#   (the classic library's formula is C++).
 #
 # ``stable/`` is a whole project: copy it, rename the namespace, and replace
 # the kernel with yours.

@@ -227,11 +227,12 @@ print("vmap over x, and over x and weight: equal to a loop over the batch")
 # %%
 # Training through ``vmap`` works as usual (the backward runs on the whole
 # batch outside the transform). The function transforms of ``torch.func``
-# (``grad``, ``vjp``, ``jacrev``) do not compose with ``register_autograd``
-# in this torch. ``register_autograd`` builds an ``autograd.Function`` behind
-# the scenes, which is why the error below speaks of one: a per-example
-# gradient needs a ``torch.autograd.Function`` of your own, with
-# ``setup_context`` and a ``vmap`` method.
+# (``grad``, ``vjp``, ``jacrev``) need every autograd formula they meet to be
+# one they can transform: a C++ ``torch::autograd::Function``, which the
+# library registers (step 8), is not, and neither is the Python one that
+# ``register_autograd`` builds. A per-example gradient needs a
+# ``torch.autograd.Function`` of your own, with ``setup_context`` and a
+# ``vmap`` method. The attempt below prints what this torch says:
 wr = w.clone().requires_grad_()
 torch.vmap(lambda a: opguide.rms_norm(a, wr))(xs).square().sum().backward()
 via_vmap = wr.grad.clone()

@@ -48,6 +48,11 @@ def _compiled_device_types(op_name: str) -> frozenset[str]:
 _COMPILED = {name: _compiled_device_types(name) for name in ("rms_norm", "fused_add_rms_norm_")}
 
 
+def compiled_device_types(op_name: str) -> frozenset[str]:
+    """The device types (``"cpu"``, ``"cuda"``) with a compiled kernel for ``op_name``."""
+    return _COMPILED[op_name]
+
+
 def resolve_backend(fn: str, op_name: str, backend: str, x: torch.Tensor) -> str:
     """Returns ``"cpp"`` or ``"triton"`` for a call of ``fn`` on ``x``.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .backends import resolve_backend
+from .backends import compiled_device_types, resolve_backend
 
 _FLOATING = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -99,15 +99,24 @@ def rms_norm(
         >>> y.shape
         torch.Size([4, 8])
     """
+    if backend == "auto" and type(x) in _PLAIN and type(weight) in _PLAIN:
+        if x.device.type in _CPP_DEVICES:
+            # The common call, made cheap: the compiled operator checks the
+            # same things with the same messages, and its C++ autograd kernel
+            # picks the training forward when gradients are needed.
+            return _RMS_NORM(x, weight, eps)
     _check_rms_norm_args(x, weight, eps, autocast=True)
     _register_dtensor_rules(x)
-    triton = resolve_backend("rms_norm", "rms_norm", backend, x) == "triton"
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        # Training: the op that also returns inv_rms, which backward reuses.
-        op = torch.ops.opguide.rms_norm_fwd_triton if triton else torch.ops.opguide.rms_norm_fwd
-        return op.default(x, weight, float(eps))[0]
-    op = torch.ops.opguide.rms_norm_triton if triton else torch.ops.opguide.rms_norm
-    return op.default(x, weight, float(eps))
+    if resolve_backend("rms_norm", "rms_norm", backend, x) == "triton":
+        from . import triton_rms_norm  # loaded by opguide/__init__.py when usable
+
+        return triton_rms_norm.rms_norm(x, weight, float(eps))
+    return _RMS_NORM(x, weight, float(eps))
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_CPP_DEVICES = compiled_device_types("rms_norm")
+_RMS_NORM = torch.ops.opguide.rms_norm.default
 
 
 # [fake-rms-norm]
@@ -145,54 +154,9 @@ def _rms_norm_backward_fake(grad_y, x, weight, inv_rms):
 # [fake-rms-norm-training-end]
 
 
-# [autograd-rms-norm]
-def _rms_norm_fwd_setup_context(ctx, inputs, output):
-    x, weight, _eps = inputs
-    _y, inv_rms = output
-    # What backward needs: the inputs (saved by reference, not copied) and one
-    # float per row. The output y is not saved.
-    ctx.save_for_backward(x, weight, inv_rms)
-    ctx.mark_non_differentiable(inv_rms)
-
-
-def _rms_norm_fwd_backward(ctx, grad_y, _grad_inv_rms):
-    x, weight, inv_rms = ctx.saved_tensors
-    grad_x, grad_weight = torch.ops.opguide.rms_norm_backward.default(grad_y, x, weight, inv_rms)
-    # One gradient per input of the schema (x, weight, eps); None where not needed.
-    return (
-        grad_x if ctx.needs_input_grad[0] else None,
-        grad_weight if ctx.needs_input_grad[1] else None,
-        None,
-    )
-
-
-torch.library.register_autograd(
-    "opguide::rms_norm_fwd", _rms_norm_fwd_backward, setup_context=_rms_norm_fwd_setup_context
-)
-# [autograd-rms-norm-end]
-
-
-# [autograd-rms-norm-inference-op]
-# The inference op opguide::rms_norm does not return inv_rms, so when it is
-# called directly with inputs that require grad, backward recomputes the
-# statistic (one more pass over x) instead of saving it.
-def _rms_norm_setup_context(ctx, inputs, output):
-    x, weight, eps = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.eps = eps
-
-
-def _rms_norm_backward(ctx, grad_y):
-    x, weight = ctx.saved_tensors
-    _, inv_rms = torch.ops.opguide.rms_norm_fwd.default(x, weight, ctx.eps)
-    grad_x, grad_weight = torch.ops.opguide.rms_norm_backward.default(grad_y, x, weight, inv_rms)
-    return grad_x, grad_weight, None
-
-
-torch.library.register_autograd(
-    "opguide::rms_norm", _rms_norm_backward, setup_context=_rms_norm_setup_context
-)
-# [autograd-rms-norm-inference-op-end]
+# Autograd: the formula is registered in C++, at the Autograd key, by
+# csrc/rms_norm_autograd.cpp (step 8 shows it, and the same formula registered
+# from Python with torch.library.register_autograd).
 
 
 # [vmap-rms-norm]

@@ -114,7 +114,11 @@ def _on_device_of(t: torch.Tensor):
     0) cannot be accessed from Triton (cpu tensor?)". Under torch.compile the
     code Inductor generates sets the device itself.
     """
-    if t.is_cuda and not torch.compiler.is_compiling():
+    if (
+        t.is_cuda
+        and not torch.compiler.is_compiling()
+        and t.get_device() != torch.cuda.current_device()
+    ):
         return torch.cuda.device(t.device)
     return contextlib.nullcontext()
 
@@ -402,8 +406,18 @@ def _fused_warps(block: int) -> int:
 
 
 # [forward-op]
-def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float, inv_rms: Optional[torch.Tensor]):  # noqa: UP045
-    """y for x and weight; also fills inv_rms (one float32 per row) when given."""
+def _forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    inv_rms: Optional[torch.Tensor],  # noqa: UP045
+    launch=launchable,
+):
+    """y for x and weight; also fills inv_rms (one float32 per row) when given.
+
+    ``launch`` wraps each kernel before its launch: ``launchable`` inside the
+    operators, the kernel itself on the eager path (see ``rms_norm``).
+    """
     _check_rms_norm_args(x, weight, eps)
     _check_input("rms_norm", "x", x)
     xc = x.contiguous()
@@ -420,12 +434,12 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, eps: float, inv_rms: Optiona
         if n <= MAX_REGISTER_ROW:
             block = triton.next_power_of_2(n)
             rows, warps = _forward_launch(block)
-            launchable(_rms_norm_fwd_kernel)[(triton.cdiv(m, rows),)](
+            launch(_rms_norm_fwd_kernel)[(triton.cdiv(m, rows),)](
                 xc, weight.contiguous(), y, inv_arg, m, n, eps, BLOCK_N=block, ROWS=rows,
                 STORE_INV=store_inv, num_warps=warps, **_pdl(xc),
             )  # fmt: skip
         else:
-            launchable(_rms_norm_fwd_long_kernel)[(m,)](
+            launch(_rms_norm_fwd_long_kernel)[(m,)](
                 xc, weight.contiguous(), y, inv_arg, n, eps, STORE_INV=store_inv
             )
     return y
@@ -453,6 +467,11 @@ def rms_norm_fwd_triton(
 def rms_norm_backward_triton(
     grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, inv_rms: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    return _backward_kernels(grad, x, weight, inv_rms)
+
+
+def _backward_kernels(grad, x, weight, inv_rms, launch=launchable):
+    """(dx, dweight): the body of ``rms_norm_backward_triton``; ``launch`` as in ``_forward``."""
     _check_input("rms_norm", "x", x)
     torch._check(grad.shape == x.shape, lambda: "rms_norm_backward: grad_y must match x")
     xc = x.contiguous()
@@ -474,25 +493,25 @@ def rms_norm_backward_triton(
             block = triton.next_power_of_2(n)
             programs, rows, stages, warps = _backward_launch(xc, m, block)
             dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-            launchable(_rms_norm_bwd_kernel)[(programs,)](
+            launch(_rms_norm_bwd_kernel)[(programs,)](
                 dy, xc, wc, rc, dx, dw_partial, m, n,
                 BLOCK_N=block, ROWS=rows, STAGES=stages, num_warps=warps, **pdl,
             )  # fmt: skip
         else:
             # Longer rows: dx row by row in chunks, dweight over column strips.
             block = 1024 if INTERPRET else 4096
-            launchable(_rms_norm_bwd_long_kernel)[(m,)](
+            launch(_rms_norm_bwd_long_kernel)[(m,)](
                 dy, xc, wc, rc, dx, n, BLOCK_N=block, num_warps=1 if INTERPRET else 8, **pdl
             )  # fmt: skip
             strips = triton.cdiv(n, block)
             programs = max(1, min(m, _sm_count(xc) * 4 // strips))
             dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-            launchable(_dw_columns_kernel)[(strips, programs)](
+            launch(_dw_columns_kernel)[(strips, programs)](
                 dy, xc, rc, dw_partial, m, n, BLOCK_N=block, num_warps=1 if INTERPRET else 8,
                 **pdl,
             )  # fmt: skip
         # The second stage of the dweight reduction: a sum over `programs` rows.
-        launchable(_dw_sum_kernel)[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
+        launch(_dw_sum_kernel)[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
             dw_partial, dweight, programs, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
             num_warps=DW_SUM_WARPS, **pdl,
         )  # fmt: skip
@@ -512,9 +531,9 @@ def _fwd_setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(inv_rms)
 
 
-def _fwd_backward(ctx, grad, _grad_inv_rms):
+def _fwd_backward(ctx, grad, _grad_inv_rms, backward=rms_norm_backward_triton):
     x, weight, inv_rms = ctx.saved_tensors
-    dx, dweight = rms_norm_backward_triton(grad, x, weight, inv_rms)
+    dx, dweight = backward(grad, x, weight, inv_rms)
     return (
         dx if ctx.needs_input_grad[0] else None,
         dweight if ctx.needs_input_grad[1] else None,
@@ -542,6 +561,68 @@ def _backward(ctx, grad):
 
 rms_norm_triton.register_autograd(_backward, setup_context=_setup_context)
 # [autograd-end]
+
+
+# [eager-path]
+# A call made as a user makes it (plain tensors on a GPU, nothing tracing or
+# transforming) gains nothing from the operators' dispatcher layers, and each
+# is Python that runs on every call: the custom op's autograd kernel, its
+# device kernel, wrap_triton's wrappers. Such calls launch the kernels
+# directly, through the same functions the operators run; every other call
+# (torch.compile, export, vmap, a dispatch mode, DTensor) goes through the
+# operators. Step 11, "The eager call", measures both.
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _direct(kernel):
+    return kernel
+
+
+def _skips_dispatcher(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (
+        not INTERPRET
+        and type(x) in _PLAIN
+        and type(weight) in _PLAIN
+        and x.is_cuda
+        and not torch.compiler.is_compiling()
+        and torch._C._len_torch_dispatch_stack() == 0
+        and torch._C._functorch.peek_interpreter_stack() is None
+    )
+
+
+class _EagerTraining(torch.autograd.Function):
+    """The training pair of the operators above, for direct calls."""
+
+    @staticmethod
+    def forward(x, weight, eps):
+        inv_rms = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+        return _forward(x, weight, eps, inv_rms, _direct), inv_rms
+
+    setup_context = staticmethod(_fwd_setup_context)
+
+    @staticmethod
+    def backward(ctx, grad, grad_inv_rms):
+        direct = lambda *args: _backward_kernels(*args, launch=_direct)  # noqa: E731
+        return _fwd_backward(ctx, grad, grad_inv_rms, backward=direct)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """What ``opguide.rms_norm(x, weight, eps, backend="triton")`` runs.
+
+    The training operator when gradients are needed, the inference one
+    otherwise; launched directly when nothing needs the dispatcher.
+    """
+    training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    if _skips_dispatcher(x, weight):
+        if training:
+            return _EagerTraining.apply(x, weight, eps)[0]
+        return _forward(x, weight, eps, None, _direct)
+    if training:
+        return rms_norm_fwd_triton(x, weight, eps)[0]
+    return rms_norm_triton(x, weight, eps)
+
+
+# [eager-path-end]
 
 
 # [fused-kernel]

@@ -287,6 +287,31 @@ def test_cuda_backward_matches_reference(shape, dtype):
 
 @pytest.mark.cuda
 @compiled_triton
+@pytest.mark.parametrize("shape", [(1, 4096), (64, 1000), (3, 20000)], ids=str)
+def test_cuda_eager_path_matches_the_operators(shape):
+    # A plain call launches the kernels directly (no dispatcher); it must give
+    # the operators' bits, forward and backward, and leave the operators to
+    # anything that watches the dispatcher.
+    x, w = make_inputs(shape, torch.bfloat16, device="cuda", requires_grad=True)
+    grad = torch.randn(shape, device="cuda").to(torch.bfloat16)
+    assert triton_ops._skips_dispatcher(x, w)
+    with torch.no_grad():
+        y = opguide.rms_norm(x, w, backend="triton")
+    assert torch.equal(y, torch.ops.opguide.rms_norm_triton(x, w, 1e-6))
+    direct = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton"), (x, w), grad)
+    y_op = torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)[0]
+    via_op = torch.autograd.grad(y_op, (x, w), grad)
+    assert all(map(torch.equal, direct, via_op))
+    with OpRecorder() as rec:
+        opguide.rms_norm(x, w, backend="triton")
+    assert "opguide.rms_norm_fwd_triton.default" in rec.ops, rec.ops
+    seen = []
+    torch.vmap(lambda a: seen.append(triton_ops._skips_dispatcher(a, w)) or a)(x.detach())
+    assert seen == [False]
+
+
+@pytest.mark.cuda
+@compiled_triton
 def test_cuda_registered_as_triton_op():
     assert triton_ops.register_op is torch.library.triton_op
     assert triton_ops.launchable is torch.library.wrap_triton
