@@ -56,10 +56,14 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     auto [y, inv_rms] = call_fwd(x, weight, eps);
     ctx->save_for_backward({x, weight, inv_rms});
     ctx->mark_non_differentiable({inv_rms});
+    // No gradient ever flows into inv_rms: do not have autograd allocate and
+    // fill a tensor of zeros for it on every backward.
+    ctx->set_materialize_grads(false);
     return {y, inv_rms};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
     const variable_list saved = ctx->get_saved_variables();
     auto [grad_x, grad_weight] = call_backward(grads[0], saved[0], saved[1], saved[2]);
     return {ctx->needs_input_grad(0) ? grad_x : at::Tensor(),

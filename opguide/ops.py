@@ -100,7 +100,7 @@ def rms_norm(
         torch.Size([4, 8])
     """
     if backend == "auto" and type(x) in _PLAIN and type(weight) in _PLAIN:
-        if x.device.type in _CPP_DEVICES:
+        if (x.is_cuda and _CPP_CUDA) or (x.is_cpu and _CPP_CPU):
             # The common call, made cheap: the compiled operator checks the
             # same things with the same messages, and its C++ autograd kernel
             # picks the training forward when gradients are needed.
@@ -115,7 +115,8 @@ def rms_norm(
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-_CPP_DEVICES = compiled_device_types("rms_norm")
+_CPP_CPU = "cpu" in compiled_device_types("rms_norm")
+_CPP_CUDA = "cuda" in compiled_device_types("rms_norm")
 _RMS_NORM = torch.ops.opguide.rms_norm.default
 
 

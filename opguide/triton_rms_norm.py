@@ -418,7 +418,8 @@ def _forward(
     ``launch`` wraps each kernel before its launch: ``launchable`` inside the
     operators, the kernel itself on the eager path (see ``rms_norm``).
     """
-    _check_rms_norm_args(x, weight, eps)
+    if launch is not _direct:  # the eager path's caller, opguide.rms_norm, has checked
+        _check_rms_norm_args(x, weight, eps)
     _check_input("rms_norm", "x", x)
     xc = x.contiguous()
     y = torch.empty_like(xc)
@@ -529,9 +530,12 @@ def _fwd_setup_context(ctx, inputs, output):
     _y, inv_rms = output
     ctx.save_for_backward(x, weight, inv_rms)
     ctx.mark_non_differentiable(inv_rms)
+    ctx.set_materialize_grads(False)  # no zeros allocated for inv_rms's gradient
 
 
 def _fwd_backward(ctx, grad, _grad_inv_rms, backward=rms_norm_backward_triton):
+    if grad is None:  # y took no part in the loss
+        return None, None, None
     x, weight, inv_rms = ctx.saved_tensors
     dx, dweight = backward(grad, x, weight, inv_rms)
     return (
@@ -574,8 +578,72 @@ rms_norm_triton.register_autograd(_backward, setup_context=_setup_context)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
+class _Direct:
+    """``kernel[grid](*args, **kw)`` for eager calls, with Triton's per-call work done once.
+
+    ``JITFunction.run`` binds the arguments, works out their specialisation
+    (dtypes, 16-byte alignment, ints equal to 1), and looks the compiled
+    kernel up, on every call. Here the first call of each specialisation goes
+    through it and keeps the compiled kernel it returns; later calls launch
+    that kernel with the same call ``JITFunction.run`` ends with. A Triton
+    whose launcher takes other arguments raises ``TypeError`` at the first
+    such launch, and the direct launches then stop for the whole process.
+    """
+
+    # False for the whole process once a launcher refuses, or when this
+    # Triton keeps its launch hooks elsewhere (before triton.knobs).
+    works = hasattr(triton, "knobs")
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.params = [(p.name, p.default) for p in kernel.params]
+        self.compiled = {}
+
+    def __getitem__(self, grid):
+        return lambda *args, **kw: self.launch(grid, args, kw)
+
+    def launch(self, grid, args, kw):
+        device = torch.cuda.current_device()
+        key = (device, tuple(map(_specialisation, args)), tuple(kw.items()))
+        compiled = self.compiled.get(key) if _Direct.works else None
+        if compiled is None:
+            self.compiled[key] = self.kernel[grid](*args, **kw)
+            return
+        values = args + tuple(kw.get(name, default) for name, default in self.params[len(args) :])
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        hooks = triton.knobs.runtime  # launch hooks, as JITFunction.run passes them
+        try:
+            compiled.run(
+                *grid, stream, compiled.function, compiled.packed_metadata,
+                compiled.launch_metadata(grid, stream, *values),
+                hooks.launch_enter_hook, hooks.launch_exit_hook, *values,
+            )  # fmt: skip
+        except TypeError:
+            _Direct.works = False
+            self.kernel[grid](*args, **kw)
+
+
+def _specialisation(arg) -> tuple:
+    # What Triton specialises a compiled kernel on, for the argument types
+    # the kernels here take.
+    if isinstance(arg, torch.Tensor):
+        return arg.dtype, arg.data_ptr() % 16 == 0
+    if isinstance(arg, bool) or not isinstance(arg, int):
+        return (type(arg),)
+    return int, arg == 1, arg % 16 == 0, -(2**31) <= arg < 2**31
+
+
+_DIRECT: dict = {}
+
+
 def _direct(kernel):
-    return kernel
+    launcher = _DIRECT.get(kernel)
+    if launcher is None:
+        # An autotuned kernel picks its configuration per call: launched as it is.
+        direct = isinstance(kernel, triton.runtime.JITFunction)
+        launcher = _DIRECT[kernel] = _Direct(kernel) if direct else kernel
+    return launcher
 
 
 def _skips_dispatcher(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -593,12 +661,14 @@ def _skips_dispatcher(x: torch.Tensor, weight: torch.Tensor) -> bool:
 class _EagerTraining(torch.autograd.Function):
     """The training pair of the operators above, for direct calls."""
 
+    # forward takes ctx (no separate setup_context): Function.apply then does
+    # not bind the arguments to forward's signature on every call.
     @staticmethod
-    def forward(x, weight, eps):
+    def forward(ctx, x, weight, eps):
         inv_rms = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-        return _forward(x, weight, eps, inv_rms, _direct), inv_rms
-
-    setup_context = staticmethod(_fwd_setup_context)
+        y = _forward(x, weight, eps, inv_rms, _direct)
+        _fwd_setup_context(ctx, (x, weight, eps), (y, inv_rms))
+        return y, inv_rms
 
     @staticmethod
     def backward(ctx, grad, grad_inv_rms):

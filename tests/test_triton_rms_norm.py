@@ -297,7 +297,10 @@ def test_cuda_eager_path_matches_the_operators(shape):
     assert triton_ops._skips_dispatcher(x, w)
     with torch.no_grad():
         y = opguide.rms_norm(x, w, backend="triton")
+        y_again = opguide.rms_norm(x, w, backend="triton")  # a launch of the kept kernel
     assert torch.equal(y, torch.ops.opguide.rms_norm_triton(x, w, 1e-6))
+    assert torch.equal(y_again, y)
+    assert triton_ops._Direct.works, "this Triton's launcher refused the direct launch"
     direct = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton"), (x, w), grad)
     y_op = torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)[0]
     via_op = torch.autograd.grad(y_op, (x, w), grad)
