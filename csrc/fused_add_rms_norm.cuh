@@ -17,101 +17,23 @@
 
 #include <cstdint>
 
+#include "device_common.cuh"
 #include "keep_packed.cuh"
 #include "launch.cuh"
 
 namespace opguide {
 namespace fused {
 
-// [shim]
-// Written with CUDA's names; torch's hipify renames them for ROCm. What hipify
-// cannot rename is spelled here: the warp width (a wavefront is 64 lanes on
-// AMD CDNA GPUs, 32 on RDNA) and the shuffle (HIP's takes no lane mask).
-#if defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)
-#if defined(__AMDGCN_WAVEFRONT_SIZE)
-constexpr int kWarpSize = __AMDGCN_WAVEFRONT_SIZE;
-#else
-constexpr int kWarpSize = 64;
-#endif
-template <typename T>
-__device__ __forceinline__ T shfl_xor(T v, int lane_mask) {
-  return __shfl_xor(v, lane_mask);
-}
-#else
-constexpr int kWarpSize = 32;
-template <typename T>
-__device__ __forceinline__ T shfl_xor(T v, int lane_mask) {
-  return __shfl_xor_sync(0xffffffffu, v, lane_mask);
-}
-#endif
-// [shim-end]
+// The warp width and shuffles (with their HIP shim), conversions, vectors
+// and the row reduction are the library's shared ones (device_common.cuh).
+using cuda::from_acc;
+using cuda::kMaxWarpsPerBlock;
+using cuda::kWarpSize;
+using cuda::row_sum;
+using cuda::to_acc;
+using cuda::Vec;
 
 constexpr int kMaxThreads = 1024;
-constexpr int kMaxWarps = kMaxThreads / kWarpSize;
-
-// [conversions]
-// Explicit conversions: PyTorch builds CUDA code with
-// __CUDA_NO_HALF_CONVERSIONS__, so __half and bfloat16 have no implicit casts.
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ double widen(double v) { return v; }
-__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
-#if !defined(OPGUIDE_NO_BF16)
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-#endif
-
-template <typename T>
-struct Narrow {  // float and double
-  template <typename A>
-  __device__ static T from(A v) { return static_cast<T>(v); }
-};
-template <>
-struct Narrow<__half> {
-  template <typename A>
-  __device__ static __half from(A v) { return __float2half_rn(static_cast<float>(v)); }
-};
-#if !defined(OPGUIDE_NO_BF16)
-template <>
-struct Narrow<__nv_bfloat16> {
-  template <typename A>
-  __device__ static __nv_bfloat16 from(A v) {
-    return __float2bfloat16_rn(static_cast<float>(v));
-  }
-};
-#endif
-// [conversions-end]
-
-// kVec elements moved as one access: 16 bytes for the widest type of a call.
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-  T v[kVec];
-};
-
-// [row-sum]
-template <typename acc_t>
-__device__ __forceinline__ acc_t warp_sum(acc_t v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v += shfl_xor(v, offset);
-  return v;
-}
-
-// Sum over the blockDim.x threads of one row (row threadIdx.y of the block);
-// each of them gets the result. blockDim.x must be a multiple of kWarpSize,
-// so that no warp holds parts of two rows. All threads of the block must
-// call it: it synchronises the block when a row spans several warps.
-template <typename acc_t>
-__device__ acc_t row_sum(acc_t v, acc_t* shared) {
-  v = warp_sum(v);
-  const int warps_per_row = blockDim.x / kWarpSize;
-  if (warps_per_row == 1) return v;  // the same for the whole block: no thread skips a barrier
-  const int first_warp = threadIdx.y * warps_per_row;
-  const int lane = threadIdx.x % kWarpSize;
-  if (lane == 0) shared[first_warp + threadIdx.x / kWarpSize] = v;
-  __syncthreads();
-  // Every warp of the row adds the row's partial sums with shuffles: one
-  // shared-memory load per thread, where a loop over the partials would be
-  // a chain of 32 loads and additions for a row of 1024 threads.
-  return warp_sum(lane < warps_per_row ? shared[first_warp + lane] : acc_t(0));
-}
-// [row-sum-end]
 
 // h = x + residual, rounded once to res_t (the value that is stored), and
 // its squares added to sum_sq.
@@ -120,9 +42,9 @@ __device__ __forceinline__ void add_residual(const Vec<x_t, kVec>& xv, Vec<res_t
                                              acc_t& sum_sq) {
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    hv.v[k] = Narrow<res_t>::from(static_cast<acc_t>(widen(xv.v[k])) +
-                                  static_cast<acc_t>(widen(hv.v[k])));
-    const acc_t h = static_cast<acc_t>(widen(hv.v[k]));
+    hv.val[k] = from_acc<res_t>(static_cast<acc_t>(to_acc(xv.val[k])) +
+                                  static_cast<acc_t>(to_acc(hv.val[k])));
+    const acc_t h = static_cast<acc_t>(to_acc(hv.val[k]));
     sum_sq += h * h;
   }
 }
@@ -135,9 +57,9 @@ __device__ __forceinline__ Vec<out_t, kVec> normalise(const Vec<res_t, kVec>& hv
   Vec<out_t, kVec> yv;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    acc_t y = static_cast<acc_t>(widen(hv.v[k])) * inv_rms;
-    if (has_weight) y *= static_cast<acc_t>(widen(wv.v[k]));
-    yv.v[k] = Narrow<out_t>::from(y);
+    acc_t y = static_cast<acc_t>(to_acc(hv.val[k])) * inv_rms;
+    if (has_weight) y *= static_cast<acc_t>(to_acc(wv.val[k]));
+    yv.val[k] = from_acc<out_t>(y);
   }
   return yv;
 }
@@ -166,7 +88,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
                               const x_t* __restrict__ weight,  // may be null
                               out_t* __restrict__ out, acc_t* __restrict__ inv_rms, int64_t m,
                               int64_t n, acc_t eps) {
-  __shared__ acc_t shared[kMaxWarps];
+  __shared__ acc_t shared[kMaxWarpsPerBlock];
   cuda::wait_for_previous_grid();  // launch.cuh: may start before the previous kernel ends
   cuda::allow_next_grid();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;

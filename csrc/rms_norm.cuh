@@ -1,4 +1,4 @@
-// RMSNorm forward, device code. Torch-free on purpose: this header compiles
+// RMSNorm forward and backward, device code. Torch-free on purpose: this header compiles
 // alone with nvcc, and with hipcc after torch's hipify, so both toolchains can
 // check it on a machine without a GPU. The host wrapper (rms_norm_cuda.cu)
 // holds everything that needs torch.
@@ -20,131 +20,12 @@
 #include <mutex>
 #include <tuple>
 
+#include "device_common.cuh"
 #include "keep_packed.cuh"
 #include "launch.cuh"
 
 namespace opguide {
 namespace cuda {
-
-// [portability]
-// A warp is 32 threads on NVIDIA GPUs; on AMD GPUs a wavefront is 64 threads
-// on CDNA (MI200/MI300, gfx90a/gfx94x) and 32 on RDNA. The compiler tells us.
-#if defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)
-#if defined(__AMDGCN_WAVEFRONT_SIZE)
-constexpr int kWarpSize = __AMDGCN_WAVEFRONT_SIZE;
-#else
-constexpr int kWarpSize = 64;
-#endif
-// HIP's shuffles take no mask: a wavefront always runs in lock step here.
-#define OPGUIDE_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask))
-#else
-constexpr int kWarpSize = 32;
-#define OPGUIDE_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask))
-#endif
-// The most warps a block of 1024 threads can hold.
-constexpr int kMaxWarpsPerBlock = 1024 / kWarpSize;
-// [portability-end]
-
-// [convert]
-// Accumulate in float, or in double for double inputs.
-template <typename T> struct AccType { using type = float; };
-template <> struct AccType<double> { using type = double; };
-
-__device__ __forceinline__ float to_acc(float v) { return v; }
-__device__ __forceinline__ double to_acc(double v) { return v; }
-__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
-#if !defined(OPGUIDE_NO_BF16)
-__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
-#endif
-
-template <typename T> __device__ __forceinline__ T from_acc(float v);
-template <> __device__ __forceinline__ float from_acc<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
-#if !defined(OPGUIDE_NO_BF16)
-template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-#endif
-template <typename T> __device__ __forceinline__ T from_acc(double v);
-template <> __device__ __forceinline__ double from_acc<double>(double v) { return v; }
-// [convert-end]
-
-// [vector]
-// kVec elements moved by one load or store instruction. With kVec * sizeof(T)
-// == 16 this is one 128-bit access, the widest a thread can issue.
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-  T val[kVec];
-};
-
-// Accesses with the .cs ("cache streaming") hints, which tell L2 not to keep
-// those lines. The backward writes dx with them (one point better at
-// (4096, 8192)); the forward used them for x and y until a benchmark that
-// starts each batch with L2 full of other data showed them costing it 2-4
-// points (step 11, "Lessons"). OPGUIDE_STREAMING_HINTS=0 turns them off, for
-// such comparisons. HIP has no such intrinsics; plain accesses there.
-#ifndef OPGUIDE_STREAMING_HINTS
-#define OPGUIDE_STREAMING_HINTS 1
-#endif
-
-template <typename V>
-__device__ __forceinline__ V load_streaming(const V* p) {
-#if OPGUIDE_STREAMING_HINTS && !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__)
-  if constexpr (sizeof(V) == 16) {
-    const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p));
-    V v;
-    __builtin_memcpy(&v, &raw, sizeof(V));
-    return v;
-  }
-#endif
-  return *p;
-}
-
-template <typename V>
-__device__ __forceinline__ void store_streaming(V* p, const V& v) {
-#if OPGUIDE_STREAMING_HINTS && !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__)
-  if constexpr (sizeof(V) == 16) {
-    uint4 raw;
-    __builtin_memcpy(&raw, &v, sizeof(V));
-    __stcs(reinterpret_cast<uint4*>(p), raw);
-    return;
-  }
-#endif
-  *p = v;
-}
-
-// [vector-end]
-
-// [reduce]
-template <typename Acc>
-__device__ __forceinline__ Acc warp_sum(Acc v) {
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += OPGUIDE_SHFL_XOR(v, offset);
-  return v;
-}
-
-// Sums v over the threads of one row: blockDim.x threads, a multiple of the
-// warp size (warps never straddle two rows), or a power of two below it (a
-// warp then holds several whole rows, summed apart by shuffles within each
-// group of blockDim.x lanes). Every thread gets its row's total.
-template <typename Acc>
-__device__ __forceinline__ Acc row_sum(Acc v, Acc* shared) {
-  if (blockDim.x < kWarpSize) {
-    for (int offset = blockDim.x / 2; offset > 0; offset /= 2) v += OPGUIDE_SHFL_XOR(v, offset);
-    return v;
-  }
-  v = warp_sum(v);
-  const int warps_per_row = blockDim.x / kWarpSize;
-  if (warps_per_row == 1) return v;
-  const int lane = threadIdx.x % kWarpSize;
-  const int first_warp = threadIdx.y * warps_per_row;
-  if (lane == 0) shared[first_warp + threadIdx.x / kWarpSize] = v;
-  __syncthreads();
-  Acc total = 0;
-  for (int w = 0; w < warps_per_row; ++w) total += shared[first_warp + w];
-  return total;
-}
-// [reduce-end]
 
 // [kernel]
 // One row per threadIdx.y, blockDim.x threads per row. Each thread keeps up to
@@ -584,46 +465,6 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
     store_partial_grad_w<kVec>(dw, nvec, partial, reinterpret_cast<Acc*>(dynamic_shared));
   }
 }
-
-// [async-copy]
-// Asynchronous 16-byte copies from global to shared memory (cp.async, sm_80
-// and later): the copy is queued and the thread goes on; commit closes a
-// group of copies, and wait<N> returns once at most N of this thread's
-// groups are still in flight. The copies bypass L1 (.cg): the data is read
-// once. Elsewhere (HIP, older GPUs) the copy is an ordinary load and store,
-// which is correct, only not asynchronous.
-#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__) && defined(__CUDA_ARCH__) && \
-    __CUDA_ARCH__ >= 800
-#define OPGUIDE_HAVE_CP_ASYNC 1
-#else
-#define OPGUIDE_HAVE_CP_ASYNC 0
-#endif
-
-template <typename V>
-__device__ __forceinline__ void copy_async(V* shared_dst, const V* global_src) {
-  static_assert(sizeof(V) == 16, "copy_async moves 16-byte vectors");
-#if OPGUIDE_HAVE_CP_ASYNC
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src)
-               : "memory");
-#else
-  *shared_dst = *global_src;
-#endif
-}
-
-__device__ __forceinline__ void copy_async_commit() {
-#if OPGUIDE_HAVE_CP_ASYNC
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-template <int kInFlight>
-__device__ __forceinline__ void copy_async_wait() {
-#if OPGUIDE_HAVE_CP_ASYNC
-  asm volatile("cp.async.wait_group %0;" ::"n"(kInFlight) : "memory");
-#endif
-}
-// [async-copy-end]
 
 // [pipelined-backward-kernel]
 // The same backward with a deeper pipeline: each row slot keeps kStages rows

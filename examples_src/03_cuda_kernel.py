@@ -176,7 +176,7 @@ else:
 # * **several short rows per block**, and the number of threads per row chosen
 #   from the row length;
 # * **warp shuffles** for the reduction inside each warp, then one value per
-#   warp through shared memory;
+#   warp through shared memory, added with shuffles again;
 # * ``keep_packed``, an empty ``asm`` statement that stops the compiler from
 #   keeping 32 converted floats alive where 16 packed bfloat16 registers do;
 # * **programmatic dependent launch** on Hopper (``launch.cuh``), so a
@@ -196,6 +196,12 @@ else:
 #    .. literalinclude:: /../csrc/rms_norm_cuda.cu
 #       :language: cuda
 #       :caption: csrc/rms_norm_cuda.cu
+#
+# .. dropdown:: csrc/device_common.cuh (the device helpers every kernel shares)
+#
+#    .. literalinclude:: /../csrc/device_common.cuh
+#       :language: cuda
+#       :caption: csrc/device_common.cuh
 #
 # .. dropdown:: csrc/keep_packed.cuh and csrc/launch.cuh (helpers)
 #

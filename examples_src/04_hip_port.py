@@ -27,14 +27,15 @@ What changes on AMD GPUs
   memory) silently computes wrong sums on a 64-wide wavefront. The device code
   takes the width from the compiler, and the host takes it from the device:
 
-  .. literalinclude:: /../csrc/rms_norm.cuh
+  .. literalinclude:: /../csrc/device_common.cuh
      :language: cuda
      :start-after: // [portability]
      :end-before: // [portability-end]
 
 * **Warp intrinsics.** ``__shfl_xor_sync(mask, v, lane)`` takes a mask of the
   threads taking part; HIP's ``__shfl_xor(v, lane)`` takes none (the masked
-  form arrived only in recent ROCm releases). One macro covers both.
+  form arrived only in recent ROCm releases). One function, ``shfl_xor``, covers
+  both, in the header every kernel shares (``csrc/device_common.cuh``).
 * **Sources and names.** hipify renames ``x.cu`` to ``x.hip`` and headers that
   hold CUDA code (``rms_norm.cuh`` becomes ``rms_norm_hip.cuh``), rewrites
   ``cuda*`` calls and types to ``hip*`` and ``<<<grid, block, 0, stream>>>``

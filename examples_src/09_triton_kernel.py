@@ -399,7 +399,7 @@ for name in ("rms_norm.cuh", "rms_norm_cuda.cu"):
 # compile for AMD GPUs with a ROCm build of PyTorch, with no source change
 # (only the launch rules may deserve a second look, since a wavefront is
 # 64 lanes on CDNA GPUs). CUDA C++ reaches ROCm through hipify plus the small
-# shims that a header like ``csrc/fused_add_rms_norm.cuh`` carries (warp
+# shims that ``csrc/device_common.cuh`` carries for every CUDA kernel (warp
 # width, shuffles), and each architecture is compiled ahead of time.
 #
 # **Speed.** For a memory-bound kernel such as RMSNorm, both reach a good share

@@ -323,8 +323,8 @@ for bad in [
 #   spell out the dispatch over three dtypes, the alignment check and the
 #   block reduction.
 # * **Portability**: the Triton kernel runs on AMD GPUs through Triton's ROCm
-#   backend as it is. The CUDA kernel needs hipify plus the shim at the top of
-#   ``fused_add_rms_norm.cuh`` (wavefront width, shuffles without a lane mask).
+#   backend as it is. The CUDA kernel needs hipify plus the shim in
+#   ``device_common.cuh`` (wavefront width, shuffles without a lane mask).
 # * **Limits**: this Triton kernel keeps a row in registers, so rows are limited
 #   to 64 KiB of input (e.g. 32768 bfloat16 elements); the C++ and CUDA kernels
 #   loop over any row length. Float64 is C++/CUDA only.
