@@ -154,10 +154,12 @@ __device__ __forceinline__ Acc row_sum(Acc v, Acc* shared) {
   const int first_warp = threadIdx.y * warps_per_row;
   if (lane == 0) shared[first_warp + threadIdx.x / kWarpSize] = v;
   __syncthreads();
-  // Every warp of the row adds the row's partial sums with shuffles: one
-  // shared-memory load per thread, where a loop over the partials would be
-  // a chain of up to 32 loads and additions.
-  return warp_sum(lane < warps_per_row ? shared[first_warp + lane] : Acc(0));
+  // The partials added in a loop, in a fixed order. Adding them with shuffles
+  // instead gives smaller code, but more spills in the cluster backward and
+  // a slower one for long rows (python -m opguide.benchmark --sweep).
+  Acc total = 0;
+  for (int w = 0; w < warps_per_row; ++w) total += shared[first_warp + w];
+  return total;
 }
 // [reduce-end]
 

@@ -176,7 +176,7 @@ else:
 # * **several short rows per block**, and the number of threads per row chosen
 #   from the row length;
 # * **warp shuffles** for the reduction inside each warp, then one value per
-#   warp through shared memory, added with shuffles again;
+#   warp through shared memory, added in a loop;
 # * ``keep_packed``, an empty ``asm`` statement that stops the compiler from
 #   keeping 32 converted floats alive where 16 packed bfloat16 registers do;
 # * **programmatic dependent launch** on Hopper (``launch.cuh``), so a
