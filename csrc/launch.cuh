@@ -19,8 +19,14 @@
 
 #include <cuda_runtime.h>
 
-#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__) && !defined(OPGUIDE_NO_PDL) && \
-    defined(CUDART_VERSION) && CUDART_VERSION >= 12000
+// cudaLaunchKernelEx and its attributes: CUDA 12 and later.
+#if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__) && defined(CUDART_VERSION) && \
+    CUDART_VERSION >= 12000
+#define OPGUIDE_HAVE_LAUNCH_EX 1
+#else
+#define OPGUIDE_HAVE_LAUNCH_EX 0
+#endif
+#if OPGUIDE_HAVE_LAUNCH_EX && !defined(OPGUIDE_NO_PDL)
 #define OPGUIDE_HAVE_PDL 1
 #else
 #define OPGUIDE_HAVE_PDL 0
@@ -48,6 +54,42 @@ __device__ __forceinline__ void allow_next_grid() {
 }
 // [pdl-device-end]
 
+// [launch-config]
+// The configuration of one cudaLaunchKernelEx: its attributes are a cluster
+// dimension along x (when `cluster` > 1) and programmatic stream
+// serialisation (when `pdl`). The attributes live in the object, so it is
+// neither copied nor moved. Also used to ask how many clusters fit.
+#if OPGUIDE_HAVE_LAUNCH_EX
+struct LaunchEx {
+  cudaLaunchAttribute attributes[2];
+  cudaLaunchConfig_t config = {};
+
+  LaunchEx(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, int cluster,
+               bool pdl) {
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = attributes;
+    if (cluster > 1) {
+      cudaLaunchAttribute& a = attributes[config.numAttrs++];
+      a.id = cudaLaunchAttributeClusterDimension;
+      a.val.clusterDim.x = static_cast<unsigned>(cluster);
+      a.val.clusterDim.y = 1;
+      a.val.clusterDim.z = 1;
+    }
+    if (pdl) {
+      cudaLaunchAttribute& a = attributes[config.numAttrs++];
+      a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      a.val.programmaticStreamSerializationAllowed = 1;
+    }
+  }
+  LaunchEx(const LaunchEx&) = delete;
+  LaunchEx& operator=(const LaunchEx&) = delete;
+};
+#endif
+// [launch-config-end]
+
 // [pdl-launch]
 // Launches kernel<<<grid, block, shared_bytes, stream>>>(args...), with PDL
 // when `pdl` is true and the toolchain has it. Returns the launch's error.
@@ -56,17 +98,8 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
                           cudaStream_t stream, bool pdl, Args... args) {
 #if OPGUIDE_HAVE_PDL
   if (pdl) {
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.dynamicSmemBytes = shared_bytes;
-    config.stream = stream;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+    LaunchEx launch(grid, block, shared_bytes, stream, 1, true);
+    return cudaLaunchKernelEx(&launch.config, kernel, static_cast<Params>(args)...);
   }
 #else
   (void)pdl;
@@ -86,21 +119,8 @@ cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3
                                       size_t shared_bytes, cudaStream_t stream, bool pdl,
                                       int cluster, Args... args) {
 #if OPGUIDE_HAVE_PDL
-  cudaLaunchAttribute attribute[2];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = attribute;
-  config.numAttrs = pdl ? 2 : 1;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  LaunchEx launch(grid, block, shared_bytes, stream, cluster, pdl);
+  return cudaLaunchKernelEx(&launch.config, kernel, static_cast<Params>(args)...);
 #else
   (void)kernel, (void)grid, (void)block, (void)shared_bytes, (void)stream, (void)pdl;
   (void)cluster;

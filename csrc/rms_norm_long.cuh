@@ -399,18 +399,10 @@ int active_clusters(Kernel kernel, int cluster, int threads, size_t shared_bytes
   if (found != cache.end()) return found->second;
   int count = 0;
 #if OPGUIDE_HAVE_CLUSTERS
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(cluster));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = shared_bytes;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess) {
+  const LaunchEx launch(dim3(static_cast<unsigned>(cluster)),
+                            dim3(static_cast<unsigned>(threads)), shared_bytes, nullptr, cluster,
+                            false);
+  if (cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config) != cudaSuccess) {
     (void)cudaGetLastError();
     count = 0;
   }
