@@ -99,7 +99,8 @@ def rms_norm(
         >>> y.shape
         torch.Size([4, 8])
     """
-    if backend == "auto" and type(x) in _PLAIN and type(weight) in _PLAIN:
+    plain = type(x) in _PLAIN and type(weight) in _PLAIN and type(eps) is float
+    if plain and (backend == "auto" or backend == "cpp"):
         if (x.is_cuda and _CPP_CUDA) or (x.is_cpu and _CPP_CPU):
             # The common call, made cheap: the compiled operator checks the
             # same things with the same messages, and its C++ autograd kernel
