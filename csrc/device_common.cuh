@@ -141,7 +141,14 @@ __device__ __forceinline__ Acc warp_sum(Acc v) {
 // warp size (warps never straddle two rows), or a power of two below it (a
 // warp then holds several whole rows, summed apart by shuffles within each
 // group of blockDim.x lanes). Every thread gets its row's total.
-template <typename Acc>
+//
+// The warps' partials go through shared memory and are added in a fixed
+// order, by a loop (kShuffleTotal false) or by each warp with shuffles (one
+// load per thread instead of a chain of loads). Shuffles make smaller code;
+// in the cluster backward they cost spills and long-row speed, so the RMSNorm
+// kernels loop and the fused kernels shuffle (python -m opguide.benchmark
+// --sweep compares them).
+template <typename Acc, bool kShuffleTotal = false>
 __device__ __forceinline__ Acc row_sum(Acc v, Acc* shared) {
   if (blockDim.x < kWarpSize) {
     for (int offset = blockDim.x / 2; offset > 0; offset /= 2) v += shfl_xor(v, offset);
@@ -154,9 +161,9 @@ __device__ __forceinline__ Acc row_sum(Acc v, Acc* shared) {
   const int first_warp = threadIdx.y * warps_per_row;
   if (lane == 0) shared[first_warp + threadIdx.x / kWarpSize] = v;
   __syncthreads();
-  // The partials added in a loop, in a fixed order. Adding them with shuffles
-  // instead gives smaller code, but more spills in the cluster backward and
-  // a slower one for long rows (python -m opguide.benchmark --sweep).
+  if constexpr (kShuffleTotal) {
+    return warp_sum(lane < warps_per_row ? shared[first_warp + lane] : Acc(0));
+  }
   Acc total = 0;
   for (int w = 0; w < warps_per_row; ++w) total += shared[first_warp + w];
   return total;

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
     }
   }
 
-  const acc_t total = row_sum(sum_sq, shared);
+  const acc_t total = row_sum<acc_t, true>(sum_sq, shared);
   if (!active) return;
   const acc_t inv = acc_t(1) / sqrt(total / static_cast<acc_t>(n) + eps);
   if (threadIdx.x == 0) inv_rms[row] = inv;
