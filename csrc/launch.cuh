@@ -19,6 +19,11 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
 // cudaLaunchKernelEx and its attributes: CUDA 12 and later.
 #if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__) && defined(CUDART_VERSION) && \
     CUDART_VERSION >= 12000
@@ -129,6 +134,61 @@ cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3
 #endif
 }
 // [cluster-launch-end]
+
+// [host-cache]
+// An occupancy query or a function attribute costs a driver call of a few
+// microseconds: more than the whole host side of a small call. Both depend
+// only on the kernel, its block and the device, so each is asked once per
+// device and remembered (step 11, "The eager call").
+inline int current_device_index() {
+  int device = 0;
+  (void)cudaGetDevice(&device);
+  return device;
+}
+
+template <typename Kernel>
+int blocks_per_sm(Kernel kernel, int threads, size_t shared_bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, int, size_t>, int> cache;
+  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel),
+                                   threads, shared_bytes);
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared_bytes) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    blocks = 1;
+  }
+  cache.emplace(key, blocks);
+  return blocks;
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (needed past 48 KiB).
+// A failure (more than the GPU has) shows up as the launch's error.
+template <typename Kernel>
+void allow_shared_bytes(Kernel kernel, size_t bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*>, size_t> allowed;
+  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel));
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& done = allowed[key];
+  if (bytes <= done) return;
+  if (cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes)) == cudaSuccess) {
+    done = bytes;
+  } else {
+    (void)cudaGetLastError();
+  }
+}
+// [host-cache-end]
+
+inline bool is_aligned(const void* p, int bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(bytes) == 0;
+}
+
 
 }  // namespace cuda
 }  // namespace opguide

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "rms_norm.cuh"
+#include "rms_norm_backward.cuh"
 
 #if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__) && defined(CUDART_VERSION) && \
     CUDART_VERSION >= 12000

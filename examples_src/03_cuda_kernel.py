@@ -185,11 +185,17 @@ else:
 # The same four duties (guard, stream, dispatch, checks) are in its wrapper.
 # The files, whole:
 #
-# .. dropdown:: csrc/rms_norm.cuh (the forward and backward kernels)
+# .. dropdown:: csrc/rms_norm.cuh (the forward kernel)
 #
 #    .. literalinclude:: /../csrc/rms_norm.cuh
 #       :language: cuda
 #       :caption: csrc/rms_norm.cuh
+#
+# .. dropdown:: csrc/rms_norm_backward.cuh (the backward kernels, step 8's formula)
+#
+#    .. literalinclude:: /../csrc/rms_norm_backward.cuh
+#       :language: cuda
+#       :caption: csrc/rms_norm_backward.cuh
 #
 # .. dropdown:: csrc/rms_norm_cuda.cu (the torch side)
 #

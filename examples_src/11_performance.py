@@ -558,7 +558,7 @@ print(f"gain: {min(g for g, *_ in gains):+.1f} to {max(g for g, *_ in gains):+.1
 # pipelined kernel keeps the next rows (``kStages``) in shared memory and
 # queues their copies with ``cp.async``, which returns at once:
 #
-# .. literalinclude:: /../csrc/rms_norm.cuh
+# .. literalinclude:: /../csrc/rms_norm_backward.cuh
 #    :language: cuda
 #    :start-after: // [pipelined-backward-kernel]
 #    :end-before: // [pipelined-backward-kernel-end]

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "rms_norm.cuh"
+#include "rms_norm_backward.cuh"
 
 #define CHECK(x)                                                              \
   do {                                                                        \

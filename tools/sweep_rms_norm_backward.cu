@@ -1,5 +1,5 @@
-// Sweeps variants of the RMSNorm backward kernels (csrc/rms_norm.cuh) on one
-// GPU, without torch, and prints achieved bandwidth against a large
+// Sweeps variants of the RMSNorm backward kernels (csrc/rms_norm_backward.cuh)
+// on one GPU, without torch, and prints achieved bandwidth against a large
 // device-to-device copy. Build and run (on a GPU machine):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_backward.cu -o /tmp/sweep_bwd
 //   /tmp/sweep_bwd [bf16] [pipelined]

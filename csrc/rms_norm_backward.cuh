@@ -1,0 +1,593 @@
+// RMSNorm backward, device code: dx and the per-block partial sums of
+// grad_weight for rows held in registers (two kernels: one that prefetches
+// the next row into registers, one that pipelines rows through shared memory
+// with cp.async), and the deterministic sum of the partials. Torch-free like
+// the forward (rms_norm.cuh); rms_norm_cuda.cu calls it through
+// rms_norm_long.cuh, which adds the kernels for longer rows.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#if !defined(OPGUIDE_NO_BF16)
+#include <cuda_bf16.h>
+#endif
+
+#include <cstdint>
+
+#include "device_common.cuh"
+#include "keep_packed.cuh"
+#include "launch.cuh"
+
+namespace opguide {
+namespace cuda {
+
+// [backward-kernel]
+// Backward, per row with r = inv_rms[row]:
+//   grad_x = r * g * w - x * (r^3 / N) * sum_k(g_k * w_k * x_k)
+//   grad_w = sum over rows of g * x * r
+// A block has blockDim.y row slots of blockDim.x threads each. Slot y of
+// block b takes rows b * blockDim.y + y, then that plus gridDim.x *
+// blockDim.y, and so on: the grid is only as large as fits on the GPU at
+// once, and each thread keeps its slice of the weight and of grad_w in
+// registers across all its rows. With kPrefetch a thread loads the next
+// row's g and x before it reduces and writes the current one, so that the
+// memory system always has loads in flight.
+// At the end each block writes one partial grad_w row (its slots summed in
+// slot order); a second kernel sums the partials in a fixed order, so the
+// result does not depend on timing.
+// The other template parameters are the knobs that
+// tools/sweep_rms_norm_backward.cu turns: kMinBlocks (the second argument of
+// __launch_bounds__, which caps registers to fit that many blocks),
+// kDwShared (grad_w sums in shared memory instead of registers) and kWRegs
+// (the weight slice in registers, or re-read from L1 each row). The values
+// opguide uses are set after the launch code below.
+constexpr int kBwdMaxThreads = 512;
+
+template <typename T, int kVec, int kRegs>
+__device__ __forceinline__ void load_row_slice(const Vec<T, kVec>* row, int64_t nvec,
+                                               Vec<T, kVec> (&out)[kRegs]) {
+#pragma unroll
+  for (int k = 0; k < kRegs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < nvec) out[k] = load_streaming(row + i);
+  }
+}
+
+// [partial-grad-w]
+// Writes the block's partial grad_w row from each thread's register sums
+// dw[k][e] (element e of its vector k of the row). Thread x of every row
+// slot holds sums for the same columns, so the slots are added: slots
+// blockDim.y - 1 down to 1 add theirs in turn into `shared` (cols
+// accumulators), element e of vector i at e * nvec + i, where neighbouring
+// threads touch neighbouring words (no bank conflicts; with i * kVec + e,
+// 16-byte vectors put 8 threads on one bank); slot 0 then adds that total to
+// its own sums and stores whole vectors. The order of the additions is fixed.
+// Every thread of the block must call it.
+template <int kVec, int kRegVecs, typename Acc>
+__device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][kVec],
+                                                     int64_t nvec, Acc* partial, Acc* shared) {
+  const int slots = static_cast<int>(blockDim.y);
+  for (int slot = slots - 1; slot >= 1; --slot) {
+    if (static_cast<int>(threadIdx.y) == slot) {
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            Acc& sum = shared[e * nvec + i];
+            sum = (slot == slots - 1 ? Acc(0) : sum) + dw[k][e];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (threadIdx.y == 0 && i < nvec) {
+      Vec<Acc, kVec> out;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        out.val[e] = slots > 1 ? dw[k][e] + shared[e * nvec + i] : dw[k][e];
+      reinterpret_cast<Vec<Acc, kVec>*>(partial)[i] = out;
+    }
+  }
+}
+// [partial-grad-w-end]
+
+template <typename T, int kVec, int kRegVecs, bool kPrefetch, int kMinBlocks, bool kDwShared,
+          bool kWRegs>
+__global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_kernel(
+    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
+    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
+    typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+  using Acc = typename AccType<T>::type;
+  using V = Vec<T, kVec>;
+  // Two buffers: iteration i reduces in shared[i % 2], so a fast warp that
+  // starts the next row cannot overwrite what a slow warp is still reading.
+  __shared__ Acc shared[2][kMaxWarpsPerBlock];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  wait_for_previous_grid();  // see launch.cuh
+  allow_next_grid();
+  const int64_t nvec = cols / kVec;
+  const V* wv = reinterpret_cast<const V*>(weight);
+  // kDwShared: this slot's grad_w sums live in shared memory, element e of
+  // vector i at e * nvec + i (neighbouring threads, neighbouring banks).
+  Acc* dw_s = reinterpret_cast<Acc*>(dynamic_shared) + threadIdx.y * cols;
+
+  V w[kRegVecs];
+  Acc dw[kDwShared ? 1 : kRegVecs][kVec];
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (kWRegs && i < nvec) w[k] = wv[i];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      if constexpr (kDwShared) {
+        if (i < nvec) dw_s[e * nvec + i] = 0;
+      } else {
+        dw[k][e] = 0;
+      }
+    }
+  }
+
+  // Every thread of the block runs the same number of iterations (row_sum
+  // synchronises the block); a slot past the last row just idles.
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  V g[kRegVecs], xv[kRegVecs];
+  if (kPrefetch && row < rows) {
+    load_row_slice(reinterpret_cast<const V*>(grad_y + row * cols), nvec, g);
+    load_row_slice(reinterpret_cast<const V*>(x + row * cols), nvec, xv);
+  }
+  int parity = 0;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.y; base < rows;
+       base += stride, row += stride, parity ^= 1) {
+    const bool active = row < rows;
+    if (!kPrefetch && active) {
+      load_row_slice(reinterpret_cast<const V*>(grad_y + row * cols), nvec, g);
+      load_row_slice(reinterpret_cast<const V*>(x + row * cols), nvec, xv);
+    }
+    const Acc r = active ? inv_rms[row] : Acc(0);
+    Acc dot = 0;
+    if (active) {
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+          const V wk = kWRegs ? w[k] : wv[i];
+#pragma unroll
+          for (int e = 0; e < kVec; ++e)
+            dot += to_acc(g[k].val[e]) * to_acc(wk.val[e]) * to_acc(xv[k].val[e]);
+        }
+      }
+    }
+    // The next row's loads go out now and arrive while this row is reduced.
+    V g_next[kRegVecs], x_next[kRegVecs];
+    if (kPrefetch && row + stride < rows) {
+      load_row_slice(reinterpret_cast<const V*>(grad_y + (row + stride) * cols), nvec, g_next);
+      load_row_slice(reinterpret_cast<const V*>(x + (row + stride) * cols), nvec, x_next);
+    }
+    dot = row_sum(dot, shared[parity]);
+    if (active) {
+      const Acc c = dot * r * r * r / static_cast<Acc>(cols);
+      V* dxr = reinterpret_cast<V*>(grad_x + row * cols);
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+          const V wk = kWRegs ? w[k] : wv[i];
+          V out;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            const Acc gv = to_acc(g[k].val[e]);
+            const Acc xe = to_acc(xv[k].val[e]);
+            out.val[e] = from_acc<T>(r * gv * to_acc(wk.val[e]) - c * xe);
+            if constexpr (kDwShared) {
+              dw_s[e * nvec + i] += gv * xe * r;
+            } else {
+              dw[k][e] += gv * xe * r;
+            }
+          }
+          store_streaming(dxr + i, out);
+        }
+      }
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        g[k] = g_next[k];
+        xv[k] = x_next[k];
+      }
+    }
+  }
+
+  // The block's partial grad_w row: the slots' sums added in slot order.
+  Acc* partial = grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols;
+  if constexpr (kDwShared) {
+    __syncthreads();
+    const int threads = blockDim.x * blockDim.y;
+    for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < cols; j += threads) {
+      const int64_t at = (j % kVec) * nvec + j / kVec;
+      Acc total = 0;
+      for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot)
+        total += reinterpret_cast<Acc*>(dynamic_shared)[slot * cols + at];
+      partial[j] = total;
+    }
+  } else {
+    store_partial_grad_w<kVec>(dw, nvec, partial, reinterpret_cast<Acc*>(dynamic_shared));
+  }
+}
+
+// [pipelined-backward-kernel]
+// The same backward with a deeper pipeline: each row slot keeps kStages rows
+// of g and x in shared memory and has the next kStages - 1 rows' copies in
+// flight while it computes one (cp.async, above). Each thread copies only the
+// vectors it later reads itself, so waiting for its own copies is enough; no
+// barrier guards the stages. Registers hold one row, the weight slice and the
+// grad_w sums, as in the kernel above.
+// Shared memory: kStages x slots x 2 tensors x kRegVecs x blockDim.x vectors,
+// laid out so that neighbouring threads read neighbouring 16-byte vectors.
+template <typename T, int kVec, int kRegVecs, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_pipelined_kernel(
+    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
+    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
+    typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+  static_assert(kStages >= 2, "a pipeline needs two stages or more");
+  using Acc = typename AccType<T>::type;
+  using V = Vec<T, kVec>;
+  __shared__ Acc shared[2][kMaxWarpsPerBlock];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  wait_for_previous_grid();  // see launch.cuh
+  allow_next_grid();
+  const int64_t nvec = cols / kVec;
+  const V* wv = reinterpret_cast<const V*>(weight);
+  // This thread's vector k of tensor t (0: g, 1: x) in stage s.
+  V* const buffers = reinterpret_cast<V*>(dynamic_shared);
+  const int per_stage = static_cast<int>(blockDim.y) * 2 * kRegVecs * static_cast<int>(blockDim.x);
+  V* const mine = buffers + threadIdx.y * 2 * kRegVecs * blockDim.x + threadIdx.x;
+
+  V w[kRegVecs];
+  Acc dw[kRegVecs][kVec];
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < nvec) w[k] = wv[i];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) dw[k][e] = 0;
+  }
+
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  // Queues the copies of row `r` into stage `s` (none past the last row) and
+  // closes the group, so that every iteration commits exactly one group.
+  auto fetch = [&](int64_t r, int s) {
+    if (r < rows) {
+      const V* gr = reinterpret_cast<const V*>(grad_y + r * cols);
+      const V* xr = reinterpret_cast<const V*>(x + r * cols);
+      V* dst = mine + s * per_stage;
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+          copy_async(dst + k * blockDim.x, gr + i);
+          copy_async(dst + (kRegVecs + k) * blockDim.x, xr + i);
+        }
+      }
+    }
+    copy_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) fetch(row + s * stride, s);
+
+  // inv_rms is loaded one row ahead, before the wait below: a load issued
+  // after it would stall every row for a full memory latency.
+  Acc r_next = row < rows ? inv_rms[row] : Acc(0);
+  int stage = 0;
+  int parity = 0;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.y; base < rows;
+       base += stride, row += stride, parity ^= 1) {
+    const Acc r = r_next;
+    r_next = row + stride < rows ? inv_rms[row + stride] : Acc(0);
+    // Refill the stage that the previous iteration used, then wait for this
+    // row's group: the kStages - 1 newer groups may still be in flight.
+    fetch(row + (kStages - 1) * stride, stage == 0 ? kStages - 1 : stage - 1);
+    copy_async_wait<kStages - 1>();
+    const bool active = row < rows;
+    V g[kRegVecs], xv[kRegVecs];
+    const V* src = mine + stage * per_stage;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      g[k] = src[k * blockDim.x];
+      xv[k] = src[(kRegVecs + k) * blockDim.x];
+    }
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+    Acc dot = 0;
+    if (active) {
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e)
+            dot += to_acc(g[k].val[e]) * to_acc(w[k].val[e]) * to_acc(xv[k].val[e]);
+        }
+      }
+    }
+    dot = row_sum(dot, shared[parity]);
+    if (active) {
+      const Acc c = dot * r * r * r / static_cast<Acc>(cols);
+      V* dxr = reinterpret_cast<V*>(grad_x + row * cols);
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+          V out;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            const Acc gv = to_acc(g[k].val[e]);
+            const Acc xe = to_acc(xv[k].val[e]);
+            out.val[e] = from_acc<T>(r * gv * to_acc(w[k].val[e]) - c * xe);
+            dw[k][e] += gv * xe * r;
+          }
+          store_streaming(dxr + i, out);
+        }
+      }
+    }
+  }
+  // No copy is in flight past the loop (rows past the end queue none), but
+  // the stage buffers are reused below: drain and synchronise first.
+  copy_async_wait<0>();
+  __syncthreads();
+
+  store_partial_grad_w<kVec>(dw, nvec, grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
+                             reinterpret_cast<Acc*>(dynamic_shared));
+}
+// [pipelined-backward-kernel-end]
+
+// grad_w[j] = sum of the blocks' partial rows. A block takes 32 columns; its
+// 32 rows of threads each sum every 32nd partial (four running sums, so four
+// loads are in flight at once), then one row of threads adds the 32 sums.
+// The order of every addition is fixed, so the result is deterministic.
+constexpr int kGradWCols = 32;
+constexpr int kGradWLanes = 32;
+
+template <typename T>
+__global__ void __launch_bounds__(kGradWCols * kGradWLanes) rms_norm_backward_grad_w_kernel(
+    const typename AccType<T>::type* __restrict__ partial, int64_t parts, int64_t cols,
+    T* __restrict__ grad_w) {
+  using Acc = typename AccType<T>::type;
+  __shared__ Acc sums[kGradWLanes][kGradWCols + 1];
+  wait_for_previous_grid();  // the partials are the previous kernel's output
+  allow_next_grid();
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kGradWCols + threadIdx.x;
+  Acc s[4] = {0, 0, 0, 0};
+  if (j < cols) {
+    int64_t p = threadIdx.y;
+    for (; p + 3 * kGradWLanes < parts; p += 4 * kGradWLanes) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) s[u] += partial[(p + u * kGradWLanes) * cols + j];
+    }
+    for (; p < parts; p += kGradWLanes) s[0] += partial[p * cols + j];
+  }
+  sums[threadIdx.y][threadIdx.x] = (s[0] + s[1]) + (s[2] + s[3]);
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    Acc total = 0;
+#pragma unroll
+    for (int lane = 0; lane < kGradWLanes; ++lane) total += sums[lane][threadIdx.x];
+    grad_w[j] = from_acc<T>(total);
+  }
+}
+// [backward-kernel-end]
+
+// [backward-launch]
+// Vectors of a row that each thread keeps in registers.
+constexpr int kBwdRegVecs = 2;
+
+struct BackwardConfig {
+  dim3 block;           // (threads per row, row slots per block)
+  int64_t blocks;       // also the number of partial grad_w rows; 0: does not fit
+  size_t shared_bytes;  // dynamic shared memory per block
+  int kernel = 0;       // rms_norm_backward_config: 0 register prefetch, else pipelined
+                        // with this many vectors per thread; rms_norm_backward_plan
+                        // (rms_norm_long.cuh) adds kBwdKernelCluster and kBwdKernelTwoPass
+  int cluster = 0;      // blocks per cluster (cluster kernel)
+  int64_t grid = 0;     // blocks of the first kernel (cluster and two-pass kernels)
+};
+
+// The block of both backward kernels for rows of `nvec` vectors: enough
+// threads per row (a whole number of warps) for kRegs vectors each, and as
+// many row slots (a power of two) as give at least `min_threads` threads,
+// within kBwdMaxThreads.
+inline dim3 backward_block(int64_t nvec, int regs, int warp_size, int min_threads) {
+  int64_t per_row = (nvec + regs - 1) / regs;
+  per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
+  int64_t slots = 1;
+  while (per_row * slots * 2 <= min_threads && per_row * slots * 2 <= kBwdMaxThreads) slots *= 2;
+  return dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(slots));
+}
+
+// As many blocks as fit on the GPU at once (`per_sm` per multiprocessor, at
+// least one), and no more than there are groups of `slots` rows.
+inline int64_t backward_grid(int64_t rows, int64_t slots, int per_sm, int sm_count) {
+  const int64_t fit = static_cast<int64_t>(per_sm < 1 ? 1 : per_sm) * sm_count;
+  const int64_t needed = (rows + slots - 1) / slots;
+  return needed < fit ? (needed > 0 ? needed : 1) : fit;
+}
+
+// The launch shape of a backward kernel instance: threads enough for
+// kRegs vectors each per row, row slots so that a block has at least
+// `min_threads` threads, and as many blocks as fit on the GPU at once (each
+// walks many rows), at most one row slot per row.
+template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwShared, bool kWRegs>
+BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp_size,
+                                            int sm_count, int min_threads) {
+  constexpr int kVec = 16 / sizeof(T);
+  using Acc = typename AccType<T>::type;
+  BackwardConfig cfg;
+  cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
+  const int64_t slots = cfg.block.y;
+  cfg.shared_bytes = kDwShared ? static_cast<size_t>(slots * cols) * sizeof(Acc)
+                              : (slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0);
+  const int per_sm = blocks_per_sm(
+      rms_norm_backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
+      static_cast<int>(cfg.block.x * cfg.block.y), cfg.shared_bytes);
+  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
+  return cfg;
+}
+
+template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwShared, bool kWRegs>
+cudaError_t launch_rms_norm_backward_for(const T* grad_y, const T* x, const T* weight,
+                                         const typename AccType<T>::type* inv_rms, T* grad_x,
+                                         typename AccType<T>::type* grad_w_partial, T* grad_w,
+                                         int64_t rows, int64_t cols, const BackwardConfig& cfg,
+                                         cudaStream_t stream, bool pdl = false) {
+  constexpr int kVec = 16 / sizeof(T);
+  if (rows > 0) {
+    const cudaError_t err = launch_kernel(
+        rms_norm_backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
+        dim3(static_cast<unsigned>(cfg.blocks)), cfg.block, cfg.shared_bytes, stream, pdl, grad_y,
+        x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
+    if (err != cudaSuccess) return err;
+  }
+  const int64_t parts = rows > 0 ? cfg.blocks : 0;
+  return launch_kernel(rms_norm_backward_grad_w_kernel<T>,
+                       dim3(static_cast<unsigned>((cols + kGradWCols - 1) / kGradWCols)),
+                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, grad_w_partial, parts, cols,
+                       grad_w);
+}
+
+// The launch shape of a pipelined backward instance: like the one above, with
+// the stage buffers in dynamic shared memory. Past 48 KiB (static and
+// dynamic together) a kernel must be allowed more shared memory before it is
+// launched, which this does.
+template <typename T, int kRegs, int kStages, int kMinBlocks>
+BackwardConfig rms_norm_backward_pipelined_config_for(int64_t rows, int64_t cols, int warp_size,
+                                                      int sm_count, int min_threads,
+                                                      int max_blocks_per_sm = 0,
+                                                      size_t max_shared_bytes = 227 * 1024) {
+  constexpr int kVec = 16 / sizeof(T);
+  using Acc = typename AccType<T>::type;
+  auto kernel = rms_norm_backward_pipelined_kernel<T, kVec, kRegs, kStages, kMinBlocks>;
+  BackwardConfig cfg;
+  cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
+  const int64_t slots = cfg.block.y;
+  const int64_t threads = static_cast<int64_t>(cfg.block.x) * cfg.block.y;
+  const size_t stages = static_cast<size_t>(kStages * 2 * kRegs * threads) * 16;
+  const size_t sums = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
+  cfg.shared_bytes = stages > sums ? stages : sums;
+  // The 48 KiB default covers static and dynamic shared memory together.
+  const size_t static_bytes = sizeof(Acc) * 2 * kMaxWarpsPerBlock;
+  if (cfg.shared_bytes + static_bytes > max_shared_bytes) {
+    cfg.blocks = 0;  // more than one block may have on this GPU
+    return cfg;
+  }
+  if (cfg.shared_bytes + static_bytes > 48 * 1024) allow_shared_bytes(kernel, cfg.shared_bytes);
+  int per_sm = blocks_per_sm(kernel, static_cast<int>(threads), cfg.shared_bytes);
+  if (max_blocks_per_sm > 0 && per_sm > max_blocks_per_sm) per_sm = max_blocks_per_sm;
+  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
+  return cfg;
+}
+
+template <typename T, int kRegs, int kStages, int kMinBlocks>
+cudaError_t launch_rms_norm_backward_pipelined_for(
+    const T* grad_y, const T* x, const T* weight, const typename AccType<T>::type* inv_rms,
+    T* grad_x, typename AccType<T>::type* grad_w_partial, T* grad_w, int64_t rows, int64_t cols,
+    const BackwardConfig& cfg, cudaStream_t stream, bool pdl = false) {
+  constexpr int kVec = 16 / sizeof(T);
+  if (rows > 0) {
+    const cudaError_t err =
+        launch_kernel(rms_norm_backward_pipelined_kernel<T, kVec, kRegs, kStages, kMinBlocks>,
+                      dim3(static_cast<unsigned>(cfg.blocks)), cfg.block, cfg.shared_bytes,
+                      stream, pdl, grad_y, x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
+    if (err != cudaSuccess) return err;
+  }
+  const int64_t parts = rows > 0 ? cfg.blocks : 0;
+  return launch_kernel(rms_norm_backward_grad_w_kernel<T>,
+                       dim3(static_cast<unsigned>((cols + kGradWCols - 1) / kGradWCols)),
+                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, grad_w_partial, parts, cols,
+                       grad_w);
+}
+
+// The register-prefetch kernel's settings, chosen with
+// tools/sweep_rms_norm_backward.cu (docs/recorded/sweep_rms_norm_backward_h200.txt
+// and ..._variants_h200.txt): 2 vectors per thread, next row prefetched,
+// weight and grad_w sums in registers. opguide uses it only where the
+// pipelined kernel's shared memory does not fit.
+constexpr bool kBwdPrefetch = true;
+constexpr int kBwdMinBlocks = 1;
+constexpr int kBwdMinThreads = 256;
+constexpr bool kBwdDwShared = false;
+constexpr bool kBwdWRegs = true;
+
+// The pipelined kernel's settings, from the same tool's "pipelined" sweep
+// (docs/recorded/sweep_rms_norm_backward_pipelined_h200.txt): three stages,
+// blocks of at least 512 threads (two rows at a time for rows of 4096 bf16
+// elements: twice the data per barrier), one block per SM; 2 vectors per
+// thread, or 4 for rows of more than 512 vectors, which keeps two rows per
+// block there too.
+constexpr int kBwdStages = 3;
+constexpr int kBwdPipelineMinThreads = 512;
+constexpr int64_t kBwdWideRow = 512;  // vectors
+
+template <typename T, int kRegs>
+BackwardConfig rms_norm_backward_pipelined_config(int64_t rows, int64_t cols, int warp_size,
+                                                  int sm_count, size_t max_shared_bytes) {
+  BackwardConfig cfg = rms_norm_backward_pipelined_config_for<T, kRegs, kBwdStages, 1>(
+      rows, cols, warp_size, sm_count, kBwdPipelineMinThreads, 0, max_shared_bytes);
+  cfg.kernel = kRegs;
+  return cfg;
+}
+
+// The launch configuration of the backward for this GPU: the pipelined
+// kernel when its stages fit in `max_shared_bytes` (the most shared memory a
+// block may have), the register-prefetch kernel otherwise.
+template <typename T>
+BackwardConfig rms_norm_backward_config(int64_t rows, int64_t cols, int warp_size, int sm_count,
+                                        size_t max_shared_bytes) {
+  const int64_t nvec = cols / (16 / static_cast<int64_t>(sizeof(T)));
+  const BackwardConfig cfg =
+      nvec > kBwdWideRow
+          ? rms_norm_backward_pipelined_config<T, 4>(rows, cols, warp_size, sm_count,
+                                                     max_shared_bytes)
+          : rms_norm_backward_pipelined_config<T, 2>(rows, cols, warp_size, sm_count,
+                                                     max_shared_bytes);
+  if (cfg.blocks > 0) return cfg;
+  BackwardConfig fallback =
+      rms_norm_backward_config_for<T, kBwdRegVecs, kBwdPrefetch, kBwdMinBlocks, kBwdDwShared,
+                                   kBwdWRegs>(rows, cols, warp_size, sm_count, kBwdMinThreads);
+  fallback.kernel = 0;
+  return fallback;
+}
+
+// Launches both backward kernels on `stream`, as `cfg` (from
+// rms_norm_backward_config) says. grad_w_partial must hold `cfg.blocks *
+// cols` accumulators. All pointers must be 16-byte aligned and cols a
+// multiple of 16 / sizeof(T): rms_norm_backward_plan (rms_norm_long.cuh)
+// checks both and sends other rows to the two-pass kernels.
+template <typename T>
+cudaError_t launch_rms_norm_backward(const T* grad_y, const T* x, const T* weight,
+                                     const typename AccType<T>::type* inv_rms, T* grad_x,
+                                     typename AccType<T>::type* grad_w_partial, T* grad_w,
+                                     int64_t rows, int64_t cols, const BackwardConfig& cfg,
+                                     cudaStream_t stream, bool pdl = false) {
+  if (cfg.kernel == 4) {
+    return launch_rms_norm_backward_pipelined_for<T, 4, kBwdStages, 1>(
+        grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
+  }
+  if (cfg.kernel == 2) {
+    return launch_rms_norm_backward_pipelined_for<T, 2, kBwdStages, 1>(
+        grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
+  }
+  return launch_rms_norm_backward_for<T, kBwdRegVecs, kBwdPrefetch, kBwdMinBlocks, kBwdDwShared,
+                                      kBwdWRegs>(grad_y, x, weight, inv_rms, grad_x,
+                                                 grad_w_partial, grad_w, rows, cols, cfg, stream,
+                                                 pdl);
+}
+// [backward-launch-end]
+
+}  // namespace cuda
+}  // namespace opguide
