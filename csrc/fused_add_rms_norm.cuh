@@ -28,7 +28,6 @@ namespace fused {
 // and the row reduction are the library's shared ones (device_common.cuh).
 using cuda::from_acc;
 using cuda::kMaxWarpsPerBlock;
-using cuda::kWarpSize;
 using cuda::row_sum;
 using cuda::to_acc;
 using cuda::Vec;

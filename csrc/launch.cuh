@@ -70,7 +70,7 @@ struct LaunchEx {
   cudaLaunchConfig_t config = {};
 
   LaunchEx(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, int cluster,
-               bool pdl) {
+           bool pdl) {
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = shared_bytes;

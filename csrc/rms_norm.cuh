@@ -16,9 +16,6 @@
 #endif
 
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "device_common.cuh"
 #include "keep_packed.cuh"

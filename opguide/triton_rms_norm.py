@@ -50,7 +50,7 @@ if INTERPRET and type(tl.zeros).__name__ == "JITFunction":
     )
 
 from .fused_add_rms_norm import _check_fused_add_rms_norm_args  # noqa: E402
-from .ops import _check_rms_norm_args  # noqa: E402
+from .ops import _PLAIN, _check_rms_norm_args  # noqa: E402
 
 # [register-choice]
 if INTERPRET:
@@ -575,7 +575,6 @@ rms_norm_triton.register_autograd(_backward, setup_context=_setup_context)
 # directly, through the same functions the operators run; every other call
 # (torch.compile, export, vmap, a dispatch mode, DTensor) goes through the
 # operators. Step 11, "The eager call", measures both.
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 class _Direct:
