@@ -45,6 +45,10 @@ LIMITED_API_TAG = "cp310"
 # code also runs on RTX 30/40), Hopper (H100/H200), and PTX for newer GPUs.
 # The kernels use cp.async, so nothing older than sm_80.
 DEFAULT_ARCH_LIST = "8.0;9.0+PTX"
+# Only this repository's: guidekit/ (the guide's benchmarks, compile checks
+# and build information) needs a checkout, so an editable install
+# (pip install -e .) installs it next to opguide and a wheel leaves it out.
+EDITABLE = "editable_wheel" in sys.argv or "develop" in sys.argv
 
 
 def _flag(name: str) -> bool | None:
@@ -138,6 +142,7 @@ def make_extension():
 
 
 setup(
+    packages=["opguide", "guidekit"] if EDITABLE else ["opguide"],
     ext_modules=[make_extension()],
     cmdclass={"build_ext": BuildExtension},
     options={"bdist_wheel": {"py_limited_api": LIMITED_API_TAG}},

@@ -67,7 +67,7 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load
 
-from opguide.compile_checks import source_root
+from guidekit.compile_checks import source_root
 
 ROOT = source_root()  # the opguide source tree (csrc/ is there)
 build_dir = ROOT / "build" / "jit" / "rms_norm_minimal_cpu"

@@ -76,7 +76,7 @@ from pathlib import Path
 
 import torch
 
-from opguide import compile_checks
+from guidekit import compile_checks
 
 ROOT = compile_checks.source_root()  # the opguide source tree (csrc/ is there)
 CSRC = ROOT / "csrc"

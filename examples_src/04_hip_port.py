@@ -50,15 +50,15 @@ What changes on AMD GPUs
 # %%
 # Running hipify on the real sources
 # ----------------------------------
-# :func:`opguide.compile_checks.hipify` copies ``csrc/`` to a scratch folder
+# :func:`guidekit.compile_checks.hipify` copies ``csrc/`` to a scratch folder
 # and calls ``torch.utils.hipify.hipify_python.hipify`` the way
 # ``torch.utils.cpp_extension`` does on ROCm.
 import difflib
 import tempfile
 from pathlib import Path
 
-from opguide import compile_checks
-from opguide.compile_checks import source_root  # noqa: E402
+from guidekit import compile_checks
+from guidekit.compile_checks import source_root  # noqa: E402
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 CSRC = ROOT / "csrc"

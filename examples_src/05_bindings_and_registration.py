@@ -65,7 +65,7 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load_inline
 
-from opguide.compile_checks import source_root  # noqa: E402
+from guidekit.compile_checks import source_root  # noqa: E402
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 

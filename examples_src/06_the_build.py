@@ -81,7 +81,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from opguide.compile_checks import source_root  # noqa: E402
+from guidekit.compile_checks import source_root  # noqa: E402
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 
@@ -107,15 +107,15 @@ for switches in [{"DEBUG": "2"}, {"USE_CUDA": "1"}]:
 # --------------------------------
 # When a build fails, or a built library does not load, the first question is
 # what the build saw: which torch, which C++ ABI, which include and library
-# directories, which toolkit. ``opguide.buildinfo`` prints that without
-# compiling anything (``python -m opguide.buildinfo``; ``python
-# opguide/buildinfo.py`` also works before the package is built). It asks
+# directories, which toolkit. ``guidekit.buildinfo`` prints that without
+# compiling anything (``python -m guidekit.buildinfo``; ``python
+# guidekit/buildinfo.py`` also works before the package is built). It asks
 # ``CppExtension``/``CUDAExtension`` themselves what they would add:
 #
-# .. literalinclude:: /../opguide/buildinfo.py
+# .. literalinclude:: /../guidekit/buildinfo.py
 #    :language: python
 #    :pyobject: build_config
-status, out = run([sys.executable, "-m", "opguide.buildinfo"], env={"MAX_JOBS": "2"})
+status, out = run([sys.executable, "-m", "guidekit.buildinfo"], env={"MAX_JOBS": "2"})
 assert status == 0, out
 print(out.replace(str(ROOT), "<repo>").replace(sys.prefix, "<venv>"))
 
@@ -175,6 +175,11 @@ print(wheel_meta.strip())
 library = next(n for n in names if n.startswith("opguide/_C."))
 assert library == "opguide/_C.abi3.so", library
 assert "Tag: cp310-abi3-" in wheel_meta
+# The wheel holds the operators only: the guide's own tools (guidekit/)
+# work in a checkout, and setup.py leaves them out of a wheel.
+packages = sorted({n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")})
+print("packages in the wheel:", ", ".join(packages))
+assert packages == ["opguide"], packages
 
 # %%
 # The tag is a promise that the library does not use any CPython API outside

@@ -97,7 +97,7 @@ import sys
 import time
 from pathlib import Path
 
-from opguide.compile_checks import source_root  # noqa: E402
+from guidekit.compile_checks import source_root  # noqa: E402
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 TEST_MODULES = ["tests/test_rms_norm.py", "tests/test_rms_norm_properties.py"]

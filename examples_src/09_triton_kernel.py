@@ -334,7 +334,7 @@ import json
 import subprocess
 import sys
 
-from opguide.compile_checks import source_root
+from guidekit.compile_checks import source_root
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 if torch.cuda.device_count() >= 2:

@@ -18,7 +18,7 @@ In this step you will learn:
 * five optimisations, each with its before and after.
 
 The GPU numbers on this page are recorded: it reads result files from
-``docs/recorded/``, written on a GPU by ``python -m opguide.benchmark``, and
+``docs/recorded/``, written on a GPU by ``python -m guidekit.benchmark``, and
 prints the device and date of each. Every sentence about a measurement is
 computed from those files. The CPU measurement at the end runs live.
 """
@@ -38,8 +38,8 @@ import statistics
 import matplotlib.pyplot as plt
 import torch
 
-from opguide import benchmark
-from opguide.compile_checks import source_root
+from guidekit import benchmark
+from guidekit.compile_checks import source_root
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 RECORDED_DIR = ROOT / "docs" / "recorded"
@@ -49,7 +49,7 @@ for pass_name in benchmark.GPU_PASSES:
 print("training  the forward's bytes plus the backward's")
 
 # %%
-# .. literalinclude:: /../opguide/benchmark.py
+# .. literalinclude:: /../guidekit/benchmark.py
 #    :pyobject: bytes_moved
 #
 # Which bandwidth to divide by? Not the data sheet's: no kernel reaches it. In
@@ -98,7 +98,7 @@ for pass_name in benchmark.SWEEP_PASSES:
 # turn, so a drifting clock slows all of them alike, and the median batch
 # counts:
 #
-# .. literalinclude:: /../opguide/benchmark.py
+# .. literalinclude:: /../guidekit/benchmark.py
 #    :pyobject: _timed_batch
 #
 # **Eager time** is the wall clock of calls made as a user makes them, back to
@@ -161,7 +161,7 @@ print(
 # opguide's CUDA and Triton kernels it times ``F.rms_norm``,
 # ``torch.compile`` of the Python reference, and two other libraries:
 # Liger-Kernel (Triton) and Quack (CuTe DSL). It was written by
-# ``python -m opguide.benchmark --sweep``, once for bfloat16 and once for
+# ``python -m guidekit.benchmark --sweep``, once for bfloat16 and once for
 # float16 (the plots show bfloat16; float16 is within a few points of it):
 print(f"{sweep['dtypes']}, M * N = {sweep['elements']} elements, N = {sweep['ns']}")
 print(f"Triton {sweep_file['triton']}, CUDA {sweep_file['cuda']}")
@@ -697,7 +697,7 @@ print(
 # %%
 # Run it yourself
 # ---------------
-# ``python -m opguide.benchmark --sweep`` writes a sweep like the one above,
+# ``python -m guidekit.benchmark --sweep`` writes a sweep like the one above,
 # ``--eager`` the eager table, ``--cpu-only`` the CPU measurement; ``--out``
 # saves the result as JSON with its device, versions and date. On a machine
 # with a CUDA GPU and opguide's CUDA kernels, this page also times the

@@ -144,7 +144,7 @@ for key in ("CPU:", "PrivateUse1:"):
 # backend is built, loaded and used in child processes, and the page prints
 # what they print.
 # sphinx-gallery runs this script from examples_src/; so does the test suite.
-from opguide.compile_checks import source_root  # noqa: E402
+from guidekit.compile_checks import source_root  # noqa: E402
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 DISPATCHER_SRC = ROOT / "csrc" / "dispatcher"

@@ -61,10 +61,9 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load
 
-from opguide._debug_build import print_build_settings, registered_operators
-
 # sphinx-gallery runs this script from examples_src/; so does the test suite.
-from opguide.compile_checks import source_root  # noqa: E402
+from guidekit.buildinfo import format_build_config, registered_operators
+from guidekit.compile_checks import source_root
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 SRC = ROOT / "csrc" / "dispatcher"
@@ -172,12 +171,14 @@ except RuntimeError as err:
 # ---------------------------
 # When a build or a load misbehaves (the wrong torch, a stale cached build, an
 # ABI mismatch, a CUDA toolkit that is not the one torch was built with), the
-# first question is what the build saw. ``opguide._debug_build`` collects it;
-# the loaded libraries at the end are the ones this page loaded:
+# first question is what the build saw. ``guidekit.buildinfo`` collects it
+# (``python -m guidekit.buildinfo`` prints the same); the loaded libraries at
+# the end are those loaded into this process with ``torch.ops.load_library``
+# or ``load``:
 #
-# .. literalinclude:: /../opguide/_debug_build.py
-#    :pyobject: build_settings
-print_build_settings()
+# .. literalinclude:: /../guidekit/buildinfo.py
+#    :pyobject: build_config
+print(format_build_config())
 
 # %%
 # ``TORCH_EXTENSIONS_DIR`` is where ``load`` keeps builds it names itself; this

@@ -37,7 +37,7 @@ import textwrap
 import torch
 
 import opguide
-from opguide.compile_checks import source_root  # noqa: E402
+from guidekit.compile_checks import source_root  # noqa: E402
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 FAILING_CALL = """

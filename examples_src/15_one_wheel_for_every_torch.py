@@ -145,7 +145,7 @@ import time
 
 import torch
 
-from opguide import compile_checks
+from guidekit import compile_checks
 
 ROOT = compile_checks.source_root()
 STABLE = ROOT / "stable"

@@ -43,7 +43,8 @@ from pathlib import Path
 import torch
 
 import opguide
-from opguide import _library, compile_checks
+from guidekit import compile_checks
+from opguide import _library
 
 # torch.export warns about its own internals (pytree specs) on some releases.
 warnings.filterwarnings("ignore", category=FutureWarning)

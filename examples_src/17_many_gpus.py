@@ -98,7 +98,7 @@ import time
 
 import torch
 
-from opguide.compile_checks import source_root
+from guidekit.compile_checks import source_root
 
 ROOT = source_root()
 WORKER = ROOT / "examples_src" / "many_gpus_worker.py"

@@ -71,7 +71,7 @@ from pathlib import Path
 
 import torch
 
-from opguide.compile_checks import source_root
+from guidekit.compile_checks import source_root
 
 ROOT = source_root()  # the opguide source tree: it holds template/
 WORK = ROOT / "build" / "your_own_operator"

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import opguide  # noqa: F401  (loads the operators)
-from opguide import benchmark
+from guidekit import benchmark
 
 ENVIRONMENT_KEYS = {"date", "torch", "cuda", "triton", "python", "device", "cpu", "cpu_threads"}
 ROW_KEYS = {"impl", "m", "n", "dtype", "seconds", "bytes", "GBps", "of_copy"}
@@ -36,7 +36,7 @@ def cpu_only_result(tmp_path_factory) -> dict:
 
 def test_cpu_only_file_has_environment_and_old_fields(cpu_only_result):
     assert ENVIRONMENT_KEYS <= cpu_only_result.keys()
-    assert cpu_only_result["command"].startswith("python -m opguide.benchmark --cpu-only --out ")
+    assert cpu_only_result["command"].startswith("python -m guidekit.benchmark --cpu-only --out ")
     assert cpu_only_result["format"] == benchmark.FORMAT
     assert cpu_only_result["torch"] == torch.__version__
     # Fields of the first format stay, so older readers still work.

@@ -1,4 +1,4 @@
-"""Tests of the build: the installed library and ``opguide.buildinfo``.
+"""Tests of the build: the installed library and ``guidekit.buildinfo``.
 
 Building a wheel from scratch, installing it and importing it in a fresh
 process is done once per run by the gallery script
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 import opguide
-from opguide import buildinfo
+from guidekit import buildinfo
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def test_build_config_reads_switches(monkeypatch):
 
 def test_buildinfo_runs_as_a_module_and_as_a_script():
     env = dict(os.environ, MAX_JOBS="2")
-    for args in (["-m", "opguide.buildinfo"], [str(ROOT / "opguide" / "buildinfo.py")]):
+    for args in (["-m", "guidekit.buildinfo"], [str(ROOT / "guidekit" / "buildinfo.py")]):
         out = subprocess.run(
             [sys.executable, *args], capture_output=True, text=True, check=True, env=env
         ).stdout

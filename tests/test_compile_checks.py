@@ -11,7 +11,7 @@ import functools
 
 import pytest
 
-from opguide import compile_checks
+from guidekit import compile_checks
 
 pytestmark = pytest.mark.cpu
 ROOT = compile_checks.source_root()

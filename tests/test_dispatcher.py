@@ -8,7 +8,6 @@ Python process; the pytest process itself loads none of them.
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import subprocess
@@ -309,18 +308,16 @@ print("OK")
 def test_build_settings_helper():
     import torch
 
-    from opguide._debug_build import build_settings, print_build_settings, registered_operators
+    from guidekit.buildinfo import build_config, format_build_config, registered_operators
 
-    settings = build_settings()
-    assert settings["torch"].startswith(torch.__version__)
-    assert settings["include paths"] and all(Path(p).is_dir() for p in settings["include paths"])
-    assert set(settings["environment"]) >= {"CXX", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS"}
+    config = build_config()
+    assert config["torch"] == torch.__version__
+    assert config["include_dirs"] and all(Path(p).is_dir() for p in config["include_dirs"])
+    assert config["compiler"]
     assert "opguide::rms_norm" in registered_operators("opguide")
     assert registered_operators("no_such_namespace_here") == []
-    out = io.StringIO()
-    print_build_settings(file=out)
-    text = out.getvalue()
-    assert "_GLIBCXX_USE_CXX11_ABI: " in text and "loaded libraries:" in text
+    text = format_build_config(config)
+    assert "cxx11_abi" in text and "loaded_libraries" in text
     assert "opguide/_C" in text.replace(os.sep, "/")
 
 

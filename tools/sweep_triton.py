@@ -11,7 +11,7 @@ differ from opguide/triton_rms_norm.py in the one thing each variant tries
 dwsum times opguide's whole backward (its own launch rules, PDL on) with
 each shape of the kernel that adds up dweight's partial rows.
 
-Times come from opguide.benchmark.time_per_call: medians of batches queued
+Times come from guidekit.benchmark.time_per_call: medians of batches queued
 behind a spin kernel, so the host's launch latency is not counted.
 Bytes: forward reads x and writes y (2 M N s); backward reads x and dy and
 writes dx (3 M N s); fused reads x and residual, writes residual and y (4 M N s).
@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from opguide.benchmark import copy_bandwidth, time_per_call
+from guidekit.benchmark import copy_bandwidth, time_per_call
 from opguide.triton_rms_norm import DW_SUM_BLOCK_N, DW_SUM_BLOCK_P, DW_SUM_WARPS, _backward_launch
 from opguide.triton_rms_norm import _dw_sum_kernel as dw_sum_kernel
 from opguide.triton_rms_norm import _rms_norm_bwd_kernel as bwd_kernel

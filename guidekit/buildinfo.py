@@ -1,11 +1,12 @@
 """What a C++/CUDA extension build sees on this machine, for debugging builds.
 
-Run ``python -m opguide.buildinfo`` (no compiler is invoked; ``python
-opguide/buildinfo.py`` works too when the package is not built) to print the
-torch that extensions compile against, the include and library directories
-and compile flags that :class:`torch.utils.cpp_extension.BuildExtension`
-adds, the file suffixes a built extension gets, the toolkits found, and the
-build switches of ``setup.py`` as currently set in the environment.
+Run ``python -m guidekit.buildinfo`` (no compiler is invoked; ``python
+guidekit/buildinfo.py`` works too when the package is not built) to print the
+torch that extensions compile against, the compiler and its version, the
+include and library directories and compile flags that
+:class:`torch.utils.cpp_extension.BuildExtension` adds, the file suffixes a
+built extension gets, the toolkits found, the build switches of ``setup.py``
+as currently set in the environment, and the libraries loaded in this process.
 
 Most "it builds here but not there" problems show up as a difference between
 two machines' outputs of this command: another torch, another C++ ABI, no
@@ -16,37 +17,62 @@ from __future__ import annotations
 
 import collections
 import glob
+import importlib.util
 import inspect
 import os
 import platform
 import re
+import shutil
+import subprocess
+import sys
 import sysconfig
 from importlib import machinery
 
 import torch
 from torch.utils import cpp_extension
 
-# The switches setup.py and BuildExtension read, and where the JIT cache goes.
+# The switches setup.py, BuildExtension and the compilers read, and where the
+# JIT cache goes.
 ENV_SWITCHES = (
     "USE_CUDA",
     "DEBUG",
     "TORCH_CUDA_ARCH_LIST",
     "MAX_JOBS",
     "CUDA_HOME",
+    "ROCM_HOME",
     "CXX",
+    "CC",
     "TORCH_EXTENSIONS_DIR",
 )
 
 
 def _installed_library() -> str | None:
-    # The compiled half of this package, if it was built. Found by file name so
-    # that this module also runs as a plain script (python opguide/buildinfo.py)
-    # when the package is not built and `import opguide` would fail.
-    here = os.path.dirname(os.path.abspath(__file__))
+    # The compiled half of opguide, if it was built. Found by file name, next
+    # to opguide's sources, so that this module also runs as a plain script
+    # (python guidekit/buildinfo.py) when `import opguide` would fail.
+    spec = importlib.util.find_spec("opguide")
+    if spec is not None and spec.submodule_search_locations:
+        package = list(spec.submodule_search_locations)[0]
+    else:
+        checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        package = os.path.join(checkout, "opguide")
     found = sorted(
-        glob.glob(os.path.join(here, "_C.*.so")) + glob.glob(os.path.join(here, "_C.*.pyd"))
+        glob.glob(os.path.join(package, "_C.*.so")) + glob.glob(os.path.join(package, "_C.*.pyd"))
     )
     return found[0] if found else None
+
+
+def _compiler_version(compiler: str) -> str:
+    # The first line of `compiler --version`, with the compiler's path.
+    path = shutil.which(compiler)
+    if path is None:
+        return f"{compiler}: not found on PATH"
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{path}: could not run ({err})"
+    first = (out.stdout or out.stderr).splitlines()
+    return f"{path}: {first[0] if first else '(no version output)'}"
 
 
 def _cxx_standard() -> str:
@@ -72,9 +98,12 @@ def build_config() -> dict[str, object]:
         for a version-specific extension) and ``abi3_suffix`` (the suffix of a
         ``py_limited_api`` one), ``cuda_home`` and ``rocm_home`` (toolkits found,
         or ``None``), ``jit_cache`` (where :func:`torch.utils.cpp_extension.load`
-        builds), ``python`` and ``platform``, ``env`` (the build switches as set
-        now, unset ones omitted) and ``installed_library`` (the path of
-        ``opguide/_C``, or ``None`` if the package was not built).
+        builds), ``python`` (version and interpreter) and ``platform``,
+        ``compiler`` (the C++ compiler ``$CXX``, or ``c++``, and its version),
+        ``env`` (the build switches as set now, unset ones omitted),
+        ``installed_library`` (the path of ``opguide/_C``, or ``None`` if the
+        package was not built) and ``loaded_libraries`` (the libraries loaded
+        with :func:`torch.ops.load_library` in this process).
     """
     # Ask torch's own Extension factory what it would compile and link with:
     # the same call setup.py makes, minus the sources (nothing is compiled).
@@ -110,10 +139,12 @@ def build_config() -> dict[str, object]:
         "cuda_home": cpp_extension.CUDA_HOME,
         "rocm_home": cpp_extension.ROCM_HOME,
         "jit_cache": jit_cache,
-        "python": platform.python_version(),
+        "python": f"{platform.python_version()} at {sys.executable}",
         "platform": sysconfig.get_platform(),
+        "compiler": _compiler_version(os.environ.get("CXX", "c++")),
         "env": {name: os.environ[name] for name in ENV_SWITCHES if name in os.environ},
         "installed_library": _installed_library(),
+        "loaded_libraries": sorted(torch.ops.loaded_libraries),
     }
 
 
@@ -141,8 +172,22 @@ def format_build_config(config: dict[str, object] | None = None) -> str:
     return "\n".join(lines)
 
 
+def registered_operators(namespace: str) -> list[str]:
+    """Lists the operators the dispatcher knows in ``namespace``, with overloads.
+
+    Args:
+        namespace: an operator namespace, e.g. ``"opguide"``.
+
+    Returns:
+        Sorted names like ``"opguide::rms_norm"`` (``"name.overload"`` when the
+        overload is not the default one); empty when nothing is registered.
+    """
+    prefix = namespace + "::"
+    return sorted(name for name in torch._C._dispatch_get_all_op_names() if name.startswith(prefix))
+
+
 def main() -> None:
-    """Prints the build configuration (``python -m opguide.buildinfo``)."""
+    """Prints the build configuration (``python -m guidekit.buildinfo``)."""
     print(format_build_config())
 
 

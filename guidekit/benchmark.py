@@ -31,7 +31,7 @@ What one run measures:
 An implementation that cannot run (a kernel that is not registered for the
 device, Triton not installed) is skipped and the reason is recorded.
 
-Run ``python -m opguide.benchmark --help``; ``--cpu-only`` runs the CPU part.
+Run ``python -m guidekit.benchmark --help``; ``--cpu-only`` runs the CPU part.
 """
 
 from __future__ import annotations
@@ -1270,7 +1270,7 @@ def _shape(text: str) -> tuple[int, int]:
 def _save(result: dict, out: Path | None, argv: Sequence[str] | None) -> None:
     """Records the command line (so a result file says how it was made); writes ``out``."""
     cli = sys.argv[1:] if argv is None else list(argv)
-    result["command"] = " ".join(["python -m opguide.benchmark", *cli])
+    result["command"] = " ".join(["python -m guidekit.benchmark", *cli])
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1))

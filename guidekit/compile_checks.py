@@ -437,7 +437,7 @@ def kernel_machine_code(
 
 
 def _main(argv: Sequence[str]) -> int:
-    """``python -m opguide.compile_checks``: runs every check, prints a summary."""
+    """``python -m guidekit.compile_checks``: runs every check, prints a summary."""
     root = source_root()
     results = [
         nvcc_check(root / "csrc" / "device_checks" / "rms_norm.cu", with_torch=False),

@@ -1,0 +1,16 @@
+"""The guide's machinery: what builds, checks and measures the pages, not the operators.
+
+``opguide/`` is the operator library a reader copies into a project of their
+own; this package holds what the guide needs around it:
+
+* :mod:`guidekit.benchmark`: GPU time and eager time of the operators, their
+  peers and a same-bytes copy (``python -m guidekit.benchmark --help``);
+* :mod:`guidekit.compile_checks`: ``nvcc``/``hipcc`` compile checks and the
+  machine code of the CUDA kernels, on machines without a GPU;
+* :mod:`guidekit.buildinfo`: what an extension build sees on this machine
+  (``python -m guidekit.buildinfo``).
+
+It works in a checkout of the repository: ``setup.py`` installs it with an
+editable install (``pip install -e .``) and leaves it out of a wheel, which
+holds the operators only.
+"""
