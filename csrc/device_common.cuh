@@ -146,7 +146,7 @@ __device__ __forceinline__ Acc warp_sum(Acc v) {
 // order, by a loop (kShuffleTotal false) or by each warp with shuffles (one
 // load per thread instead of a chain of loads). Shuffles make smaller code;
 // in the cluster backward they cost spills and long-row speed, so the RMSNorm
-// kernels loop and the fused kernels shuffle (python -m opguide.benchmark
+// kernels loop and the fused kernels shuffle (python -m guidekit.benchmark
 // --sweep compares them).
 template <typename Acc, bool kShuffleTotal = false>
 __device__ __forceinline__ Acc row_sum(Acc v, Acc* shared) {

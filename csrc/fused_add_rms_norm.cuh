@@ -78,9 +78,9 @@ __device__ __forceinline__ Vec<out_t, kVec> normalise(const Vec<res_t, kVec>& hv
 // or double. kVec > 1 only when every row of every array is aligned to
 // kVec elements and n is a multiple of kVec (the host checks).
 // __launch_bounds__(1024, 2) caps the kernel at 32 registers per thread, so
-// that two blocks of 1024 threads fit on an SM: at 35 registers the float16
-// kernel ran one block per SM, at 80% of the copy instead of 97% (step 11,
-// "Lessons").
+// that two blocks of 1024 threads fit on an SM: a few registers more and
+// only one block fits, which leaves the memory system idle between rows
+// (step 11, "Lessons", measures it).
 template <typename x_t, typename res_t, typename out_t, typename acc_t, int kVec, int kRegVecs>
 __global__ void __launch_bounds__(kMaxThreads, 2)
     fused_add_rms_norm_kernel(const x_t* __restrict__ x, res_t* __restrict__ residual,
@@ -164,14 +164,13 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
 
 // [launcher]
 // Vectors of its row that each thread holds in registers, and the threads
-// of a block (short rows are grouped several to a block), from
-// tools/sweep_fused_add_rms_norm.cu (docs/recorded/sweep_fused_add_rms_norm_*):
-// - One vector per thread. Two took 54-64 registers and were 1-2 points
-//   slower; under the 32-register cap they spill.
-// - At (65536, 1024) the H100 and the H200 disagree on the rows per block:
-//   the H100 was fastest with 6 (180.1 us against 181.0 with one), the H200
-//   with 2 (127.8 us; 135.0 with 6). Three rows of 128 threads were within
-//   half a microsecond of the best on both.
+// of a block (short rows are grouped several to a block), chosen with
+// tools/sweep_fused_add_rms_norm.cu (step 11 shows the sweeps):
+// - One vector per thread: two need more registers than the cap above
+//   allows, and spill under it.
+// - 384 threads: for short rows the best number of rows per block differs
+//   between GPUs, and three rows of 128 threads are close to the best on
+//   each GPU swept.
 constexpr int kFusedRegVecs = 1;
 constexpr int kFusedBlockThreads = 384;
 

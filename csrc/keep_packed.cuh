@@ -14,11 +14,10 @@ namespace cuda {
 // first conversion alive across the reduction, twice the registers of the
 // packed values. In the forward kernel, with the weight held too, that is
 // more than the 64 registers per thread that __launch_bounds__(1024) allows:
-// spills, and 60% of the copy instead of 92% (step 11, "Lessons"; a test in
-// tests/test_compile_checks.py watches for it). The fused kernel
+// spills, and a kernel far from the copy (step 11, "Lessons", measures it; a
+// test in tests/test_compile_checks.py watches for it). The fused kernel
 // (fused_add_rms_norm.cuh) holds h and the weight the same way; with one
-// vector each per thread it needs it less (31 registers with it, 32
-// without), but with two it spilled. OPGUIDE_KEEP_PACKED=0 turns it off for
+// vector each per thread it needs it less, but with two it spilled. OPGUIDE_KEEP_PACKED=0 turns it off for
 // comparisons; HIP returns v as it is.
 #ifndef OPGUIDE_KEEP_PACKED
 #define OPGUIDE_KEEP_PACKED 1

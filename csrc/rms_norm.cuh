@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
 
   // All loads first, then the arithmetic: written this way the compiler
   // issues every load before it waits for the first one (interleaved with
-  // the sums, it waited for each x before loading the next: 71% of the copy
-  // instead of 93%, step 11, "Lessons"; tests/test_compile_checks.py checks the
+  // the sums, it waited for each x before loading the next; step 11,
+  // "Lessons", measures both, and tests/test_compile_checks.py checks the
   // order in the machine code).
   V cache[kRegVecs];
   V wcache[kRegVecs];
@@ -125,14 +125,12 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
 // [kernel-end]
 
 // [launch]
-// How many 16-byte vectors of its row each thread keeps in registers, from
-// sweeps on an H200 (tools/sweep_rms_norm_forward_vectors.cu): 4 for every
-// dtype. With the weight held next to x, bfloat16 and float16 take 54-57
-// registers per thread there (4 blocks of 256 threads per SM at (4096, 8192))
-// and reach 93-98% of the copy at the four benchmark shapes; 2 vectors (twice
-// the threads per row) lose up to 24 points for bfloat16, 8 would not fit.
-// Past 1024 threads per row the kLongRows instantiation re-reads the rest of
-// the row from L2.
+// How many 16-byte vectors of its row each thread keeps in registers,
+// chosen with tools/sweep_rms_norm_forward_vectors.cu (step 11 shows the
+// sweeps): 4 for every dtype. With the weight held next to x that still fits
+// several blocks per SM; 2 vectors (twice the threads per row) are slower
+// for 16-bit types, and 8 would not fit in registers. Past 1024 threads per
+// row the kLongRows instantiation re-reads the rest of the row from L2.
 constexpr int kForwardRegVecs = 4;
 constexpr int kMaxThreadsPerRow = 1024;
 
@@ -146,7 +144,7 @@ struct LaunchConfig {
 // give each thread reg_vecs vectors, and two rows per block when a row takes
 // 64 threads or fewer. One row per block of 32 or 64 threads means so many
 // blocks (65536 for 65536 x 1024) that the GPU cannot start them fast
-// enough: 78% of the copy against 96% with two rows per block. Rows that
+// enough (step 11, "Every row length"). Rows that
 // need less than a warp get a power of two of threads each, and a block of
 // 256 threads holds as many rows as fit (rows of 256 bfloat16 elements: 8
 // threads each, 32 rows per block; step 11, "Every row length").

@@ -29,19 +29,32 @@ namespace cuda {
 // block b takes rows b * blockDim.y + y, then that plus gridDim.x *
 // blockDim.y, and so on: the grid is only as large as fits on the GPU at
 // once, and each thread keeps its slice of the weight and of grad_w in
-// registers across all its rows. With kPrefetch a thread loads the next
-// row's g and x before it reduces and writes the current one, so that the
-// memory system always has loads in flight.
+// registers across all its rows. A thread loads the next row's g and x
+// before it reduces and writes the current one, so that the memory system
+// always has loads in flight.
 // At the end each block writes one partial grad_w row (its slots summed in
 // slot order); a second kernel sums the partials in a fixed order, so the
 // result does not depend on timing.
-// The other template parameters are the knobs that
-// tools/sweep_rms_norm_backward.cu turns: kMinBlocks (the second argument of
-// __launch_bounds__, which caps registers to fit that many blocks),
-// kDwShared (grad_w sums in shared memory instead of registers) and kWRegs
-// (the weight slice in registers, or re-read from L1 each row). The values
-// opguide uses are set after the launch code below.
-constexpr int kBwdMaxThreads = 512;
+
+// [backward-config]
+// The backward's settings, in one place. tools/sweep_rms_norm_backward.cu
+// measures the alternatives with its own copy of the kernels, in which each
+// of these is a template parameter; step 11 of the guide shows the sweeps.
+constexpr int kBwdMaxThreads = 512;  // threads per block, at most
+// The pipelined kernel (cp.async): rows in flight per row slot, blocks of at
+// least this many threads (two rows at a time for rows of 4096 bf16
+// elements: twice the data per barrier), and the row length (in 16-byte
+// vectors) past which a thread takes 4 vectors instead of 2, which keeps two
+// rows per block there too.
+constexpr int kBwdStages = 3;
+constexpr int kBwdPipelineMinThreads = 512;
+constexpr int64_t kBwdWideRow = 512;
+// The register kernel, used where the pipeline's shared memory does not fit:
+// vectors per thread and the least threads per block. It prefetches the next
+// row into registers and keeps the weight slice and the grad_w sums there.
+constexpr int kBwdRegVecs = 2;
+constexpr int kBwdMinThreads = 256;
+// [backward-config-end]
 
 template <typename T, int kVec, int kRegs>
 __device__ __forceinline__ void load_row_slice(const Vec<T, kVec>* row, int64_t nvec,
@@ -97,9 +110,8 @@ __device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][k
 }
 // [partial-grad-w-end]
 
-template <typename T, int kVec, int kRegVecs, bool kPrefetch, int kMinBlocks, bool kDwShared,
-          bool kWRegs>
-__global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_kernel(
+template <typename T, int kVec, int kRegVecs>
+__global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
     const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
     const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
     typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
@@ -113,24 +125,15 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
   allow_next_grid();
   const int64_t nvec = cols / kVec;
   const V* wv = reinterpret_cast<const V*>(weight);
-  // kDwShared: this slot's grad_w sums live in shared memory, element e of
-  // vector i at e * nvec + i (neighbouring threads, neighbouring banks).
-  Acc* dw_s = reinterpret_cast<Acc*>(dynamic_shared) + threadIdx.y * cols;
 
   V w[kRegVecs];
-  Acc dw[kDwShared ? 1 : kRegVecs][kVec];
+  Acc dw[kRegVecs][kVec];
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (kWRegs && i < nvec) w[k] = wv[i];
+    if (i < nvec) w[k] = wv[i];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      if constexpr (kDwShared) {
-        if (i < nvec) dw_s[e * nvec + i] = 0;
-      } else {
-        dw[k][e] = 0;
-      }
-    }
+    for (int e = 0; e < kVec; ++e) dw[k][e] = 0;
   }
 
   // Every thread of the block runs the same number of iterations (row_sum
@@ -138,7 +141,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
   int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   V g[kRegVecs], xv[kRegVecs];
-  if (kPrefetch && row < rows) {
+  if (row < rows) {
     load_row_slice(reinterpret_cast<const V*>(grad_y + row * cols), nvec, g);
     load_row_slice(reinterpret_cast<const V*>(x + row * cols), nvec, xv);
   }
@@ -146,10 +149,6 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.y; base < rows;
        base += stride, row += stride, parity ^= 1) {
     const bool active = row < rows;
-    if (!kPrefetch && active) {
-      load_row_slice(reinterpret_cast<const V*>(grad_y + row * cols), nvec, g);
-      load_row_slice(reinterpret_cast<const V*>(x + row * cols), nvec, xv);
-    }
     const Acc r = active ? inv_rms[row] : Acc(0);
     Acc dot = 0;
     if (active) {
@@ -157,16 +156,15 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
       for (int k = 0; k < kRegVecs; ++k) {
         const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
         if (i < nvec) {
-          const V wk = kWRegs ? w[k] : wv[i];
 #pragma unroll
           for (int e = 0; e < kVec; ++e)
-            dot += to_acc(g[k].val[e]) * to_acc(wk.val[e]) * to_acc(xv[k].val[e]);
+            dot += to_acc(g[k].val[e]) * to_acc(w[k].val[e]) * to_acc(xv[k].val[e]);
         }
       }
     }
     // The next row's loads go out now and arrive while this row is reduced.
     V g_next[kRegVecs], x_next[kRegVecs];
-    if (kPrefetch && row + stride < rows) {
+    if (row + stride < rows) {
       load_row_slice(reinterpret_cast<const V*>(grad_y + (row + stride) * cols), nvec, g_next);
       load_row_slice(reinterpret_cast<const V*>(x + (row + stride) * cols), nvec, x_next);
     }
@@ -178,51 +176,32 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
       for (int k = 0; k < kRegVecs; ++k) {
         const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
         if (i < nvec) {
-          const V wk = kWRegs ? w[k] : wv[i];
           V out;
 #pragma unroll
           for (int e = 0; e < kVec; ++e) {
             const Acc gv = to_acc(g[k].val[e]);
             const Acc xe = to_acc(xv[k].val[e]);
-            out.val[e] = from_acc<T>(r * gv * to_acc(wk.val[e]) - c * xe);
-            if constexpr (kDwShared) {
-              dw_s[e * nvec + i] += gv * xe * r;
-            } else {
-              dw[k][e] += gv * xe * r;
-            }
+            out.val[e] = from_acc<T>(r * gv * to_acc(w[k].val[e]) - c * xe);
+            dw[k][e] += gv * xe * r;
           }
           store_streaming(dxr + i, out);
         }
       }
     }
-    if constexpr (kPrefetch) {
 #pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        g[k] = g_next[k];
-        xv[k] = x_next[k];
-      }
+    for (int k = 0; k < kRegVecs; ++k) {
+      g[k] = g_next[k];
+      xv[k] = x_next[k];
     }
   }
 
   // The block's partial grad_w row: the slots' sums added in slot order.
-  Acc* partial = grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols;
-  if constexpr (kDwShared) {
-    __syncthreads();
-    const int threads = blockDim.x * blockDim.y;
-    for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < cols; j += threads) {
-      const int64_t at = (j % kVec) * nvec + j / kVec;
-      Acc total = 0;
-      for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot)
-        total += reinterpret_cast<Acc*>(dynamic_shared)[slot * cols + at];
-      partial[j] = total;
-    }
-  } else {
-    store_partial_grad_w<kVec>(dw, nvec, partial, reinterpret_cast<Acc*>(dynamic_shared));
-  }
+  store_partial_grad_w<kVec>(dw, nvec, grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
+                             reinterpret_cast<Acc*>(dynamic_shared));
 }
 
 // [pipelined-backward-kernel]
-// The same backward with a deeper pipeline: each row slot keeps kStages rows
+// The same backward with a deeper pipeline: each row slot keeps kBwdStages rows
 // of g and x in shared memory and has the next kStages - 1 rows' copies in
 // flight while it computes one (cp.async, above). Each thread copies only the
 // vectors it later reads itself, so waiting for its own copies is enough; no
@@ -230,11 +209,12 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_
 // grad_w sums, as in the kernel above.
 // Shared memory: kStages x slots x 2 tensors x kRegVecs x blockDim.x vectors,
 // laid out so that neighbouring threads read neighbouring 16-byte vectors.
-template <typename T, int kVec, int kRegVecs, int kStages, int kMinBlocks>
-__global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) rms_norm_backward_pipelined_kernel(
+template <typename T, int kVec, int kRegVecs>
+__global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_pipelined_kernel(
     const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
     const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
     typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+  constexpr int kStages = kBwdStages;
   static_assert(kStages >= 2, "a pipeline needs two stages or more");
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
@@ -384,9 +364,6 @@ __global__ void __launch_bounds__(kGradWCols * kGradWLanes) rms_norm_backward_gr
 // [backward-kernel-end]
 
 // [backward-launch]
-// Vectors of a row that each thread keeps in registers.
-constexpr int kBwdRegVecs = 2;
-
 struct BackwardConfig {
   dim3 block;           // (threads per row, row slots per block)
   int64_t blocks;       // also the number of partial grad_w rows; 0: does not fit
@@ -422,7 +399,7 @@ inline int64_t backward_grid(int64_t rows, int64_t slots, int per_sm, int sm_cou
 // kRegs vectors each per row, row slots so that a block has at least
 // `min_threads` threads, and as many blocks as fit on the GPU at once (each
 // walks many rows), at most one row slot per row.
-template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwShared, bool kWRegs>
+template <typename T, int kRegs>
 BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp_size,
                                             int sm_count, int min_threads) {
   constexpr int kVec = 16 / sizeof(T);
@@ -430,16 +407,14 @@ BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp
   BackwardConfig cfg;
   cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
   const int64_t slots = cfg.block.y;
-  cfg.shared_bytes = kDwShared ? static_cast<size_t>(slots * cols) * sizeof(Acc)
-                              : (slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0);
-  const int per_sm = blocks_per_sm(
-      rms_norm_backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
-      static_cast<int>(cfg.block.x * cfg.block.y), cfg.shared_bytes);
+  cfg.shared_bytes = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
+  const int per_sm = blocks_per_sm(rms_norm_backward_kernel<T, kVec, kRegs>,
+                                   static_cast<int>(cfg.block.x * cfg.block.y), cfg.shared_bytes);
   cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
   return cfg;
 }
 
-template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwShared, bool kWRegs>
+template <typename T, int kRegs>
 cudaError_t launch_rms_norm_backward_for(const T* grad_y, const T* x, const T* weight,
                                          const typename AccType<T>::type* inv_rms, T* grad_x,
                                          typename AccType<T>::type* grad_w_partial, T* grad_w,
@@ -448,9 +423,9 @@ cudaError_t launch_rms_norm_backward_for(const T* grad_y, const T* x, const T* w
   constexpr int kVec = 16 / sizeof(T);
   if (rows > 0) {
     const cudaError_t err = launch_kernel(
-        rms_norm_backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
-        dim3(static_cast<unsigned>(cfg.blocks)), cfg.block, cfg.shared_bytes, stream, pdl, grad_y,
-        x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
+        rms_norm_backward_kernel<T, kVec, kRegs>, dim3(static_cast<unsigned>(cfg.blocks)),
+        cfg.block, cfg.shared_bytes, stream, pdl, grad_y, x, weight, inv_rms, grad_x,
+        grad_w_partial, rows, cols);
     if (err != cudaSuccess) return err;
   }
   const int64_t parts = rows > 0 ? cfg.blocks : 0;
@@ -464,19 +439,19 @@ cudaError_t launch_rms_norm_backward_for(const T* grad_y, const T* x, const T* w
 // the stage buffers in dynamic shared memory. Past 48 KiB (static and
 // dynamic together) a kernel must be allowed more shared memory before it is
 // launched, which this does.
-template <typename T, int kRegs, int kStages, int kMinBlocks>
+template <typename T, int kRegs>
 BackwardConfig rms_norm_backward_pipelined_config_for(int64_t rows, int64_t cols, int warp_size,
                                                       int sm_count, int min_threads,
                                                       int max_blocks_per_sm = 0,
                                                       size_t max_shared_bytes = 227 * 1024) {
   constexpr int kVec = 16 / sizeof(T);
   using Acc = typename AccType<T>::type;
-  auto kernel = rms_norm_backward_pipelined_kernel<T, kVec, kRegs, kStages, kMinBlocks>;
+  auto kernel = rms_norm_backward_pipelined_kernel<T, kVec, kRegs>;
   BackwardConfig cfg;
   cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
   const int64_t slots = cfg.block.y;
   const int64_t threads = static_cast<int64_t>(cfg.block.x) * cfg.block.y;
-  const size_t stages = static_cast<size_t>(kStages * 2 * kRegs * threads) * 16;
+  const size_t stages = static_cast<size_t>(kBwdStages * 2 * kRegs * threads) * 16;
   const size_t sums = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
   cfg.shared_bytes = stages > sums ? stages : sums;
   // The 48 KiB default covers static and dynamic shared memory together.
@@ -492,7 +467,7 @@ BackwardConfig rms_norm_backward_pipelined_config_for(int64_t rows, int64_t cols
   return cfg;
 }
 
-template <typename T, int kRegs, int kStages, int kMinBlocks>
+template <typename T, int kRegs>
 cudaError_t launch_rms_norm_backward_pipelined_for(
     const T* grad_y, const T* x, const T* weight, const typename AccType<T>::type* inv_rms,
     T* grad_x, typename AccType<T>::type* grad_w_partial, T* grad_w, int64_t rows, int64_t cols,
@@ -500,7 +475,7 @@ cudaError_t launch_rms_norm_backward_pipelined_for(
   constexpr int kVec = 16 / sizeof(T);
   if (rows > 0) {
     const cudaError_t err =
-        launch_kernel(rms_norm_backward_pipelined_kernel<T, kVec, kRegs, kStages, kMinBlocks>,
+        launch_kernel(rms_norm_backward_pipelined_kernel<T, kVec, kRegs>,
                       dim3(static_cast<unsigned>(cfg.blocks)), cfg.block, cfg.shared_bytes,
                       stream, pdl, grad_y, x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
     if (err != cudaSuccess) return err;
@@ -512,31 +487,10 @@ cudaError_t launch_rms_norm_backward_pipelined_for(
                        grad_w);
 }
 
-// The register-prefetch kernel's settings, chosen with
-// tools/sweep_rms_norm_backward.cu (docs/recorded/sweep_rms_norm_backward_h200.txt
-// and ..._variants_h200.txt): 2 vectors per thread, next row prefetched,
-// weight and grad_w sums in registers. opguide uses it only where the
-// pipelined kernel's shared memory does not fit.
-constexpr bool kBwdPrefetch = true;
-constexpr int kBwdMinBlocks = 1;
-constexpr int kBwdMinThreads = 256;
-constexpr bool kBwdDwShared = false;
-constexpr bool kBwdWRegs = true;
-
-// The pipelined kernel's settings, from the same tool's "pipelined" sweep
-// (docs/recorded/sweep_rms_norm_backward_pipelined_h200.txt): three stages,
-// blocks of at least 512 threads (two rows at a time for rows of 4096 bf16
-// elements: twice the data per barrier), one block per SM; 2 vectors per
-// thread, or 4 for rows of more than 512 vectors, which keeps two rows per
-// block there too.
-constexpr int kBwdStages = 3;
-constexpr int kBwdPipelineMinThreads = 512;
-constexpr int64_t kBwdWideRow = 512;  // vectors
-
 template <typename T, int kRegs>
 BackwardConfig rms_norm_backward_pipelined_config(int64_t rows, int64_t cols, int warp_size,
                                                   int sm_count, size_t max_shared_bytes) {
-  BackwardConfig cfg = rms_norm_backward_pipelined_config_for<T, kRegs, kBwdStages, 1>(
+  BackwardConfig cfg = rms_norm_backward_pipelined_config_for<T, kRegs>(
       rows, cols, warp_size, sm_count, kBwdPipelineMinThreads, 0, max_shared_bytes);
   cfg.kernel = kRegs;
   return cfg;
@@ -556,9 +510,8 @@ BackwardConfig rms_norm_backward_config(int64_t rows, int64_t cols, int warp_siz
           : rms_norm_backward_pipelined_config<T, 2>(rows, cols, warp_size, sm_count,
                                                      max_shared_bytes);
   if (cfg.blocks > 0) return cfg;
-  BackwardConfig fallback =
-      rms_norm_backward_config_for<T, kBwdRegVecs, kBwdPrefetch, kBwdMinBlocks, kBwdDwShared,
-                                   kBwdWRegs>(rows, cols, warp_size, sm_count, kBwdMinThreads);
+  BackwardConfig fallback = rms_norm_backward_config_for<T, kBwdRegVecs>(
+      rows, cols, warp_size, sm_count, kBwdMinThreads);
   fallback.kernel = 0;
   return fallback;
 }
@@ -575,17 +528,16 @@ cudaError_t launch_rms_norm_backward(const T* grad_y, const T* x, const T* weigh
                                      int64_t rows, int64_t cols, const BackwardConfig& cfg,
                                      cudaStream_t stream, bool pdl = false) {
   if (cfg.kernel == 4) {
-    return launch_rms_norm_backward_pipelined_for<T, 4, kBwdStages, 1>(
+    return launch_rms_norm_backward_pipelined_for<T, 4>(
         grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
   }
   if (cfg.kernel == 2) {
-    return launch_rms_norm_backward_pipelined_for<T, 2, kBwdStages, 1>(
+    return launch_rms_norm_backward_pipelined_for<T, 2>(
         grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
   }
-  return launch_rms_norm_backward_for<T, kBwdRegVecs, kBwdPrefetch, kBwdMinBlocks, kBwdDwShared,
-                                      kBwdWRegs>(grad_y, x, weight, inv_rms, grad_x,
-                                                 grad_w_partial, grad_w, rows, cols, cfg, stream,
-                                                 pdl);
+  return launch_rms_norm_backward_for<T, kBwdRegVecs>(grad_y, x, weight, inv_rms, grad_x,
+                                                     grad_w_partial, grad_w, rows, cols, cfg,
+                                                     stream, pdl);
 }
 // [backward-launch-end]
 

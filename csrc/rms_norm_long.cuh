@@ -101,9 +101,11 @@ __device__ __forceinline__ Slice cluster_slice(int64_t nvec) {
   return {begin, end > begin ? end - begin : 0};
 }
 
-// Threads per block, and vectors per thread, of the cluster kernels.
+// Threads per block, and vectors per thread, of the cluster kernels; rows in
+// flight per block in the cluster backward.
 constexpr int kClusterThreads = 512;
 constexpr int kClusterRegVecs = 4;
+constexpr int kClusterStages = 3;
 
 // [cluster-forward]
 // Forward: cluster c normalises rows c, c + C, c + 2C, ... (C clusters, as
@@ -192,13 +194,14 @@ __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_forward_cluster_k
 // thread keeps its slice of the weight and of grad_w in registers across all
 // its rows, and copies the next kStages - 1 rows' g and x into shared memory
 // while it computes this one (cp.async, as the pipelined kernel in
-// rms_norm.cuh). At the end, cluster c writes row c of grad_w_partial, and
+// rms_norm_backward.cuh), kStages = kClusterStages rows in all. At the end, cluster c writes row c of grad_w_partial, and
 // rms_norm_backward_grad_w_kernel sums the C rows in a fixed order.
-template <typename T, int kVec, int kRegVecs, int kStages>
+template <typename T, int kVec, int kRegVecs>
 __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_backward_cluster_kernel(
     const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
     const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
     typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+  constexpr int kStages = kClusterStages;
   static_assert(kStages >= 2, "a pipeline needs two stages or more");
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
@@ -356,7 +359,6 @@ __global__ void __launch_bounds__(256) rms_norm_backward_grad_w_columns_kernel(
 // Which backward kernel runs, beyond those of rms_norm_backward_config.
 constexpr int kBwdKernelCluster = 8;
 constexpr int kBwdKernelTwoPass = -1;
-constexpr int kClusterStages = 3;
 
 // The number of blocks per cluster that gives each block of kClusterThreads
 // threads at most kClusterRegVecs vectors of a row of `nvec` vectors: a power
@@ -468,7 +470,7 @@ BackwardConfig rms_norm_backward_plan(int64_t rows, int64_t cols, bool aligned, 
   BackwardConfig cfg;
   const int cluster = wide ? cluster_size_for(nvec, max_cluster) : 0;
   if (cluster > 0) {
-    auto kernel = rms_norm_backward_cluster_kernel<T, kVec, kClusterRegVecs, kClusterStages>;
+    auto kernel = rms_norm_backward_cluster_kernel<T, kVec, kClusterRegVecs>;
     const size_t shared = static_cast<size_t>(kClusterStages) * 2 * kClusterRegVecs *
                           kClusterThreads * 16;
     const size_t static_bytes = sizeof(Acc) * (2 * kMaxWarpsPerBlock + 2);
@@ -512,7 +514,7 @@ cudaError_t launch_rms_norm_backward_any(const T* grad_y, const T* x, const T* w
   cudaError_t err = cudaSuccess;
   if (cfg.kernel == kBwdKernelCluster) {
     err = launch_kernel_in_clusters(
-        rms_norm_backward_cluster_kernel<T, kVec, kClusterRegVecs, kClusterStages>,
+        rms_norm_backward_cluster_kernel<T, kVec, kClusterRegVecs>,
         dim3(static_cast<unsigned>(cfg.grid)), cfg.block, cfg.shared_bytes, stream, pdl,
         cfg.cluster, grad_y, x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
   } else if (cfg.kernel == kBwdKernelTwoPass) {

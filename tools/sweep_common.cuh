@@ -40,7 +40,7 @@ __global__ void fill(T* p, int64_t n, unsigned seed) {
 }
 
 // Reads a buffer of three times the L2 size, so that L2 holds none of the
-// timed kernel's data, as in opguide.benchmark (its _clean_l2). A sweep turns
+// timed kernel's data, as in guidekit.benchmark (its _clean_l2). A sweep turns
 // it on with enable_l2_clean(); time_us then runs it before every batch.
 __global__ void read_all(const float4* p, int64_t n, float* sink) {
   float s = 0;

@@ -1,18 +1,20 @@
-// Sweeps variants of the RMSNorm backward kernels (csrc/rms_norm_backward.cuh)
+// Sweeps variants of the RMSNorm backward kernels (csrc/rms_norm_backward.cuh,
+// every knob a template parameter in sweep_rms_norm_backward_variants.cuh)
 // on one GPU, without torch, and prints achieved bandwidth against a large
 // device-to-device copy. Build and run (on a GPU machine):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_backward.cu -o /tmp/sweep_bwd
 //   /tmp/sweep_bwd [bf16] [pipelined]
 // "bf16" skips float16; "pipelined" sweeps the cp.async kernel
-// (rms_norm_backward_pipelined_kernel) against the register-prefetch one.
+// (backward_pipelined_kernel) against the register-prefetch one.
 // Times are per call of both kernels (rows, then the grad_w partial sums),
 // each batch queued behind a spin kernel so launch latency is not counted.
-// Bytes: read x and dy, write dx (3 M N s), as in opguide.benchmark.
+// Bytes: read x and dy, write dx (3 M N s), as in guidekit.benchmark.
 #include <string>
 
 #include "sweep_common.cuh"
+#include "sweep_rms_norm_backward_variants.cuh"
 
-using namespace opguide::cuda;
+using namespace opguide::sweep;
 
 // Timed batches per measurement.
 constexpr int kBatches = 11;
@@ -24,15 +26,15 @@ void run_variant(const char* dtype, int64_t M, int64_t N, int sms, double copy_b
   using Acc = float;
   if (N / (16 / (int)sizeof(T)) > (int64_t)kBwdMaxThreads * kRegs) return;
   const BackwardConfig cfg =
-      rms_norm_backward_config_for<T, kRegs, kPrefetch, kMinBlocks, kDwS, kWR>(M, N, 32, sms, min_threads);
+      backward_config_for<T, kRegs, kPrefetch, kMinBlocks, kDwS, kWR>(M, N, 32, sms, min_threads);
   const int nbuf = (int)xs.size();
   float us = time_us([&](int i) {
     const int s = i % nbuf;
-    CHECK((launch_rms_norm_backward_for<T, kRegs, kPrefetch, kMinBlocks, kDwS, kWR>(
+    CHECK((launch_backward_for<T, kRegs, kPrefetch, kMinBlocks, kDwS, kWR>(
         gs[s], xs[s], w, (const Acc*)rs[s], dxs[s], partial, dw, M, N, cfg, 0)));
   }, 20, kBatches);
   // The first kernel alone (rows and partials), without the grad_w sum.
-  auto kernel = rms_norm_backward_kernel<T, 16 / sizeof(T), kRegs, kPrefetch, kMinBlocks, kDwS, kWR>;
+  auto kernel = backward_kernel<T, 16 / sizeof(T), kRegs, kPrefetch, kMinBlocks, kDwS, kWR>;
   float us_rows = time_us([&](int i) {
     const int s = i % nbuf;
     kernel<<<(unsigned)cfg.blocks, cfg.block, cfg.shared_bytes>>>(gs[s], xs[s], w, rs[s], dxs[s],
@@ -57,7 +59,7 @@ void run_pipelined(const char* dtype, int64_t M, int64_t N, int sms, double copy
                    int cap, bool pdl) {
   using Acc = float;
   if (N / (16 / (int)sizeof(T)) > (int64_t)kBwdMaxThreads * kRegs) return;
-  const BackwardConfig cfg = rms_norm_backward_pipelined_config_for<T, kRegs, kStages, kMinBlocks>(
+  const BackwardConfig cfg = backward_pipelined_config_for<T, kRegs, kStages, kMinBlocks>(
       M, N, 32, sms, min_threads, cap);
   if (cfg.shared_bytes > 227 * 1024) {
     (void)cudaGetLastError();  // the config's request for that much shared memory failed
@@ -66,10 +68,10 @@ void run_pipelined(const char* dtype, int64_t M, int64_t N, int sms, double copy
   const int nbuf = (int)xs.size();
   float us = time_us([&](int i) {
     const int s = i % nbuf;
-    CHECK((launch_rms_norm_backward_pipelined_for<T, kRegs, kStages, kMinBlocks>(
+    CHECK((launch_backward_pipelined_for<T, kRegs, kStages, kMinBlocks>(
         gs[s], xs[s], w, (const Acc*)rs[s], dxs[s], partial, dw, M, N, cfg, 0, pdl)));
   }, 20, kBatches);
-  auto kernel = rms_norm_backward_pipelined_kernel<T, 16 / sizeof(T), kRegs, kStages, kMinBlocks>;
+  auto kernel = backward_pipelined_kernel<T, 16 / sizeof(T), kRegs, kStages, kMinBlocks>;
   float us_rows = time_us([&](int i) {
     const int s = i % nbuf;
     kernel<<<(unsigned)cfg.blocks, cfg.block, cfg.shared_bytes>>>(gs[s], xs[s], w, rs[s], dxs[s],

@@ -1,7 +1,7 @@
 // Instantiates every kernel in rms_norm.cuh and rms_norm_long.cuh for every dtype, so that a
 // compiler with no torch at hand checks all of the device code: nvcc as is,
 // hipcc after torch's hipify. Not part of the extension (setup.py builds
-// csrc/*.cu only); opguide.compile_checks compiles it.
+// csrc/*.cu only); guidekit.compile_checks compiles it.
 #include "../rms_norm_long.cuh"
 
 #define OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(T)                                             \
