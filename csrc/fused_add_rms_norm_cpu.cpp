@@ -62,10 +62,8 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cpu(
   at::Tensor rc = residual.contiguous();
   const at::Tensor wc = weight.has_value() ? weight->contiguous() : at::Tensor();
   const at::ScalarType acc_dtype = fused_acc_dtype(residual);
-  at::Tensor out =
-      at::empty(x.sizes(), x.options().dtype(out_dtype.value_or(x.scalar_type())));
-  at::Tensor inv_rms =
-      at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(acc_dtype));
+  at::Tensor out, inv_rms;
+  std::tie(out, inv_rms) = fused_add_rms_norm_outputs(x, residual, out_dtype);
   const int64_t n = x.size(-1);
   const int64_t m = inv_rms.numel();
   if (m == 0) return {out, inv_rms};

@@ -66,6 +66,96 @@ __device__ __forceinline__ void load_row_slice(const Vec<T, kVec>* row, int64_t 
   }
 }
 
+// [backward-row]
+// The arithmetic of one row that every backward kernel shares, over the
+// `count` vectors of the row that this thread's slice holds (vector k of the
+// slice is vector threadIdx.x + k * blockDim.x).
+// start_slice: the weight slice into registers, the grad_w sums to zero.
+template <typename T, int kVec, int kRegVecs, typename Acc>
+__device__ __forceinline__ void start_slice(const Vec<T, kVec>* wv, int64_t count,
+                                            Vec<T, kVec> (&w)[kRegVecs],
+                                            Acc (&dw)[kRegVecs][kVec]) {
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < count) w[k] = wv[i];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) dw[k][e] = 0;
+  }
+}
+
+// The pipelined kernels' stage buffers: a row slot's stage holds its
+// threads' vectors of g, then of x, thread-major (dst: this thread's first).
+// copy_slice_async queues the copies of a row slice (gr, xr: its first
+// vectors); read_stage reads a stage back into registers.
+template <typename T, int kVec, int kRegVecs>
+__device__ __forceinline__ void copy_slice_async(const Vec<T, kVec>* gr, const Vec<T, kVec>* xr,
+                                                 Vec<T, kVec>* dst, int64_t count) {
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < count) {
+      copy_async(dst + k * blockDim.x, gr + i);
+      copy_async(dst + (kRegVecs + k) * blockDim.x, xr + i);
+    }
+  }
+}
+
+template <typename T, int kVec, int kRegVecs>
+__device__ __forceinline__ void read_stage(const Vec<T, kVec>* src, Vec<T, kVec> (&g)[kRegVecs],
+                                           Vec<T, kVec> (&xv)[kRegVecs]) {
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    g[k] = src[k * blockDim.x];
+    xv[k] = src[(kRegVecs + k) * blockDim.x];
+  }
+}
+
+// row_dot: this thread's part of sum_k(g_k * w_k * x_k).
+template <typename T, int kVec, int kRegVecs>
+__device__ __forceinline__ typename AccType<T>::type row_dot(const Vec<T, kVec> (&g)[kRegVecs],
+                                                             const Vec<T, kVec> (&w)[kRegVecs],
+                                                             const Vec<T, kVec> (&xv)[kRegVecs],
+                                                             int64_t count) {
+  typename AccType<T>::type dot = 0;
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < count) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        dot += to_acc(g[k].val[e]) * to_acc(w[k].val[e]) * to_acc(xv[k].val[e]);
+    }
+  }
+  return dot;
+}
+
+// store_grad_x: grad_x = r * g * w - c * x into dxr (the slice's first
+// vector), and g * x * r added to the thread's grad_w sums.
+template <typename T, int kVec, int kRegVecs, typename Acc>
+__device__ __forceinline__ void store_grad_x(const Vec<T, kVec> (&g)[kRegVecs],
+                                             const Vec<T, kVec> (&w)[kRegVecs],
+                                             const Vec<T, kVec> (&xv)[kRegVecs], Acc r, Acc c,
+                                             int64_t count, Vec<T, kVec>* dxr,
+                                             Acc (&dw)[kRegVecs][kVec]) {
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < count) {
+      Vec<T, kVec> out;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const Acc gv = to_acc(g[k].val[e]);
+        const Acc xe = to_acc(xv[k].val[e]);
+        out.val[e] = from_acc<T>(r * gv * to_acc(w[k].val[e]) - c * xe);
+        dw[k][e] += gv * xe * r;
+      }
+      store_streaming(dxr + i, out);
+    }
+  }
+}
+// [backward-row-end]
+
 // [partial-grad-w]
 // Writes the block's partial grad_w row from each thread's register sums
 // dw[k][e] (element e of its vector k of the row). Thread x of every row
@@ -128,13 +218,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
 
   V w[kRegVecs];
   Acc dw[kRegVecs][kVec];
-#pragma unroll
-  for (int k = 0; k < kRegVecs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (i < nvec) w[k] = wv[i];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) dw[k][e] = 0;
-  }
+  start_slice(wv, nvec, w, dw);
 
   // Every thread of the block runs the same number of iterations (row_sum
   // synchronises the block); a slot past the last row just idles.
@@ -150,18 +234,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
        base += stride, row += stride, parity ^= 1) {
     const bool active = row < rows;
     const Acc r = active ? inv_rms[row] : Acc(0);
-    Acc dot = 0;
-    if (active) {
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i < nvec) {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e)
-            dot += to_acc(g[k].val[e]) * to_acc(w[k].val[e]) * to_acc(xv[k].val[e]);
-        }
-      }
-    }
+    Acc dot = active ? row_dot(g, w, xv, nvec) : Acc(0);
     // The next row's loads go out now and arrive while this row is reduced.
     V g_next[kRegVecs], x_next[kRegVecs];
     if (row + stride < rows) {
@@ -171,22 +244,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
     dot = row_sum(dot, shared[parity]);
     if (active) {
       const Acc c = dot * r * r * r / static_cast<Acc>(cols);
-      V* dxr = reinterpret_cast<V*>(grad_x + row * cols);
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i < nvec) {
-          V out;
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) {
-            const Acc gv = to_acc(g[k].val[e]);
-            const Acc xe = to_acc(xv[k].val[e]);
-            out.val[e] = from_acc<T>(r * gv * to_acc(w[k].val[e]) - c * xe);
-            dw[k][e] += gv * xe * r;
-          }
-          store_streaming(dxr + i, out);
-        }
-      }
+      store_grad_x(g, w, xv, r, c, nvec, reinterpret_cast<V*>(grad_x + row * cols), dw);
     }
 #pragma unroll
     for (int k = 0; k < kRegVecs; ++k) {
@@ -231,13 +289,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_pipelined
 
   V w[kRegVecs];
   Acc dw[kRegVecs][kVec];
-#pragma unroll
-  for (int k = 0; k < kRegVecs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (i < nvec) w[k] = wv[i];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) dw[k][e] = 0;
-  }
+  start_slice(wv, nvec, w, dw);
 
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
   int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -247,15 +299,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_pipelined
     if (r < rows) {
       const V* gr = reinterpret_cast<const V*>(grad_y + r * cols);
       const V* xr = reinterpret_cast<const V*>(x + r * cols);
-      V* dst = mine + s * per_stage;
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i < nvec) {
-          copy_async(dst + k * blockDim.x, gr + i);
-          copy_async(dst + (kRegVecs + k) * blockDim.x, xr + i);
-        }
-      }
+      copy_slice_async<T, kVec, kRegVecs>(gr, xr, mine + s * per_stage, nvec);
     }
     copy_async_commit();
   };
@@ -277,44 +321,13 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_pipelined
     copy_async_wait<kStages - 1>();
     const bool active = row < rows;
     V g[kRegVecs], xv[kRegVecs];
-    const V* src = mine + stage * per_stage;
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      g[k] = src[k * blockDim.x];
-      xv[k] = src[(kRegVecs + k) * blockDim.x];
-    }
+    read_stage(mine + stage * per_stage, g, xv);
     stage = stage + 1 == kStages ? 0 : stage + 1;
-    Acc dot = 0;
-    if (active) {
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i < nvec) {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e)
-            dot += to_acc(g[k].val[e]) * to_acc(w[k].val[e]) * to_acc(xv[k].val[e]);
-        }
-      }
-    }
+    Acc dot = active ? row_dot(g, w, xv, nvec) : Acc(0);
     dot = row_sum(dot, shared[parity]);
     if (active) {
       const Acc c = dot * r * r * r / static_cast<Acc>(cols);
-      V* dxr = reinterpret_cast<V*>(grad_x + row * cols);
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i < nvec) {
-          V out;
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) {
-            const Acc gv = to_acc(g[k].val[e]);
-            const Acc xe = to_acc(xv[k].val[e]);
-            out.val[e] = from_acc<T>(r * gv * to_acc(w[k].val[e]) - c * xe);
-            dw[k][e] += gv * xe * r;
-          }
-          store_streaming(dxr + i, out);
-        }
-      }
+      store_grad_x(g, w, xv, r, c, nvec, reinterpret_cast<V*>(grad_x + row * cols), dw);
     }
   }
   // No copy is in flight past the loop (rows past the end queue none), but
@@ -414,26 +427,39 @@ BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp
   return cfg;
 }
 
-template <typename T, int kRegs>
-cudaError_t launch_rms_norm_backward_for(const T* grad_y, const T* x, const T* weight,
-                                         const typename AccType<T>::type* inv_rms, T* grad_x,
-                                         typename AccType<T>::type* grad_w_partial, T* grad_w,
-                                         int64_t rows, int64_t cols, const BackwardConfig& cfg,
-                                         cudaStream_t stream, bool pdl = false) {
-  constexpr int kVec = 16 / sizeof(T);
-  if (rows > 0) {
-    const cudaError_t err = launch_kernel(
-        rms_norm_backward_kernel<T, kVec, kRegs>, dim3(static_cast<unsigned>(cfg.blocks)),
-        cfg.block, cfg.shared_bytes, stream, pdl, grad_y, x, weight, inv_rms, grad_x,
-        grad_w_partial, rows, cols);
-    if (err != cudaSuccess) return err;
-  }
-  const int64_t parts = rows > 0 ? cfg.blocks : 0;
+// The grad_w sum: grad_w from the `parts` partial rows that a backward
+// kernel wrote.
+template <typename T>
+cudaError_t launch_grad_w_sum(const typename AccType<T>::type* partial, int64_t parts,
+                              int64_t cols, T* grad_w, cudaStream_t stream, bool pdl) {
   return launch_kernel(rms_norm_backward_grad_w_kernel<T>,
                        dim3(static_cast<unsigned>((cols + kGradWCols - 1) / kGradWCols)),
-                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, grad_w_partial, parts, cols,
+                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, partial, parts, cols,
                        grad_w);
 }
+
+// A backward kernel of the shape `cfg` over the rows (none when there are no
+// rows), then the grad_w sum of the cfg.blocks partial rows it wrote.
+template <typename T>
+cudaError_t launch_backward_pair(void (*kernel)(const T*, const T*, const T*,
+                                                const typename AccType<T>::type*, T*,
+                                                typename AccType<T>::type*, int64_t, int64_t),
+                                 const T* grad_y, const T* x, const T* weight,
+                                 const typename AccType<T>::type* inv_rms, T* grad_x,
+                                 typename AccType<T>::type* grad_w_partial, T* grad_w,
+                                 int64_t rows, int64_t cols, const BackwardConfig& cfg,
+                                 cudaStream_t stream, bool pdl) {
+  if (rows > 0) {
+    const cudaError_t err =
+        launch_kernel(kernel, dim3(static_cast<unsigned>(cfg.blocks)), cfg.block,
+                      cfg.shared_bytes, stream, pdl, grad_y, x, weight, inv_rms, grad_x,
+                      grad_w_partial, rows, cols);
+    if (err != cudaSuccess) return err;
+  }
+  return launch_grad_w_sum(grad_w_partial, rows > 0 ? cfg.blocks : int64_t{0}, cols, grad_w,
+                           stream, pdl);
+}
+
 
 // The launch shape of a pipelined backward instance: like the one above, with
 // the stage buffers in dynamic shared memory. Past 48 KiB (static and
@@ -465,26 +491,6 @@ BackwardConfig rms_norm_backward_pipelined_config_for(int64_t rows, int64_t cols
   if (max_blocks_per_sm > 0 && per_sm > max_blocks_per_sm) per_sm = max_blocks_per_sm;
   cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
   return cfg;
-}
-
-template <typename T, int kRegs>
-cudaError_t launch_rms_norm_backward_pipelined_for(
-    const T* grad_y, const T* x, const T* weight, const typename AccType<T>::type* inv_rms,
-    T* grad_x, typename AccType<T>::type* grad_w_partial, T* grad_w, int64_t rows, int64_t cols,
-    const BackwardConfig& cfg, cudaStream_t stream, bool pdl = false) {
-  constexpr int kVec = 16 / sizeof(T);
-  if (rows > 0) {
-    const cudaError_t err =
-        launch_kernel(rms_norm_backward_pipelined_kernel<T, kVec, kRegs>,
-                      dim3(static_cast<unsigned>(cfg.blocks)), cfg.block, cfg.shared_bytes,
-                      stream, pdl, grad_y, x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
-    if (err != cudaSuccess) return err;
-  }
-  const int64_t parts = rows > 0 ? cfg.blocks : 0;
-  return launch_kernel(rms_norm_backward_grad_w_kernel<T>,
-                       dim3(static_cast<unsigned>((cols + kGradWCols - 1) / kGradWCols)),
-                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, grad_w_partial, parts, cols,
-                       grad_w);
 }
 
 template <typename T, int kRegs>
@@ -527,17 +533,12 @@ cudaError_t launch_rms_norm_backward(const T* grad_y, const T* x, const T* weigh
                                      typename AccType<T>::type* grad_w_partial, T* grad_w,
                                      int64_t rows, int64_t cols, const BackwardConfig& cfg,
                                      cudaStream_t stream, bool pdl = false) {
-  if (cfg.kernel == 4) {
-    return launch_rms_norm_backward_pipelined_for<T, 4>(
-        grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
-  }
-  if (cfg.kernel == 2) {
-    return launch_rms_norm_backward_pipelined_for<T, 2>(
-        grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
-  }
-  return launch_rms_norm_backward_for<T, kBwdRegVecs>(grad_y, x, weight, inv_rms, grad_x,
-                                                     grad_w_partial, grad_w, rows, cols, cfg,
-                                                     stream, pdl);
+  constexpr int kVec = 16 / sizeof(T);
+  const auto kernel = cfg.kernel == 4   ? rms_norm_backward_pipelined_kernel<T, kVec, 4>
+                      : cfg.kernel == 2 ? rms_norm_backward_pipelined_kernel<T, kVec, 2>
+                                        : rms_norm_backward_kernel<T, kVec, kBwdRegVecs>;
+  return launch_backward_pair(kernel, grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w,
+                              rows, cols, cfg, stream, pdl);
 }
 // [backward-launch-end]
 

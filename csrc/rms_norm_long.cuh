@@ -219,26 +219,12 @@ __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_backward_cluster_
 
   V w[kRegVecs];
   Acc dw[kRegVecs][kVec];
-#pragma unroll
-  for (int k = 0; k < kRegVecs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (i < s.count) w[k] = wv[i];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) dw[k][e] = 0;
-  }
+  start_slice(wv, s.count, w, dw);
   auto fetch = [&](int64_t r, int stage) {
     if (r < rows) {
       const V* gr = reinterpret_cast<const V*>(grad_y + r * cols) + s.begin;
       const V* xr = reinterpret_cast<const V*>(x + r * cols) + s.begin;
-      V* dst = mine + stage * per_stage;
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i < s.count) {
-          copy_async(dst + k * blockDim.x, gr + i);
-          copy_async(dst + (kRegVecs + k) * blockDim.x, xr + i);
-        }
-      }
+      copy_slice_async<T, kVec, kRegVecs>(gr, xr, mine + stage * per_stage, s.count);
     }
     copy_async_commit();
   };
@@ -254,41 +240,12 @@ __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_backward_cluster_
     fetch(row + (kStages - 1) * clusters, stage == 0 ? kStages - 1 : stage - 1);
     copy_async_wait<kStages - 1>();
     V g[kRegVecs], xv[kRegVecs];
-    const V* src = mine + stage * per_stage;
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      g[k] = src[k * blockDim.x];
-      xv[k] = src[(kRegVecs + k) * blockDim.x];
-    }
+    read_stage(mine + stage * per_stage, g, xv);
     stage = stage + 1 == kStages ? 0 : stage + 1;
-    Acc dot = 0;
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (i < s.count) {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e)
-          dot += to_acc(g[k].val[e]) * to_acc(w[k].val[e]) * to_acc(xv[k].val[e]);
-      }
-    }
+    Acc dot = row_dot(g, w, xv, s.count);
     dot = cluster_sum(row_sum(dot, shared[parity]), &slots[parity]);
     const Acc c = dot * r * r * r / static_cast<Acc>(cols);
-    V* dxr = reinterpret_cast<V*>(grad_x + row * cols) + s.begin;
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-      if (i < s.count) {
-        V out;
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const Acc gv = to_acc(g[k].val[e]);
-          const Acc xe = to_acc(xv[k].val[e]);
-          out.val[e] = from_acc<T>(r * gv * to_acc(w[k].val[e]) - c * xe);
-          dw[k][e] += gv * xe * r;
-        }
-        store_streaming(dxr + i, out);
-      }
-    }
+    store_grad_x(g, w, xv, r, c, s.count, reinterpret_cast<V*>(grad_x + row * cols) + s.begin, dw);
   }
   copy_async_wait<0>();
   Acc* partial = grad_w_partial + (first_row < clusters ? first_row : 0) * cols + s.begin * kVec;
@@ -534,11 +491,8 @@ cudaError_t launch_rms_norm_backward_any(const T* grad_y, const T* x, const T* w
                                        rows, cols, cfg, stream, pdl);
   }
   if (err != cudaSuccess) return err;
-  const int64_t parts = rows > 0 ? cfg.blocks : 0;
-  return launch_kernel(rms_norm_backward_grad_w_kernel<T>,
-                       dim3(static_cast<unsigned>((cols + kGradWCols - 1) / kGradWCols)),
-                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, grad_w_partial, parts, cols,
-                       grad_w);
+  return launch_grad_w_sum(grad_w_partial, rows > 0 ? cfg.blocks : int64_t{0}, cols, grad_w,
+                           stream, pdl);
 }
 // [long-launch-end]
 

@@ -281,18 +281,8 @@ cudaError_t launch_backward_for(const T* grad_y, const T* x, const T* weight,
                                          int64_t rows, int64_t cols, const BackwardConfig& cfg,
                                          cudaStream_t stream, bool pdl = false) {
   constexpr int kVec = 16 / sizeof(T);
-  if (rows > 0) {
-    const cudaError_t err = launch_kernel(
-        backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
-        dim3(static_cast<unsigned>(cfg.blocks)), cfg.block, cfg.shared_bytes, stream, pdl, grad_y,
-        x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
-    if (err != cudaSuccess) return err;
-  }
-  const int64_t parts = rows > 0 ? cfg.blocks : 0;
-  return launch_kernel(cuda::rms_norm_backward_grad_w_kernel<T>,
-                       dim3(static_cast<unsigned>((cols + kGradWCols - 1) / kGradWCols)),
-                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, grad_w_partial, parts, cols,
-                       grad_w);
+  return launch_backward_pair(backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>, grad_y, x, weight, inv_rms,
+                              grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
 }
 
 // The launch shape of a pipelined backward instance: like the one above, with
@@ -333,18 +323,8 @@ cudaError_t launch_backward_pipelined_for(
     T* grad_x, typename AccType<T>::type* grad_w_partial, T* grad_w, int64_t rows, int64_t cols,
     const BackwardConfig& cfg, cudaStream_t stream, bool pdl = false) {
   constexpr int kVec = 16 / sizeof(T);
-  if (rows > 0) {
-    const cudaError_t err =
-        launch_kernel(backward_pipelined_kernel<T, kVec, kRegs, kStages, kMinBlocks>,
-                      dim3(static_cast<unsigned>(cfg.blocks)), cfg.block, cfg.shared_bytes,
-                      stream, pdl, grad_y, x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
-    if (err != cudaSuccess) return err;
-  }
-  const int64_t parts = rows > 0 ? cfg.blocks : 0;
-  return launch_kernel(cuda::rms_norm_backward_grad_w_kernel<T>,
-                       dim3(static_cast<unsigned>((cols + kGradWCols - 1) / kGradWCols)),
-                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, grad_w_partial, parts, cols,
-                       grad_w);
+  return launch_backward_pair(backward_pipelined_kernel<T, kVec, kRegs, kStages, kMinBlocks>, grad_y, x, weight, inv_rms,
+                              grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
 }
 
 }  // namespace sweep
