@@ -49,6 +49,8 @@ extensions = [
     "sphinx.ext.viewcode",
     "sphinx_copybutton",
     "sphinx_design",
+    # MathJax from _static/mathjax rather than a CDN, so math renders offline
+    "sphinx-mathjax-offline",
 ]
 
 # Notebooks are MyST Markdown (tutorials/*.md); the .ipynb files that
@@ -61,8 +63,11 @@ exclude_patterns = [
     ".DS_Store",
     "**.ipynb_checkpoints",
     "auto_examples/*.ipynb",
+    "sg_execution_times.rst",
+    "auto_examples/sg_execution_times.rst",
 ]
-myst_enable_extensions = ["colon_fence", "deflist"]
+# dollarmath: $...$ and $$...$$ in the notebooks are math (MathJax renders it).
+myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
 myst_heading_anchors = 3
 
 # -- Notebooks (myst-nb) ------------------------------------------------------
@@ -91,6 +96,9 @@ sphinx_gallery_conf = {
     "matplotlib_animations": False,
     "show_memory": False,
     "min_reported_time": 1,
+    # No page of run times: nothing links to it, and its table loads
+    # jQuery/DataTables from a CDN, which an offline reader cannot reach.
+    "write_computation_times": False,
 }
 
 # -- Cross references ---------------------------------------------------------

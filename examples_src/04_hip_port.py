@@ -126,7 +126,7 @@ if result.ok:
 else:
     print(f"not compiled for AMD: {result.reason}")
 print("not compiled: the hipified torch wrapper (needs a ROCm build of torch)")
-print("not run: anything on an AMD GPU (none available to this project)")
+print("not run: anything on an AMD GPU (none was available to build this site)")
 
 # %%
 # Building on a ROCm machine

@@ -226,7 +226,7 @@ torch.testing.assert_close(normalise_then_gate_fixed(x, w), normalise_then_gate(
 #    :language: python
 #    :start-after: import torch
 #
-# **compute-sanitizer --tool memcheck** finds out-of-bounds and misaligned
+# ``compute-sanitizer --tool memcheck`` finds out-of-bounds and misaligned
 # accesses, and reports the kernel, the thread, and the source line (compile
 # with ``-lineinfo``). This kernel forgets its bounds check; without the tool
 # it usually runs "fine":
@@ -236,7 +236,7 @@ torch.testing.assert_close(normalise_then_gate_fixed(x, w), normalise_then_gate(
 #    :start-after: // [kernel]
 #    :end-before: // [kernel-end]
 #
-# **compute-sanitizer --tool racecheck** finds shared-memory data races, such as
+# ``compute-sanitizer --tool racecheck`` finds shared-memory data races, such as
 # a reduction missing a ``__syncthreads()``:
 #
 # .. literalinclude:: /../tools/gpu_debug/shared_race.cu

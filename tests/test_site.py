@@ -147,3 +147,38 @@ def test_every_file_a_step_shows_is_shown_whole_somewhere():
                 differ.append(path)
     assert not missing, f"quoted but never shown whole with its path as caption: {missing}"
     assert not differ, f"shown under their path but not whole: {differ}"
+
+
+HISTORY_WORDS = [
+    re.compile(line.strip(), re.IGNORECASE)
+    for line in (ROOT / "tests" / "history_words.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+]
+HIDDEN = re.compile(r"<(script|style)\b[^>]*>.*?</\1>", re.DOTALL | re.IGNORECASE)
+
+
+def visible_text(page: Path) -> str:
+    """A page's text as a reader sees it: no tags, scripts or style sheets."""
+    return html.unescape(TAG.sub(" ", HIDDEN.sub(" ", page.read_text())))
+
+
+def test_no_development_history_on_pages():
+    """No rendered page tells how this project was made (tests/history_words.txt)."""
+    found = []
+    for page in pages():
+        if "_modules" in page.relative_to(SITE).parts:
+            continue  # source listings of the Python modules, not prose
+        text = visible_text(page)
+        for word in HISTORY_WORDS:
+            for match in word.finditer(text):
+                around = " ".join(text[max(0, match.start() - 40) : match.end() + 40].split())
+                found.append(f"{page.relative_to(SITE)}: {word.pattern!r} in '...{around}...'")
+    assert not found, "\n".join(found)
+
+
+def test_the_history_check_catches_a_word(tmp_path):
+    # The check above must fail on a page that tells a development story.
+    page = tmp_path / "page.html"
+    page.write_text("<html><body><p>As the lead engineer measured in round 3</p></body></html>")
+    text = visible_text(page)
+    assert any(word.search(text) for word in HISTORY_WORDS)

@@ -7,7 +7,7 @@
 #   tools/gpu_suite.sh docs  [WHEELHOUSE]
 #
 # Extra arguments go to pytest (e.g. `tools/gpu_suite.sh tests .whl tests` to
-# run only tests/, which fits a 10-minute slot; the rest in a second call).
+# run only tests/; the gallery and the notebook in a second call).
 #
 # The sessions run in the current interpreter (OPGUIDE_SYSTEM_TORCH=1) and
 # build the CUDA kernels (USE_CUDA=1; TORCH_CUDA_ARCH_LIST defaults to the

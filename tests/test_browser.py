@@ -1,0 +1,195 @@
+"""The built site in a real browser: headless Chromium, driven through Selenium.
+
+Every page of ``docs/_build/html`` is opened as a reader opens it (from disk,
+with no network), and must:
+
+* log no console error, which includes every request that failed (a missing
+  image, script or style sheet, or one that needs the network);
+* show every image, loaded and with a size;
+* link only to pages and anchors that exist (internal links; external ones
+  are not followed);
+* render its math: a page whose source has math carries MathJax's output;
+* show no code block (or inline code) with a marker comment or an en-dash,
+  which is what ``--`` becomes when typography runs over a command line.
+
+The checks live in :class:`SiteCheck`; ``test_the_checks_catch_a_broken_page``
+feeds them a page with a missing image and a dangling anchor, so that a check
+that could not fail would show. Skipped, saying why, when the site is not
+built or Selenium, Chromium or chromedriver is missing (``.ci/run`` installs
+Debian's ``chromium`` and ``chromium-driver``; the README lists them).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = ROOT / "docs" / "_build" / "html"
+
+
+def _browser_binary() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _skip_reason() -> str | None:
+    if not (SITE / "index.html").is_file():
+        return "the site is not built (run the README's docs command first)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (it is in the 'test' extra)"
+    if _browser_binary() is None:
+        return "no Chromium on PATH (Debian: apt-get install chromium)"
+    if shutil.which("chromedriver") is None:
+        return "no chromedriver on PATH (Debian: apt-get install chromium-driver)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+
+
+def site_pages(site: Path) -> list[Path]:
+    """Every HTML page a reader can reach, source listings of modules included."""
+    return sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = _browser_binary()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # An explicit chromedriver: Selenium would otherwise try to download one.
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+# What a loaded page reports about itself, read in the page.
+PAGE_FACTS_JS = """
+const done = arguments[arguments.length - 1];
+const facts = () => ({
+  ids: Array.from(document.querySelectorAll('[id], a[name]')).map(e => e.id || e.name),
+  links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
+  broken_images: Array.from(document.images)
+      .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src),
+  has_math: document.querySelector('.math, div.math, span.math') !== null,
+  mathjax: document.querySelector('mjx-container') !== null,
+  code: Array.from(document.querySelectorAll('pre, code')).map(e => e.innerText),
+});
+// MathJax typesets after the load event; give it a moment when the page has math.
+const start = Date.now();
+(function wait() {
+  const f = facts();
+  if (!f.has_math || f.mathjax || Date.now() - start > 10000) { done(f); return; }
+  setTimeout(wait, 100);
+})();
+"""
+
+
+MARKER = re.compile(r"^\s*(?://|#)\s*\[[A-Za-z0-9_-]+\]\s*$", re.MULTILINE)
+
+
+class SiteCheck:
+    """Reads pages in the browser and collects what is wrong with them.
+
+    Links to other pages are checked against the files at once; their
+    ``#fragment`` anchors once the target page was read too (:meth:`anchors`).
+    """
+
+    def __init__(self, driver, site: Path):
+        self.driver, self.site = driver, site
+        self.ids: dict[Path, set[str]] = {}  # page -> the ids of its elements
+        self.wanted: dict[Path, set[tuple[Path, str]]] = {}  # page -> (from, fragment)
+
+    def read(self, page: Path) -> list[str]:
+        """Opens ``page`` and returns its problems, one line each."""
+        self.driver.get_log("browser")  # drop what an earlier page logged
+        self.driver.get(page.as_uri())
+        facts = self.driver.execute_async_script(PAGE_FACTS_JS)
+        problems = [
+            f"console error: {entry['message']}"
+            for entry in self.driver.get_log("browser")
+            if entry["level"] == "SEVERE"
+        ]
+        problems += [f"image does not load: {src}" for src in facts["broken_images"]]
+        if facts["has_math"] and not facts["mathjax"]:
+            problems.append("math on the page, but no MathJax output")
+        for text in facts["code"]:
+            dashed = [line.strip() for line in text.splitlines() if "\u2013" in line]
+            problems += [f"en-dash in code: {line[:80]!r}" for line in dashed[:1]]
+            marker = MARKER.search(text)
+            if marker:
+                problems.append(f"marker comment in code: {marker.group(0).strip()!r}")
+        self.ids[page] = set(facts["ids"])
+        for href in facts["links"]:
+            url, fragment = urldefrag(href)
+            parsed = urlparse(url)
+            if parsed.scheme != "file":
+                continue  # external: not followed
+            target = Path(unquote(parsed.path))
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                problems.append(f"link to a missing file: {href}")
+            elif fragment and target.suffix == ".html":
+                self.wanted.setdefault(target, set()).add((page, unquote(fragment)))
+        return [f"{self.name(page)}: {p}" for p in problems]
+
+    def anchors(self) -> list[str]:
+        """Links whose fragment names no element of their page (reading pages not yet read)."""
+        problems = []
+        for target, wanted in sorted(self.wanted.items()):
+            if target not in self.ids:
+                problems += self.read(target)
+            for page, fragment in sorted(wanted):
+                if fragment not in self.ids[target]:
+                    problems.append(
+                        f"{self.name(page)}: anchor #{fragment} not found in {self.name(target)}"
+                    )
+        return problems
+
+    def name(self, page: Path) -> str:
+        return str(page.relative_to(self.site)) if page.is_relative_to(self.site) else str(page)
+
+
+def test_every_page_loads_clean_in_chromium(browser):
+    check = SiteCheck(browser, SITE)
+    pages = site_pages(SITE)
+    problems = [problem for page in pages for problem in check.read(page)]
+    problems += check.anchors()
+    print(f"{len(pages)} pages read in Chromium")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_checks_catch_a_broken_page(browser, tmp_path):
+    # A copy of the site whose landing page gains a missing image and a link
+    # to an anchor that does not exist: the checks must report both.
+    site = tmp_path / "site"
+    shutil.copytree(SITE, site, ignore=shutil.ignore_patterns(".doctrees", "_sources"))
+    index = site / "index.html"
+    index.write_text(
+        index.read_text().replace(
+            "</body>",
+            '<img src="_images/no-such-image.png" alt="missing">'
+            '<a href="index.html#no-such-anchor">dangling</a></body>',
+        )
+    )
+    check = SiteCheck(browser, site)
+    problems = check.read(index) + check.anchors()
+    assert any("no-such-image.png" in p for p in problems), problems
+    assert any("anchor #no-such-anchor not found" in p for p in problems), problems
