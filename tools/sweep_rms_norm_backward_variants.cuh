@@ -163,13 +163,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) backward_pipelined
 
   V w[kRegVecs];
   Acc dw[kRegVecs][kVec];
-#pragma unroll
-  for (int k = 0; k < kRegVecs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (i < nvec) w[k] = wv[i];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) dw[k][e] = 0;
-  }
+  start_slice(wv, nvec, w, dw);
 
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
   int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -179,15 +173,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) backward_pipelined
     if (r < rows) {
       const V* gr = reinterpret_cast<const V*>(grad_y + r * cols);
       const V* xr = reinterpret_cast<const V*>(x + r * cols);
-      V* dst = mine + s * per_stage;
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i < nvec) {
-          copy_async(dst + k * blockDim.x, gr + i);
-          copy_async(dst + (kRegVecs + k) * blockDim.x, xr + i);
-        }
-      }
+      copy_slice_async<T, kVec, kRegVecs>(gr, xr, mine + s * per_stage, nvec);
     }
     copy_async_commit();
   };
@@ -209,44 +195,13 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) backward_pipelined
     copy_async_wait<kStages - 1>();
     const bool active = row < rows;
     V g[kRegVecs], xv[kRegVecs];
-    const V* src = mine + stage * per_stage;
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      g[k] = src[k * blockDim.x];
-      xv[k] = src[(kRegVecs + k) * blockDim.x];
-    }
+    read_stage(mine + stage * per_stage, g, xv);
     stage = stage + 1 == kStages ? 0 : stage + 1;
-    Acc dot = 0;
-    if (active) {
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i < nvec) {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e)
-            dot += to_acc(g[k].val[e]) * to_acc(w[k].val[e]) * to_acc(xv[k].val[e]);
-        }
-      }
-    }
+    Acc dot = active ? row_dot(g, w, xv, nvec) : Acc(0);
     dot = row_sum(dot, shared[parity]);
     if (active) {
       const Acc c = dot * r * r * r / static_cast<Acc>(cols);
-      V* dxr = reinterpret_cast<V*>(grad_x + row * cols);
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-        if (i < nvec) {
-          V out;
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) {
-            const Acc gv = to_acc(g[k].val[e]);
-            const Acc xe = to_acc(xv[k].val[e]);
-            out.val[e] = from_acc<T>(r * gv * to_acc(w[k].val[e]) - c * xe);
-            dw[k][e] += gv * xe * r;
-          }
-          store_streaming(dxr + i, out);
-        }
-      }
+      store_grad_x(g, w, xv, r, c, nvec, reinterpret_cast<V*>(grad_x + row * cols), dw);
     }
   }
   // No copy is in flight past the loop (rows past the end queue none), but
