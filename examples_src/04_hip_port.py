@@ -53,7 +53,11 @@ What changes on AMD GPUs
 # :func:`guidekit.compile_checks.hipify` copies ``csrc/`` to a scratch folder
 # and calls ``torch.utils.hipify.hipify_python.hipify`` the way
 # ``torch.utils.cpp_extension`` does on ROCm.
+import datetime
 import difflib
+import json
+import os
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -118,11 +122,37 @@ if result.status == "failed":
 assert result.status != "failed", "the hipified device code does not compile"
 
 # %%
+# Where ``hipcc`` is missing (on the GPU machine, for one), the page shows the
+# last check that passed: ``OPGUIDE_RECORD_HIPCC=1`` on a machine with
+# ``hipcc`` writes it to ``docs/recorded/hipcc_check.json``.
+RECORD = ROOT / "docs" / "recorded" / "hipcc_check.json"
+kinds = ["float32", "float64", "float16"] + ([] if flags else ["bfloat16"])
+if result.ok and os.environ.get("OPGUIDE_RECORD_HIPCC") == "1":
+    version = subprocess.run([hipcc, "--version"], capture_output=True, text=True).stdout
+    record = {
+        "hipcc": version.splitlines()[0] if version else "(unknown)",
+        "date": datetime.date.today().isoformat(),
+        "targets": ["gfx90a", "gfx940"],
+        "kernels": kinds,
+    }
+    RECORD.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"recorded to docs/recorded/{RECORD.name}")
+recorded = None
+if not result.ok and RECORD.exists():
+    recorded = json.loads(RECORD.read_text())
+    print(
+        f"No hipcc here. The check as recorded on {recorded['date']} with hipcc "
+        f"({recorded['hipcc']}): compiled for {' and '.join(recorded['targets'])}, "
+        f"{', '.join(recorded['kernels'])} kernels"
+    )
+
+# %%
 # What was and was not done
 # -------------------------
-kinds = ["float32", "float64", "float16"] + ([] if flags else ["bfloat16"])
 if result.ok:
     print(f"compiled for gfx90a and gfx940: the hipified device code ({', '.join(kinds)} kernels)")
+elif recorded is not None:
+    print(f"not compiled for AMD here ({result.reason}); compiled on {recorded['date']} (recorded)")
 else:
     print(f"not compiled for AMD: {result.reason}")
 print("not compiled: the hipified torch wrapper (needs a ROCm build of torch)")
