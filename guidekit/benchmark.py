@@ -53,6 +53,9 @@ from pathlib import Path
 
 import torch
 
+# Loads the compiled library: the torch.ops.opguide operators timed here.
+import opguide
+
 __all__ = [
     "copy_bandwidth",
     "time_per_call",
@@ -402,7 +405,6 @@ def _triton_available(device: torch.device | None = None) -> str | None:
 
 def forward_implementations(device: torch.device | None = None) -> dict[str, Callable]:
     """The forward implementations to compare, by name."""
-    import opguide
 
     compiled_reference = torch.compile(_reference, dynamic=False)
     impls = {
@@ -445,7 +447,6 @@ def backward_implementations(device: torch.device | None = None) -> dict[str, Ca
     only the backward pass: the backward operator itself where opguide has
     one, else ``torch.autograd.grad`` on a graph built once and kept.
     """
-    import opguide
 
     def opguide_op(x, w, dy):
         # Missing in a build without the autograd chapter: AttributeError.
@@ -476,7 +477,6 @@ def backward_implementations(device: torch.device | None = None) -> dict[str, Ca
 
 def fused_implementations(device: torch.device | None = None) -> dict[str, Callable]:
     """The residual-add + RMSNorm implementations to compare, by name."""
-    import opguide
 
     compiled = torch.compile(_unfused_reference, dynamic=False)
     impls = {
@@ -711,7 +711,6 @@ def run_cpu_overhead(
         ``{"shape", "dtype", "rounds", "calls_per_round", "rows"}``; each row has
         ``impl``, ``seconds`` and ``vs_torch_rms_norm`` (the ratio of times).
     """
-    import opguide
 
     m, n = shape
     x, w = torch.randn(m, n), torch.randn(n)
@@ -851,7 +850,6 @@ def _training(forward: Callable) -> Callable:
 
 def training_implementations(device: torch.device | None = None) -> dict[str, Callable]:
     """Forward + backward through autograd, as a training step calls the norm."""
-    import opguide
 
     compiled_reference = torch.compile(_reference, dynamic=False)
     impls = {
@@ -964,7 +962,6 @@ def eager_implementations(mode: str) -> dict[str, Callable]:
     ``y.backward(dy)`` on leaves that require grad (their ``.grad`` reset to
     None first, as an optimiser's ``zero_grad`` does).
     """
-    import opguide
 
     norms: dict[str, Callable] = {
         "opguide": lambda x, w: opguide.rms_norm(x, w, EPS, backend="cpp"),
