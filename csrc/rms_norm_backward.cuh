@@ -460,21 +460,19 @@ cudaError_t launch_backward_pair(void (*kernel)(const T*, const T*, const T*,
                            stream, pdl);
 }
 
-
-// The launch shape of a pipelined backward instance: like the one above, with
-// the stage buffers in dynamic shared memory. Past 48 KiB (static and
-// dynamic together) a kernel must be allowed more shared memory before it is
-// launched, which this does.
+// The launch shape of a pipelined backward instance (cfg.kernel: kRegs): like
+// rms_norm_backward_config_for, with the stage buffers in dynamic shared
+// memory. Past 48 KiB (static and dynamic together) a kernel must be allowed
+// more shared memory before it is launched, which this does.
 template <typename T, int kRegs>
-BackwardConfig rms_norm_backward_pipelined_config_for(int64_t rows, int64_t cols, int warp_size,
-                                                      int sm_count, int min_threads,
-                                                      int max_blocks_per_sm = 0,
-                                                      size_t max_shared_bytes = 227 * 1024) {
+BackwardConfig rms_norm_backward_pipelined_config(int64_t rows, int64_t cols, int warp_size,
+                                                  int sm_count, size_t max_shared_bytes) {
   constexpr int kVec = 16 / sizeof(T);
   using Acc = typename AccType<T>::type;
   auto kernel = rms_norm_backward_pipelined_kernel<T, kVec, kRegs>;
   BackwardConfig cfg;
-  cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
+  cfg.kernel = kRegs;
+  cfg.block = backward_block(cols / kVec, kRegs, warp_size, kBwdPipelineMinThreads);
   const int64_t slots = cfg.block.y;
   const int64_t threads = static_cast<int64_t>(cfg.block.x) * cfg.block.y;
   const size_t stages = static_cast<size_t>(kBwdStages * 2 * kRegs * threads) * 16;
@@ -487,18 +485,8 @@ BackwardConfig rms_norm_backward_pipelined_config_for(int64_t rows, int64_t cols
     return cfg;
   }
   if (cfg.shared_bytes + static_bytes > 48 * 1024) allow_shared_bytes(kernel, cfg.shared_bytes);
-  int per_sm = blocks_per_sm(kernel, static_cast<int>(threads), cfg.shared_bytes);
-  if (max_blocks_per_sm > 0 && per_sm > max_blocks_per_sm) per_sm = max_blocks_per_sm;
+  const int per_sm = blocks_per_sm(kernel, static_cast<int>(threads), cfg.shared_bytes);
   cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
-  return cfg;
-}
-
-template <typename T, int kRegs>
-BackwardConfig rms_norm_backward_pipelined_config(int64_t rows, int64_t cols, int warp_size,
-                                                  int sm_count, size_t max_shared_bytes) {
-  BackwardConfig cfg = rms_norm_backward_pipelined_config_for<T, kRegs>(
-      rows, cols, warp_size, sm_count, kBwdPipelineMinThreads, 0, max_shared_bytes);
-  cfg.kernel = kRegs;
   return cfg;
 }
 

@@ -21,15 +21,14 @@ Debian's ``chromium`` and ``chromium-driver``; the README lists them).
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SITE = ROOT / "docs" / "_build" / "html"
+# The site, its pages and the marker-comment pattern, as test_site.py reads them.
+from test_site import MARKER, SITE, pages
 
 
 def _browser_binary() -> str | None:
@@ -54,12 +53,8 @@ def _skip_reason() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
-
-
-def site_pages(site: Path) -> list[Path]:
-    """Every HTML page a reader can reach, source listings of modules included."""
-    return sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)
+SKIP_REASON = _skip_reason()
+pytestmark = pytest.mark.skipif(SKIP_REASON is not None, reason=str(SKIP_REASON))
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +94,6 @@ const start = Date.now();
   setTimeout(wait, 100);
 })();
 """
-
-
-MARKER = re.compile(r"^\s*(?://|#)\s*\[[A-Za-z0-9_-]+\]\s*$", re.MULTILINE)
 
 
 class SiteCheck:
@@ -169,10 +161,10 @@ class SiteCheck:
 
 def test_every_page_loads_clean_in_chromium(browser):
     check = SiteCheck(browser, SITE)
-    pages = site_pages(SITE)
-    problems = [problem for page in pages for problem in check.read(page)]
+    read = pages()
+    problems = [problem for page in read for problem in check.read(page)]
     problems += check.anchors()
-    print(f"{len(pages)} pages read in Chromium")
+    print(f"{len(read)} pages read in Chromium")
     assert not problems, "\n".join(problems)
 
 
