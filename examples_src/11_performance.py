@@ -437,11 +437,15 @@ print(
 #   (``set_materialize_grads(false)``).
 # * **Triton without the dispatcher.** A plain eager call of the Triton
 #   backend launches its kernels directly (the operators stay for
-#   ``torch.compile``, export, ``vmap``, DTensor and dispatch modes) and
-#   relaunches a kernel Triton already compiled without binding its
-#   arguments again. What is left is Triton's launcher, one Python call per
-#   kernel: one in the forward, three in training. ``F.rms_norm`` and the
-#   C++ operators launch from C++.
+#   ``torch.compile``, export, ``vmap``, DTensor, dispatch modes and rows too
+#   long for registers). The first call on a GPU, dtype and N goes through
+#   Triton and keeps the kernels it compiled; later calls hand Triton's
+#   launcher the pointers as ints. What is left is that launcher, one Python
+#   call per kernel (one in the forward, three in training), and for
+#   training an ``autograd.Function`` written in Python: autograd runs a
+#   GPU backward on a thread of its own, which must take the interpreter's
+#   lock to run it. ``F.rms_norm`` and the C++ operators launch from C++,
+#   and their backward never enters the interpreter.
 #
 # Lessons
 # -------

@@ -998,7 +998,7 @@ def run_eager(
     ms: Sequence[int] = EAGER_MS,
     ns: Sequence[int] = EAGER_NS,
     calls: int = 50,
-    rounds: int = 9,
+    rounds: int = 15,
     progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Wall-clock time per call, as a user's program waits for it.
@@ -1265,8 +1265,14 @@ def _shape(text: str) -> tuple[int, int]:
 
 
 def _save(result: dict, out: Path | None, argv: Sequence[str] | None) -> None:
-    """Records the command line (so a result file says how it was made); writes ``out``."""
+    """Records the command line (so a result file says how it was made); writes ``out``.
+
+    The output path is recorded as its file name: where the measuring machine
+    kept its files is no part of the result.
+    """
     cli = sys.argv[1:] if argv is None else list(argv)
+    if out:
+        cli = [Path(a).name if a == str(out) else a for a in cli]
     result["command"] = " ".join(["python -m guidekit.benchmark", *cli])
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,8 @@ Users reach them through ``backend="triton"`` of :func:`opguide.rms_norm` and
 """
 
 import contextlib
+import functools
+import operator
 import os
 from typing import Optional
 
@@ -167,7 +169,11 @@ def _long_row_configs() -> list:
 
 
 # [forward-kernel]
-@triton.jit
+# do_not_specialize: Triton compiles a kernel for each kind of int argument
+# (equal to 1, a multiple of 16, other), which helps where the int shapes
+# vector accesses (N) and not where it only bounds rows (M). One kernel for
+# every M is also one kernel to keep for the eager path ([eager-path]).
+@triton.jit(do_not_specialize=["M"])
 def _rms_norm_fwd_kernel(
     x_ptr, w_ptr, y_ptr, inv_rms_ptr, M, N, eps,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STORE_INV: tl.constexpr, GDC: tl.constexpr,
@@ -235,7 +241,7 @@ MAX_REGISTER_ROW = 16384
 
 
 # [backward-kernel]
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # as the forward
 def _rms_norm_bwd_kernel(
     dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, M, N,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.constexpr,
@@ -272,7 +278,7 @@ def _rms_norm_bwd_kernel(
     tl.store(dw_partial_ptr + pid * N + cols, tl.sum(dw, axis=0)[None, :], mask=cols < N)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["P"])
 def _dw_sum_kernel(
     partial_ptr, dw_ptr, P, N,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, GDC: tl.constexpr,
@@ -411,15 +417,9 @@ def _forward(
     weight: torch.Tensor,
     eps: float,
     inv_rms: Optional[torch.Tensor],  # noqa: UP045
-    launch=launchable,
 ):
-    """y for x and weight; also fills inv_rms (one float32 per row) when given.
-
-    ``launch`` wraps each kernel before its launch: ``launchable`` inside the
-    operators, the kernel itself on the eager path (see ``rms_norm``).
-    """
-    if launch is not _direct:  # the eager path's caller, opguide.rms_norm, has checked
-        _check_rms_norm_args(x, weight, eps)
+    """y for x and weight; also fills inv_rms (one float32 per row) when given."""
+    _check_rms_norm_args(x, weight, eps)
     _check_input("rms_norm", "x", x)
     xc = x.contiguous()
     y = torch.empty_like(xc)
@@ -435,12 +435,12 @@ def _forward(
         if n <= MAX_REGISTER_ROW:
             block = triton.next_power_of_2(n)
             rows, warps = _forward_launch(block)
-            launch(_rms_norm_fwd_kernel)[(triton.cdiv(m, rows),)](
+            launchable(_rms_norm_fwd_kernel)[(triton.cdiv(m, rows),)](
                 xc, weight.contiguous(), y, inv_arg, m, n, eps, BLOCK_N=block, ROWS=rows,
                 STORE_INV=store_inv, num_warps=warps, **_pdl(xc),
             )  # fmt: skip
         else:
-            launch(_rms_norm_fwd_long_kernel)[(m,)](
+            launchable(_rms_norm_fwd_long_kernel)[(m,)](
                 xc, weight.contiguous(), y, inv_arg, n, eps, STORE_INV=store_inv
             )
     return y
@@ -468,11 +468,6 @@ def rms_norm_fwd_triton(
 def rms_norm_backward_triton(
     grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, inv_rms: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _backward_kernels(grad, x, weight, inv_rms)
-
-
-def _backward_kernels(grad, x, weight, inv_rms, launch=launchable):
-    """(dx, dweight): the body of ``rms_norm_backward_triton``; ``launch`` as in ``_forward``."""
     _check_input("rms_norm", "x", x)
     torch._check(grad.shape == x.shape, lambda: "rms_norm_backward: grad_y must match x")
     xc = x.contiguous()
@@ -494,25 +489,25 @@ def _backward_kernels(grad, x, weight, inv_rms, launch=launchable):
             block = triton.next_power_of_2(n)
             programs, rows, stages, warps = _backward_launch(xc, m, block)
             dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-            launch(_rms_norm_bwd_kernel)[(programs,)](
+            launchable(_rms_norm_bwd_kernel)[(programs,)](
                 dy, xc, wc, rc, dx, dw_partial, m, n,
                 BLOCK_N=block, ROWS=rows, STAGES=stages, num_warps=warps, **pdl,
             )  # fmt: skip
         else:
             # Longer rows: dx row by row in chunks, dweight over column strips.
             block = 1024 if INTERPRET else 4096
-            launch(_rms_norm_bwd_long_kernel)[(m,)](
+            launchable(_rms_norm_bwd_long_kernel)[(m,)](
                 dy, xc, wc, rc, dx, n, BLOCK_N=block, num_warps=1 if INTERPRET else 8, **pdl
             )  # fmt: skip
             strips = triton.cdiv(n, block)
             programs = max(1, min(m, _sm_count(xc) * 4 // strips))
             dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-            launch(_dw_columns_kernel)[(strips, programs)](
+            launchable(_dw_columns_kernel)[(strips, programs)](
                 dy, xc, rc, dw_partial, m, n, BLOCK_N=block, num_warps=1 if INTERPRET else 8,
                 **pdl,
             )  # fmt: skip
         # The second stage of the dweight reduction: a sum over `programs` rows.
-        launch(_dw_sum_kernel)[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
+        launchable(_dw_sum_kernel)[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
             dw_partial, dweight, programs, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
             num_warps=DW_SUM_WARPS, **pdl,
         )  # fmt: skip
@@ -533,11 +528,11 @@ def _fwd_setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)  # no zeros allocated for inv_rms's gradient
 
 
-def _fwd_backward(ctx, grad, _grad_inv_rms, backward=rms_norm_backward_triton):
+def _fwd_backward(ctx, grad, _grad_inv_rms):
     if grad is None:  # y took no part in the loss
         return None, None, None
     x, weight, inv_rms = ctx.saved_tensors
-    dx, dweight = backward(grad, x, weight, inv_rms)
+    dx, dweight = rms_norm_backward_triton(grad, x, weight, inv_rms)
     return (
         dx if ctx.needs_input_grad[0] else None,
         dweight if ctx.needs_input_grad[1] else None,
@@ -571,125 +566,212 @@ rms_norm_triton.register_autograd(_backward, setup_context=_setup_context)
 # A call made as a user makes it (plain tensors on a GPU, nothing tracing or
 # transforming) gains nothing from the operators' dispatcher layers, and each
 # is Python that runs on every call: the custom op's autograd kernel, its
-# device kernel, wrap_triton's wrappers. Such calls launch the kernels
-# directly, through the same functions the operators run; every other call
-# (torch.compile, export, vmap, a dispatch mode, DTensor) goes through the
-# operators. Step 11, "The eager call", measures both.
+# device kernel, wrap_triton's wrappers, Triton's binding of the arguments.
+# Such calls, on rows the kernels hold in registers, launch the kernels
+# directly; every other call (torch.compile, export, vmap, a dispatch mode,
+# DTensor, long rows) goes through the operators above. Step 11, "The eager
+# call", measures both.
 
 
-class _Direct:
-    """``kernel[grid](*args, **kw)`` for eager calls, with Triton's per-call work done once.
+class _Kept:
+    """A kernel as Triton compiled it for one kind of call, relaunched directly.
 
-    ``JITFunction.run`` binds the arguments, works out their specialisation
-    (dtypes, 16-byte alignment, ints equal to 1), and looks the compiled
-    kernel up, on every call. Here the first call of each specialisation goes
-    through it and keeps the compiled kernel it returns; later calls launch
-    that kernel with the same call ``JITFunction.run`` ends with. A Triton
-    whose launcher takes other arguments raises ``TypeError`` at the first
-    such launch, and the direct launches then stop for the whole process.
+    ``kernel[grid](*args, **kw)`` binds its arguments, works out what the
+    compiled kernel is specialised on (the dtype and 16-byte alignment of each
+    pointer, and N) and looks the kernel up, on every call. Calls on one GPU,
+    dtype and N, with aligned pointers, share all of that, so the first goes
+    through Triton and the kernel it returns is kept; later calls hand its
+    launcher the changing arguments only, pointers as ints (the launcher
+    checks a tensor's pointer with a driver call, an int's not at all).
     """
 
-    # False for the whole process once a launcher refuses, or when this
-    # Triton keeps its launch hooks elsewhere (before triton.knobs).
+    # False for the whole process once a launcher refuses these arguments (a
+    # Triton whose launcher takes others), or when this Triton keeps its launch
+    # hooks elsewhere (before triton.knobs): every call then goes through Triton.
     works = hasattr(triton, "knobs")
 
-    def __init__(self, kernel):
-        self.kernel = kernel
-        self.params = [(p.name, p.default) for p in kernel.params]
-        self.compiled = {}
+    def __init__(self, kernel, grid: int, args: tuple, kw: dict):
+        self.compiled = kernel[(grid,)](*args, **kw)
+        # The launcher takes every parameter, constexprs included, in order.
+        self.constants = tuple(kw.get(p.name, p.default) for p in kernel.params[len(args) :])
+        self.run = self.compiled.run
+        self.handles = self.compiled.function, self.compiled.packed_metadata
 
-    def __getitem__(self, grid):
-        return lambda *args, **kw: self.launch(grid, args, kw)
+    def __call__(self, grid: int, stream: int, *args) -> None:
+        values = args + self.constants
+        hooks = triton.knobs.runtime  # as JITFunction.run passes them
+        enter = hooks.launch_enter_hook
+        grid3 = (grid, 1, 1)
+        meta = None if enter is None else self.compiled.launch_metadata(grid3, stream, *values)
+        self.run(grid, 1, 1, stream, *self.handles, meta, enter, hooks.launch_exit_hook, *values)
 
-    def launch(self, grid, args, kw):
-        device = torch.cuda.current_device()
-        key = (device, tuple(map(_specialisation, args)), tuple(kw.items()))
-        compiled = self.compiled.get(key) if _Direct.works else None
-        if compiled is None:
-            self.compiled[key] = self.kernel[grid](*args, **kw)
-            return
-        values = args + tuple(kw.get(name, default) for name, default in self.params[len(args) :])
-        grid = tuple(grid) + (1,) * (3 - len(grid))
-        stream = torch._C._cuda_getCurrentRawStream(device)
-        hooks = triton.knobs.runtime  # launch hooks, as JITFunction.run passes them
+
+# Per GPU, dtype and N: the launch rules' answers (they read the GPU's
+# properties, which costs more than a launch), the PDL options, and the kept
+# kernels, filled in by the first aligned call of each.
+_PLANS: dict = {}
+
+
+class _Plan:
+    def __init__(self, x: torch.Tensor, n: int):
+        self.block = triton.next_power_of_2(n)
+        self.rows, self.warps = _forward_launch(self.block)
+        self.programs, self.bwd_rows, self.stages, self.bwd_warps = _backward_launch(
+            x, 2**31, self.block
+        )
+        self.pdl = _pdl(x)
+        self.forward = {}  # training (STORE_INV) -> _Kept
+        self.backward = self.dw_sum = None
+
+
+def _plan(x: torch.Tensor, n: int) -> _Plan:
+    key = (x.get_device(), x.dtype, n)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = _Plan(x, n)
+    return plan
+
+
+def _direct_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, training: bool):
+    """``_forward`` for a direct call: y, and inv_rms when training."""
+    n = x.shape[-1]
+    m = x.numel() // n
+    plan = _plan(x, n)
+    y = torch.empty_like(x)
+    inv_rms = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if training else y
+    pointers = x.data_ptr(), weight.data_ptr(), y.data_ptr(), inv_rms.data_ptr()
+    aligned = not functools.reduce(operator.or_, pointers) % 16
+    grid = triton.cdiv(m, plan.rows)
+    kept = plan.forward.get(training)
+    if kept is not None and aligned and _Kept.works:
         try:
-            compiled.run(
-                *grid, stream, compiled.function, compiled.packed_metadata,
-                compiled.launch_metadata(grid, stream, *values),
-                hooks.launch_enter_hook, hooks.launch_exit_hook, *values,
-            )  # fmt: skip
+            stream = torch._C._cuda_getCurrentRawStream(x.get_device())
+            kept(grid, stream, *pointers, m, n, eps)
+            return y, inv_rms
         except TypeError:
-            _Direct.works = False
-            self.kernel[grid](*args, **kw)
+            _Kept.works = False
+    args = (x, weight, y, inv_rms, m, n, eps)
+    kw = dict(BLOCK_N=plan.block, ROWS=plan.rows, STORE_INV=training, num_warps=plan.warps)
+    if aligned:
+        plan.forward[training] = _Kept(_rms_norm_fwd_kernel, grid, args, {**kw, **plan.pdl})
+    else:  # compiled for these pointers: launched, not kept
+        _rms_norm_fwd_kernel[(grid,)](*args, **kw, **plan.pdl)
+    return y, inv_rms
 
 
-def _specialisation(arg) -> tuple:
-    # What Triton specialises a compiled kernel on, for the argument types
-    # the kernels here take.
-    if isinstance(arg, torch.Tensor):
-        return arg.dtype, arg.data_ptr() % 16 == 0
-    if isinstance(arg, bool) or not isinstance(arg, int):
-        return (type(arg),)
-    return int, arg == 1, arg % 16 == 0, -(2**31) <= arg < 2**31
+def _direct_backward(grad, x, weight, inv_rms):
+    """``rms_norm_backward_triton`` for a direct call: (dx, dweight)."""
+    n = x.shape[-1]
+    m = x.numel() // n
+    device = x.get_device()
+    dy = grad.contiguous()
+    if device != torch.cuda.current_device():
+        return rms_norm_backward_triton(dy, x, weight, inv_rms)  # through the operator
+    plan = _plan(x, n)
+    programs = min(plan.programs, m)
+    dx = torch.empty_like(x)
+    dweight = torch.empty_like(weight)
+    dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+    main = (dy, x, weight, inv_rms, dx, dw_partial, m, n)
+    total = (dw_partial, dweight, programs, n)
+    pointers = tuple(map(torch.Tensor.data_ptr, main[:6])) + (dweight.data_ptr(),)
+    if functools.reduce(operator.or_, pointers) % 16:  # not a call kernels are kept for
+        return rms_norm_backward_triton(dy, x, weight, inv_rms)
+    grid = triton.cdiv(n, DW_SUM_BLOCK_N)
+    if plan.backward is not None and _Kept.works:
+        try:
+            stream = torch._C._cuda_getCurrentRawStream(device)
+            plan.backward(programs, stream, *pointers[:6], m, n)
+            plan.dw_sum(grid, stream, pointers[5], pointers[6], programs, n)
+            return dx, dweight
+        except TypeError:
+            _Kept.works = False
+    kw = dict(BLOCK_N=plan.block, ROWS=plan.bwd_rows, STAGES=plan.stages, num_warps=plan.bwd_warps)
+    plan.backward = _Kept(_rms_norm_bwd_kernel, programs, main, {**kw, **plan.pdl})
+    kw = dict(BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N, num_warps=DW_SUM_WARPS)
+    plan.dw_sum = _Kept(_dw_sum_kernel, grid, total, {**kw, **plan.pdl})
+    return dx, dweight
 
 
-_DIRECT: dict = {}
+def _direct_call(x, weight, eps) -> bool:
+    """Whether a call may launch the kernels directly: plain, valid arguments.
 
-
-def _direct(kernel):
-    launcher = _DIRECT.get(kernel)
-    if launcher is None:
-        # An autotuned kernel picks its configuration per call: launched as it is.
-        direct = isinstance(kernel, triton.runtime.JITFunction)
-        launcher = _DIRECT[kernel] = _Direct(kernel) if direct else kernel
-    return launcher
-
-
-def _skips_dispatcher(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    Any other call, including one with invalid arguments, takes the checked
+    path, which raises the errors ``_check_rms_norm_args`` words.
+    """
+    if type(x) not in _PLAIN or type(weight) not in _PLAIN or type(eps) is not float:
+        return False
+    n = x.shape[-1] if x.dim() else 0
     return (
         not INTERPRET
-        and type(x) in _PLAIN
-        and type(weight) in _PLAIN
         and x.is_cuda
+        and 0 < n <= MAX_REGISTER_ROW
+        and 0 < x.numel() // n < 2**31
+        and eps >= 0
+        and x.dtype in SUPPORTED_DTYPES
+        and weight.dtype == x.dtype  # autocast lets them differ
+        and weight.dim() == 1
+        and weight.shape[0] == n
+        and x.is_contiguous()
+        and weight.is_contiguous()
+        and x.get_device() == weight.get_device() == torch.cuda.current_device()
         and not torch.compiler.is_compiling()
         and torch._C._len_torch_dispatch_stack() == 0
         and torch._C._functorch.peek_interpreter_stack() is None
     )
 
 
-class _EagerTraining(torch.autograd.Function):
+class _DirectTraining(torch.autograd.Function):
     """The training pair of the operators above, for direct calls."""
 
     # forward takes ctx (no separate setup_context): Function.apply then does
-    # not bind the arguments to forward's signature on every call.
+    # not bind the arguments to forward's signature on every call. inv_rms is
+    # saved, not returned: with one output, autograd always hands backward a
+    # grad_y, and allocates no zeros for an output the loss did not use.
     @staticmethod
     def forward(ctx, x, weight, eps):
-        inv_rms = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-        y = _forward(x, weight, eps, inv_rms, _direct)
-        _fwd_setup_context(ctx, (x, weight, eps), (y, inv_rms))
-        return y, inv_rms
+        y, inv_rms = _direct_forward(x, weight, eps, training=True)
+        ctx.save_for_backward(x, weight, inv_rms)
+        return y
 
     @staticmethod
-    def backward(ctx, grad, grad_inv_rms):
-        direct = lambda *args: _backward_kernels(*args, launch=_direct)  # noqa: E731
-        return _fwd_backward(ctx, grad, grad_inv_rms, backward=direct)
+    def backward(ctx, grad):
+        x, weight, inv_rms = ctx.saved_tensors
+        dx, dweight = _direct_backward(grad, x, weight, inv_rms)
+        needs = ctx.needs_input_grad
+        return dx if needs[0] else None, dweight if needs[1] else None, None
+
+
+def direct_rms_norm(x, weight, eps) -> Optional[torch.Tensor]:  # noqa: UP045
+    """``opguide.rms_norm(x, weight, eps, backend="triton")`` launched directly.
+
+    Returns None for a call that needs the operators (see ``_direct_call``).
+    """
+    if not _direct_call(x, weight, eps):
+        return None
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _DirectTraining.apply(x, weight, eps)
+    return _direct_forward(x, weight, eps, training=False)[0]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """What ``opguide.rms_norm(x, weight, eps, backend="triton")`` runs.
+    """What ``opguide.rms_norm(x, weight, eps, backend="triton")`` runs on checked arguments.
 
-    The training operator when gradients are needed, the inference one
-    otherwise; launched directly when nothing needs the dispatcher.
+    Launched directly when nothing needs the dispatcher; otherwise the
+    training operator when gradients are needed, the inference one if not.
     """
-    training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    if _skips_dispatcher(x, weight):
-        if training:
-            return _EagerTraining.apply(x, weight, eps)[0]
-        return _forward(x, weight, eps, None, _direct)
-    if training:
+    y = direct_rms_norm(x, weight, eps)
+    if y is not None:
+        return y
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         return rms_norm_fwd_triton(x, weight, eps)[0]
     return rms_norm_triton(x, weight, eps)
 
+
+from . import ops  # noqa: E402
+
+# opguide.rms_norm tries it first; the interpreter's calls take the operators.
+ops.DIRECT_TRITON = None if INTERPRET else direct_rms_norm
 
 # [eager-path-end]
 

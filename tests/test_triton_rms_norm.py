@@ -287,30 +287,58 @@ def test_cuda_backward_matches_reference(shape, dtype):
 
 @pytest.mark.cuda
 @compiled_triton
-@pytest.mark.parametrize("shape", [(1, 4096), (64, 1000), (3, 20000)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(1, 4096), (16, 4096), (64, 1000), (17, 8192), (3, 20000)], ids=str
+)
 def test_cuda_eager_path_matches_the_operators(shape):
-    # A plain call launches the kernels directly (no dispatcher); it must give
-    # the operators' bits, forward and backward, and leave the operators to
+    # A plain call launches the kernels directly (no dispatcher), relaunching
+    # the kernels Triton compiled for its first call; it must give the
+    # operators' bits, forward and backward, and leave the operators to
     # anything that watches the dispatcher.
     x, w = make_inputs(shape, torch.bfloat16, device="cuda", requires_grad=True)
     grad = torch.randn(shape, device="cuda").to(torch.bfloat16)
-    assert triton_ops._skips_dispatcher(x, w)
+    assert triton_ops._direct_call(x, w, 1e-6) == (shape[-1] <= triton_ops.MAX_REGISTER_ROW)
     with torch.no_grad():
-        y = opguide.rms_norm(x, w, backend="triton")
-        y_again = opguide.rms_norm(x, w, backend="triton")  # a launch of the kept kernel
-    assert torch.equal(y, torch.ops.opguide.rms_norm_triton(x, w, 1e-6))
-    assert torch.equal(y_again, y)
-    assert triton_ops._Direct.works, "this Triton's launcher refused the direct launch"
-    direct = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton"), (x, w), grad)
-    y_op = torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)[0]
+        y_op = torch.ops.opguide.rms_norm_triton(x, w, 1e-6)
+        for _ in range(3):  # the first call goes through Triton, the others relaunch
+            assert torch.equal(opguide.rms_norm(x, w, backend="triton"), y_op)
+    y_op, _ = torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)
     via_op = torch.autograd.grad(y_op, (x, w), grad)
-    assert all(map(torch.equal, direct, via_op))
+    for _ in range(3):
+        direct = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton"), (x, w), grad)
+        assert all(map(torch.equal, direct, via_op))
+    assert triton_ops._Kept.works, "this Triton's launcher refused the direct launch"
     with OpRecorder() as rec:
         opguide.rms_norm(x, w, backend="triton")
     assert "opguide.rms_norm_fwd_triton.default" in rec.ops, rec.ops
     seen = []
-    torch.vmap(lambda a: seen.append(triton_ops._skips_dispatcher(a, w)) or a)(x.detach())
+    torch.vmap(lambda a: seen.append(triton_ops._direct_call(a, w, 1e-6)) or a)(x.detach())
     assert seen == [False]
+
+
+@pytest.mark.cuda
+@compiled_triton
+def test_cuda_eager_path_with_odd_pointers_and_gradients():
+    # Inputs 2 bytes off 16-byte alignment, a gradient with stride 0 (from a
+    # sum), and a gradient for the weight alone: each must match the operators.
+    m, n = 33, 4096
+    flat = torch.randn(m * n + 1, device="cuda").to(torch.bfloat16)
+    w = torch.randn(n, device="cuda").to(torch.bfloat16).requires_grad_()
+    for x in (flat[1:].view(m, n), flat[:-1].view(m, n)):  # misaligned, then aligned
+        x = x.detach().requires_grad_()
+        for _ in range(2):
+            with torch.no_grad():
+                expected = torch.ops.opguide.rms_norm_triton(x, w, 1e-6)
+                assert torch.equal(opguide.rms_norm(x, w, backend="triton"), expected)
+            got = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton").sum(), (x, w))
+            want = torch.autograd.grad(
+                torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)[0].sum(), (x, w)
+            )
+            assert all(map(torch.equal, got, want))
+    x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+    (dw,) = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton").sum(), (w,))
+    (want,) = torch.autograd.grad(torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)[0].sum(), (w,))
+    assert torch.equal(dw, want)
 
 
 @pytest.mark.cuda
