@@ -79,6 +79,11 @@ nb_execution_show_tb = True
 nb_execution_timeout = 900
 
 # -- Gallery (sphinx-gallery) -------------------------------------------------
+# The thumbnails of the steps that plot nothing (docs/_ext/thumbnails.py).
+from thumbnails import write_thumbnails  # noqa: E402
+
+write_thumbnails(DOCS / "_thumbnails")
+
 sphinx_gallery_conf = {
     "examples_dirs": str(ROOT / "examples_src"),
     "gallery_dirs": "auto_examples",

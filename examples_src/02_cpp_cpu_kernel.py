@@ -2,10 +2,10 @@ r"""
 Step 2: A C++ CPU kernel
 ========================
 
-The Python operator of step 1 runs six PyTorch kernels, each a full pass over
-memory. Here the same operator becomes one C++ kernel that reads each row
-once, with its schema defined in C++ and its kernel registered for the CPU
-dispatch key.
+The Python operator of :doc:`step 1 <01_first_operator>` runs six PyTorch
+kernels, each a full pass over memory. Here the same operator becomes one C++
+kernel that reads each row once, with its schema defined in C++ and its kernel
+registered for the CPU dispatch key.
 
 In this step you will learn:
 
@@ -69,6 +69,8 @@ from torch.utils.cpp_extension import load
 
 from guidekit.compile_checks import source_root
 
+# sphinx_gallery_thumbnail_path = "_thumbnails/02.png"
+
 ROOT = source_root()  # the opguide source tree (csrc/ is there)
 build_dir = ROOT / "build" / "jit" / "rms_norm_minimal_cpu"
 build_dir.mkdir(parents=True, exist_ok=True)
@@ -94,9 +96,9 @@ print("CPU kernel registered:", torch._C._dispatch_has_kernel_for_dispatch_key(o
 # %%
 # Checking it against the reference
 # ---------------------------------
-# ``opguide.reference`` holds the pure-PyTorch definition (step 1's body) that
-# every test compares with. The kernel must match it for every dtype, and for
-# any row length:
+# ``opguide.reference`` holds the pure-PyTorch definition
+# (:doc:`step 1 <01_first_operator>`'s body) that every test compares with. The
+# kernel must match it for every dtype, and for any row length:
 from opguide.reference import rms_norm_reference  # noqa: E402
 
 # The tolerance of one rounding to each dtype (opguide's tests use the same table).
@@ -114,7 +116,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 
 # %%
 # A C++ operator needs a fake kernel too. It is written in Python, as in
-# step 1, but registered by name because the operator was defined in C++.
+# :doc:`step 1 <01_first_operator>`, but registered by name because the operator was defined in C++.
 # With it, :func:`torch.library.opcheck` passes:
 torch.library.register_fake("opguide_minimal::rms_norm")(
     lambda x, w, eps: torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -202,13 +204,14 @@ for bad in [(x.int(), w), (x, w.half()), (x, w[:100])]:
 # How fast is it?
 # ---------------
 # A first look (:doc:`step 11 <11_performance>` measures properly): the
-# library's kernel and the minimal one against the Python operator of step 1,
-# PyTorch's own RMSNorm and ``x.clone()``, which reads and writes the same
-# bytes as the operator, on one (2048, 4096) float32 input, median of several
-# runs. The copy allocates its output with PyTorch's default allocator, the
-# library's kernel with huge pages; where fresh memory is expensive to touch,
-# the kernel can therefore beat the copy (step 11 explains). The last line
-# compares the two kernels on this machine.
+# library's kernel and the minimal one against the Python operator of
+# :doc:`step 1 <01_first_operator>`, PyTorch's own RMSNorm and ``x.clone()``,
+# which reads and writes the same bytes as the operator, on one (2048, 4096)
+# float32 input, median of several runs. The copy allocates its output with
+# PyTorch's default allocator, the library's kernel with huge pages; where
+# fresh memory is expensive to touch, the kernel can therefore beat the copy
+# (:doc:`step 11 <11_performance>` explains). The last line compares the two
+# kernels on this machine.
 import statistics  # noqa: E402
 
 

@@ -2,9 +2,9 @@ r"""
 Step 3: A CUDA kernel
 =====================
 
-The C++ kernel of step 2 serves CPU tensors. This step adds the kernel for
-CUDA tensors behind the same schema: the dispatcher picks it whenever ``x``
-lives on a GPU, and nothing changes for the caller.
+The C++ kernel of :doc:`step 2 <02_cpp_cpu_kernel>` serves CPU tensors. This
+step adds the kernel for CUDA tensors behind the same schema: the dispatcher
+picks it whenever ``x`` lives on a GPU, and nothing changes for the caller.
 
 In this step you will learn:
 
@@ -55,7 +55,7 @@ things every CUDA operator must do:
 * **error checks**: ``C10_CUDA_CHECK`` on the launch's error code turns a bad
   launch into a Python ``RuntimeError`` instead of a silent wrong answer.
 
-It registers for the ``CUDA`` dispatch key of the namespace that step 2's
+It registers for the ``CUDA`` dispatch key of the namespace that :doc:`step 2 <02_cpp_cpu_kernel>`'s
 file defined, so the two files together are one operator with two kernels:
 
 .. literalinclude:: /../csrc/minimal/rms_norm_minimal_cuda.cu
@@ -77,6 +77,8 @@ from pathlib import Path
 import torch
 
 from guidekit import compile_checks
+
+# sphinx_gallery_thumbnail_path = "_thumbnails/03.png"
 
 ROOT = compile_checks.source_root()  # the opguide source tree (csrc/ is there)
 CSRC = ROOT / "csrc"
@@ -114,10 +116,11 @@ assert minimal.status != "failed", "the minimal CUDA kernel does not compile"
 # --------------------------------
 # :func:`torch.utils.cpp_extension.load` compiles ``.cu`` sources with nvcc
 # and the rest with the C++ compiler, then links one library. The CUDA file
-# needs the schema that step 2's file defines, so the cell first loads step 2's
-# library (built and loaded again only if this process does not have it yet:
-# the same ``load`` call is a no-op the second time), then the CUDA kernel.
-# The tolerance of one rounding to each dtype (opguide's tests use the same table).
+# needs the schema that :doc:`step 2 <02_cpp_cpu_kernel>`'s file defines, so
+# the cell first loads :doc:`step 2 <02_cpp_cpu_kernel>`'s library (built and
+# loaded again only if this process does not have it yet: the same ``load``
+# call is a no-op the second time), then the CUDA kernel. The tolerance of one
+# rounding to each dtype (opguide's tests use the same table).
 from opguide.testing import TOLERANCES as TOL  # noqa: E402
 
 if not HAVE_GPU:

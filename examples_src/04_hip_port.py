@@ -9,7 +9,7 @@ CUDA sources first, then compiles the result with ``hipcc``.
 
 In this step you will learn:
 
-* what hipify changes in the real sources of step 3, shown as a diff;
+* what hipify changes in the real sources of :doc:`step 3 <03_cuda_kernel>`, shown as a diff;
 * what differs on AMD hardware that the code itself must handle (64-wide
   wavefronts, shuffle intrinsics, bfloat16 headers);
 * how to compile-check the hipified, torch-free device code with ``hipcc`` on a
@@ -63,6 +63,8 @@ from pathlib import Path
 
 from guidekit import compile_checks
 from guidekit.compile_checks import source_root  # noqa: E402
+
+# sphinx_gallery_thumbnail_path = "_thumbnails/04.png"
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 CSRC = ROOT / "csrc"

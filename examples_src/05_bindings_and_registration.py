@@ -2,11 +2,12 @@ r"""
 Step 5: Bindings and registration
 =================================
 
-Steps 1 and 2 registered ``rms_norm`` with the PyTorch dispatcher. This step
-looks at that registration on its own: how schema strings are written, why
-the library registers operators with ``TORCH_LIBRARY`` instead of binding
-functions with pybind11, how the compiled library is loaded, and where the
-pieces registered from Python (fake kernels) live.
+Steps :doc:`1 <01_first_operator>` and :doc:`2 <02_cpp_cpu_kernel>` registered
+``rms_norm`` with the PyTorch dispatcher. This step looks at that registration
+on its own: how schema strings are written, why the library registers operators
+with ``TORCH_LIBRARY`` instead of binding functions with pybind11, how the
+compiled library is loaded, and where the pieces registered from Python (fake
+kernels) live.
 
 In this step you will learn:
 
@@ -23,7 +24,7 @@ In this step you will learn:
 opguide's schemas
 -----------------
 All of opguide's operators are defined in one file. Besides ``rms_norm``,
-there is now a training pair (step 8 explains it): ``rms_norm_fwd`` returns
+there is now a training pair (:doc:`step 8 <08_autograd>` explains it): ``rms_norm_fwd`` returns
 two tensors, and ``rms_norm_backward`` takes four.
 
 .. literalinclude:: /../csrc/opguide.cpp
@@ -66,6 +67,8 @@ import torch
 from torch.utils.cpp_extension import load_inline
 
 from guidekit.compile_checks import source_root  # noqa: E402
+
+# sphinx_gallery_thumbnail_path = "_thumbnails/05.png"
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 
@@ -320,7 +323,7 @@ except ImportError as err:
 
 # %%
 # Not depending on the CPython module API is what lets ``_C`` use Python's
-# stable ABI (``abi3``): one binary for every Python from 3.10 on (step 6
+# stable ABI (``abi3``): one binary for every Python from 3.10 on (:doc:`step 6 <06_the_build>`
 # builds that wheel). The package loads it on import, once:
 #
 # .. literalinclude:: /../opguide/_library.py
@@ -330,7 +333,7 @@ except ImportError as err:
 # and ``opguide/__init__.py`` then exports the checked wrappers and the
 # references. The fake kernels and the vmap and autocast rules are registered
 # as a side effect of importing ``opguide.ops``; the autograd kernels are C++
-# and come with the library (step 8):
+# and come with the library (:doc:`step 8 <08_autograd>`):
 #
 # .. literalinclude:: /../opguide/__init__.py
 #    :language: python
@@ -362,11 +365,11 @@ for line in sorted(matches)[:4]:
 # inverse RMS), and its backward takes ``rstd`` back along with a
 # ``bool[2] output_mask`` that skips unneeded gradients. opguide's training
 # pair, ``rms_norm_fwd`` and ``rms_norm_backward``, follows the same idea
-# (without the mask); step 8 builds it.
+# (without the mask); :doc:`step 8 <08_autograd>` builds it.
 #
 # What's next
 # -----------
-# Step 6 looks at the build that turns ``csrc/`` into ``opguide/_C.abi3.so``:
+# :doc:`Step 6 <06_the_build>` looks at the build that turns ``csrc/`` into ``opguide/_C.abi3.so``:
 # ``setup.py``, the switches it reads, the abi3 wheel, and JIT builds.
 
 # %%

@@ -2,10 +2,11 @@ r"""
 Step 6: The build
 =================
 
-Steps 2 and 5 compiled C++ from a running script. A library that others
-install needs a build: ``setup.py`` turns ``csrc/`` into
-``opguide/_C.abi3.so`` inside a wheel. This step walks through that build,
-the switches it reads, and the tools for finding out why a build fails.
+Steps :doc:`2 <02_cpp_cpu_kernel>` and :doc:`5 <05_bindings_and_registration>`
+compiled C++ from a running script. A library that others install needs a
+build: ``setup.py`` turns ``csrc/`` into ``opguide/_C.abi3.so`` inside a wheel.
+This step walks through that build, the switches it reads, and the tools for
+finding out why a build fails.
 
 In this step you will learn:
 
@@ -82,6 +83,8 @@ from importlib import metadata
 from pathlib import Path
 
 from guidekit.compile_checks import source_root  # noqa: E402
+
+# sphinx_gallery_thumbnail_path = "_thumbnails/06.png"
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 
@@ -307,4 +310,4 @@ shutil.rmtree(workdir)
 # %%
 # What's next
 # -----------
-# Step 7 is the test module that every change to these files must pass.
+# :doc:`Step 7 <07_the_tests>` is the test module that every change to these files must pass.

@@ -51,7 +51,7 @@ What each group guards against:
     shape. ``error_on_recompile`` turns a recompilation into an error, and
     Dynamo's ``unique_graphs`` counter must read 1. Removing a fake kernel
     from ``opguide/ops.py`` makes these fail with the messages shown in
-    step 5.
+    :doc:`step 5 <05_bindings_and_registration>`.
 
 ``test_backward_matches_reference`` and ``test_gradcheck``
     Wrong gradients. The first compares with autograd through the reference,
@@ -99,6 +99,8 @@ from pathlib import Path
 
 from guidekit.compile_checks import source_root  # noqa: E402
 
+# sphinx_gallery_thumbnail_path = "_thumbnails/07.png"
+
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 TEST_MODULES = ["tests/test_rms_norm.py", "tests/test_rms_norm_properties.py"]
 
@@ -138,7 +140,7 @@ for key, count in counts.items():
 # %%
 # What's next
 # -----------
-# Step 8 builds the backward kernel and the autograd registration that the
+# :doc:`Step 8 <08_autograd>` builds the backward kernel and the autograd registration that the
 # gradient tests above check.
 
 # %%

@@ -62,9 +62,10 @@ two operators with ``TORCH_LIBRARY_IMPL(opguide, CUDA, m)``):
    :start-after: // [backward-contract]
    :end-before: inline at::ScalarType rms_norm_acc_type
 
-The forward kernel of step 2 gained one line: it stores ``inv_rms`` for the
-row when asked to (``inv_rms_out`` is ``nullptr`` for the inference op).
-The host functions of both forward operators share one implementation:
+The forward kernel of :doc:`step 2 <02_cpp_cpu_kernel>` gained one line: it
+stores ``inv_rms`` for the row when asked to (``inv_rms_out`` is ``nullptr``
+for the inference op). The host functions of both forward operators share one
+implementation:
 
 .. literalinclude:: /../csrc/rms_norm_cpu.cpp
    :language: cpp
@@ -145,6 +146,8 @@ from torch.autograd.gradcheck import GradcheckError
 
 import opguide
 from opguide import rms_norm_backward_reference
+
+# sphinx_gallery_thumbnail_path = "_thumbnails/08.png"
 
 torch.manual_seed(0)
 for dtype in (torch.float32, torch.bfloat16):
@@ -276,7 +279,7 @@ print(f"(compile and run: {time.perf_counter() - start:.1f} s)")
 # -------------------------
 # A first measurement on one (2048, 4096) float32 input, median of several
 # runs: the C++ backward operator against the backward that autograd builds
-# for the six-operator Python version of step 1.
+# for the six-operator Python version of :doc:`step 1 <01_first_operator>`.
 
 
 def median_ms(fn, repeat=9):
@@ -310,8 +313,8 @@ print(
 # :func:`torch.library.register_autograd` registers the same formula from
 # Python: ``setup_context`` runs after the forward and decides what to keep;
 # ``backward`` receives one gradient per output and returns one per input,
-# ``None`` where there is none. The project template of step 18 registers
-# its operator this way.
+# ``None`` where there is none. The project template of
+# :doc:`step 18 <18_your_own_operator>` registers its operator this way.
 
 
 def setup_context(ctx, inputs, output):
@@ -392,7 +395,7 @@ print(
 # The Python kernel runs on every call, with gradients or without: it is the
 # ``Autograd`` kernel, and the dispatcher reaches it before the device's
 # kernel whatever the grad mode. At large sizes the kernels' time hides this;
-# at decode sizes it is a visible share of the call (step 11, "The eager
+# at decode sizes it is a visible share of the call (:doc:`step 11 <11_performance>`, "The eager
 # call", measures it on a GPU). Pick Python for a first version and for an
 # operator called on large tensors; pick C++ when the call itself must be
 # cheap, or when C++ code calls the operator and needs gradients.
@@ -448,7 +451,7 @@ print("autograd.Function gives the same gradients:", all(map(torch.equal, g1, g2
 # -----------
 # The CUDA chapter registers GPU kernels for ``rms_norm_fwd`` and
 # ``rms_norm_backward`` against the same schemas and contract; the tests of
-# step 7 then run on both devices.
+# :doc:`step 7 <07_the_tests>` then run on both devices.
 
 # %%
 # The files of this step, whole

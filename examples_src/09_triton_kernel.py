@@ -111,7 +111,7 @@ load the next rows while it computes the current ones (``STAGES``, three
 where they fit in shared memory). Short rows come ``ROWS`` at a time, so that
 each step of the loop has a few thousand elements to work on. The ``GDC``
 flag turns on programmatic dependent launch (the ``[pdl]`` block of the file;
-step 11, "Lessons", measures it for the CUDA kernels):
+:doc:`step 11 <11_performance>`, "Lessons", measures it for the CUDA kernels):
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python
@@ -219,6 +219,8 @@ import torch
 import opguide
 from opguide import rms_norm_reference
 from opguide import triton_rms_norm as triton_ops
+
+# sphinx_gallery_thumbnail_path = "_thumbnails/09.png"
 
 print("GPU visible:", torch.cuda.is_available())
 print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"))

@@ -83,7 +83,7 @@ gets one thread per 16-byte vector (up to 1024 threads; short rows share a
 block). Each thread keeps its vector of ``h = x + residual`` and of the weight
 in registers, so the second pass writes the output without reading memory;
 rows too long for that loop, and re-read in the second pass the residual
-elements the thread itself wrote. Step 11 ("Lessons") measures the choices:
+elements the thread itself wrote. :doc:`Step 11 <11_performance>` ("Lessons") measures the choices:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm.cuh
    :language: cpp
@@ -148,6 +148,8 @@ import torch
 import opguide
 from opguide import fused_add_rms_norm_reference
 from opguide import triton_rms_norm as triton_ops
+
+# sphinx_gallery_thumbnail_path = "_thumbnails/10.png"
 
 print(torch.ops.opguide.fused_add_rms_norm_.default._schema)
 print(torch.ops.opguide.fused_add_rms_norm_triton_.default._schema)
@@ -315,7 +317,7 @@ for bad in [
 # %%
 # Trade-offs, again
 # -----------------
-# The same operator three times makes the comparison of step 9 concrete:
+# The same operator three times makes the comparison of :doc:`step 9 <09_triton_kernel>` concrete:
 #
 # * **Effort**: the Triton kernel is about twenty lines, the dtype combinations
 #   come for free (the kernel is compiled per dtype on first use), and a

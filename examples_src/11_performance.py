@@ -427,7 +427,7 @@ print(
 # * **Autograd in C++.** The formula is a C++ kernel at the ``Autograd`` key
 #   (:doc:`step 8 <08_autograd>`). The dispatcher runs that kernel on every
 #   call, with gradients or without; registered from Python it re-entered the
-#   interpreter each time (step 8 times both ways).
+#   interpreter each time (:doc:`step 8 <08_autograd>` times both ways).
 # * **Checks once, in C++.** For plain tensors the wrapper calls the operator
 #   at once; the operator's C++ checks raise the same errors as the Python
 #   ones, which run only for the other calls.
@@ -494,7 +494,7 @@ def best(lines: list[dict], **want) -> dict | None:
 # threads a row needs, but the more registers each one uses; past what
 # ``__launch_bounds__`` allows, the compiler spills to memory. In bfloat16 a
 # thread kept the floats of its first conversion alive across the reduction,
-# twice the registers of the packed values; ``keep_packed`` (step 3) stops
+# twice the registers of the packed values; ``keep_packed`` (:doc:`step 3 <03_cuda_kernel>`) stops
 # that. The forward, by vectors per thread, with and without ``keep_packed``:
 packed = read_sweep("sweep_rms_norm_forward_keep_packed_h200.txt")
 on, off = "OPGUIDE_KEEP_PACKED=1", "OPGUIDE_KEEP_PACKED=0"

@@ -40,6 +40,8 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import include_paths
 
+# sphinx_gallery_thumbnail_path = "_thumbnails/12.png"
+
 print(torch.ops.aten.neg.default._schema)
 print("overloads of aten::add:", torch.ops.aten.add.overloads())
 print(torch.ops.aten.add.Tensor._schema)

@@ -65,6 +65,8 @@ from torch.utils.cpp_extension import load
 from guidekit.buildinfo import format_build_config, registered_operators
 from guidekit.compile_checks import source_root
 
+# sphinx_gallery_thumbnail_path = "_thumbnails/13.png"
+
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 SRC = ROOT / "csrc" / "dispatcher"
 
@@ -132,10 +134,11 @@ print(textwrap.fill(what.strip(), width=100, break_long_words=False, break_on_hy
 
 # %%
 # The error names the namespace, both source locations, and the two ways out.
-# The same error appears when one library is simply loaded twice under two
-# file names, for example the installed package and a JIT build of the same
-# sources. That is why the JIT builds of steps 2 and 3 compile their own
-# files, under their own namespace ``opguide_minimal``, rather than opguide's.
+# The same error appears when one library is simply loaded twice under two file
+# names, for example the installed package and a JIT build of the same sources.
+# That is why the JIT builds of steps :doc:`2 <02_cpp_cpu_kernel>` and
+# :doc:`3 <03_cuda_kernel>` compile their own files, under their own namespace
+# ``opguide_minimal``, rather than opguide's.
 #
 # Fix 1: distinct namespaces
 # --------------------------

@@ -39,6 +39,8 @@ import torch
 import opguide
 from guidekit.compile_checks import source_root  # noqa: E402
 
+# sphinx_gallery_thumbnail_path = "_thumbnails/14.png"
+
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 FAILING_CALL = """
     import torch, opguide

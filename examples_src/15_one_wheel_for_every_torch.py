@@ -2,11 +2,12 @@ r"""
 Step 15: One wheel for every torch (the stable ABI)
 ===================================================
 
-The library of steps 2 to 14 uses LibTorch's C++ API (``at::Tensor``,
-``TORCH_CHECK``, ``c10::cuda::getCurrentCUDAStream``). That API has no binary
-compatibility promise: a library built against one torch release calls C++
-functions by their mangled names, and the next release may rename, move or
-change them. The symptom is familiar: ``undefined symbol: _ZN3c10...`` after
+The library of steps :doc:`2 <02_cpp_cpu_kernel>` to :doc:`14 <14_debugging>`
+uses LibTorch's C++ API (``at::Tensor``, ``TORCH_CHECK``,
+``c10::cuda::getCurrentCUDAStream``). That API has no binary compatibility
+promise: a library built against one torch release calls C++ functions by their
+mangled names, and the next release may rename, move or change them. The
+symptom is familiar: ``undefined symbol: _ZN3c10...`` after
 ``pip install -U torch``, and one wheel to build per torch release.
 
 Since torch 2.10 PyTorch recommends the **LibTorch stable ABI** for new
@@ -146,6 +147,8 @@ import time
 import torch
 
 from guidekit import compile_checks
+
+# sphinx_gallery_thumbnail_path = "_thumbnails/15.png"
 
 ROOT = compile_checks.source_root()
 STABLE = ROOT / "stable"

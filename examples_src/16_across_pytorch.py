@@ -46,6 +46,8 @@ import opguide
 from guidekit import compile_checks
 from opguide import _library
 
+# sphinx_gallery_thumbnail_path = "_thumbnails/16.png"
+
 # torch.export warns about its own internals (pytree specs) on some releases.
 warnings.filterwarnings("ignore", category=FutureWarning)
 ROOT = compile_checks.source_root()
@@ -230,7 +232,7 @@ print("vmap over x, and over x and weight: equal to a loop over the batch")
 # batch outside the transform). The function transforms of ``torch.func``
 # (``grad``, ``vjp``, ``jacrev``) need every autograd formula they meet to be
 # one they can transform: a C++ ``torch::autograd::Function``, which the
-# library registers (step 8), is not, and neither is the Python one that
+# library registers (:doc:`step 8 <08_autograd>`), is not, and neither is the Python one that
 # ``register_autograd`` builds. A per-example gradient needs a
 # ``torch.autograd.Function`` of your own, with ``setup_context`` and a
 # ``vmap`` method. The attempt below prints what this torch says:
@@ -356,10 +358,11 @@ if HAVE_OUT_TAG:
 # current stream (the capture stream), allocates through PyTorch's allocator,
 # and never waits on the GPU from the CPU (no ``.item()``, no
 # ``cudaDeviceSynchronize``, no host-side decision on device data). The C++
-# wrappers follow the first two rules by construction (step 3), and no opguide
-# operator synchronises. An operator that cannot follow them carries the
-# ``cudagraph_unsafe`` tag (``torch.Tag.cudagraph_unsafe``): Inductor then
-# splits the graph around it and replays the rest.
+# wrappers follow the first two rules by construction
+# (:doc:`step 3 <03_cuda_kernel>`), and no opguide operator synchronises. An
+# operator that cannot follow them carries the ``cudagraph_unsafe`` tag
+# (``torch.Tag.cudagraph_unsafe``): Inductor then splits the graph around it
+# and replays the rest.
 RECORD = ROOT / "docs" / "recorded" / "across_pytorch_gpu.json"
 
 

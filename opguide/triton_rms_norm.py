@@ -71,6 +71,7 @@ else:
     launchable = torch.library.wrap_triton
 # [register-choice-end]
 
+#: The dtypes the Triton kernels take.
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -236,7 +237,8 @@ def _rms_norm_fwd_long_kernel(
 
 # [long-row-kernel-end]
 
-# Longest row (elements) that the forward keeps in registers.
+#: Longest row (elements) that the kernels keep in registers; longer rows take
+#: the long-row kernels.
 MAX_REGISTER_ROW = 16384
 
 
