@@ -213,10 +213,10 @@ torch.testing.assert_close(normalise_then_gate_fixed(x, w), normalise_then_gate(
 # %%
 # GPU tools
 # ---------
-# Three tools cover most GPU kernel bugs. None can run on this page's build
-# machine; the commands are below, and the outputs after them come from a real
-# run of ``tools/record_gpu_debug.py``, which compiles the programs shown here
-# and runs each one under its tool.
+# Three tools cover most GPU kernel bugs. None of them runs while the site is
+# built, on a GPU machine or not; the commands are below, and the outputs
+# after them come from a real run of ``tools/record_gpu_debug.py``, which
+# compiles the programs shown here and runs each one under its tool.
 #
 # **CUDA_LAUNCH_BLOCKING=1.** Kernel launches return before the kernel runs, so
 # a failing kernel is reported by a later call that waits for the GPU, with a
