@@ -16,8 +16,10 @@ In this step you will learn:
 * on a GPU: ``CUDA_LAUNCH_BLOCKING=1``, ``compute-sanitizer`` (memcheck and
   racecheck) and Nsight Compute (``ncu``), with outputs recorded on a real GPU.
 
-The CPU demonstrations run while this page is built. The GPU ones cannot run
-on the build machine; their outputs come from a recording, labelled as such.
+The CPU demonstrations run while this page is built. The GPU ones need
+``compute-sanitizer``, ``ncu`` and kernels that crash on purpose, so they
+never run during a site build, with a GPU or without: their outputs come from
+a recording made by ``tools/record_gpu_debug.py``, labelled as such.
 """
 
 # %%
@@ -30,6 +32,7 @@ on the build machine; their outputs come from a recording, labelled as such.
 # when it starts, so the call runs in a child process, once without and once
 # with it:
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -265,6 +268,23 @@ torch.testing.assert_close(normalise_then_gate_fixed(x, w), normalise_then_gate(
 # ``docs/recorded/gpu_debug.json`` on a machine with an NVIDIA GPU. This page
 # shows that file when it is in the repository:
 RECORDING = ROOT / "docs" / "recorded" / "gpu_debug.json"
+
+
+def shown(output: str, keep: int = 1) -> str:
+    """A tool's output as the page shows it: its first ``keep`` reports whole.
+
+    compute-sanitizer prints one report per faulting thread, each ended by a
+    line of ``=========``; the others are counted, not repeated. The
+    recording's temporary directory is written as ``./``.
+    """
+    lines = re.sub(r"/tmp/opguide_gpu_debug_\w+/", "./", output.rstrip()).splitlines()
+    ends = [i for i, line in enumerate(lines) if line.rstrip() == "========="]
+    if len(ends) <= keep:
+        return "\n".join(lines)
+    more = f"... {len(ends) - keep} more reports ..."
+    return "\n".join(lines[: ends[keep - 1] + 1] + [more] + lines[ends[-1] + 1 :])
+
+
 if RECORDING.is_file():
     record = json.loads(RECORDING.read_text())
     print(
@@ -273,7 +293,7 @@ if RECORDING.is_file():
     )
     for run in record["runs"]:
         print(f"\n$ {run['command']}    # exit status {run['returncode']}")
-        print(run["output"].rstrip())
+        print(shown(run["output"]))
 else:
     print(
         f"No recording is present yet: {RECORDING.relative_to(ROOT)} does not exist, so\n"
