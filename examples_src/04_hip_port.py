@@ -105,8 +105,9 @@ show_diff(CSRC / "rms_norm_cuda.cu", mapping[CSRC / "rms_norm_cuda.cu"])
 # ``HIP_PLATFORM=amd`` makes it compile for AMD even where it would otherwise
 # hand the file to nvcc. It cannot compile the hipified *wrapper* (that needs
 # a ROCm build of torch's headers), so the check covers the torch-free device
-# code: every kernel, instantiated for every dtype, for MI200 (``gfx90a``)
-# and MI300 (``gfx940``).
+# code: every kernel, instantiated for the dtypes this hipcc compiles (the
+# output says which are left out), for MI200 (``gfx90a``) and MI300
+# (``gfx940``).
 hipcc = compile_checks.find_hipcc()
 print("hipcc:", hipcc or "not found")
 hip_source = mapping[CSRC / "device_checks" / "rms_norm.cu"]

@@ -232,8 +232,8 @@ else:
 # ---------------------------------------
 # With ``fullgraph=True`` a graph break is an error, so a training step that
 # compiles proves that Dynamo traced the forward and AOTAutograd derived the
-# backward graph from ``register_autograd``, using the fake kernels for
-# shapes. A backend that only records the two graphs shows what ended up in
+# backward graph from the operator's autograd formula, using the fake kernels
+# for shapes. A backend that only records the two graphs shows what ended up in
 # each:
 graphs = {}
 
@@ -390,13 +390,23 @@ print(
     f"The Python kernel costs {p_ng - c_ng:+.1f} us per call without gradients and "
     f"{p_tr - c_tr:+.1f} us with a backward ({torch.get_num_threads()} threads, {x.device})."
 )
+share_ng, share_tr = (p_ng - c_ng) / c_ng, (p_tr - c_tr) / c_tr
+print(
+    f"That is {share_ng:+.0%} of the C++ call without gradients, {share_tr:+.0%} of it with a "
+    "backward"
+    + (
+        ": lost in the backward's own cost, which is most of a training call."
+        if abs(share_tr) < 0.05
+        else "."
+    )
+)
 
 # %%
 # The Python kernel runs on every call, with gradients or without: it is the
 # ``Autograd`` kernel, and the dispatcher reaches it before the device's
 # kernel whatever the grad mode. At large sizes the kernels' time hides this;
-# at decode sizes it is a visible share of the call (:doc:`step 11 <11_performance>`, "The eager
-# call", measures it on a GPU). Pick Python for a first version and for an
+# at decode sizes it can be a visible share of the call (the last lines above
+# measure it here). Pick Python for a first version and for an
 # operator called on large tensors; pick C++ when the call itself must be
 # cheap, or when C++ code calls the operator and needs gradients.
 

@@ -67,12 +67,11 @@ per row and one warp:
    :start-after: # [launch-rules]
    :end-before: # [launch-rules-end]
 
-The first version asked :func:`triton.autotune` instead: on the first call
-for a new value of its ``key`` (here the row length ``N``), it times every
+Why a rule and not :func:`triton.autotune`: on the first call for a new
+value of its ``key`` (here the row length ``N``), the autotuner times every
 config and keeps the fastest. That is the right tool when the best config
-depends on the key alone. Here it also depends on the number of rows, and
-the autotuner kept whatever suited the first ``M`` it saw for each ``N``:
-at (8192, 4096) it ran 6 points under the rule's choice.
+depends on the key alone. Here it also depends on the number of rows, and an
+autotuner keyed on ``N`` keeps whatever suited the first ``M`` it saw.
 
 A row longer than 16384 elements no longer fits in registers. For those the
 operator launches a second kernel, which still uses the autotuner: one
@@ -118,8 +117,8 @@ flag turns on programmatic dependent launch (the ``[pdl]`` block of the file;
    :start-after: # [backward-kernel]
    :end-before: # [backward-kernel-end]
 
-Rows too long to hold in registers (past 64 KiB: 16384 float32 or 32768
-bfloat16 elements) take two simpler kernels: one program per row walks it in
+Rows too long to hold in registers (more than ``MAX_REGISTER_ROW``, 16384
+elements, in every dtype) take two simpler kernels: one program per row walks it in
 chunks, once for the row's sum and once for ``dx``, and ``dweight`` is summed
 over strips of columns, then by ``_dw_sum_kernel`` as above. The second walk
 over the row may come from memory rather than L2, so these rows run slower

@@ -173,8 +173,9 @@ print("out", tuple(out.shape), out.dtype, "| inv_rms", tuple(inv_rms.shape), inv
 # Checking every backend against the reference
 # --------------------------------------------
 # The reference computes the same contract without touching its inputs and
-# returns what the residual should hold afterwards. Random data, the three
-# backends available here, with and without weight, a float32 residual under
+# returns what the residual should hold afterwards. Random data, every
+# backend and device available here (the output lists them), with and without
+# weight, a float32 residual under
 # bfloat16 activations, and a float32 output for float16 inputs. The updated
 # residual must match *exactly* (one rounding, the same everywhere), except
 # that Triton's interpreter rounds float32 to bfloat16 by truncation (a GPU
@@ -327,9 +328,9 @@ for bad in [
 # * **Portability**: the Triton kernel runs on AMD GPUs through Triton's ROCm
 #   backend as it is. The CUDA kernel needs hipify plus the shim in
 #   ``device_common.cuh`` (wavefront width, shuffles without a lane mask).
-# * **Limits**: this Triton kernel keeps a row in registers, so rows are limited
-#   to 64 KiB of input (e.g. 32768 bfloat16 elements); the C++ and CUDA kernels
-#   loop over any row length. Float64 is C++/CUDA only.
+# * **Limits**: rows longer than 16384 elements take the Triton kernel for long
+#   rows, which reads each row twice; the C++ and CUDA kernels loop over any
+#   row length. Float64 is C++/CUDA only.
 # * **Speed**: measured on a GPU by the performance chapter; on CPU the Triton
 #   route is the interpreter, a correctness tool.
 

@@ -328,7 +328,7 @@ print(f"The CUDA kernel ran in {len(on_gpu)} of them; the others had no GPU (CUD
 #   library above needs none.
 # * **The Python side.** The fake kernel is registered from Python
 #   (``torch.library``), as for the classic library
-#   (:doc:`step 7 <07_the_tests>`). The stable ABI has no autograd API: an
+#   (:doc:`step 5 <05_bindings_and_registration>`). The stable ABI has no autograd API: an
 #   operator built on it that needs gradients registers its formula from
 #   Python with ``register_autograd``, as :doc:`step 8 <08_autograd>` shows
 #   (the classic library's formula is C++).

@@ -75,7 +75,7 @@ class Block(torch.nn.Module):
 # torch.export and AOTInductor
 # ----------------------------
 # :func:`torch.export.export` traces the model into a graph of ATen and
-# ``opguide`` operators; the fake kernels of :doc:`step 7 <07_the_tests>`
+# ``opguide`` operators; the fake kernels of :doc:`step 5 <05_bindings_and_registration>`
 # give it the shapes. The mutation of ``residual`` shows as a plain call of
 # the mutating op: the schema's ``Tensor(a!)`` tells export what it writes.
 torch.manual_seed(0)

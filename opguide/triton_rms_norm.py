@@ -361,9 +361,9 @@ def _dw_columns_kernel(
 
 # [launch-rules]
 # Launch parameters, from a sweep on an H200 (tools/sweep_triton.py; output
-# in docs/recorded/sweep_triton_*_h200.txt). They used to come from
-# triton.autotune keyed on N, but the best choice depends on M too, and the
-# autotuner kept whatever suited the first M it saw.
+# in docs/recorded/sweep_triton_*_h200.txt), not triton.autotune keyed on N:
+# the best choice depends on M too, and such an autotuner keeps whatever
+# suited the first M it sees.
 def _forward_launch(block: int) -> tuple[int, int]:
     """(ROWS, num_warps) of the forward: about 2048 elements per program, 16 per thread."""
     if INTERPRET:
