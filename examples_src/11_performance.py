@@ -162,11 +162,21 @@ print(
 # ``torch.compile`` of the Python reference, and two other libraries:
 # Liger-Kernel (Triton) and Quack (CuTe DSL). It was written by
 # ``python -m guidekit.benchmark --sweep``, once for bfloat16 and once for
-# float16 (the plots show bfloat16; float16 is within a few points of it):
+# float16 (the plots show bfloat16; the last line compares float16 with it):
 print(f"{sweep['dtypes']}, M * N = {sweep['elements']} elements, N = {sweep['ns']}")
 print(f"Triton {sweep_file['triton']}, CUDA {sweep_file['cuda']}")
 for name, why in sweep["peers_missing"].items():
     print(f"not installed when recorded: {name} ({why})")
+by_point: dict = {}
+for r in ALL_ROWS:
+    if r["impl"] == "opguide":
+        by_point.setdefault((r["pass"], r["n"]), {})[r["dtype"]] = r["vs_copy"]
+gaps = [100 * abs(v["fp16"] - v["bf16"]) for v in by_point.values() if len(v) == 2]
+if gaps:
+    print(
+        f"opguide, float16 against bfloat16: {statistics.median(gaps):.1f} points of the copy "
+        f"apart at the median point, {max(gaps):.1f} at most ({len(gaps)} points)"
+    )
 
 COLORS = {
     "opguide": "C0",
