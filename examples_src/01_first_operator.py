@@ -33,9 +33,8 @@ import time
 
 import torch
 
+
 # sphinx_gallery_thumbnail_path = "_thumbnails/01.png"
-
-
 @torch.library.custom_op("opguide_step1::rms_norm", mutates_args=())
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     xf = x.float()

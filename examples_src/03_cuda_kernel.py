@@ -79,7 +79,6 @@ import torch
 from guidekit import compile_checks
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/03.png"
-
 ROOT = compile_checks.source_root()  # the opguide source tree (csrc/ is there)
 CSRC = ROOT / "csrc"
 HAVE_GPU = torch.version.cuda is not None and torch.cuda.is_available()

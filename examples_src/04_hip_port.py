@@ -65,7 +65,6 @@ from guidekit import compile_checks
 from guidekit.compile_checks import source_root  # noqa: E402
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/04.png"
-
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 CSRC = ROOT / "csrc"
 scratch = Path(tempfile.mkdtemp(prefix="opguide-hipify-"))

@@ -69,7 +69,6 @@ from torch.utils.cpp_extension import load_inline
 from guidekit.compile_checks import source_root  # noqa: E402
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/05.png"
-
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 
 CPP_SOURCE = r"""

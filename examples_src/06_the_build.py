@@ -82,10 +82,9 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from guidekit.compile_checks import source_root  # noqa: E402
+from guidekit.compile_checks import source_root, without_machine_paths  # noqa: E402
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/06.png"
-
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 
 
@@ -120,7 +119,7 @@ for switches in [{"DEBUG": "2"}, {"USE_CUDA": "1"}]:
 #    :pyobject: build_config
 status, out = run([sys.executable, "-m", "guidekit.buildinfo"], env={"MAX_JOBS": "2"})
 assert status == 0, out
-print(out.replace(str(ROOT), "<repo>").replace(sys.prefix, "<venv>"))
+print(without_machine_paths(out))  # <repo>, <venv>, <tmp> for this machine's folders
 
 # %%
 # Comparing this output between a machine where the build works and one where
@@ -246,7 +245,7 @@ assert f"imported {target}" in out, "the fresh process did not import the wheel'
 # the installed distribution is the one with pip's direct_url.json.)
 records = [d.read_text("direct_url.json") for d in metadata.distributions(name="opguide")]
 direct_url = next((r for r in records if r), None)
-print("direct_url.json:", str(direct_url).replace(str(ROOT), "<repo>"))
+print("direct_url.json:", without_machine_paths(str(direct_url)))
 print("this process imports opguide from:", end=" ")
 import opguide  # noqa: E402
 
@@ -293,7 +292,7 @@ print(f"{{time.perf_counter() - start:5.1f}} s  {{Path(path).parent.name}}/{{Pat
 # value when the script runs on its own.
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / "build" / "torch_extensions"))
 cache = Path(os.environ["TORCH_EXTENSIONS_DIR"])
-print("TORCH_EXTENSIONS_DIR =", str(cache).replace(str(ROOT), "<repo>"))
+print("TORCH_EXTENSIONS_DIR =", without_machine_paths(str(cache)))
 for attempt in ("first process ", "second process"):
     status, out = run([sys.executable, "-c", JIT])
     assert status == 0, out

@@ -100,7 +100,6 @@ from pathlib import Path
 from guidekit.compile_checks import source_root  # noqa: E402
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/07.png"
-
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 TEST_MODULES = ["tests/test_rms_norm.py", "tests/test_rms_norm_properties.py"]
 

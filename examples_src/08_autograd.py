@@ -148,7 +148,6 @@ import opguide
 from opguide import rms_norm_backward_reference
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/08.png"
-
 torch.manual_seed(0)
 for dtype in (torch.float32, torch.bfloat16):
     x = torch.randn(64, 1000, dtype=dtype, requires_grad=True)

@@ -150,7 +150,6 @@ from opguide import fused_add_rms_norm_reference
 from opguide import triton_rms_norm as triton_ops
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/10.png"
-
 print(torch.ops.opguide.fused_add_rms_norm_.default._schema)
 print(torch.ops.opguide.fused_add_rms_norm_triton_.default._schema)
 

@@ -41,7 +41,6 @@ import torch
 from torch.utils.cpp_extension import include_paths
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/12.png"
-
 print(torch.ops.aten.neg.default._schema)
 print("overloads of aten::add:", torch.ops.aten.add.overloads())
 print(torch.ops.aten.add.Tensor._schema)
@@ -146,22 +145,29 @@ for key in ("CPU:", "PrivateUse1:"):
 # backend is built, loaded and used in child processes, and the page prints
 # what they print.
 # sphinx-gallery runs this script from examples_src/; so does the test suite.
-from guidekit.compile_checks import source_root  # noqa: E402
+from guidekit.compile_checks import source_root, without_machine_paths  # noqa: E402
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 DISPATCHER_SRC = ROOT / "csrc" / "dispatcher"
 
 
 def run_child(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """Runs Python `code` (or a file, when `code` ends in .py) in a fresh process."""
+    """Runs Python `code` (or a file, when `code` ends in .py) in a fresh process.
+
+    Its output comes back with this machine's folders written as ``<repo>``,
+    ``<venv>`` and ``<tmp>``.
+    """
     command = [code] if code.endswith(".py") else ["-c", textwrap.dedent(code)]
-    return subprocess.run(
+    child = subprocess.run(
         [sys.executable, *command, *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=600,
     )
+    child.stdout = without_machine_paths(child.stdout)
+    child.stderr = without_machine_paths(child.stderr)
+    return child
 
 
 def build_in_child(name: str, source: str) -> str:
@@ -178,7 +184,7 @@ def build_in_child(name: str, source: str) -> str:
                    build_directory={str(build_dir)!r}, is_python_module=False))
     """)
     assert child.returncode == 0, child.stderr
-    return child.stdout.strip().splitlines()[-1]
+    return str(build_dir / f"{name}.so")  # the file load() built and printed
 
 
 start = time.perf_counter()

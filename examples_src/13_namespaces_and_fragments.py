@@ -63,10 +63,9 @@ from torch.utils.cpp_extension import load
 
 # sphinx-gallery runs this script from examples_src/; so does the test suite.
 from guidekit.buildinfo import format_build_config, registered_operators
-from guidekit.compile_checks import source_root
+from guidekit.compile_checks import source_root, without_machine_paths
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/13.png"
-
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 SRC = ROOT / "csrc" / "dispatcher"
 
@@ -127,7 +126,8 @@ child = subprocess.run(
 print(child.stdout)
 print("exit status:", child.returncode, "(-6 is SIGABRT)" if child.returncode == -6 else "")
 # The message, without the C++ stack trace that follows it.
-message = child.stderr[: child.stderr.find("Exception raised from")].strip()
+stderr = without_machine_paths(child.stderr)  # <repo>, <venv> for this machine's folders
+message = stderr[: stderr.find("Exception raised from")].strip()
 first_line, _, what = message.partition("\n")
 print(first_line)
 print(textwrap.fill(what.strip(), width=100, break_long_words=False, break_on_hyphens=False))
@@ -181,14 +181,15 @@ except RuntimeError as err:
 #
 # .. literalinclude:: /../guidekit/buildinfo.py
 #    :pyobject: build_config
-print(format_build_config())
+print(without_machine_paths(format_build_config()))
 
 # %%
 # ``TORCH_EXTENSIONS_DIR`` is where ``load`` keeps builds it names itself; this
 # guide passes ``build_directory`` explicitly, so its builds are under
 # ``build/jit/``. Deleting such a folder forces a clean rebuild.
 print("this page's builds:", sorted(p.name for p in (ROOT / "build" / "jit").glob("opguide_mm*")))
-print("TORCH_EXTENSIONS_DIR =", os.environ.get("TORCH_EXTENSIONS_DIR"))
+cache = os.environ.get("TORCH_EXTENSIONS_DIR", "(not set)")
+print("TORCH_EXTENSIONS_DIR =", without_machine_paths(cache))
 
 # %%
 # The files of this step, whole

@@ -40,10 +40,9 @@ import textwrap
 import torch
 
 import opguide
-from guidekit.compile_checks import source_root  # noqa: E402
+from guidekit.compile_checks import source_root, without_machine_paths  # noqa: E402
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/14.png"
-
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 FAILING_CALL = """
     import torch, opguide
@@ -56,7 +55,11 @@ FAILING_CALL = """
 
 
 def run_child(code: str, **env: str) -> str:
-    """Runs `code` in a fresh Python with extra environment variables; returns stdout."""
+    """Runs `code` in a fresh Python with extra environment variables.
+
+    Returns its stdout, with this machine's folders written as ``<repo>``,
+    ``<venv>`` and ``<tmp>``.
+    """
     import os
 
     proc = subprocess.run(
@@ -67,7 +70,7 @@ def run_child(code: str, **env: str) -> str:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    return without_machine_paths(proc.stdout)
 
 
 print(run_child(FAILING_CALL))

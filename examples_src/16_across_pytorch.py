@@ -47,7 +47,6 @@ from guidekit import compile_checks
 from opguide import _library
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/16.png"
-
 # torch.export warns about its own internals (pytree specs) on some releases.
 warnings.filterwarnings("ignore", category=FutureWarning)
 ROOT = compile_checks.source_root()

@@ -101,7 +101,6 @@ import torch
 from guidekit.compile_checks import source_root
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/17.png"
-
 ROOT = source_root()
 WORKER = ROOT / "examples_src" / "many_gpus_worker.py"
 RECORD = ROOT / "docs" / "recorded" / "many_gpus_nccl.json"

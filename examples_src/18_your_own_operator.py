@@ -74,7 +74,6 @@ import torch
 from guidekit.compile_checks import source_root
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/18.png"
-
 ROOT = source_root()  # the opguide source tree: it holds template/
 WORK = ROOT / "build" / "your_own_operator"
 PROJECT = WORK / "myops"

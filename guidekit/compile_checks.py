@@ -103,6 +103,22 @@ def source_root() -> Path:
     raise FileNotFoundError("opguide: no csrc/ folder found above the current directory")
 
 
+def without_machine_paths(text: str) -> str:
+    """``text`` with this machine's folders written as ``<venv>``, ``<repo>`` and ``<tmp>``.
+
+    The pages print compiler messages, stack traces and build settings as they
+    come; the folders in them say where the page was built, which a reader's
+    machine does not share. The Python environment is replaced first, as it may
+    sit inside the repository (``.nox/docs``); a Python that is not in a
+    virtual environment keeps its folders (``/usr/lib/...`` says nothing
+    about the build machine).
+    """
+    if sys.prefix != sys.base_prefix:
+        text = text.replace(sys.prefix, "<venv>")
+    text = text.replace(str(source_root()), "<repo>")
+    return text.replace(tempfile.gettempdir().rstrip("/") + "/", "<tmp>/")
+
+
 def _which(name: str, env_var: str, home_vars: Sequence[str]) -> str | None:
     explicit = os.environ.get(env_var)
     if explicit:
