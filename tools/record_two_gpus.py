@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def without_guard(source: str) -> str:
+def guard_removed(source: str) -> str:
     """``source`` (opguide/triton_rms_norm.py) with ``_on_device_of`` returning a no-op context."""
     tree = ast.parse(source)
     guard = next(
@@ -86,7 +86,7 @@ def main() -> int:
             copy = Path(tmp) / "opguide"
             shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", ".nox", "build"))
             source = copy / "opguide" / "triton_rms_norm.py"
-            source.write_text(without_guard(source.read_text()))
+            source.write_text(guard_removed(source.read_text()))
             without_guard = run_matrix(copy)
         machine = {
             "device": torch.cuda.get_device_name(0),
