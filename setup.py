@@ -111,6 +111,11 @@ def make_extension():
     # No Python.h API is used (registration goes through TORCH_LIBRARY), so the
     # library can target the stable ABI and one wheel serves every CPython >= 3.10.
     cxx = ["-O0", "-g"] if debug else ["-O3"]
+    # at::parallel_for runs on PyTorch's intra-op threads only in code compiled
+    # with OpenMP (ATen/ParallelOpenMP.h); without the flag it is a plain loop
+    # on one thread. The library then shares torch's OpenMP runtime (libgomp).
+    openmp = ["/openmp"] if os.name == "nt" else ["-fopenmp"]
+    cxx += openmp
     nvcc = ["-O0", "-g", "-G"] if debug else ["-O3", "-lineinfo"]
 
     if use_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
@@ -137,6 +142,7 @@ def make_extension():
         depends=depends,
         include_dirs=[os.path.join(HERE, CSRC)],
         extra_compile_args=extra,
+        extra_link_args=[] if os.name == "nt" else openmp,
         py_limited_api=True,
     )
 

@@ -102,19 +102,28 @@ __device__ __forceinline__ Slice cluster_slice(int64_t nvec) {
 }
 
 // Threads per block, and vectors per thread, of the cluster kernels; rows in
-// flight per block in the cluster backward.
+// flight per block in the cluster backward. A forward thread keeps one slice
+// of a row (x) where a backward thread keeps two (g and x) and the weight's
+// gradient, so the forward's blocks can be twice as wide: a row then needs
+// half as many blocks, and fewer blocks wait at each cluster barrier (step 11,
+// "Long rows").
 constexpr int kClusterThreads = 512;
+constexpr int kClusterForwardThreads = 1024;
 constexpr int kClusterRegVecs = 4;
 constexpr int kClusterStages = 3;
 
 // [cluster-forward]
 // Forward: cluster c normalises rows c, c + C, c + 2C, ... (C clusters, as
 // many as fit on the GPU at once). Each block holds the same slice of every
-// row: its slice of the weight stays in registers across rows, and the next
-// row's slice of x is loaded into registers before this row is reduced, so
-// that loads are in flight while the cluster exchanges its sums.
+// row. The next row's slice of x is loaded into registers before this row is
+// reduced, so that loads are in flight while the cluster exchanges its sums.
+// The weight is read again for each row (from L1 or L2) rather than kept in
+// registers: at 1024 threads a thread has 64 registers, and two rows of
+// kRegVecs vectors take half of them. For the same reason the stride between
+// a thread's vectors is the constant block width, not blockDim.x: the
+// addresses are then one register plus constant offsets.
 template <typename T, int kVec, int kRegVecs>
-__global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_forward_cluster_kernel(
+__global__ void __launch_bounds__(kClusterForwardThreads, 1) rms_norm_forward_cluster_kernel(
     const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
     typename AccType<T>::type* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
     int64_t x_row_stride, float eps) {
@@ -133,25 +142,19 @@ __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_forward_cluster_k
     const V* xr = reinterpret_cast<const V*>(x + r * x_row_stride) + s.begin;
 #pragma unroll
     for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kClusterForwardThreads;
       if (i < s.count) out[k] = xr[i];
     }
   };
 
-  V w[kRegVecs];
   V cache[kRegVecs];
   load(first_row, cache);
-#pragma unroll
-  for (int k = 0; k < kRegVecs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (i < s.count) w[k] = wv[i];
-  }
   int parity = 0;
   for (int64_t row = first_row; row < rows; row += clusters, parity ^= 1) {
     Acc sum_sq = 0;
 #pragma unroll
     for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kClusterForwardThreads;
       if (i < s.count) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
@@ -169,10 +172,10 @@ __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_forward_cluster_k
     V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
 #pragma unroll
     for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kClusterForwardThreads;
       if (i < s.count) {
         const V v = keep_packed(cache[k]);
-        const V wk = keep_packed(w[k]);
+        const V wk = keep_packed(wv[i]);
         V out;
 #pragma unroll
         for (int e = 0; e < kVec; ++e)
@@ -317,11 +320,11 @@ __global__ void __launch_bounds__(256) rms_norm_backward_grad_w_columns_kernel(
 constexpr int kBwdKernelCluster = 8;
 constexpr int kBwdKernelTwoPass = -1;
 
-// The number of blocks per cluster that gives each block of kClusterThreads
+// The number of blocks per cluster that gives each block of `threads`
 // threads at most kClusterRegVecs vectors of a row of `nvec` vectors: a power
 // of two, at least 2; 0 when more than `max_cluster` would be needed.
-inline int cluster_size_for(int64_t nvec, int max_cluster) {
-  const int64_t per_block = static_cast<int64_t>(kClusterThreads) * kClusterRegVecs;
+inline int cluster_size_for(int64_t nvec, int max_cluster, int threads) {
+  const int64_t per_block = static_cast<int64_t>(threads) * kClusterRegVecs;
   int size = 2;
   while (size * per_block < nvec) size *= 2;
   return size <= max_cluster ? size : 0;
@@ -388,7 +391,7 @@ cudaError_t launch_rms_norm_forward_any(const T* x, const T* weight, T* y,
                     is_aligned(weight, 16) && is_aligned(y, 16);
   const int64_t nvec = cols / kWide;
   const int cluster = wide && rows > 0 && nvec > kMaxThreadsPerRow * kForwardRegVecs
-                          ? cluster_size_for(nvec, max_cluster)
+                          ? cluster_size_for(nvec, max_cluster, kClusterForwardThreads)
                           : 0;
   if (cluster == 0) {
     return launch_rms_norm_forward<T>(x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
@@ -396,15 +399,15 @@ cudaError_t launch_rms_norm_forward_any(const T* x, const T* weight, T* y,
   }
   auto kernel = rms_norm_forward_cluster_kernel<T, kWide, kClusterRegVecs>;
   allow_cluster_size(kernel, cluster);
-  const int fit = active_clusters(kernel, cluster, kClusterThreads, 0);
+  const int fit = active_clusters(kernel, cluster, kClusterForwardThreads, 0);
   if (fit == 0) {
     return launch_rms_norm_forward<T>(x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
                                       warp_size, stream, pdl);
   }
   const int64_t clusters = rows < fit ? rows : fit;
   return launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(clusters * cluster)),
-                                   dim3(kClusterThreads), 0, stream, pdl, cluster, x, weight, y,
-                                   inv_rms, rows, cols, x_row_stride, eps);
+                                   dim3(kClusterForwardThreads), 0, stream, pdl, cluster, x,
+                                   weight, y, inv_rms, rows, cols, x_row_stride, eps);
 }
 
 // The backward's plan for any row: the kernels of rms_norm_backward_config
@@ -425,7 +428,7 @@ BackwardConfig rms_norm_backward_plan(int64_t rows, int64_t cols, bool aligned, 
     if (cfg.kernel != 0 || nvec <= static_cast<int64_t>(kBwdMaxThreads) * kBwdRegVecs) return cfg;
   }
   BackwardConfig cfg;
-  const int cluster = wide ? cluster_size_for(nvec, max_cluster) : 0;
+  const int cluster = wide ? cluster_size_for(nvec, max_cluster, kClusterThreads) : 0;
   if (cluster > 0) {
     auto kernel = rms_norm_backward_cluster_kernel<T, kVec, kClusterRegVecs>;
     const size_t shared = static_cast<size_t>(kClusterStages) * 2 * kClusterRegVecs *

@@ -88,8 +88,8 @@ def show_diff(original: Path, hipified: Path, context: int = 0) -> None:
 
 
 # %%
-# The device header: includes, bfloat16, error and stream types, and the
-# kernel launches.
+# The device header: its includes (the bfloat16 header among them) and the
+# CUDA error and stream types of its launch functions.
 show_diff(CSRC / "rms_norm.cuh", mapping[CSRC / "rms_norm.cuh"])
 
 # %%
@@ -108,10 +108,10 @@ show_diff(CSRC / "rms_norm_cuda.cu", mapping[CSRC / "rms_norm_cuda.cu"])
 # output says which are left out), for MI200 (``gfx90a``) and MI300
 # (``gfx940``).
 hipcc = compile_checks.find_hipcc()
-print("hipcc:", hipcc or "not found")
 hip_source = mapping[CSRC / "device_checks" / "rms_norm.cu"]
 flags = []
 if hipcc is not None:
+    print("hipcc: found")
     if compile_checks.hip_has_bf16():
         print("hip/hip_bf16.h found: bfloat16 kernels included")
     else:
@@ -143,7 +143,7 @@ recorded = None
 if not result.ok and RECORD.exists():
     recorded = json.loads(RECORD.read_text())
     print(
-        f"No hipcc here. The check as recorded on {recorded['date']} with hipcc "
+        f"The check as recorded on {recorded['date']} with hipcc "
         f"({recorded['hipcc']}): compiled for {' and '.join(recorded['targets'])}, "
         f"{', '.join(recorded['kernels'])} kernels"
     )
@@ -154,7 +154,7 @@ if not result.ok and RECORD.exists():
 if result.ok:
     print(f"compiled for gfx90a and gfx940: the hipified device code ({', '.join(kinds)} kernels)")
 elif recorded is not None:
-    print(f"not compiled for AMD here ({result.reason}); compiled on {recorded['date']} (recorded)")
+    print(f"not compiled for AMD on this machine; compiled on {recorded['date']} (recorded above)")
 else:
     print(f"not compiled for AMD: {result.reason}")
 print("not compiled: the hipified torch wrapper (needs a ROCm build of torch)")

@@ -59,6 +59,7 @@ and :func:`torch.library.opcheck` checks that the kernel honours them.
 # functions, and import the result as a Python module; the ``TORCH_LIBRARY``
 # blocks register their operators when the library is loaded, whichever way.
 import importlib
+import re
 import time
 import warnings
 from pathlib import Path
@@ -191,9 +192,13 @@ with warnings.catch_warnings(record=True) as caught:
         print(type(err).__name__ + ":", str(err).strip().splitlines()[0][:200])
     else:
         raise AssertionError("a pybind11 call should break the graph")
-# Dynamo also explains, in a warning, what it met and what to do instead:
+# Dynamo also explains, in a warning, what it met and what to do instead. The warning
+# names the binding by a pybind11-internal name; the print shows module and function:
+readable = f"{ext.__name__}.{ext.rms_norm_composite.__name__}"
 for warning in caught:
-    print(str(warning.message).split(" This function")[0])
+    first, *rest = str(warning.message).splitlines()
+    print(re.sub(r"`[^`]*`", f"`{readable}`", first.split(" This function")[0], count=1))
+    print("\n".join(line for line in rest if line.startswith("If it is a third-party")))
 
 # %%
 # Without ``fullgraph=True`` the function still runs, in pieces;

@@ -102,8 +102,9 @@ for switches in [{"DEBUG": "2"}, {"USE_CUDA": "1"}]:
     print(f"{switches} -> exit status {status}: {last}")
 
 # %%
-# ``USE_CUDA=1`` passes this check on a machine with a CUDA build of torch and
-# a CUDA toolkit; there it prints the version instead.
+# On a machine with a CUDA build of torch and a CUDA toolkit, ``USE_CUDA=1``
+# passes this check (exit status 0), and the last line is ``setup.py``'s
+# summary of what it would build.
 #
 # Printing the build configuration
 # --------------------------------
@@ -240,9 +241,10 @@ assert f"imported {target}" in out, "the fresh process did not import the wheel'
 # compiles ``_C`` into ``opguide/`` next to the Python sources and points
 # the environment at the source tree, so Python edits need no reinstall
 # (C++ edits need the same command again). The test and docs sessions of
-# ``noxfile.py`` install opguide this way; pip records it:
-# (The wheel build above also left an opguide.egg-info in the source tree;
-# the installed distribution is the one with pip's direct_url.json.)
+# ``noxfile.py`` install opguide this way, and pip records it in the
+# distribution's ``direct_url.json``. The wheel build above also left an
+# ``opguide.egg-info`` in the source tree, so the cell reads the distribution
+# that has that file:
 records = [d.read_text("direct_url.json") for d in metadata.distributions(name="opguide")]
 direct_url = next((r for r in records if r), None)
 print("direct_url.json:", without_machine_paths(str(direct_url)))

@@ -54,8 +54,9 @@ it. A training pair sits beside it:
    :end-before: // [schema-rms-norm-training-end]
 
 Every backend implements the same contract, written down next to the shared
-argument checks (the CUDA kernels of the CUDA chapter register for these same
-two operators with ``TORCH_LIBRARY_IMPL(opguide, CUDA, m)``):
+argument checks (the CUDA file of :doc:`step 3 <03_cuda_kernel>`,
+``csrc/rms_norm_cuda.cu``, registers kernels for these same two operators with
+``TORCH_LIBRARY_IMPL(opguide, CUDA, m)``):
 
 .. literalinclude:: /../csrc/rms_norm.h
    :language: cpp
@@ -276,9 +277,9 @@ print(f"(compile and run: {time.perf_counter() - start:.1f} s)")
 # %%
 # How fast is the backward?
 # -------------------------
-# A first measurement on one (2048, 4096) float32 input, median of several
-# runs: the C++ backward operator against the backward that autograd builds
-# for the six-operator Python version of :doc:`step 1 <01_first_operator>`.
+# A first measurement, on the CPU, on one (2048, 4096) float32 input, median of
+# several runs: the C++ backward operator against the backward that autograd
+# builds for the six-operator Python version of :doc:`step 1 <01_first_operator>`.
 
 
 def median_ms(fn, repeat=9):
@@ -458,9 +459,13 @@ print("autograd.Function gives the same gradients:", all(map(torch.equal, g1, g2
 #
 # What's next
 # -----------
-# The CUDA chapter registers GPU kernels for ``rms_norm_fwd`` and
-# ``rms_norm_backward`` against the same schemas and contract; the tests of
-# :doc:`step 7 <07_the_tests>` then run on both devices.
+# The GPU kernels for ``rms_norm_fwd`` and ``rms_norm_backward`` are in
+# ``csrc/rms_norm_cuda.cu`` (shown whole in :doc:`step 3 <03_cuda_kernel>`),
+# registered against the same schemas and contract. The tests of
+# :doc:`step 7 <07_the_tests>` run on the CPU; ``tests/test_rms_norm_cuda.py``
+# checks the CUDA kernels, forward and backward, against the same references
+# on a GPU. :doc:`Step 9 <09_triton_kernel>` writes the forward and the
+# backward in Triton and registers them as another backend.
 
 # %%
 # The files of this step, whole

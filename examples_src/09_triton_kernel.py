@@ -302,8 +302,10 @@ print("compiled forward and backward match the reference; dweight[:4] =", w.grad
 # %%
 # What Inductor sees (GPU only)
 # -----------------------------
-# With ``triton_op``, Inductor's generated code launches ``_rms_norm_fwd_kernel``
-# itself. With ``custom_op`` it would only call the operator.
+# With ``triton_op``, Inductor's generated code compiles ``_rms_norm_fwd_kernel``
+# (``async_compile.triton``) and launches it itself (``.run``). With
+# ``custom_op`` it would only call the operator. The two lines of the generated
+# code that show it:
 if device == "cuda":
     from torch._inductor.utils import run_and_get_code
 
@@ -312,9 +314,11 @@ if device == "cuda":
     wc = torch.randn(1024, device="cuda", dtype=torch.float16)
     _, code = run_and_get_code(torch.compile(norm_then_scale, fullgraph=True), xc, wc)
     lines = [
-        line.strip() for line in "\n".join(code).splitlines() if "_rms_norm_fwd_kernel" in line
+        line.strip()
+        for line in "\n".join(code).splitlines()
+        if "_rms_norm_fwd_kernel" in line and ("async_compile.triton(" in line or ".run(" in line)
     ]
-    print("\n".join(lines[:5]))
+    print("\n".join(lines[:4]))
 else:
     print(
         "skipped: no GPU here, so the operator is a custom_op running in Triton's "
@@ -326,10 +330,10 @@ else:
 # ------------------------
 # ``tests/test_two_gpus.py`` calls every operator, with each backend, on
 # ``cuda:1`` while ``cuda:0`` is current: what a second pipeline stage or a
-# model moved with ``.to("cuda:1")`` does. With two GPUs here it runs live;
-# otherwise the page shows a run recorded on a two-GPU machine, made once as
-# the code is and once with the guard removed
-# (``tools/record_two_gpus.py``):
+# model moved with ``.to("cuda:1")`` does. With two GPUs here it runs live,
+# followed by a run recorded with the guard removed; otherwise the page shows
+# two runs recorded on a two-GPU machine, one as the code is and one with the
+# guard removed (``tools/record_two_gpus.py``):
 import json
 import subprocess
 import sys
@@ -337,36 +341,42 @@ import sys
 from guidekit.compile_checks import source_root
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
+record = json.loads((ROOT / "docs" / "recorded" / "two_gpus.json").read_text())
+machine = f"{record['gpus']} x {record['device']}, torch {record['torch']}"
 if torch.cuda.device_count() >= 2:
     pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     run = subprocess.run(
         [*pytest, "tests/test_two_gpus.py"], cwd=ROOT, capture_output=True, text=True
     )
-    print(f"{torch.cuda.device_count()} GPUs here:", run.stdout.strip().splitlines()[-1])
+    command = "python -m pytest -q tests/test_two_gpus.py"
+    print(f"{torch.cuda.device_count()} GPUs here. Run live, with the guard: $ {command}")
+    print("   ", run.stdout.strip().splitlines()[-1])
+    print(f"Recorded on {machine}, {record['date']}:")
+    labels = ["without_guard"]  # the run made live above is the one with the guard
 else:
-    record = json.loads((ROOT / "docs" / "recorded" / "two_gpus.json").read_text())
-    machine = f"{record['gpus']} x {record['device']}, torch {record['torch']}"
     print(f"{torch.cuda.device_count()} GPU(s) here. Recorded on {machine}, {record['date']}:")
-    for label in ("with_guard", "without_guard"):
-        run = record[label]
-        print(f"{label.replace('_', ' ')}: $ {run['command']}")
-        print(f"    {run['summary']}")
-        for test in run["failed"]:
-            print("   ", test.removeprefix("tests/test_two_gpus.py::"))
-        if run["first_error"]:
-            print("   ", run["first_error"])
-    failed = record["without_guard"]["failed"]
-    print(
-        f"without the guard: {len(failed)} failed, all Triton: "
-        f"{all('triton' in t for t in failed)}; compiled among them: "
-        f"{any('compiled' in t for t in failed)}"
-    )
+    labels = ["with_guard", "without_guard"]
+for label in labels:
+    recorded_run = record[label]
+    print(f"{label.replace('_', ' ')}: $ {recorded_run['command']}")
+    print(f"    {recorded_run['summary']}")
+    for test in recorded_run["failed"]:
+        print("   ", test.removeprefix("tests/test_two_gpus.py::"))
+    if recorded_run["first_error"]:
+        print("   ", recorded_run["first_error"])
+failed = record["without_guard"]["failed"]
+print(
+    f"without the guard (recorded): {len(failed)} failed, all Triton: "
+    f"{all('triton' in t for t in failed)}; compiled among them: "
+    f"{any('compiled' in t for t in failed)}"
+)
 
 # %%
-# Without the guard every eager Triton call on the second GPU fails inside
-# Triton's launcher, and the CUDA graph captured there too; the C++/CUDA
-# operators (their own ``CUDAGuard``) and the compiled Triton path (Inductor
-# sets the device in the code it generates) pass either way.
+# In the recorded run without the guard, the failures are the eager Triton
+# calls on the second GPU, inside Triton's launcher, and the CUDA graph
+# captured there; the C++/CUDA operators (their own ``CUDAGuard``) and the
+# compiled Triton path (Inductor sets the device in the code it generates)
+# pass either way.
 
 # %%
 # Trade-offs: Triton or CUDA C++?
@@ -374,7 +384,8 @@ else:
 # **Effort.** The Triton kernels are a few dozen lines of Python each, with no
 # build step: indexing is by blocks, and masks replace the bounds checks and
 # the vectorised and scalar paths of the CUDA kernel. The line counts of the
-# two routes, from the files themselves:
+# two routes, from the files themselves (code lines only; the CUDA files are
+# counted whole):
 
 
 def code_lines(path, start=None, end=None):
@@ -387,12 +398,17 @@ def code_lines(path, start=None, end=None):
 triton_file = ROOT / "opguide" / "triton_rms_norm.py"
 fwd = code_lines(triton_file, "# [forward-kernel]", "# [forward-kernel-end]")
 bwd = code_lines(triton_file, "# [backward-kernel]", "# [backward-kernel-end]")
-print(f"{'Triton forward kernel':38} {fwd:4} lines")
-print(f"{'Triton backward kernel':38} {bwd:4} lines")
-for name in ("rms_norm.cuh", "rms_norm_cuda.cu"):
+counts = [("Triton forward kernel", fwd), ("Triton backward kernel", bwd)]
+for name, what in [
+    ("rms_norm.cuh", "CUDA forward kernel"),
+    ("rms_norm_backward.cuh", "CUDA backward kernels"),
+    ("rms_norm_cuda.cu", "forward and backward wrappers"),
+]:
     if (ROOT / "csrc" / name).exists():
-        label = f"CUDA forward, csrc/{name} (whole file)"
-        print(f"{label:38} {code_lines(ROOT / 'csrc' / name):4} lines")
+        counts.append((f"{what}, csrc/{name}", code_lines(ROOT / "csrc" / name)))
+width = max(len(label) for label, _ in counts)
+for label, lines_of_code in counts:
+    print(f"{label:{width}} {lines_of_code:4} lines")
 
 # %%
 # **Portability to ROCm.** Triton has an AMD backend: the same Python kernels
@@ -407,7 +423,7 @@ for name in ("rms_norm.cuh", "rms_norm_cuda.cu"):
 # shared memory, launch bounds, persistent kernels), Triton gets much of it
 # from its compiler and a few launch parameters. The numbers depend on the GPU, so they
 # are measured where one is present. The interpreter is a correctness tool,
-# not a fast path: here is what it costs next to the C++ kernel.
+# not a fast path: where it runs, the cell times it next to the C++ kernel.
 import statistics  # noqa: E402
 
 
@@ -428,6 +444,10 @@ print(f"C++ kernel, CPU, (64, 1024) float32:   {cpp_ms:8.3f} ms")
 if triton_ops.INTERPRET:
     interp_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="triton"))
     print(f"Triton interpreter, same input:        {interp_ms:8.3f} ms ({interp_ms / cpp_ms:.0f}x)")
+else:
+    print(
+        "Triton interpreter: not timed (TRITON_INTERPRET is off here: Triton compiles for the GPU)"
+    )
 
 
 def cuda_ms(fn, repeat=50):

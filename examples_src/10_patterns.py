@@ -81,9 +81,10 @@ The device code lives in a torch-free header (``csrc/fused_add_rms_norm.cuh``)
 that compiles alone with ``nvcc`` and, after hipify, with ``hipcc``. A row
 gets one thread per 16-byte vector (up to 1024 threads; short rows share a
 block). Each thread keeps its vector of ``h = x + residual`` and of the weight
-in registers, so the second pass writes the output without reading memory;
-rows too long for that loop, and re-read in the second pass the residual
-elements the thread itself wrote. :doc:`Step 11 <11_performance>` ("Lessons") measures the choices:
+in registers, so the second pass writes the output without reading memory.
+Rows too long for the registers loop over the row in both passes, and the
+second pass re-reads the residual elements the thread itself wrote in the
+first. :doc:`Step 11 <11_performance>` ("Lessons") measures the choices:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm.cuh
    :language: cpp
@@ -111,7 +112,9 @@ run time:
    :end-before: # [fused-kernel-end]
 
 In Python the schema is inferred from the annotations: ``mutates_args``
-produces the ``(a!)``, ``Optional[...]`` the ``?``:
+produces the write annotation (``Tensor(a1!) residual`` in the inferred
+schema printed below: the same ``!``, with an alias set named ``a1``),
+``Optional[...]`` the ``?``:
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python

@@ -31,6 +31,7 @@ a recording made by ``tools/record_gpu_debug.py``, labelled as such.
 # carries the C++ stack at the point it was raised. PyTorch reads the variable
 # when it starts, so the call runs in a child process, once without and once
 # with it:
+import collections
 import json
 import re
 import subprocess
@@ -277,15 +278,23 @@ def shown(output: str, keep: int = 1) -> str:
     """A tool's output as the page shows it: its first ``keep`` reports whole.
 
     compute-sanitizer prints one report per faulting thread, each ended by a
-    line of ``=========``; the others are counted, not repeated. The
-    recording's temporary directory is written as ``./``.
+    line of ``=========``; the others are counted by their first words, not
+    repeated. The recording's temporary directory is written as ``./``.
     """
     lines = re.sub(r"/tmp/opguide_gpu_debug_\w+/", "./", output.rstrip()).splitlines()
     ends = [i for i, line in enumerate(lines) if line.rstrip() == "========="]
     if len(ends) <= keep:
         return "\n".join(lines)
-    more = f"... {len(ends) - keep} more reports ..."
-    return "\n".join(lines[: ends[keep - 1] + 1] + [more] + lines[ends[-1] + 1 :])
+    hidden = lines[ends[keep - 1] + 1 : ends[-1] + 1]
+    firsts = [lines[end + 1] for end in ends[keep - 1 : -1]]  # each hidden report's first line
+    kinds = collections.Counter(" ".join(line.strip("= ").split()[:3]) for line in firsts)
+    counted = ", ".join(f"{n} '{kind}'" for kind, n in kinds.items())
+    more = [f"... {len(ends) - keep} more reports in the recording ({counted}) ..."]
+    if any("output shortened" in line for line in hidden):
+        more.append(
+            "... (the recorder shortened this output: the summary below counts errors it left out)"
+        )
+    return "\n".join(lines[: ends[keep - 1] + 1] + more + lines[ends[-1] + 1 :])
 
 
 if RECORDING.is_file():

@@ -134,8 +134,9 @@ The project lives in ``stable/`` beside the guide's library: a package
 #
 # Building the wheel
 # ------------------
-# ``pip wheel`` builds it against the torch installed here (no build
-# isolation), then the wheel is installed into a folder of its own:
+# Where the installed torch is recent enough, ``pip wheel`` builds it against
+# that torch (no build isolation), then the wheel is installed into a folder of
+# its own:
 import json
 import os
 import shutil
@@ -156,6 +157,7 @@ print(f"torch {torch.__version__}, Python {sys.version.split()[0]}")
 # The sources use torch 2.13's stable headers; the wheel loads into 2.11 and later.
 BUILDABLE = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
 library = None
+NOT_BUILT = f"SKIPPED (torch {torch.__version__} is older than 2.13)"
 if not BUILDABLE:
     print(
         f"SKIPPED: building needs torch 2.13 or later; this is torch {torch.__version__}. "
@@ -194,7 +196,8 @@ else:
 # ---------------------------------
 # ``nm -D --undefined-only`` lists the symbols a library needs from elsewhere.
 # This small script sorts them: names from the C shim are fine, demangled
-# ``at::``/``c10::``/``torch::`` names tie the build to one torch:
+# ``at::``/``c10::``/``torch::`` names tie the build to one torch. The cell
+# runs it on the wheel's library and on the classic ``opguide._C``:
 #
 # .. literalinclude:: /../stable/tools/check_abi.py
 #    :language: python
@@ -220,14 +223,17 @@ if library is not None:
     calls = [s for s in shim_all if "_dtype_" not in s and "_type_" not in s]
     print("shim functions it calls (dtype and device constants left out):")
     print(textwrap.fill(", ".join(sorted(calls)), 88, initial_indent="  ", subsequent_indent="  "))
+else:
+    print(f"{NOT_BUILT}: no wheel, so no library to check.")
 
 # %%
 # When a classic call slips in
 # ----------------------------
 # The easiest slip is a ``TORCH_CHECK`` (the classic macro) where
-# ``STD_TORCH_CHECK`` belongs. Here the CPU file is compiled twice more with
-# one check switched to the classic macro (and its header included). With
-# ``TORCH_TARGET_VERSION`` defined, torch's classic headers refuse to compile;
+# ``STD_TORCH_CHECK`` belongs. Where the wheel was built, the cell compiles the
+# CPU file twice more with one check switched to the classic macro (and its
+# header included). With ``TORCH_TARGET_VERSION`` defined, torch's classic
+# headers refuse to compile;
 # in a build that forgot the define, the file compiles, the library even works
 # with the torch it was built against, and the symbol check catches it:
 from torch.utils import cpp_extension
@@ -269,12 +275,15 @@ if library is not None:
     for symbol in found:
         print("  ", symbol[:110])
     assert found, "the check missed a classic TORCH_CHECK"
+else:
+    print(f"{NOT_BUILT}: the probe was not compiled.")
 
 # %%
 # Its tests, from the wheel
 # -------------------------
 # The tests import only ``opguide_stable`` and torch, so they run wherever the
-# wheel is installed; here, with the torch it was built against:
+# wheel is installed. Where the wheel was built above, they run here with the
+# torch it was built against:
 #
 # .. literalinclude:: /../stable/tests/test_opguide_stable.py
 #    :language: python
@@ -288,6 +297,8 @@ if library is not None:
     summary = [line for line in run.stdout.splitlines() if " passed" in line or " failed" in line]
     print(summary[-1] if summary else run.stdout[-2000:])
     assert run.returncode == 0, run.stdout[-3000:]
+else:
+    print(f"{NOT_BUILT}: no wheel, so its tests did not run here; the recorded runs below did.")
 
 # %%
 # The same wheel under other torch releases

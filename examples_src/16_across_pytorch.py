@@ -109,10 +109,11 @@ def package(device: str) -> tuple[Path, Path]:
 cpu_package, cpu_io = package("cpu")
 
 # %%
-# A fresh Python process runs the package. It loads the compiled operator
+# A fresh Python process is given the package and the compiled operator
 # library, ``opguide/_C.abi3.so`` (what registers ``opguide::rms_norm`` and
 # its kernels), and nothing of ``opguide``'s Python code; a C++ program would
-# link the same library next to libtorch's AOTInductor runtime.
+# link the same library next to libtorch's AOTInductor runtime. The line below
+# says how it went: the outputs compared with eager mode, or the failure.
 RUNNER = """
 import sys, torch
 torch.ops.load_library(sys.argv[1])
@@ -158,7 +159,7 @@ def run_fresh(pt2: Path, io: Path, device: str) -> str:
             + (
                 "loads and runs there"
                 if plain
-                else "crashes there too: this torch "
+                else "crashes there too: this torch, on this machine, "
                 "cannot load AOTInductor packages in a fresh process"
             )
         )
@@ -303,12 +304,15 @@ print("\n".join(autocast_table("cpu")))
 # ``residual`` is no ``out`` buffer; and it is not its first argument, nor what
 # it returns, so it is no ``inplace`` op. Its schema says exactly what it
 # does, ``Tensor(a!) residual``, and that is what export, functionalization
-# and Inductor need: above, export kept the call, and AOTInductor's package
-# updated ``residual`` in place. ``rms_norm`` could have an ``out`` overload;
-# ``opguide`` has none, for the reason shown below.
+# and Inductor need: above, export kept the call, and where the fresh process
+# ran AOTInductor's package, its updated ``residual`` matched eager mode's.
+# ``rms_norm`` could have an ``out`` overload; ``opguide`` has none, for the
+# reason given below.
 #
-# The tag at work, on a small operator pair defined here (``demo::twice`` and
-# its tagged ``demo::twice.out``): Inductor's code calls the ``out`` overload.
+# On a torch that has the tag (``torch.Tag.out``), a small operator pair
+# defined here (``demo::twice`` and its tagged ``demo::twice.out``) shows it at
+# work: the cell prints the call of ``demo.twice`` in Inductor's code, the
+# ``out`` overload where Inductor uses it.
 from torch._inductor.utils import run_and_get_code
 
 HAVE_OUT_TAG = hasattr(torch.Tag, "out")
@@ -333,7 +337,8 @@ else:
 # And the reason ``opguide`` does without one: AOTInductor's C++ wrapper
 # turns that ``out`` call into a call of an ATen C shim function named after
 # the operator, which exists only for ATen's own operators, so the package
-# does not compile (seen with torch 2.13 and 2.15):
+# fails to compile. On a torch that has the tag, the cell tries it and prints
+# what happened:
 class Twice(torch.nn.Module):
     def forward(self, a):
         return torch.ops.demo.twice(a + 1) - 1
@@ -348,6 +353,8 @@ if HAVE_OUT_TAG:
     except Exception as error:  # torch._inductor.exc.InductorError
         lines = [line for line in str(error).splitlines() if "error:" in line]
         print("AOTInductor:", (lines[0].split("error: ", 1)[1] if lines else str(error))[:140])
+else:
+    print(f"skipped: torch {torch.__version__} has no torch.Tag.out, so there is no tagged pair")
 
 # %%
 # CUDA graphs
@@ -367,6 +374,14 @@ RECORD = ROOT / "docs" / "recorded" / "across_pytorch_gpu.json"
 
 def gpu_section() -> dict:
     """The GPU parts of this page: AOTInductor, autocast and CUDA graphs on CUDA."""
+    with warnings.catch_warnings():
+        # Inductor suggests TF32 for the float32 linear layer; the page keeps
+        # float32 matmuls as they are, so the outputs compare with eager mode's.
+        warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores")
+        return _gpu_section()
+
+
+def _gpu_section() -> dict:
     lines = []
     pt2, io = package("cuda")
     lines.append(run_fresh(pt2, io, "cuda"))

@@ -88,8 +88,8 @@ must equal the ``torch.nn.RMSNorm`` block's on one device.
 # ----------
 # ``torchrun --standalone --nproc-per-node 2`` starts two processes on this
 # machine. With two GPUs or more, each process takes one and they talk over
-# NCCL; with fewer, they run on the CPU and talk over gloo, which is what a
-# machine without GPUs shows here.
+# NCCL; with fewer than two GPUs, they run on the CPU and talk over gloo. The
+# first line of the output names the backend this run used.
 import json
 import os
 import subprocess

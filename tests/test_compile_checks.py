@@ -121,6 +121,29 @@ def test_without_keep_packed_bfloat16_spills():
     assert code.stack > 0 or code.registers > 64, (code.registers, code.stack)
 
 
+CLUSTER_FORWARD_KERNELS = """
+#include "rms_norm_long.cuh"
+using namespace opguide::cuda;
+void* kernels[] = {
+    (void*)rms_norm_forward_cluster_kernel<__nv_bfloat16, 8, kClusterRegVecs>,
+    (void*)rms_norm_forward_cluster_kernel<__half, 8, kClusterRegVecs>,
+    (void*)rms_norm_forward_cluster_kernel<float, 4, kClusterRegVecs>,
+    (void*)rms_norm_forward_cluster_kernel<double, 2, kClusterRegVecs>,
+};
+"""
+
+
+def test_cluster_forward_kernels_do_not_spill():
+    # __launch_bounds__(1024, 1): at most 64 registers, and the kernel holds
+    # two rows' slices. With blockDim.x as the stride between a thread's
+    # vectors, the bfloat16 kernel spilled; with the constant it does not.
+    _skip_without_machine_code_tools()
+    kernels = compile_checks.kernel_machine_code(CLUSTER_FORWARD_KERNELS, include_dirs=[CSRC])
+    assert len(kernels) == 4, list(kernels)
+    heavy = {name: (c.registers, c.stack) for name, c in kernels.items() if c.stack > 0}
+    assert not heavy, heavy
+
+
 @functools.cache
 def _fused_machine_code():
     _skip_without_machine_code_tools()

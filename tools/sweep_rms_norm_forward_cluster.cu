@@ -1,0 +1,315 @@
+// Sweeps the cluster forward (csrc/rms_norm_long.cuh) for long rows on one
+// GPU, without torch: threads per block, vectors per thread (together the
+// slice of a row each block keeps, hence the cluster size) and how many rows
+// ahead each block loads, against one row per cluster with several blocks per
+// multiprocessor ("row") and a row loop unrolled over a ring of register
+// buffers ("ring"). Prints achieved bandwidth against a large
+// device-to-device copy, with the L2 cleaned before each batch. Build and run
+// (on a GPU machine with sm_90):
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_forward_cluster.cu -o /tmp/fc
+//   /tmp/fc
+// Bytes: read x, write y (2 M N s) at M N = 2^26, as in guidekit.benchmark.
+#include <cstring>
+
+#include "rms_norm_long.cuh"
+#include "sweep_common.cuh"
+
+using namespace opguide::cuda;
+
+constexpr int kBatches = 11;
+
+// The library's kernel with its three knobs as parameters: a block of
+// kThreads threads keeps kRegVecs vectors per thread of each row, and loads
+// the next kAhead rows into registers while it works on this one. With
+// kWeightRegs false the weight is read again for every row (from L1 or L2)
+// instead of kept in registers, which leaves the registers to the rows.
+template <typename T, int kVec, int kThreads, int kRegVecs, int kAhead, bool kWeightRegs>
+__global__ void __launch_bounds__(kThreads, 1)
+    forward_cluster_variant(const T* __restrict__ x, const T* __restrict__ weight,
+                            T* __restrict__ y, int64_t rows, int64_t cols, float eps) {
+  using Acc = float;
+  using V = Vec<T, kVec>;
+  __shared__ Acc shared[2][kMaxWarpsPerBlock];
+  __shared__ Acc slots[2];
+  const Slice s = cluster_slice(cols / kVec);
+  const int64_t clusters = gridDim.x / cluster_blocks();
+  const int64_t first_row = blockIdx.x / cluster_blocks();
+  const V* wv = reinterpret_cast<const V*>(weight) + s.begin;
+  auto load = [&](int64_t r, V(&out)[kRegVecs]) {
+    if (r >= rows) return;
+    const V* xr = reinterpret_cast<const V*>(x + r * cols) + s.begin;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) out[k] = xr[i];
+    }
+  };
+  V w[kRegVecs];
+  V buf[kAhead + 1][kRegVecs];
+#pragma unroll
+  for (int a = 0; a < kAhead; ++a) load(first_row + a * clusters, buf[a]);
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+    if (kWeightRegs && i < s.count) w[k] = wv[i];
+  }
+  int parity = 0;
+  for (int64_t row = first_row; row < rows; row += clusters, parity ^= 1) {
+    load(row + kAhead * clusters, buf[kAhead]);
+    Acc sum_sq = 0;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const Acc v = to_acc(buf[0][k].val[e]);
+          sum_sq += v * v;
+        }
+      }
+    }
+    sum_sq = cluster_sum(row_sum(sum_sq, shared[parity]), &slots[parity]);
+    const Acc inv_rms = Acc(1) / sqrtf(sum_sq / static_cast<Acc>(cols) + eps);
+    V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) {
+        const V wk = kWeightRegs ? w[k] : wv[i];
+        V out;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          out.val[e] = from_acc<T>(to_acc(buf[0][k].val[e]) * inv_rms * to_acc(wk.val[e]));
+        yr[i] = out;
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a)
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) buf[a][k] = buf[a + 1][k];
+  }
+  cluster_barrier();
+}
+
+// One row per cluster, no row loop: the GPU schedules clusters as others
+// finish, and kMinBlocks blocks share a multiprocessor, so one block's loads
+// overlap another's cluster barrier.
+template <typename T, int kVec, int kThreads, int kRegVecs, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    forward_cluster_row(const T* __restrict__ x, const T* __restrict__ weight,
+                        T* __restrict__ y, int64_t rows, int64_t cols, float eps) {
+  using Acc = float;
+  using V = Vec<T, kVec>;
+  __shared__ Acc shared[kMaxWarpsPerBlock];
+  __shared__ Acc slot;
+  const Slice s = cluster_slice(cols / kVec);
+  const int64_t row = blockIdx.x / cluster_blocks();
+  const V* xr = reinterpret_cast<const V*>(x + row * cols) + s.begin;
+  const V* wv = reinterpret_cast<const V*>(weight) + s.begin;
+  V cache[kRegVecs];
+  Acc sum_sq = 0;
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+    if (i < s.count) cache[k] = xr[i];
+  }
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+    if (i < s.count) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const Acc v = to_acc(cache[k].val[e]);
+        sum_sq += v * v;
+      }
+    }
+  }
+  sum_sq = cluster_sum(row_sum(sum_sq, shared), &slot);
+  const Acc inv_rms = Acc(1) / sqrtf(sum_sq / static_cast<Acc>(cols) + eps);
+  V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+    if (i < s.count) {
+      const V wk = wv[i];
+      V out;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        out.val[e] = from_acc<T>(to_acc(cache[k].val[e]) * inv_rms * to_acc(wk.val[e]));
+      yr[i] = out;
+    }
+  }
+  cluster_barrier();  // no block leaves while another still reads its slot
+}
+
+// The row loop unrolled kDepth times over a ring of kDepth row buffers, so
+// that no buffer is copied into another (a copy waits for its load to land):
+// step j works on buffer j and then loads the row kDepth rows ahead into it.
+template <typename T, int kVec, int kThreads, int kRegVecs, int kDepth>
+__global__ void __launch_bounds__(kThreads, 1)
+    forward_cluster_ring(const T* __restrict__ x, const T* __restrict__ weight,
+                         T* __restrict__ y, int64_t rows, int64_t cols, float eps) {
+  using Acc = float;
+  using V = Vec<T, kVec>;
+  __shared__ Acc shared[2][kMaxWarpsPerBlock];
+  __shared__ Acc slots[2];
+  const Slice s = cluster_slice(cols / kVec);
+  const int64_t clusters = gridDim.x / cluster_blocks();
+  const int64_t first_row = blockIdx.x / cluster_blocks();
+  const V* wv = reinterpret_cast<const V*>(weight) + s.begin;
+  auto load = [&](int64_t r, V(&out)[kRegVecs]) {
+    if (r >= rows) return;
+    const V* xr = reinterpret_cast<const V*>(x + r * cols) + s.begin;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) out[k] = xr[i];
+    }
+  };
+  V buf[kDepth][kRegVecs];
+#pragma unroll
+  for (int a = 0; a < kDepth; ++a) load(first_row + a * clusters, buf[a]);
+  int parity = 0;
+  for (int64_t row0 = first_row; row0 < rows; row0 += kDepth * clusters) {
+#pragma unroll
+    for (int j = 0; j < kDepth; ++j) {
+      const int64_t row = row0 + j * clusters;
+      if (row >= rows) break;
+      Acc sum_sq = 0;
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+        if (i < s.count) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            const Acc v = to_acc(buf[j][k].val[e]);
+            sum_sq += v * v;
+          }
+        }
+      }
+      sum_sq = cluster_sum(row_sum(sum_sq, shared[parity]), &slots[parity]);
+      parity ^= 1;
+      const Acc inv_rms = Acc(1) / sqrtf(sum_sq / static_cast<Acc>(cols) + eps);
+      V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+        if (i < s.count) {
+          const V wk = wv[i];
+          V out;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e)
+            out.val[e] = from_acc<T>(to_acc(buf[j][k].val[e]) * inv_rms * to_acc(wk.val[e]));
+          yr[i] = out;
+        }
+      }
+      load(row + kDepth * clusters, buf[j]);
+    }
+  }
+  cluster_barrier();
+}
+
+template <typename T>
+struct Buffers {
+  std::vector<T*> xs, ys;
+  T* w = nullptr;
+};
+
+template <int kThreads, int kRegVecs, int kKind, int kKnob, typename T>
+void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, T* ref) {
+  constexpr int kVec = 16 / sizeof(T);
+  const int64_t nvec = N / kVec;
+  const int64_t per_block = static_cast<int64_t>(kThreads) * kRegVecs;
+  int cluster = 2;
+  while (cluster * per_block < nvec) cluster *= 2;
+  using K = void (*)(const T*, const T*, T*, int64_t, int64_t, float);
+  K kernel = kKind == 0   ? forward_cluster_variant<T, kVec, kThreads, kRegVecs, kKnob, false>
+             : kKind == 1 ? forward_cluster_row<T, kVec, kThreads, kRegVecs, kKnob>
+                          : forward_cluster_ring<T, kVec, kThreads, kRegVecs, kKnob>;
+  allow_cluster_size(kernel, cluster);
+  int fit = 0;
+  {
+    const LaunchEx launch(dim3(cluster), dim3(kThreads), 0, nullptr, cluster, false);
+    if (cudaOccupancyMaxActiveClusters(&fit, kernel, &launch.config) != cudaSuccess) {
+      (void)cudaGetLastError();
+      fit = 0;
+    }
+  }
+  if (fit == 0) {
+    printf("  %-28s cluster %2d: does not fit\n", name, cluster);
+    return;
+  }
+  const int64_t clusters = kKind == 1 || M < fit ? M : fit;
+  const int nbuf = static_cast<int>(b.xs.size());
+  auto launch = [&](int i) {
+    const int s = i % nbuf;
+    CHECK(launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(clusters * cluster)),
+                                    dim3(kThreads), 0, nullptr, false, cluster, b.xs[s], b.w,
+                                    b.ys[s], M, N, 1e-6f));
+  };
+  launch(0);
+  CHECK(cudaDeviceSynchronize());
+  std::vector<T> got(M * N), want(M * N);
+  CHECK(cudaMemcpy(got.data(), b.ys[0], M * N * sizeof(T), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(want.data(), ref, M * N * sizeof(T), cudaMemcpyDeviceToHost));
+  int64_t differ = 0;
+  for (int64_t i = 0; i < M * N; ++i)
+    differ += std::memcmp(&got[i], &want[i], sizeof(T)) != 0;
+  const float us = time_us(launch, 10, kBatches);
+  const double bw = 2.0 * M * N * sizeof(T) / (us * 1e-6);
+  printf("  %-28s cluster %2d x %3lld: %8.1f us  %5.0f GB/s  %.2f of copy%s\n", name, cluster,
+         static_cast<long long>(clusters), us, bw / 1e9, bw / copy_bw,
+         differ ? "  (other bits: another cluster size sums in another order)" : "");
+}
+
+int main() {
+  using T = __nv_bfloat16;
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double copy_bw = copy_bandwidth(prop, kBatches);
+  enable_l2_clean(prop);
+  const int64_t total = int64_t{1} << 26;
+  for (int64_t N : {32768, 65536, 131072}) {
+    const int64_t M = total / N;
+    Buffers<T> b;
+    const int nbuf = 2;
+    for (int i = 0; i < nbuf; ++i) {
+      T *x, *y;
+      CHECK(cudaMalloc(&x, total * sizeof(T)));
+      CHECK(cudaMalloc(&y, total * sizeof(T)));
+      fill<<<1024, 256>>>(x, total, 3 + i);
+      b.xs.push_back(x);
+      b.ys.push_back(y);
+    }
+    CHECK(cudaMalloc(&b.w, N * sizeof(T)));
+    fill<<<256, 256>>>(b.w, N, 7);
+    T* ref;
+    CHECK(cudaMalloc(&ref, total * sizeof(T)));
+    CHECK(launch_rms_norm_forward_any<T>(b.xs[0], b.w, ref, nullptr, M, N, N, 1e-6f, 32, 16, 0));
+    const float lib_us = time_us(
+        [&](int i) {
+          CHECK(launch_rms_norm_forward_any<T>(b.xs[i % nbuf], b.w, b.ys[i % nbuf], nullptr, M, N,
+                                               N, 1e-6f, 32, 16, 0));
+        },
+        10, kBatches);
+    const double lib_bw = 2.0 * M * N * sizeof(T) / (lib_us * 1e-6);
+    printf("bf16 M=%lld N=%lld: library %.1f us, %.0f GB/s, %.2f of copy\n",
+           static_cast<long long>(M), static_cast<long long>(N), lib_us, lib_bw / 1e9,
+           lib_bw / copy_bw);
+    run<512, 4, 0, 1>("loop 512 x 4, ahead 1", M, N, copy_bw, b, ref);
+    run<1024, 4, 0, 1>("loop 1024 x 4, ahead 1", M, N, copy_bw, b, ref);
+    run<1024, 2, 0, 1>("loop 1024 x 2, ahead 1", M, N, copy_bw, b, ref);
+    run<512, 4, 1, 2>("row 512 x 4, 2 blocks/SM", M, N, copy_bw, b, ref);
+    run<256, 4, 1, 4>("row 256 x 4, 4 blocks/SM", M, N, copy_bw, b, ref);
+    run<1024, 4, 1, 1>("row 1024 x 4, 1 block/SM", M, N, copy_bw, b, ref);
+    run<512, 4, 2, 2>("ring 512 x 4, depth 2", M, N, copy_bw, b, ref);
+    run<1024, 2, 2, 2>("ring 1024 x 2, depth 2", M, N, copy_bw, b, ref);
+    for (int i = 0; i < nbuf; ++i) {
+      cudaFree(b.xs[i]);
+      cudaFree(b.ys[i]);
+    }
+    cudaFree(b.w);
+    cudaFree(ref);
+  }
+  return 0;
+}
