@@ -3,9 +3,11 @@ Step 11: Performance
 ====================
 
 RMSNorm reads each element once, does a few operations on it and writes it
-once. That makes it memory-bound: it can run no faster than a copy of the
-same bytes. This step measures how close opguide's kernels come to that
-floor at every row length, what a call costs as a user makes it, and which
+once. That makes it memory-bound: its time is set by the bytes it moves, and
+a copy of the same bytes is the yardstick. A kernel at the copy's speed has
+little left to gain (a few percent more is possible: the copy is a kernel
+too). This step measures how close opguide's kernels come to that floor at
+every row length, what a call costs as a user makes it, and which
 optimisations mattered most.
 
 In this step you will learn:
@@ -20,7 +22,8 @@ In this step you will learn:
 The GPU numbers on this page are recorded: it reads result files from
 ``docs/recorded/``, written on a GPU by ``python -m guidekit.benchmark``, and
 prints the device and date of each. Every sentence about a measurement is
-computed from those files. The CPU measurement at the end runs live.
+computed from those files. The CPU measurement at the end runs live, and so
+does a two-point GPU check where the page is built on a GPU.
 """
 
 # %%
@@ -276,6 +279,25 @@ for (impl, pass_name), ns in misses.items():
             group.append(f"{impl} {pass_name} at N = {', '.join(map(str, found))}")
 print(f"Expected misses: {'; '.join(expected) or 'none'}")
 print(f"Other misses, not expected: {'; '.join(other) or 'none'}")
+# What the compiled Triton backward says about the first of them.
+registers = recorded("triton_registers_h100.json")
+for k in registers["kernels"]:
+    if k["kernel"] == "_rms_norm_bwd_kernel":
+        print(
+            f"  Triton backward, N = {k['n']:5}: {k['registers']} registers per thread, "
+            f"{k['spill_bytes']} bytes spilled ({k['num_warps']} warps)"
+        )
+spilled = [k["n"] for k in registers["kernels"] if k["spill_bytes"] > 0]
+if spilled:
+    print(
+        f"At N = {', '.join(map(str, spilled))} the Triton backward holds more of a row (x, dy, "
+        "the weight, its gradient) than a thread's registers: Triton spills the rest to memory."
+    )
+if 256 in misses.get(("opguide triton", "fused"), []):
+    print(
+        "The Triton fused kernel runs one program per row (a grid of M); at N = 256 that is "
+        "262144 programs of 256 elements, where the forward takes several short rows per program."
+    )
 for s in sweep["skipped"]:
     print(f"could not run: {s['pass']} {s['impl']} {s['dtype']} N={s['n']}: {s['reason'][:70]}")
 slow = [
@@ -346,6 +368,52 @@ if behind:
         "The cluster kernels read each long row once, and Quack is still faster at "
         "these points: reading once is not all it takes."
     )
+
+# %%
+# **Wide blocks for the cluster forward.** Its blocks were first as wide as
+# the backward's, 512 threads: a row of 65536 took four blocks, one of 131072
+# eight, and every row waits at a cluster barrier for all of them. Blocks of
+# 1024 threads halve the blocks per row. At 1024 threads a thread has 64
+# registers, so the weight is read again for each row rather than kept, and
+# the stride between a thread's vectors is a constant
+# (``tools/sweep_rms_norm_forward_cluster.cu`` times the variants in one run;
+# ``tests/test_compile_checks.py`` checks that the kernel does not spill):
+CLUSTER_LINE = re.compile(
+    r"^  (?P<name>.+?)\s+cluster\s+(?P<cluster>\d+) x\s+\d+:.*?(?P<frac>\d\.\d\d) of copy"
+)
+widths, library = {}, {}
+cluster_sweep = (RECORDED_DIR / "sweep_rms_norm_forward_cluster_h100.txt").read_text()
+for line in cluster_sweep.splitlines():
+    if line.startswith("NVIDIA"):
+        print(f"sweep_rms_norm_forward_cluster_h100.txt: {line}")
+    head = re.match(r"bf16 M=\d+ N=(\d+): library .*?(\d\.\d\d) of copy", line)
+    if head:
+        n = int(head[1])
+        library[n] = float(head[2])
+    found = CLUSTER_LINE.match(line)
+    if found and found["name"].startswith("loop 512 x 4"):
+        widths[n] = (int(found["cluster"]), float(found["frac"]))
+for n in sorted(k for k in widths if k > ONE_BLOCK["forward"]):
+    cluster, before = widths[n]
+    print(
+        f"N = {n:6}: 512-thread blocks ({cluster} per row) {100 * before:4.0f}% of the copy; "
+        f"1024-thread blocks {100 * library[n]:4.0f}%"
+    )
+# Which of the two the recorded sweep ran: the one its forward column is closer to.
+long_ns = sorted(n for n in widths if n > ONE_BLOCK["forward"])
+older = [
+    n
+    for n in long_ns
+    if abs(AT[("forward", "opguide", n)]["vs_copy"] - widths[n][1])
+    < abs(AT[("forward", "opguide", n)]["vs_copy"] - library[n])
+]
+print(
+    f"The sweep above ran the 512-thread blocks (its forward at N = {', '.join(map(str, older))} "
+    "is closer to them): there, its forward column is the 'before' here, not the kernel this page "
+    "builds."
+    if older
+    else "The sweep above ran the 1024-thread blocks, the kernel this page builds."
+)
 
 # %%
 # The eager call
