@@ -134,6 +134,11 @@ for _ in range(9):
 torch.set_num_threads(threads)
 print(f"1 thread: {best[1]:.1f} ms; {threads} threads: {best[threads]:.1f} ms", end="")
 print(f", {best[1] / best[threads]:.1f}x as fast" if threads > 1 else " (one thread here)")
+if threads > 1 and best[threads] >= best[1]:
+    print(
+        "More threads were not faster here. Check that the library and torch share one OpenMP "
+        "runtime: OMP_DISPLAY_ENV=TRUE prints one block per runtime loaded."
+    )
 
 # %%
 # A C++ operator needs a fake kernel too. It is written in Python, as in
