@@ -418,12 +418,13 @@ for label, lines_of_code in counts:
 # shims that ``csrc/device_common.cuh`` carries for every CUDA kernel (warp
 # width, shuffles), and each architecture is compiled ahead of time.
 #
-# **Speed.** For a memory-bound kernel such as RMSNorm, both reach a good share
-# of memory bandwidth; hand-written CUDA gives more control (vector widths,
-# shared memory, launch bounds, persistent kernels), Triton gets much of it
-# from its compiler and a few launch parameters. The numbers depend on the GPU, so they
-# are measured where one is present. The interpreter is a correctness tool,
-# not a fast path: where it runs, the cell times it next to the C++ kernel.
+# **Speed.** Hand-written CUDA gives more control (vector widths, shared
+# memory, launch bounds, persistent kernels); Triton gets much of it from its
+# compiler and a few launch parameters. How close the two come depends on the
+# GPU and the shape, so the cell below measures them where a GPU is present,
+# and :doc:`step 11 <11_performance>` over every row length. The interpreter
+# is a correctness tool, not a fast path: where it runs, the cell times it
+# next to the C++ kernel.
 import statistics  # noqa: E402
 
 
@@ -466,12 +467,14 @@ if device == "cuda":
     xc = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     wc = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
     moved = 2 * xc.numel() * xc.element_size()  # read x, write y
+    gpu_ms = {}
     for backend in ("cpp", "triton"):
-        ms = cuda_ms(lambda b=backend: opguide.rms_norm(xc, wc, backend=b))
+        ms = gpu_ms[backend] = cuda_ms(lambda b=backend: opguide.rms_norm(xc, wc, backend=b))
         print(
             f"{backend:7} (4096, 4096) bfloat16 on {torch.cuda.get_device_name()}: "
             f"{ms:.3f} ms, {moved / ms / 1e6:.0f} GB/s"
         )
+    print(f"Triton's time is {gpu_ms['triton'] / gpu_ms['cpp']:.2f}x the C++ kernel's here")
 else:
     print("GPU timing skipped: no GPU visible (the performance chapter measures on one)")
 
