@@ -121,9 +121,11 @@ constexpr int kClusterStages = 3;
 // registers: at 1024 threads a thread has 64 registers, and two rows of
 // kRegVecs vectors take half of them. For the same reason the stride between
 // a thread's vectors is the constant block width, not blockDim.x: the
-// addresses are then one register plus constant offsets.
-template <typename T, int kVec, int kRegVecs>
-__global__ void __launch_bounds__(kClusterForwardThreads, 1) rms_norm_forward_cluster_kernel(
+// addresses are then one register plus constant offsets. (kThreads is a
+// parameter for tools/sweep_rms_norm_forward_cluster.cu, which times other
+// widths; the library launches kClusterForwardThreads.)
+template <typename T, int kVec, int kRegVecs, int kThreads = kClusterForwardThreads>
+__global__ void __launch_bounds__(kThreads, 1) rms_norm_forward_cluster_kernel(
     const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
     typename AccType<T>::type* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
     int64_t x_row_stride, float eps) {
@@ -142,7 +144,7 @@ __global__ void __launch_bounds__(kClusterForwardThreads, 1) rms_norm_forward_cl
     const V* xr = reinterpret_cast<const V*>(x + r * x_row_stride) + s.begin;
 #pragma unroll
     for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kClusterForwardThreads;
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
       if (i < s.count) out[k] = xr[i];
     }
   };
@@ -154,7 +156,7 @@ __global__ void __launch_bounds__(kClusterForwardThreads, 1) rms_norm_forward_cl
     Acc sum_sq = 0;
 #pragma unroll
     for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kClusterForwardThreads;
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
       if (i < s.count) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(kClusterForwardThreads, 1) rms_norm_forward_cl
     V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
 #pragma unroll
     for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kClusterForwardThreads;
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
       if (i < s.count) {
         const V v = keep_packed(cache[k]);
         const V wk = keep_packed(wv[i]);

@@ -1,7 +1,7 @@
 // Sweeps the cluster forward (csrc/rms_norm_long.cuh) for long rows on one
-// GPU, without torch: threads per block, vectors per thread (together the
-// slice of a row each block keeps, hence the cluster size) and how many rows
-// ahead each block loads, against one row per cluster with several blocks per
+// GPU, without torch: the library's kernel ("loop") at several block widths
+// and vectors per thread (together the slice of a row each block keeps, hence
+// the cluster size), against one row per cluster with several blocks per
 // multiprocessor ("row") and a row loop unrolled over a ring of register
 // buffers ("ring"). Prints achieved bandwidth against a large
 // device-to-device copy, with the L2 cleaned before each batch. Build and run
@@ -18,77 +18,55 @@ using namespace opguide::cuda;
 
 constexpr int kBatches = 11;
 
-// The library's kernel with its three knobs as parameters: a block of
-// kThreads threads keeps kRegVecs vectors per thread of each row, and loads
-// the next kAhead rows into registers while it works on this one. With
-// kWeightRegs false the weight is read again for every row (from L1 or L2)
-// instead of kept in registers, which leaves the registers to the rows.
-template <typename T, int kVec, int kThreads, int kRegVecs, int kAhead, bool kWeightRegs>
-__global__ void __launch_bounds__(kThreads, 1)
-    forward_cluster_variant(const T* __restrict__ x, const T* __restrict__ weight,
-                            T* __restrict__ y, int64_t rows, int64_t cols, float eps) {
-  using Acc = float;
-  using V = Vec<T, kVec>;
-  __shared__ Acc shared[2][kMaxWarpsPerBlock];
-  __shared__ Acc slots[2];
-  const Slice s = cluster_slice(cols / kVec);
-  const int64_t clusters = gridDim.x / cluster_blocks();
-  const int64_t first_row = blockIdx.x / cluster_blocks();
-  const V* wv = reinterpret_cast<const V*>(weight) + s.begin;
-  auto load = [&](int64_t r, V(&out)[kRegVecs]) {
-    if (r >= rows) return;
-    const V* xr = reinterpret_cast<const V*>(x + r * cols) + s.begin;
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (i < s.count) out[k] = xr[i];
-    }
-  };
-  V w[kRegVecs];
-  V buf[kAhead + 1][kRegVecs];
-#pragma unroll
-  for (int a = 0; a < kAhead; ++a) load(first_row + a * clusters, buf[a]);
+// The per-slice work of the two alternatives below: the sum of squares of
+// a thread's vectors, and the scaled output written from them.
+template <typename T, int kVec, int kThreads, int kRegVecs>
+__device__ __forceinline__ float slice_sum_sq(const Vec<T, kVec> (&buf)[kRegVecs],
+                                              int64_t count) {
+  float sum_sq = 0;
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-    if (kWeightRegs && i < s.count) w[k] = wv[i];
-  }
-  int parity = 0;
-  for (int64_t row = first_row; row < rows; row += clusters, parity ^= 1) {
-    load(row + kAhead * clusters, buf[kAhead]);
-    Acc sum_sq = 0;
+    if (i < count) {
 #pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (i < s.count) {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const Acc v = to_acc(buf[0][k].val[e]);
-          sum_sq += v * v;
-        }
+      for (int e = 0; e < kVec; ++e) {
+        const float v = to_acc(buf[k].val[e]);
+        sum_sq += v * v;
       }
     }
-    sum_sq = cluster_sum(row_sum(sum_sq, shared[parity]), &slots[parity]);
-    const Acc inv_rms = Acc(1) / sqrtf(sum_sq / static_cast<Acc>(cols) + eps);
-    V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (i < s.count) {
-        const V wk = kWeightRegs ? w[k] : wv[i];
-        V out;
-#pragma unroll
-        for (int e = 0; e < kVec; ++e)
-          out.val[e] = from_acc<T>(to_acc(buf[0][k].val[e]) * inv_rms * to_acc(wk.val[e]));
-        yr[i] = out;
-      }
-    }
-#pragma unroll
-    for (int a = 0; a < kAhead; ++a)
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) buf[a][k] = buf[a + 1][k];
   }
-  cluster_barrier();
+  return sum_sq;
+}
+
+template <typename T, int kVec, int kThreads, int kRegVecs>
+__device__ __forceinline__ void store_slice(const Vec<T, kVec> (&buf)[kRegVecs],
+                                            const Vec<T, kVec>* wv, float inv_rms,
+                                            Vec<T, kVec>* yr, int64_t count) {
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+    if (i < count) {
+      const Vec<T, kVec> wk = wv[i];
+      Vec<T, kVec> out;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        out.val[e] = from_acc<T>(to_acc(buf[k].val[e]) * inv_rms * to_acc(wk.val[e]));
+      yr[i] = out;
+    }
+  }
+}
+
+// The slice [s.begin, s.begin + s.count) of row r into registers.
+template <typename T, int kVec, int kThreads, int kRegVecs>
+__device__ __forceinline__ void load_slice(const T* x, int64_t r, int64_t rows, int64_t cols,
+                                           Slice s, Vec<T, kVec> (&out)[kRegVecs]) {
+  if (r >= rows) return;
+  const Vec<T, kVec>* xr = reinterpret_cast<const Vec<T, kVec>*>(x + r * cols) + s.begin;
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+    if (i < s.count) out[k] = xr[i];
+  }
 }
 
 // One row per cluster, no row loop: the GPU schedules clusters as others
@@ -96,49 +74,21 @@ __global__ void __launch_bounds__(kThreads, 1)
 // overlap another's cluster barrier.
 template <typename T, int kVec, int kThreads, int kRegVecs, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    forward_cluster_row(const T* __restrict__ x, const T* __restrict__ weight,
-                        T* __restrict__ y, int64_t rows, int64_t cols, float eps) {
-  using Acc = float;
+    forward_cluster_row(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
+                        float* __restrict__, int64_t rows, int64_t cols, int64_t, float eps) {
   using V = Vec<T, kVec>;
-  __shared__ Acc shared[kMaxWarpsPerBlock];
-  __shared__ Acc slot;
+  __shared__ float shared[kMaxWarpsPerBlock];
+  __shared__ float slot;
   const Slice s = cluster_slice(cols / kVec);
   const int64_t row = blockIdx.x / cluster_blocks();
-  const V* xr = reinterpret_cast<const V*>(x + row * cols) + s.begin;
-  const V* wv = reinterpret_cast<const V*>(weight) + s.begin;
   V cache[kRegVecs];
-  Acc sum_sq = 0;
-#pragma unroll
-  for (int k = 0; k < kRegVecs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-    if (i < s.count) cache[k] = xr[i];
-  }
-#pragma unroll
-  for (int k = 0; k < kRegVecs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-    if (i < s.count) {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        const Acc v = to_acc(cache[k].val[e]);
-        sum_sq += v * v;
-      }
-    }
-  }
+  load_slice<T, kVec, kThreads, kRegVecs>(x, row, rows, cols, s, cache);
+  float sum_sq = slice_sum_sq<T, kVec, kThreads, kRegVecs>(cache, s.count);
   sum_sq = cluster_sum(row_sum(sum_sq, shared), &slot);
-  const Acc inv_rms = Acc(1) / sqrtf(sum_sq / static_cast<Acc>(cols) + eps);
-  V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
-#pragma unroll
-  for (int k = 0; k < kRegVecs; ++k) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-    if (i < s.count) {
-      const V wk = wv[i];
-      V out;
-#pragma unroll
-      for (int e = 0; e < kVec; ++e)
-        out.val[e] = from_acc<T>(to_acc(cache[k].val[e]) * inv_rms * to_acc(wk.val[e]));
-      yr[i] = out;
-    }
-  }
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+  store_slice<T, kVec, kThreads, kRegVecs>(cache, reinterpret_cast<const V*>(weight) + s.begin,
+                                           inv_rms, reinterpret_cast<V*>(y + row * cols) + s.begin,
+                                           s.count);
   cluster_barrier();  // no block leaves while another still reads its slot
 }
 
@@ -147,63 +97,33 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // step j works on buffer j and then loads the row kDepth rows ahead into it.
 template <typename T, int kVec, int kThreads, int kRegVecs, int kDepth>
 __global__ void __launch_bounds__(kThreads, 1)
-    forward_cluster_ring(const T* __restrict__ x, const T* __restrict__ weight,
-                         T* __restrict__ y, int64_t rows, int64_t cols, float eps) {
-  using Acc = float;
+    forward_cluster_ring(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
+                         float* __restrict__, int64_t rows, int64_t cols, int64_t, float eps) {
   using V = Vec<T, kVec>;
-  __shared__ Acc shared[2][kMaxWarpsPerBlock];
-  __shared__ Acc slots[2];
+  __shared__ float shared[2][kMaxWarpsPerBlock];
+  __shared__ float slots[2];
   const Slice s = cluster_slice(cols / kVec);
   const int64_t clusters = gridDim.x / cluster_blocks();
   const int64_t first_row = blockIdx.x / cluster_blocks();
   const V* wv = reinterpret_cast<const V*>(weight) + s.begin;
-  auto load = [&](int64_t r, V(&out)[kRegVecs]) {
-    if (r >= rows) return;
-    const V* xr = reinterpret_cast<const V*>(x + r * cols) + s.begin;
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (i < s.count) out[k] = xr[i];
-    }
-  };
   V buf[kDepth][kRegVecs];
 #pragma unroll
-  for (int a = 0; a < kDepth; ++a) load(first_row + a * clusters, buf[a]);
+  for (int a = 0; a < kDepth; ++a)
+    load_slice<T, kVec, kThreads, kRegVecs>(x, first_row + a * clusters, rows, cols, s, buf[a]);
   int parity = 0;
   for (int64_t row0 = first_row; row0 < rows; row0 += kDepth * clusters) {
 #pragma unroll
     for (int j = 0; j < kDepth; ++j) {
       const int64_t row = row0 + j * clusters;
       if (row >= rows) break;
-      Acc sum_sq = 0;
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-        if (i < s.count) {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) {
-            const Acc v = to_acc(buf[j][k].val[e]);
-            sum_sq += v * v;
-          }
-        }
-      }
+      float sum_sq = slice_sum_sq<T, kVec, kThreads, kRegVecs>(buf[j], s.count);
       sum_sq = cluster_sum(row_sum(sum_sq, shared[parity]), &slots[parity]);
       parity ^= 1;
-      const Acc inv_rms = Acc(1) / sqrtf(sum_sq / static_cast<Acc>(cols) + eps);
-      V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
-#pragma unroll
-      for (int k = 0; k < kRegVecs; ++k) {
-        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-        if (i < s.count) {
-          const V wk = wv[i];
-          V out;
-#pragma unroll
-          for (int e = 0; e < kVec; ++e)
-            out.val[e] = from_acc<T>(to_acc(buf[j][k].val[e]) * inv_rms * to_acc(wk.val[e]));
-          yr[i] = out;
-        }
-      }
-      load(row + kDepth * clusters, buf[j]);
+      const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+      store_slice<T, kVec, kThreads, kRegVecs>(buf[j], wv, inv_rms,
+                                               reinterpret_cast<V*>(y + row * cols) + s.begin,
+                                               s.count);
+      load_slice<T, kVec, kThreads, kRegVecs>(x, row + kDepth * clusters, rows, cols, s, buf[j]);
     }
   }
   cluster_barrier();
@@ -215,6 +135,9 @@ struct Buffers {
   T* w = nullptr;
 };
 
+// kKind 0: the library's kernel (its row loop, one row loaded ahead) at
+// kThreads threads; 1: forward_cluster_row with kKnob blocks per SM; 2:
+// forward_cluster_ring kKnob rows deep.
 template <int kThreads, int kRegVecs, int kKind, int kKnob, typename T>
 void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, T* ref) {
   constexpr int kVec = 16 / sizeof(T);
@@ -222,8 +145,8 @@ void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, 
   const int64_t per_block = static_cast<int64_t>(kThreads) * kRegVecs;
   int cluster = 2;
   while (cluster * per_block < nvec) cluster *= 2;
-  using K = void (*)(const T*, const T*, T*, int64_t, int64_t, float);
-  K kernel = kKind == 0   ? forward_cluster_variant<T, kVec, kThreads, kRegVecs, kKnob, false>
+  using K = void (*)(const T*, const T*, T*, float*, int64_t, int64_t, int64_t, float);
+  K kernel = kKind == 0   ? rms_norm_forward_cluster_kernel<T, kVec, kRegVecs, kThreads>
              : kKind == 1 ? forward_cluster_row<T, kVec, kThreads, kRegVecs, kKnob>
                           : forward_cluster_ring<T, kVec, kThreads, kRegVecs, kKnob>;
   allow_cluster_size(kernel, cluster);
@@ -245,7 +168,7 @@ void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, 
     const int s = i % nbuf;
     CHECK(launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(clusters * cluster)),
                                     dim3(kThreads), 0, nullptr, false, cluster, b.xs[s], b.w,
-                                    b.ys[s], M, N, 1e-6f));
+                                    b.ys[s], nullptr, M, N, N, 1e-6f));
   };
   launch(0);
   CHECK(cudaDeviceSynchronize());
