@@ -287,7 +287,11 @@ for k in registers["kernels"]:
             f"  Triton backward, N = {k['n']:5}: {k['registers']} registers per thread, "
             f"{k['spill_bytes']} bytes spilled ({k['num_warps']} warps)"
         )
-spilled = [k["n"] for k in registers["kernels"] if k["spill_bytes"] > 0]
+spilled = [
+    k["n"]
+    for k in registers["kernels"]
+    if k["kernel"] == "_rms_norm_bwd_kernel" and k["spill_bytes"] > 0
+]
 if spilled:
     print(
         f"At N = {', '.join(map(str, spilled))} the Triton backward holds more of a row (x, dy, "
@@ -296,7 +300,8 @@ if spilled:
 if 256 in misses.get(("opguide triton", "fused"), []):
     print(
         "The Triton fused kernel runs one program per row (a grid of M); at N = 256 that is "
-        "262144 programs of 256 elements, where the forward takes several short rows per program."
+        f"{sweep['elements'] // 256} programs of 256 elements, where the forward takes several "
+        "short rows per program."
     )
 for s in sweep["skipped"]:
     print(f"could not run: {s['pass']} {s['impl']} {s['dtype']} N={s['n']}: {s['reason'][:70]}")
@@ -393,20 +398,16 @@ for line in cluster_sweep.splitlines():
     found = CLUSTER_LINE.match(line)
     if found and found["name"].startswith("loop 512 x 4"):
         widths[n] = (int(found["cluster"]), float(found["frac"]))
+older = []  # row lengths where the recorded sweep is closer to the 512-thread blocks
 for n in sorted(k for k in widths if k > ONE_BLOCK["forward"]):
     cluster, before = widths[n]
     print(
         f"N = {n:6}: 512-thread blocks ({cluster} per row) {100 * before:4.0f}% of the copy; "
         f"1024-thread blocks {100 * library[n]:4.0f}%"
     )
-# Which of the two the recorded sweep ran: the one its forward column is closer to.
-long_ns = sorted(n for n in widths if n > ONE_BLOCK["forward"])
-older = [
-    n
-    for n in long_ns
-    if abs(AT[("forward", "opguide", n)]["vs_copy"] - widths[n][1])
-    < abs(AT[("forward", "opguide", n)]["vs_copy"] - library[n])
-]
+    in_sweep = AT[("forward", "opguide", n)]["vs_copy"]
+    if abs(in_sweep - before) < abs(in_sweep - library[n]):
+        older.append(n)
 print(
     f"The sweep above ran the 512-thread blocks (its forward at N = {', '.join(map(str, older))} "
     "is closer to them): there, its forward column is the 'before' here, not the kernel this page "

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+import triton
 
 import opguide
 from opguide import triton_rms_norm
@@ -68,7 +69,7 @@ def main() -> int:
     record = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "triton": __import__("triton").__version__,
+        "triton": triton.__version__,
         "date": time.strftime("%Y-%m-%d"),
         "command": "python tools/record_triton_registers.py --out " + Path(args.out).name,
         "kernels": rows,
