@@ -61,7 +61,9 @@ int cuda_max_cluster() {
     const char* v = std::getenv("OPGUIDE_CLUSTERS");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  return enabled && current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9 ? 16 : 0;
+  return enabled && current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9
+             ? cuda::kMaxClusterBlocks
+             : 0;
 #else
   return 0;
 #endif

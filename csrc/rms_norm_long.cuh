@@ -29,6 +29,10 @@
 namespace opguide {
 namespace cuda {
 
+// The most blocks in one cluster: 16 on sm_90 with the non-portable size
+// allowed (allow_cluster_size below); 8 is the portable size.
+constexpr int kMaxClusterBlocks = 16;
+
 // [cluster-sum]
 #if OPGUIDE_HAVE_CLUSTERS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define OPGUIDE_CLUSTER_DEVICE 1
@@ -86,6 +90,117 @@ __device__ __forceinline__ Acc cluster_sum(Acc block_total, Acc* slot) {
 }
 // [cluster-sum-end]
 
+// [cluster-push]
+// The same sum without a cluster-wide barrier. cluster_sum makes every
+// thread of every block wait for all the others (twice: __syncthreads in
+// row_sum, then the cluster barrier), then reads the other blocks' totals
+// from their shared memory, one more round trip. Here each warp instead
+// pushes its own partial into a slot of every block of the cluster
+// (st.async, an asynchronous store into another block's shared memory that
+// counts its bytes on that block's mbarrier), and a block waits only until
+// all kWarps * blocks partials have arrived in its own shared memory. Each
+// warp then adds them in the same fixed order, so every thread of every
+// block gets the same total, as with cluster_sum.
+//
+// Rows alternate between two slots (by `iteration` parity), each with its
+// own mbarrier, whose phase flips every second row. A block cannot push row
+// i + 2 into a slot that a neighbour still reads for row i: it first waited
+// for that neighbour's row i + 1, which the neighbour pushes only after it
+// has read row i.
+template <typename Acc, int kWarps>
+struct PushSlots {
+  Acc partial[2][kWarps * kMaxClusterBlocks];
+  unsigned long long full[2];
+};
+
+#if OPGUIDE_CLUSTER_DEVICE
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void push_to_block(unsigned block, const float* slot, float v,
+                                              const unsigned long long* bar) {
+  unsigned remote_slot, remote_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote_slot) : "r"(shared_address(slot)), "r"(block));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote_bar) : "r"(shared_address(bar)), "r"(block));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+               ::"r"(remote_slot), "r"(__float_as_uint(v)), "r"(remote_bar) : "memory");
+}
+
+__device__ __forceinline__ void push_to_block(unsigned block, const double* slot, double v,
+                                              const unsigned long long* bar) {
+  unsigned remote_slot, remote_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote_slot) : "r"(shared_address(slot)), "r"(block));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote_bar) : "r"(shared_address(bar)), "r"(block));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
+               ::"r"(remote_slot), "l"(__double_as_longlong(v)), "r"(remote_bar) : "memory");
+}
+
+__device__ __forceinline__ void wait_for_phase(const unsigned long long* bar, unsigned phase) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+        "selp.u32 %0, 1, 0, p; }"
+        : "=r"(done) : "r"(shared_address(bar)), "r"(phase) : "memory");
+  } while (!done);
+}
+#endif
+
+// Once per kernel, before the first push_sum: each block's two mbarriers
+// expect one arrival (its thread 0) per phase, and every block of the cluster
+// must see them set up before anyone pushes.
+template <typename Acc, int kWarps>
+__device__ __forceinline__ void push_slots_init(PushSlots<Acc, kWarps>& s) {
+#if OPGUIDE_CLUSTER_DEVICE
+  if (threadIdx.x < 2) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&s.full[threadIdx.x]))
+                 : "memory");
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#else
+  (void)s;
+#endif
+  cluster_barrier();
+}
+
+// The cluster's total of v (one value per thread; kWarps warps per block)
+// for the iteration-th row this block takes.
+template <typename Acc, int kWarps>
+__device__ __forceinline__ Acc push_sum(Acc v, PushSlots<Acc, kWarps>& s, int64_t iteration) {
+  v = warp_sum(v);
+#if OPGUIDE_CLUSTER_DEVICE
+  const int parity = static_cast<int>(iteration & 1);
+  const unsigned phase = static_cast<unsigned>((iteration >> 1) & 1);
+  const unsigned blocks = cluster_blocks();
+  const unsigned lane = threadIdx.x % kWarpSize;
+  const unsigned warp = threadIdx.x / kWarpSize;
+  Acc* slots = s.partial[parity];
+  unsigned long long* bar = &s.full[parity];
+  if (threadIdx.x == 0) {
+    const unsigned bytes = blocks * kWarps * static_cast<unsigned>(sizeof(Acc));
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+  }
+  if (lane < blocks) push_to_block(lane, &slots[cluster_rank() * kWarps + warp], v, bar);
+  wait_for_phase(bar, phase);
+  Acc total = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxClusterBlocks * kWarps; i += kWarpSize) {
+    if (i + lane < blocks * kWarps) total += slots[i + lane];
+  }
+  return warp_sum(total);
+#else
+  (void)s, (void)iteration;
+  return v;
+#endif
+}
+// [cluster-push-end]
+
 // The vectors [begin, end) of a row of nvec vectors that this block of the
 // cluster takes: equal slices, the last one shorter when nvec does not divide.
 struct Slice {
@@ -121,20 +236,25 @@ constexpr int kClusterStages = 3;
 // registers: at 1024 threads a thread has 64 registers, and two rows of
 // kRegVecs vectors take half of them. For the same reason the stride between
 // a thread's vectors is the constant block width, not blockDim.x: the
-// addresses are then one register plus constant offsets. (kThreads is a
-// parameter for tools/sweep_rms_norm_forward_cluster.cu, which times other
-// widths; the library launches kClusterForwardThreads.)
-template <typename T, int kVec, int kRegVecs, int kThreads = kClusterForwardThreads>
+// addresses are then one register plus constant offsets. The row's sum goes
+// through push_sum (kPush true) or cluster_sum. (kThreads and kPush are
+// parameters for tools/sweep_rms_norm_forward_cluster.cu, which times the
+// other choices; the library launches the defaults.)
+template <typename T, int kVec, int kRegVecs, int kThreads = kClusterForwardThreads,
+          bool kPush = true>
 __global__ void __launch_bounds__(kThreads, 1) rms_norm_forward_cluster_kernel(
     const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
     typename AccType<T>::type* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
     int64_t x_row_stride, float eps) {
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
-  __shared__ Acc shared[2][kMaxWarpsPerBlock];
+  constexpr int kWarps = kThreads / kWarpSize;
+  __shared__ Acc shared[kPush ? 1 : 2][kPush ? 1 : kMaxWarpsPerBlock];
   __shared__ Acc slots[2];
+  __shared__ PushSlots<Acc, kPush ? kWarps : 1> push;
   wait_for_previous_grid();
   allow_next_grid();
+  if constexpr (kPush) push_slots_init(push);
   const Slice s = cluster_slice(cols / kVec);
   const int64_t clusters = gridDim.x / cluster_blocks();
   const int64_t first_row = blockIdx.x / cluster_blocks();
@@ -151,8 +271,8 @@ __global__ void __launch_bounds__(kThreads, 1) rms_norm_forward_cluster_kernel(
 
   V cache[kRegVecs];
   load(first_row, cache);
-  int parity = 0;
-  for (int64_t row = first_row; row < rows; row += clusters, parity ^= 1) {
+  int64_t iteration = 0;
+  for (int64_t row = first_row; row < rows; row += clusters, ++iteration) {
     Acc sum_sq = 0;
 #pragma unroll
     for (int k = 0; k < kRegVecs; ++k) {
@@ -167,7 +287,12 @@ __global__ void __launch_bounds__(kThreads, 1) rms_norm_forward_cluster_kernel(
     }
     V next[kRegVecs];
     load(row + clusters, next);
-    sum_sq = cluster_sum(row_sum(sum_sq, shared[parity]), &slots[parity]);
+    if constexpr (kPush) {
+      sum_sq = push_sum(sum_sq, push, iteration);
+    } else {
+      const int parity = static_cast<int>(iteration & 1);
+      sum_sq = cluster_sum(row_sum(sum_sq, shared[parity]), &slots[parity]);
+    }
     const Acc inv_rms = Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
     if (inv_rms_out != nullptr && cluster_rank() == 0 && threadIdx.x == 0)
       inv_rms_out[row] = inv_rms;
@@ -188,8 +313,10 @@ __global__ void __launch_bounds__(kThreads, 1) rms_norm_forward_cluster_kernel(
 #pragma unroll
     for (int k = 0; k < kRegVecs; ++k) cache[k] = next[k];
   }
-  // No block may leave while another still reads its slot.
-  cluster_barrier();
+  // With cluster_sum, no block may leave while another still reads its slot.
+  // (With push_sum a block reads only its own shared memory, and every push
+  // into it has arrived once its last wait returns.)
+  if constexpr (!kPush) cluster_barrier();
 }
 // [cluster-forward-end]
 
@@ -210,11 +337,11 @@ __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_backward_cluster_
   static_assert(kStages >= 2, "a pipeline needs two stages or more");
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
-  __shared__ Acc shared[2][kMaxWarpsPerBlock];
-  __shared__ Acc slots[2];
+  __shared__ PushSlots<Acc, kClusterThreads / kWarpSize> push;
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   wait_for_previous_grid();
   allow_next_grid();
+  push_slots_init(push);
   const Slice s = cluster_slice(cols / kVec);
   const int64_t clusters = gridDim.x / cluster_blocks();
   const int64_t first_row = blockIdx.x / cluster_blocks();
@@ -238,8 +365,8 @@ __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_backward_cluster_
 
   Acc r_next = first_row < rows ? inv_rms[first_row] : Acc(0);
   int stage = 0;
-  int parity = 0;
-  for (int64_t row = first_row; row < rows; row += clusters, parity ^= 1) {
+  int64_t iteration = 0;
+  for (int64_t row = first_row; row < rows; row += clusters, ++iteration) {
     const Acc r = r_next;
     r_next = row + clusters < rows ? inv_rms[row + clusters] : Acc(0);
     fetch(row + (kStages - 1) * clusters, stage == 0 ? kStages - 1 : stage - 1);
@@ -248,7 +375,7 @@ __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_backward_cluster_
     read_stage(mine + stage * per_stage, g, xv);
     stage = stage + 1 == kStages ? 0 : stage + 1;
     Acc dot = row_dot(g, w, xv, s.count);
-    dot = cluster_sum(row_sum(dot, shared[parity]), &slots[parity]);
+    dot = push_sum(dot, push, iteration);
     const Acc c = dot * r * r * r / static_cast<Acc>(cols);
     store_grad_x(g, w, xv, r, c, s.count, reinterpret_cast<V*>(grad_x + row * cols) + s.begin, dw);
   }
@@ -264,7 +391,6 @@ __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_backward_cluster_
       reinterpret_cast<Vec<Acc, kVec>*>(partial)[i] = out;
     }
   }
-  cluster_barrier();
 }
 // [cluster-backward-end]
 
@@ -435,7 +561,7 @@ BackwardConfig rms_norm_backward_plan(int64_t rows, int64_t cols, bool aligned, 
     auto kernel = rms_norm_backward_cluster_kernel<T, kVec, kClusterRegVecs>;
     const size_t shared = static_cast<size_t>(kClusterStages) * 2 * kClusterRegVecs *
                           kClusterThreads * 16;
-    const size_t static_bytes = sizeof(Acc) * (2 * kMaxWarpsPerBlock + 2);
+    const size_t static_bytes = sizeof(PushSlots<Acc, kClusterThreads / kWarpSize>);
     if (shared + static_bytes <= max_shared_bytes) {
       allow_shared_bytes(kernel, shared);
       allow_cluster_size(kernel, cluster);

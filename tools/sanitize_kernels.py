@@ -7,7 +7,9 @@
 ``--fused-only`` runs the fused kernel alone (CUDA and Triton), on a few
 shapes: racecheck is slow, and this run reaches its summary in minutes.
 ``--long-rows`` runs the long-row kernels alone (csrc/rms_norm_long.cuh:
-clusters and two passes; the Triton chunked kernels), forward and backward.
+clusters and two passes; the Triton chunked kernels), forward and backward;
+add ``--cpp`` to run the CUDA C++ kernels alone (racecheck is much slower
+over the Triton kernels).
 
 Each case checks its result against the reference, so a run that the
 sanitizer passes also computed the right numbers. The cases cover the vector
@@ -24,10 +26,11 @@ import opguide
 from opguide.reference import rms_norm_reference
 
 
-def long_rows() -> int:
+def long_rows(cpp_only: bool = False) -> int:
     """The long-row kernels of each backend: clusters, two passes, chunks."""
     torch.manual_seed(0)
-    backends = ["cpp"] + (["triton"] if opguide.backends.triton_ready() else [])
+    with_triton = opguide.backends.triton_ready() and not cpp_only
+    backends = ["cpp"] + (["triton"] if with_triton else [])
     cases = 0
     for backend in backends:
         for dtype in (torch.float32, torch.bfloat16):
@@ -86,7 +89,7 @@ def main() -> int:
     if "--fused-only" in sys.argv[1:]:
         return fused_only()
     if "--long-rows" in sys.argv[1:]:
-        return long_rows()
+        return long_rows(cpp_only="--cpp" in sys.argv[1:])
     torch.manual_seed(0)
     dev = "cuda"
     tol = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}

@@ -71,25 +71,32 @@ __device__ __forceinline__ void load_slice(const T* x, int64_t r, int64_t rows, 
 
 // One row per cluster, no row loop: the GPU schedules clusters as others
 // finish, and kMinBlocks blocks share a multiprocessor, so one block's loads
-// overlap another's cluster barrier.
-template <typename T, int kVec, int kThreads, int kRegVecs, int kMinBlocks>
+// overlap another's wait for the row's sum (cluster_sum, or push_sum with
+// kPush).
+template <typename T, int kVec, int kThreads, int kRegVecs, int kMinBlocks, bool kPush>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     forward_cluster_row(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
                         float* __restrict__, int64_t rows, int64_t cols, int64_t, float eps) {
   using V = Vec<T, kVec>;
   __shared__ float shared[kMaxWarpsPerBlock];
   __shared__ float slot;
+  __shared__ PushSlots<float, kThreads / kWarpSize> push;
+  if constexpr (kPush) push_slots_init(push);
   const Slice s = cluster_slice(cols / kVec);
   const int64_t row = blockIdx.x / cluster_blocks();
   V cache[kRegVecs];
   load_slice<T, kVec, kThreads, kRegVecs>(x, row, rows, cols, s, cache);
   float sum_sq = slice_sum_sq<T, kVec, kThreads, kRegVecs>(cache, s.count);
-  sum_sq = cluster_sum(row_sum(sum_sq, shared), &slot);
+  if constexpr (kPush) {
+    sum_sq = push_sum(sum_sq, push, 0);
+  } else {
+    sum_sq = cluster_sum(row_sum(sum_sq, shared), &slot);
+  }
   const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
   store_slice<T, kVec, kThreads, kRegVecs>(cache, reinterpret_cast<const V*>(weight) + s.begin,
                                            inv_rms, reinterpret_cast<V*>(y + row * cols) + s.begin,
                                            s.count);
-  cluster_barrier();  // no block leaves while another still reads its slot
+  if constexpr (!kPush) cluster_barrier();  // no block leaves while another reads its slot
 }
 
 // The row loop unrolled kDepth times over a ring of kDepth row buffers, so
@@ -137,8 +144,9 @@ struct Buffers {
 
 // kKind 0: the library's kernel (its row loop, one row loaded ahead) at
 // kThreads threads; 1: forward_cluster_row with kKnob blocks per SM; 2:
-// forward_cluster_ring kKnob rows deep.
-template <int kThreads, int kRegVecs, int kKind, int kKnob, typename T>
+// forward_cluster_ring kKnob rows deep. kPush: push_sum rather than
+// cluster_sum (kinds 0 and 1).
+template <int kThreads, int kRegVecs, int kKind, int kKnob, bool kPush, typename T>
 void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, T* ref) {
   constexpr int kVec = 16 / sizeof(T);
   const int64_t nvec = N / kVec;
@@ -146,8 +154,8 @@ void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, 
   int cluster = 2;
   while (cluster * per_block < nvec) cluster *= 2;
   using K = void (*)(const T*, const T*, T*, float*, int64_t, int64_t, int64_t, float);
-  K kernel = kKind == 0   ? rms_norm_forward_cluster_kernel<T, kVec, kRegVecs, kThreads>
-             : kKind == 1 ? forward_cluster_row<T, kVec, kThreads, kRegVecs, kKnob>
+  K kernel = kKind == 0   ? rms_norm_forward_cluster_kernel<T, kVec, kRegVecs, kThreads, kPush>
+             : kKind == 1 ? forward_cluster_row<T, kVec, kThreads, kRegVecs, kKnob, kPush>
                           : forward_cluster_ring<T, kVec, kThreads, kRegVecs, kKnob>;
   allow_cluster_size(kernel, cluster);
   int fit = 0;
@@ -219,14 +227,18 @@ int main() {
     printf("bf16 M=%lld N=%lld: library %.1f us, %.0f GB/s, %.2f of copy\n",
            static_cast<long long>(M), static_cast<long long>(N), lib_us, lib_bw / 1e9,
            lib_bw / copy_bw);
-    run<512, 4, 0, 1>("loop 512 x 4, ahead 1", M, N, copy_bw, b, ref);
-    run<1024, 4, 0, 1>("loop 1024 x 4, ahead 1", M, N, copy_bw, b, ref);
-    run<1024, 2, 0, 1>("loop 1024 x 2, ahead 1", M, N, copy_bw, b, ref);
-    run<512, 4, 1, 2>("row 512 x 4, 2 blocks/SM", M, N, copy_bw, b, ref);
-    run<256, 4, 1, 4>("row 256 x 4, 4 blocks/SM", M, N, copy_bw, b, ref);
-    run<1024, 4, 1, 1>("row 1024 x 4, 1 block/SM", M, N, copy_bw, b, ref);
-    run<512, 4, 2, 2>("ring 512 x 4, depth 2", M, N, copy_bw, b, ref);
-    run<1024, 2, 2, 2>("ring 1024 x 2, depth 2", M, N, copy_bw, b, ref);
+    run<512, 4, 0, 1, false>("loop 512 x 4, barrier", M, N, copy_bw, b, ref);
+    run<1024, 4, 0, 1, false>("loop 1024 x 4, barrier", M, N, copy_bw, b, ref);
+    run<512, 4, 0, 1, true>("loop 512 x 4, push", M, N, copy_bw, b, ref);
+    run<1024, 4, 0, 1, true>("loop 1024 x 4, push", M, N, copy_bw, b, ref);
+    run<1024, 2, 0, 1, true>("loop 1024 x 2, push", M, N, copy_bw, b, ref);
+    run<512, 4, 1, 2, false>("row 512 x 4, 2/SM, barrier", M, N, copy_bw, b, ref);
+    run<256, 4, 1, 4, false>("row 256 x 4, 4/SM, barrier", M, N, copy_bw, b, ref);
+    run<512, 4, 1, 2, true>("row 512 x 4, 2/SM, push", M, N, copy_bw, b, ref);
+    run<256, 4, 1, 4, true>("row 256 x 4, 4/SM, push", M, N, copy_bw, b, ref);
+    run<256, 8, 1, 2, true>("row 256 x 8, 2/SM, push", M, N, copy_bw, b, ref);
+    run<128, 8, 1, 4, true>("row 128 x 8, 4/SM, push", M, N, copy_bw, b, ref);
+    run<512, 4, 2, 2, false>("ring 512 x 4, depth 2", M, N, copy_bw, b, ref);
     for (int i = 0; i < nbuf; ++i) {
       cudaFree(b.xs[i]);
       cudaFree(b.ys[i]);
