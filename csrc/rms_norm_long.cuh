@@ -102,15 +102,20 @@ __device__ __forceinline__ Acc cluster_sum(Acc block_total, Acc* slot) {
 // warp then adds them in the same fixed order, so every thread of every
 // block gets the same total, as with cluster_sum.
 //
-// Rows alternate between two slots (by `iteration` parity), each with its
-// own mbarrier, whose phase flips every second row. A block cannot push row
-// i + 2 into a slot that a neighbour still reads for row i: it first waited
-// for that neighbour's row i + 1, which the neighbour pushes only after it
-// has read row i.
-template <typename Acc, int kWarps>
+// Rows take turns over kSlots slots (row i of this block's rows: slot
+// i % kSlots), each with its own mbarrier, whose phase flips each time its
+// slot comes round. Two slots suffice when a block waits for row i before it
+// pushes row i + 1 (push_sum): it cannot push row i + 2 into a slot that a
+// neighbour still reads for row i, since it first waited for that
+// neighbour's row i + 1, which the neighbour pushes only after reading row i.
+// A block that pushes row i + 1 before it waits for row i (the backward
+// below) needs four: when it pushes row i + 4 it has waited for row i + 2,
+// so every neighbour has pushed row i + 2, which a neighbour does only after
+// it has read row i from slot i % 4, the slot of row i + 4.
+template <typename Acc, int kWarps, int kSlots = 2>
 struct PushSlots {
-  Acc partial[2][kWarps * kMaxClusterBlocks];
-  unsigned long long full[2];
+  Acc partial[kSlots][kWarps * kMaxClusterBlocks];
+  unsigned long long full[kSlots];
 };
 
 #if OPGUIDE_CLUSTER_DEVICE
@@ -151,13 +156,13 @@ __device__ __forceinline__ void wait_for_phase(const unsigned long long* bar, un
 }
 #endif
 
-// Once per kernel, before the first push_sum: each block's two mbarriers
-// expect one arrival (its thread 0) per phase, and every block of the cluster
-// must see them set up before anyone pushes.
-template <typename Acc, int kWarps>
-__device__ __forceinline__ void push_slots_init(PushSlots<Acc, kWarps>& s) {
+// Once per kernel, before the first push: each block's mbarriers expect one
+// arrival (its thread 0) per phase, and every block of the cluster must see
+// them set up before anyone pushes.
+template <typename Acc, int kWarps, int kSlots>
+__device__ __forceinline__ void push_slots_init(PushSlots<Acc, kWarps, kSlots>& s) {
 #if OPGUIDE_CLUSTER_DEVICE
-  if (threadIdx.x < 2) {
+  if (threadIdx.x < kSlots) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&s.full[threadIdx.x]))
                  : "memory");
   }
@@ -168,36 +173,59 @@ __device__ __forceinline__ void push_slots_init(PushSlots<Acc, kWarps>& s) {
   cluster_barrier();
 }
 
-// The cluster's total of v (one value per thread; kWarps warps per block)
-// for the iteration-th row this block takes.
-template <typename Acc, int kWarps>
-__device__ __forceinline__ Acc push_sum(Acc v, PushSlots<Acc, kWarps>& s, int64_t iteration) {
+// The two halves of the sum for the iteration-th row this block takes (one
+// value per thread, kWarps warps per block): push_partial sends this warp's
+// partial to every block; wait_total returns the cluster's total.
+template <typename Acc, int kWarps, int kSlots>
+__device__ __forceinline__ void push_partial(Acc v, PushSlots<Acc, kWarps, kSlots>& s,
+                                             int64_t iteration) {
   v = warp_sum(v);
 #if OPGUIDE_CLUSTER_DEVICE
-  const int parity = static_cast<int>(iteration & 1);
-  const unsigned phase = static_cast<unsigned>((iteration >> 1) & 1);
+  const int slot = static_cast<int>(iteration % kSlots);
   const unsigned blocks = cluster_blocks();
   const unsigned lane = threadIdx.x % kWarpSize;
   const unsigned warp = threadIdx.x / kWarpSize;
-  Acc* slots = s.partial[parity];
-  unsigned long long* bar = &s.full[parity];
+  unsigned long long* bar = &s.full[slot];
   if (threadIdx.x == 0) {
     const unsigned bytes = blocks * kWarps * static_cast<unsigned>(sizeof(Acc));
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
                  ::"r"(shared_address(bar)), "r"(bytes) : "memory");
   }
-  if (lane < blocks) push_to_block(lane, &slots[cluster_rank() * kWarps + warp], v, bar);
-  wait_for_phase(bar, phase);
+  if (lane < blocks) push_to_block(lane, &s.partial[slot][cluster_rank() * kWarps + warp], v, bar);
+#else
+  if (threadIdx.x % kWarpSize == 0) s.partial[0][threadIdx.x / kWarpSize] = v;
+  (void)iteration;
+#endif
+}
+
+template <typename Acc, int kWarps, int kSlots>
+__device__ __forceinline__ Acc wait_total(PushSlots<Acc, kWarps, kSlots>& s, int64_t iteration) {
+#if OPGUIDE_CLUSTER_DEVICE
+  const int slot = static_cast<int>(iteration % kSlots);
+  wait_for_phase(&s.full[slot], static_cast<unsigned>((iteration / kSlots) & 1));
+  const unsigned count = cluster_blocks() * kWarps;
+  const unsigned lane = threadIdx.x % kWarpSize;
   Acc total = 0;
 #pragma unroll
   for (int i = 0; i < kMaxClusterBlocks * kWarps; i += kWarpSize) {
-    if (i + lane < blocks * kWarps) total += slots[i + lane];
+    if (i + lane < count) total += s.partial[slot][i + lane];
   }
   return warp_sum(total);
 #else
-  (void)s, (void)iteration;
-  return v;
+  // Without clusters (never launched so; it keeps the code compiling).
+  __syncthreads();
+  Acc total = 0;
+  for (int w = 0; w < kWarps; ++w) total += s.partial[0][w];
+  (void)iteration;
+  return total;
 #endif
+}
+
+template <typename Acc, int kWarps, int kSlots>
+__device__ __forceinline__ Acc push_sum(Acc v, PushSlots<Acc, kWarps, kSlots>& s,
+                                        int64_t iteration) {
+  push_partial(v, s, iteration);
+  return wait_total(s, iteration);
 }
 // [cluster-push-end]
 
@@ -216,16 +244,18 @@ __device__ __forceinline__ Slice cluster_slice(int64_t nvec) {
   return {begin, end > begin ? end - begin : 0};
 }
 
-// Threads per block, and vectors per thread, of the cluster kernels; rows in
-// flight per block in the cluster backward. A forward thread keeps one slice
-// of a row (x) where a backward thread keeps two (g and x) and the weight's
-// gradient, so the forward's blocks can be twice as wide: a row then needs
-// half as many blocks, and fewer blocks wait at each cluster barrier (step 11,
-// "Long rows").
+// Threads per block of the cluster kernels, and vectors of a row per thread
+// (the slice of a row one block takes is their product, so it sets the
+// blocks per row). The backward keeps a thread's slice of the weight and of
+// grad_w in registers and each row's g and x in shared memory, one stage per
+// row in flight: two vectors per thread and four stages (128 KiB), or four
+// vectors and three stages (192 KiB) for rows too long for 16 blocks of two
+// (step 11, "Long rows", times the choices).
 constexpr int kClusterThreads = 512;
-constexpr int kClusterForwardThreads = 1024;
-constexpr int kClusterRegVecs = 4;
-constexpr int kClusterStages = 3;
+constexpr int kClusterForwardRegVecs = 4;
+constexpr int kClusterBackwardRegVecs = 2;
+constexpr int kClusterBackwardRegVecsLong = 4;
+constexpr int cluster_backward_stages(int reg_vecs) { return reg_vecs <= 2 ? 4 : 3; }
 
 // [cluster-forward]
 // Forward: cluster c normalises rows c, c + C, c + 2C, ... (C clusters, as
@@ -233,14 +263,15 @@ constexpr int kClusterStages = 3;
 // row. The next row's slice of x is loaded into registers before this row is
 // reduced, so that loads are in flight while the cluster exchanges its sums.
 // The weight is read again for each row (from L1 or L2) rather than kept in
-// registers: at 1024 threads a thread has 64 registers, and two rows of
-// kRegVecs vectors take half of them. For the same reason the stride between
-// a thread's vectors is the constant block width, not blockDim.x: the
-// addresses are then one register plus constant offsets. The row's sum goes
-// through push_sum (kPush true) or cluster_sum. (kThreads and kPush are
+// registers, so that the kernel also fits blocks of 1024 threads (64
+// registers a thread, and two rows of kRegVecs vectors take half of them).
+// For the same reason the stride between a thread's vectors is the constant
+// block width, not blockDim.x: the addresses are then one register plus
+// constant offsets. The row's sum goes through push_sum (kPush true) or
+// cluster_sum. (kThreads and kPush are
 // parameters for tools/sweep_rms_norm_forward_cluster.cu, which times the
 // other choices; the library launches the defaults.)
-template <typename T, int kVec, int kRegVecs, int kThreads = kClusterForwardThreads,
+template <typename T, int kVec, int kRegVecs, int kThreads = kClusterThreads,
           bool kPush = true>
 __global__ void __launch_bounds__(kThreads, 1) rms_norm_forward_cluster_kernel(
     const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
@@ -326,18 +357,28 @@ __global__ void __launch_bounds__(kThreads, 1) rms_norm_forward_cluster_kernel(
 // thread keeps its slice of the weight and of grad_w in registers across all
 // its rows, and copies the next kStages - 1 rows' g and x into shared memory
 // while it computes this one (cp.async, as the pipelined kernel in
-// rms_norm_backward.cuh), kStages = kClusterStages rows in all. At the end, cluster c writes row c of grad_w_partial, and
-// rms_norm_backward_grad_w_kernel sums the C rows in a fixed order.
-template <typename T, int kVec, int kRegVecs>
-__global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_backward_cluster_kernel(
+// rms_norm_backward.cuh). At the end, cluster c writes row c of
+// grad_w_partial, and rms_norm_backward_grad_w_kernel sums the C rows in a
+// fixed order.
+//
+// With kAhead, a block pushes its partial sum of the next row before it
+// waits for this row's total, so that a block can run one row ahead of the
+// slowest block of its cluster: it reads this row's g and x again from
+// shared memory for grad_x, and a row's stage is reused one row later. (kAhead,
+// kThreads, kStages and kMinBlocks, blocks per multiprocessor, are
+// parameters for tools/sweep_rms_norm_backward_cluster.cu, which times other
+// choices; the library launches the defaults.)
+template <typename T, int kVec, int kRegVecs, int kThreads = kClusterThreads,
+          int kStages = cluster_backward_stages(kRegVecs), int kMinBlocks = 1,
+          bool kAhead = true>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) rms_norm_backward_cluster_kernel(
     const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
     const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
     typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
-  constexpr int kStages = kClusterStages;
-  static_assert(kStages >= 2, "a pipeline needs two stages or more");
+  static_assert(kStages >= (kAhead ? 3 : 2), "too few stages for the pipeline");
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
-  __shared__ PushSlots<Acc, kClusterThreads / kWarpSize> push;
+  __shared__ PushSlots<Acc, kThreads / kWarpSize, kAhead ? 4 : 2> push;
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   wait_for_previous_grid();
   allow_next_grid();
@@ -363,6 +404,34 @@ __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_backward_cluster_
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) fetch(first_row + st * clusters, st);
 
+  if constexpr (kAhead) {
+    // Row first_row + i * clusters lives in stage i % kStages from its fetch
+    // until its grad_x is written.
+    if (first_row < rows) {
+      copy_async_wait<kStages - 2>();
+      V g[kRegVecs], xv[kRegVecs];
+      read_stage(mine, g, xv);
+      push_partial(row_dot(g, w, xv, s.count), push, 0);
+    }
+    int64_t iteration = 0;
+    for (int64_t row = first_row; row < rows; row += clusters, ++iteration) {
+      const Acc r = inv_rms[row];
+      const int stage = static_cast<int>(iteration % kStages);
+      fetch(row + (kStages - 1) * clusters, stage == 0 ? kStages - 1 : stage - 1);
+      if (row + clusters < rows) {
+        copy_async_wait<kStages - 2>();
+        V g[kRegVecs], xv[kRegVecs];
+        read_stage(mine + (stage + 1 == kStages ? 0 : stage + 1) * per_stage, g, xv);
+        push_partial(row_dot(g, w, xv, s.count), push, iteration + 1);
+      }
+      const Acc dot = wait_total(push, iteration);
+      V g[kRegVecs], xv[kRegVecs];
+      read_stage(mine + stage * per_stage, g, xv);
+      const Acc c = dot * r * r * r / static_cast<Acc>(cols);
+      store_grad_x(g, w, xv, r, c, s.count, reinterpret_cast<V*>(grad_x + row * cols) + s.begin,
+                   dw);
+    }
+  } else {
   Acc r_next = first_row < rows ? inv_rms[first_row] : Acc(0);
   int stage = 0;
   int64_t iteration = 0;
@@ -378,6 +447,7 @@ __global__ void __launch_bounds__(kClusterThreads, 1) rms_norm_backward_cluster_
     dot = push_sum(dot, push, iteration);
     const Acc c = dot * r * r * r / static_cast<Acc>(cols);
     store_grad_x(g, w, xv, r, c, s.count, reinterpret_cast<V*>(grad_x + row * cols) + s.begin, dw);
+  }
   }
   copy_async_wait<0>();
   Acc* partial = grad_w_partial + (first_row < clusters ? first_row : 0) * cols + s.begin * kVec;
@@ -445,14 +515,15 @@ __global__ void __launch_bounds__(256) rms_norm_backward_grad_w_columns_kernel(
 
 // [long-launch]
 // Which backward kernel runs, beyond those of rms_norm_backward_config.
-constexpr int kBwdKernelCluster = 8;
+constexpr int kBwdKernelCluster = 8;      // kClusterBackwardRegVecs
+constexpr int kBwdKernelClusterLong = 9;  // kClusterBackwardRegVecsLong
 constexpr int kBwdKernelTwoPass = -1;
 
 // The number of blocks per cluster that gives each block of `threads`
-// threads at most kClusterRegVecs vectors of a row of `nvec` vectors: a power
+// threads at most `reg_vecs` vectors each of a row of `nvec` vectors: a power
 // of two, at least 2; 0 when more than `max_cluster` would be needed.
-inline int cluster_size_for(int64_t nvec, int max_cluster, int threads) {
-  const int64_t per_block = static_cast<int64_t>(threads) * kClusterRegVecs;
+inline int cluster_size_for(int64_t nvec, int max_cluster, int threads, int reg_vecs) {
+  const int64_t per_block = static_cast<int64_t>(threads) * reg_vecs;
   int size = 2;
   while (size * per_block < nvec) size *= 2;
   return size <= max_cluster ? size : 0;
@@ -519,22 +590,23 @@ cudaError_t launch_rms_norm_forward_any(const T* x, const T* weight, T* y,
                     is_aligned(weight, 16) && is_aligned(y, 16);
   const int64_t nvec = cols / kWide;
   const int cluster = wide && rows > 0 && nvec > kMaxThreadsPerRow * kForwardRegVecs
-                          ? cluster_size_for(nvec, max_cluster, kClusterForwardThreads)
+                          ? cluster_size_for(nvec, max_cluster, kClusterThreads,
+                                             kClusterForwardRegVecs)
                           : 0;
   if (cluster == 0) {
     return launch_rms_norm_forward<T>(x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
                                       warp_size, stream, pdl);
   }
-  auto kernel = rms_norm_forward_cluster_kernel<T, kWide, kClusterRegVecs>;
+  auto kernel = rms_norm_forward_cluster_kernel<T, kWide, kClusterForwardRegVecs>;
   allow_cluster_size(kernel, cluster);
-  const int fit = active_clusters(kernel, cluster, kClusterForwardThreads, 0);
+  const int fit = active_clusters(kernel, cluster, kClusterThreads, 0);
   if (fit == 0) {
     return launch_rms_norm_forward<T>(x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
                                       warp_size, stream, pdl);
   }
   const int64_t clusters = rows < fit ? rows : fit;
   return launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(clusters * cluster)),
-                                   dim3(kClusterForwardThreads), 0, stream, pdl, cluster, x,
+                                   dim3(kClusterThreads), 0, stream, pdl, cluster, x,
                                    weight, y, inv_rms, rows, cols, x_row_stride, eps);
 }
 
@@ -556,26 +628,32 @@ BackwardConfig rms_norm_backward_plan(int64_t rows, int64_t cols, bool aligned, 
     if (cfg.kernel != 0 || nvec <= static_cast<int64_t>(kBwdMaxThreads) * kBwdRegVecs) return cfg;
   }
   BackwardConfig cfg;
-  const int cluster = wide ? cluster_size_for(nvec, max_cluster, kClusterThreads) : 0;
-  if (cluster > 0) {
-    auto kernel = rms_norm_backward_cluster_kernel<T, kVec, kClusterRegVecs>;
-    const size_t shared = static_cast<size_t>(kClusterStages) * 2 * kClusterRegVecs *
+  // Clusters of blocks with two vectors per thread, or with four when a row
+  // is too long for that.
+  const auto try_clusters = [&](auto kernel, int reg_vecs, int kernel_id) {
+    const int cluster = wide ? cluster_size_for(nvec, max_cluster, kClusterThreads, reg_vecs) : 0;
+    if (cluster == 0) return false;
+    const size_t shared = static_cast<size_t>(cluster_backward_stages(reg_vecs)) * 2 * reg_vecs *
                           kClusterThreads * 16;
-    const size_t static_bytes = sizeof(PushSlots<Acc, kClusterThreads / kWarpSize>);
-    if (shared + static_bytes <= max_shared_bytes) {
-      allow_shared_bytes(kernel, shared);
-      allow_cluster_size(kernel, cluster);
-      const int fit = active_clusters(kernel, cluster, kClusterThreads, shared);
-      if (fit > 0) {
-        cfg.kernel = kBwdKernelCluster;
-        cfg.cluster = cluster;
-        cfg.block = dim3(kClusterThreads);
-        cfg.shared_bytes = shared;
-        cfg.blocks = rows < fit ? rows : fit;  // clusters, one partial row each
-        cfg.grid = cfg.blocks * cluster;
-        return cfg;
-      }
-    }
+    const size_t static_bytes = sizeof(PushSlots<Acc, kClusterThreads / kWarpSize, 4>);
+    if (shared + static_bytes > max_shared_bytes) return false;
+    allow_shared_bytes(kernel, shared);
+    allow_cluster_size(kernel, cluster);
+    const int fit = active_clusters(kernel, cluster, kClusterThreads, shared);
+    if (fit == 0) return false;
+    cfg.kernel = kernel_id;
+    cfg.cluster = cluster;
+    cfg.block = dim3(kClusterThreads);
+    cfg.shared_bytes = shared;
+    cfg.blocks = rows < fit ? rows : fit;  // clusters, one partial row each
+    cfg.grid = cfg.blocks * cluster;
+    return true;
+  };
+  if (try_clusters(rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecs>,
+                   kClusterBackwardRegVecs, kBwdKernelCluster) ||
+      try_clusters(rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecsLong>,
+                   kClusterBackwardRegVecsLong, kBwdKernelClusterLong)) {
+    return cfg;
   }
   // Two passes: a block of 512 threads per row, a few blocks per SM; grad_w
   // over strips of 256 columns, with enough row groups to fill the GPU.
@@ -600,9 +678,11 @@ cudaError_t launch_rms_norm_backward_any(const T* grad_y, const T* x, const T* w
                                          cudaStream_t stream, bool pdl = false) {
   constexpr int kVec = 16 / sizeof(T);
   cudaError_t err = cudaSuccess;
-  if (cfg.kernel == kBwdKernelCluster) {
+  if (cfg.kernel == kBwdKernelCluster || cfg.kernel == kBwdKernelClusterLong) {
     err = launch_kernel_in_clusters(
-        rms_norm_backward_cluster_kernel<T, kVec, kClusterRegVecs>,
+        cfg.kernel == kBwdKernelCluster
+            ? rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecs>
+            : rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecsLong>,
         dim3(static_cast<unsigned>(cfg.grid)), cfg.block, cfg.shared_bytes, stream, pdl,
         cfg.cluster, grad_y, x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
   } else if (cfg.kernel == kBwdKernelTwoPass) {

@@ -121,25 +121,29 @@ def test_without_keep_packed_bfloat16_spills():
     assert code.stack > 0 or code.registers > 64, (code.registers, code.stack)
 
 
-CLUSTER_FORWARD_KERNELS = """
+CLUSTER_KERNELS = """
 #include "rms_norm_long.cuh"
 using namespace opguide::cuda;
 void* kernels[] = {
-    (void*)rms_norm_forward_cluster_kernel<__nv_bfloat16, 8, kClusterRegVecs>,
-    (void*)rms_norm_forward_cluster_kernel<__half, 8, kClusterRegVecs>,
-    (void*)rms_norm_forward_cluster_kernel<float, 4, kClusterRegVecs>,
-    (void*)rms_norm_forward_cluster_kernel<double, 2, kClusterRegVecs>,
+    (void*)rms_norm_forward_cluster_kernel<__nv_bfloat16, 8, kClusterForwardRegVecs>,
+    (void*)rms_norm_forward_cluster_kernel<__half, 8, kClusterForwardRegVecs>,
+    (void*)rms_norm_forward_cluster_kernel<float, 4, kClusterForwardRegVecs>,
+    (void*)rms_norm_forward_cluster_kernel<double, 2, kClusterForwardRegVecs>,
+    (void*)rms_norm_backward_cluster_kernel<__nv_bfloat16, 8, kClusterBackwardRegVecs>,
+    (void*)rms_norm_backward_cluster_kernel<float, 4, kClusterBackwardRegVecs>,
+    (void*)rms_norm_backward_cluster_kernel<__nv_bfloat16, 8, kClusterBackwardRegVecsLong>,
+    (void*)rms_norm_backward_cluster_kernel<float, 4, kClusterBackwardRegVecsLong>,
 };
 """
 
 
-def test_cluster_forward_kernels_do_not_spill():
-    # __launch_bounds__(1024, 1): at most 64 registers, and the kernel holds
-    # two rows' slices. With blockDim.x as the stride between a thread's
-    # vectors, the bfloat16 kernel spilled; with the constant it does not.
+def test_cluster_kernels_do_not_spill():
+    # The cluster kernels keep a slice of every row in registers (the
+    # backward also its slices of the weight and of grad_w), and a spill
+    # would send those to local memory on every row.
     _skip_without_machine_code_tools()
-    kernels = compile_checks.kernel_machine_code(CLUSTER_FORWARD_KERNELS, include_dirs=[CSRC])
-    assert len(kernels) == 4, list(kernels)
+    kernels = compile_checks.kernel_machine_code(CLUSTER_KERNELS, include_dirs=[CSRC])
+    assert len(kernels) == 8, list(kernels)
     heavy = {name: (c.registers, c.stack) for name, c in kernels.items() if c.stack > 0}
     assert not heavy, heavy
 

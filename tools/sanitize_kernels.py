@@ -9,7 +9,8 @@ shapes: racecheck is slow, and this run reaches its summary in minutes.
 ``--long-rows`` runs the long-row kernels alone (csrc/rms_norm_long.cuh:
 clusters and two passes; the Triton chunked kernels), forward and backward;
 add ``--cpp`` to run the CUDA C++ kernels alone (racecheck is much slower
-over the Triton kernels).
+over the Triton kernels), and ``--small`` for fewer, smaller rows that still
+give each cluster several rows (racecheck of the full set takes minutes).
 
 Each case checks its result against the reference, so a run that the
 sanitizer passes also computed the right numbers. The cases cover the vector
@@ -26,7 +27,7 @@ import opguide
 from opguide.reference import rms_norm_reference
 
 
-def long_rows(cpp_only: bool = False) -> int:
+def long_rows(cpp_only: bool = False, small: bool = False) -> int:
     """The long-row kernels of each backend: clusters, two passes, chunks."""
     torch.manual_seed(0)
     with_triton = opguide.backends.triton_ready() and not cpp_only
@@ -36,7 +37,10 @@ def long_rows(cpp_only: bool = False) -> int:
         for dtype in (torch.float32, torch.bfloat16):
             # 300 rows of 65536: more rows than the clusters that fit at once;
             # 100003: odd, the two-pass kernels; 16384 float32: 4 vectors per thread.
-            for m, n in [(3, 65536), (300, 65536), (2, 131072), (3, 100003), (40, 16384)]:
+            shapes = [(3, 65536), (300, 65536), (2, 131072), (3, 100003), (40, 16384)]
+            if small:  # more rows than clusters fit at once, as in (300, 65536)
+                shapes = [(40, 65536), (20, 131072), (3, 100003)]
+            for m, n in shapes:
                 x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
                 w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
                 dy = torch.randn(m, n, device="cuda", dtype=dtype)
@@ -89,7 +93,7 @@ def main() -> int:
     if "--fused-only" in sys.argv[1:]:
         return fused_only()
     if "--long-rows" in sys.argv[1:]:
-        return long_rows(cpp_only="--cpp" in sys.argv[1:])
+        return long_rows(cpp_only="--cpp" in sys.argv[1:], small="--small" in sys.argv[1:])
     torch.manual_seed(0)
     dev = "cuda"
     tol = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}

@@ -1,0 +1,164 @@
+// Sweeps the cluster backward (csrc/rms_norm_long.cuh) for long rows on one
+// GPU, without torch: the library's kernel at several block widths, vectors
+// per thread, pipeline stages and blocks per multiprocessor, with and
+// without pushing the next row's partial sum before waiting for this row's
+// total ("ahead"). Each call runs the kernel and the grad_w sum, timed as
+// in guidekit.benchmark (bytes: read g and x, write grad_x, 3 M N s at
+// M N = 2^26), against a large device-to-device copy with the L2 cleaned
+// before each batch. Build and run (on a GPU machine with sm_90):
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_backward_cluster.cu -o /tmp/bc
+//   /tmp/bc
+#include <cmath>
+
+#include "rms_norm_long.cuh"
+#include "sweep_common.cuh"
+
+using namespace opguide::cuda;
+
+constexpr int kBatches = 11;
+
+template <typename T>
+struct Buffers {
+  std::vector<T*> gs, xs, dxs;
+  std::vector<float*> rs;
+  T* w = nullptr;
+  T* dw = nullptr;
+  float* partial = nullptr;  // room for one row per multiprocessor
+};
+
+// The largest difference from `want` (grad_x of the library's plan), in
+// float: another cluster size sums a row in another order.
+template <typename T>
+double max_diff(const T* got_d, const T* want_d, int64_t n) {
+  std::vector<T> got(n), want(n);
+  CHECK(cudaMemcpy(got.data(), got_d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(want.data(), want_d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i)
+    worst = std::fmax(worst, std::fabs(__bfloat162float(got[i]) - __bfloat162float(want[i])));
+  return worst;
+}
+
+template <int kThreads, int kRegVecs, int kStages, int kMinBlocks, bool kAhead, typename T>
+void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, const T* want,
+         int sms) {
+  constexpr int kVec = 16 / sizeof(T);
+  const int64_t nvec = N / kVec;
+  int cluster = 2;
+  while (cluster * static_cast<int64_t>(kThreads) * kRegVecs < nvec) cluster *= 2;
+  auto kernel =
+      rms_norm_backward_cluster_kernel<T, kVec, kRegVecs, kThreads, kStages, kMinBlocks, kAhead>;
+  const size_t shared = static_cast<size_t>(kStages) * 2 * kRegVecs * kThreads * 16;
+  allow_shared_bytes(kernel, shared);
+  allow_cluster_size(kernel, cluster);
+  int fit = 0;
+  if (cluster <= kMaxClusterBlocks) {
+    const LaunchEx launch(dim3(cluster), dim3(kThreads), shared, nullptr, cluster, false);
+    if (cudaOccupancyMaxActiveClusters(&fit, kernel, &launch.config) != cudaSuccess) {
+      (void)cudaGetLastError();
+      fit = 0;
+    }
+  }
+  if (fit == 0) {
+    printf("  %-34s cluster %2d: does not fit\n", name, cluster);
+    return;
+  }
+  const int64_t clusters = M < fit ? M : fit;
+  if (clusters > sms) {
+    printf("  %-34s cluster %2d x %3lld: more partial rows than allocated\n", name, cluster,
+           static_cast<long long>(clusters));
+    return;
+  }
+  const int nbuf = static_cast<int>(b.xs.size());
+  auto launch = [&](int i) {
+    const int s = i % nbuf;
+    CHECK(launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(clusters * cluster)),
+                                    dim3(kThreads), shared, nullptr, false, cluster, b.gs[s],
+                                    b.xs[s], b.w, b.rs[s], b.dxs[s], b.partial, M, N));
+    CHECK(launch_grad_w_sum(b.partial, clusters, N, b.dw, nullptr, false));
+  };
+  launch(0);
+  CHECK(cudaDeviceSynchronize());
+  const double diff = max_diff(b.dxs[0], want, M * N);
+  const float us = time_us(launch, 10, kBatches);
+  const double bw = 3.0 * M * N * sizeof(T) / (us * 1e-6);
+  printf("  %-34s cluster %2d x %3lld: %8.1f us  %5.0f GB/s  %.2f of copy  (max diff %.1e)\n",
+         name, cluster, static_cast<long long>(clusters), us, bw / 1e9, bw / copy_bw, diff);
+}
+
+int main() {
+  using T = __nv_bfloat16;
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double copy_bw = copy_bandwidth(prop, kBatches);
+  enable_l2_clean(prop);
+  size_t max_shared = 0;
+  {
+    int v = 0;
+    CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    max_shared = static_cast<size_t>(v);
+  }
+  const int sms = prop.multiProcessorCount;
+  const int64_t total = int64_t{1} << 26;
+  for (int64_t N : {32768, 65536, 131072}) {
+    const int64_t M = total / N;
+    Buffers<T> b;
+    const int nbuf = 2;
+    for (int i = 0; i < nbuf; ++i) {
+      T *g, *x, *dx;
+      float* r;
+      CHECK(cudaMalloc(&g, total * sizeof(T)));
+      CHECK(cudaMalloc(&x, total * sizeof(T)));
+      CHECK(cudaMalloc(&dx, total * sizeof(T)));
+      CHECK(cudaMalloc(&r, M * sizeof(float)));
+      fill<<<1024, 256>>>(g, total, 3 + i);
+      fill<<<1024, 256>>>(x, total, 5 + i);
+      fill<<<256, 256>>>(r, M, 9 + i);
+      b.gs.push_back(g);
+      b.xs.push_back(x);
+      b.dxs.push_back(dx);
+      b.rs.push_back(r);
+    }
+    CHECK(cudaMalloc(&b.w, N * sizeof(T)));
+    CHECK(cudaMalloc(&b.dw, N * sizeof(T)));
+    CHECK(cudaMalloc(&b.partial, static_cast<size_t>(sms) * N * sizeof(float)));
+    fill<<<256, 256>>>(b.w, N, 7);
+    T* want;
+    CHECK(cudaMalloc(&want, total * sizeof(T)));
+    const BackwardConfig cfg =
+        rms_norm_backward_plan<T>(M, N, true, 32, sms, max_shared, kMaxClusterBlocks);
+    auto library = [&](int i, T* dx) {
+      const int s = i % nbuf;
+      CHECK(launch_rms_norm_backward_any<T>(b.gs[s], b.xs[s], b.w, b.rs[s], dx, b.partial, b.dw,
+                                            M, N, cfg, nullptr, false));
+    };
+    library(0, want);
+    const float lib_us = time_us([&](int i) { library(i, b.dxs[i % nbuf]); }, 10, kBatches);
+    const double lib_bw = 3.0 * M * N * sizeof(T) / (lib_us * 1e-6);
+    printf("bf16 M=%lld N=%lld: library %.1f us, %.0f GB/s, %.2f of copy\n",
+           static_cast<long long>(M), static_cast<long long>(N), lib_us, lib_bw / 1e9,
+           lib_bw / copy_bw);
+    run<512, 4, 3, 1, false>("512 x 4, 3 stages", M, N, copy_bw, b, want, sms);
+    run<512, 4, 2, 1, false>("512 x 4, 2 stages", M, N, copy_bw, b, want, sms);
+    run<512, 4, 3, 1, true>("512 x 4, 3 stages, ahead", M, N, copy_bw, b, want, sms);
+    run<512, 2, 3, 2, false>("512 x 2, 3 stages, 2/SM", M, N, copy_bw, b, want, sms);
+    run<512, 2, 6, 1, false>("512 x 2, 6 stages", M, N, copy_bw, b, want, sms);
+    run<512, 2, 6, 1, true>("512 x 2, 6 stages, ahead", M, N, copy_bw, b, want, sms);
+    run<512, 2, 4, 1, true>("512 x 2, 4 stages, ahead", M, N, copy_bw, b, want, sms);
+    run<256, 4, 3, 2, false>("256 x 4, 3 stages, 2/SM", M, N, copy_bw, b, want, sms);
+    run<256, 4, 3, 2, true>("256 x 4, 3 stages, 2/SM, ahead", M, N, copy_bw, b, want, sms);
+    run<1024, 2, 3, 1, false>("1024 x 2, 3 stages", M, N, copy_bw, b, want, sms);
+    run<1024, 2, 3, 1, true>("1024 x 2, 3 stages, ahead", M, N, copy_bw, b, want, sms);
+    for (int i = 0; i < nbuf; ++i) {
+      cudaFree(b.gs[i]);
+      cudaFree(b.xs[i]);
+      cudaFree(b.dxs[i]);
+      cudaFree(b.rs[i]);
+    }
+    cudaFree(b.w);
+    cudaFree(b.dw);
+    cudaFree(b.partial);
+    cudaFree(want);
+  }
+  return 0;
+}
