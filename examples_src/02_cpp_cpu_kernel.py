@@ -136,8 +136,10 @@ print(f"1 thread: {best[1]:.1f} ms; {threads} threads: {best[threads]:.1f} ms", 
 print(f", {best[1] / best[threads]:.1f}x as fast" if threads > 1 else " (one thread here)")
 if threads > 1 and best[threads] >= best[1]:
     print(
-        "More threads were not faster here. Check that the library and torch share one OpenMP "
-        "runtime: OMP_DISPLAY_ENV=TRUE prints one block per runtime loaded."
+        "More threads were not faster here. Two common causes: other work keeps the cores "
+        "busy while OpenMP threads spin waiting for theirs (try OMP_WAIT_POLICY=PASSIVE), or "
+        "the library and torch load two OpenMP runtimes (OMP_DISPLAY_ENV=TRUE prints one block "
+        "per runtime loaded)."
     )
 
 # %%

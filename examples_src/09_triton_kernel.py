@@ -441,7 +441,22 @@ def median_ms(fn, repeat=5):
 x = torch.randn(64, 1024)
 w = torch.randn(1024)
 cpp_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="cpp"))
-print(f"C++ kernel, CPU, (64, 1024) float32:   {cpp_ms:8.3f} ms")
+threads = torch.get_num_threads()
+torch.set_num_threads(1)
+one_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="cpp"))
+torch.set_num_threads(threads)
+print(f"C++ kernel, CPU, (64, 1024) float32:   {cpp_ms:8.3f} ms ({threads} threads)")
+if cpp_ms > 5 * one_ms:
+    # torch's own CPU operators slow down the same way: the cause is the
+    # machine, not the kernel.
+    ref_ms = median_ms(lambda: torch.nn.functional.rms_norm(x, (1024,), w))
+    print(
+        f"Surprising: on one thread the same call takes {one_ms:.3f} ms, and F.rms_norm "
+        f"{ref_ms:.3f} ms on {threads}. OpenMP threads spin while they wait for work; when "
+        "something else keeps the cores busy (torch.compile can leave compile worker "
+        "processes running), each parallel region waits for a thread that lost its core. "
+        "OMP_WAIT_POLICY=PASSIVE or fewer threads (torch.set_num_threads) avoid it."
+    )
 if triton_ops.INTERPRET:
     interp_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="triton"))
     print(f"Triton interpreter, same input:        {interp_ms:8.3f} ms ({interp_ms / cpp_ms:.0f}x)")
