@@ -123,26 +123,27 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// The address of `p` (in this block's shared memory) in block `block`'s.
+__device__ __forceinline__ unsigned in_block(const void* p, unsigned block) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote) : "r"(shared_address(p)), "r"(block));
+  return remote;
+}
+
 __device__ __forceinline__ void push_to_block(unsigned block, const float* slot, float v,
                                               const unsigned long long* bar) {
-  unsigned remote_slot, remote_bar;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote_slot) : "r"(shared_address(slot)), "r"(block));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote_bar) : "r"(shared_address(bar)), "r"(block));
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
-               ::"r"(remote_slot), "r"(__float_as_uint(v)), "r"(remote_bar) : "memory");
+               ::"r"(in_block(slot, block)), "r"(__float_as_uint(v)), "r"(in_block(bar, block))
+               : "memory");
 }
 
 __device__ __forceinline__ void push_to_block(unsigned block, const double* slot, double v,
                                               const unsigned long long* bar) {
-  unsigned remote_slot, remote_bar;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote_slot) : "r"(shared_address(slot)), "r"(block));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote_bar) : "r"(shared_address(bar)), "r"(block));
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
-               ::"r"(remote_slot), "l"(__double_as_longlong(v)), "r"(remote_bar) : "memory");
+               ::"r"(in_block(slot, block)), "l"(__double_as_longlong(v)),
+               "r"(in_block(bar, block))
+               : "memory");
 }
 
 __device__ __forceinline__ void wait_for_phase(const unsigned long long* bar, unsigned phase) {
@@ -432,22 +433,23 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rms_norm_backward_cluste
                    dw);
     }
   } else {
-  Acc r_next = first_row < rows ? inv_rms[first_row] : Acc(0);
-  int stage = 0;
-  int64_t iteration = 0;
-  for (int64_t row = first_row; row < rows; row += clusters, ++iteration) {
-    const Acc r = r_next;
-    r_next = row + clusters < rows ? inv_rms[row + clusters] : Acc(0);
-    fetch(row + (kStages - 1) * clusters, stage == 0 ? kStages - 1 : stage - 1);
-    copy_async_wait<kStages - 1>();
-    V g[kRegVecs], xv[kRegVecs];
-    read_stage(mine + stage * per_stage, g, xv);
-    stage = stage + 1 == kStages ? 0 : stage + 1;
-    Acc dot = row_dot(g, w, xv, s.count);
-    dot = push_sum(dot, push, iteration);
-    const Acc c = dot * r * r * r / static_cast<Acc>(cols);
-    store_grad_x(g, w, xv, r, c, s.count, reinterpret_cast<V*>(grad_x + row * cols) + s.begin, dw);
-  }
+    Acc r_next = first_row < rows ? inv_rms[first_row] : Acc(0);
+    int stage = 0;
+    int64_t iteration = 0;
+    for (int64_t row = first_row; row < rows; row += clusters, ++iteration) {
+      const Acc r = r_next;
+      r_next = row + clusters < rows ? inv_rms[row + clusters] : Acc(0);
+      fetch(row + (kStages - 1) * clusters, stage == 0 ? kStages - 1 : stage - 1);
+      copy_async_wait<kStages - 1>();
+      V g[kRegVecs], xv[kRegVecs];
+      read_stage(mine + stage * per_stage, g, xv);
+      stage = stage + 1 == kStages ? 0 : stage + 1;
+      Acc dot = row_dot(g, w, xv, s.count);
+      dot = push_sum(dot, push, iteration);
+      const Acc c = dot * r * r * r / static_cast<Acc>(cols);
+      store_grad_x(g, w, xv, r, c, s.count, reinterpret_cast<V*>(grad_x + row * cols) + s.begin,
+                   dw);
+    }
   }
   copy_async_wait<0>();
   Acc* partial = grad_w_partial + (first_row < clusters ? first_row : 0) * cols + s.begin * kVec;

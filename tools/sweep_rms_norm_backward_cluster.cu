@@ -43,22 +43,13 @@ template <int kThreads, int kRegVecs, int kStages, int kMinBlocks, bool kAhead, 
 void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, const T* want,
          int sms) {
   constexpr int kVec = 16 / sizeof(T);
-  const int64_t nvec = N / kVec;
-  int cluster = 2;
-  while (cluster * static_cast<int64_t>(kThreads) * kRegVecs < nvec) cluster *= 2;
+  const int cluster = cluster_size_for(N / kVec, kMaxClusterBlocks, kThreads, kRegVecs);
   auto kernel =
       rms_norm_backward_cluster_kernel<T, kVec, kRegVecs, kThreads, kStages, kMinBlocks, kAhead>;
   const size_t shared = static_cast<size_t>(kStages) * 2 * kRegVecs * kThreads * 16;
   allow_shared_bytes(kernel, shared);
   allow_cluster_size(kernel, cluster);
-  int fit = 0;
-  if (cluster <= kMaxClusterBlocks) {
-    const LaunchEx launch(dim3(cluster), dim3(kThreads), shared, nullptr, cluster, false);
-    if (cudaOccupancyMaxActiveClusters(&fit, kernel, &launch.config) != cudaSuccess) {
-      (void)cudaGetLastError();
-      fit = 0;
-    }
-  }
+  const int fit = cluster > 0 ? active_clusters(kernel, cluster, kThreads, shared) : 0;
   if (fit == 0) {
     printf("  %-34s cluster %2d: does not fit\n", name, cluster);
     return;

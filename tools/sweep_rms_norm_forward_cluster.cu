@@ -149,23 +149,13 @@ struct Buffers {
 template <int kThreads, int kRegVecs, int kKind, int kKnob, bool kPush, typename T>
 void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, T* ref) {
   constexpr int kVec = 16 / sizeof(T);
-  const int64_t nvec = N / kVec;
-  const int64_t per_block = static_cast<int64_t>(kThreads) * kRegVecs;
-  int cluster = 2;
-  while (cluster * per_block < nvec) cluster *= 2;
+  const int cluster = cluster_size_for(N / kVec, kMaxClusterBlocks, kThreads, kRegVecs);
   using K = void (*)(const T*, const T*, T*, float*, int64_t, int64_t, int64_t, float);
   K kernel = kKind == 0   ? rms_norm_forward_cluster_kernel<T, kVec, kRegVecs, kThreads, kPush>
              : kKind == 1 ? forward_cluster_row<T, kVec, kThreads, kRegVecs, kKnob, kPush>
                           : forward_cluster_ring<T, kVec, kThreads, kRegVecs, kKnob>;
   allow_cluster_size(kernel, cluster);
-  int fit = 0;
-  {
-    const LaunchEx launch(dim3(cluster), dim3(kThreads), 0, nullptr, cluster, false);
-    if (cudaOccupancyMaxActiveClusters(&fit, kernel, &launch.config) != cudaSuccess) {
-      (void)cudaGetLastError();
-      fit = 0;
-    }
-  }
+  const int fit = cluster > 0 ? active_clusters(kernel, cluster, kThreads, 0) : 0;
   if (fit == 0) {
     printf("  %-28s cluster %2d: does not fit\n", name, cluster);
     return;
