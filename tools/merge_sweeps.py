@@ -43,7 +43,9 @@ def merge(paths: list[Path]) -> dict:
         missing.update(sweep["peers_missing"])
         dtypes += [d for d in sweep["dtypes"] if d not in dtypes]
         ns += [n for n in sweep["ns"] if n not in ns]
-        passes += [r["pass"] for r in sweep["rows"] if r["pass"] not in passes]
+        for row in sweep["rows"]:
+            if row["pass"] not in passes:
+                passes.append(row["pass"])
         for dtype in sweep["dtypes"]:
             copies.setdefault(dtype, []).append(run["copy_bandwidth_GBps"])
     merged["copy_bandwidth_GBps"] = statistics.mean(v for c in copies.values() for v in c)
