@@ -359,6 +359,122 @@ def _dw_columns_kernel(
 # [long-row-backward-end]
 
 
+# [split-rows]
+# Rows too long for one program, split over S programs that meet through
+# global memory, the role a thread-block cluster plays for the CUDA kernels
+# (csrc/rms_norm_long.cuh). Each program holds SEG columns of a row in
+# registers, writes its part of the row's sum to partial[row, s], counts
+# itself in count[row] (zeroed for each call) and waits until all S have;
+# then it adds the S parts in one fixed order, so every segment of a row uses
+# the same total and the result is the same on every run.
+#
+# Nothing in CUDA promises that the S programs of a row run at the same time.
+# The GPU starts programs in the order of their index, and those of a row are
+# neighbours, so a waiting program only ever waits for programs already
+# running, or next to start, as long as S programs fit on the GPU at once
+# (_split_rows keeps S to at most the number of SMs). The interpreter runs
+# programs one after another: there S is 1.
+@triton.jit
+def _row_total(partial_ptr, count_ptr, row, s, part, S, SP: tl.constexpr):
+    """The sum over the S programs of a row of their ``part`` (SP: S rounded up to a power of 2)."""
+    tl.store(partial_ptr + row * S + s, part)
+    tl.debug_barrier()  # the store is done before the count says so
+    tl.atomic_add(count_ptr + row, 1, sem="release", scope="gpu")
+    while tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu") < S:
+        pass
+    tl.debug_barrier()  # no thread reads the parts before the wait is over
+    k = tl.arange(0, SP)
+    parts = tl.load(partial_ptr + row * S + k, mask=k < S, other=0.0, volatile=True)
+    return tl.sum(parts, axis=0)
+
+
+@triton.jit
+def _rms_norm_fwd_split_kernel(
+    x_ptr, w_ptr, y_ptr, inv_rms_ptr, partial_ptr, count_ptr, N, eps, S,
+    SEG: tl.constexpr, SP: tl.constexpr, STORE_INV: tl.constexpr,
+):  # fmt: skip
+    # Program (row, s) normalises columns [s * SEG, (s + 1) * SEG) of a row,
+    # read from memory once.
+    pid = tl.program_id(0)
+    row = (pid // S).to(tl.int64)
+    s = pid % S
+    cols = s * SEG + tl.arange(0, SEG)
+    mask = cols < N
+    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    total = _row_total(partial_ptr, count_ptr, row, s, tl.sum(x * x, axis=0), S, SP)
+    inv_rms = tl.rsqrt(total / N + eps).to(tl.float32)
+    if STORE_INV:
+        tl.store(inv_rms_ptr + row, inv_rms, mask=s == 0)
+    tl.store(y_ptr + row * N + cols, (x * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rms_norm_bwd_split_kernel(
+    dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, partial_ptr, count_ptr, M, N, S,
+    SEG: tl.constexpr, SP: tl.constexpr,
+):  # fmt: skip
+    # Program (g, s) of G * S takes segment s of the rows g, g + G, g + 2G,
+    # ... and sums its segment of dweight over them into row g of dw_partial.
+    # It loads the next row before it waits for this row's total, so that
+    # the wait overlaps a load.
+    pid = tl.program_id(0)
+    G = tl.num_programs(0) // S
+    g = (pid // S).to(tl.int64)
+    s = pid % S
+    cols = s * SEG + tl.arange(0, SEG)
+    mask = cols < N
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros([SEG], dtype=tl.float32)
+    x_next = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
+    dy_next = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
+    for row in range(g, M, G):
+        x = x_next.to(tl.float32)
+        dy = dy_next.to(tl.float32)
+        inv_rms = tl.load(inv_rms_ptr + row)
+        x_hat = x * inv_rms
+        gw = dy * w
+        part = tl.sum(gw * x_hat, axis=0)
+        ahead = tl.minimum(row + G, M - 1)  # the last row loads itself again
+        x_next = tl.load(x_ptr + ahead * N + cols, mask=mask, other=0.0)
+        dy_next = tl.load(dy_ptr + ahead * N + cols, mask=mask, other=0.0)
+        total = _row_total(partial_ptr, count_ptr, row, s, part, S, SP)
+        dx = inv_rms * (gw - x_hat * (total / N))
+        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * x_hat
+    tl.store(dw_partial_ptr + g * N + cols, dw, mask=mask)
+
+
+@triton.jit
+def _fused_add_rms_norm_split_kernel(
+    x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, partial_ptr, count_ptr, N, eps, S,
+    HAS_WEIGHT: tl.constexpr, SEG: tl.constexpr, SP: tl.constexpr,
+):  # fmt: skip
+    # As the split forward: the new residual is stored before the wait.
+    pid = tl.program_id(0)
+    row = (pid // S).to(tl.int64)
+    s = pid % S
+    cols = s * SEG + tl.arange(0, SEG)
+    mask = cols < N
+    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0)
+    r = tl.load(res_ptr + row * N + cols, mask=mask, other=0.0)
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    h = (x.to(tl.float32) + r.to(tl.float32)).to(res_ptr.dtype.element_ty)
+    tl.store(res_ptr + row * N + cols, h, mask=mask)
+    h = h.to(tl.float32)
+    total = _row_total(partial_ptr, count_ptr, row, s, tl.sum(h * h, axis=0), S, SP)
+    inv_rms = tl.rsqrt(total / N + eps).to(tl.float32)
+    tl.store(inv_rms_ptr + row, inv_rms, mask=s == 0)
+    y = h * inv_rms
+    if HAS_WEIGHT:
+        y = y * w
+    tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# [split-rows-end]
+
+
 # [launch-rules]
 # Launch parameters, from a sweep on an H200 (tools/sweep_triton.py; output
 # in docs/recorded/sweep_triton_*_h200.txt), not triton.autotune keyed on N:
@@ -405,6 +521,35 @@ def _backward_launch(x: torch.Tensor, m: int, block: int) -> tuple[int, int, int
 DW_SUM_BLOCK_P, DW_SUM_BLOCK_N, DW_SUM_WARPS = 128, 32, 2
 
 
+# The split kernels ([split-rows]): (SEG, num_warps) per kernel, from a sweep
+# on an H100 at M * N = 2**26, bfloat16, N from 16384 to 131072: the fastest
+# segment for each kernel at every N there.
+SPLIT_FORWARD, SPLIT_FUSED, SPLIT_BACKWARD = (16384, 8), (16384, 16), (4096, 8)
+
+#: Longest row (elements) that the backward keeps in registers; its register
+#: kernel spills past it, and longer rows take the split kernel.
+MAX_REGISTER_ROW_BACKWARD = 8192
+
+
+def _split_rows(x: torch.Tensor, n: int, seg: int) -> Optional[tuple[int, int, int]]:  # noqa: UP045
+    """(S, SEG, SP) to split rows of n elements into S segments, or None.
+
+    None when the rows need more segments than SMs (not sure to run at once):
+    those rows take the chunked kernels. The interpreter runs one segment per
+    row, and the chunked kernels past 2**17 elements, so that both run on CPU.
+    """
+    if INTERPRET or not x.is_cuda:
+        return (1, triton.next_power_of_2(n), 1) if n <= 2**17 else None
+    segments = triton.cdiv(n, seg)
+    if segments > _sm_count(x):
+        return None
+    return segments, seg, triton.next_power_of_2(segments)
+
+
+def _warps(split: tuple[int, int]) -> int:
+    return 1 if INTERPRET else split[1]
+
+
 def _fused_warps(block: int) -> int:
     # Few warps, many elements each (64 at 4096 and above): fastest in the sweep.
     return 1 if INTERPRET else max(2, min(block // 2048, 16))
@@ -440,6 +585,14 @@ def _forward(
             launchable(_rms_norm_fwd_kernel)[(triton.cdiv(m, rows),)](
                 xc, weight.contiguous(), y, inv_arg, m, n, eps, BLOCK_N=block, ROWS=rows,
                 STORE_INV=store_inv, num_warps=warps, **_pdl(xc),
+            )  # fmt: skip
+        elif (split := _split_rows(xc, n, SPLIT_FORWARD[0])) is not None:
+            segments, seg, sp = split
+            partial = torch.empty(m * segments, dtype=torch.float32, device=x.device)
+            count = torch.zeros(m, dtype=torch.int32, device=x.device)
+            launchable(_rms_norm_fwd_split_kernel)[(m * segments,)](
+                xc, weight.contiguous(), y, inv_arg, partial, count, n, eps, segments,
+                SEG=seg, SP=sp, STORE_INV=store_inv, num_warps=_warps(SPLIT_FORWARD),
             )  # fmt: skip
         else:
             launchable(_rms_norm_fwd_long_kernel)[(m,)](
@@ -486,7 +639,8 @@ def rms_norm_backward_triton(
     dweight = torch.empty_like(weight, memory_format=torch.contiguous_format)
     pdl = _pdl(xc)
     with _on_device_of(xc):
-        if n <= MAX_REGISTER_ROW:
+        split = None if n <= MAX_REGISTER_ROW_BACKWARD else _split_rows(xc, n, SPLIT_BACKWARD[0])
+        if n <= MAX_REGISTER_ROW_BACKWARD:
             # The whole row in registers, rows looped over by a grid that fits.
             block = triton.next_power_of_2(n)
             programs, rows, stages, warps = _backward_launch(xc, m, block)
@@ -495,8 +649,20 @@ def rms_norm_backward_triton(
                 dy, xc, wc, rc, dx, dw_partial, m, n,
                 BLOCK_N=block, ROWS=rows, STAGES=stages, num_warps=warps, **pdl,
             )  # fmt: skip
+        elif split is not None:
+            # Longer rows: each split over programs that meet through memory.
+            segments, seg, sp = split
+            programs = max(1, min(m, 2 * _sm_count(xc) // segments))  # row groups
+            dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+            partial = torch.empty(m * segments, dtype=torch.float32, device=x.device)
+            count = torch.zeros(m, dtype=torch.int32, device=x.device)
+            launchable(_rms_norm_bwd_split_kernel)[(programs * segments,)](
+                dy, xc, wc, rc, dx, dw_partial, partial, count, m, n, segments,
+                SEG=seg, SP=sp, num_warps=_warps(SPLIT_BACKWARD),
+            )  # fmt: skip
         else:
-            # Longer rows: dx row by row in chunks, dweight over column strips.
+            # Rows too long to split: dx row by row in chunks, dweight over
+            # column strips.
             block = 1024 if INTERPRET else 4096
             launchable(_rms_norm_bwd_long_kernel)[(m,)](
                 dy, xc, wc, rc, dx, n, BLOCK_N=block, num_warps=1 if INTERPRET else 8, **pdl
@@ -667,7 +833,7 @@ def _direct_backward(grad, x, weight, inv_rms):
     m = x.numel() // n
     device = x.get_device()
     dy = grad.contiguous()
-    if device != torch.cuda.current_device():
+    if device != torch.cuda.current_device() or n > MAX_REGISTER_ROW_BACKWARD:
         return rms_norm_backward_triton(dy, x, weight, inv_rms)  # through the operator
     plan = _plan(x, n)
     programs = min(plan.programs, m)
@@ -779,33 +945,35 @@ ops.DIRECT_TRITON = None if INTERPRET else direct_rms_norm
 
 
 # [fused-kernel]
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # as the forward
 def _fused_add_rms_norm_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, N, eps,
-    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, GDC: tl.constexpr,
+    x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, M, N, eps,
+    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
-    # One program per row, the whole row in registers: the updated residual
-    # is stored and normalised without being read back from memory.
+    # One program takes ROWS whole rows, in registers, as the forward does:
+    # the updated residual is stored and normalised without being read back
+    # from memory.
     if GDC:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
+    row_ids = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    rows = row_ids[:, None]
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    mask = (rows < M) & (cols < N)
     # No cache hints, as in the forward kernel.
-    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0)
-    r = tl.load(res_ptr + row * N + cols, mask=mask, other=0.0)
+    x = tl.load(x_ptr + rows * N + cols, mask=mask, other=0.0)
+    r = tl.load(res_ptr + rows * N + cols, mask=mask, other=0.0)
     if HAS_WEIGHT:  # loaded now, so that the load overlaps the reduction
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     h = (x.to(tl.float32) + r.to(tl.float32)).to(res_ptr.dtype.element_ty)  # rounded once
-    tl.store(res_ptr + row * N + cols, h, mask=mask)
+    tl.store(res_ptr + rows * N + cols, h, mask=mask)
     h = h.to(tl.float32)
-    inv_rms = tl.rsqrt(tl.sum(h * h, axis=0) / N + eps).to(tl.float32)
-    tl.store(inv_rms_ptr + row, inv_rms)
-    y = h * inv_rms
+    inv_rms = tl.rsqrt(tl.sum(h * h, axis=1) / N + eps).to(tl.float32)
+    tl.store(inv_rms_ptr + row_ids, inv_rms, mask=row_ids < M)
+    y = h * inv_rms[:, None]
     if HAS_WEIGHT:  # a constexpr: the branch is resolved when the kernel is compiled
         y = y * w
-    tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + rows * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 # [fused-kernel-end]
@@ -878,9 +1046,20 @@ def fused_add_rms_norm_triton_(
         with _on_device_of(xc):
             if n <= 65536 // xc.element_size():  # the whole row in registers
                 block = triton.next_power_of_2(n)
-                launchable(_fused_add_rms_norm_kernel)[(m,)](
-                    xc, rc, w_arg, out, inv_rms, n, eps, HAS_WEIGHT=weight is not None,
-                    BLOCK_N=block, num_warps=_fused_warps(block), **_pdl(xc),
+                rows = 1 if INTERPRET else max(1, 2048 // block)  # short rows, several
+                launchable(_fused_add_rms_norm_kernel)[(triton.cdiv(m, rows),)](
+                    xc, rc, w_arg, out, inv_rms, m, n, eps, HAS_WEIGHT=weight is not None,
+                    BLOCK_N=block, ROWS=rows, num_warps=_fused_warps(rows * block),
+                    **_pdl(xc),
+                )  # fmt: skip
+            elif (split := _split_rows(xc, n, SPLIT_FUSED[0])) is not None:
+                segments, seg, sp = split
+                partial = torch.empty(m * segments, dtype=torch.float32, device=x.device)
+                count = torch.zeros(m, dtype=torch.int32, device=x.device)
+                launchable(_fused_add_rms_norm_split_kernel)[(m * segments,)](
+                    xc, rc, w_arg, out, inv_rms, partial, count, n, eps, segments,
+                    HAS_WEIGHT=weight is not None, SEG=seg, SP=sp,
+                    num_warps=_warps(SPLIT_FUSED),
                 )  # fmt: skip
             else:
                 launchable(_fused_add_rms_norm_long_kernel)[(m,)](

@@ -222,6 +222,26 @@ def test_long_rows_forward_backward_and_fused(dtype):
     torch.testing.assert_close(out, rms_norm_reference(expected_h, w.detach()), **TOLERANCES[dtype])
 
 
+@interpreter
+def test_rows_too_long_to_split_take_the_chunked_kernels():
+    # Past 2**17 elements the interpreter takes the chunked kernels, which a
+    # GPU takes for rows of more segments than it has SMs ([split-rows]).
+    n = 2**17 + 3
+    assert triton_ops._split_rows(torch.empty(0), n, 4096) is None
+    assert triton_ops._split_rows(torch.empty(0), n - 4, 4096) == (1, 2**17, 1)
+    x, w = make_inputs((2, n), torch.float32, requires_grad=True)
+    grad = torch.randn(2, n)
+    y = opguide.rms_norm(x, w, backend="triton")
+    torch.testing.assert_close(y, rms_norm_reference(x, w), **TOLERANCES[torch.float32])
+    y.backward(grad)
+    assert_grads_close((x.grad, w.grad), reference_grads(x, w, grad))
+    residual = torch.randn(2, n)
+    h = x.detach() + residual
+    out, _ = opguide.fused_add_rms_norm_(x.detach(), residual, w.detach(), 1e-6, backend="triton")
+    torch.testing.assert_close(residual, h)
+    torch.testing.assert_close(out, rms_norm_reference(h, w.detach()), **TOLERANCES[torch.float32])
+
+
 # One backward contract for both backends: (grad_y, x, weight, inv_rms) in,
 # (grad_x, grad_weight) out, with the inv_rms of the backend's training forward.
 BACKWARD_OPS = {
@@ -283,6 +303,69 @@ def test_cuda_backward_matches_reference(shape, dtype):
         tol = dict(atol=0.25, rtol=5e-2)  # dweight sums hundreds of rounded rows
     torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[dtype])
     torch.testing.assert_close(w.grad, dw, **tol)
+
+
+def _sms() -> int:
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+# Long rows ([split-rows]): split over 2 to 16 programs (forward and fused) or
+# 4 to 64 (backward), more rows than run at once, odd N, one row; then rows of
+# more segments than SMs (the chunked kernels), in the forward and in the
+# backward (whose segments are shorter).
+LONG_SHAPES = [(3, 32768), (300, 65536), (7, 131072), (5, 100003), (600, 16384), (1, 262144)]
+LONG_IDS = [*map(str, LONG_SHAPES), "forward-chunked", "backward-chunked"]
+
+
+@pytest.mark.cuda
+@compiled_triton
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", range(len(LONG_IDS)), ids=LONG_IDS)
+def test_cuda_long_rows(case, dtype):
+    if case < len(LONG_SHAPES):
+        shape = LONG_SHAPES[case]
+    else:
+        seg = (triton_ops.SPLIT_FORWARD, triton_ops.SPLIT_BACKWARD)[case - len(LONG_SHAPES)][0]
+        shape = (2, seg * _sms() + 5)
+        assert triton_ops._split_rows(torch.empty(0, device="cuda"), shape[1], seg) is None
+    x, w = make_inputs(shape, dtype, device="cuda", requires_grad=True)
+    grad = torch.randn(shape, device="cuda").to(dtype)
+    y = opguide.rms_norm(x, w, backend="triton")
+    torch.testing.assert_close(y, rms_norm_reference(x, w), **TOLERANCES[dtype])
+    y.backward(grad)
+    dx, dw = reference_grads(x, w, grad)
+    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[dtype])
+    tol = dict(GRAD_TOLERANCES[dtype])
+    if dtype != torch.float32:
+        tol = dict(atol=0.25 * max(1, shape[0] // 100), rtol=5e-2)  # rounded rows summed
+    torch.testing.assert_close(w.grad, dw, **tol)
+    residual = torch.randn(shape, device="cuda").to(dtype)
+    h = (x.detach().float() + residual.float()).to(dtype)
+    out, inv_rms = opguide.fused_add_rms_norm_(
+        x.detach(), residual, w.detach(), 1e-6, backend="triton"
+    )
+    torch.testing.assert_close(residual, h)
+    torch.testing.assert_close(out, rms_norm_reference(h, w.detach()), **TOLERANCES[dtype])
+    expected_inv = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-6)
+    torch.testing.assert_close(inv_rms, expected_inv, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.cuda
+@compiled_triton
+@pytest.mark.parametrize("shape", [(300, 65536), (5, 100003)], ids=str)
+def test_cuda_long_rows_are_deterministic(shape):
+    # Every segment adds the parts of its row in one order: the same bits on every run.
+    x, w = make_inputs(shape, torch.bfloat16, device="cuda", requires_grad=True)
+    grad = torch.randn(shape, device="cuda").to(torch.bfloat16)
+    runs = []
+    for _ in range(3):
+        x.grad = w.grad = None
+        y = opguide.rms_norm(x, w, backend="triton")
+        y.backward(grad)
+        runs.append((y, x.grad, w.grad))
+    for run in runs[1:]:
+        for a, b in zip(runs[0], run, strict=True):
+            assert torch.equal(a, b)
 
 
 @pytest.mark.cuda
