@@ -73,12 +73,28 @@ config and keeps the fastest. That is the right tool when the best config
 depends on the key alone. Here it also depends on the number of rows, and an
 autotuner keyed on ``N`` keeps whatever suited the first ``M`` it saw.
 
-A row longer than 16384 elements no longer fits in registers. For those the
-operator launches a second kernel, which still uses the autotuner: one
-program per row walks the row in chunks of ``BLOCK_N`` twice, once for the
-sum of squares, once to write the output (that second read mostly comes from
-the L2 cache). The configs, with a single one under the interpreter, where
-timing means nothing and costs a lot:
+A row longer than 16384 elements no longer fits in one program's registers.
+Such a row is split over ``S`` programs, each holding ``SEG`` columns of it,
+which meet through global memory: each writes its part of the row's sum,
+counts itself in with an atomic add, and waits until the row's other
+programs have done the same. Then each adds all the parts in the same
+order, so every segment uses the same total, the same on every run. This is
+what a thread-block cluster does for the CUDA kernels (:doc:`step 11
+<11_performance>`, "Long rows"), without the cluster's guarantee that the
+programs run at the same time; the comment says why the wait still ends.
+The forward and fused kernels run one program per segment, the backward
+one per segment of a group of rows (more on it below):
+
+.. literalinclude:: /../opguide/triton_rms_norm.py
+   :language: python
+   :start-after: # [split-rows]
+   :end-before: # [split-rows-end]
+
+A row of more segments than the GPU has multiprocessors (over two million
+elements on an H100) is not split: one program walks it in chunks of
+``BLOCK_N``, twice, once for the sum of squares and once to write the
+output. That kernel uses the autotuner, with a single config under the
+interpreter, where timing means nothing and costs a lot:
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python
@@ -117,12 +133,16 @@ flag turns on programmatic dependent launch (the ``[pdl]`` block of the file;
    :start-after: # [backward-kernel]
    :end-before: # [backward-kernel-end]
 
-Rows too long to hold in registers (more than ``MAX_REGISTER_ROW``, 16384
-elements, in every dtype) take two simpler kernels: one program per row walks it in
-chunks, once for the row's sum and once for ``dx``, and ``dweight`` is summed
-over strips of columns, then by ``_dw_sum_kernel`` as above. The second walk
-over the row may come from memory rather than L2, so these rows run slower
-(:doc:`step 11 <11_performance>` measures it):
+The register kernel holds ``x``, ``dy``, the weight and its share of
+``dweight`` for a whole row; past ``MAX_REGISTER_ROW_BACKWARD`` (8192
+elements) that no longer fits and Triton spills to memory. Longer rows take
+``_rms_norm_bwd_split_kernel`` of the split kernels above: program ``(g, s)``
+takes segment ``s`` of the rows ``g``, ``g + G``, ``g + 2G``, ..., adds its
+segment of ``dweight`` over them into row ``g`` of the buffer, and loads the
+next row before it waits for this row's total. ``_dw_sum_kernel`` sums the
+buffer as above. Rows of more segments than multiprocessors take two chunked
+kernels: one program per row walks it twice, for the row's sum and for
+``dx``, and ``dweight`` is summed over strips of columns:
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python

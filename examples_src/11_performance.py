@@ -278,11 +278,12 @@ if split:
 
 # %%
 # Where the targets are missed, and what could not run. Misses are expected
-# where a row no longer fits one block: in the CUDA backward and training
-# from ``N`` = 32768 on, and in Triton past 16384 (32768 for the fused
-# kernel), whose long-row kernels read a row twice; "Long rows" says why:
+# where a row no longer fits one block or one program: in the CUDA backward
+# and training from ``N`` = 32768 on, and in Triton past 16384 (8192 for the
+# backward and training, 32768 for the fused kernel), where a row is split
+# over programs that wait for each other; "Long rows" says why:
 ONE_BLOCK = {"forward": 32768, "fused": 32768, "backward": 16384, "training": 16384}
-TRITON_BLOCK = {"forward": 16384, "fused": 32768, "backward": 16384, "training": 16384}
+TRITON_BLOCK = {"forward": 16384, "fused": 32768, "backward": 8192, "training": 8192}
 expected, other = [], []
 for (impl, pass_name), ns in misses.items():
     block = (TRITON_BLOCK if impl == "opguide triton" else ONE_BLOCK)[pass_name]
@@ -295,7 +296,8 @@ for (impl, pass_name), ns in misses.items():
             group.append(f"{impl} {pass_name} at N = {', '.join(map(str, found))}")
 print(f"Expected misses: {'; '.join(expected) or 'none'}")
 print(f"Other misses, not expected: {'; '.join(other) or 'none'}")
-# What the compiled Triton backward says about the first of them.
+# Why the Triton backward splits rows from 16384 on: what the compiler says
+# about its register kernel.
 registers = recorded("triton_registers_h100.json")
 for k in registers["kernels"]:
     if k["kernel"] == "_rms_norm_bwd_kernel":
@@ -310,14 +312,9 @@ spilled = [
 ]
 if spilled:
     print(
-        f"At N = {', '.join(map(str, spilled))} the Triton backward holds more of a row (x, dy, "
-        "the weight, its gradient) than a thread's registers: Triton spills the rest to memory."
-    )
-if 256 in misses.get(("opguide triton", "fused"), []):
-    print(
-        "The Triton fused kernel runs one program per row (a grid of M); at N = 256 that is "
-        f"{sweep['elements'] // 256} programs of 256 elements, where the forward takes several "
-        "short rows per program."
+        f"At N = {', '.join(map(str, spilled))} the Triton register backward holds more of a "
+        "row (x, dy, the weight, its gradient) than a thread's registers, and Triton spills the "
+        "rest to memory; those rows take the split kernel."
     )
 for s in sweep["skipped"]:
     print(f"could not run: {s['pass']} {s['impl']} {s['dtype']} N={s['n']}: {s['reason'][:70]}")
@@ -364,31 +361,46 @@ print(
 #       :language: cuda
 #       :caption: csrc/rms_norm_long.cuh
 #
-# The Triton kernels have no cluster version: a row longer than they hold
-# is walked twice, in chunks. The
-# fused CUDA kernel has none either: past 1024 vectors of a row it reads its
-# residual back from L2. The measured evidence for the CUDA forward and
-# backward, from the sweep above, next to Quack and Liger:
-print(f"{'pass':8} {'N':>6} {'opguide kernel':>14} {'opguide':>8} {'quack':>8} {'liger':>8}")
+# Triton has no clusters. Its long rows are split over programs that meet
+# through global memory instead ([split-rows] in
+# ``opguide/triton_rms_norm.py``, shown in :doc:`step 9 <09_triton_kernel>`):
+# each program counts its partial sum in with an atomic add and waits, in a
+# loop, until the row's other programs have. While it waits, a forward
+# program has nothing left to do, and a fused one has the store of its new
+# residual in flight. The fused CUDA kernel has no cluster version: past
+# 1024 vectors of a row it reads its residual back from L2. The measured
+# evidence, from the sweep above, next to Quack and Liger:
+print(
+    f"{'pass':8} {'N':>6} {'opguide kernel':>14} {'opguide':>8} {'triton':>8} {'quack':>8} "
+    f"{'liger':>8}"
+)
 behind = []
 for pass_name in ("forward", "backward", "training"):
     for n in (n for n in sweep["ns"] if n >= 32768):
-        cells = [AT.get((pass_name, i, n)) for i in ("opguide", "quack", "liger")]
+        cells = [AT.get((pass_name, i, n)) for i in ("opguide", "opguide triton", "quack", "liger")]
         kernel = "cluster" if n > ONE_BLOCK[pass_name] else "one block"
         print(
             f"{pass_name:8} {n:6} {kernel:>14} "
             + " ".join(f"{100 * r['vs_copy']:7.1f}%" if r else f"{'-':>8}" for r in cells)
         )
-        if kernel == "cluster" and cells[1] and cells[1]["seconds"] < cells[0]["seconds"]:
+        quack = cells[2]
+        if kernel == "cluster" and quack and quack["seconds"] < cells[0]["seconds"]:
             behind.append(
                 f"{pass_name} {n} ({100 * cells[0]['vs_copy']:.0f}% against "
-                f"{100 * cells[1]['vs_copy']:.0f}%)"
+                f"{100 * quack['vs_copy']:.0f}%)"
             )
 print("cluster rows where Quack is faster: " + ("; ".join(behind) or "none"))
 if behind:
     print(
         "The cluster kernels read each long row once, and Quack is still faster at "
         "these points: reading once is not all it takes."
+    )
+split_ns = [n for n in sweep["ns"] if n > TRITON_BLOCK["fused"]]  # both passes split here
+for pass_name in ("forward", "fused"):
+    fractions = [AT[(pass_name, "opguide triton", n)]["vs_copy"] for n in split_ns]
+    print(
+        f"Triton split {pass_name:7} at N = {', '.join(map(str, split_ns))}: "
+        + ", ".join(f"{100 * f:.1f}%" for f in fractions)
     )
 
 # %%

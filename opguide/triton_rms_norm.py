@@ -237,8 +237,8 @@ def _rms_norm_fwd_long_kernel(
 
 # [long-row-kernel-end]
 
-#: Longest row (elements) that the kernels keep in registers; longer rows take
-#: the long-row kernels.
+#: Longest row (elements) that the forward kernel keeps in registers; longer
+#: rows are split over several programs ([split-rows]).
 MAX_REGISTER_ROW = 16384
 
 
