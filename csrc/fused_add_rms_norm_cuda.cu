@@ -12,9 +12,11 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "fused_add_rms_norm.cuh"
 #include "fused_add_rms_norm.h"
+#include "rms_norm_long.cuh"
 #include "rms_norm.h"
 
 namespace opguide {
@@ -62,6 +64,16 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
                          (w_ptr == nullptr || aligned_to(w_ptr, kVec * sizeof(x_t)));
   TORCH_CHECK(m <= INT_MAX, "fused_add_rms_norm_: at most ", std::to_string(INT_MAX), " rows, got ",
               std::to_string(m));
+  if constexpr (std::is_same_v<acc_t, float>) {
+    // Long rows: split over a thread-block cluster (csrc/rms_norm_long.cuh).
+    cudaError_t err = cudaSuccess;
+    if (cuda::launch_fused_add_rms_norm_cluster<cx_t, cres_t, cout_t>(
+            x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<float>(eps), vectorize,
+            cuda_max_cluster(), c10::cuda::getCurrentCUDAStream(), cuda_use_pdl(), &err)) {
+      C10_CUDA_CHECK(err);
+      return;
+    }
+  }
   const cudaError_t err = fused::launch_fused_add_rms_norm<cx_t, cres_t, cout_t, acc_t>(
       x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<acc_t>(eps), vectorize,
       cuda_warp_size(), c10::cuda::getCurrentCUDAStream(), cuda_use_pdl());

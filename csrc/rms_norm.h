@@ -32,6 +32,8 @@ at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double ep
 // and the current GPU's warp size (64 on AMD CDNA GPUs).
 bool cuda_use_pdl();
 int cuda_warp_size();
+// The most blocks per cluster the long-row kernels may use; 0: no clusters.
+int cuda_max_cluster();
 
 // [backward-contract]
 // rms_norm_fwd and rms_norm_backward (the training pair, step 8) share this

@@ -517,6 +517,98 @@ __global__ void __launch_bounds__(256) rms_norm_backward_grad_w_columns_kernel(
 
 // [long-launch]
 // Which backward kernel runs, beyond those of rms_norm_backward_config.
+// [cluster-fused]
+// Fused residual add + RMSNorm (fused_add_rms_norm.cuh) for rows longer than
+// kClusterFusedMinVecs vectors: as the forward cluster kernel, reading x and
+// the residual, writing the new residual h before the wait for the row's sum,
+// and keeping h (rounded to the residual's type, as stored) in registers for
+// the output. X is the type of x and the weight (which may be null), R the
+// residual's, O the output's; kVec elements of the widest move at a time.
+template <typename X, typename R, typename O, int kVec, int kRegVecs,
+          int kThreads = kClusterThreads>
+__global__ void __launch_bounds__(kThreads, 1) fused_add_rms_norm_cluster_kernel(
+    const X* __restrict__ x, R* __restrict__ residual, const X* __restrict__ weight,
+    O* __restrict__ out, float* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
+    float eps) {
+  using XV = Vec<X, kVec>;
+  using RV = Vec<R, kVec>;
+  using OV = Vec<O, kVec>;
+  constexpr int kWarps = kThreads / kWarpSize;
+  __shared__ PushSlots<float, kWarps> push;
+  wait_for_previous_grid();
+  allow_next_grid();
+  push_slots_init(push);
+  const Slice s = cluster_slice(cols / kVec);
+  const int64_t clusters = gridDim.x / cluster_blocks();
+  const int64_t first_row = blockIdx.x / cluster_blocks();
+  const XV* wv = weight == nullptr ? nullptr : reinterpret_cast<const XV*>(weight) + s.begin;
+  auto load = [&](int64_t r, XV (&xs)[kRegVecs], RV (&rs)[kRegVecs]) {
+    if (r >= rows) return;
+    const XV* xr = reinterpret_cast<const XV*>(x + r * cols) + s.begin;
+    const RV* rr = reinterpret_cast<const RV*>(residual + r * cols) + s.begin;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) {
+        xs[k] = xr[i];
+        rs[k] = rr[i];
+      }
+    }
+  };
+
+  XV xs[kRegVecs];
+  RV rs[kRegVecs];
+  load(first_row, xs, rs);
+  int64_t iteration = 0;
+  for (int64_t row = first_row; row < rows; row += clusters, ++iteration) {
+    RV* hr = reinterpret_cast<RV*>(residual + row * cols) + s.begin;
+    float sum_sq = 0;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          rs[k].val[e] = from_acc<R>(to_acc(xs[k].val[e]) + to_acc(rs[k].val[e]));
+          const float h = to_acc(rs[k].val[e]);
+          sum_sq += h * h;
+        }
+        hr[i] = rs[k];
+      }
+    }
+    XV next_x[kRegVecs];
+    RV next_r[kRegVecs];
+    load(row + clusters, next_x, next_r);
+    sum_sq = push_sum(sum_sq, push, iteration);
+    const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+    if (cluster_rank() == 0 && threadIdx.x == 0) inv_rms_out[row] = inv_rms;
+    OV* yr = reinterpret_cast<OV*>(out + row * cols) + s.begin;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) {
+        OV o;
+        if (wv != nullptr) {
+          const XV wk = wv[i];
+#pragma unroll
+          for (int e = 0; e < kVec; ++e)
+            o.val[e] = from_acc<O>(to_acc(rs[k].val[e]) * inv_rms * to_acc(wk.val[e]));
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) o.val[e] = from_acc<O>(to_acc(rs[k].val[e]) * inv_rms);
+        }
+        yr[i] = o;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      xs[k] = next_x[k];
+      rs[k] = next_r[k];
+    }
+  }
+}
+// [cluster-fused-end]
+
 constexpr int kBwdKernelCluster = 8;      // kClusterBackwardRegVecs
 constexpr int kBwdKernelClusterLong = 9;  // kClusterBackwardRegVecsLong
 constexpr int kBwdKernelTwoPass = -1;
@@ -708,6 +800,37 @@ cudaError_t launch_rms_norm_backward_any(const T* grad_y, const T* x, const T* w
                            stream, pdl);
 }
 // [long-launch-end]
+
+// The fused kernel's rows of more than kClusterFusedMinVecs vectors go to
+// clusters: below that, the one-block kernel's second read of a row comes
+// from L2 (step 11's sweep: 95% of the copy at bfloat16 N = 32768); above it,
+// from memory. Returns false, having launched nothing, for rows it does not
+// take: too short, too long for the largest cluster, no clusters on this GPU,
+// or none that fit. vectorized: every row is whole, aligned 16-byte vectors.
+constexpr int64_t kClusterFusedMinVecs = 4096;
+
+template <typename X, typename R, typename O>
+bool launch_fused_add_rms_norm_cluster(const X* x, R* residual, const X* weight, O* out,
+                                       float* inv_rms, int64_t rows, int64_t cols, float eps,
+                                       bool vectorized, int max_cluster, cudaStream_t stream,
+                                       bool pdl, cudaError_t* error) {
+  constexpr int kVec = 16 / (sizeof(X) > sizeof(R) ? (sizeof(X) > sizeof(O) ? sizeof(X) : sizeof(O))
+                                                   : (sizeof(R) > sizeof(O) ? sizeof(R) : sizeof(O)));
+  const int64_t nvec = cols / kVec;
+  if (!vectorized || rows == 0 || nvec <= kClusterFusedMinVecs) return false;
+  const int cluster =
+      cluster_size_for(nvec, max_cluster, kClusterThreads, kClusterForwardRegVecs);
+  if (cluster == 0) return false;
+  auto kernel = fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kClusterForwardRegVecs>;
+  allow_cluster_size(kernel, cluster);
+  const int fit = active_clusters(kernel, cluster, kClusterThreads, 0);
+  if (fit == 0) return false;
+  const int64_t clusters = rows < fit ? rows : fit;
+  *error = launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(clusters * cluster)),
+                                     dim3(kClusterThreads), 0, stream, pdl, cluster, x, residual,
+                                     weight, out, inv_rms, rows, cols, eps);
+  return true;
+}
 
 }  // namespace cuda
 }  // namespace opguide

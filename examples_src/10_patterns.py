@@ -84,7 +84,11 @@ block). Each thread keeps its vector of ``h = x + residual`` and of the weight
 in registers, so the second pass writes the output without reading memory.
 Rows too long for the registers loop over the row in both passes, and the
 second pass re-reads the residual elements the thread itself wrote in the
-first. :doc:`Step 11 <11_performance>` ("Lessons") measures the choices:
+first. :doc:`Step 11 <11_performance>` ("Lessons") measures the choices.
+Rows longer still (more than 4096 vectors, 32768 bfloat16 elements) go to a
+kernel that splits each row over a thread-block cluster on Hopper and later
+GPUs (``[cluster-fused]`` in ``csrc/rms_norm_long.cuh``; step 11, "Long
+rows"), which the host wrapper below tries first:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm.cuh
    :language: cpp

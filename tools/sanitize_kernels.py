@@ -7,7 +7,8 @@
 ``--fused-only`` runs the fused kernel alone (CUDA and Triton), on a few
 shapes: racecheck is slow, and this run reaches its summary in minutes.
 ``--long-rows`` runs the long-row kernels alone (csrc/rms_norm_long.cuh:
-clusters and two passes; the Triton chunked kernels), forward and backward;
+clusters and two passes; the Triton split and chunked kernels), forward,
+backward and fused;
 add ``--cpp`` to run the CUDA C++ kernels alone (racecheck is much slower
 over the Triton kernels), and ``--small`` for fewer, smaller rows that still
 give each cluster several rows (racecheck of the full set takes minutes).
@@ -28,7 +29,7 @@ from opguide.reference import rms_norm_reference
 
 
 def long_rows(cpp_only: bool = False, small: bool = False) -> int:
-    """The long-row kernels of each backend: clusters, two passes, chunks."""
+    """The long-row kernels of each backend: clusters, split rows, two passes, chunks."""
     torch.manual_seed(0)
     with_triton = opguide.backends.triton_ready() and not cpp_only
     backends = ["cpp"] + (["triton"] if with_triton else [])
