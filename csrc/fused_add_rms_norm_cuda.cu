@@ -67,7 +67,7 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
   if constexpr (std::is_same_v<acc_t, float>) {
     // Long rows: split over a thread-block cluster (csrc/rms_norm_long.cuh).
     cudaError_t err = cudaSuccess;
-    if (cuda::launch_fused_add_rms_norm_cluster<cx_t, cres_t, cout_t>(
+    if (cuda::launch_fused_add_rms_norm_cluster<cx_t, cres_t, cout_t, kVec>(
             x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<float>(eps), vectorize,
             cuda_max_cluster(), c10::cuda::getCurrentCUDAStream(), cuda_use_pdl(), &err)) {
       C10_CUDA_CHECK(err);

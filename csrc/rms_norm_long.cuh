@@ -806,16 +806,15 @@ cudaError_t launch_rms_norm_backward_any(const T* grad_y, const T* x, const T* w
 // from L2 (step 11's sweep: 95% of the copy at bfloat16 N = 32768); above it,
 // from memory. Returns false, having launched nothing, for rows it does not
 // take: too short, too long for the largest cluster, no clusters on this GPU,
-// or none that fit. vectorized: every row is whole, aligned 16-byte vectors.
+// or none that fit. vectorized: every row is whole, aligned vectors of kVec
+// elements, 16 bytes of the widest type (fused::fused_vector_width).
 constexpr int64_t kClusterFusedMinVecs = 4096;
 
-template <typename X, typename R, typename O>
+template <typename X, typename R, typename O, int kVec>
 bool launch_fused_add_rms_norm_cluster(const X* x, R* residual, const X* weight, O* out,
                                        float* inv_rms, int64_t rows, int64_t cols, float eps,
                                        bool vectorized, int max_cluster, cudaStream_t stream,
                                        bool pdl, cudaError_t* error) {
-  constexpr int kVec = 16 / (sizeof(X) > sizeof(R) ? (sizeof(X) > sizeof(O) ? sizeof(X) : sizeof(O))
-                                                   : (sizeof(R) > sizeof(O) ? sizeof(R) : sizeof(O)));
   const int64_t nvec = cols / kVec;
   if (!vectorized || rows == 0 || nvec <= kClusterFusedMinVecs) return false;
   const int cluster =

@@ -389,17 +389,22 @@ def _row_total(partial_ptr, count_ptr, row, s, part, S, SP: tl.constexpr):
 
 
 @triton.jit
+def _segment(S, N, SEG: tl.constexpr):
+    """(group, s, cols, mask) of this program: segment s of the rows of group ``pid // S``."""
+    pid = tl.program_id(0)
+    s = pid % S
+    cols = s * SEG + tl.arange(0, SEG)
+    return (pid // S).to(tl.int64), s, cols, cols < N
+
+
+@triton.jit
 def _rms_norm_fwd_split_kernel(
     x_ptr, w_ptr, y_ptr, inv_rms_ptr, partial_ptr, count_ptr, N, eps, S,
     SEG: tl.constexpr, SP: tl.constexpr, STORE_INV: tl.constexpr,
 ):  # fmt: skip
     # Program (row, s) normalises columns [s * SEG, (s + 1) * SEG) of a row,
     # read from memory once.
-    pid = tl.program_id(0)
-    row = (pid // S).to(tl.int64)
-    s = pid % S
-    cols = s * SEG + tl.arange(0, SEG)
-    mask = cols < N
+    row, s, cols, mask = _segment(S, N, SEG)
     x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     total = _row_total(partial_ptr, count_ptr, row, s, tl.sum(x * x, axis=0), S, SP)
@@ -418,12 +423,8 @@ def _rms_norm_bwd_split_kernel(
     # ... and sums its segment of dweight over them into row g of dw_partial.
     # It loads the next row before it waits for this row's total, so that
     # the wait overlaps a load.
-    pid = tl.program_id(0)
     G = tl.num_programs(0) // S
-    g = (pid // S).to(tl.int64)
-    s = pid % S
-    cols = s * SEG + tl.arange(0, SEG)
-    mask = cols < N
+    g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     dw = tl.zeros([SEG], dtype=tl.float32)
     x_next = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
@@ -451,11 +452,7 @@ def _fused_add_rms_norm_split_kernel(
     HAS_WEIGHT: tl.constexpr, SEG: tl.constexpr, SP: tl.constexpr,
 ):  # fmt: skip
     # As the split forward: the new residual is stored before the wait.
-    pid = tl.program_id(0)
-    row = (pid // S).to(tl.int64)
-    s = pid % S
-    cols = s * SEG + tl.arange(0, SEG)
-    mask = cols < N
+    row, s, cols, mask = _segment(S, N, SEG)
     x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0)
     r = tl.load(res_ptr + row * N + cols, mask=mask, other=0.0)
     if HAS_WEIGHT:
@@ -470,6 +467,12 @@ def _fused_add_rms_norm_split_kernel(
     if HAS_WEIGHT:
         y = y * w
     tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _row_total_buffers(x: torch.Tensor, m: int, segments: int):
+    """(partial, count) for ``_row_total``: a part per segment, and a zeroed count per row."""
+    partial = torch.empty(m * segments, dtype=torch.float32, device=x.device)
+    return partial, torch.zeros(m, dtype=torch.int32, device=x.device)
 
 
 # [split-rows-end]
@@ -588,8 +591,7 @@ def _forward(
             )  # fmt: skip
         elif (split := _split_rows(xc, n, SPLIT_FORWARD[0])) is not None:
             segments, seg, sp = split
-            partial = torch.empty(m * segments, dtype=torch.float32, device=x.device)
-            count = torch.zeros(m, dtype=torch.int32, device=x.device)
+            partial, count = _row_total_buffers(xc, m, segments)
             launchable(_rms_norm_fwd_split_kernel)[(m * segments,)](
                 xc, weight.contiguous(), y, inv_arg, partial, count, n, eps, segments,
                 SEG=seg, SP=sp, STORE_INV=store_inv, num_warps=_warps(SPLIT_FORWARD),
@@ -639,7 +641,6 @@ def rms_norm_backward_triton(
     dweight = torch.empty_like(weight, memory_format=torch.contiguous_format)
     pdl = _pdl(xc)
     with _on_device_of(xc):
-        split = None if n <= MAX_REGISTER_ROW_BACKWARD else _split_rows(xc, n, SPLIT_BACKWARD[0])
         if n <= MAX_REGISTER_ROW_BACKWARD:
             # The whole row in registers, rows looped over by a grid that fits.
             block = triton.next_power_of_2(n)
@@ -649,13 +650,12 @@ def rms_norm_backward_triton(
                 dy, xc, wc, rc, dx, dw_partial, m, n,
                 BLOCK_N=block, ROWS=rows, STAGES=stages, num_warps=warps, **pdl,
             )  # fmt: skip
-        elif split is not None:
+        elif (split := _split_rows(xc, n, SPLIT_BACKWARD[0])) is not None:
             # Longer rows: each split over programs that meet through memory.
             segments, seg, sp = split
             programs = max(1, min(m, 2 * _sm_count(xc) // segments))  # row groups
             dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-            partial = torch.empty(m * segments, dtype=torch.float32, device=x.device)
-            count = torch.zeros(m, dtype=torch.int32, device=x.device)
+            partial, count = _row_total_buffers(xc, m, segments)
             launchable(_rms_norm_bwd_split_kernel)[(programs * segments,)](
                 dy, xc, wc, rc, dx, dw_partial, partial, count, m, n, segments,
                 SEG=seg, SP=sp, num_warps=_warps(SPLIT_BACKWARD),
@@ -1054,8 +1054,7 @@ def fused_add_rms_norm_triton_(
                 )  # fmt: skip
             elif (split := _split_rows(xc, n, SPLIT_FUSED[0])) is not None:
                 segments, seg, sp = split
-                partial = torch.empty(m * segments, dtype=torch.float32, device=x.device)
-                count = torch.zeros(m, dtype=torch.int32, device=x.device)
+                partial, count = _row_total_buffers(xc, m, segments)
                 launchable(_fused_add_rms_norm_split_kernel)[(m * segments,)](
                     xc, rc, w_arg, out, inv_rms, partial, count, n, eps, segments,
                     HAS_WEIGHT=weight is not None, SEG=seg, SP=sp,

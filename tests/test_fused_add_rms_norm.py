@@ -334,33 +334,24 @@ def test_triton_rejects_float64():
 # -- CUDA ----------------------------------------------------------------------------------
 
 CUDA_SHAPES = [(1, 1), (3, 7), (64, 1000), (16, 4096), (4, 8192), (7, 5000), (2, 3, 768)]
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("backend", CUDA_BACKENDS)
-@pytest.mark.parametrize("case", DTYPE_CASES, ids=case_id)
-@pytest.mark.parametrize("shape", CUDA_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_cuda_matches_reference(shape, case, backend):
-    x_dtype, res_dtype, out_dtype = case
-    x, residual, w = make_inputs(shape, x_dtype, res_dtype, device="cuda")
-    check_against_reference(x, residual, w, out_dtype, backend)
-
-
 # Long rows: over thread-block clusters on sm_90 and later (the CUDA kernel,
 # csrc/rms_norm_long.cuh) and over programs that meet through memory (Triton):
 # cluster sizes 2 to 16, more rows than clusters fit at once, a last block
-# with part of a slice (65544), and no weight (3, 65536).
+# with part of a slice (65544), and no weight (NO_WEIGHT).
 LONG_CUDA_SHAPES = [(3, 65536), (300, 65536), (2, 131072), (1, 262144), (5, 65544)]
+NO_WEIGHT = (3, 65536)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)
 @pytest.mark.parametrize("case", DTYPE_CASES, ids=case_id)
-@pytest.mark.parametrize("shape", LONG_CUDA_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_cuda_long_rows(shape, case, backend):
+@pytest.mark.parametrize(
+    "shape", CUDA_SHAPES + LONG_CUDA_SHAPES, ids=lambda s: "x".join(map(str, s))
+)
+def test_cuda_matches_reference(shape, case, backend):
     x_dtype, res_dtype, out_dtype = case
     x, residual, w = make_inputs(
-        shape, x_dtype, res_dtype, device="cuda", weight=shape != (3, 65536)
+        shape, x_dtype, res_dtype, device="cuda", weight=shape != NO_WEIGHT
     )
     check_against_reference(x, residual, w, out_dtype, backend)
 
