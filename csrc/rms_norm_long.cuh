@@ -263,17 +263,20 @@ constexpr int cluster_backward_stages(int reg_vecs) { return reg_vecs <= 2 ? 4 :
 // many as fit on the GPU at once). Each block holds the same slice of every
 // row. The next row's slice of x is loaded into registers before this row is
 // reduced, so that loads are in flight while the cluster exchanges its sums.
-// The weight is read again for each row (from L1 or L2) rather than kept in
-// registers, so that the kernel also fits blocks of 1024 threads (64
-// registers a thread, and two rows of kRegVecs vectors take half of them).
-// For the same reason the stride between a thread's vectors is the constant
-// block width, not blockDim.x: the addresses are then one register plus
-// constant offsets. The row's sum goes through push_sum (kPush true) or
-// cluster_sum. (kThreads and kPush are
+// Blocks of 512 threads (up to 128 registers a thread) keep their slice of
+// the weight in registers for every row. Read again for each row, each
+// weight load stood between the row's sum and a store of y, and the float16
+// kernel, with fewer registers, ran two blocks on some multiprocessors
+// (step 11, "Long rows", times both). Blocks of 1024 threads (64
+// registers; two rows of kRegVecs vectors take half of them) still read it
+// for each row. For the same reason the stride between a thread's vectors
+// is the constant block width, not blockDim.x: the addresses are then one
+// register plus constant offsets. The row's sum goes through push_sum
+// (kPush true) or cluster_sum. (kThreads, kPush and kKeepWeight are
 // parameters for tools/sweep_rms_norm_forward_cluster.cu, which times the
 // other choices; the library launches the defaults.)
 template <typename T, int kVec, int kRegVecs, int kThreads = kClusterThreads,
-          bool kPush = true>
+          bool kPush = true, bool kKeepWeight = (kThreads <= 512)>
 __global__ void __launch_bounds__(kThreads, 1) rms_norm_forward_cluster_kernel(
     const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
     typename AccType<T>::type* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
@@ -301,6 +304,14 @@ __global__ void __launch_bounds__(kThreads, 1) rms_norm_forward_cluster_kernel(
     }
   };
 
+  V wkeep[kKeepWeight ? kRegVecs : 1];
+  if constexpr (kKeepWeight) {
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) wkeep[k] = wv[i];
+    }
+  }
   V cache[kRegVecs];
   load(first_row, cache);
   int64_t iteration = 0;
@@ -334,7 +345,12 @@ __global__ void __launch_bounds__(kThreads, 1) rms_norm_forward_cluster_kernel(
       const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
       if (i < s.count) {
         const V v = keep_packed(cache[k]);
-        const V wk = keep_packed(wv[i]);
+        V wk;
+        if constexpr (kKeepWeight) {
+          wk = keep_packed(wkeep[k]);
+        } else {
+          wk = keep_packed(wv[i]);
+        }
         V out;
 #pragma unroll
         for (int e = 0; e < kVec; ++e)

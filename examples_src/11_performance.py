@@ -447,20 +447,20 @@ CLUSTER_LINE = re.compile(
 )
 
 
-def cluster_sweep(name: str, before: str) -> dict[int, tuple[float, float]]:
-    """N -> (the `before` variant's fraction of the copy, the library's)."""
+def cluster_sweep(name: str, before: str, dtype: str = "bf16") -> dict[int, tuple[float, float]]:
+    """N -> (the `before` variant's fraction of the copy, the library's), in `dtype`."""
     library, old = {}, {}
     for line in (RECORDED_DIR / name).read_text().splitlines():
         if line.startswith("NVIDIA"):
             print(f"{name}: {line}")
-        head = re.match(r"bf16 M=\d+ N=(\d+): library .*?(\d\.\d\d) of copy", line)
+        head = re.match(r"(\w+) M=\d+ N=(\d+): library .*?(\d\.\d\d) of copy", line)
         if head:
-            n = int(head[1])
-            library[n] = float(head[2])
+            key = (head[1], int(head[2]))
+            library[key] = float(head[3])
         found = CLUSTER_LINE.match(line)
         if found and found["name"] == before:
-            old[n] = float(found["frac"])
-    return {n: (old[n], library[n]) for n in sorted(old)}
+            old[key] = float(found["frac"])
+    return {k[1]: (old[k], library[k]) for k in sorted(old) if k[0] == dtype}
 
 
 forward_push = cluster_sweep("sweep_rms_norm_forward_cluster_h100.txt", "loop 1024 x 4, barrier")
@@ -487,6 +487,53 @@ print(
     else "The sweep above ran the kernels this page builds (its long-row points are closer to "
     "them than to the kernels before)."
 )
+
+# %%
+# **Keep what every row needs in registers.** The forward cluster kernel read
+# its slice of the weight again for each row, after the wait for the row's
+# sum, so each weight load stood between the sum and a store of ``y``. It now
+# loads the slice once, before its first row. The same tool times both, in
+# both 16-bit types; ``blocks`` is the cluster size times the clusters that
+# fit at once:
+FORWARD_CLUSTER = (RECORDED_DIR / "sweep_rms_norm_forward_cluster_h100.txt").read_text()
+sms = int(re.search(r"(\d+) SMs", FORWARD_CLUSTER)[1])
+blocks = {}  # (dtype, N, variant) -> blocks launched
+for section in re.split(r"\n(?=\w+ M=)", FORWARD_CLUSTER)[1:]:
+    dtype, n = re.match(r"(\w+) M=\d+ N=(\d+)", section).groups()
+    for found in re.finditer(r"^  (.+?)\s+cluster\s+(\d+) x\s+(\d+):", section, re.M):
+        blocks[(dtype, int(n), found[1])] = int(found[2]) * int(found[3])
+gains = {}
+for dtype in ("bf16", "fp16"):
+    table = cluster_sweep(
+        "sweep_rms_norm_forward_cluster_h100.txt", "loop 512 x 4, push, w per row", dtype
+    )
+    for n, (old, new) in table.items():
+        if n <= ONE_BLOCK["forward"]:
+            continue
+        gains.setdefault(dtype, []).append(new - old)
+        print(
+            f"forward {dtype} N = {n:6}: weight read per row {100 * old:4.0f}% of the copy "
+            f"({blocks[(dtype, n, 'loop 512 x 4, push, w per row')]} blocks); kept "
+            f"{100 * new:4.0f}% ({blocks[(dtype, n, 'loop 512 x 4, push')]} blocks, {sms} SMs)"
+        )
+more = max(gains, key=lambda d: min(gains[d]))
+print(
+    f"{more} gained {100 * min(gains[more]):.0f}-{100 * max(gains[more]):.0f} points, the other "
+    + ", ".join(f"{d} {100 * min(g):.0f}-{100 * max(g):.0f}" for d, g in gains.items() if d != more)
+)
+crowded = sorted(
+    {f"{d} N = {n} ({b} blocks)" for (d, n, v), b in blocks.items()
+     if v == "loop 512 x 4, push, w per row" and n > ONE_BLOCK["forward"] and b > sms}
+)  # fmt: skip
+if crowded:
+    print(
+        f"More blocks than the {sms} SMs, with the weight read per row: {'; '.join(crowded)}. "
+        "That kernel needed fewer registers, so two of its blocks fitted on one "
+        "multiprocessor; clusters of 4 or 8 blocks cannot all land in pairs, so some "
+        "multiprocessors ran two blocks at half speed each while every cluster had the same "
+        "rows to do. Holding the weight takes the registers that leave one block per "
+        "multiprocessor."
+    )
 
 # %%
 # The eager call

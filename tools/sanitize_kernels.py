@@ -35,7 +35,9 @@ def long_rows(cpp_only: bool = False, small: bool = False) -> int:
     backends = ["cpp"] + (["triton"] if with_triton else [])
     cases = 0
     for backend in backends:
-        for dtype in (torch.float32, torch.bfloat16):
+        # float16 too for the CUDA kernels: each dtype is its own instantiation.
+        dtypes = (torch.float32, torch.bfloat16) + ((torch.float16,) if backend == "cpp" else ())
+        for dtype in dtypes:
             # 300 rows of 65536: more rows than the clusters that fit at once;
             # 100003: odd, the two-pass kernels; 16384 float32: 4 vectors per thread.
             shapes = [(3, 65536), (300, 65536), (2, 131072), (3, 100003), (40, 16384)]

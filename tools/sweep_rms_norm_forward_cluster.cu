@@ -1,11 +1,13 @@
 // Sweeps the cluster forward (csrc/rms_norm_long.cuh) for long rows on one
-// GPU, without torch: the library's kernel ("loop") at several block widths
-// and vectors per thread (together the slice of a row each block keeps, hence
-// the cluster size), against one row per cluster with several blocks per
-// multiprocessor ("row") and a row loop unrolled over a ring of register
-// buffers ("ring"). Prints achieved bandwidth against a large
-// device-to-device copy, with the L2 cleaned before each batch. Build and run
-// (on a GPU machine with sm_90):
+// GPU, without torch, in bfloat16 and float16: the library's kernel ("loop")
+// at several block widths and vectors per thread (together the slice of a row
+// each block keeps, hence the cluster size), against one row per cluster with
+// several blocks per multiprocessor ("row"), a row loop unrolled over a ring
+// of register buffers ("ring"), and x staged in shared memory several rows
+// ahead ("staged"). Every kernel launches as many clusters as fit at once,
+// two blocks to a multiprocessor where its registers allow. Prints achieved
+// bandwidth against a large device-to-device copy, with the L2 cleaned before
+// each batch. Build and run (on a GPU machine with sm_90):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_forward_cluster.cu -o /tmp/fc
 //   /tmp/fc
 // Bytes: read x, write y (2 M N s) at M N = 2^26, as in guidekit.benchmark.
@@ -136,6 +138,61 @@ __global__ void __launch_bounds__(kThreads, 1)
   cluster_barrier();
 }
 
+// The library's row loop with x staged in shared memory: each thread copies
+// its own vectors of the rows kStages - 1 ahead with cp.async (so kStages - 1
+// rows are in flight per block while it works on one, against one row in
+// registers for the library's kernel) and reads back only its own vectors,
+// so no barrier separates a copy from its read. A row's stage is refilled one
+// row after it was read, when its values have been used.
+template <typename T, int kVec, int kThreads, int kRegVecs, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    forward_cluster_staged(const T* __restrict__ x, const T* __restrict__ weight,
+                           T* __restrict__ y, float* __restrict__ inv_rms_out, int64_t rows,
+                           int64_t cols, int64_t, float eps) {
+  using V = Vec<T, kVec>;
+  __shared__ PushSlots<float, kThreads / kWarpSize> push;
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  push_slots_init(push);
+  const Slice s = cluster_slice(cols / kVec);
+  const int64_t clusters = gridDim.x / cluster_blocks();
+  const int64_t first_row = blockIdx.x / cluster_blocks();
+  const V* wv = reinterpret_cast<const V*>(weight) + s.begin;
+  V* const mine = reinterpret_cast<V*>(dynamic_shared) + threadIdx.x;
+  constexpr int kPerStage = kRegVecs * kThreads;
+  auto fetch = [&](int64_t r, int stage) {
+    if (r < rows) {
+      const V* xr = reinterpret_cast<const V*>(x + r * cols) + s.begin;
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+        if (i < s.count) copy_async(mine + stage * kPerStage + k * kThreads, xr + i);
+      }
+    }
+    copy_async_commit();
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) fetch(first_row + st * clusters, st);
+  int stage = 0;
+  int64_t iteration = 0;
+  for (int64_t row = first_row; row < rows; row += clusters, ++iteration) {
+    fetch(row + (kStages - 1) * clusters, stage == 0 ? kStages - 1 : stage - 1);
+    copy_async_wait<kStages - 1>();
+    V cache[kRegVecs];
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) cache[k] = mine[stage * kPerStage + k * kThreads];
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+    float sum_sq = slice_sum_sq<T, kVec, kThreads, kRegVecs>(cache, s.count);
+    sum_sq = push_sum(sum_sq, push, iteration);
+    const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+    if (inv_rms_out != nullptr && cluster_rank() == 0 && threadIdx.x == 0)
+      inv_rms_out[row] = inv_rms;
+    store_slice<T, kVec, kThreads, kRegVecs>(cache, wv, inv_rms,
+                                             reinterpret_cast<V*>(y + row * cols) + s.begin,
+                                             s.count);
+  }
+  copy_async_wait<0>();
+}
+
 template <typename T>
 struct Buffers {
   std::vector<T*> xs, ys;
@@ -143,19 +200,31 @@ struct Buffers {
 };
 
 // kKind 0: the library's kernel (its row loop, one row loaded ahead) at
-// kThreads threads; 1: forward_cluster_row with kKnob blocks per SM; 2:
-// forward_cluster_ring kKnob rows deep. kPush: push_sum rather than
+// kThreads threads, its weight slice kept in registers (kKnob 1, the
+// library's choice for 512 threads) or read for each row (kKnob 0); 1: forward_cluster_row with kKnob blocks per SM; 2:
+// forward_cluster_ring kKnob rows deep; 3: forward_cluster_staged with kKnob
+// stages (kPush true: two blocks per SM). kPush: push_sum rather than
 // cluster_sum (kinds 0 and 1).
 template <int kThreads, int kRegVecs, int kKind, int kKnob, bool kPush, typename T>
 void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, T* ref) {
   constexpr int kVec = 16 / sizeof(T);
   const int cluster = cluster_size_for(N / kVec, kMaxClusterBlocks, kThreads, kRegVecs);
   using K = void (*)(const T*, const T*, T*, float*, int64_t, int64_t, int64_t, float);
-  K kernel = kKind == 0   ? rms_norm_forward_cluster_kernel<T, kVec, kRegVecs, kThreads, kPush>
-             : kKind == 1 ? forward_cluster_row<T, kVec, kThreads, kRegVecs, kKnob, kPush>
-                          : forward_cluster_ring<T, kVec, kThreads, kRegVecs, kKnob>;
+  K kernel;
+  if constexpr (kKind == 0) {
+    kernel = rms_norm_forward_cluster_kernel<T, kVec, kRegVecs, kThreads, kPush,
+                                             kThreads <= 512 && kKnob == 1>;
+  } else if constexpr (kKind == 1) {
+    kernel = forward_cluster_row<T, kVec, kThreads, kRegVecs, kKnob, kPush>;
+  } else if constexpr (kKind == 2) {
+    kernel = forward_cluster_ring<T, kVec, kThreads, kRegVecs, kKnob>;
+  } else {
+    kernel = forward_cluster_staged<T, kVec, kThreads, kRegVecs, kKnob, kPush ? 2 : 1>;
+  }
+  const size_t shared = kKind == 3 ? static_cast<size_t>(kKnob) * kRegVecs * kThreads * 16 : 0;
+  allow_shared_bytes(kernel, shared);
   allow_cluster_size(kernel, cluster);
-  const int fit = cluster > 0 ? active_clusters(kernel, cluster, kThreads, 0) : 0;
+  const int fit = cluster > 0 ? active_clusters(kernel, cluster, kThreads, shared) : 0;
   if (fit == 0) {
     printf("  %-28s cluster %2d: does not fit\n", name, cluster);
     return;
@@ -165,7 +234,7 @@ void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, 
   auto launch = [&](int i) {
     const int s = i % nbuf;
     CHECK(launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(clusters * cluster)),
-                                    dim3(kThreads), 0, nullptr, false, cluster, b.xs[s], b.w,
+                                    dim3(kThreads), shared, nullptr, false, cluster, b.xs[s], b.w,
                                     b.ys[s], nullptr, M, N, N, 1e-6f));
   };
   launch(0);
@@ -183,12 +252,8 @@ void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, 
          differ ? "  (other bits: another cluster size sums in another order)" : "");
 }
 
-int main() {
-  using T = __nv_bfloat16;
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
-  const double copy_bw = copy_bandwidth(prop, kBatches);
-  enable_l2_clean(prop);
+template <typename T>
+void sweep(const char* dtype, double copy_bw) {
   const int64_t total = int64_t{1} << 26;
   for (int64_t N : {32768, 65536, 131072}) {
     const int64_t M = total / N;
@@ -214,21 +279,24 @@ int main() {
         },
         10, kBatches);
     const double lib_bw = 2.0 * M * N * sizeof(T) / (lib_us * 1e-6);
-    printf("bf16 M=%lld N=%lld: library %.1f us, %.0f GB/s, %.2f of copy\n",
+    printf("%s M=%lld N=%lld: library %.1f us, %.0f GB/s, %.2f of copy\n", dtype,
            static_cast<long long>(M), static_cast<long long>(N), lib_us, lib_bw / 1e9,
            lib_bw / copy_bw);
-    run<512, 4, 0, 1, false>("loop 512 x 4, barrier", M, N, copy_bw, b, ref);
     run<1024, 4, 0, 1, false>("loop 1024 x 4, barrier", M, N, copy_bw, b, ref);
     run<512, 4, 0, 1, true>("loop 512 x 4, push", M, N, copy_bw, b, ref);
-    run<1024, 4, 0, 1, true>("loop 1024 x 4, push", M, N, copy_bw, b, ref);
+    run<512, 4, 0, 0, true>("loop 512 x 4, push, w per row", M, N, copy_bw, b, ref);
     run<1024, 2, 0, 1, true>("loop 1024 x 2, push", M, N, copy_bw, b, ref);
-    run<512, 4, 1, 2, false>("row 512 x 4, 2/SM, barrier", M, N, copy_bw, b, ref);
-    run<256, 4, 1, 4, false>("row 256 x 4, 4/SM, barrier", M, N, copy_bw, b, ref);
     run<512, 4, 1, 2, true>("row 512 x 4, 2/SM, push", M, N, copy_bw, b, ref);
-    run<256, 4, 1, 4, true>("row 256 x 4, 4/SM, push", M, N, copy_bw, b, ref);
-    run<256, 8, 1, 2, true>("row 256 x 8, 2/SM, push", M, N, copy_bw, b, ref);
-    run<128, 8, 1, 4, true>("row 128 x 8, 4/SM, push", M, N, copy_bw, b, ref);
-    run<512, 4, 2, 2, false>("ring 512 x 4, depth 2", M, N, copy_bw, b, ref);
+    run<512, 4, 3, 2, false>("staged 512 x 4, 2 stages", M, N, copy_bw, b, ref);
+    run<512, 4, 3, 3, false>("staged 512 x 4, 3 stages", M, N, copy_bw, b, ref);
+    run<512, 4, 3, 4, false>("staged 512 x 4, 4 stages", M, N, copy_bw, b, ref);
+    run<512, 8, 3, 2, false>("staged 512 x 8, 2 stages", M, N, copy_bw, b, ref);
+    run<512, 8, 3, 3, false>("staged 512 x 8, 3 stages", M, N, copy_bw, b, ref);
+    run<256, 8, 3, 4, false>("staged 256 x 8, 4 stages", M, N, copy_bw, b, ref);
+    run<1024, 4, 3, 3, false>("staged 1024 x 4, 3 stages", M, N, copy_bw, b, ref);
+    run<256, 4, 3, 4, true>("staged 256 x 4, 4 st, 2/SM", M, N, copy_bw, b, ref);
+    run<512, 2, 3, 4, true>("staged 512 x 2, 4 st, 2/SM", M, N, copy_bw, b, ref);
+    run<256, 8, 3, 3, true>("staged 256 x 8, 3 st, 2/SM", M, N, copy_bw, b, ref);
     for (int i = 0; i < nbuf; ++i) {
       cudaFree(b.xs[i]);
       cudaFree(b.ys[i]);
@@ -236,5 +304,14 @@ int main() {
     cudaFree(b.w);
     cudaFree(ref);
   }
+}
+
+int main() {
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double copy_bw = copy_bandwidth(prop, kBatches);
+  enable_l2_clean(prop);
+  sweep<__nv_bfloat16>("bf16", copy_bw);
+  sweep<__half>("fp16", copy_bw);
   return 0;
 }
