@@ -496,12 +496,19 @@ print(
 # both 16-bit types; ``blocks`` is the cluster size times the clusters that
 # fit at once:
 FORWARD_CLUSTER = (RECORDED_DIR / "sweep_rms_norm_forward_cluster_h100.txt").read_text()
+CLUSTER_VARIANT = re.compile(
+    r"^  (.+?)\s+cluster\s+(\d+) x\s+(\d+):.*?(\d\.\d\d) of copy", re.MULTILINE
+)
 sms = int(re.search(r"(\d+) SMs", FORWARD_CLUSTER)[1])
 blocks = {}  # (dtype, N, variant) -> blocks launched
+VARIANT_FRACTION, LIBRARY_FRACTION = {}, {}  # fractions of the copy
 for section in re.split(r"\n(?=\w+ M=)", FORWARD_CLUSTER)[1:]:
-    dtype, n = re.match(r"(\w+) M=\d+ N=(\d+)", section).groups()
-    for found in re.finditer(r"^  (.+?)\s+cluster\s+(\d+) x\s+(\d+):", section, re.M):
-        blocks[(dtype, int(n), found[1])] = int(found[2]) * int(found[3])
+    head = re.match(r"(\w+) M=\d+ N=(\d+): library .*?(\d\.\d\d) of copy", section)
+    dtype, n = head[1], int(head[2])
+    LIBRARY_FRACTION[(dtype, n)] = float(head[3])
+    for found in CLUSTER_VARIANT.finditer(section):
+        blocks[(dtype, n, found[1])] = int(found[2]) * int(found[3])
+        VARIANT_FRACTION[(dtype, n, found[1])] = float(found[4])
 gains = {}
 for dtype in ("bf16", "fp16"):
     table = cluster_sweep(
@@ -534,6 +541,21 @@ if crowded:
         "rows to do. Holding the weight takes the registers that leave one block per "
         "multiprocessor."
     )
+# The same tool also stages x in shared memory one to three rows ahead
+# (``cp.async``), so that more bytes are in flight while a cluster waits:
+for dtype in ("bf16", "fp16"):
+    for n in (n for n in (65536, 131072) if (dtype, n) in LIBRARY_FRACTION):
+        staged = {
+            v: f for (d, m, v), f in VARIANT_FRACTION.items()
+            if (d, m) == (dtype, n) and v.startswith("staged")
+        }  # fmt: skip
+        best = max(staged, key=staged.get)
+        lib = LIBRARY_FRACTION[(dtype, n)]
+        print(
+            f"forward {dtype} N = {n:6}: best of {len(staged)} staged variants "
+            f"{100 * staged[best]:.0f}% ({best}); the library's kernel {100 * lib:.0f}%"
+            + ("" if staged[best] <= lib else ". Surprising: staging is faster here.")
+        )
 
 # %%
 # The eager call
