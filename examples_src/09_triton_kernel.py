@@ -75,10 +75,10 @@ autotuner keyed on ``N`` keeps whatever suited the first ``M`` it saw.
 
 A row longer than 16384 elements no longer fits in one program's registers.
 Such a row is split over ``S`` programs, each holding ``SEG`` columns of it,
-which meet through global memory: each writes its part of the row's sum,
-counts itself in with an atomic add, and waits until the row's other
-programs have done the same. Then each adds all the parts in the same
-order, so every segment uses the same total, the same on every run. This is
+which meet through global memory: each writes its part of the row's sum
+into a slot of its own, marked as written in the same 64-bit store, and
+waits until all the row's slots are marked. Then each adds all the parts in
+the same order, so every segment uses the same total, the same on every run. This is
 what a thread-block cluster does for the CUDA kernels (:doc:`step 11
 <11_performance>`, "Long rows"), without the cluster's guarantee that the
 programs run at the same time; the comment says why the wait still ends.
@@ -138,8 +138,9 @@ The register kernel holds ``x``, ``dy``, the weight and its share of
 elements) that no longer fits and Triton spills to memory. Longer rows take
 ``_rms_norm_bwd_split_kernel`` of the split kernels above: program ``(g, s)``
 takes segment ``s`` of the rows ``g``, ``g + G``, ``g + 2G``, ..., adds its
-segment of ``dweight`` over them into row ``g`` of the buffer, and loads the
-next row before it waits for this row's total. ``_dw_sum_kernel`` sums the
+segment of ``dweight`` over them into row ``g`` of the buffer, and waits one
+row late: it loads the next row and writes its part of that row's sum before
+it waits for this row's total. ``_dw_sum_kernel`` sums the
 buffer as above. Rows of more segments than multiprocessors take two chunked
 kernels: one program per row walks it twice, for the row's sum and for
 ``dx``, and ``dweight`` is summed over strips of columns:

@@ -363,10 +363,14 @@ def _dw_columns_kernel(
 # Rows too long for one program, split over S programs that meet through
 # global memory, the role a thread-block cluster plays for the CUDA kernels
 # (csrc/rms_norm_long.cuh). Each program holds SEG columns of a row in
-# registers, writes its part of the row's sum to partial[row, s], counts
-# itself in count[row] (zeroed for each call) and waits until all S have;
-# then it adds the S parts in one fixed order, so every segment of a row uses
-# the same total and the result is the same on every run.
+# registers, writes its part of the row's sum to its slot, slots[row, s]
+# (zeroed for each call), and waits until all S slots of the row are
+# written; then it adds the S parts in one fixed order, so every segment of a
+# row uses the same total and the result is the same on every run. A slot
+# holds its part and the mark that says it was written, in one 64-bit
+# store: a count of the parts written next to them would need a fence
+# between part and count, which waits for every store the program has in
+# flight (step 11, "Lessons", measures both).
 #
 # Nothing in CUDA promises that the S programs of a row run at the same time.
 # The GPU starts programs in the order of their index, and those of a row are
@@ -375,17 +379,27 @@ def _dw_columns_kernel(
 # (_split_rows keeps S to at most the number of SMs). The interpreter runs
 # programs one after another: there S is 1.
 @triton.jit
-def _row_total(partial_ptr, count_ptr, row, s, part, S, SP: tl.constexpr):
-    """The sum over the S programs of a row of their ``part`` (SP: S rounded up to a power of 2)."""
-    tl.store(partial_ptr + row * S + s, part)
-    tl.debug_barrier()  # the store is done before the count says so
-    tl.atomic_add(count_ptr + row, 1, sem="release", scope="gpu")
-    while tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu") < S:
-        pass
-    tl.debug_barrier()  # no thread reads the parts before the wait is over
+def _count_in(slots_ptr, row, s, part, S):
+    """Writes this program's ``part`` of a row's sum into its slot, marked as written.
+
+    A slot is 64 bits: the part's float32 bits below, 1 above (0 in a slot
+    not yet written). Value and mark arrive in one store, so the reader needs
+    no fence to know that the value is there.
+    """
+    bits = part.to(tl.float32).to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    tl.atomic_xchg(slots_ptr + row * S + s, bits | (1 << 32), sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _wait_total(slots_ptr, row, S, SP: tl.constexpr):
+    """The sum of a row's S parts, once all S slots are written (SP: S rounded up to a power of 2)."""
     k = tl.arange(0, SP)
-    parts = tl.load(partial_ptr + row * S + k, mask=k < S, other=0.0, volatile=True)
-    return tl.sum(parts, axis=0)
+    slots = slots_ptr + row * S + k
+    found = tl.load(slots, mask=k < S, other=1 << 32, volatile=True)
+    while tl.min(found >> 32, axis=0) == 0:
+        found = tl.load(slots, mask=k < S, other=1 << 32, volatile=True)
+    parts = (found & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    return tl.sum(tl.where(k < S, parts, 0.0), axis=0)
 
 
 @triton.jit
@@ -399,15 +413,16 @@ def _segment(S, N, SEG: tl.constexpr):
 
 @triton.jit
 def _rms_norm_fwd_split_kernel(
-    x_ptr, w_ptr, y_ptr, inv_rms_ptr, partial_ptr, count_ptr, N, eps, S,
+    x_ptr, w_ptr, y_ptr, inv_rms_ptr, slots_ptr, N, eps, S,
     SEG: tl.constexpr, SP: tl.constexpr, STORE_INV: tl.constexpr,
 ):  # fmt: skip
     # Program (row, s) normalises columns [s * SEG, (s + 1) * SEG) of a row,
-    # read from memory once.
+    # read from memory once. While it waits, the GPU runs other programs.
     row, s, cols, mask = _segment(S, N, SEG)
     x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    total = _row_total(partial_ptr, count_ptr, row, s, tl.sum(x * x, axis=0), S, SP)
+    _count_in(slots_ptr, row, s, tl.sum(x * x, axis=0), S)
+    total = _wait_total(slots_ptr, row, S, SP)
     inv_rms = tl.rsqrt(total / N + eps).to(tl.float32)
     if STORE_INV:
         tl.store(inv_rms_ptr + row, inv_rms, mask=s == 0)
@@ -416,39 +431,47 @@ def _rms_norm_fwd_split_kernel(
 
 @triton.jit
 def _rms_norm_bwd_split_kernel(
-    dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, partial_ptr, count_ptr, M, N, S,
+    dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, slots_ptr, M, N, S,
     SEG: tl.constexpr, SP: tl.constexpr,
 ):  # fmt: skip
     # Program (g, s) of G * S takes segment s of the rows g, g + G, g + 2G,
-    # ... and sums its segment of dweight over them into row g of dw_partial.
-    # It loads the next row before it waits for this row's total, so that
-    # the wait overlaps a load.
+    # ... (a few programs per SM) and adds its segment of dweight over them
+    # into row g of dw_partial. It waits one row late: it counts in its part
+    # of the next row's sum, sum(dy * w * x_hat), before it waits for this
+    # row's total, so that the wait overlaps the next row's loads (step 11,
+    # "Lessons", measures both ways).
     G = tl.num_programs(0) // S
     g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     dw = tl.zeros([SEG], dtype=tl.float32)
-    x_next = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
-    dy_next = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
+    x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
+    inv_rms = tl.load(inv_rms_ptr + g)
+    part = tl.sum(dy.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
+    _count_in(slots_ptr, g, s, part, S)
     for row in range(g, M, G):
-        x = x_next.to(tl.float32)
-        dy = dy_next.to(tl.float32)
-        inv_rms = tl.load(inv_rms_ptr + row)
-        x_hat = x * inv_rms
-        gw = dy * w
-        part = tl.sum(gw * x_hat, axis=0)
-        ahead = tl.minimum(row + G, M - 1)  # the last row loads itself again
-        x_next = tl.load(x_ptr + ahead * N + cols, mask=mask, other=0.0)
-        dy_next = tl.load(dy_ptr + ahead * N + cols, mask=mask, other=0.0)
-        total = _row_total(partial_ptr, count_ptr, row, s, part, S, SP)
+        ahead = row + G
+        more = ahead < M
+        next_mask = mask & (ahead + 0 * cols < M)  # a vector mask, as in the forward
+        x_next = tl.load(x_ptr + ahead * N + cols, mask=next_mask, other=0.0)
+        dy_next = tl.load(dy_ptr + ahead * N + cols, mask=next_mask, other=0.0)
+        inv_next = tl.load(inv_rms_ptr + tl.minimum(ahead, M - 1))  # unused past the last row
+        if more:
+            part = tl.sum(dy_next.to(tl.float32) * w * x_next.to(tl.float32), axis=0) * inv_next
+            _count_in(slots_ptr, ahead, s, part, S)
+        total = _wait_total(slots_ptr, row, S, SP)
+        x_hat = x.to(tl.float32) * inv_rms
+        gw = dy.to(tl.float32) * w
         dx = inv_rms * (gw - x_hat * (total / N))
         tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        dw += dy * x_hat
+        dw += dy.to(tl.float32) * x_hat
+        x, dy, inv_rms = x_next, dy_next, inv_next
     tl.store(dw_partial_ptr + g * N + cols, dw, mask=mask)
 
 
 @triton.jit
 def _fused_add_rms_norm_split_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, partial_ptr, count_ptr, N, eps, S,
+    x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, slots_ptr, N, eps, S,
     HAS_WEIGHT: tl.constexpr, SEG: tl.constexpr, SP: tl.constexpr,
 ):  # fmt: skip
     # As the split forward: the new residual is stored before the wait.
@@ -460,7 +483,8 @@ def _fused_add_rms_norm_split_kernel(
     h = (x.to(tl.float32) + r.to(tl.float32)).to(res_ptr.dtype.element_ty)
     tl.store(res_ptr + row * N + cols, h, mask=mask)
     h = h.to(tl.float32)
-    total = _row_total(partial_ptr, count_ptr, row, s, tl.sum(h * h, axis=0), S, SP)
+    _count_in(slots_ptr, row, s, tl.sum(h * h, axis=0), S)
+    total = _wait_total(slots_ptr, row, S, SP)
     inv_rms = tl.rsqrt(total / N + eps).to(tl.float32)
     tl.store(inv_rms_ptr + row, inv_rms, mask=s == 0)
     y = h * inv_rms
@@ -469,10 +493,9 @@ def _fused_add_rms_norm_split_kernel(
     tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _row_total_buffers(x: torch.Tensor, m: int, segments: int):
-    """(partial, count) for ``_row_total``: a part per segment, and a zeroed count per row."""
-    partial = torch.empty(m * segments, dtype=torch.float32, device=x.device)
-    return partial, torch.zeros(m, dtype=torch.int32, device=x.device)
+def _row_total_buffers(x: torch.Tensor, m: int, segments: int) -> torch.Tensor:
+    """The split kernels' slots: one per segment of each row, zeroed (not yet written)."""
+    return torch.zeros(m * segments, dtype=torch.int64, device=x.device)
 
 
 # [split-rows-end]
@@ -524,10 +547,17 @@ def _backward_launch(x: torch.Tensor, m: int, block: int) -> tuple[int, int, int
 DW_SUM_BLOCK_P, DW_SUM_BLOCK_N, DW_SUM_WARPS = 128, 32, 2
 
 
-# The split kernels ([split-rows]): (SEG, num_warps) per kernel, from a sweep
-# on an H100 at M * N = 2**26, bfloat16, N from 16384 to 131072: the fastest
-# segment for each kernel at every N there.
-SPLIT_FORWARD, SPLIT_FUSED, SPLIT_BACKWARD = (16384, 8), (16384, 16), (4096, 8)
+# The split kernels ([split-rows]): (SEG, num_warps) per kernel, and for the
+# backward, which loops over rows, the programs per SM; from
+# `sweep_triton.py split` on an H100 at M * N = 2**26, bfloat16, N from 16384
+# to 131072 (docs/recorded/sweep_triton_split_h100.txt): the choice whose
+# slowest N is fastest.
+SPLIT_FORWARD, SPLIT_FUSED, SPLIT_BACKWARD = (4096, 2), (16384, 16), (4096, 8, 2)
+
+
+def _split_groups(x: torch.Tensor, m: int, segments: int, split: tuple) -> int:
+    """G, the row groups of the split backward: split[2] programs per SM in all."""
+    return max(1, min(m, split[2] * _sm_count(x) // segments))
 
 #: Longest row (elements) that the backward keeps in registers; its register
 #: kernel spills past it, and longer rows take the split kernel.
@@ -591,9 +621,9 @@ def _forward(
             )  # fmt: skip
         elif (split := _split_rows(xc, n, SPLIT_FORWARD[0])) is not None:
             segments, seg, sp = split
-            partial, count = _row_total_buffers(xc, m, segments)
+            slots = _row_total_buffers(xc, m, segments)
             launchable(_rms_norm_fwd_split_kernel)[(m * segments,)](
-                xc, weight.contiguous(), y, inv_arg, partial, count, n, eps, segments,
+                xc, weight.contiguous(), y, inv_arg, slots, n, eps, segments,
                 SEG=seg, SP=sp, STORE_INV=store_inv, num_warps=_warps(SPLIT_FORWARD),
             )  # fmt: skip
         else:
@@ -653,11 +683,11 @@ def rms_norm_backward_triton(
         elif (split := _split_rows(xc, n, SPLIT_BACKWARD[0])) is not None:
             # Longer rows: each split over programs that meet through memory.
             segments, seg, sp = split
-            programs = max(1, min(m, 2 * _sm_count(xc) // segments))  # row groups
+            programs = _split_groups(xc, m, segments, SPLIT_BACKWARD)
             dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-            partial, count = _row_total_buffers(xc, m, segments)
+            slots = _row_total_buffers(xc, m, segments)
             launchable(_rms_norm_bwd_split_kernel)[(programs * segments,)](
-                dy, xc, wc, rc, dx, dw_partial, partial, count, m, n, segments,
+                dy, xc, wc, rc, dx, dw_partial, slots, m, n, segments,
                 SEG=seg, SP=sp, num_warps=_warps(SPLIT_BACKWARD),
             )  # fmt: skip
         else:
@@ -1054,9 +1084,9 @@ def fused_add_rms_norm_triton_(
                 )  # fmt: skip
             elif (split := _split_rows(xc, n, SPLIT_FUSED[0])) is not None:
                 segments, seg, sp = split
-                partial, count = _row_total_buffers(xc, m, segments)
+                slots = _row_total_buffers(xc, m, segments)
                 launchable(_fused_add_rms_norm_split_kernel)[(m * segments,)](
-                    xc, rc, w_arg, out, inv_rms, partial, count, n, eps, segments,
+                    xc, rc, w_arg, out, inv_rms, slots, n, eps, segments,
                     HAS_WEIGHT=weight is not None, SEG=seg, SP=sp,
                     num_warps=_warps(SPLIT_FUSED),
                 )  # fmt: skip

@@ -6,10 +6,15 @@ opguide's own kernels; the forward and fused kernels here are copies that
 differ from opguide/triton_rms_norm.py in the one thing each variant tries
 (the weight loaded before or after the reduction, cache hints, PDL).
 
-    python3 tools/sweep_triton.py [forward] [backward] [fused] [dwsum]
+    python3 tools/sweep_triton.py [forward] [backward] [fused] [dwsum] [split]
 
 dwsum times opguide's whole backward (its own launch rules, PDL on) with
 each shape of the kernel that adds up dweight's partial rows.
+
+split times opguide's forward and backward on rows split over programs
+([split-rows]) at each (SEG, num_warps, programs per SM), and, as the
+"before", copies of the kernels that wait for each row's total before they
+load the next row (forward: one program per segment of each row).
 
 Times come from guidekit.benchmark.time_per_call: medians of batches queued
 behind a spin kernel, so the host's launch latency is not counted.
@@ -27,6 +32,7 @@ from guidekit.benchmark import copy_bandwidth, time_per_call
 from opguide.triton_rms_norm import DW_SUM_BLOCK_N, DW_SUM_BLOCK_P, DW_SUM_WARPS, _backward_launch
 from opguide.triton_rms_norm import _dw_sum_kernel as dw_sum_kernel
 from opguide.triton_rms_norm import _rms_norm_bwd_kernel as bwd_kernel
+from opguide import triton_rms_norm as triton_ops
 
 SHAPES = [(32768, 4096), (8192, 4096), (4096, 8192), (65536, 1024)]
 DTYPE = torch.bfloat16
@@ -303,6 +309,253 @@ def dwsum_shape(m, n, copy):
     report(m, n, label, us, 3 * m * n * 2, copy, "best ")
 
 
+# ------------------------------------------------------------------ split
+
+
+@triton.jit
+def count_in_fenced(partial_ptr, count_ptr, row, s, part, S):
+    # The before of the slots ([split-rows]): the part in a float buffer, then
+    # a count, with a release fence between them (it waits for every store
+    # this thread has in flight).
+    tl.store(partial_ptr + row * S + s, part)
+    tl.debug_barrier()
+    tl.atomic_add(count_ptr + row, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def wait_total_fenced(partial_ptr, count_ptr, row, S, SP: tl.constexpr):
+    while tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu") < S:
+        pass
+    tl.debug_barrier()
+    k = tl.arange(0, SP)
+    parts = tl.load(partial_ptr + row * S + k, mask=k < S, other=0.0, volatile=True)
+    return tl.sum(parts, axis=0)
+
+
+@triton.jit
+def fwd_split_fenced(x_ptr, w_ptr, y_ptr, partial_ptr, count_ptr, N, eps, S,
+                     SEG: tl.constexpr, SP: tl.constexpr):  # fmt: skip
+    # The library's split forward with the fenced count instead of the slots.
+    row, s, cols, mask = triton_ops._segment(S, N, SEG)
+    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    count_in_fenced(partial_ptr, count_ptr, row, s, tl.sum(x * x, axis=0), S)
+    total = wait_total_fenced(partial_ptr, count_ptr, row, S, SP)
+    inv_rms = tl.rsqrt(total / N + eps).to(tl.float32)
+    tl.store(y_ptr + row * N + cols, (x * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fwd_split_one_row_late(x_ptr, w_ptr, y_ptr, slots_ptr, M, N, eps, S,
+                           SEG: tl.constexpr, SP: tl.constexpr):  # fmt: skip
+    # The backward's way, tried on the forward: program (g, s) of G * S takes
+    # segment s of the rows g, g + G, ... and counts in the next row's part
+    # before it waits for this row's total.
+    G = tl.num_programs(0) // S
+    g, s, cols, mask = triton_ops._segment(S, N, SEG)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
+    xf = x.to(tl.float32)
+    triton_ops._count_in(slots_ptr, g, s, tl.sum(xf * xf, axis=0), S)
+    for row in range(g, M, G):
+        ahead = row + G
+        x_next = tl.load(x_ptr + ahead * N + cols, mask=mask & (ahead + 0 * cols < M), other=0.0)
+        if ahead < M:
+            xf = x_next.to(tl.float32)
+            triton_ops._count_in(slots_ptr, ahead, s, tl.sum(xf * xf, axis=0), S)
+        total = triton_ops._wait_total(slots_ptr, row, S, SP)
+        inv_rms = tl.rsqrt(total / N + eps).to(tl.float32)
+        y = x.to(tl.float32) * inv_rms * w
+        tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+        x = x_next
+
+
+@triton.jit
+def bwd_split_row_at_a_time(dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr,
+                            partial_ptr, count_ptr, M, N, S, SEG: tl.constexpr,
+                            SP: tl.constexpr):  # fmt: skip
+    # The before: loads the next row, then waits for this row's total.
+    G = tl.num_programs(0) // S
+    g, s, cols, mask = triton_ops._segment(S, N, SEG)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros([SEG], dtype=tl.float32)
+    x_next = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
+    dy_next = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
+    for row in range(g, M, G):
+        x = x_next.to(tl.float32)
+        dy = dy_next.to(tl.float32)
+        inv_rms = tl.load(inv_rms_ptr + row)
+        x_hat = x * inv_rms
+        gw = dy * w
+        part = tl.sum(gw * x_hat, axis=0)
+        ahead = tl.minimum(row + G, M - 1)
+        x_next = tl.load(x_ptr + ahead * N + cols, mask=mask, other=0.0)
+        dy_next = tl.load(dy_ptr + ahead * N + cols, mask=mask, other=0.0)
+        count_in_fenced(partial_ptr, count_ptr, row, s, part, S)
+        total = wait_total_fenced(partial_ptr, count_ptr, row, S, SP)
+        dx = inv_rms * (gw - x_hat * (total / N))
+        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * x_hat
+    tl.store(dw_partial_ptr + g * N + cols, dw, mask=mask)
+
+
+SPLIT_NS = (16384, 32768, 65536, 131072)
+
+
+def split_configs():
+    """(SEG, num_warps, programs per SM): 8 to 64 elements per thread."""
+    return sorted((seg, warps, per_sm) for seg in (1024, 2048, 4096, 8192, 16384)
+                  for warps in (2, 4, 8, 16) for per_sm in (2, 4, 8, 16)
+                  if 8 <= seg // (32 * warps) <= 64 and seg * per_sm <= 32768)  # fmt: skip
+
+
+def sweep_split(copy):
+    print("split", flush=True)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    eps = 1e-6
+    for n in SPLIT_NS:
+        m = 2**26 // n
+        w = randn(n)
+        if n > triton_ops.MAX_REGISTER_ROW:
+            split_forward(m, n, w, eps, sms, copy)
+        split_backward(m, n, w, eps, sms, copy)
+
+
+def _check(label, got, want, tol):
+    """Whether got is within tol of want, relative to want's largest element."""
+    err = (got.float() - want.float()).abs().max().item() / want.float().abs().max().item()
+    if not err <= tol:  # NaN fails too
+        print(f"  WRONG {label}: relative error {err:.3g}", flush=True)
+    return err <= tol
+
+
+def split_forward(m, n, w, eps, sms, copy):
+    sets = [(randn(m, n),) for _ in range(arg_sets_for(m, n, 2))]
+    nbytes = 2 * m * n * 2
+    want = reference(sets[0][0], w, eps)
+    results = []
+    seg, warps, per_sm = 4096, 8, 4  # the best of this variant on an H100
+    s = triton.cdiv(n, seg)
+    groups = max(1, min(m, per_sm * sms // s))
+
+    def late(x):
+        y = torch.empty_like(x)
+        slots = torch.zeros(m * s, device="cuda", dtype=torch.int64)
+        fwd_split_one_row_late[(groups * s,)](
+            x, w, y, slots, m, n, eps, s, SEG=seg, SP=triton.next_power_of_2(s),
+            num_warps=warps,
+        )  # fmt: skip
+        return y
+
+    def fenced(x, seg=16384, warps=8):
+        y = torch.empty_like(x)
+        s = triton.cdiv(n, seg)
+        partial = torch.empty(m * s, device="cuda", dtype=torch.float32)
+        count = torch.zeros(m, device="cuda", dtype=torch.int32)
+        fwd_split_fenced[(m * s,)](
+            x, w, y, partial, count, n, eps, s, SEG=seg, SP=triton.next_power_of_2(s),
+            num_warps=warps,
+        )  # fmt: skip
+        return y
+
+    label = "fenced row at a time SEG 16384 warps 8"
+    if _check(label, fenced(sets[0][0]), want, 0.02):
+        us = time_us(fenced, sets)
+        results.append((us, label))
+        report(m, n, "forward " + label, us, nbytes, copy)
+    label = f"one row late SEG {seg} warps {warps} per SM {per_sm}"
+    if _check(label, late(sets[0][0]), want, 0.02):
+        us = time_us(late, sets)
+        results.append((us, label))
+        report(m, n, "forward " + label, us, nbytes, copy)
+    saved = triton_ops.SPLIT_FORWARD
+    try:
+        for config in {c[:2] for c in split_configs() if c[0] >= 4096}:
+            if triton.cdiv(n, config[0]) > sms or config[0] >= n:
+                continue
+            triton_ops.SPLIT_FORWARD = config
+            label = "row at a time SEG {} warps {}".format(*config)
+
+            def run(x):
+                return triton_ops._forward(x, w, eps, None)
+
+            if _check(label, run(sets[0][0]), want, 0.02):
+                us = time_us(run, sets)
+                results.append((us, label))
+                report(m, n, "forward " + label, us, nbytes, copy)
+    finally:
+        triton_ops.SPLIT_FORWARD = saved
+    for prefix in ("fenced", "row at a time", "one row late"):
+        us, label = best(results, lambda label: label.startswith(prefix))
+        report(m, n, "forward " + label, us, nbytes, copy, "best ")
+
+
+def split_backward(m, n, w, eps, sms, copy):
+    sets = []
+    for _ in range(arg_sets_for(m, n, 3)):
+        x = randn(m, n)
+        inv = torch.rsqrt(x.float().pow(2).mean(-1) + eps)
+        sets.append((x, randn(m, n), inv))
+    nbytes = 3 * m * n * 2
+    x0, dy0, inv0 = sets[0]
+    xr = x0.float().requires_grad_()
+    wr = w.float().requires_grad_()
+    (xr * inv0[:, None] * wr).backward(dy0.float())  # inv_rms held fixed, as the kernels do
+    dx_want = xr.grad - xr.detach() * inv0[:, None] ** 2 * (
+        (dy0.float() * wr.detach() * xr.detach()).sum(-1, keepdim=True) / n
+    ) * inv0[:, None]
+    results = []
+    seg, warps = 4096, 8
+    s = triton.cdiv(n, seg)
+    groups = max(1, min(m, 2 * sms // s))
+
+    def before(x, dy, inv):
+        dx = torch.empty_like(x)
+        dw = torch.empty_like(w)
+        dw_partial = torch.empty(groups, n, device="cuda", dtype=torch.float32)
+        partial = torch.empty(m * s, device="cuda", dtype=torch.float32)
+        count = torch.zeros(m, device="cuda", dtype=torch.int32)
+        bwd_split_row_at_a_time[(groups * s,)](
+            dy, x, w, inv, dx, dw_partial, partial, count, m, n, s, SEG=seg,
+            SP=triton.next_power_of_2(s), num_warps=warps,
+        )  # fmt: skip
+        dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
+            dw_partial, dw, groups, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
+            GDC=False, num_warps=DW_SUM_WARPS,
+        )  # fmt: skip
+        return dx, dw
+
+    def checked(label, fn):
+        dx, dw = fn(x0, dy0, inv0)
+        return _check(label, dx, dx_want, 0.02) and _check(label, dw, wr.grad, 0.02)
+
+    label = f"fenced row at a time SEG {seg} warps {warps} per SM 2"
+    if checked(label, before):
+        us = time_us(before, sets)
+        results.append((us, label))
+        report(m, n, "backward " + label, us, nbytes, copy)
+    saved = triton_ops.SPLIT_BACKWARD
+    try:
+        for config in split_configs():
+            if triton.cdiv(n, config[0]) > sms or config[0] >= n:
+                continue
+            triton_ops.SPLIT_BACKWARD = config
+            label = "one row late SEG {} warps {} per SM {}".format(*config)
+
+            def run(x, dy, inv):
+                return triton_ops.rms_norm_backward_triton(dy, x, w, inv)
+
+            if checked(label, run):
+                us = time_us(run, sets)
+                results.append((us, label))
+                report(m, n, "backward " + label, us, nbytes, copy)
+    finally:
+        triton_ops.SPLIT_BACKWARD = saved
+    for prefix in ("fenced", "one row late"):
+        us, label = best(results, lambda label: label.startswith(prefix))
+        report(m, n, "backward " + label, us, nbytes, copy, "best ")
+
+
 # ------------------------------------------------------------------ fused
 
 
@@ -383,7 +636,8 @@ def main(argv):
     print(f"{torch.cuda.get_device_name()}, {versions}, copy {copy:.0f} GB/s, {DTYPE}", flush=True)
     for name in passes:
         passes_by_name = {"forward": sweep_forward, "backward": sweep_backward,
-                          "fused": sweep_fused, "dwsum": sweep_dwsum}  # fmt: skip
+                          "fused": sweep_fused, "dwsum": sweep_dwsum,
+                          "split": sweep_split}  # fmt: skip
         passes_by_name[name](copy)
 
 
