@@ -107,12 +107,11 @@ for pass_name in benchmark.SWEEP_PASSES:
 # **Eager time** is the wall clock of calls made as a user makes them, back to
 # back, then one synchronisation. For a small input the GPU finishes each
 # kernel before the host has issued the next one, so eager time is the host's
-# cost of a call: Python, the dispatcher, autograd and the kernel launches.
-# The sweeps below are GPU time; "The eager call" is eager time.
+# cost of a call: Python, the dispatcher, autograd and the launches.
 #
-# Does cleaning L2 matter? Two recorded runs at fixed shapes, one without
-# the clean (``--keep-l2``) and one with it, as % of the 1 GiB copy (as are
-# all the fixed-shape runs of "Lessons"):
+# Does cleaning L2 matter? Two recorded runs at fixed shapes, without the
+# clean (``--keep-l2``) and with it, in % of the 1 GiB copy (as are the
+# fixed-shape runs of "Lessons"):
 
 
 def of_copy(result: dict, pass_name: str) -> dict:
@@ -371,13 +370,12 @@ print(
 # Triton has no clusters. Its long rows are split over programs that meet
 # through global memory instead ([split-rows] in
 # ``opguide/triton_rms_norm.py``, shown in :doc:`step 9 <09_triton_kernel>`):
-# each program counts its partial sum in with an atomic add and waits, in a
-# loop, until the row's other programs have. While it waits, a forward
-# program has nothing left to do, and a fused one has the store of its new
-# residual in flight. The fused CUDA kernel has a cluster version too
-# (``[cluster-fused]``) for rows of more than 4096 vectors; below that it
-# reads its residual back from L2. The measured evidence, from the sweep
-# above, next to Quack and Liger:
+# each program writes its part of the row's sum into a slot and waits, in a
+# loop, until the row's other slots are written (the lesson after the next
+# says how the wait was made cheap). The fused CUDA kernel has a cluster
+# version too (``[cluster-fused]``) for rows of more than 4096 vectors; below
+# that it reads its residual back from L2. The measured evidence, from the
+# sweep above, next to Quack and Liger:
 print(
     f"{'pass':8} {'N':>6} {'opguide kernel':>14} {'opguide':>8} {'triton':>8} {'quack':>8} "
     f"{'liger':>8}"
@@ -487,6 +485,67 @@ print(
     else "The sweep above ran the kernels this page builds (its long-row points are closer to "
     "them than to the kernels before)."
 )
+
+# %%
+# **Wait without a fence.** The Triton split kernels first wrote a part, then
+# counted it in with an atomic add. The count must not be seen before the
+# part, so a release fence stood between them, and a fence waits until every
+# store the program has in flight has landed. Now the part and the mark that
+# it was written travel in one 64-bit store, which needs no fence. The
+# backward also waits one row late: it writes its part of the next row before
+# it waits for this row's total. ``tools/sweep_triton.py split`` times the
+# kernels before (fenced, a row at a time) against the library's, each at the
+# best of its launch parameters, in % of the 1 GiB copy:
+SPLIT_BEST = re.compile(r"best\s+\d+x(\d+) (\w+) (.+?)\s+[\d.]+ us\s+([\d.]+)%")
+SPLIT_LINE = re.compile(r"^\s+\d+x(\d+) (\w+) (.+?)\s+[\d.]+ us\s+([\d.]+)%")
+split_text = (RECORDED_DIR / "sweep_triton_split_h100.txt").read_text()
+print(f"sweep_triton_split_h100.txt: {split_text.splitlines()[0]}")
+split_best, split_all = {}, {}
+for line in split_text.splitlines():
+    if found := SPLIT_BEST.search(line):
+        label = found[3].split(" SEG")[0]
+        split_best[(found[2], label, int(found[1]))] = (float(found[4]), found[3])
+    elif found := SPLIT_LINE.match(line):
+        split_all[(found[2], found[3], int(found[1]))] = float(found[4])
+after = {"forward": "row at a time", "backward": "one row late"}
+for (pass_name, label, n), (pct, _) in sorted(split_best.items()):
+    if label == "fenced row at a time":
+        new_pct, new_config = split_best[(pass_name, after[pass_name], n)]
+        print(
+            f"{pass_name:8} N = {n:6}: fenced {pct:5.1f}% of the copy; now {new_pct:5.1f}% "
+            f"({new_config})"
+        )
+same = [
+    (split_all[("forward", "fenced row at a time SEG 16384 warps 8", n)],
+     split_all[("forward", "row at a time SEG 16384 warps 8", n)])
+    for n in (32768, 65536, 131072)
+]  # fmt: skip
+changes = [b - a for a, b in same]
+print(
+    "forward at the old segment (16384, 8 warps), the slots alone: "
+    f"{min(changes):+.1f} to {max(changes):+.1f} points"
+)
+late = [v[0] for k, v in split_best.items() if k[:2] == ("forward", "one row late")]
+print(f"the forward one row late, at its best: {min(late):.1f}-{max(late):.1f}%")
+
+# %%
+# Without the fence, short segments with few warps became the forward's
+# fastest: more programs fit on an SM, and others load while one waits.
+# Waiting one row late does not suit the forward, whose programs, one per
+# segment of a row, already leave the SM to the next program when they wait.
+# The sweep at the top of the page ran the kernels before; the same
+# benchmark on the Triton kernels as built, in both 16-bit types:
+built = recorded("sweep_triton_long_rows_h100.json")["sweep"]["rows"]
+for r in built:
+    if r["impl"] != "opguide triton":
+        continue
+    old = BY_DTYPE.get((r["dtype"], r["pass"], "opguide triton", r["n"]))
+    met = "met" if r["vs_copy"] >= TARGETS[r["pass"]] else "MISSED"
+    print(
+        f"{r['dtype']} {r['pass']:8} N = {r['n']:6}: "
+        f"{100 * old['vs_copy'] if old else float('nan'):5.1f}% -> {100 * r['vs_copy']:5.1f}% "
+        f"(target {100 * TARGETS[r['pass']]:.0f}%: {met})"
+    )
 
 # %%
 # **Keep what every row needs in registers.** The forward cluster kernel read
@@ -651,21 +710,18 @@ print(
 # * **Checks once, in C++.** For plain tensors the wrapper calls the operator
 #   at once; the operator's C++ checks raise the same errors as the Python
 #   ones, which run only for the other calls.
-# * **No zeros for inv_rms.** Autograd hands a backward a gradient for every
-#   output, and for one that took no part in the loss it allocates and fills
-#   a tensor of zeros, on every backward, unless the function turns that off
-#   (``set_materialize_grads(false)``).
+# * **No zeros for inv_rms.** For an output that took no part in the loss,
+#   autograd fills a tensor of zeros on every backward, unless the function
+#   turns that off (``set_materialize_grads(false)``).
 # * **Triton without the dispatcher.** A plain eager call of the Triton
 #   backend launches its kernels directly (the operators stay for
-#   ``torch.compile``, export, ``vmap``, DTensor, dispatch modes and rows too
-#   long for registers). The first call on a GPU, dtype and N goes through
-#   Triton and keeps the kernels it compiled; later calls hand Triton's
-#   launcher the pointers as ints. What is left is that launcher, one Python
-#   call per kernel (one in the forward, three in training), and for
-#   training an ``autograd.Function`` written in Python: autograd runs a
-#   GPU backward on a thread of its own, which must take the interpreter's
-#   lock to run it. ``F.rms_norm`` and the C++ operators launch from C++,
-#   and their backward never enters the interpreter.
+#   ``torch.compile``, export, ``vmap``, DTensor, dispatch modes and long
+#   rows), handing the kernels Triton compiled on the first call the
+#   pointers as ints. What is left is Triton's launcher, one Python call per
+#   kernel, and for training an ``autograd.Function`` written in Python,
+#   whose backward runs on autograd's own thread and must take the
+#   interpreter's lock. ``F.rms_norm`` and the C++ operators never enter the
+#   interpreter.
 #
 # Lessons
 # -------
@@ -807,11 +863,10 @@ print(f"gain: {min(steps):+.1f} to {max(steps):+.1f} points")
 # **No cache hints when L2 holds other data.** The forward once read ``x`` and
 # wrote ``y`` with ``.cs`` ("streaming") hints, and the Triton kernels asked
 # for ``eviction_policy="evict_first"``, the same request: let L2 drop these
-# lines first. That looks right, as ``x`` and ``y`` are touched once. But
-# with L2 full of lines nobody marked, which is what a model leaves and what
-# the benchmark's clean leaves, marked lines lose to all of them. The CUDA
-# forward with and without the hints (``OPGUIDE_STREAMING_HINTS``), then the
-# Triton forward and fused kernels with and without ``evict_first``:
+# lines first, as ``x`` and ``y`` are touched once. But with L2 full of lines
+# nobody marked, as a model or the benchmark's clean leaves it, marked lines
+# lose to all of them. The CUDA forward with and without the hints, then the
+# Triton kernels with and without ``evict_first``:
 hints = compare(
     "forward",
     ["opguide"],

@@ -392,7 +392,7 @@ def _count_in(slots_ptr, row, s, part, S):
 
 @triton.jit
 def _wait_total(slots_ptr, row, S, SP: tl.constexpr):
-    """The sum of a row's S parts, once all S slots are written (SP: S rounded up to a power of 2)."""
+    """The sum of a row's S parts once all S slots are written (SP: S up to a power of 2)."""
     k = tl.arange(0, SP)
     slots = slots_ptr + row * S + k
     found = tl.load(slots, mask=k < S, other=1 << 32, volatile=True)
@@ -558,6 +558,7 @@ SPLIT_FORWARD, SPLIT_FUSED, SPLIT_BACKWARD = (4096, 2), (16384, 16), (4096, 8, 2
 def _split_groups(x: torch.Tensor, m: int, segments: int, split: tuple) -> int:
     """G, the row groups of the split backward: split[2] programs per SM in all."""
     return max(1, min(m, split[2] * _sm_count(x) // segments))
+
 
 #: Longest row (elements) that the backward keeps in registers; its register
 #: kernel spills past it, and longer rows take the split kernel.

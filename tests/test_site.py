@@ -182,3 +182,33 @@ def test_the_history_check_catches_a_word(tmp_path):
     page.write_text("<html><body><p>As the lead engineer measured in round 3</p></body></html>")
     text = visible_text(page)
     assert any(word.search(text) for word in HISTORY_WORDS)
+
+
+def gallery_prose_words(script: Path) -> int:
+    """Words of prose in a gallery script: its docstring and the text of its ``# %%`` cells.
+
+    reST directive lines and their options (``.. literalinclude::``,
+    ``:language:``) are not prose and are not counted; code and output are not.
+    """
+    import ast
+
+    source = script.read_text()
+    words = len((ast.get_docstring(ast.parse(source)) or "").split())
+    in_text = False
+    for line in source.splitlines():
+        if line.startswith("# %%"):
+            in_text = True
+            continue
+        if in_text and line.startswith("#"):
+            text = line[1:].strip()
+            if not text.startswith(("..", ":")):
+                words += len(text.split())
+        else:
+            in_text = False
+    return words
+
+
+def test_performance_step_fits_one_sitting():
+    # Step 11 is read in one sitting: at most 2 500 words of prose.
+    words = gallery_prose_words(ROOT / "examples_src" / "11_performance.py")
+    assert 500 < words <= 2500, f"step 11 has {words} words of prose"

@@ -29,10 +29,10 @@ import triton
 import triton.language as tl
 
 from guidekit.benchmark import copy_bandwidth, time_per_call
+from opguide import triton_rms_norm as triton_ops
 from opguide.triton_rms_norm import DW_SUM_BLOCK_N, DW_SUM_BLOCK_P, DW_SUM_WARPS, _backward_launch
 from opguide.triton_rms_norm import _dw_sum_kernel as dw_sum_kernel
 from opguide.triton_rms_norm import _rms_norm_bwd_kernel as bwd_kernel
-from opguide import triton_rms_norm as triton_ops
 
 SHAPES = [(32768, 4096), (8192, 4096), (4096, 8192), (65536, 1024)]
 DTYPE = torch.bfloat16
@@ -486,7 +486,7 @@ def split_forward(m, n, w, eps, sms, copy):
     finally:
         triton_ops.SPLIT_FORWARD = saved
     for prefix in ("fenced", "row at a time", "one row late"):
-        us, label = best(results, lambda label: label.startswith(prefix))
+        us, label = best(results, lambda label, prefix=prefix: label.startswith(prefix))
         report(m, n, "forward " + label, us, nbytes, copy, "best ")
 
 
@@ -501,9 +501,13 @@ def split_backward(m, n, w, eps, sms, copy):
     xr = x0.float().requires_grad_()
     wr = w.float().requires_grad_()
     (xr * inv0[:, None] * wr).backward(dy0.float())  # inv_rms held fixed, as the kernels do
-    dx_want = xr.grad - xr.detach() * inv0[:, None] ** 2 * (
-        (dy0.float() * wr.detach() * xr.detach()).sum(-1, keepdim=True) / n
-    ) * inv0[:, None]
+    dx_want = (
+        xr.grad
+        - xr.detach()
+        * inv0[:, None] ** 2
+        * ((dy0.float() * wr.detach() * xr.detach()).sum(-1, keepdim=True) / n)
+        * inv0[:, None]
+    )
     results = []
     seg, warps = 4096, 8
     s = triton.cdiv(n, seg)
@@ -552,7 +556,7 @@ def split_backward(m, n, w, eps, sms, copy):
     finally:
         triton_ops.SPLIT_BACKWARD = saved
     for prefix in ("fenced", "one row late"):
-        us, label = best(results, lambda label: label.startswith(prefix))
+        us, label = best(results, lambda label, prefix=prefix: label.startswith(prefix))
         report(m, n, "backward " + label, us, nbytes, copy, "best ")
 
 
