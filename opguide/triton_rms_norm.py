@@ -502,10 +502,10 @@ def _row_total_buffers(x: torch.Tensor, m: int, segments: int) -> torch.Tensor:
 
 
 # [launch-rules]
-# Launch parameters, from a sweep on an H200 (tools/sweep_triton.py; output
-# in docs/recorded/sweep_triton_*_h200.txt), not triton.autotune keyed on N:
-# the best choice depends on M too, and such an autotuner keeps whatever
-# suited the first M it sees.
+# Launch parameters, from sweeps on an H200 and an H100
+# (`python3 tools/sweep_triton.py forward backward fused dwsum split`), not
+# triton.autotune keyed on N: the best choice depends on M too, and such an
+# autotuner keeps whatever suited the first M it sees.
 def _forward_launch(block: int) -> tuple[int, int]:
     """(ROWS, num_warps) of the forward: about 2048 elements per program, 16 per thread."""
     if INTERPRET:
