@@ -547,12 +547,28 @@ def _backward_launch(x: torch.Tensor, m: int, block: int) -> tuple[int, int, int
 DW_SUM_BLOCK_P, DW_SUM_BLOCK_N, DW_SUM_WARPS = 128, 32, 2
 
 
-# The split kernels ([split-rows]): (SEG, num_warps) per kernel, and for the
-# backward, which loops over rows, the programs per SM; from
-# `sweep_triton.py split` on an H100 at M * N = 2**26, bfloat16, N from 16384
-# to 131072 (docs/recorded/sweep_triton_split_h100.txt): the choice whose
-# slowest N is fastest.
-SPLIT_FORWARD, SPLIT_FUSED, SPLIT_BACKWARD = (4096, 2), (16384, 16), (4096, 8, 2)
+# The split kernels ([split-rows]): (SEG, num_warps) of the forward and the
+# fused kernel, from `sweep_triton.py split` on an H100 at M * N = 2**26,
+# bfloat16, N from 16384 to 131072 (docs/recorded/sweep_triton_split_h100.txt):
+# the choice whose slowest N is fastest.
+SPLIT_FORWARD, SPLIT_FUSED = (4096, 2), (16384, 16)
+#: The split backward's (SEG, num_warps, programs per SM); None: the rule of
+#: _backward_split. The sweep sets a tuple here to time each choice.
+SPLIT_BACKWARD: Optional[tuple[int, int, int]] = None  # noqa: UP045
+
+
+def _backward_split(n: int) -> tuple[int, int, int]:
+    """(SEG, num_warps, programs per SM) of the split backward for rows of n elements.
+
+    The fastest at every N of the same sweep: 32 segments a row (16 at
+    N = 16384), 16 elements per thread, 16 warps per SM in all. Segments stop
+    growing at 4096 elements, so rows past 4096 * SMs take the chunked kernels.
+    """
+    if SPLIT_BACKWARD is not None:
+        return SPLIT_BACKWARD
+    seg = min(max(1024, triton.next_power_of_2(n) // 32), 4096)
+    warps = seg // 512
+    return seg, warps, 16 // warps
 
 
 def _split_groups(x: torch.Tensor, m: int, segments: int, split: tuple) -> int:
@@ -681,15 +697,15 @@ def rms_norm_backward_triton(
                 dy, xc, wc, rc, dx, dw_partial, m, n,
                 BLOCK_N=block, ROWS=rows, STAGES=stages, num_warps=warps, **pdl,
             )  # fmt: skip
-        elif (split := _split_rows(xc, n, SPLIT_BACKWARD[0])) is not None:
+        elif (split := _split_rows(xc, n, (config := _backward_split(n))[0])) is not None:
             # Longer rows: each split over programs that meet through memory.
             segments, seg, sp = split
-            programs = _split_groups(xc, m, segments, SPLIT_BACKWARD)
+            programs = _split_groups(xc, m, segments, config)
             dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
             slots = _row_total_buffers(xc, m, segments)
             launchable(_rms_norm_bwd_split_kernel)[(programs * segments,)](
                 dy, xc, wc, rc, dx, dw_partial, slots, m, n, segments,
-                SEG=seg, SP=sp, num_warps=_warps(SPLIT_BACKWARD),
+                SEG=seg, SP=sp, num_warps=_warps(config),
             )  # fmt: skip
         else:
             # Rows too long to split: dx row by row in chunks, dweight over

@@ -326,7 +326,8 @@ def test_cuda_long_rows(case, dtype):
     if case < len(LONG_SHAPES):
         shape = LONG_SHAPES[case]
     else:
-        seg = (triton_ops.SPLIT_FORWARD, triton_ops.SPLIT_BACKWARD)[case - len(LONG_SHAPES)][0]
+        longest = (triton_ops.SPLIT_FORWARD, triton_ops._backward_split(2**24))
+        seg = longest[case - len(LONG_SHAPES)][0]
         shape = (2, seg * _sms() + 5)
         assert triton_ops._split_rows(torch.empty(0, device="cuda"), shape[1], seg) is None
     x, w = make_inputs(shape, dtype, device="cuda", requires_grad=True)
