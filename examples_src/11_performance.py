@@ -371,8 +371,8 @@ print(
 # through global memory instead ([split-rows] in
 # ``opguide/triton_rms_norm.py``, shown in :doc:`step 9 <09_triton_kernel>`):
 # each program writes its part of the row's sum into a slot and waits, in a
-# loop, until the row's other slots are written (the lesson after the next
-# says how the wait was made cheap). The fused CUDA kernel has a cluster
+# loop, until the row's other slots are written (the last lesson of this
+# section says how the wait was made cheap). The fused CUDA kernel has a cluster
 # version too (``[cluster-fused]``) for rows of more than 4096 vectors; below
 # that it reads its residual back from L2. The measured evidence, from the
 # sweep above, next to Quack and Liger:
@@ -487,67 +487,6 @@ print(
 )
 
 # %%
-# **Wait without a fence.** The Triton split kernels first wrote a part, then
-# counted it in with an atomic add. The count must not be seen before the
-# part, so a release fence stood between them, and a fence waits until every
-# store the program has in flight has landed. Now the part and the mark that
-# it was written travel in one 64-bit store, which needs no fence. The
-# backward also waits one row late: it writes its part of the next row before
-# it waits for this row's total. ``tools/sweep_triton.py split`` times the
-# kernels before (fenced, a row at a time) against the library's, each at the
-# best of its launch parameters, in % of the 1 GiB copy:
-SPLIT_BEST = re.compile(r"best\s+\d+x(\d+) (\w+) (.+?)\s+[\d.]+ us\s+([\d.]+)%")
-SPLIT_LINE = re.compile(r"^\s+\d+x(\d+) (\w+) (.+?)\s+[\d.]+ us\s+([\d.]+)%")
-split_text = (RECORDED_DIR / "sweep_triton_split_h100.txt").read_text()
-print(f"sweep_triton_split_h100.txt: {split_text.splitlines()[0]}")
-split_best, split_all = {}, {}
-for line in split_text.splitlines():
-    if found := SPLIT_BEST.search(line):
-        label = found[3].split(" SEG")[0]
-        split_best[(found[2], label, int(found[1]))] = (float(found[4]), found[3])
-    elif found := SPLIT_LINE.match(line):
-        split_all[(found[2], found[3], int(found[1]))] = float(found[4])
-after = {"forward": "row at a time", "backward": "one row late"}
-for (pass_name, label, n), (pct, _) in sorted(split_best.items()):
-    if label == "fenced row at a time":
-        new_pct, new_config = split_best[(pass_name, after[pass_name], n)]
-        print(
-            f"{pass_name:8} N = {n:6}: fenced {pct:5.1f}% of the copy; now {new_pct:5.1f}% "
-            f"({new_config})"
-        )
-same = [
-    (split_all[("forward", "fenced row at a time SEG 16384 warps 8", n)],
-     split_all[("forward", "row at a time SEG 16384 warps 8", n)])
-    for n in (32768, 65536, 131072)
-]  # fmt: skip
-changes = [b - a for a, b in same]
-print(
-    "forward at the old segment (16384, 8 warps), the slots alone: "
-    f"{min(changes):+.1f} to {max(changes):+.1f} points"
-)
-late = [v[0] for k, v in split_best.items() if k[:2] == ("forward", "one row late")]
-print(f"the forward one row late, at its best: {min(late):.1f}-{max(late):.1f}%")
-
-# %%
-# Without the fence, short segments with few warps became the forward's
-# fastest: more programs fit on an SM, and others load while one waits.
-# Waiting one row late does not suit the forward, whose programs, one per
-# segment of a row, already leave the SM to the next program when they wait.
-# The sweep at the top of the page ran the kernels before; the same
-# benchmark on the Triton kernels as built, in both 16-bit types:
-built = recorded("sweep_triton_long_rows_h100.json")["sweep"]["rows"]
-for r in built:
-    if r["impl"] != "opguide triton":
-        continue
-    old = BY_DTYPE.get((r["dtype"], r["pass"], "opguide triton", r["n"]))
-    met = "met" if r["vs_copy"] >= TARGETS[r["pass"]] else "MISSED"
-    print(
-        f"{r['dtype']} {r['pass']:8} N = {r['n']:6}: "
-        f"{100 * old['vs_copy'] if old else float('nan'):5.1f}% -> {100 * r['vs_copy']:5.1f}% "
-        f"(target {100 * TARGETS[r['pass']]:.0f}%: {met})"
-    )
-
-# %%
 # **Keep what every row needs in registers.** The forward cluster kernel read
 # its slice of the weight again for each row, after the wait for the row's
 # sum, so each weight load stood between the sum and a store of ``y``. It now
@@ -615,6 +554,67 @@ for dtype in ("bf16", "fp16"):
             f"{100 * staged[best]:.0f}% ({best}); the library's kernel {100 * lib:.0f}%"
             + ("" if staged[best] <= lib else ". Surprising: staging is faster here.")
         )
+
+# %%
+# **Wait without a fence.** The Triton split kernels first wrote a part, then
+# counted it in with an atomic add. The count must not be seen before the
+# part, so a release fence stood between them, and a fence waits until every
+# store the program has in flight has landed. Now the part and the mark that
+# it was written travel in one 64-bit store, which needs no fence. The
+# backward also waits one row late: it writes its part of the next row before
+# it waits for this row's total. ``tools/sweep_triton.py split`` times the
+# kernels before (fenced, a row at a time) against the library's, each at the
+# best of its launch parameters, in % of the 1 GiB copy:
+SPLIT_BEST = re.compile(r"best\s+\d+x(\d+) (\w+) (.+?)\s+[\d.]+ us\s+([\d.]+)%")
+SPLIT_LINE = re.compile(r"^\s+\d+x(\d+) (\w+) (.+?)\s+[\d.]+ us\s+([\d.]+)%")
+split_text = (RECORDED_DIR / "sweep_triton_split_h100.txt").read_text()
+print(f"sweep_triton_split_h100.txt: {split_text.splitlines()[0]}")
+split_best, split_all = {}, {}
+for line in split_text.splitlines():
+    if found := SPLIT_BEST.search(line):
+        label = found[3].split(" SEG")[0]
+        split_best[(found[2], label, int(found[1]))] = (float(found[4]), found[3])
+    elif found := SPLIT_LINE.match(line):
+        split_all[(found[2], found[3], int(found[1]))] = float(found[4])
+after = {"forward": "row at a time", "backward": "one row late"}
+for (pass_name, label, n), (pct, _) in sorted(split_best.items()):
+    if label == "fenced row at a time":
+        new_pct, new_config = split_best[(pass_name, after[pass_name], n)]
+        print(
+            f"{pass_name:8} N = {n:6}: fenced {pct:5.1f}% of the copy; now {new_pct:5.1f}% "
+            f"({new_config})"
+        )
+same = [
+    (split_all[("forward", "fenced row at a time SEG 16384 warps 8", n)],
+     split_all[("forward", "row at a time SEG 16384 warps 8", n)])
+    for n in (32768, 65536, 131072)
+]  # fmt: skip
+changes = [b - a for a, b in same]
+print(
+    "forward at the old segment (16384, 8 warps), the slots alone: "
+    f"{min(changes):+.1f} to {max(changes):+.1f} points"
+)
+late = [v[0] for k, v in split_best.items() if k[:2] == ("forward", "one row late")]
+print(f"the forward one row late, at its best: {min(late):.1f}-{max(late):.1f}%")
+
+# %%
+# Without the fence, short segments with few warps became the forward's
+# fastest: more programs fit on an SM, and others load while one waits.
+# Waiting one row late does not suit the forward, whose programs, one per
+# segment of a row, already leave the SM to the next program when they wait.
+# The sweep at the top of the page ran the kernels before; the same
+# benchmark on the Triton kernels as built, in both 16-bit types:
+built = recorded("sweep_triton_long_rows_h100.json")["sweep"]["rows"]
+for r in built:
+    if r["impl"] != "opguide triton":
+        continue
+    old = BY_DTYPE.get((r["dtype"], r["pass"], "opguide triton", r["n"]))
+    met = "met" if r["vs_copy"] >= TARGETS[r["pass"]] else "MISSED"
+    print(
+        f"{r['dtype']} {r['pass']:8} N = {r['n']:6}: "
+        f"{100 * old['vs_copy'] if old else float('nan'):5.1f}% -> {100 * r['vs_copy']:5.1f}% "
+        f"(target {100 * TARGETS[r['pass']]:.0f}%: {met})"
+    )
 
 # %%
 # The eager call
