@@ -58,8 +58,8 @@ rows, and ``x`` is read from memory once. The sum of squares is a
 ``ROWS`` and ``num_warps`` (and, for the backward below, the number of
 programs and of pipeline stages) come from a few rules in Python. They were
 found with ``tools/sweep_triton.py``, which times every config on a GPU:
-about 2048 elements per program and 16 per thread for the forward. Under the interpreter the rules return one program
-per row and one warp:
+about 2048 elements per program and 16 per thread for the forward. Under the
+interpreter the rules return one program per row and one warp:
 
 .. literalinclude:: /../opguide/triton_rms_norm.py
    :language: python

@@ -562,40 +562,54 @@ for dtype in ("bf16", "fp16"):
 # store the program has in flight has landed. Now the part and the mark that
 # it was written travel in one 64-bit store, which needs no fence. The
 # backward also waits one row late: it writes its part of the next row before
-# it waits for this row's total. ``tools/sweep_triton.py split`` times the
-# kernels before (fenced, a row at a time) against the library's, each at the
+# it waits for this row's total. Two runs of ``tools/sweep_triton.py split``,
+# one with every split kernel fenced and one as built, each variant at the
 # best of its launch parameters, in % of the 1 GiB copy:
-SPLIT_BEST = re.compile(r"best\s+\d+x(\d+) (\w+) (.+?)\s+[\d.]+ us\s+([\d.]+)%")
-SPLIT_LINE = re.compile(r"^\s+\d+x(\d+) (\w+) (.+?)\s+[\d.]+ us\s+([\d.]+)%")
-split_text = (RECORDED_DIR / "sweep_triton_split_h100.txt").read_text()
-print(f"sweep_triton_split_h100.txt: {split_text.splitlines()[0]}")
-split_best, split_all = {}, {}
-for line in split_text.splitlines():
-    if found := SPLIT_BEST.search(line):
-        label = found[3].split(" SEG")[0]
-        split_best[(found[2], label, int(found[1]))] = (float(found[4]), found[3])
-    elif found := SPLIT_LINE.match(line):
-        split_all[(found[2], found[3], int(found[1]))] = float(found[4])
-after = {"forward": "row at a time", "backward": "one row late"}
-for (pass_name, label, n), (pct, _) in sorted(split_best.items()):
-    if label == "fenced row at a time":
-        new_pct, new_config = split_best[(pass_name, after[pass_name], n)]
-        print(
-            f"{pass_name:8} N = {n:6}: fenced {pct:5.1f}% of the copy; now {new_pct:5.1f}% "
-            f"({new_config})"
-        )
-same = [
-    (split_all[("forward", "fenced row at a time SEG 16384 warps 8", n)],
-     split_all[("forward", "row at a time SEG 16384 warps 8", n)])
-    for n in (32768, 65536, 131072)
-]  # fmt: skip
-changes = [b - a for a, b in same]
-print(
-    "forward at the old segment (16384, 8 warps), the slots alone: "
-    f"{min(changes):+.1f} to {max(changes):+.1f} points"
-)
-late = [v[0] for k, v in split_best.items() if k[:2] == ("forward", "one row late")]
-print(f"the forward one row late, at its best: {min(late):.1f}-{max(late):.1f}%")
+SPLIT_LINE = re.compile(r"^\s+(best\s+)?\d+x(\d+) (\w+) (.+?)\s+[\d.]+ us\s+([\d.]+)%")
+
+
+def split_sweep(name: str) -> tuple[dict, dict]:
+    """({(pass, variant, N): (%, its best launch)}, {(pass, launch, N): %}) of a split sweep."""
+    text = (RECORDED_DIR / name).read_text()
+    print(f"{name}: {next(line for line in text.splitlines() if line.startswith('NVIDIA'))}")
+    best, every = {}, {}
+    for line in text.splitlines():
+        if found := SPLIT_LINE.match(line):
+            n, pass_name, label, pct = int(found[2]), found[3], found[4], float(found[5])
+            variant, launch = label.split(" SEG ")
+            if found[1]:
+                best[(pass_name, variant, n)] = (pct, "SEG " + launch)
+            else:
+                every[(pass_name, "SEG " + launch, n)] = pct
+    return best, every
+
+
+fenced_best, fenced_every = split_sweep("sweep_triton_split_fenced_h100.txt")
+slots_best, slots_every = split_sweep("sweep_triton_split_h100.txt")
+
+
+def launch(text: str) -> str:
+    """'SEG 4096 warps 2' as '(4096, 2 warps)'."""
+    seg, warps = re.findall(r"\d+", text)[:2]
+    return f"({seg}, {warps} warps)"
+
+
+for n in (32768, 65536, 131072):
+    pct, best_launch = fenced_best[("forward", "row at a time", n)]
+    now_pct, now_launch = slots_best[("forward", "row at a time", n)]
+    print(
+        f"forward  N = {n:6}: fenced {pct:4.1f}% {launch(best_launch)}, "
+        f"{fenced_every[('forward', now_launch, n)]:4.1f}% {launch(now_launch)}; "
+        f"slots {now_pct:4.1f}% {launch(now_launch)}"
+    )
+for n in (16384, 32768, 65536, 131072):
+    print(
+        f"backward N = {n:6}: fenced {fenced_best[('backward', 'row at a time', n)][0]:4.1f}%, "
+        f"fenced one row late {fenced_best[('backward', 'one row late', n)][0]:4.1f}%, "
+        f"slots one row late {slots_best[('backward', 'one row late', n)][0]:4.1f}%"
+    )
+late = [v[0] for k, v in slots_best.items() if k[:2] == ("forward", "one row late")]
+print(f"the forward one row late, with slots, at its best: {min(late):.1f}-{max(late):.1f}%")
 
 # %%
 # Without the fence, short segments with few warps became the forward's
@@ -605,16 +619,20 @@ print(f"the forward one row late, at its best: {min(late):.1f}-{max(late):.1f}%"
 # The sweep at the top of the page ran the kernels before; the same
 # benchmark on the Triton kernels as built, in both 16-bit types:
 built = recorded("sweep_triton_long_rows_h100.json")["sweep"]["rows"]
-for r in built:
-    if r["impl"] != "opguide triton":
-        continue
-    old = BY_DTYPE.get((r["dtype"], r["pass"], "opguide triton", r["n"]))
-    met = "met" if r["vs_copy"] >= TARGETS[r["pass"]] else "MISSED"
-    print(
-        f"{r['dtype']} {r['pass']:8} N = {r['n']:6}: "
-        f"{100 * old['vs_copy'] if old else float('nan'):5.1f}% -> {100 * r['vs_copy']:5.1f}% "
-        f"(target {100 * TARGETS[r['pass']]:.0f}%: {met})"
-    )
+now = {
+    (r["dtype"], r["pass"], r["n"]): r["vs_copy"] for r in built if r["impl"] == "opguide triton"
+}
+print(f"{'pass':8} {'N':>6} {'target':>6}  {'bf16 before -> now':>25}  {'fp16 before -> now':>25}")
+for pass_name, target in TARGETS.items():
+    for n in sorted({k[2] for k in now}):
+        cells = []
+        for dtype in ("bf16", "fp16"):
+            old = BY_DTYPE[(dtype, pass_name, "opguide triton", n)]["vs_copy"]
+            new = now[(dtype, pass_name, n)]
+            met = "met" if new >= target else "MISSED"
+            cells.append(f"{100 * old:5.1f}% -> {100 * new:5.1f}% {met:>6}")
+        print(f"{pass_name:8} {n:6} {100 * target:5.0f}%  {cells[0]:>25}  {cells[1]:>25}")
+
 
 # %%
 # The eager call
