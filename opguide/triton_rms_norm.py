@@ -370,7 +370,7 @@ def _dw_columns_kernel(
 # holds its part and the mark that says it was written, in one 64-bit
 # store: a count of the parts written next to them would need a fence
 # between part and count, which waits for every store the program has in
-# flight (step 11, "Lessons", measures both).
+# flight (step 11, "Long rows", measures both).
 #
 # Nothing in CUDA promises that the S programs of a row run at the same time.
 # The GPU starts programs in the order of their index, and those of a row are
@@ -439,7 +439,7 @@ def _rms_norm_bwd_split_kernel(
     # into row g of dw_partial. It waits one row late: it counts in its part
     # of the next row's sum, sum(dy * w * x_hat), before it waits for this
     # row's total, so that the wait overlaps the next row's loads (step 11,
-    # "Lessons", measures both ways).
+    # "Long rows", measures both ways).
     G = tl.num_programs(0) // S
     g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
