@@ -452,7 +452,7 @@ def _rms_norm_bwd_split_kernel(
     for row in range(g, M, G):
         ahead = row + G
         more = ahead < M
-        next_mask = mask & (ahead + 0 * cols < M)  # a vector mask, as in the forward
+        next_mask = mask & (ahead + 0 * cols < M)  # a vector mask: the interpreter needs one
         x_next = tl.load(x_ptr + ahead * N + cols, mask=next_mask, other=0.0)
         dy_next = tl.load(dy_ptr + ahead * N + cols, mask=next_mask, other=0.0)
         inv_next = tl.load(inv_rms_ptr + tl.minimum(ahead, M - 1))  # unused past the last row
@@ -493,7 +493,7 @@ def _fused_add_rms_norm_split_kernel(
     tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _row_total_buffers(x: torch.Tensor, m: int, segments: int) -> torch.Tensor:
+def _row_slots(x: torch.Tensor, m: int, segments: int) -> torch.Tensor:
     """The split kernels' slots: one per segment of each row, zeroed (not yet written)."""
     return torch.zeros(m * segments, dtype=torch.int64, device=x.device)
 
@@ -638,7 +638,7 @@ def _forward(
             )  # fmt: skip
         elif (split := _split_rows(xc, n, SPLIT_FORWARD[0])) is not None:
             segments, seg, sp = split
-            slots = _row_total_buffers(xc, m, segments)
+            slots = _row_slots(xc, m, segments)
             launchable(_rms_norm_fwd_split_kernel)[(m * segments,)](
                 xc, weight.contiguous(), y, inv_arg, slots, n, eps, segments,
                 SEG=seg, SP=sp, STORE_INV=store_inv, num_warps=_warps(SPLIT_FORWARD),
@@ -702,7 +702,7 @@ def rms_norm_backward_triton(
             segments, seg, sp = split
             programs = _split_groups(xc, m, segments, config)
             dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-            slots = _row_total_buffers(xc, m, segments)
+            slots = _row_slots(xc, m, segments)
             launchable(_rms_norm_bwd_split_kernel)[(programs * segments,)](
                 dy, xc, wc, rc, dx, dw_partial, slots, m, n, segments,
                 SEG=seg, SP=sp, num_warps=_warps(config),
@@ -1101,7 +1101,7 @@ def fused_add_rms_norm_triton_(
                 )  # fmt: skip
             elif (split := _split_rows(xc, n, SPLIT_FUSED[0])) is not None:
                 segments, seg, sp = split
-                slots = _row_total_buffers(xc, m, segments)
+                slots = _row_slots(xc, m, segments)
                 launchable(_fused_add_rms_norm_split_kernel)[(m * segments,)](
                     xc, rc, w_arg, out, inv_rms, slots, n, eps, segments,
                     HAS_WEIGHT=weight is not None, SEG=seg, SP=sp,

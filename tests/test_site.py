@@ -14,6 +14,7 @@ skip, saying so.
 
 from __future__ import annotations
 
+import ast
 import html
 import json
 import re
@@ -190,8 +191,6 @@ def gallery_prose_words(script: Path) -> int:
     reST directive lines and their options (``.. literalinclude::``,
     ``:language:``) are not prose and are not counted; code and output are not.
     """
-    import ast
-
     source = script.read_text()
     words = len((ast.get_docstring(ast.parse(source)) or "").split())
     in_text = False

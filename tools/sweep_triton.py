@@ -30,6 +30,7 @@ import triton.language as tl
 
 from guidekit.benchmark import copy_bandwidth, time_per_call
 from opguide import triton_rms_norm as triton_ops
+from opguide.reference import rms_norm_backward_reference
 from opguide.triton_rms_norm import DW_SUM_BLOCK_N, DW_SUM_BLOCK_P, DW_SUM_WARPS, _backward_launch
 from opguide.triton_rms_norm import _dw_sum_kernel as dw_sum_kernel
 from opguide.triton_rms_norm import _rms_norm_bwd_kernel as bwd_kernel
@@ -440,7 +441,7 @@ def split_forward(m, n, w, eps, sms, copy):
 
     def late(x):
         y = torch.empty_like(x)
-        slots = torch.zeros(m * s, device="cuda", dtype=torch.int64)
+        slots = triton_ops._row_slots(x, m, s)
         fwd_split_one_row_late[(groups * s,)](
             x, w, y, slots, m, n, eps, s, SEG=seg, SP=triton.next_power_of_2(s),
             num_warps=warps,
@@ -498,16 +499,7 @@ def split_backward(m, n, w, eps, sms, copy):
         sets.append((x, randn(m, n), inv))
     nbytes = 3 * m * n * 2
     x0, dy0, inv0 = sets[0]
-    xr = x0.float().requires_grad_()
-    wr = w.float().requires_grad_()
-    (xr * inv0[:, None] * wr).backward(dy0.float())  # inv_rms held fixed, as the kernels do
-    dx_want = (
-        xr.grad
-        - xr.detach()
-        * inv0[:, None] ** 2
-        * ((dy0.float() * wr.detach() * xr.detach()).sum(-1, keepdim=True) / n)
-        * inv0[:, None]
-    )
+    dx_want, dw_want = rms_norm_backward_reference(dy0, x0, w, eps)
     results = []
     seg, warps = 4096, 8
     s = triton.cdiv(n, seg)
@@ -531,7 +523,7 @@ def split_backward(m, n, w, eps, sms, copy):
 
     def checked(label, fn):
         dx, dw = fn(x0, dy0, inv0)
-        return _check(label, dx, dx_want, 0.02) and _check(label, dw, wr.grad, 0.02)
+        return _check(label, dx, dx_want, 0.02) and _check(label, dw, dw_want, 0.02)
 
     label = f"fenced row at a time SEG {seg} warps {warps} per SM 2"
     if checked(label, before):
