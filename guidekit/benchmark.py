@@ -955,7 +955,7 @@ EAGER_MS = (1, 16, 128, 1024)
 EAGER_NS = (4096, 8192)
 
 
-def eager_implementations(mode: str) -> dict[str, Callable]:
+def eager_implementations(mode: str, device: torch.device | None = None) -> dict[str, Callable]:
     """Calls as a user writes them, by name; ``mode`` is ``forward`` or ``training``.
 
     Each value takes ``(x, w, dy)``. ``training`` calls ``y = f(x, w)`` and then
@@ -988,7 +988,52 @@ def eager_implementations(mode: str) -> dict[str, Callable]:
 
         return run
 
-    return {name: step(f) for name, f in norms.items()}
+    impls = {name: step(f) for name, f in norms.items()}
+    impls.update(_kernels_without_autograd(device))
+    return impls
+
+
+#: The training mode's rows that call the forward and backward operators
+#: themselves, with no autograd graph, on tensors that do not require grad:
+#: what a training call costs without autograd's part.
+EAGER_KERNELS = {
+    "opguide": "opguide ops",
+    "opguide triton": "opguide triton launches",
+    "F.rms_norm": "F.rms_norm ops",
+}
+
+
+def _kernels_without_autograd(device: torch.device | None) -> dict[str, Callable]:
+    """The rows of :data:`EAGER_KERNELS` that this torch, build and device can run."""
+    impls: dict[str, Callable] = {}
+    ops = torch.ops.opguide
+    if hasattr(ops, "rms_norm_fwd") and hasattr(ops, "rms_norm_backward"):
+        fwd, bwd = ops.rms_norm_fwd.default, ops.rms_norm_backward.default
+
+        def opguide_ops(x, w, dy):
+            bwd(dy, x, w, fwd(x, w, EPS)[1])
+
+        impls[EAGER_KERNELS["opguide"]] = opguide_ops
+    if device is not None and _triton_available(device) is None:
+        from opguide import triton_rms_norm as tr
+
+        def triton_launches(x, w, dy):
+            # The kernels of the direct eager path, launched as its autograd
+            # Function launches them, without the Function.
+            tr._direct_backward(dy, x, w, tr._direct_forward(x, w, EPS, training=True)[1])
+
+        impls[EAGER_KERNELS["opguide triton"]] = triton_launches
+    aten = torch.ops.aten
+    on_gpu = device is not None and device.type == "cuda"
+    if on_gpu and hasattr(aten, "_fused_rms_norm_backward"):
+        # What F.rms_norm's autograd node calls on a GPU (on a CPU it is composite).
+        def fused(x, w, dy):
+            shape = [x.shape[-1]]
+            rstd = aten._fused_rms_norm.default(x, shape, w, EPS)[1]
+            aten._fused_rms_norm_backward.default(dy, x, shape, rstd, w, [True, True])
+
+        impls[EAGER_KERNELS["F.rms_norm"]] = fused
+    return impls
 
 
 def run_eager(
@@ -1019,7 +1064,7 @@ def run_eager(
     rows: list[dict] = []
     skips: list[Skip] = []
     for mode in ("forward", "training"):
-        impls = eager_implementations(mode)
+        impls = eager_implementations(mode, device)
         for n in ns:
             for m in ms:
                 say(f"eager: {mode} {dtype} {m}x{n}")
@@ -1028,15 +1073,17 @@ def run_eager(
                 w = torch.randn(n, device=device, dtype=dt, requires_grad=grad)
                 dy = torch.randn(m, n, device=device, dtype=dt)
                 fns = {}
+                plain = (x.detach(), w.detach(), dy)  # for the rows without autograd
                 for name, fn in impls.items():
+                    args = plain if name in EAGER_KERNELS.values() else (x, w, dy)
                     try:
-                        fn(x, w, dy)
+                        fn(*args)
                         _sync(device)
                     except Exception as err:
                         skips.append(Skip(mode, name, m, n, dtype, _reason(err)))
                         continue
 
-                    def batch(fn=fn, args=(x, w, dy)) -> None:
+                    def batch(fn=fn, args=args) -> None:
                         for _ in range(calls):
                             fn(*args)
                         _sync(device)

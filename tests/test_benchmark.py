@@ -206,6 +206,10 @@ def test_eager_mode_times_calls_against_f_rms_norm():
             assert (mode, "opguide", m) in modes and (mode, "F.rms_norm", m) in modes
     base = [r for r in result["rows"] if r["impl"] == "F.rms_norm"]
     assert all(r["vs_F.rms_norm"] == pytest.approx(1.0) for r in base)
+    # Training also times the operators without autograd (torch's and Triton's: GPU only).
+    kernels = {r["impl"] for r in result["rows"] if r["mode"] == "training"}
+    assert "opguide ops" in kernels and "F.rms_norm ops" not in kernels, kernels
+    assert not result["skipped"], result["skipped"]
 
 
 def test_cli_sweep_writes_the_file(tmp_path, capsys):

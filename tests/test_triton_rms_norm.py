@@ -252,7 +252,7 @@ BACKWARD_OPS = {
 
 @interpreter
 @pytest.mark.parametrize("backend", list(BACKWARD_OPS))
-# (5, 20000): split rows, more rows than the interpreter's two row groups
+# (5, 20000): split rows (the interpreter runs one segment per row)
 @pytest.mark.parametrize("shape", [(5, 24), (3, 7), (5, 20000)], ids=str)
 def test_backward_ops_share_one_contract(backend, shape):
     fwd, bwd = (getattr(torch.ops.opguide, name).default for name in BACKWARD_OPS[backend])
@@ -268,6 +268,22 @@ def test_backward_ops_share_one_contract(backend, shape):
     odx, odw = getattr(torch.ops.opguide, BACKWARD_OPS[other][1]).default(grad, x, w, inv_rms)
     torch.testing.assert_close(dx, odx, **GRAD_TOLERANCES[torch.float32])
     torch.testing.assert_close(dw, odw, **GRAD_TOLERANCES[torch.float32])
+
+
+@interpreter
+@pytest.mark.parametrize("late", [1, 2])
+@pytest.mark.parametrize("rows", [1, 2, 3, 5])
+def test_split_backward_waits_late(monkeypatch, late, rows):
+    # Two row groups, so each program loops over several rows and counts in
+    # the rows ahead of the one it waits for (one or two, as LATE says),
+    # including past the last row; then as many groups as rows.
+    x, w = make_inputs((rows, 20000), torch.float32)
+    grad = torch.randn(rows, 20000)
+    _, inv_rms = torch.ops.opguide.rms_norm_fwd_triton.default(x, w, 1e-6)
+    for groups in (2, rows):
+        monkeypatch.setattr(triton_ops, "SPLIT_BACKWARD", (1024, 2, groups, late))
+        dx, dw = torch.ops.opguide.rms_norm_backward_triton.default(grad, x, w, inv_rms)
+        assert_grads_close((dx, dw), reference_grads(x, w, grad))
 
 
 def test_input_checks_apply():
