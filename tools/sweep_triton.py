@@ -646,7 +646,7 @@ def main(argv):
         passes_by_name = {"forward": sweep_forward, "backward": sweep_backward,
                           "fused": sweep_fused, "dwsum": sweep_dwsum,
                           "split": sweep_split,
-                          "split-backward": lambda copy: sweep_split(copy, forward=False)}  # fmt: skip
+                          "split-backward": lambda c: sweep_split(c, forward=False)}  # fmt: skip
         passes_by_name[name](copy)
 
 
