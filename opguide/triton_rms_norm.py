@@ -430,59 +430,42 @@ def _rms_norm_fwd_split_kernel(
 
 
 @triton.jit
-def _bwd_split_load(dy_ptr, x_ptr, inv_rms_ptr, row, M, N, cols, mask):
-    """x, dy and inv_rms of this program's segment of ``row``; zeros past the last row."""
-    in_rows = mask & (row + 0 * cols < M)  # a vector mask: the interpreter needs one
-    x = tl.load(x_ptr + row * N + cols, mask=in_rows, other=0.0)
-    dy = tl.load(dy_ptr + row * N + cols, mask=in_rows, other=0.0)
-    return x, dy, tl.load(inv_rms_ptr + tl.minimum(row, M - 1))
-
-
-@triton.jit
-def _bwd_split_count_in(slots_ptr, x, dy, w, inv_rms, row, M, s, S):
-    """Counts in this segment's part of ``row``'s sum(dy * w * x_hat), if row < M."""
-    if row < M:
-        part = tl.sum(dy.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
-        _count_in(slots_ptr, row, s, part, S)
-
-
-@triton.jit
 def _rms_norm_bwd_split_kernel(
     dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, slots_ptr, M, N, S,
-    SEG: tl.constexpr, SP: tl.constexpr, LATE: tl.constexpr,
+    SEG: tl.constexpr, SP: tl.constexpr,
 ):  # fmt: skip
     # Program (g, s) of G * S takes segment s of the rows g, g + G, g + 2G,
     # ... (a few programs per SM) and adds its segment of dweight over them
-    # into row g of dw_partial. It waits LATE rows late (1 or 2): before it
-    # waits for a row's total it loads the rows up to LATE rows ahead and
-    # counts in its part of the next row, so that the wait overlaps those
-    # loads (step 11, "Long rows", measures each way).
+    # into row g of dw_partial. It waits one row late: it counts in its part
+    # of the next row's sum, sum(dy * w * x_hat), before it waits for this
+    # row's total, so that the wait overlaps the next row's loads (step 11,
+    # "Long rows", measures both ways).
     G = tl.num_programs(0) // S
     g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     dw = tl.zeros([SEG], dtype=tl.float32)
-    x, dy, inv_rms = _bwd_split_load(dy_ptr, x_ptr, inv_rms_ptr, g, M, N, cols, mask)
-    _bwd_split_count_in(slots_ptr, x, dy, w, inv_rms, g, M, s, S)
-    if LATE == 2:
-        x1, dy1, inv1 = _bwd_split_load(dy_ptr, x_ptr, inv_rms_ptr, g + G, M, N, cols, mask)
+    x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
+    inv_rms = tl.load(inv_rms_ptr + g)
+    part = tl.sum(dy.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
+    _count_in(slots_ptr, g, s, part, S)
     for row in range(g, M, G):
-        x2, dy2, inv2 = _bwd_split_load(dy_ptr, x_ptr, inv_rms_ptr, row + LATE * G, M, N, cols,
-                                        mask)  # fmt: skip
-        if LATE == 2:  # the next row was loaded one step ago
-            _bwd_split_count_in(slots_ptr, x1, dy1, w, inv1, row + G, M, s, S)
-        else:
-            _bwd_split_count_in(slots_ptr, x2, dy2, w, inv2, row + G, M, s, S)
+        ahead = row + G
+        more = ahead < M
+        next_mask = mask & (ahead + 0 * cols < M)  # a vector mask: the interpreter needs one
+        x_next = tl.load(x_ptr + ahead * N + cols, mask=next_mask, other=0.0)
+        dy_next = tl.load(dy_ptr + ahead * N + cols, mask=next_mask, other=0.0)
+        inv_next = tl.load(inv_rms_ptr + tl.minimum(ahead, M - 1))  # unused past the last row
+        if more:
+            part = tl.sum(dy_next.to(tl.float32) * w * x_next.to(tl.float32), axis=0) * inv_next
+            _count_in(slots_ptr, ahead, s, part, S)
         total = _wait_total(slots_ptr, row, S, SP)
         x_hat = x.to(tl.float32) * inv_rms
         gw = dy.to(tl.float32) * w
         dx = inv_rms * (gw - x_hat * (total / N))
         tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         dw += dy.to(tl.float32) * x_hat
-        if LATE == 2:
-            x, dy, inv_rms = x1, dy1, inv1
-            x1, dy1, inv1 = x2, dy2, inv2
-        else:
-            x, dy, inv_rms = x2, dy2, inv2
+        x, dy, inv_rms = x_next, dy_next, inv_next
     tl.store(dw_partial_ptr + g * N + cols, dw, mask=mask)
 
 
@@ -569,13 +552,13 @@ DW_SUM_BLOCK_P, DW_SUM_BLOCK_N, DW_SUM_WARPS = 128, 32, 2
 # bfloat16, N from 16384 to 131072 (docs/recorded/sweep_triton_split_h100.txt):
 # the choice whose slowest N is fastest.
 SPLIT_FORWARD, SPLIT_FUSED = (4096, 2), (16384, 16)
-#: The split backward's (SEG, num_warps, programs per SM, LATE); None: the
-#: rule of _backward_split. The sweep sets a tuple here to time each choice.
-SPLIT_BACKWARD: Optional[tuple[int, int, int, int]] = None  # noqa: UP045
+#: The split backward's (SEG, num_warps, programs per SM); None: the rule of
+#: _backward_split. The sweep sets a tuple here to time each choice.
+SPLIT_BACKWARD: Optional[tuple[int, int, int]] = None  # noqa: UP045
 
 
-def _backward_split(n: int) -> tuple[int, int, int, int]:
-    """(SEG, num_warps, programs per SM, LATE) of the split backward for rows of n elements.
+def _backward_split(n: int) -> tuple[int, int, int]:
+    """(SEG, num_warps, programs per SM) of the split backward for rows of n elements.
 
     The fastest at every N of the same sweep: 32 segments a row (16 at
     N = 16384), 16 elements per thread, 16 warps per SM in all. Segments stop
@@ -585,7 +568,7 @@ def _backward_split(n: int) -> tuple[int, int, int, int]:
         return SPLIT_BACKWARD
     seg = min(max(1024, triton.next_power_of_2(n) // 32), 4096)
     warps = seg // 512
-    return seg, warps, 16 // warps, 1
+    return seg, warps, 16 // warps
 
 
 def _split_groups(x: torch.Tensor, m: int, segments: int, split: tuple) -> int:
@@ -722,7 +705,7 @@ def rms_norm_backward_triton(
             slots = _row_slots(xc, m, segments)
             launchable(_rms_norm_bwd_split_kernel)[(programs * segments,)](
                 dy, xc, wc, rc, dx, dw_partial, slots, m, n, segments,
-                SEG=seg, SP=sp, LATE=config[3], num_warps=_warps(config),
+                SEG=seg, SP=sp, num_warps=_warps(config),
             )  # fmt: skip
         else:
             # Rows too long to split: dx row by row in chunks, dweight over

@@ -271,17 +271,16 @@ def test_backward_ops_share_one_contract(backend, shape):
 
 
 @interpreter
-@pytest.mark.parametrize("late", [1, 2])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5])
-def test_split_backward_waits_late(monkeypatch, late, rows):
+def test_split_backward_with_several_rows_per_program(monkeypatch, rows):
     # Two row groups, so each program loops over several rows and counts in
-    # the rows ahead of the one it waits for (one or two, as LATE says),
-    # including past the last row; then as many groups as rows.
+    # the row after the one it waits for (past the last row too); then as
+    # many groups as rows.
     x, w = make_inputs((rows, 20000), torch.float32)
     grad = torch.randn(rows, 20000)
     _, inv_rms = torch.ops.opguide.rms_norm_fwd_triton.default(x, w, 1e-6)
     for groups in (2, rows):
-        monkeypatch.setattr(triton_ops, "SPLIT_BACKWARD", (1024, 2, groups, late))
+        monkeypatch.setattr(triton_ops, "SPLIT_BACKWARD", (1024, 2, groups))
         dx, dw = torch.ops.opguide.rms_norm_backward_triton.default(grad, x, w, inv_rms)
         assert_grads_close((dx, dw), reference_grads(x, w, grad))
 

@@ -6,17 +6,15 @@ opguide's own kernels; the forward and fused kernels here are copies that
 differ from opguide/triton_rms_norm.py in the one thing each variant tries
 (the weight loaded before or after the reduction, cache hints, PDL).
 
-    python3 tools/sweep_triton.py [forward] [backward] [fused] [dwsum] [split] [split-backward]
+    python3 tools/sweep_triton.py [forward] [backward] [fused] [dwsum] [split]
 
 dwsum times opguide's whole backward (its own launch rules, PDL on) with
 each shape of the kernel that adds up dweight's partial rows.
 
 split times opguide's forward and backward on rows split over programs
-([split-rows]) at each (SEG, num_warps, programs per SM, and for the
-backward how many rows late it waits), and, as the "before", copies of the
-kernels that wait for each row's total before they load the next row
-(forward: one program per segment of each row). split-backward: the
-backward's part alone.
+([split-rows]) at each (SEG, num_warps, programs per SM), and, as the
+"before", copies of the kernels that wait for each row's total before they
+load the next row (forward: one program per segment of each row).
 
 Times come from guidekit.benchmark.time_per_call: medians of batches queued
 behind a spin kernel, so the host's launch latency is not counted.
@@ -412,22 +410,14 @@ def split_configs():
                   if 8 <= seg // (32 * warps) <= 64 and seg * per_sm <= 32768)  # fmt: skip
 
 
-def split_backward_configs():
-    """(SEG, num_warps, programs per SM, LATE) of the split backward: 8 or 16
-    elements per thread, 8 to 32 warps per SM, waiting one or two rows late."""
-    return sorted((seg, warps, per_sm, late) for seg in (1024, 2048, 4096)
-                  for warps in (seg // 512, seg // 256) for per_sm in (1, 2, 4, 8, 16)
-                  for late in (1, 2) if warps * per_sm in (8, 16, 32))  # fmt: skip
-
-
-def sweep_split(copy, forward=True):
-    print("split" if forward else "split-backward", flush=True)
+def sweep_split(copy):
+    print("split", flush=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     eps = 1e-6
     for n in SPLIT_NS:
         m = 2**26 // n
         w = randn(n)
-        if forward and n > triton_ops.MAX_REGISTER_ROW:
+        if n > triton_ops.MAX_REGISTER_ROW:
             split_forward(m, n, w, eps, sms, copy)
         split_backward(m, n, w, eps, sms, copy)
 
@@ -542,13 +532,11 @@ def split_backward(m, n, w, eps, sms, copy):
         report(m, n, "backward " + label, us, nbytes, copy)
     saved = triton_ops.SPLIT_BACKWARD
     try:
-        for config in split_backward_configs():
+        for config in split_configs():
             if triton.cdiv(n, config[0]) > sms or config[0] >= n:
                 continue
             triton_ops.SPLIT_BACKWARD = config
-            label = "{3} row{4} late SEG {0} warps {1} per SM {2}".format(
-                *config, ("one", "two")[config[3] - 1], "s" * (config[3] > 1)
-            )
+            label = "one row late SEG {} warps {} per SM {}".format(*config)
 
             def run(x, dy, inv):
                 return triton_ops.rms_norm_backward_triton(dy, x, w, inv)
@@ -559,7 +547,7 @@ def split_backward(m, n, w, eps, sms, copy):
                 report(m, n, "backward " + label, us, nbytes, copy)
     finally:
         triton_ops.SPLIT_BACKWARD = saved
-    for prefix in ("fenced", "one row late", "two rows late"):
+    for prefix in ("fenced", "one row late"):
         us, label = best(results, lambda label, prefix=prefix: label.startswith(prefix))
         report(m, n, "backward " + label, us, nbytes, copy, "best ")
 
@@ -645,8 +633,7 @@ def main(argv):
     for name in passes:
         passes_by_name = {"forward": sweep_forward, "backward": sweep_backward,
                           "fused": sweep_fused, "dwsum": sweep_dwsum,
-                          "split": sweep_split,
-                          "split-backward": lambda c: sweep_split(c, forward=False)}  # fmt: skip
+                          "split": sweep_split}  # fmt: skip
         passes_by_name[name](copy)
 
 
