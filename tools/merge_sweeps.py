@@ -15,6 +15,7 @@ inputs must come from one machine and one software stack (checked).
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -58,8 +59,12 @@ def merge(paths: list[Path]) -> dict:
         "skipped": skipped,
         "peers_missing": missing,
     }
+    # The first process's command with its dtype, pass and output file as placeholders.
+    command = re.sub(r" --out \S+", "", first.get("command", "python -m guidekit.benchmark"))
+    command = re.sub(r"--dtypes \S+", "--dtypes DTYPE", command)
+    command = re.sub(r"--passes \S+", "--passes PASS", command)
     merged["command"] = (
-        "python -m guidekit.benchmark --sweep --dtypes DTYPE --passes PASS "
+        f"{command} "
         f"(DTYPE {', '.join(dtypes)}; PASS {', '.join(passes)}: one process each, in one run)"
     )
     return merged
