@@ -184,9 +184,9 @@ if "quack" in sweep["peers_missing"]:
     ahead = sum(p["opguide"] <= p["quack"] for p in pairs.values())
     lost = sorted(f"{k[1]} {k[0]} {k[2]}" for k, p in pairs.items() if p["opguide"] > p["quack"])
     print(
-        f"  there, opguide's CUDA kernel at least as fast as Quack at {ahead} of {len(pairs)} "
-        f"points; slower at: {', '.join(lost) or 'none'}"
+        f"  there, opguide's CUDA kernel at least as fast as Quack at {ahead} of {len(pairs)} points"
     )
+    print(f"  slower at: {', '.join(lost) or 'none'}")
 by_point: dict = {}
 for r in ALL_ROWS:
     if r["impl"] == "opguide":
@@ -651,7 +651,7 @@ for pass_name, target in TARGETS.items():
 # microseconds per call. ``torch.ops`` is the bare operator
 # ``torch.ops.opguide.rms_norm``; ``opguide`` is the Python wrapper
 # :func:`opguide.rms_norm` with its argument checks. Training calls the norm
-# and then ``backward``; its ``only`` columns call the forward and backward
+# and then ``backward``; its ``ops`` columns call the forward and backward
 # operators on tensors that need no gradient, without autograd (``F ops``:
 # the ATen operators under ``F.rms_norm``):
 eager_file = recorded("eager_bf16_h100.json")
@@ -659,20 +659,18 @@ EAGER = eager_file["eager"]["rows"]
 ONLY = {"opguide": "opguide ops", "opguide triton": "opguide triton launches"}
 ONLY["F.rms_norm"] = "F.rms_norm ops"
 short = {"torch.ops.opguide.rms_norm": "torch.ops", "opguide triton": "triton"}
-short |= {ONLY["opguide"]: "ops only", ONLY["opguide triton"]: "triton only"}
-short[ONLY["F.rms_norm"]] = "F ops only"
+short |= {ONLY["opguide"]: "ops", ONLY["opguide triton"]: "triton ops"}
+short[ONLY["F.rms_norm"]] = "F ops"
 for mode in ("forward", "training"):
     impls = list(dict.fromkeys(r["impl"] for r in EAGER if r["mode"] == mode))
-    print(f"{mode:8} {'shape':>9} " + " ".join(f"{short.get(i, i):>11}" for i in impls))
+    print(f"{mode:>9}" + "".join(f" {short.get(i, i):>10}" for i in impls))
     for n in sorted({r["n"] for r in EAGER}):
         for m in sorted({r["m"] for r in EAGER}):
             at = {r["impl"]: r for r in EAGER if (r["mode"], r["m"], r["n"]) == (mode, m, n)}
-            print(
-                f"{mode:8} {f'{m}x{n}':>9} "
-                + " ".join(
-                    f"{at[i]['seconds'] * 1e6:11.1f}" if i in at else f"{'-':>11}" for i in impls
-                )
-            )
+            cells = [
+                f" {at[i]['seconds'] * 1e6:10.1f}" if i in at else f" {'-':>10}" for i in impls
+            ]
+            print(f"{f'{m}x{n}':>9}" + "".join(cells))
 
 
 def ratios(impl: str, mode: str, rows=EAGER) -> list[float]:
