@@ -184,7 +184,8 @@ if "quack" in sweep["peers_missing"]:
     ahead = sum(p["opguide"] <= p["quack"] for p in pairs.values())
     lost = sorted(f"{k[1]} {k[0]} {k[2]}" for k, p in pairs.items() if p["opguide"] > p["quack"])
     print(
-        f"  there, opguide's CUDA kernel at least as fast as Quack at {ahead} of {len(pairs)} points"
+        f"  there, opguide's CUDA kernel at least as fast as Quack at {ahead} of {len(pairs)}"
+        " points"
     )
     print(f"  slower at: {', '.join(lost) or 'none'}")
 by_point: dict = {}
