@@ -170,7 +170,7 @@ print(
 print(f"{sweep['dtypes']}, M * N = {sweep['elements']} elements, N = {sweep['ns']}")
 print(f"Triton {sweep_file['triton']}, CUDA {sweep_file['cuda']}")
 for name, why in sweep["peers_missing"].items():
-    print(f"not installed when recorded: {name} ({why})")
+    print(f"did not import when recorded: {name} ({why})")
 if "quack" in sweep["peers_missing"]:
     quack_file = recorded("sweep_quack_h100.json")
     print(f"  {quack_file['command']}")
