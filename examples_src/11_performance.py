@@ -661,7 +661,7 @@ ONLY = {"opguide": "opguide ops", "opguide triton": "opguide triton launches"}
 ONLY["F.rms_norm"] = "F.rms_norm ops"
 short = {"torch.ops.opguide.rms_norm": "torch.ops", "opguide triton": "triton"}
 short |= {ONLY["opguide"]: "ops", ONLY["opguide triton"]: "triton ops"}
-short[ONLY["F.rms_norm"]] = "F ops"
+short |= {ONLY["F.rms_norm"]: "F ops", benchmark.EMPTY_FUNCTION: "empty Fn"}
 for mode in ("forward", "training"):
     impls = list(dict.fromkeys(r["impl"] for r in EAGER if r["mode"] == mode))
     print(f"{mode:>9}" + "".join(f" {short.get(i, i):>10}" for i in impls))

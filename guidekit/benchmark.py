@@ -960,7 +960,9 @@ def eager_implementations(mode: str, device: torch.device | None = None) -> dict
 
     Each value takes ``(x, w, dy)``. ``training`` calls ``y = f(x, w)`` and then
     ``y.backward(dy)`` on leaves that require grad (their ``.grad`` reset to
-    None first, as an optimiser's ``zero_grad`` does).
+    None first, as an optimiser's ``zero_grad`` does). Training also has the
+    rows of :data:`EAGER_KERNELS` (the operators without autograd) and
+    :data:`EMPTY_FUNCTION` (autograd around a Python Function that does nothing).
     """
 
     norms: dict[str, Callable] = {
@@ -990,7 +992,25 @@ def eager_implementations(mode: str, device: torch.device | None = None) -> dict
 
     impls = {name: step(f) for name, f in norms.items()}
     impls.update(_kernels_without_autograd(device))
+    impls[EMPTY_FUNCTION] = step(_EmptyFunction.apply)
     return impls
+
+
+#: The training mode's row of a Python ``autograd.Function`` that launches no
+#: kernel: what autograd costs around any operator written that way.
+EMPTY_FUNCTION = "empty Python Function"
+
+
+class _EmptyFunction(torch.autograd.Function):
+    """Returns an uninitialised tensor like x; its backward passes dy through."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
 
 
 #: The training mode's rows that call the forward and backward operators
