@@ -171,20 +171,21 @@ print(f"{sweep['dtypes']}, M * N = {sweep['elements']} elements, N = {sweep['ns'
 print(f"Triton {sweep_file['triton']}, CUDA {sweep_file['cuda']}")
 for name, why in sweep["peers_missing"].items():
     print(f"did not import when recorded: {name} ({why})")
-if "quack" in sweep["peers_missing"]:
-    quack_file = recorded("sweep_quack_h100.json")
-    print(f"  {quack_file['command']}")
-    QUACK = quack_file["sweep"]["rows"]
-    ALL_ROWS += [r for r in QUACK if r["impl"] == "quack"]
+for name in sweep["peers_missing"]:
+    if not (RECORDED_DIR / f"sweep_{name}_h100.json").exists():
+        continue
+    own_run = recorded(f"sweep_{name}_h100.json")
+    print(f"  {own_run['command']}")
+    ALL_ROWS += [r for r in own_run["sweep"]["rows"] if r["impl"] == name]
     ROWS = [r for r in ALL_ROWS if r["dtype"] == "bf16"]
-    # Head to head in the same processes: opguide's CUDA kernel against Quack.
+    # Head to head in the same processes: opguide's CUDA kernel against the peer.
     pairs = {}
-    for r in QUACK:
+    for r in own_run["sweep"]["rows"]:
         pairs.setdefault((r["dtype"], r["pass"], r["n"]), {})[r["impl"]] = r["seconds"]
-    ahead = sum(p["opguide"] <= p["quack"] for p in pairs.values())
-    lost = sorted(f"{k[1]} {k[0]} {k[2]}" for k, p in pairs.items() if p["opguide"] > p["quack"])
+    ahead = sum(p["opguide"] <= p[name] for p in pairs.values())
+    lost = sorted(f"{k[1]} {k[0]} {k[2]}" for k, p in pairs.items() if p["opguide"] > p[name])
     print(
-        f"  there, opguide's CUDA kernel at least as fast as Quack at {ahead} of {len(pairs)}"
+        f"  there, opguide's CUDA kernel at least as fast as {name} at {ahead} of {len(pairs)}"
         " points"
     )
     print(f"  slower at: {', '.join(lost) or 'none'}")
@@ -657,8 +658,7 @@ for pass_name, target in TARGETS.items():
 # the ATen operators under ``F.rms_norm``):
 eager_file = recorded("eager_bf16_h100.json")
 EAGER = eager_file["eager"]["rows"]
-ONLY = {"opguide": "opguide ops", "opguide triton": "opguide triton launches"}
-ONLY["F.rms_norm"] = "F.rms_norm ops"
+ONLY = benchmark.EAGER_KERNELS  # each call's row without autograd
 short = {"torch.ops.opguide.rms_norm": "torch.ops", "opguide triton": "triton"}
 short |= {ONLY["opguide"]: "ops", ONLY["opguide triton"]: "triton ops"}
 short |= {ONLY["F.rms_norm"]: "F ops", benchmark.EMPTY_FUNCTION: "empty Fn"}
@@ -732,20 +732,22 @@ print(
     f"{train / big['F.rms_norm']:.1f}x its forward call; at the bandwidth the sweep measured "
     f"for it, its kernels take about {gpu['seconds'] * moved / gpu['bytes'] * 1e6:.0f} us."
 )
+
+
 # Where a training call's time goes: the operators alone, and the rest
 # (autograd's graph and its backward pass), medians over the shapes.
-parts = {}
-for impl, only in ONLY.items():
-    full = {
+def training_seconds(impl: str) -> dict:
+    """{(M, N): seconds} of one implementation's training calls."""
+    return {
         (r["m"], r["n"]): r["seconds"]
         for r in EAGER
         if (r["mode"], r["impl"]) == ("training", impl)
     }
-    bare = {
-        (r["m"], r["n"]): r["seconds"]
-        for r in EAGER
-        if (r["mode"], r["impl"]) == ("training", only)
-    }
+
+
+parts = {}
+for impl, only in ONLY.items():
+    full, bare = training_seconds(impl), training_seconds(only)
     if not bare:
         print(f"{impl}: not timed without autograd in this file")
         continue
