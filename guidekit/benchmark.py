@@ -961,8 +961,9 @@ def eager_implementations(mode: str, device: torch.device | None = None) -> dict
     Each value takes ``(x, w, dy)``. ``training`` calls ``y = f(x, w)`` and then
     ``y.backward(dy)`` on leaves that require grad (their ``.grad`` reset to
     None first, as an optimiser's ``zero_grad`` does). Training also has the
-    rows of :data:`EAGER_KERNELS` (the operators without autograd) and
-    :data:`EMPTY_FUNCTION` (autograd around a Python Function that does nothing).
+    rows of :data:`EAGER_KERNELS` (the operators without autograd),
+    :data:`FUNCTION_NODE` (the C++ operators under ``torch::autograd::Function``)
+    and :data:`EMPTY_FUNCTION` (autograd around a Python Function that does nothing).
     """
 
     norms: dict[str, Callable] = {
@@ -990,11 +991,19 @@ def eager_implementations(mode: str, device: torch.device | None = None) -> dict
 
         return run
 
+    if hasattr(torch.ops.opguide, "rms_norm_fwd"):
+        fwd = torch.ops.opguide.rms_norm_fwd.default
+        norms[FUNCTION_NODE] = lambda x, w: fwd(x, w, EPS)[0]
     impls = {name: step(f) for name, f in norms.items()}
     impls.update(_kernels_without_autograd(device))
     impls[EMPTY_FUNCTION] = step(_EmptyFunction.apply)
     return impls
 
+
+#: The training mode's row of the same operators under a graph node that
+#: ``torch::autograd::Function`` builds (``opguide::rms_norm_fwd``'s autograd
+#: kernel), where ``opguide`` has the node ``opguide::rms_norm`` builds by hand.
+FUNCTION_NODE = "opguide, autograd::Function"
 
 #: The training mode's row of a Python ``autograd.Function`` that launches no
 #: kernel: what autograd costs around any operator written that way.

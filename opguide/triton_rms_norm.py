@@ -815,10 +815,24 @@ class _Kept:
     def __call__(self, grid: int, stream: int, *args) -> None:
         values = args + self.constants
         hooks = triton.knobs.runtime  # as JITFunction.run passes them
-        enter = hooks.launch_enter_hook
+        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+        if _no_hook(enter) and _no_hook(leave):
+            # With no hook to call, the launch metadata (built for the hooks
+            # only) is not built, and the launcher calls nothing back.
+            self.run(grid, 1, 1, stream, *self.handles, None, None, None, *values)
+            return
         grid3 = (grid, 1, 1)
         meta = None if enter is None else self.compiled.launch_metadata(grid3, stream, *values)
-        self.run(grid, 1, 1, stream, *self.handles, meta, enter, hooks.launch_exit_hook, *values)
+        self.run(grid, 1, 1, stream, *self.handles, meta, enter, leave, *values)
+
+
+def _no_hook(hook) -> bool:
+    """Whether a launch hook of triton.knobs calls nothing: None, or an empty chain.
+
+    Recent Triton keeps each hook as a chain that is never None, and whose
+    ``calls`` list is empty until a profiler adds to it.
+    """
+    return hook is None or getattr(hook, "calls", None) == []
 
 
 # Per GPU, dtype and N: the launch rules' answers (they read the GPU's
@@ -834,6 +848,7 @@ class _Plan:
         self.programs, self.bwd_rows, self.stages, self.bwd_warps = _backward_launch(
             x, 2**31, self.block
         )
+        self.dw_grid = triton.cdiv(n, DW_SUM_BLOCK_N)
         self.pdl = _pdl(x)
         self.forward = {}  # training (STORE_INV) -> _Kept
         self.backward = self.dw_sum = None
@@ -855,7 +870,7 @@ def _direct_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, training:
     y = torch.empty_like(x)
     inv_rms = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if training else y
     pointers = x.data_ptr(), weight.data_ptr(), y.data_ptr(), inv_rms.data_ptr()
-    aligned = not functools.reduce(operator.or_, pointers) % 16
+    aligned = not (pointers[0] | pointers[1] | pointers[2] | pointers[3]) % 16
     grid = triton.cdiv(m, plan.rows)
     kept = plan.forward.get(training)
     if kept is not None and aligned and _Kept.works:
@@ -875,36 +890,42 @@ def _direct_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, training:
 
 
 def _direct_backward(grad, x, weight, inv_rms):
-    """``rms_norm_backward_triton`` for a direct call: (dx, dweight)."""
+    """``rms_norm_backward_triton`` for a direct call: (dx, dweight).
+
+    It runs on autograd's thread, where every line of Python costs more than
+    on the caller's (step 11, "The eager call"): the checks are the few the
+    forward did not already make, and the launch rules come from the plan.
+    """
     n = x.shape[-1]
     m = x.numel() // n
-    device = x.get_device()
     dy = grad.contiguous()
-    if device != torch.cuda.current_device() or n > MAX_REGISTER_ROW_BACKWARD:
+    if n > MAX_REGISTER_ROW_BACKWARD or x.get_device() != torch._C._cuda_getDevice():
         return rms_norm_backward_triton(dy, x, weight, inv_rms)  # through the operator
     plan = _plan(x, n)
     programs = min(plan.programs, m)
     dx = torch.empty_like(x)
     dweight = torch.empty_like(weight)
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-    main = (dy, x, weight, inv_rms, dx, dw_partial, m, n)
-    total = (dw_partial, dweight, programs, n)
-    pointers = tuple(map(torch.Tensor.data_ptr, main[:6])) + (dweight.data_ptr(),)
-    if functools.reduce(operator.or_, pointers) % 16:  # not a call kernels are kept for
-        return rms_norm_backward_triton(dy, x, weight, inv_rms)
-    grid = triton.cdiv(n, DW_SUM_BLOCK_N)
+    pointers = (
+        dy.data_ptr(), x.data_ptr(), weight.data_ptr(), inv_rms.data_ptr(), dx.data_ptr(),
+        dw_partial.data_ptr(), dweight.data_ptr(),
+    )  # fmt: skip
+    if functools.reduce(operator.or_, pointers) % 16:
+        return rms_norm_backward_triton(dy, x, weight, inv_rms)  # not a call kernels are kept for
     if plan.backward is not None and _Kept.works:
         try:
-            stream = torch._C._cuda_getCurrentRawStream(device)
+            stream = torch._C._cuda_getCurrentRawStream(x.get_device())
             plan.backward(programs, stream, *pointers[:6], m, n)
-            plan.dw_sum(grid, stream, pointers[5], pointers[6], programs, n)
+            plan.dw_sum(plan.dw_grid, stream, pointers[5], pointers[6], programs, n)
             return dx, dweight
         except TypeError:
             _Kept.works = False
+    main = (dy, x, weight, inv_rms, dx, dw_partial, m, n)
     kw = dict(BLOCK_N=plan.block, ROWS=plan.bwd_rows, STAGES=plan.stages, num_warps=plan.bwd_warps)
     plan.backward = _Kept(_rms_norm_bwd_kernel, programs, main, {**kw, **plan.pdl})
     kw = dict(BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N, num_warps=DW_SUM_WARPS)
-    plan.dw_sum = _Kept(_dw_sum_kernel, grid, total, {**kw, **plan.pdl})
+    total = (dw_partial, dweight, programs, n)
+    plan.dw_sum = _Kept(_dw_sum_kernel, plan.dw_grid, total, {**kw, **plan.pdl})
     return dx, dweight
 
 
@@ -933,6 +954,9 @@ def _direct_call(x, weight, eps) -> bool:
         and not torch.compiler.is_compiling()
         and torch._C._len_torch_dispatch_stack() == 0
         and torch._C._functorch.peek_interpreter_stack() is None
+        # a tensor left over from a finished torch.func transform, still wrapped
+        and not torch._C._functorch.is_functorch_wrapped_tensor(x)
+        and not torch._C._functorch.is_functorch_wrapped_tensor(weight)
     )
 
 
@@ -957,6 +981,16 @@ class _DirectTraining(torch.autograd.Function):
         return dx if needs[0] else None, dweight if needs[1] else None, None
 
 
+# Function.apply is Python that binds default arguments (forward has none)
+# and unwraps functorch's wrappers (_direct_call has ruled out both a
+# transform and a wrapper) before it calls the C++ apply it ends in. A
+# direct call calls that C++ apply itself.
+_C_APPLY = getattr(getattr(torch._C, "_FunctionBase", None), "__dict__", {}).get("apply")
+_apply_training = (
+    _C_APPLY.__get__(None, _DirectTraining) if _C_APPLY is not None else _DirectTraining.apply
+)
+
+
 def direct_rms_norm(x, weight, eps) -> Optional[torch.Tensor]:  # noqa: UP045
     """``opguide.rms_norm(x, weight, eps, backend="triton")`` launched directly.
 
@@ -965,7 +999,7 @@ def direct_rms_norm(x, weight, eps) -> Optional[torch.Tensor]:  # noqa: UP045
     if not _direct_call(x, weight, eps):
         return None
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return _DirectTraining.apply(x, weight, eps)
+        return _apply_training(x, weight, eps)
     return _direct_forward(x, weight, eps, training=False)[0]
 
 

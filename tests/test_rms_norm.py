@@ -199,6 +199,33 @@ def test_gradcheck(entry):
         assert torch.autograd.gradcheck(entry, (a, wg))
 
 
+def test_graph_node_behaves_as_a_function_node():
+    # opguide::rms_norm builds its graph node by hand (csrc/rms_norm_autograd.cpp);
+    # it must keep what torch::autograd::Function gives for free.
+    x, w = make_inputs((4, 16), torch.float64, requires_grad=True)
+    y = opguide.rms_norm(x, w)
+    assert y.grad_fn.name() == "RmsNormBackward"
+    assert len(y.grad_fn.next_functions) == 2
+    y.sum().backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.sum().backward()  # the saved tensors were freed
+    y = opguide.rms_norm(x, w)
+    with torch.no_grad():
+        w.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        y = opguide.rms_norm(x, w)
+    assert [t.shape for t in packed] == [x.shape, w.shape, x.shape[:-1]]
+    (only_w,) = torch.autograd.grad(opguide.rms_norm(x.detach(), w).sum(), (w,))
+    assert only_w.shape == w.shape
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level(), pytest.raises(RuntimeError, match="forward-mode"):
+        opguide.rms_norm(fwAD.make_dual(x.detach(), torch.ones_like(x)), w)
+
+
 def test_backward_is_deterministic():
     x, w = make_inputs((3000, 96), torch.float32)
     grad_y = torch.randn_like(x)

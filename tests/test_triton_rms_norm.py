@@ -441,6 +441,63 @@ def test_cuda_eager_path_with_odd_pointers_and_gradients():
     assert torch.equal(dw, want)
 
 
+def test_launch_hooks_that_call_nothing_are_skipped():
+    # The eager path passes None for Triton's launch hooks when they would
+    # call nothing, and the hooks themselves when a profiler has added one.
+    import triton
+
+    assert triton_ops._no_hook(None)
+    assert not triton_ops._no_hook(lambda metadata: None)
+    chain = getattr(triton.knobs, "HookChain", None) if hasattr(triton, "knobs") else None
+    if chain is not None:
+        hooks = chain()
+        assert triton_ops._no_hook(hooks)
+        hooks.add(lambda metadata: None)
+        assert not triton_ops._no_hook(hooks)
+
+
+@pytest.mark.cuda
+@compiled_triton
+def test_cuda_eager_path_calls_a_launch_hook():
+    import triton
+
+    x, w = make_inputs((16, 4096), torch.bfloat16, device="cuda", requires_grad=True)
+    opguide.rms_norm(x, w, backend="triton").sum().backward()  # kernels kept
+    seen = []
+    runtime = triton.knobs.runtime
+    saved = runtime.launch_enter_hook
+    if hasattr(saved, "add"):
+        hook = seen.append
+        saved.add(hook)
+    else:
+        runtime.launch_enter_hook = seen.append
+    try:
+        opguide.rms_norm(x, w, backend="triton").sum().backward()
+    finally:
+        if hasattr(saved, "remove"):
+            saved.remove(hook)
+        else:
+            runtime.launch_enter_hook = saved
+    assert len(seen) == 3, seen  # the forward, the backward, the dweight sum
+
+
+@pytest.mark.cuda
+@compiled_triton
+def test_cuda_eager_path_leaves_a_leftover_functorch_wrapper_to_the_operators():
+    # A tensor kept from inside torch.func.grad is still wrapped after it:
+    # the direct path, which reads pointers, must not take it.
+    leftover = []
+    x, w = make_inputs((4, 256), torch.bfloat16, device="cuda")
+
+    def loss(a):
+        leftover.append(a)
+        return opguide.rms_norm(a, w, backend="triton").float().sum()
+
+    torch.func.grad(loss)(x)
+    assert not triton_ops._direct_call(leftover[0], w, 1e-6)
+    assert triton_ops._direct_call(x, w, 1e-6)
+
+
 @pytest.mark.cuda
 @compiled_triton
 def test_cuda_registered_as_triton_op():
