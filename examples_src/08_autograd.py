@@ -120,9 +120,13 @@ is a by-product for the backward, and no gradient flows back through it.
 ``forward``; an undefined tensor means "no gradient" (for ``eps``, and for an
 input that does not require one).
 
-The same kernel serves ``opguide::rms_norm``, the operator the public wrapper
-calls: without gradients it runs the inference kernel, which writes no
-``inv_rms``; with them, the training forward. A caller of
+``opguide::rms_norm``, the operator the public wrapper calls, has the same
+formula: without gradients it runs the inference kernel, which writes no
+``inv_rms``; with them, the training forward, under a graph node the file
+builds by hand (``RmsNormBackward``) rather than through ``Function``. The
+node does less work per call; :doc:`step 11 <11_performance>` ("The eager
+call") measures both. Start with ``Function``: the node relies on headers
+outside the documented C++ API, which change between releases. A caller of
 ``torch.ops.opguide.rms_norm`` from Python or C++ gets the same backward as
 ``opguide.rms_norm``. The file builds with the others (``setup.py`` compiles
 every ``csrc/*.cpp``). Python's :func:`torch.library.register_autograd` is

@@ -653,18 +653,23 @@ for pass_name, target in TARGETS.items():
 # microseconds per call. ``torch.ops`` is the bare operator
 # ``torch.ops.opguide.rms_norm``; ``opguide`` is the Python wrapper
 # :func:`opguide.rms_norm` with its argument checks. Training calls the norm
-# and then ``backward``; its ``ops`` columns call the forward and backward
-# operators on tensors that need no gradient, without autograd (``F ops``:
-# the ATen operators under ``F.rms_norm``):
+# and then ``backward``. Its ``parts`` table times pieces of such a call:
+# the forward and backward operators without autograd (``ops``; ``F ops``
+# are the ATen operators under ``F.rms_norm``), the C++ operators under the
+# node ``torch::autograd::Function`` builds (``Function``), and autograd
+# around a Python Function that launches nothing (``empty Fn``):
 eager_file = recorded("eager_bf16_h100.json")
 EAGER = eager_file["eager"]["rows"]
 ONLY = benchmark.EAGER_KERNELS  # each call's row without autograd
 short = {"torch.ops.opguide.rms_norm": "torch.ops", "opguide triton": "triton"}
 short |= {ONLY["opguide"]: "ops", ONLY["opguide triton"]: "triton ops"}
 short |= {ONLY["F.rms_norm"]: "F ops", benchmark.EMPTY_FUNCTION: "empty Fn"}
-for mode in ("forward", "training"):
-    impls = list(dict.fromkeys(r["impl"] for r in EAGER if r["mode"] == mode))
-    print(f"{mode:>9}" + "".join(f" {short.get(i, i):>10}" for i in impls))
+short |= {benchmark.FUNCTION_NODE: "Function"}
+PARTS = {*ONLY.values(), benchmark.EMPTY_FUNCTION, benchmark.FUNCTION_NODE}
+
+
+def eager_table(title: str, impls: list[str], mode: str) -> None:
+    print(f"{title:>9}" + "".join(f" {short.get(i, i):>10}" for i in impls))
     for n in sorted({r["n"] for r in EAGER}):
         for m in sorted({r["m"] for r in EAGER}):
             at = {r["impl"]: r for r in EAGER if (r["mode"], r["m"], r["n"]) == (mode, m, n)}
@@ -672,6 +677,13 @@ for mode in ("forward", "training"):
                 f" {at[i]['seconds'] * 1e6:10.1f}" if i in at else f" {'-':>10}" for i in impls
             ]
             print(f"{f'{m}x{n}':>9}" + "".join(cells))
+
+
+for mode in ("forward", "training"):
+    impls = list(dict.fromkeys(r["impl"] for r in EAGER if r["mode"] == mode))
+    eager_table(mode, [i for i in impls if i not in PARTS], mode)
+    if mode == "training":
+        eager_table("parts", [i for i in impls if i in PARTS], mode)
 
 
 def ratios(impl: str, mode: str, rows=EAGER) -> list[float]:
@@ -772,29 +784,43 @@ if {"opguide", "opguide triton"} <= parts.keys():
             "than the launches' own extra time; we have not found where that time goes."
         )
 
+node, function = training_seconds("opguide"), training_seconds(benchmark.FUNCTION_NODE)
+if function:
+    saved = [function[k] - node[k] for k in node]
+    print(
+        f"Graph node built by hand against Function's: {1e6 * statistics.median(saved):.0f} us "
+        f"less per training call at the median shape, faster at {sum(d > 0 for d in saved)} "
+        f"of {len(saved)} shapes"
+    )
+
 # %%
 # At these sizes the host sets the time, and every layer of a call counts.
 # What the library does about each:
 #
-# * **Autograd in C++.** The formula is a C++ kernel at the ``Autograd`` key
-#   (:doc:`step 8 <08_autograd>`). The dispatcher runs that kernel on every
-#   call, with gradients or without; registered from Python it re-entered the
-#   interpreter each time (:doc:`step 8 <08_autograd>` times both ways).
+# * **Autograd in C++, with a node built by hand.** The formula is a C++
+#   kernel at the ``Autograd`` key (:doc:`step 8 <08_autograd>`): registered
+#   from Python it re-entered the interpreter on every call. Its graph node
+#   is built as PyTorch builds its own: ``torch::autograd::Function`` keeps a
+#   context, records each input's shape and wraps each output, for any
+#   Function; this node saves three tensors and has one output. The line
+#   above measures the difference:
+#
+#   .. literalinclude:: /../csrc/rms_norm_autograd.cpp
+#      :language: cpp
+#      :start-after: // [autograd-node]
+#      :end-before: // [autograd-node-end]
+#
 # * **Checks once, in C++.** For plain tensors the wrapper calls the operator
 #   at once; the operator's C++ checks raise the same errors as the Python
 #   ones, which run only for the other calls.
-# * **No zeros for inv_rms.** For an output that took no part in the loss,
-#   autograd fills a tensor of zeros on every backward, unless the function
-#   turns that off (``set_materialize_grads(false)``).
 # * **Triton without the dispatcher.** A plain eager call of the Triton
 #   backend launches its kernels directly (the operators stay for
 #   ``torch.compile``, export, ``vmap``, DTensor, dispatch modes and long
 #   rows), handing the kernels Triton compiled on the first call the
-#   pointers as ints. What is left is Triton's launcher, one Python call per
-#   kernel, and for training an ``autograd.Function`` written in Python,
-#   whose backward runs on autograd's own thread and must take the
-#   interpreter's lock. ``F.rms_norm`` and the C++ operators never enter the
-#   interpreter.
+#   pointers as ints, and no launch metadata when no profiler hook wants it.
+#   Training calls ``Function``'s C++ ``apply`` itself. Its backward runs
+#   on autograd's thread, where each line of Python costs more, so it makes
+#   only the checks the forward did not.
 #
 # Lessons
 # -------

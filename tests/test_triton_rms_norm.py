@@ -491,7 +491,7 @@ def test_cuda_eager_path_leaves_a_leftover_functorch_wrapper_to_the_operators():
 
     def loss(a):
         leftover.append(a)
-        return opguide.rms_norm(a, w, backend="triton").float().sum()
+        return a.float().square().sum()
 
     torch.func.grad(loss)(x)
     assert not triton_ops._direct_call(leftover[0], w, 1e-6)
