@@ -802,8 +802,8 @@ if function:
 #   from Python it re-entered the interpreter on every call. Its graph node
 #   is built as PyTorch builds its own: ``torch::autograd::Function`` keeps a
 #   context, records each input's shape and wraps each output, for any
-#   Function; this node saves three tensors and has one output. The line
-#   above measures the difference:
+#   Function; this node saves three tensors and has one output. The
+#   output's last line measures it:
 #
 #   .. literalinclude:: /../csrc/rms_norm_autograd.cpp
 #      :language: cpp
@@ -818,9 +818,8 @@ if function:
 #   ``torch.compile``, export, ``vmap``, DTensor, dispatch modes and long
 #   rows), handing the kernels Triton compiled on the first call the
 #   pointers as ints, and no launch metadata when no profiler hook wants it.
-#   Training calls ``Function``'s C++ ``apply`` itself. Its backward runs
-#   on autograd's thread, where each line of Python costs more, so it makes
-#   only the checks the forward did not.
+#   Training calls ``Function``'s C++ ``apply`` itself, and its backward
+#   makes only the checks the forward did not.
 #
 # Lessons
 # -------

@@ -892,9 +892,9 @@ def _direct_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, training:
 def _direct_backward(grad, x, weight, inv_rms):
     """``rms_norm_backward_triton`` for a direct call: (dx, dweight).
 
-    It runs on autograd's thread, where every line of Python costs more than
-    on the caller's (step 11, "The eager call"): the checks are the few the
-    forward did not already make, and the launch rules come from the plan.
+    It runs once per training call, on autograd's thread: its checks are the
+    few the forward did not already make, and the launch rules come from the
+    plan (step 11, "The eager call").
     """
     n = x.shape[-1]
     m = x.numel() // n
