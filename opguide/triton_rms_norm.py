@@ -870,7 +870,7 @@ def _direct_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, training:
     y = torch.empty_like(x)
     inv_rms = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if training else y
     pointers = x.data_ptr(), weight.data_ptr(), y.data_ptr(), inv_rms.data_ptr()
-    aligned = not (pointers[0] | pointers[1] | pointers[2] | pointers[3]) % 16
+    aligned = not functools.reduce(operator.or_, pointers) % 16
     grid = triton.cdiv(m, plan.rows)
     kept = plan.forward.get(training)
     if kept is not None and aligned and _Kept.works:
