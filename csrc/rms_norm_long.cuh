@@ -259,112 +259,78 @@ constexpr int kClusterBackwardRegVecsLong = 4;
 constexpr int cluster_backward_stages(int reg_vecs) { return reg_vecs <= 2 ? 4 : 3; }
 
 // [cluster-forward]
-// Forward: cluster c normalises rows c, c + C, c + 2C, ... (C clusters, as
-// many as fit on the GPU at once). Each block holds the same slice of every
-// row. The next row's slice of x is loaded into registers before this row is
-// reduced, so that loads are in flight while the cluster exchanges its sums.
-// Blocks of 512 threads (up to 128 registers a thread) keep their slice of
-// the weight in registers for every row. Read again for each row, each
-// weight load stood between the row's sum and a store of y, and the float16
-// kernel, with fewer registers, ran two blocks on some multiprocessors
-// (step 11, "Long rows", times both). Blocks of 1024 threads (64
-// registers; two rows of kRegVecs vectors take half of them) still read it
-// for each row. For the same reason the stride between a thread's vectors
-// is the constant block width, not blockDim.x: the addresses are then one
-// register plus constant offsets. The row's sum goes through push_sum
-// (kPush true) or cluster_sum. (kThreads, kPush and kKeepWeight are
-// parameters for tools/sweep_rms_norm_forward_cluster.cu, which times the
-// other choices; the library launches the defaults.)
-template <typename T, int kVec, int kRegVecs, int kThreads = kClusterThreads,
-          bool kPush = true, bool kKeepWeight = (kThreads <= 512)>
-__global__ void __launch_bounds__(kThreads, 1) rms_norm_forward_cluster_kernel(
+// Forward: one row per cluster of C blocks, block k of the cluster taking
+// slice k of the row. Each thread copies its kVecs vectors of the slice into
+// shared memory with cp.async and loads its vectors of the weight into
+// registers meanwhile; the row's sum goes through push_sum; then each thread
+// scales its own vectors, read back from shared memory. A block is small
+// (kThreads threads, a 16 KiB slice for 128 x 8 vectors), so many blocks
+// share a multiprocessor and keep many loads in flight, and a block that
+// waits for its cluster's sum leaves the multiprocessor to the others.
+// Persistent clusters that loop over rows, one block of 512 threads per
+// multiprocessor holding its slice in registers, reached 92% of a copy at
+// N = 131072 against 97% for this kernel (step 11, "Long rows", times both
+// with tools/sweep_rms_norm_forward_cluster.cu).
+template <typename T, int kVec, int kThreads, int kVecs>
+__global__ void __launch_bounds__(kThreads) rms_norm_forward_cluster_kernel(
     const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
     typename AccType<T>::type* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
     int64_t x_row_stride, float eps) {
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
   constexpr int kWarps = kThreads / kWarpSize;
-  __shared__ Acc shared[kPush ? 1 : 2][kPush ? 1 : kMaxWarpsPerBlock];
-  __shared__ Acc slots[2];
-  __shared__ PushSlots<Acc, kPush ? kWarps : 1> push;
+  __shared__ V xs[kThreads * kVecs];
+  __shared__ PushSlots<Acc, kWarps, 1> push;
   wait_for_previous_grid();
   allow_next_grid();
-  if constexpr (kPush) push_slots_init(push);
+  const int64_t row = blockIdx.x / cluster_blocks();
   const Slice s = cluster_slice(cols / kVec);
-  const int64_t clusters = gridDim.x / cluster_blocks();
-  const int64_t first_row = blockIdx.x / cluster_blocks();
+  const V* xr = reinterpret_cast<const V*>(x + row * x_row_stride) + s.begin;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < s.count) copy_async(&xs[i], &xr[i]);
+  }
+  copy_async_commit();
   const V* wv = reinterpret_cast<const V*>(weight) + s.begin;
-  auto load = [&](int64_t r, V (&out)[kRegVecs]) {
-    if (r >= rows) return;
-    const V* xr = reinterpret_cast<const V*>(x + r * x_row_stride) + s.begin;
+  V w[kVecs];
 #pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (i < s.count) out[k] = xr[i];
-    }
-  };
-
-  V wkeep[kKeepWeight ? kRegVecs : 1];
-  if constexpr (kKeepWeight) {
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (i < s.count) wkeep[k] = wv[i];
-    }
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < s.count) w[k] = wv[i];
   }
-  V cache[kRegVecs];
-  load(first_row, cache);
-  int64_t iteration = 0;
-  for (int64_t row = first_row; row < rows; row += clusters, ++iteration) {
-    Acc sum_sq = 0;
+  push_slots_init(push);  // overlaps the copies
+  copy_async_wait<0>();   // a thread reads back only what it copied itself
+  Acc sum_sq = 0;
 #pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (i < s.count) {
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < s.count) {
+      const V v = xs[i];
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const Acc v = to_acc(cache[k].val[e]);
-          sum_sq += v * v;
-        }
+      for (int e = 0; e < kVec; ++e) {
+        const Acc a = to_acc(v.val[e]);
+        sum_sq += a * a;
       }
     }
-    V next[kRegVecs];
-    load(row + clusters, next);
-    if constexpr (kPush) {
-      sum_sq = push_sum(sum_sq, push, iteration);
-    } else {
-      const int parity = static_cast<int>(iteration & 1);
-      sum_sq = cluster_sum(row_sum(sum_sq, shared[parity]), &slots[parity]);
-    }
-    const Acc inv_rms = Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
-    if (inv_rms_out != nullptr && cluster_rank() == 0 && threadIdx.x == 0)
-      inv_rms_out[row] = inv_rms;
-    V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (i < s.count) {
-        const V v = keep_packed(cache[k]);
-        V wk;
-        if constexpr (kKeepWeight) {
-          wk = keep_packed(wkeep[k]);
-        } else {
-          wk = keep_packed(wv[i]);
-        }
-        V out;
-#pragma unroll
-        for (int e = 0; e < kVec; ++e)
-          out.val[e] = from_acc<T>(to_acc(v.val[e]) * inv_rms * to_acc(wk.val[e]));
-        yr[i] = out;
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) cache[k] = next[k];
   }
-  // With cluster_sum, no block may leave while another still reads its slot.
-  // (With push_sum a block reads only its own shared memory, and every push
-  // into it has arrived once its last wait returns.)
-  if constexpr (!kPush) cluster_barrier();
+  sum_sq = push_sum(sum_sq, push, 0);
+  const Acc inv_rms = Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
+  if (inv_rms_out != nullptr && cluster_rank() == 0 && threadIdx.x == 0) inv_rms_out[row] = inv_rms;
+  V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < s.count) {
+      const V v = xs[i];
+      const V wk = keep_packed(w[k]);  // else bfloat16 holds its weight as floats
+      V out;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        out.val[e] = from_acc<T>(to_acc(v.val[e]) * inv_rms * to_acc(wk.val[e]));
+      yr[i] = out;
+    }
+  }
 }
 // [cluster-forward-end]
 
@@ -685,10 +651,33 @@ int active_clusters(Kernel kernel, int cluster, int threads, size_t shared_bytes
   return count;
 }
 
-// The forward for rows of more vectors than one block keeps in registers
-// (kMaxThreadsPerRow * kForwardRegVecs): in clusters when `max_cluster`
-// (0 without clusters) allows, else the one-block kernel, which re-reads the
-// rest of such a row from L2 (launch_rms_norm_forward).
+// The forward kernel for rows of more than kClusterForwardMinVecs vectors
+// (32 KiB): rms_norm_forward_cluster_kernel with 128 threads x 8 vectors a
+// block, or 256 x 8 for rows too long for 16 such blocks. Shorter rows, and
+// every row when `max_cluster` (0 without clusters) or alignment rules
+// clusters out, take the one-block kernel, which re-reads the rest of a row
+// too long for it from L2 (launch_rms_norm_forward). At 2048 vectors and
+// fewer the one-block kernel is as fast (step 11, "Long rows"). double rows
+// take the one-block kernel too: there the division's slow path, a call,
+// costs the cluster kernel a spill, and double is not what it is tuned for.
+constexpr int64_t kClusterForwardMinVecs = 2048;
+constexpr int kClusterForwardThreads = 128;
+constexpr int kClusterForwardVecs = 8;
+
+template <typename T, int kThreads>
+cudaError_t launch_rms_norm_forward_cluster(int cluster, const T* x, const T* weight, T* y,
+                                            typename AccType<T>::type* inv_rms, int64_t rows,
+                                            int64_t cols, int64_t x_row_stride, float eps,
+                                            cudaStream_t stream, bool pdl) {
+  constexpr int kWide = 16 / sizeof(T);
+  auto kernel = rms_norm_forward_cluster_kernel<T, kWide, kThreads, kClusterForwardVecs>;
+  allow_cluster_size(kernel, cluster);
+  if (active_clusters(kernel, cluster, kThreads, 0) == 0) return cudaErrorNotSupported;
+  return launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(rows * cluster)),
+                                   dim3(kThreads), 0, stream, pdl, cluster, x, weight, y,
+                                   inv_rms, rows, cols, x_row_stride, eps);
+}
+
 template <typename T>
 cudaError_t launch_rms_norm_forward_any(const T* x, const T* weight, T* y,
                                         typename AccType<T>::type* inv_rms, int64_t rows,
@@ -699,25 +688,28 @@ cudaError_t launch_rms_norm_forward_any(const T* x, const T* weight, T* y,
   const bool wide = cols % kWide == 0 && x_row_stride % kWide == 0 && is_aligned(x, 16) &&
                     is_aligned(weight, 16) && is_aligned(y, 16);
   const int64_t nvec = cols / kWide;
-  const int cluster = wide && rows > 0 && nvec > kMaxThreadsPerRow * kForwardRegVecs
-                          ? cluster_size_for(nvec, max_cluster, kClusterThreads,
-                                             kClusterForwardRegVecs)
-                          : 0;
-  if (cluster == 0) {
-    return launch_rms_norm_forward<T>(x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
-                                      warp_size, stream, pdl);
+  if constexpr (sizeof(T) <= 4) {
+    if (wide && rows > 0 && nvec > kClusterForwardMinVecs) {
+      constexpr int kSmall = kClusterForwardThreads, kLarge = 2 * kClusterForwardThreads;
+      const int small = cluster_size_for(nvec, max_cluster, kSmall, kClusterForwardVecs);
+      const int large = cluster_size_for(nvec, max_cluster, kLarge, kClusterForwardVecs);
+      const int cluster = small > 0 ? small : large;
+      cudaError_t err = cudaErrorNotSupported;
+      // One block per slice: the grid's x dimension must hold rows * cluster.
+      if (cluster > 0 && rows <= 0x7fffffff / cluster) {
+        err = small > 0 ? launch_rms_norm_forward_cluster<T, kSmall>(
+                              cluster, x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
+                              stream, pdl)
+                        : launch_rms_norm_forward_cluster<T, kLarge>(
+                              cluster, x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
+                              stream, pdl);
+      }
+      if (err != cudaErrorNotSupported) return err;
+      (void)cudaGetLastError();  // clusters could not run here: the one-block kernel can
+    }
   }
-  auto kernel = rms_norm_forward_cluster_kernel<T, kWide, kClusterForwardRegVecs>;
-  allow_cluster_size(kernel, cluster);
-  const int fit = active_clusters(kernel, cluster, kClusterThreads, 0);
-  if (fit == 0) {
-    return launch_rms_norm_forward<T>(x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
-                                      warp_size, stream, pdl);
-  }
-  const int64_t clusters = rows < fit ? rows : fit;
-  return launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(clusters * cluster)),
-                                   dim3(kClusterThreads), 0, stream, pdl, cluster, x,
-                                   weight, y, inv_rms, rows, cols, x_row_stride, eps);
+  return launch_rms_norm_forward<T>(x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
+                                    warp_size, stream, pdl);
 }
 
 // The backward's plan for any row: the kernels of rms_norm_backward_config

@@ -288,6 +288,20 @@ def test_long_rows_forward_and_backward(shape, dtype):
     torch.testing.assert_close(inv_rms, expected, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
+def test_long_rows_strided_forward(dtype):
+    # The first 32768 columns of rows 40000 wide: the cluster forward reads
+    # rows at their stride (float64 takes the one-block kernel).
+    base, _ = make_cuda_inputs((3, 40000), dtype)
+    x = base[:, :32768]
+    w = torch.randn(32768, device="cuda", dtype=dtype)
+    y, inv_rms = torch.ops.opguide.rms_norm_fwd.default(x, w, 1e-6)
+    ref = rms_norm_reference(x.double(), w.double()).to(dtype)
+    torch.testing.assert_close(y, ref, **TOLERANCES[dtype])
+    expected = torch.rsqrt(x.double().pow(2).mean(-1) + 1e-6).to(inv_rms.dtype)
+    torch.testing.assert_close(inv_rms, expected, atol=1e-5, rtol=1e-4)
+
+
 def test_long_rows_misaligned_backward():
     # A row that starts 2 bytes past a 16-byte boundary: the two-pass kernels.
     base, w = make_cuda_inputs((4, 65537), torch.bfloat16)

@@ -1,13 +1,17 @@
 // Sweeps the cluster forward (csrc/rms_norm_long.cuh) for long rows on one
-// GPU, without torch, in bfloat16 and float16: the library's kernel ("loop")
-// at several block widths and vectors per thread (together the slice of a row
-// each block keeps, hence the cluster size), against one row per cluster with
-// several blocks per multiprocessor ("row"), a row loop unrolled over a ring
-// of register buffers ("ring"), and x staged in shared memory several rows
-// ahead ("staged"). Every kernel launches as many clusters as fit at once,
-// two blocks to a multiprocessor where its registers allow. Prints achieved
-// bandwidth against a large device-to-device copy, with the L2 cleaned before
-// each batch. Build and run (on a GPU machine with sm_90):
+// GPU, without torch, in bfloat16 and float16: the library's kernel (one row
+// per cluster, each block's slice staged in shared memory with cp.async,
+// "one row") at several block widths and vectors per thread (together the
+// slice of a row each block takes, hence the cluster size), against
+// persistent clusters that loop over rows with their slices in registers
+// ("loop", the library's kernel before), one row per cluster held in
+// registers ("row"), a row loop unrolled over a ring of register buffers
+// ("ring"), and a row loop with x staged in shared memory several rows ahead
+// ("staged"). The "one row" and "row" kernels launch one cluster per row;
+// the others as many clusters as fit at once, two blocks to a
+// multiprocessor where their registers allow. Prints achieved bandwidth
+// against a large device-to-device copy, with the L2 cleaned before each
+// batch. No kernel is launched with PDL here. Build and run (on a GPU machine with sm_90):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_forward_cluster.cu -o /tmp/fc
 //   /tmp/fc
 // Bytes: read x, write y (2 M N s) at M N = 2^26, as in guidekit.benchmark.
@@ -17,6 +21,107 @@
 #include "sweep_common.cuh"
 
 using namespace opguide::cuda;
+
+// The library's kernel before the one-row-per-cluster one: persistent
+// clusters, cluster c normalising rows c, c + C, c + 2C, ... (C clusters, as
+// many as fit on the GPU at once), each block holding the same slice of
+// every row in registers and loading the next row's slice before this row is
+// reduced. kKeepWeight keeps the block's slice of the weight in registers
+// for every row rather than reading it again per row; the row's sum goes
+// through push_sum (kPush) or cluster_sum. The stride between a thread's
+// vectors is the constant block width, so addresses are one register plus
+// constant offsets.
+template <typename T, int kVec, int kRegVecs, int kThreads = kClusterThreads,
+          bool kPush = true, bool kKeepWeight = (kThreads <= 512)>
+__global__ void __launch_bounds__(kThreads, 1) forward_cluster_loop(
+    const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
+    typename AccType<T>::type* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
+    int64_t x_row_stride, float eps) {
+  using Acc = typename AccType<T>::type;
+  using V = Vec<T, kVec>;
+  constexpr int kWarps = kThreads / kWarpSize;
+  __shared__ Acc shared[kPush ? 1 : 2][kPush ? 1 : kMaxWarpsPerBlock];
+  __shared__ Acc slots[2];
+  __shared__ PushSlots<Acc, kPush ? kWarps : 1> push;
+  wait_for_previous_grid();
+  allow_next_grid();
+  if constexpr (kPush) push_slots_init(push);
+  const Slice s = cluster_slice(cols / kVec);
+  const int64_t clusters = gridDim.x / cluster_blocks();
+  const int64_t first_row = blockIdx.x / cluster_blocks();
+  const V* wv = reinterpret_cast<const V*>(weight) + s.begin;
+  auto load = [&](int64_t r, V (&out)[kRegVecs]) {
+    if (r >= rows) return;
+    const V* xr = reinterpret_cast<const V*>(x + r * x_row_stride) + s.begin;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) out[k] = xr[i];
+    }
+  };
+
+  V wkeep[kKeepWeight ? kRegVecs : 1];
+  if constexpr (kKeepWeight) {
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) wkeep[k] = wv[i];
+    }
+  }
+  V cache[kRegVecs];
+  load(first_row, cache);
+  int64_t iteration = 0;
+  for (int64_t row = first_row; row < rows; row += clusters, ++iteration) {
+    Acc sum_sq = 0;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const Acc v = to_acc(cache[k].val[e]);
+          sum_sq += v * v;
+        }
+      }
+    }
+    V next[kRegVecs];
+    load(row + clusters, next);
+    if constexpr (kPush) {
+      sum_sq = push_sum(sum_sq, push, iteration);
+    } else {
+      const int parity = static_cast<int>(iteration & 1);
+      sum_sq = cluster_sum(row_sum(sum_sq, shared[parity]), &slots[parity]);
+    }
+    const Acc inv_rms = Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
+    if (inv_rms_out != nullptr && cluster_rank() == 0 && threadIdx.x == 0)
+      inv_rms_out[row] = inv_rms;
+    V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (i < s.count) {
+        const V v = keep_packed(cache[k]);
+        V wk;
+        if constexpr (kKeepWeight) {
+          wk = keep_packed(wkeep[k]);
+        } else {
+          wk = keep_packed(wv[i]);
+        }
+        V out;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          out.val[e] = from_acc<T>(to_acc(v.val[e]) * inv_rms * to_acc(wk.val[e]));
+        yr[i] = out;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kRegVecs; ++k) cache[k] = next[k];
+  }
+  // With cluster_sum, no block may leave while another still reads its slot.
+  // (With push_sum a block reads only its own shared memory, and every push
+  // into it has arrived once its last wait returns.)
+  if constexpr (!kPush) cluster_barrier();
+}
 
 constexpr int kBatches = 11;
 
@@ -199,12 +304,13 @@ struct Buffers {
   T* w = nullptr;
 };
 
-// kKind 0: the library's kernel (its row loop, one row loaded ahead) at
-// kThreads threads, its weight slice kept in registers (kKnob 1, the
-// library's choice for 512 threads) or read for each row (kKnob 0); 1: forward_cluster_row with kKnob blocks per SM; 2:
+// kKind 0: forward_cluster_loop (one row loaded ahead) at kThreads threads,
+// its weight slice kept in registers (kKnob 1) or read for each row (kKnob
+// 0); 1: forward_cluster_row with kKnob blocks per SM; 2:
 // forward_cluster_ring kKnob rows deep; 3: forward_cluster_staged with kKnob
-// stages (kPush true: two blocks per SM). kPush: push_sum rather than
-// cluster_sum (kinds 0 and 1).
+// stages (kPush true: two blocks per SM); 4: the library's kernel,
+// rms_norm_forward_cluster_kernel, kRegVecs vectors a thread. kPush:
+// push_sum rather than cluster_sum (kinds 0 and 1).
 template <int kThreads, int kRegVecs, int kKind, int kKnob, bool kPush, typename T>
 void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, T* ref) {
   constexpr int kVec = 16 / sizeof(T);
@@ -212,14 +318,16 @@ void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, 
   using K = void (*)(const T*, const T*, T*, float*, int64_t, int64_t, int64_t, float);
   K kernel;
   if constexpr (kKind == 0) {
-    kernel = rms_norm_forward_cluster_kernel<T, kVec, kRegVecs, kThreads, kPush,
-                                             kThreads <= 512 && kKnob == 1>;
+    kernel = forward_cluster_loop<T, kVec, kRegVecs, kThreads, kPush,
+                                  kThreads <= 512 && kKnob == 1>;
   } else if constexpr (kKind == 1) {
     kernel = forward_cluster_row<T, kVec, kThreads, kRegVecs, kKnob, kPush>;
   } else if constexpr (kKind == 2) {
     kernel = forward_cluster_ring<T, kVec, kThreads, kRegVecs, kKnob>;
-  } else {
+  } else if constexpr (kKind == 3) {
     kernel = forward_cluster_staged<T, kVec, kThreads, kRegVecs, kKnob, kPush ? 2 : 1>;
+  } else {
+    kernel = rms_norm_forward_cluster_kernel<T, kVec, kThreads, kRegVecs>;
   }
   const size_t shared = kKind == 3 ? static_cast<size_t>(kKnob) * kRegVecs * kThreads * 16 : 0;
   allow_shared_bytes(kernel, shared);
@@ -229,7 +337,7 @@ void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, 
     printf("  %-28s cluster %2d: does not fit\n", name, cluster);
     return;
   }
-  const int64_t clusters = kKind == 1 || M < fit ? M : fit;
+  const int64_t clusters = kKind == 1 || kKind == 4 || M < fit ? M : fit;
   const int nbuf = static_cast<int>(b.xs.size());
   auto launch = [&](int i) {
     const int s = i % nbuf;
@@ -255,7 +363,7 @@ void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, 
 template <typename T>
 void sweep(const char* dtype, double copy_bw) {
   const int64_t total = int64_t{1} << 26;
-  for (int64_t N : {32768, 65536, 131072}) {
+  for (int64_t N : {16384, 32768, 65536, 131072}) {
     const int64_t M = total / N;
     Buffers<T> b;
     const int nbuf = 2;
@@ -282,6 +390,11 @@ void sweep(const char* dtype, double copy_bw) {
     printf("%s M=%lld N=%lld: library %.1f us, %.0f GB/s, %.2f of copy\n", dtype,
            static_cast<long long>(M), static_cast<long long>(N), lib_us, lib_bw / 1e9,
            lib_bw / copy_bw);
+    run<128, 8, 4, 0, true>("one row 128 x 8", M, N, copy_bw, b, ref);
+    run<256, 8, 4, 0, true>("one row 256 x 8", M, N, copy_bw, b, ref);
+    run<128, 4, 4, 0, true>("one row 128 x 4", M, N, copy_bw, b, ref);
+    run<256, 4, 4, 0, true>("one row 256 x 4", M, N, copy_bw, b, ref);
+    run<128, 16, 4, 0, true>("one row 128 x 16", M, N, copy_bw, b, ref);
     run<1024, 4, 0, 1, false>("loop 1024 x 4, barrier", M, N, copy_bw, b, ref);
     run<512, 4, 0, 1, true>("loop 512 x 4, push", M, N, copy_bw, b, ref);
     run<512, 4, 0, 0, true>("loop 512 x 4, push, w per row", M, N, copy_bw, b, ref);
