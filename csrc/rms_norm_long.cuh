@@ -253,7 +253,6 @@ __device__ __forceinline__ Slice cluster_slice(int64_t nvec) {
 // vectors and three stages (192 KiB) for rows too long for 16 blocks of two
 // (step 11, "Long rows", times the choices).
 constexpr int kClusterThreads = 512;
-constexpr int kClusterForwardRegVecs = 4;
 constexpr int kClusterBackwardRegVecs = 2;
 constexpr int kClusterBackwardRegVecsLong = 4;
 constexpr int cluster_backward_stages(int reg_vecs) { return reg_vecs <= 2 ? 4 : 3; }
@@ -501,14 +500,32 @@ __global__ void __launch_bounds__(256) rms_norm_backward_grad_w_columns_kernel(
 // Which backward kernel runs, beyond those of rms_norm_backward_config.
 // [cluster-fused]
 // Fused residual add + RMSNorm (fused_add_rms_norm.cuh) for rows longer than
-// kClusterFusedMinVecs vectors: as the forward cluster kernel, reading x and
-// the residual, writing the new residual h before the wait for the row's sum,
-// and keeping h (rounded to the residual's type, as stored) in registers for
-// the output. X is the type of x and the weight (which may be null), R the
-// residual's, O the output's; kVec elements of the widest move at a time.
-template <typename X, typename R, typename O, int kVec, int kRegVecs,
-          int kThreads = kClusterThreads>
-__global__ void __launch_bounds__(kThreads, 1) fused_add_rms_norm_cluster_kernel(
+// kClusterFusedMinVecs vectors, as the forward cluster kernel: one row per
+// cluster, each block's slice of x and of the residual staged in shared
+// memory with cp.async. The new residual h is stored before the wait for
+// the row's sum and kept, rounded to the residual's type as stored, in
+// shared memory for the output. X is the type of x and the weight (which may
+// be null), R the residual's, O the output's; kVec elements of the widest
+// move at a time (so x's vectors may be 8 bytes).
+template <typename V>
+__device__ __forceinline__ void stage_async(V* shared_dst, const V* global_src) {
+  if constexpr (sizeof(V) == 16) {
+    copy_async(shared_dst, global_src);
+  } else {
+#if OPGUIDE_HAVE_CP_ASYNC
+    static_assert(sizeof(V) == 4 || sizeof(V) == 8, "cp.async moves 4, 8 or 16 bytes");
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(global_src),
+                 "n"(static_cast<int>(sizeof(V)))
+                 : "memory");
+#else
+    *shared_dst = *global_src;
+#endif
+  }
+}
+
+template <typename X, typename R, typename O, int kVec, int kThreads, int kVecs>
+__global__ void __launch_bounds__(kThreads) fused_add_rms_norm_cluster_kernel(
     const X* __restrict__ x, R* __restrict__ residual, const X* __restrict__ weight,
     O* __restrict__ out, float* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
     float eps) {
@@ -516,76 +533,75 @@ __global__ void __launch_bounds__(kThreads, 1) fused_add_rms_norm_cluster_kernel
   using RV = Vec<R, kVec>;
   using OV = Vec<O, kVec>;
   constexpr int kWarps = kThreads / kWarpSize;
-  __shared__ PushSlots<float, kWarps> push;
+  // Dynamic shared memory: RV vectors for h, then XV vectors for x (64 KiB
+  // for 256 threads of 16-bit types, past the 48 KiB of a static array).
+  extern __shared__ __align__(16) unsigned char fused_stage[];
+  RV* hs = reinterpret_cast<RV*>(fused_stage);
+  XV* xs = reinterpret_cast<XV*>(hs + kThreads * kVecs);
+  __shared__ PushSlots<float, kWarps, 1> push;
   wait_for_previous_grid();
   allow_next_grid();
-  push_slots_init(push);
+  const int64_t row = blockIdx.x / cluster_blocks();
   const Slice s = cluster_slice(cols / kVec);
-  const int64_t clusters = gridDim.x / cluster_blocks();
-  const int64_t first_row = blockIdx.x / cluster_blocks();
+  const XV* xr = reinterpret_cast<const XV*>(x + row * cols) + s.begin;
+  RV* hr = reinterpret_cast<RV*>(residual + row * cols) + s.begin;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < s.count) {
+      stage_async(&xs[i], &xr[i]);
+      stage_async(&hs[i], &hr[i]);
+    }
+  }
+  copy_async_commit();
   const XV* wv = weight == nullptr ? nullptr : reinterpret_cast<const XV*>(weight) + s.begin;
-  auto load = [&](int64_t r, XV (&xs)[kRegVecs], RV (&rs)[kRegVecs]) {
-    if (r >= rows) return;
-    const XV* xr = reinterpret_cast<const XV*>(x + r * cols) + s.begin;
-    const RV* rr = reinterpret_cast<const RV*>(residual + r * cols) + s.begin;
+  XV w[kVecs];
+  if (wv != nullptr) {
 #pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (i < s.count) {
-        xs[k] = xr[i];
-        rs[k] = rr[i];
-      }
+    for (int k = 0; k < kVecs; ++k) {
+      const int i = threadIdx.x + k * kThreads;
+      if (i < s.count) w[k] = wv[i];
     }
-  };
-
-  XV xs[kRegVecs];
-  RV rs[kRegVecs];
-  load(first_row, xs, rs);
-  int64_t iteration = 0;
-  for (int64_t row = first_row; row < rows; row += clusters, ++iteration) {
-    RV* hr = reinterpret_cast<RV*>(residual + row * cols) + s.begin;
-    float sum_sq = 0;
+  }
+  push_slots_init(push);  // overlaps the copies
+  copy_async_wait<0>();   // a thread reads back only what it copied itself
+  float sum_sq = 0;
 #pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (i < s.count) {
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < s.count) {
+      const XV xk = xs[i];
+      RV h = hs[i];
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          rs[k].val[e] = from_acc<R>(to_acc(xs[k].val[e]) + to_acc(rs[k].val[e]));
-          const float h = to_acc(rs[k].val[e]);
-          sum_sq += h * h;
-        }
-        hr[i] = rs[k];
+      for (int e = 0; e < kVec; ++e) {
+        h.val[e] = from_acc<R>(to_acc(xk.val[e]) + to_acc(h.val[e]));
+        const float v = to_acc(h.val[e]);
+        sum_sq += v * v;
       }
+      hs[i] = h;
+      hr[i] = h;
     }
-    XV next_x[kRegVecs];
-    RV next_r[kRegVecs];
-    load(row + clusters, next_x, next_r);
-    sum_sq = push_sum(sum_sq, push, iteration);
-    const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
-    if (cluster_rank() == 0 && threadIdx.x == 0) inv_rms_out[row] = inv_rms;
-    OV* yr = reinterpret_cast<OV*>(out + row * cols) + s.begin;
+  }
+  sum_sq = push_sum(sum_sq, push, 0);
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+  if (cluster_rank() == 0 && threadIdx.x == 0) inv_rms_out[row] = inv_rms;
+  OV* yr = reinterpret_cast<OV*>(out + row * cols) + s.begin;
 #pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (i < s.count) {
-        OV o;
-        if (wv != nullptr) {
-          const XV wk = wv[i];
+  for (int k = 0; k < kVecs; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < s.count) {
+      const RV h = hs[i];
+      OV o;
+      if (wv != nullptr) {
+        const XV wk = keep_packed(w[k]);
 #pragma unroll
-          for (int e = 0; e < kVec; ++e)
-            o.val[e] = from_acc<O>(to_acc(rs[k].val[e]) * inv_rms * to_acc(wk.val[e]));
-        } else {
+        for (int e = 0; e < kVec; ++e)
+          o.val[e] = from_acc<O>(to_acc(h.val[e]) * inv_rms * to_acc(wk.val[e]));
+      } else {
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) o.val[e] = from_acc<O>(to_acc(rs[k].val[e]) * inv_rms);
-        }
-        yr[i] = o;
+        for (int e = 0; e < kVec; ++e) o.val[e] = from_acc<O>(to_acc(h.val[e]) * inv_rms);
       }
-    }
-#pragma unroll
-    for (int k = 0; k < kRegVecs; ++k) {
-      xs[k] = next_x[k];
-      rs[k] = next_r[k];
+      yr[i] = o;
     }
   }
 }
@@ -818,6 +834,21 @@ cudaError_t launch_rms_norm_backward_any(const T* grad_y, const T* x, const T* w
 // elements, 16 bytes of the widest type (fused::fused_vector_width).
 constexpr int64_t kClusterFusedMinVecs = 4096;
 
+template <typename X, typename R, typename O, int kVec, int kThreads>
+cudaError_t launch_fused_cluster_rows(int cluster, const X* x, R* residual, const X* weight,
+                                      O* out, float* inv_rms, int64_t rows, int64_t cols,
+                                      float eps, cudaStream_t stream, bool pdl) {
+  auto kernel = fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kThreads, kClusterForwardVecs>;
+  constexpr size_t kShared =
+      size_t{kThreads} * kClusterForwardVecs * (sizeof(Vec<X, kVec>) + sizeof(Vec<R, kVec>));
+  allow_shared_bytes(kernel, kShared);
+  allow_cluster_size(kernel, cluster);
+  if (active_clusters(kernel, cluster, kThreads, kShared) == 0) return cudaErrorNotSupported;
+  return launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(rows * cluster)),
+                                   dim3(kThreads), kShared, stream, pdl, cluster, x, residual,
+                                   weight, out, inv_rms, rows, cols, eps);
+}
+
 template <typename X, typename R, typename O, int kVec>
 bool launch_fused_add_rms_norm_cluster(const X* x, R* residual, const X* weight, O* out,
                                        float* inv_rms, int64_t rows, int64_t cols, float eps,
@@ -825,17 +856,21 @@ bool launch_fused_add_rms_norm_cluster(const X* x, R* residual, const X* weight,
                                        bool pdl, cudaError_t* error) {
   const int64_t nvec = cols / kVec;
   if (!vectorized || rows == 0 || nvec <= kClusterFusedMinVecs) return false;
-  const int cluster =
-      cluster_size_for(nvec, max_cluster, kClusterThreads, kClusterForwardRegVecs);
-  if (cluster == 0) return false;
-  auto kernel = fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kClusterForwardRegVecs>;
-  allow_cluster_size(kernel, cluster);
-  const int fit = active_clusters(kernel, cluster, kClusterThreads, 0);
-  if (fit == 0) return false;
-  const int64_t clusters = rows < fit ? rows : fit;
-  *error = launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(clusters * cluster)),
-                                     dim3(kClusterThreads), 0, stream, pdl, cluster, x, residual,
-                                     weight, out, inv_rms, rows, cols, eps);
+  constexpr int kSmall = kClusterForwardThreads, kLarge = 2 * kClusterForwardThreads;
+  const int small = cluster_size_for(nvec, max_cluster, kSmall, kClusterForwardVecs);
+  const int large = cluster_size_for(nvec, max_cluster, kLarge, kClusterForwardVecs);
+  const int cluster = small > 0 ? small : large;
+  if (cluster == 0 || rows > 0x7fffffff / cluster) return false;
+  const cudaError_t err =
+      small > 0 ? launch_fused_cluster_rows<X, R, O, kVec, kSmall>(
+                      cluster, x, residual, weight, out, inv_rms, rows, cols, eps, stream, pdl)
+                : launch_fused_cluster_rows<X, R, O, kVec, kLarge>(
+                      cluster, x, residual, weight, out, inv_rms, rows, cols, eps, stream, pdl);
+  if (err == cudaErrorNotSupported) {
+    (void)cudaGetLastError();  // clusters could not run here: the caller's kernel can
+    return false;
+  }
+  *error = err;
   return true;
 }
 

@@ -309,7 +309,7 @@ if split:
 # and training from ``N`` = 32768 on, and in Triton past 16384 (8192 for the
 # backward and training, 32768 for the fused kernel), where a row is split
 # over programs that wait for each other; "Long rows" says why:
-ONE_BLOCK = {"forward": 32768, "fused": 32768, "backward": 16384, "training": 16384}
+ONE_BLOCK = {"forward": 16384, "fused": 32768, "backward": 16384, "training": 16384}
 TRITON_BLOCK = {"forward": 16384, "fused": 32768, "backward": 8192, "training": 8192}
 expected, other = [], []
 for (impl, pass_name), ns in misses.items():
@@ -369,9 +369,9 @@ print(
 # On Hopper (``sm_90`` and later) the kernel splits such a row over a
 # *thread-block cluster*: a group of blocks that run at the same time on
 # neighbouring multiprocessors and can read each other's shared memory. Each
-# block holds its slice of the row in registers (the backward: in
-# ``cp.async`` stages) and the blocks exchange their partial sums, so the row
-# is read once. On older GPUs, for odd ``N`` or misaligned rows, two-pass
+# block holds its slice of the row and the blocks exchange their partial
+# sums, so the row is read once. The forward takes clusters from 16384
+# elements on, where they are faster. On older GPUs, for odd ``N`` or misaligned rows, two-pass
 # kernels read the row twice. All of it is in ``csrc/rms_norm_long.cuh``.
 # The simplest exchange publishes each block's total in its shared memory
 # and, after a cluster barrier, reads all of them (the kernels use a faster
@@ -391,12 +391,12 @@ print(
 # Triton has no clusters. Its long rows are split over programs that meet
 # through global memory instead ([split-rows] in
 # ``opguide/triton_rms_norm.py``, shown in :doc:`step 9 <09_triton_kernel>`):
-# each program writes its part of the row's sum into a slot and waits, in a
-# loop, until the row's other slots are written (the last lesson of this
-# section says how the wait was made cheap). The fused CUDA kernel has a cluster
-# version too (``[cluster-fused]``) for rows of more than 4096 vectors; below
-# that it reads its residual back from L2. The measured evidence, from the
-# sweep above, next to Quack and Liger:
+# each program writes its part of the row's sum into a slot and waits until
+# the row's other slots are written (a lesson below says how the wait was
+# made cheap). The fused CUDA kernel has a cluster version too
+# (``[cluster-fused]``) for rows of more than 4096 vectors; below that it
+# reads its residual back from L2. From the sweep above, next to Quack and
+# Liger:
 print(
     f"{'pass':8} {'N':>6} {'opguide kernel':>14} {'opguide':>8} {'triton':>8} {'quack':>8} "
     f"{'liger':>8}"
@@ -453,9 +453,8 @@ if faster:
 # pushes its partial of the next row before it waits for this row's total,
 # so it may run a row ahead of the slowest block of its cluster (it reads
 # this row's ``g`` and ``x`` again from their shared-memory stage). Both
-# kernels, timed against their previous form in one run each
-# (``tools/sweep_rms_norm_forward_cluster.cu``,
-# ``tools/sweep_rms_norm_backward_cluster.cu``):
+# ways, in the persistent forward and the backward
+# (``tools/sweep_rms_norm_forward_cluster.cu``, ``..._backward_cluster.cu``):
 #
 # .. literalinclude:: /../csrc/rms_norm_long.cuh
 #    :language: cuda
@@ -466,23 +465,30 @@ CLUSTER_LINE = re.compile(
 )
 
 
-def cluster_sweep(name: str, before: str, dtype: str = "bf16") -> dict[int, tuple[float, float]]:
-    """N -> (the `before` variant's fraction of the copy, the library's), in `dtype`."""
-    library, old = {}, {}
+def cluster_sweep(
+    name: str, before: str, dtype: str = "bf16", after: str = "library"
+) -> dict[int, tuple[float, float]]:
+    """N -> the `before` and `after` variants' fractions of the copy, in `dtype`."""
+    found_at = {"library": {}, before: {}, after: {}}
     for line in (RECORDED_DIR / name).read_text().splitlines():
         if line.startswith("NVIDIA"):
             print(f"{name}: {line}")
         head = re.match(r"(\w+) M=\d+ N=(\d+): library .*?(\d\.\d\d) of copy", line)
         if head:
             key = (head[1], int(head[2]))
-            library[key] = float(head[3])
+            found_at["library"][key] = float(head[3])
         found = CLUSTER_LINE.match(line)
-        if found and found["name"] == before:
-            old[key] = float(found["frac"])
-    return {k[1]: (old[k], library[k]) for k in sorted(old) if k[0] == dtype}
+        if found and found["name"] in found_at:
+            found_at[found["name"]][key] = float(found["frac"])
+    old, new = found_at[before], found_at[after]
+    return {k[1]: (old[k], new[k]) for k in sorted(old) if k[0] == dtype}
 
 
-forward_push = cluster_sweep("sweep_rms_norm_forward_cluster_h100.txt", "loop 1024 x 4, barrier")
+# The forward's two variants loop over rows in persistent clusters, as the
+# library's forward did before the next lesson.
+forward_push = cluster_sweep(
+    "sweep_rms_norm_forward_cluster_h100.txt", "loop 1024 x 4, barrier", after="loop 512 x 4, push"
+)
 backward_push = cluster_sweep("sweep_rms_norm_backward_cluster_h100.txt", "512 x 4, 3 stages")
 older = []  # row lengths where the recorded sweep is closer to the kernel before
 for pass_name, table, before in (
@@ -494,74 +500,61 @@ for pass_name, table, before in (
             continue
         print(
             f"{pass_name:8} N = {n:6}: {before:20} {100 * old:4.0f}% of the copy; "
-            f"as built {100 * new:4.0f}%"
+            f"pushed {100 * new:4.0f}%"
         )
-        in_sweep = AT[(pass_name, "opguide", n)]["vs_copy"]
-        if abs(in_sweep - old) < abs(in_sweep - new):
-            older.append(f"{pass_name} {n}")
+        if pass_name == "backward":  # the library's backward is the pushing kernel
+            in_sweep = AT[(pass_name, "opguide", n)]["vs_copy"]
+            if abs(in_sweep - old) < abs(in_sweep - new):
+                older.append(f"{pass_name} {n}")
 print(
-    f"The sweep above is closer to the kernels before at {', '.join(older)}: there it did not "
-    "run the kernels this page builds."
+    f"The sweep above is closer to the backward before at {', '.join(older)}: there it did not "
+    "run the kernel this page builds."
     if older
-    else "The sweep above ran the kernels this page builds (its long-row points are closer to "
-    "them than to the kernels before)."
+    else "The sweep above ran the backward this page builds (its long-row points are closer to "
+    "it than to the kernel before)."
 )
 
 # %%
-# **Keep what every row needs in registers.** The forward cluster kernel read
-# its slice of the weight again for each row, after the wait for the row's
-# sum, so each weight load stood between the sum and a store of ``y``. It now
-# loads the slice once, before its first row. The same tool times both, in
-# both 16-bit types; ``blocks`` is the cluster size times the clusters that
-# fit at once:
+# **One row per cluster, many small blocks.** The forward cluster kernel was
+# persistent: one block of 512 threads per multiprocessor, looping over rows
+# with its slice in registers; a block waiting for its cluster's sum left
+# one row of loads in flight. Now each cluster takes one row, in small
+# blocks (128 threads, a 16 KiB slice staged with ``cp.async``): eight or
+# more share a multiprocessor, and while one waits the others load. The same
+# tool times both, and at 16384 the one-block kernel against a cluster of two:
 FORWARD_CLUSTER = (RECORDED_DIR / "sweep_rms_norm_forward_cluster_h100.txt").read_text()
 CLUSTER_VARIANT = re.compile(
     r"^  (.+?)\s+cluster\s+(\d+) x\s+(\d+):.*?(\d\.\d\d) of copy", re.MULTILINE
 )
-sms = int(re.search(r"(\d+) SMs", FORWARD_CLUSTER)[1])
-blocks = {}  # (dtype, N, variant) -> blocks launched
 VARIANT_FRACTION, LIBRARY_FRACTION = {}, {}  # fractions of the copy
 for section in re.split(r"\n(?=\w+ M=)", FORWARD_CLUSTER)[1:]:
     head = re.match(r"(\w+) M=\d+ N=(\d+): library .*?(\d\.\d\d) of copy", section)
     dtype, n = head[1], int(head[2])
     LIBRARY_FRACTION[(dtype, n)] = float(head[3])
     for found in CLUSTER_VARIANT.finditer(section):
-        blocks[(dtype, n, found[1])] = int(found[2]) * int(found[3])
         VARIANT_FRACTION[(dtype, n, found[1])] = float(found[4])
 gains = {}
 for dtype in ("bf16", "fp16"):
-    table = cluster_sweep(
-        "sweep_rms_norm_forward_cluster_h100.txt", "loop 512 x 4, push, w per row", dtype
-    )
-    for n, (old, new) in table.items():
-        if n <= ONE_BLOCK["forward"]:
+    for (d, n), lib in sorted(LIBRARY_FRACTION.items()):
+        if d != dtype:
             continue
-        gains.setdefault(dtype, []).append(new - old)
+        if n <= ONE_BLOCK["forward"]:
+            two = VARIANT_FRACTION[(dtype, n, "one row 128 x 8")]
+            print(
+                f"forward {dtype} N = {n:6}: one block {100 * lib:4.0f}% of the copy, a cluster "
+                f"of two {100 * two:4.0f}%" + ("" if two <= lib else ": Surprising, clusters win")
+            )
+            continue
+        loop = VARIANT_FRACTION[(dtype, n, "loop 512 x 4, push")]
+        gains.setdefault(dtype, []).append(lib - loop)
         print(
-            f"forward {dtype} N = {n:6}: weight read per row {100 * old:4.0f}% of the copy "
-            f"({blocks[(dtype, n, 'loop 512 x 4, push, w per row')]} blocks); kept "
-            f"{100 * new:4.0f}% ({blocks[(dtype, n, 'loop 512 x 4, push')]} blocks, {sms} SMs)"
+            f"forward {dtype} N = {n:6}: persistent loop {100 * loop:4.0f}% of the copy; "
+            f"one row per cluster {100 * lib:4.0f}%"
         )
-more = max(gains, key=lambda d: min(gains[d]))
-print(
-    f"{more} gained {100 * min(gains[more]):.0f}-{100 * max(gains[more]):.0f} points, the other "
-    + ", ".join(f"{d} {100 * min(g):.0f}-{100 * max(g):.0f}" for d, g in gains.items() if d != more)
-)
-crowded = sorted(
-    {f"{d} N = {n} ({b} blocks)" for (d, n, v), b in blocks.items()
-     if v == "loop 512 x 4, push, w per row" and n > ONE_BLOCK["forward"] and b > sms}
-)  # fmt: skip
-if crowded:
-    print(
-        f"More blocks than the {sms} SMs, with the weight read per row: {'; '.join(crowded)}. "
-        "That kernel needed fewer registers, so two of its blocks fitted on one "
-        "multiprocessor; clusters of 4 or 8 blocks cannot all land in pairs, so some "
-        "multiprocessors ran two blocks at half speed each while every cluster had the same "
-        "rows to do. Holding the weight takes the registers that leave one block per "
-        "multiprocessor."
-    )
-# The same tool also stages x in shared memory one to three rows ahead
-# (``cp.async``), so that more bytes are in flight while a cluster waits:
+for dtype, g in gains.items():
+    print(f"{dtype}: {100 * min(g):+.0f} to {100 * max(g):+.0f} points")
+# The same tool also stages x one to three rows ahead inside the persistent
+# loop (``staged``), which keeps more bytes in flight too:
 for dtype in ("bf16", "fp16"):
     for n in (n for n in (65536, 131072) if (dtype, n) in LIBRARY_FRACTION):
         staged = {
@@ -572,7 +565,7 @@ for dtype in ("bf16", "fp16"):
         lib = LIBRARY_FRACTION[(dtype, n)]
         print(
             f"forward {dtype} N = {n:6}: best of {len(staged)} staged variants "
-            f"{100 * staged[best]:.0f}% ({best}); the library's kernel {100 * lib:.0f}%"
+            f"{100 * staged[best]:.0f}% ({best}); one row per cluster {100 * lib:.0f}%"
             + ("" if staged[best] <= lib else ". Surprising: staging is faster here.")
         )
 
