@@ -267,9 +267,9 @@ constexpr int cluster_backward_stages(int reg_vecs) { return reg_vecs <= 2 ? 4 :
 // share a multiprocessor and keep many loads in flight, and a block that
 // waits for its cluster's sum leaves the multiprocessor to the others.
 // Persistent clusters that loop over rows, one block of 512 threads per
-// multiprocessor holding its slice in registers, reached 92% of a copy at
-// N = 131072 against 97% for this kernel (step 11, "Long rows", times both
-// with tools/sweep_rms_norm_forward_cluster.cu).
+// multiprocessor holding its slice in registers, were 3 to 5 points of a
+// copy slower from 32768 elements on (step 11, "Long rows", times both with
+// tools/sweep_rms_norm_forward_cluster.cu).
 template <typename T, int kVec, int kThreads, int kVecs>
 __global__ void __launch_bounds__(kThreads) rms_norm_forward_cluster_kernel(
     const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
@@ -315,7 +315,8 @@ __global__ void __launch_bounds__(kThreads) rms_norm_forward_cluster_kernel(
   }
   sum_sq = push_sum(sum_sq, push, 0);
   const Acc inv_rms = Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
-  if (inv_rms_out != nullptr && cluster_rank() == 0 && threadIdx.x == 0) inv_rms_out[row] = inv_rms;
+  if (inv_rms_out != nullptr && cluster_rank() == 0 && threadIdx.x == 0)
+    inv_rms_out[row] = inv_rms;
   V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
