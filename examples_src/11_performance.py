@@ -370,8 +370,8 @@ print(
 # *thread-block cluster*: a group of blocks that run at the same time on
 # neighbouring multiprocessors and can read each other's shared memory. Each
 # block holds its slice of the row and the blocks exchange their partial
-# sums, so the row is read once. The forward takes clusters from 16384
-# elements on, where they are faster. On older GPUs, for odd ``N`` or misaligned rows, two-pass
+# sums, so the row is read once. Forward rows over 32 KiB take clusters,
+# where they are faster. On older GPUs, for odd ``N`` or misaligned rows, two-pass
 # kernels read the row twice. All of it is in ``csrc/rms_norm_long.cuh``.
 # The simplest exchange publishes each block's total in its shared memory
 # and, after a cluster barrier, reads all of them (the kernels use a faster
