@@ -375,7 +375,7 @@ print(
 # kernels read the row twice. All of it is in ``csrc/rms_norm_long.cuh``.
 # The simplest exchange publishes each block's total in its shared memory
 # and, after a cluster barrier, reads all of them (the kernels use a faster
-# one, in the last lesson below):
+# one, in a lesson below):
 #
 # .. literalinclude:: /../csrc/rms_norm_long.cuh
 #    :language: cuda
