@@ -8,7 +8,7 @@
 shapes: racecheck is slow, and this run reaches its summary in minutes.
 ``--long-rows`` runs the long-row kernels alone (csrc/rms_norm_long.cuh:
 clusters and two passes; the Triton split and chunked kernels), forward,
-backward and fused;
+backward and fused (the CUDA fused kernel with a float32 residual too);
 add ``--cpp`` to run the CUDA C++ kernels alone (racecheck is much slower
 over the Triton kernels), and ``--small`` for fewer, smaller rows that still
 give each cluster several rows (racecheck of the full set takes minutes).
@@ -62,6 +62,14 @@ def long_rows(cpp_only: bool = False, small: bool = False) -> int:
                     out, rms_norm_reference(h, wd, 1e-6), atol=t, rtol=t
                 )  # fmt: skip
                 cases += 1
+                if backend == "cpp" and dtype != torch.float32:
+                    # The fused kernel with a float32 residual stream: x's
+                    # vectors are then 8 bytes, staged with 8-byte cp.async.
+                    res = torch.randn(m, n, device="cuda", dtype=torch.float32)
+                    out, _ = opguide.fused_add_rms_norm_(xd, res.clone(), wd, 1e-6)
+                    expected = rms_norm_reference(res + xd.float(), wd.float(), 1e-6)
+                    torch.testing.assert_close(out.float(), expected, atol=t, rtol=t)
+                    cases += 1
     torch.cuda.synchronize()
     print(f"{cases} long-row cases ({', '.join(backends)}) ran and matched the reference")
     return 0
