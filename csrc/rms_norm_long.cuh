@@ -681,18 +681,41 @@ constexpr int64_t kClusterForwardMinVecs = 2048;
 constexpr int kClusterForwardThreads = 128;
 constexpr int kClusterForwardVecs = 8;
 
-template <typename T, int kThreads>
-cudaError_t launch_rms_norm_forward_cluster(int cluster, const T* x, const T* weight, T* y,
-                                            typename AccType<T>::type* inv_rms, int64_t rows,
-                                            int64_t cols, int64_t x_row_stride, float eps,
-                                            cudaStream_t stream, bool pdl) {
-  constexpr int kWide = 16 / sizeof(T);
-  auto kernel = rms_norm_forward_cluster_kernel<T, kWide, kThreads, kClusterForwardVecs>;
-  allow_cluster_size(kernel, cluster);
-  if (active_clusters(kernel, cluster, kThreads, 0) == 0) return cudaErrorNotSupported;
-  return launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(rows * cluster)),
-                                   dim3(kThreads), 0, stream, pdl, cluster, x, weight, y,
-                                   inv_rms, rows, cols, x_row_stride, eps);
+// The launch of the one-row-per-cluster kernels (forward and fused): blocks
+// of kClusterForwardThreads threads, or twice that for rows too long for 16
+// such blocks, each taking kClusterForwardVecs vectors a thread.
+// `cluster` is 0 when neither fits the row, or when the grid's x dimension
+// cannot hold rows * cluster blocks.
+struct RowClusters {
+  int cluster;
+  int threads;
+};
+
+inline RowClusters row_clusters(int64_t nvec, int64_t rows, int max_cluster) {
+  for (const int threads : {kClusterForwardThreads, 2 * kClusterForwardThreads}) {
+    const int cluster = cluster_size_for(nvec, max_cluster, threads, kClusterForwardVecs);
+    if (cluster > 0) return {rows <= 0x7fffffff / cluster ? cluster : 0, threads};
+  }
+  return {0, 0};
+}
+
+// Launches `kernel` with one cluster of rc.cluster blocks per row. Returns
+// cudaErrorNotSupported, with the error cleared, when no such cluster fits
+// on this GPU: the caller then launches a kernel that needs none.
+template <typename... Params, typename... Args>
+cudaError_t launch_rows_in_clusters(void (*kernel)(Params...), RowClusters rc, int64_t rows,
+                                    size_t shared_bytes, cudaStream_t stream, bool pdl,
+                                    Args... args) {
+  allow_shared_bytes(kernel, shared_bytes);
+  allow_cluster_size(kernel, rc.cluster);
+  cudaError_t err = cudaErrorNotSupported;
+  if (active_clusters(kernel, rc.cluster, rc.threads, shared_bytes) > 0) {
+    err = launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(rows * rc.cluster)),
+                                    dim3(static_cast<unsigned>(rc.threads)), shared_bytes,
+                                    stream, pdl, rc.cluster, args...);
+  }
+  if (err == cudaErrorNotSupported) (void)cudaGetLastError();
+  return err;
 }
 
 template <typename T>
@@ -706,23 +729,17 @@ cudaError_t launch_rms_norm_forward_any(const T* x, const T* weight, T* y,
                     is_aligned(weight, 16) && is_aligned(y, 16);
   const int64_t nvec = cols / kWide;
   if constexpr (sizeof(T) <= 4) {
-    if (wide && rows > 0 && nvec > kClusterForwardMinVecs) {
+    const RowClusters rc = wide && rows > 0 && nvec > kClusterForwardMinVecs
+                               ? row_clusters(nvec, rows, max_cluster)
+                               : RowClusters{0, 0};
+    if (rc.cluster > 0) {
       constexpr int kSmall = kClusterForwardThreads, kLarge = 2 * kClusterForwardThreads;
-      const int small = cluster_size_for(nvec, max_cluster, kSmall, kClusterForwardVecs);
-      const int large = cluster_size_for(nvec, max_cluster, kLarge, kClusterForwardVecs);
-      const int cluster = small > 0 ? small : large;
-      cudaError_t err = cudaErrorNotSupported;
-      // One block per slice: the grid's x dimension must hold rows * cluster.
-      if (cluster > 0 && rows <= 0x7fffffff / cluster) {
-        err = small > 0 ? launch_rms_norm_forward_cluster<T, kSmall>(
-                              cluster, x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
-                              stream, pdl)
-                        : launch_rms_norm_forward_cluster<T, kLarge>(
-                              cluster, x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
-                              stream, pdl);
-      }
-      if (err != cudaErrorNotSupported) return err;
-      (void)cudaGetLastError();  // clusters could not run here: the one-block kernel can
+      auto kernel = rc.threads == kSmall
+                        ? rms_norm_forward_cluster_kernel<T, kWide, kSmall, kClusterForwardVecs>
+                        : rms_norm_forward_cluster_kernel<T, kWide, kLarge, kClusterForwardVecs>;
+      const cudaError_t err = launch_rows_in_clusters(kernel, rc, rows, 0, stream, pdl, x, weight,
+                                                      y, inv_rms, rows, cols, x_row_stride, eps);
+      if (err != cudaErrorNotSupported) return err;  // else the one-block kernel below
     }
   }
   return launch_rms_norm_forward<T>(x, weight, y, inv_rms, rows, cols, x_row_stride, eps,
@@ -835,21 +852,6 @@ cudaError_t launch_rms_norm_backward_any(const T* grad_y, const T* x, const T* w
 // elements, 16 bytes of the widest type (fused::fused_vector_width).
 constexpr int64_t kClusterFusedMinVecs = 4096;
 
-template <typename X, typename R, typename O, int kVec, int kThreads>
-cudaError_t launch_fused_cluster_rows(int cluster, const X* x, R* residual, const X* weight,
-                                      O* out, float* inv_rms, int64_t rows, int64_t cols,
-                                      float eps, cudaStream_t stream, bool pdl) {
-  auto kernel = fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kThreads, kClusterForwardVecs>;
-  constexpr size_t kShared =
-      size_t{kThreads} * kClusterForwardVecs * (sizeof(Vec<X, kVec>) + sizeof(Vec<R, kVec>));
-  allow_shared_bytes(kernel, kShared);
-  allow_cluster_size(kernel, cluster);
-  if (active_clusters(kernel, cluster, kThreads, kShared) == 0) return cudaErrorNotSupported;
-  return launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(rows * cluster)),
-                                   dim3(kThreads), kShared, stream, pdl, cluster, x, residual,
-                                   weight, out, inv_rms, rows, cols, eps);
-}
-
 template <typename X, typename R, typename O, int kVec>
 bool launch_fused_add_rms_norm_cluster(const X* x, R* residual, const X* weight, O* out,
                                        float* inv_rms, int64_t rows, int64_t cols, float eps,
@@ -857,20 +859,19 @@ bool launch_fused_add_rms_norm_cluster(const X* x, R* residual, const X* weight,
                                        bool pdl, cudaError_t* error) {
   const int64_t nvec = cols / kVec;
   if (!vectorized || rows == 0 || nvec <= kClusterFusedMinVecs) return false;
+  const RowClusters rc = row_clusters(nvec, rows, max_cluster);
+  if (rc.cluster == 0) return false;
   constexpr int kSmall = kClusterForwardThreads, kLarge = 2 * kClusterForwardThreads;
-  const int small = cluster_size_for(nvec, max_cluster, kSmall, kClusterForwardVecs);
-  const int large = cluster_size_for(nvec, max_cluster, kLarge, kClusterForwardVecs);
-  const int cluster = small > 0 ? small : large;
-  if (cluster == 0 || rows > 0x7fffffff / cluster) return false;
-  const cudaError_t err =
-      small > 0 ? launch_fused_cluster_rows<X, R, O, kVec, kSmall>(
-                      cluster, x, residual, weight, out, inv_rms, rows, cols, eps, stream, pdl)
-                : launch_fused_cluster_rows<X, R, O, kVec, kLarge>(
-                      cluster, x, residual, weight, out, inv_rms, rows, cols, eps, stream, pdl);
-  if (err == cudaErrorNotSupported) {
-    (void)cudaGetLastError();  // clusters could not run here: the caller's kernel can
-    return false;
-  }
+  auto kernel =
+      rc.threads == kSmall
+          ? fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kSmall, kClusterForwardVecs>
+          : fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kLarge, kClusterForwardVecs>;
+  // Dynamic shared memory: each thread's vectors of h and of x.
+  const size_t shared = static_cast<size_t>(rc.threads) * kClusterForwardVecs *
+                        (sizeof(Vec<X, kVec>) + sizeof(Vec<R, kVec>));
+  const cudaError_t err = launch_rows_in_clusters(kernel, rc, rows, shared, stream, pdl, x,
+                                                  residual, weight, out, inv_rms, rows, cols, eps);
+  if (err == cudaErrorNotSupported) return false;  // the caller's kernel runs instead
   *error = err;
   return true;
 }
