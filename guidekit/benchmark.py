@@ -325,9 +325,20 @@ def _l2_bytes(device: torch.device) -> int:
     return 64 * 2**20
 
 
-def _rotation(bytes_per_set: int, device: torch.device) -> int:
-    """How many input sets make the working set at least 3x the L2 cache."""
-    return max(1, min(64, -(-3 * _l2_bytes(device) // max(1, bytes_per_set))))
+#: The fewest input sets a timed batch rotates through, however large a set.
+#: With one set every call reads the previous call's input again, and a set
+#: larger than L2 still leaves part of itself there: on an H100 some kernels
+#: gained 3-4 points of the copy from it at 2**26 elements (step 11, "How to
+#: time"). With three, the set a call reads was last read two calls before.
+MIN_SETS = 3
+
+
+def _rotation(bytes_per_set: int, device: torch.device, min_sets: int | None = None) -> int:
+    """How many input sets to rotate through: at least ``min_sets``
+    (:data:`MIN_SETS` by default), and enough to make the working set at least 3x
+    the L2 cache."""
+    least = MIN_SETS if min_sets is None else min_sets
+    return max(least, min(64, -(-3 * _l2_bytes(device) // max(1, bytes_per_set))))
 
 
 def copy_bandwidth(device: torch.device, nbytes: int = 2**30, *, clean_l2: bool = True) -> float:
@@ -885,6 +896,7 @@ def run_sweep(
     passes: Sequence[str] = SWEEP_PASSES,
     only: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    min_sets: int = MIN_SETS,
 ) -> dict:
     """GPU time of every implementation at every row length N, M = elements // N.
 
@@ -892,7 +904,9 @@ def run_sweep(
     spin, L2 cleaned, inputs rotated; :func:`time_round_robin`), with a copy
     of the same bytes in every round robin. ``training`` is a forward and a
     backward through autograd, as a training step runs them; its bytes are
-    those of the forward plus those of the backward.
+    those of the forward plus those of the backward. ``min_sets``: the
+    fewest input sets a batch rotates through (:data:`MIN_SETS`; 1 shows
+    what reading the previous call's input again gains).
 
     Returns:
         ``{"elements", "ns", "dtypes", "rows", "skipped", "peers_missing"}``;
@@ -932,7 +946,7 @@ def run_sweep(
                     moved = bytes_moved("forward", m, n, s) + bytes_moved("backward", m, n, s)
                 else:
                     moved = bytes_moved(pass_name, m, n, s)
-                count = _rotation(moved, device)
+                count = _rotation(moved, device, min_sets)
                 make_sets = functools.partial(_sweep_sets, pass_name, m, n, dtype, device, count)
                 found: list[Row] = []
                 _time_impls(
@@ -947,7 +961,8 @@ def run_sweep(
                         "vs_copy": copy.seconds / r.seconds if copy else None,
                     })  # fmt: skip
     return {"elements": elements, "ns": list(ns), "dtypes": list(dtypes), "rows": rows,
-            "skipped": [s.asdict() for s in skips], "peers_missing": missing}  # fmt: skip
+            "skipped": [s.asdict() for s in skips], "peers_missing": missing,
+            "min_sets": min_sets}  # fmt: skip
 
 
 # The shapes of the eager mode: decode (one row) to small batches.
@@ -1072,7 +1087,7 @@ def run_eager(
     ms: Sequence[int] = EAGER_MS,
     ns: Sequence[int] = EAGER_NS,
     calls: int = 50,
-    rounds: int = 15,
+    rounds: int = 31,
     progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Wall-clock time per call, as a user's program waits for it.
@@ -1081,7 +1096,9 @@ def run_eager(
     device is synchronised, and the elapsed time is divided by ``calls``.
     Where the kernels are short this is the host's cost of a call (Python,
     dispatch, autograd, launches); where they are long, the GPU's. The
-    implementations take turns (:func:`time_interleaved`).
+    implementations take turns (:func:`time_interleaved`). A training call's
+    host time varies by several percent from round to round, so the median
+    takes many rounds.
 
     Returns:
         ``{"dtype", "calls", "rounds", "rows", "skipped"}``; each row has
@@ -1387,6 +1404,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sweep-elements", type=int, default=SWEEP_ELEMENTS, help="M * N of every sweep point"
     )
     parser.add_argument(
+        "--min-sets", type=int, default=MIN_SETS,
+        help="the fewest input sets each sweep batch rotates through (1: every call reads "
+        "the previous call's input again)",
+    )  # fmt: skip
+    parser.add_argument(
         "--eager",
         action="store_true",
         help="also time calls as a user makes them (wall clock, no spin) at M in "
@@ -1411,6 +1433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ns=[int(v) for v in args.sweep_ns.split(",")], elements=args.sweep_elements,
                 passes=args.passes.split(",") if args.passes else SWEEP_PASSES,
                 only=args.impls.split(",") if args.impls else None, progress=say,
+                min_sets=args.min_sets,
             )  # fmt: skip
         if args.eager:
             result["eager"] = run_eager(device, dtype=args.dtypes.split(",")[0], progress=say)
