@@ -224,3 +224,54 @@ def test_cli_sweep_writes_the_file(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert {r["impl"] for r in data["sweep"]["rows"]} == {"opguide", benchmark.SAME_SIZE_COPY}
     assert "forward fp32" in capsys.readouterr().out
+    assert data["sweep"]["min_sets"] == benchmark.MIN_SETS
+
+
+def test_rotation_never_reuses_the_previous_calls_inputs():
+    # However large a set, a batch rotates through at least MIN_SETS of them,
+    # so no call reads the set the call before it read (step 11, "How to time").
+    cpu = torch.device("cpu")
+    l2 = benchmark._l2_bytes(cpu)
+    assert benchmark.MIN_SETS >= 2
+    assert benchmark._rotation(100 * l2, cpu) == benchmark.MIN_SETS
+    assert benchmark._rotation(l2 // 4, cpu) == 12  # 3x L2 of small sets
+    assert benchmark._rotation(1, cpu) == 64  # capped
+    assert benchmark._rotation(100 * l2, cpu, min_sets=1) == 1
+
+
+def test_cli_min_sets_reaches_the_sweep(tmp_path, monkeypatch):
+    seen = []
+    real = benchmark._rotation
+    monkeypatch.setattr(
+        benchmark, "_rotation", lambda b, d, m=None: seen.append(m) or real(b, d, m)
+    )
+    out = tmp_path / "one_set.json"
+    assert benchmark.main([
+        "--device", "cpu", "--sweep", "--sweep-ns", "128", "--sweep-elements", "4096",
+        "--dtypes", "fp32", "--passes", "forward", "--min-sets", "1",
+        "--impls", f"opguide,{benchmark.SAME_SIZE_COPY}", "--copy-mib", "1", "--out", str(out),
+    ]) == 0  # fmt: skip
+    assert seen == [1]
+    assert json.loads(out.read_text())["sweep"]["min_sets"] == 1
+
+
+def test_merge_sweeps_keeps_min_sets_and_refuses_a_mix(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "merge_sweeps.py"
+    spec = importlib.util.spec_from_file_location("merge_sweeps", path)
+    merge_sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(merge_sweeps)
+    files = []
+    for k, (dtype, sets) in enumerate((("fp32", 3), ("bf16", 3), ("bf16", 1))):
+        run = {"torch": "t", "cuda": None, "python": "p", "device": "d", "triton": None,
+               "format": 2, "date": f"2026-01-0{k + 1}", "copy_bandwidth_GBps": 1.0,
+               "command": f"python -m guidekit.benchmark --sweep --dtypes {dtype}",
+               "sweep": {"elements": 4096, "ns": [128], "dtypes": [dtype], "rows": [],
+                         "skipped": [], "peers_missing": {}, "min_sets": sets}}  # fmt: skip
+        files.append(tmp_path / f"{k}.json")
+        files[-1].write_text(json.dumps(run))
+    assert merge_sweeps.merge(files[:2])["sweep"]["min_sets"] == 3
+    with pytest.raises(SystemExit, match="min-sets"):
+        merge_sweeps.merge(files)

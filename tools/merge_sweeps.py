@@ -32,6 +32,8 @@ def merge(paths: list[Path]) -> dict:
                 raise SystemExit(f"{path}: {key} is {run.get(key)!r}, not {first.get(key)!r}")
         if run["sweep"]["elements"] != first["sweep"]["elements"]:
             raise SystemExit(f"{path}: another M * N")
+        if run["sweep"].get("min_sets") != first["sweep"].get("min_sets"):
+            raise SystemExit(f"{path}: another --min-sets")
     merged = {k: v for k, v in first.items() if k != "sweep"}
     merged["date"] = min(r["date"] for r in runs)
     copies: dict[str, list[float]] = {}
@@ -59,6 +61,8 @@ def merge(paths: list[Path]) -> dict:
         "skipped": skipped,
         "peers_missing": missing,
     }
+    if "min_sets" in first["sweep"]:  # files written before --min-sets have none
+        merged["sweep"]["min_sets"] = first["sweep"]["min_sets"]
     # The first process's command with its dtype, pass and output file as placeholders.
     command = re.sub(r" --out \S+", "", first.get("command", "python -m guidekit.benchmark"))
     command = re.sub(r"--dtypes \S+", "--dtypes DTYPE", command)
