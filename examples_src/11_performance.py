@@ -164,32 +164,41 @@ THREE = {
     if (r["dtype"], r["pass"]) == ("bf16", "forward")
 }
 print(f"sets: {one_set['min_sets']} against {sweep_file['sweep']['min_sets']}")
+
+
+def points(x: float) -> str:
+    return f"{round(x, 1) + 0.0:+.1f}"  # + 0.0: no "-0.0"
+
+
 for impl in dict.fromkeys(i for i, _ in ONE):
     if impl == benchmark.SAME_SIZE_COPY:
         continue
-    gain = {n: 100 * (ONE[(i, n)] - THREE[(i, n)]) for i, n in ONE if i == impl and (i, n) in THREE}
+    gain = {}  # N -> points of the copy gained with one set
+    for i, n in ONE:
+        if i == impl and (i, n) in THREE:
+            gain[n] = 100 * (ONE[(i, n)] - THREE[(i, n)])
     top = max(gain, key=gain.get)
     print(
-        f"  {impl:20} one set {min(gain.values()):+.1f} to {max(gain.values()):+.1f} points "
+        f"  {impl:20} one set {points(min(gain.values()))} to {points(gain[top])} points "
         f"(most at N = {top})"
     )
     if gain[top] > 10:
         print(f"  Surprising: {impl} gains {gain[top]:.1f} points there; we have not found why.")
 
 
-def behind_peer(frac: dict) -> list[int]:
-    """Row lengths where opguide's CUDA forward is slower than the fastest peer."""
-    return [
+def behind_peer(frac: dict) -> str:
+    """Row lengths where opguide's CUDA forward is slower than Liger or Quack."""
+    found = [
         n
         for n in one_set["ns"]
         if frac[("opguide", n)] < max(frac.get((p, n), 0) for p in ("liger", "quack"))
     ]
+    return ", ".join(map(str, found)) or "none"
 
 
-print(
-    f"the CUDA forward slower than Liger or Quack at N = {behind_peer(ONE) or 'none'} with one "
-    f"set, at N = {behind_peer(THREE) or 'none'} with three"
-)
+print("the CUDA forward slower than Liger or Quack at N =")
+print(f"  with one set: {behind_peer(ONE)}")
+print(f"  with three:   {behind_peer(THREE)}")
 
 # %%
 # Every row length
