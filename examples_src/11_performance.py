@@ -5,9 +5,9 @@ Step 11: Performance
 RMSNorm reads each element once, does a few operations on it and writes it
 once. That makes it memory-bound: its time is set by the bytes it moves, and
 a copy of the same bytes is the yardstick. A kernel at the copy's speed has
-little left to gain. This step measures how close opguide's kernels come to that floor at
-every row length, what a call costs as a user makes it, and which
-optimisations mattered most.
+little left to gain. This step measures how close opguide's kernels come to
+that floor at every row length, what a call costs as a user makes it, and
+which optimisations mattered most.
 
 In this step you will learn:
 
@@ -400,15 +400,15 @@ if spilled:
     )
 for s in sweep["skipped"]:
     print(f"could not run: {s['pass']} {s['impl']} {s['dtype']} N={s['n']}: {s['reason'][:70]}")
-points = [k for k in BY_DTYPE if k[1] in ("forward", "training") and k[2] == "opguide"]
+peer_points = [k for k in BY_DTYPE if k[1] in ("forward", "training") and k[2] == "opguide"]
 slow = [
     f"{d} {p} {n}"
-    for d, p, _, n in points
+    for d, p, _, n in peer_points
     if BY_DTYPE[(d, p, "opguide", n)]["vs_copy"]
     < max(BY_DTYPE[(d, p, q, n)]["vs_copy"] for q in PEERS if (d, p, q, n) in BY_DTYPE)
 ]
 print(
-    f"The CUDA kernel is slower than the fastest peer at {len(slow)} of {len(points)} forward "
+    f"The CUDA kernel is slower than the fastest peer at {len(slow)} of {len(peer_points)} forward "
     f"and training points, both 16-bit types{': ' + ', '.join(slow) if slow else ''}."
 )
 
