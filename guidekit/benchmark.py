@@ -333,12 +333,10 @@ def _l2_bytes(device: torch.device) -> int:
 MIN_SETS = 3
 
 
-def _rotation(bytes_per_set: int, device: torch.device, min_sets: int | None = None) -> int:
-    """How many input sets to rotate through: at least ``min_sets``
-    (:data:`MIN_SETS` by default), and enough to make the working set at least 3x
-    the L2 cache."""
-    least = MIN_SETS if min_sets is None else min_sets
-    return max(least, min(64, -(-3 * _l2_bytes(device) // max(1, bytes_per_set))))
+def _rotation(bytes_per_set: int, device: torch.device, min_sets: int = MIN_SETS) -> int:
+    """How many input sets to rotate through: at least ``min_sets``, and enough
+    to make the working set at least 3x the L2 cache."""
+    return max(min_sets, min(64, -(-3 * _l2_bytes(device) // max(1, bytes_per_set))))
 
 
 def copy_bandwidth(device: torch.device, nbytes: int = 2**30, *, clean_l2: bool = True) -> float:
@@ -909,7 +907,8 @@ def run_sweep(
     what reading the previous call's input again gains).
 
     Returns:
-        ``{"elements", "ns", "dtypes", "rows", "skipped", "peers_missing"}``;
+        ``{"elements", "ns", "dtypes", "rows", "skipped", "peers_missing",
+        "min_sets"}``;
         each row has ``pass``, ``impl``, ``m``, ``n``, ``dtype``, ``seconds``,
         ``bytes``, ``GBps`` and ``vs_copy`` (the copy's time over the
         implementation's: 1.0 is the copy's speed).

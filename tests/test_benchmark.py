@@ -243,7 +243,7 @@ def test_cli_min_sets_reaches_the_sweep(tmp_path, monkeypatch):
     seen = []
     real = benchmark._rotation
     monkeypatch.setattr(
-        benchmark, "_rotation", lambda b, d, m=None: seen.append(m) or real(b, d, m)
+        benchmark, "_rotation", lambda b, d, m=benchmark.MIN_SETS: seen.append(m) or real(b, d, m)
     )
     out = tmp_path / "one_set.json"
     assert benchmark.main([

@@ -78,7 +78,7 @@ def per_row_threads(n: int, vec: int, regs: int) -> int:
 
 
 def variants(ext, n: int, dtype: torch.dtype) -> dict:
-    vec = 16 // torch.tensor([], dtype=dtype).element_size()
+    vec = 16 // benchmark._element_size(dtype)
     found = {}
     for regs in (1, 2, 4):
         per_row = per_row_threads(n, vec, regs)
@@ -125,7 +125,7 @@ def main() -> int:
     out_rows = []
     for dtype_name in args.dtypes:
         dtype = benchmark.DTYPES[dtype_name]
-        s = torch.tensor([], dtype=dtype).element_size()
+        s = benchmark._element_size(dtype)
         for n in args.ns:
             m = benchmark.SWEEP_ELEMENTS // n
             mine = variants(ext, n, dtype)
