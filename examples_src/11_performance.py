@@ -152,9 +152,9 @@ print(
 # Why a kernel would depend on what the batch before it left in L2 is the
 # subject of the cache-hint lesson below.
 #
-# Why three input sets? One set of 256 MiB is five times L2, yet a call that
-# reads the set the call before it read finds part of it there, and how much
-# depends on the kernel. The bfloat16 forward of the sweep below,
+# Why three input sets? The sweep's ``x`` alone is 128 MiB in bfloat16, more
+# than twice L2, yet a call that reads the set the call before it read finds
+# part of it there, and how much depends on the kernel. The bfloat16 forward of the sweep below,
 # recorded in the same run with one set (``--min-sets 1``), against three:
 one_set = recorded("sweep_one_input_set_h100.json")["sweep"]
 ONE = {(r["impl"], r["n"]): r["vs_copy"] for r in one_set["rows"]}
