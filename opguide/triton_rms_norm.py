@@ -435,30 +435,34 @@ def _rms_norm_bwd_split_kernel(
     SEG: tl.constexpr, SP: tl.constexpr,
 ):  # fmt: skip
     # Program (g, s) of G * S takes segment s of the rows g, g + G, g + 2G,
-    # ... (a few programs per SM) and adds its segment of dweight over them
-    # into row g of dw_partial. It waits one row late: it counts in its part
-    # of the next row's sum, sum(dy * w * x_hat), before it waits for this
-    # row's total, so that the wait overlaps the next row's loads (step 11,
-    # "Long rows", measures both ways).
+    # ... (two programs per SM) and adds its segment of dweight over them
+    # into row g of dw_partial. It holds three rows: this one, whose total it
+    # waits for; the next, whose part of the sum, sum(dy * w * x_hat), it
+    # counts in before that wait; and the one after, whose loads it starts
+    # first, so that they have a whole row's work to arrive (step 11, "Long
+    # rows", measures each step).
     G = tl.num_programs(0) // S
     g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     dw = tl.zeros([SEG], dtype=tl.float32)
+    # Rows g and g + G; masks are vectors, as the interpreter needs.
     x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
     dy = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
     inv_rms = tl.load(inv_rms_ptr + g)
+    x_next = tl.load(x_ptr + (g + G) * N + cols, mask=mask & (g + G + 0 * cols < M), other=0.0)
+    dy_next = tl.load(dy_ptr + (g + G) * N + cols, mask=mask & (g + G + 0 * cols < M), other=0.0)
+    inv_next = tl.load(inv_rms_ptr + tl.minimum(g + G, M - 1))  # unused past the last row
     part = tl.sum(dy.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
     _count_in(slots_ptr, g, s, part, S)
     for row in range(g, M, G):
-        ahead = row + G
-        more = ahead < M
-        next_mask = mask & (ahead + 0 * cols < M)  # a vector mask: the interpreter needs one
-        x_next = tl.load(x_ptr + ahead * N + cols, mask=next_mask, other=0.0)
-        dy_next = tl.load(dy_ptr + ahead * N + cols, mask=next_mask, other=0.0)
-        inv_next = tl.load(inv_rms_ptr + tl.minimum(ahead, M - 1))  # unused past the last row
-        if more:
+        ahead = row + 2 * G
+        in_rows = mask & (ahead + 0 * cols < M)
+        x_after = tl.load(x_ptr + ahead * N + cols, mask=in_rows, other=0.0)
+        dy_after = tl.load(dy_ptr + ahead * N + cols, mask=in_rows, other=0.0)
+        inv_after = tl.load(inv_rms_ptr + tl.minimum(ahead, M - 1))
+        if row + G < M:
             part = tl.sum(dy_next.to(tl.float32) * w * x_next.to(tl.float32), axis=0) * inv_next
-            _count_in(slots_ptr, ahead, s, part, S)
+            _count_in(slots_ptr, row + G, s, part, S)
         total = _wait_total(slots_ptr, row, S, SP)
         x_hat = x.to(tl.float32) * inv_rms
         gw = dy.to(tl.float32) * w
@@ -466,6 +470,7 @@ def _rms_norm_bwd_split_kernel(
         tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         dw += dy.to(tl.float32) * x_hat
         x, dy, inv_rms = x_next, dy_next, inv_next
+        x_next, dy_next, inv_next = x_after, dy_after, inv_after
     tl.store(dw_partial_ptr + g * N + cols, dw, mask=mask)
 
 
@@ -560,15 +565,13 @@ SPLIT_BACKWARD: Optional[tuple[int, int, int]] = None  # noqa: UP045
 def _backward_split(n: int) -> tuple[int, int, int]:
     """(SEG, num_warps, programs per SM) of the split backward for rows of n elements.
 
-    The fastest at every N of the same sweep: 32 segments a row (16 at
-    N = 16384), 16 elements per thread, 16 warps per SM in all. Segments stop
-    growing at 4096 elements, so rows past 4096 * SMs take the chunked kernels.
+    The fastest at every N of the same sweep: segments of 4096 elements, 32
+    per thread, two programs of 4 warps per SM. Rows past 4096 * SMs take the
+    chunked kernels.
     """
     if SPLIT_BACKWARD is not None:
         return SPLIT_BACKWARD
-    seg = min(max(1024, triton.next_power_of_2(n) // 32), 4096)
-    warps = seg // 512
-    return seg, warps, 16 // warps
+    return 4096, 4, 2
 
 
 def _split_groups(x: torch.Tensor, m: int, segments: int, split: tuple) -> int:

@@ -14,7 +14,8 @@ each shape of the kernel that adds up dweight's partial rows.
 split times opguide's forward and backward on rows split over programs
 ([split-rows]) at each (SEG, num_warps, programs per SM), and, as the
 "before", copies of the kernels that wait for each row's total before they
-load the next row (forward: one program per segment of each row).
+load the next row (forward: one program per segment of each row), and of the
+backward that loaded one row ahead instead of two ("one row late").
 
 Times come from guidekit.benchmark.time_per_call: medians of batches queued
 behind a spin kernel, so the host's launch latency is not counted.
@@ -400,13 +401,47 @@ def bwd_split_row_at_a_time(dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partia
     tl.store(dw_partial_ptr + g * N + cols, dw, mask=mask)
 
 
+@triton.jit
+def bwd_split_one_row_late(dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, slots_ptr,
+                           M, N, S, SEG: tl.constexpr, SP: tl.constexpr):  # fmt: skip
+    # The library's split backward as it was before it loaded two rows ahead:
+    # it loads the next row, counts in its part, then waits for this row's
+    # total; the loads it waits on are the ones it has just issued.
+    G = tl.num_programs(0) // S
+    g, s, cols, mask = triton_ops._segment(S, N, SEG)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros([SEG], dtype=tl.float32)
+    x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
+    inv_rms = tl.load(inv_rms_ptr + g)
+    part = tl.sum(dy.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
+    triton_ops._count_in(slots_ptr, g, s, part, S)
+    for row in range(g, M, G):
+        ahead = row + G
+        next_mask = mask & (ahead + 0 * cols < M)
+        x_next = tl.load(x_ptr + ahead * N + cols, mask=next_mask, other=0.0)
+        dy_next = tl.load(dy_ptr + ahead * N + cols, mask=next_mask, other=0.0)
+        inv_next = tl.load(inv_rms_ptr + tl.minimum(ahead, M - 1))
+        if ahead < M:
+            part = tl.sum(dy_next.to(tl.float32) * w * x_next.to(tl.float32), axis=0) * inv_next
+            triton_ops._count_in(slots_ptr, ahead, s, part, S)
+        total = triton_ops._wait_total(slots_ptr, row, S, SP)
+        x_hat = x.to(tl.float32) * inv_rms
+        gw = dy.to(tl.float32) * w
+        dx = inv_rms * (gw - x_hat * (total / N))
+        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy.to(tl.float32) * x_hat
+        x, dy, inv_rms = x_next, dy_next, inv_next
+    tl.store(dw_partial_ptr + g * N + cols, dw, mask=mask)
+
+
 SPLIT_NS = (16384, 32768, 65536, 131072)
 
 
 def split_configs():
     """(SEG, num_warps, programs per SM): 8 to 64 elements per thread."""
     return sorted((seg, warps, per_sm) for seg in (1024, 2048, 4096, 8192, 16384)
-                  for warps in (2, 4, 8, 16) for per_sm in (2, 4, 8, 16)
+                  for warps in (2, 4, 8, 16) for per_sm in (1, 2, 4, 8, 16)
                   if 8 <= seg // (32 * warps) <= 64 and seg * per_sm <= 32768)  # fmt: skip
 
 
@@ -530,24 +565,50 @@ def split_backward(m, n, w, eps, sms, copy):
         us = time_us(before, sets)
         results.append((us, label))
         report(m, n, "backward " + label, us, nbytes, copy)
-    saved = triton_ops.SPLIT_BACKWARD
-    try:
-        for config in split_configs():
-            if triton.cdiv(n, config[0]) > sms or config[0] >= n:
-                continue
+    def one_row_late(config):
+        seg, warps, per_sm = config
+        s = triton.cdiv(n, seg)
+        groups = max(1, min(m, per_sm * sms // s))
+
+        def run(x, dy, inv):
+            dx = torch.empty_like(x)
+            dw = torch.empty_like(w)
+            dw_partial = torch.empty(groups, n, device="cuda", dtype=torch.float32)
+            slots = triton_ops._row_slots(x, m, s)
+            bwd_split_one_row_late[(groups * s,)](
+                dy, x, w, inv, dx, dw_partial, slots, m, n, s, SEG=seg,
+                SP=triton.next_power_of_2(s), num_warps=warps,
+            )  # fmt: skip
+            dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
+                dw_partial, dw, groups, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
+                GDC=False, num_warps=DW_SUM_WARPS,
+            )  # fmt: skip
+            return dx, dw
+
+        return run
+
+    def library(config):
+        def run(x, dy, inv):
+            saved = triton_ops.SPLIT_BACKWARD
             triton_ops.SPLIT_BACKWARD = config
-            label = "one row late SEG {} warps {} per SM {}".format(*config)
-
-            def run(x, dy, inv):
+            try:
                 return triton_ops.rms_norm_backward_triton(dy, x, w, inv)
+            finally:
+                triton_ops.SPLIT_BACKWARD = saved
 
+        return run
+
+    for config in split_configs():
+        if triton.cdiv(n, config[0]) > sms or config[0] >= n:
+            continue
+        for variant, make in (("one row late", one_row_late), ("two rows ahead", library)):
+            label = "{} SEG {} warps {} per SM {}".format(variant, *config)
+            run = make(config)
             if checked(label, run):
                 us = time_us(run, sets)
                 results.append((us, label))
                 report(m, n, "backward " + label, us, nbytes, copy)
-    finally:
-        triton_ops.SPLIT_BACKWARD = saved
-    for prefix in ("fenced", "one row late"):
+    for prefix in ("fenced", "one row late", "two rows ahead"):
         us, label = best(results, lambda label, prefix=prefix: label.startswith(prefix))
         report(m, n, "backward " + label, us, nbytes, copy, "best ")
 
