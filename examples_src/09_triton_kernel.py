@@ -138,8 +138,9 @@ elements) that no longer fits and Triton spills to memory. Longer rows take
 ``_rms_norm_bwd_split_kernel`` of the split kernels above: program ``(g, s)``
 takes segment ``s`` of the rows ``g``, ``g + G``, ``g + 2G``, ..., adds its
 segment of ``dweight`` over them into row ``g`` of the buffer, and waits one
-row late: it loads the next row and writes its part of that row's sum before
-it waits for this row's total. ``_dw_sum_kernel`` sums the
+row late: it writes its part of the next row's sum before it waits for this
+row's total, and it has already started the loads of the row after that.
+``_dw_sum_kernel`` sums the
 buffer as above. Rows of more segments than multiprocessors take two chunked
 kernels: one program per row walks it twice, for the row's sum and for
 ``dx``, and ``dweight`` is summed over strips of columns:

@@ -42,6 +42,7 @@ import torch
 
 from guidekit import benchmark
 from guidekit.compile_checks import source_root
+from opguide import triton_rms_norm as triton_ops
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 RECORDED_DIR = ROOT / "docs" / "recorded"
@@ -149,8 +150,7 @@ print(
 )
 
 # %%
-# Why a kernel would depend on what the batch before it left in L2 is the
-# subject of the cache-hint lesson below.
+# The cache-hint lesson below says why L2's state matters.
 #
 # Why three input sets? The sweep's ``x`` alone is 128 MiB in bfloat16, more
 # than twice L2, yet a call that reads the set the call before it read finds
@@ -354,11 +354,10 @@ if split:
             )  # fmt: skip
 
 # %%
-# Where the targets are missed, and what could not run. Misses are expected
-# where a row no longer fits one block or one program: in the CUDA backward
-# and training from ``N`` = 32768 on, and in Triton past 16384 (8192 for the
-# backward and training, 32768 for the fused kernel), where a row is split
-# over programs that wait for each other; "Long rows" says why:
+# Where the targets are missed, and what could not run. Misses are likeliest
+# where a row is split over blocks or programs that wait for each other
+# ("Long rows"): the CUDA backward and training past 16384, Triton past 8192
+# to 32768 by pass:
 ONE_BLOCK = {"forward": 16384, "fused": 32768, "backward": 16384, "training": 16384}
 TRITON_BLOCK = {"forward": 16384, "fused": 32768, "backward": 8192, "training": 8192}
 expected, other = [], []
@@ -626,14 +625,16 @@ for dtype in ("bf16", "fp16"):
 # store the program has in flight has landed. Now the part and the mark that
 # it was written travel in one 64-bit store, which needs no fence. The
 # backward also waits one row late: it writes its part of the next row before
-# it waits for this row's total. Two runs of ``tools/sweep_triton.py split``,
+# it waits for this row's total. Last, it loads two rows ahead, not one: the
+# loads it waited on behind each total had only just started. Two runs of
+# ``tools/sweep_triton.py split``,
 # one with every split kernel fenced and one as built, each variant at the
 # best of its launch parameters, in % of the 1 GiB copy:
 SPLIT_LINE = re.compile(r"^\s+(best\s+)?\d+x(\d+) (\w+) (.+?)\s+[\d.]+ us\s+([\d.]+)%")
 
 
 def split_sweep(name: str) -> tuple[dict, dict]:
-    """({(pass, variant, N): (%, its best launch)}, {(pass, launch, N): %}) of a split sweep."""
+    """({(pass, variant, N): (%, its best launch)}, {(pass, variant, launch, N): %}) of a sweep."""
     text = (RECORDED_DIR / name).read_text()
     print(f"{name}: {next(line for line in text.splitlines() if line.startswith('NVIDIA'))}")
     best, every = {}, {}
@@ -644,12 +645,12 @@ def split_sweep(name: str) -> tuple[dict, dict]:
             if found[1]:
                 best[(pass_name, variant, n)] = (pct, "SEG " + launch)
             else:
-                every[(pass_name, "SEG " + launch, n)] = pct
+                every[(pass_name, variant, "SEG " + launch, n)] = pct
     return best, every
 
 
 fenced_best, fenced_every = split_sweep("sweep_triton_split_fenced_h100.txt")
-slots_best, _ = split_sweep("sweep_triton_split_h100.txt")
+slots_best, slots_every = split_sweep("sweep_triton_split_h100.txt")
 
 
 def launch(text: str) -> str:
@@ -663,15 +664,26 @@ for n in (32768, 65536, 131072):
     now_pct, now_launch = slots_best[("forward", "row at a time", n)]
     print(
         f"forward  N = {n:6}: fenced {pct:4.1f}% {launch(best_launch)}, "
-        f"{fenced_every[('forward', now_launch, n)]:4.1f}% {launch(now_launch)}; "
+        f"{fenced_every[('forward', 'row at a time', now_launch, n)]:4.1f}% {launch(now_launch)}; "
         f"slots {now_pct:4.1f}% {launch(now_launch)}"
     )
+ahead_gain, behind_best = [], []
+built = "SEG {} warps {} per SM {}".format(*triton_ops._backward_split(2**17))
 for n in (16384, 32768, 65536, 131072):
+    late_pct = slots_best[("backward", "one row late", n)][0]
+    ahead_pct, ahead_launch = slots_best[("backward", "two rows ahead", n)]
     print(
         f"backward N = {n:6}: fenced {fenced_best[('backward', 'row at a time', n)][0]:4.1f}%, "
         f"fenced one row late {fenced_best[('backward', 'one row late', n)][0]:4.1f}%, "
-        f"slots one row late {slots_best[('backward', 'one row late', n)][0]:4.1f}%"
+        f"slots one row late {late_pct:4.1f}%, two rows ahead {ahead_pct:4.1f}%"
     )
+    ahead_gain.append(ahead_pct - late_pct)
+    behind_best.append(ahead_pct - slots_every[("backward", "two rows ahead", built, n)])
+print(
+    f"two rows ahead against one: {min(ahead_gain):+.1f} to {max(ahead_gain):+.1f} points; "
+    f"the library's launch, {launch(built)}, {max(behind_best):.1f} points or less behind "
+    "the best launch at each N"
+)
 late = [v[0] for k, v in slots_best.items() if k[:2] == ("forward", "one row late")]
 print(f"the forward one row late, with slots, at its best: {min(late):.1f}-{max(late):.1f}%")
 

@@ -273,9 +273,9 @@ def test_backward_ops_share_one_contract(backend, shape):
 @interpreter
 @pytest.mark.parametrize("rows", [1, 2, 3, 5])
 def test_split_backward_with_several_rows_per_program(monkeypatch, rows):
-    # Two row groups, so each program loops over several rows and counts in
-    # the row after the one it waits for (past the last row too); then as
-    # many groups as rows.
+    # Two row groups, so each program loops over several rows, counts in the
+    # row after the one it waits for and loads the row after that (past the
+    # last row too); then as many groups as rows.
     x, w = make_inputs((rows, 20000), torch.float32)
     grad = torch.randn(rows, 20000)
     _, inv_rms = torch.ops.opguide.rms_norm_fwd_triton.default(x, w, 1e-6)
@@ -325,10 +325,9 @@ def _sms() -> int:
     return torch.cuda.get_device_properties(0).multi_processor_count
 
 
-# Long rows ([split-rows]): split over 2 to 16 programs (forward and fused) or
-# 4 to 64 (backward), more rows than run at once, odd N, one row; then rows of
-# more segments than SMs (the chunked kernels), in the forward and in the
-# backward (whose segments are shorter).
+# Long rows ([split-rows]): split over 2 to 64 programs, more rows than run
+# at once, odd N, one row; then rows of more segments than SMs (the chunked
+# kernels), past the forward's segments and past the backward's.
 LONG_SHAPES = [(3, 32768), (300, 65536), (7, 131072), (5, 100003), (600, 16384), (1, 262144)]
 LONG_IDS = [*map(str, LONG_SHAPES), "forward-chunked", "backward-chunked"]
 

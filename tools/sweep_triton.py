@@ -565,6 +565,7 @@ def split_backward(m, n, w, eps, sms, copy):
         us = time_us(before, sets)
         results.append((us, label))
         report(m, n, "backward " + label, us, nbytes, copy)
+
     def one_row_late(config):
         seg, warps, per_sm = config
         s = triton.cdiv(n, seg)
