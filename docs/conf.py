@@ -24,8 +24,10 @@ for _name, _sub in (
 ):
     os.environ.setdefault(_name, str(BUILD / _sub))
 os.environ.setdefault("MPLBACKEND", "Agg")
-# All gallery scripts share this process. Without a GPU, the Triton steps need
-# Triton's interpreter, chosen before any script (or torch.compile) imports triton.
+# The gallery scripts run in this process and in the worker processes of
+# sphinx-gallery's parallel mode, which inherit this environment. Without a GPU,
+# the Triton steps need Triton's interpreter, chosen before any script (or
+# torch.compile) imports triton.
 import torch  # noqa: E402
 
 if not torch.cuda.is_available():
@@ -84,6 +86,9 @@ from thumbnails import write_thumbnails  # noqa: E402
 
 write_thumbnails(DOCS / "_thumbnails")
 
+#: Gallery scripts run at once: OPGUIDE_JOBS, default 2 (1 on a one-core machine).
+GALLERY_JOBS = int(os.environ.get("OPGUIDE_JOBS", min(2, os.cpu_count() or 1)))
+
 sphinx_gallery_conf = {
     "examples_dirs": str(ROOT / "examples_src"),
     "gallery_dirs": "auto_examples",
@@ -92,6 +97,10 @@ sphinx_gallery_conf = {
     # A program that a step shows and launches (torchrun), not a page.
     "ignore_pattern": r"__init__\.py|_worker\.py$",
     "run_stale_examples": True,
+    # Scripts run GALLERY_JOBS at a time, in worker processes (most of their
+    # time is spent compiling on one core); the few that time kernels on the
+    # CPU say `# sphinx_gallery_parallel = False` and run first, alone.
+    "parallel": GALLERY_JOBS,
     "abort_on_example_error": False,
     "only_warn_on_example_error": False,
     "within_subsection_order": "FileNameSortKey",

@@ -73,6 +73,7 @@ from torch.utils.cpp_extension import load
 from guidekit.compile_checks import source_root
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/02.png"
+# sphinx_gallery_parallel = False  # it times kernels on the CPU: runs alone
 ROOT = source_root()  # the opguide source tree (csrc/ is there)
 build_dir = ROOT / "build" / "jit" / "rms_norm_minimal_cpu"
 build_dir.mkdir(parents=True, exist_ok=True)

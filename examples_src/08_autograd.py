@@ -153,6 +153,7 @@ import opguide
 from opguide import rms_norm_backward_reference
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/08.png"
+# sphinx_gallery_parallel = False  # it times kernels on the CPU: runs alone
 torch.manual_seed(0)
 for dtype in (torch.float32, torch.bfloat16):
     x = torch.randn(64, 1000, dtype=dtype, requires_grad=True)

@@ -241,6 +241,7 @@ from opguide import rms_norm_reference
 from opguide import triton_rms_norm as triton_ops
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/09.png"
+# sphinx_gallery_parallel = False  # it times kernels on the CPU: runs alone
 print("GPU visible:", torch.cuda.is_available())
 print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"))
 print("registered with:", triton_ops.register_op.__module__ + "." + triton_ops.register_op.__name__)

@@ -44,6 +44,7 @@ from guidekit import benchmark
 from guidekit.compile_checks import source_root
 from opguide import triton_rms_norm as triton_ops
 
+# sphinx_gallery_parallel = False  # it times kernels on the CPU: runs alone
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 RECORDED_DIR = ROOT / "docs" / "recorded"
 
