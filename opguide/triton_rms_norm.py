@@ -178,7 +178,9 @@ def _long_row_configs() -> list:
 def _rms_norm_fwd_kernel(
     x_ptr, w_ptr, y_ptr, inv_rms_ptr, M, N, eps,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STORE_INV: tl.constexpr, GDC: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
+    N = N // ALIGN * ALIGN  # a multiple of ALIGN: rows start aligned ([alignment])
     # One program normalises ROWS whole rows, held in registers as a
     # (ROWS, BLOCK_N) block: x is read from memory once. BLOCK_N is N rounded
     # up to a power of two; the mask covers the padding and the last rows.
@@ -247,8 +249,9 @@ MAX_REGISTER_ROW = 16384
 def _rms_norm_bwd_kernel(
     dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, M, N,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.constexpr,
-    GDC: tl.constexpr,
+    GDC: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
+    N = N // ALIGN * ALIGN  # a multiple of ALIGN: rows start aligned ([alignment])
     # Program p handles the groups of ROWS rows p, p + P, p + 2P, ... (P
     # programs, as many as fit on the GPU at once, so that neighbouring rows
     # are read at the same time) and writes its own partial sum of dweight to
@@ -283,8 +286,9 @@ def _rms_norm_bwd_kernel(
 @triton.jit(do_not_specialize=["P"])
 def _dw_sum_kernel(
     partial_ptr, dw_ptr, P, N,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, GDC: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, GDC: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
+    N = N // ALIGN * ALIGN  # a multiple of ALIGN: rows start aligned ([alignment])
     # dweight for BLOCK_N columns: the P partial rows summed in a fixed order
     # (so the result does not vary from run to run), cast to dweight's dtype.
     if GDC:
@@ -414,8 +418,9 @@ def _segment(S, N, SEG: tl.constexpr):
 @triton.jit
 def _rms_norm_fwd_split_kernel(
     x_ptr, w_ptr, y_ptr, inv_rms_ptr, slots_ptr, N, eps, S,
-    SEG: tl.constexpr, SP: tl.constexpr, STORE_INV: tl.constexpr,
+    SEG: tl.constexpr, SP: tl.constexpr, STORE_INV: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
+    N = N // ALIGN * ALIGN  # a multiple of ALIGN: rows start aligned ([alignment])
     # Program (row, s) normalises columns [s * SEG, (s + 1) * SEG) of a row,
     # read from memory once. While it waits, the GPU runs other programs.
     row, s, cols, mask = _segment(S, N, SEG)
@@ -432,8 +437,9 @@ def _rms_norm_fwd_split_kernel(
 @triton.jit
 def _rms_norm_bwd_split_kernel(
     dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, slots_ptr, M, N, S,
-    SEG: tl.constexpr, SP: tl.constexpr,
+    SEG: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
+    N = N // ALIGN * ALIGN  # a multiple of ALIGN: rows start aligned ([alignment])
     # Program (g, s) of G * S takes segment s of the rows g, g + G, g + 2G,
     # ... (two programs per SM) and adds its segment of dweight over them
     # into row g of dw_partial. It holds three rows: this one, whose total it
@@ -477,8 +483,9 @@ def _rms_norm_bwd_split_kernel(
 @triton.jit
 def _fused_add_rms_norm_split_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, slots_ptr, N, eps, S,
-    HAS_WEIGHT: tl.constexpr, SEG: tl.constexpr, SP: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, SEG: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
+    N = N // ALIGN * ALIGN  # a multiple of ALIGN: rows start aligned ([alignment])
     # As the split forward: the new residual is stored before the wait.
     row, s, cols, mask = _segment(S, N, SEG)
     x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0)
@@ -511,6 +518,24 @@ def _row_slots(x: torch.Tensor, m: int, segments: int) -> torch.Tensor:
 # (`python3 tools/sweep_triton.py forward backward fused dwsum split`), not
 # triton.autotune keyed on N: the best choice depends on M too, and such an
 # autotuner keeps whatever suited the first M it sees.
+# [alignment]
+# Triton specialises an integer argument that is a multiple of 16 (and a
+# pointer that is 16-byte aligned): the compiler then knows that every row
+# starts on a 16-byte boundary and loads whole vectors. For any other N it
+# knows nothing, and each element is loaded alone. ALIGN, a constexpr, is the
+# largest power of two up to 16 that divides N, and each kernel begins with
+# N = N // ALIGN * ALIGN: the same N, written so that the compiler can see it
+# is a multiple of ALIGN. Rows of 4104 elements (ALIGN 8) get 16-byte loads
+# again, at the cost of one compiled variant per ALIGN (step 11, "Odd row
+# lengths", measures it).
+def _align(n: int) -> int:
+    """ALIGN of the kernels: the largest of 1, 2, 4, 8 and 16 that divides n (16 for 0)."""
+    return min(n & -n, 16) or 16
+
+
+# [alignment-end]
+
+
 def _forward_launch(block: int) -> tuple[int, int]:
     """(ROWS, num_warps) of the forward: about 2048 elements per program, 16 per thread."""
     if INTERPRET:
@@ -637,14 +662,15 @@ def _forward(
             rows, warps = _forward_launch(block)
             launchable(_rms_norm_fwd_kernel)[(triton.cdiv(m, rows),)](
                 xc, weight.contiguous(), y, inv_arg, m, n, eps, BLOCK_N=block, ROWS=rows,
-                STORE_INV=store_inv, num_warps=warps, **_pdl(xc),
+                STORE_INV=store_inv, ALIGN=_align(n), num_warps=warps, **_pdl(xc),
             )  # fmt: skip
         elif (split := _split_rows(xc, n, SPLIT_FORWARD[0])) is not None:
             segments, seg, sp = split
             slots = _row_slots(xc, m, segments)
             launchable(_rms_norm_fwd_split_kernel)[(m * segments,)](
                 xc, weight.contiguous(), y, inv_arg, slots, n, eps, segments,
-                SEG=seg, SP=sp, STORE_INV=store_inv, num_warps=_warps(SPLIT_FORWARD),
+                SEG=seg, SP=sp, STORE_INV=store_inv, ALIGN=_align(n),
+                num_warps=_warps(SPLIT_FORWARD),
             )  # fmt: skip
         else:
             launchable(_rms_norm_fwd_long_kernel)[(m,)](
@@ -698,7 +724,7 @@ def rms_norm_backward_triton(
             dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
             launchable(_rms_norm_bwd_kernel)[(programs,)](
                 dy, xc, wc, rc, dx, dw_partial, m, n,
-                BLOCK_N=block, ROWS=rows, STAGES=stages, num_warps=warps, **pdl,
+                BLOCK_N=block, ROWS=rows, STAGES=stages, ALIGN=_align(n), num_warps=warps, **pdl,
             )  # fmt: skip
         elif (split := _split_rows(xc, n, (config := _backward_split(n))[0])) is not None:
             # Longer rows: each split over programs that meet through memory.
@@ -708,7 +734,7 @@ def rms_norm_backward_triton(
             slots = _row_slots(xc, m, segments)
             launchable(_rms_norm_bwd_split_kernel)[(programs * segments,)](
                 dy, xc, wc, rc, dx, dw_partial, slots, m, n, segments,
-                SEG=seg, SP=sp, num_warps=_warps(config),
+                SEG=seg, SP=sp, ALIGN=_align(n), num_warps=_warps(config),
             )  # fmt: skip
         else:
             # Rows too long to split: dx row by row in chunks, dweight over
@@ -727,7 +753,7 @@ def rms_norm_backward_triton(
         # The second stage of the dweight reduction: a sum over `programs` rows.
         launchable(_dw_sum_kernel)[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
             dw_partial, dweight, programs, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
-            num_warps=DW_SUM_WARPS, **pdl,
+            ALIGN=_align(n), num_warps=DW_SUM_WARPS, **pdl,
         )  # fmt: skip
     return dx, dweight
 
@@ -847,6 +873,7 @@ _PLANS: dict = {}
 class _Plan:
     def __init__(self, x: torch.Tensor, n: int):
         self.block = triton.next_power_of_2(n)
+        self.align = _align(n)
         self.rows, self.warps = _forward_launch(self.block)
         self.programs, self.bwd_rows, self.stages, self.bwd_warps = _backward_launch(
             x, 2**31, self.block
@@ -884,7 +911,13 @@ def _direct_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, training:
         except TypeError:
             _Kept.works = False
     args = (x, weight, y, inv_rms, m, n, eps)
-    kw = dict(BLOCK_N=plan.block, ROWS=plan.rows, STORE_INV=training, num_warps=plan.warps)
+    kw = dict(
+        BLOCK_N=plan.block,
+        ROWS=plan.rows,
+        STORE_INV=training,
+        ALIGN=plan.align,
+        num_warps=plan.warps,
+    )
     if aligned:
         plan.forward[training] = _Kept(_rms_norm_fwd_kernel, grid, args, {**kw, **plan.pdl})
     else:  # compiled for these pointers: launched, not kept
@@ -924,9 +957,17 @@ def _direct_backward(grad, x, weight, inv_rms):
         except TypeError:
             _Kept.works = False
     main = (dy, x, weight, inv_rms, dx, dw_partial, m, n)
-    kw = dict(BLOCK_N=plan.block, ROWS=plan.bwd_rows, STAGES=plan.stages, num_warps=plan.bwd_warps)
+    kw = dict(
+        BLOCK_N=plan.block,
+        ROWS=plan.bwd_rows,
+        STAGES=plan.stages,
+        ALIGN=plan.align,
+        num_warps=plan.bwd_warps,
+    )
     plan.backward = _Kept(_rms_norm_bwd_kernel, programs, main, {**kw, **plan.pdl})
-    kw = dict(BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N, num_warps=DW_SUM_WARPS)
+    kw = dict(
+        BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N, ALIGN=plan.align, num_warps=DW_SUM_WARPS
+    )
     total = (dw_partial, dweight, programs, n)
     plan.dw_sum = _Kept(_dw_sum_kernel, plan.dw_grid, total, {**kw, **plan.pdl})
     return dx, dweight
@@ -1033,7 +1074,9 @@ ops.DIRECT_TRITON = None if INTERPRET else direct_rms_norm
 def _fused_add_rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, M, N, eps,
     HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, GDC: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
+    N = N // ALIGN * ALIGN  # a multiple of ALIGN: rows start aligned ([alignment])
     # One program takes ROWS whole rows, in registers, as the forward does:
     # the updated residual is stored and normalised without being read back
     # from memory.
@@ -1133,7 +1176,8 @@ def fused_add_rms_norm_triton_(
                 rows = 1 if INTERPRET else max(1, 2048 // block)  # short rows, several
                 launchable(_fused_add_rms_norm_kernel)[(triton.cdiv(m, rows),)](
                     xc, rc, w_arg, out, inv_rms, m, n, eps, HAS_WEIGHT=weight is not None,
-                    BLOCK_N=block, ROWS=rows, num_warps=_fused_warps(rows * block),
+                    BLOCK_N=block, ROWS=rows, ALIGN=_align(n),
+                    num_warps=_fused_warps(rows * block),
                     **_pdl(xc),
                 )  # fmt: skip
             elif (split := _split_rows(xc, n, SPLIT_FUSED[0])) is not None:
@@ -1141,7 +1185,7 @@ def fused_add_rms_norm_triton_(
                 slots = _row_slots(xc, m, segments)
                 launchable(_fused_add_rms_norm_split_kernel)[(m * segments,)](
                     xc, rc, w_arg, out, inv_rms, slots, n, eps, segments,
-                    HAS_WEIGHT=weight is not None, SEG=seg, SP=sp,
+                    HAS_WEIGHT=weight is not None, SEG=seg, SP=sp, ALIGN=_align(n),
                     num_warps=_warps(SPLIT_FUSED),
                 )  # fmt: skip
             else:

@@ -246,13 +246,15 @@ def backward_shape(m, n, copy):
                                 programs=programs, partial=partial, dw=dw, gdc=gdc):  # fmt: skip
                             bwd_kernel[(programs,)](
                                 dy, x, w, dx, partial, m, n, 1e-6, BLOCK_N=block, ROWS=rows,
-                                STAGES=stages, GDC=gdc, num_warps=warps, launch_pdl=gdc,
+                                STAGES=stages, GDC=gdc, ALIGN=triton_ops._align(n), num_warps=warps,
+                                launch_pdl=gdc,
                             )  # fmt: skip
                             if reduce == "torch":
                                 return partial.sum(dim=0).to(DTYPE)
                             dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
                                 partial, dw, programs, n, BLOCK_P=DW_SUM_BLOCK_P,
-                                BLOCK_N=DW_SUM_BLOCK_N, GDC=gdc, num_warps=DW_SUM_WARPS,
+                                BLOCK_N=DW_SUM_BLOCK_N, GDC=gdc, ALIGN=triton_ops._align(n),
+                                num_warps=DW_SUM_WARPS,
                                 launch_pdl=gdc,
                             )  # fmt: skip
                             return dw
@@ -295,11 +297,12 @@ def dwsum_shape(m, n, copy):
                 def run(x, dy, dx, block_p=block_p, block_n=block_n, sum_warps=sum_warps):
                     bwd_kernel[(programs,)](
                         dy, x, w, dx, partial, m, n, 1e-6, BLOCK_N=block, ROWS=rows,
-                        STAGES=stages, GDC=True, num_warps=warps, launch_pdl=True,
+                        STAGES=stages, GDC=True, ALIGN=triton_ops._align(n), num_warps=warps,
+                        launch_pdl=True,
                     )  # fmt: skip
                     dw_sum_kernel[(triton.cdiv(n, block_n),)](
                         partial, dw, programs, n, BLOCK_P=block_p, BLOCK_N=block_n,
-                        GDC=True, num_warps=sum_warps, launch_pdl=True,
+                        GDC=True, ALIGN=triton_ops._align(n), num_warps=sum_warps, launch_pdl=True,
                     )  # fmt: skip
                     return dw
 
@@ -552,7 +555,7 @@ def split_backward(m, n, w, eps, sms, copy):
         )  # fmt: skip
         dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
             dw_partial, dw, groups, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
-            GDC=False, num_warps=DW_SUM_WARPS,
+            GDC=False, ALIGN=triton_ops._align(n), num_warps=DW_SUM_WARPS,
         )  # fmt: skip
         return dx, dw
 
@@ -582,7 +585,7 @@ def split_backward(m, n, w, eps, sms, copy):
             )  # fmt: skip
             dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
                 dw_partial, dw, groups, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
-                GDC=False, num_warps=DW_SUM_WARPS,
+                GDC=False, ALIGN=triton_ops._align(n), num_warps=DW_SUM_WARPS,
             )  # fmt: skip
             return dx, dw
 
