@@ -16,6 +16,7 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
 
 #include "device_common.cuh"
 #include "keep_packed.cuh"
@@ -76,7 +77,7 @@ __device__ __forceinline__ Vec<out_t, kVec> normalise(const Vec<res_t, kVec>& hv
 // (same index mapping), from L2, and the weight.
 // x and weight are x_t, the residual res_t, the output out_t; acc_t is float
 // or double. kVec > 1 only when every row of every array is aligned to
-// kVec elements and n is a multiple of kVec (the host checks).
+// kVec elements and n is a multiple of kVec (the launcher checks).
 // __launch_bounds__(1024, 2) caps the kernel at 32 registers per thread, so
 // that two blocks of 1024 threads fit on an SM: a few registers more and
 // only one block fits, which leaves the memory system idle between rows
@@ -207,36 +208,64 @@ constexpr int fused_vector_width() {
                    : (sizeof(res_t) > sizeof(out_t) ? sizeof(res_t) : sizeof(out_t)));
 }
 
-template <typename x_t, typename res_t, typename out_t, typename acc_t, int kVec>
-cudaError_t launch_fused_vec(const FusedConfig& cfg, const x_t* x, res_t* residual,
-                             const x_t* weight, out_t* out, acc_t* inv_rms, int64_t m, int64_t n,
-                             acc_t eps, cudaStream_t stream, bool pdl) {
+template <typename x_t, typename res_t, typename out_t, typename acc_t, int kVec, int kRegVecs>
+cudaError_t launch_fused_vec(const x_t* x, res_t* residual, const x_t* weight, out_t* out,
+                             acc_t* inv_rms, int64_t m, int64_t n, acc_t eps, int warp_size,
+                             cudaStream_t stream, bool pdl) {
+  const FusedConfig cfg = fused_config(m, n, kVec, kRegVecs, warp_size, kFusedBlockThreads);
   auto kernel = cfg.long_rows
                     ? fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, kVec, 0>
-                    : fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, kVec, kFusedRegVecs>;
+                    : fused_add_rms_norm_kernel<x_t, res_t, out_t, acc_t, kVec, kRegVecs>;
   return cuda::launch_kernel(kernel, cfg.grid, cfg.block, 0, stream, pdl, x, residual, weight, out,
                              inv_rms, m, n, eps);
+}
+
+// Whether every row of the four arrays starts on a whole `bytes` access: n
+// elements of T a multiple of it, and each pointer aligned (weight may be null).
+template <typename T>
+bool rows_aligned_to(int bytes, int64_t n, const T* x, const T* residual, const T* weight,
+                     const T* out) {
+  const auto on = [bytes](const void* p) {
+    return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  return (n * static_cast<int64_t>(sizeof(T))) % bytes == 0 && on(x) && on(residual) &&
+         on(weight) && on(out);
 }
 
 // Launches on `stream` and returns the launch's error; with programmatic
 // dependent launch when `pdl` (launch.cuh). The caller passes vectorize =
 // true only when n is a multiple of the vector width and every pointer is
-// aligned to a whole vector (16 bytes of the widest type). warp_size is the
-// device's (32, or 64 on AMD CDNA GPUs).
+// aligned to a whole vector (16 bytes of the widest type). Otherwise, when
+// x, the residual and the output share one dtype, the rows take the widest
+// narrower access they allow (8 or 4 bytes; step 11, "Odd row lengths"),
+// two vectors per thread, and other rows four single elements per thread
+// (more spill under the register cap above). warp_size is the device's (32,
+// or 64 on AMD CDNA GPUs).
 template <typename x_t, typename res_t, typename out_t, typename acc_t>
 cudaError_t launch_fused_add_rms_norm(const x_t* x, res_t* residual, const x_t* weight,
                                       out_t* out, acc_t* inv_rms, int64_t m, int64_t n,
                                       acc_t eps, bool vectorize, int warp_size,
                                       cudaStream_t stream, bool pdl = false) {
   constexpr int kVec = fused_vector_width<x_t, res_t, out_t>();
-  const int vec = vectorize ? kVec : 1;
-  const FusedConfig cfg = fused_config(m, n, vec, kFusedRegVecs, warp_size, kFusedBlockThreads);
-  if (vec > 1) {
-    return launch_fused_vec<x_t, res_t, out_t, acc_t, kVec>(cfg, x, residual, weight, out,
-                                                            inv_rms, m, n, eps, stream, pdl);
+  if (vectorize) {
+    return launch_fused_vec<x_t, res_t, out_t, acc_t, kVec, kFusedRegVecs>(
+        x, residual, weight, out, inv_rms, m, n, eps, warp_size, stream, pdl);
   }
-  return launch_fused_vec<x_t, res_t, out_t, acc_t, 1>(cfg, x, residual, weight, out, inv_rms, m,
-                                                       n, eps, stream, pdl);
+  if constexpr (std::is_same_v<x_t, res_t> && std::is_same_v<x_t, out_t> && kVec >= 4) {
+    if (rows_aligned_to(8, n, x, residual, weight, out)) {
+      return launch_fused_vec<x_t, res_t, out_t, acc_t, kVec / 2, 2 * kFusedRegVecs>(
+          x, residual, weight, out, inv_rms, m, n, eps, warp_size, stream, pdl);
+    }
+    if constexpr (kVec >= 8) {
+      if (rows_aligned_to(4, n, x, residual, weight, out)) {
+        return launch_fused_vec<x_t, res_t, out_t, acc_t, kVec / 4, 2 * kFusedRegVecs>(
+            x, residual, weight, out, inv_rms, m, n, eps, warp_size, stream, pdl);
+      }
+    }
+  }
+  constexpr int kSingles = kVec >= 4 ? 4 * kFusedRegVecs : kFusedRegVecs;  // double: one
+  return launch_fused_vec<x_t, res_t, out_t, acc_t, 1, kSingles>(
+      x, residual, weight, out, inv_rms, m, n, eps, warp_size, stream, pdl);
 }
 // [launcher-end]
 

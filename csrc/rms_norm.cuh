@@ -16,6 +16,7 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
 
 #include "device_common.cuh"
 #include "keep_packed.cuh"
@@ -170,23 +171,52 @@ inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec,
   return cfg;
 }
 
+// Vectors each thread keeps in registers when it moves kVec elements at a
+// time: as many bytes as kForwardRegVecs 16-byte vectors, and no more than
+// 8 vectors (narrow accesses need a register per vector; more spill).
 template <typename T, int kVec>
-cudaError_t launch_rms_norm_forward_vec(const LaunchConfig& cfg, const T* x, const T* weight, T* y,
+constexpr int forward_reg_vecs() {
+  constexpr int same_bytes = kForwardRegVecs * (16 / static_cast<int>(sizeof(T))) / kVec;
+  return same_bytes < 8 ? same_bytes : 8;
+}
+
+template <typename T, int kVec>
+cudaError_t launch_rms_norm_forward_vec(const T* x, const T* weight, T* y,
                                         typename AccType<T>::type* inv_rms, int64_t rows,
                                         int64_t cols, int64_t x_row_stride, float eps,
-                                        cudaStream_t stream, bool pdl) {
-  constexpr int kRegs = kForwardRegVecs;
+                                        int warp_size, cudaStream_t stream, bool pdl) {
+  constexpr int kRegs = forward_reg_vecs<T, kVec>();
+  const LaunchConfig cfg = rms_norm_forward_config(rows, cols, kVec, warp_size, kRegs);
   auto kernel = cfg.long_rows ? rms_norm_forward_kernel<T, kVec, kRegs, true>
                               : rms_norm_forward_kernel<T, kVec, kRegs, false>;
   return launch_kernel(kernel, cfg.grid, cfg.block, 0, stream, pdl, x, weight, y, inv_rms, rows,
                        cols, x_row_stride, eps);
 }
 
-// Launches the forward kernel on `stream`: 16-byte accesses when the row
-// length, the row stride and every pointer allow it, one element otherwise.
-// inv_rms (one value per row, may be null) receives 1/rms for the backward.
-// pdl: launch with programmatic dependent launch (launch.cuh).
-// Returns the launch's error code (cudaSuccess when it was queued).
+// [vector-width]
+// The widest access, in elements, that the row length, the row stride and
+// every pointer allow: 16 bytes, else 8, else 4, else one element. A row
+// length that is not a multiple of 16 bytes still gets narrower vectors
+// (step 11, "Odd row lengths").
+template <typename T>
+int forward_vector_width(const T* x, const T* weight, const T* y, int64_t cols,
+                         int64_t x_row_stride) {
+  for (int bytes = 16; bytes > static_cast<int>(sizeof(T)); bytes /= 2) {
+    const int vec = bytes / static_cast<int>(sizeof(T));
+    if (cols % vec == 0 && x_row_stride % vec == 0 && is_aligned(x, bytes) &&
+        is_aligned(weight, bytes) && is_aligned(y, bytes)) {
+      return vec;
+    }
+  }
+  return 1;
+}
+// [vector-width-end]
+
+// Launches the forward kernel on `stream`, with the widest accesses that
+// forward_vector_width allows. inv_rms (one value per row, may be null)
+// receives 1/rms for the backward. pdl: launch with programmatic dependent
+// launch (launch.cuh). Returns the launch's error code (cudaSuccess when it
+// was queued).
 template <typename T>
 cudaError_t launch_rms_norm_forward(const T* x, const T* weight, T* y,
                                     typename AccType<T>::type* inv_rms, int64_t rows,
@@ -194,16 +224,19 @@ cudaError_t launch_rms_norm_forward(const T* x, const T* weight, T* y,
                                     cudaStream_t stream, bool pdl = false) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   constexpr int kWide = 16 / sizeof(T);
-  const bool wide = cols % kWide == 0 && x_row_stride % kWide == 0 && is_aligned(x, 16) &&
-                    is_aligned(weight, 16) && is_aligned(y, 16);
-  const LaunchConfig cfg = rms_norm_forward_config(rows, cols, wide ? kWide : 1, warp_size,
-                                                   kForwardRegVecs);
-  if (wide) {
-    return launch_rms_norm_forward_vec<T, kWide>(cfg, x, weight, y, inv_rms, rows, cols,
-                                                 x_row_stride, eps, stream, pdl);
+  const auto launch = [&](auto width) {
+    return launch_rms_norm_forward_vec<T, decltype(width)::value>(
+        x, weight, y, inv_rms, rows, cols, x_row_stride, eps, warp_size, stream, pdl);
+  };
+  const int vec = forward_vector_width(x, weight, y, cols, x_row_stride);
+  if (vec == kWide) return launch(std::integral_constant<int, kWide>{});
+  if constexpr (kWide >= 4) {
+    if (vec == kWide / 2) return launch(std::integral_constant<int, kWide / 2>{});
   }
-  return launch_rms_norm_forward_vec<T, 1>(cfg, x, weight, y, inv_rms, rows, cols, x_row_stride,
-                                           eps, stream, pdl);
+  if constexpr (kWide >= 8) {
+    if (vec == kWide / 4) return launch(std::integral_constant<int, kWide / 4>{});
+  }
+  return launch(std::integral_constant<int, 1>{});
 }
 // [launch-end]
 

@@ -411,11 +411,10 @@ inline int64_t backward_grid(int64_t rows, int64_t slots, int per_sm, int sm_cou
 // The launch shape of a backward kernel instance: threads enough for
 // kRegs vectors each per row, row slots so that a block has at least
 // `min_threads` threads, and as many blocks as fit on the GPU at once (each
-// walks many rows), at most one row slot per row.
-template <typename T, int kRegs>
+// walks many rows), at most one row slot per row. kVec: elements per access.
+template <typename T, int kRegs, int kVec = 16 / sizeof(T)>
 BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp_size,
                                             int sm_count, int min_threads) {
-  constexpr int kVec = 16 / sizeof(T);
   using Acc = typename AccType<T>::type;
   BackwardConfig cfg;
   cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);

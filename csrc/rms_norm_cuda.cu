@@ -148,9 +148,12 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
   const at::Tensor rc = inv_rms.contiguous();
   const int64_t cols = x.size(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-  const auto aligned = [](const at::Tensor& t) {
-    return reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16 == 0;
-  };
+  // The largest power of two, at most 16, that divides every input's address
+  // (a slice may start anywhere): the lowest bit set in any of them.
+  const std::uintptr_t addresses = reinterpret_cast<std::uintptr_t>(g.const_data_ptr()) |
+                                   reinterpret_cast<std::uintptr_t>(xc.const_data_ptr()) |
+                                   reinterpret_cast<std::uintptr_t>(wc.const_data_ptr()) | 16;
+  const int aligned_bytes = static_cast<int>(addresses & (~addresses + 1));
   if (cols == 0) {
     // Nothing to normalise: grad_x is empty and grad_w a sum over no element.
     return {at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)),
@@ -169,7 +172,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
         using Acc = typename cuda::AccType<T>::type;
         // Which kernels run depends on the row: see rms_norm_backward_plan.
         const cuda::BackwardConfig cfg = cuda::rms_norm_backward_plan<T>(
-            rows, cols, aligned(g) && aligned(xc) && aligned(wc), warp_size, sm_count,
+            rows, cols, aligned_bytes, warp_size, sm_count,
             max_shared, cuda_max_cluster());
         // One partial grad_w row per block, summed by the second kernel.
         at::Tensor partial =

@@ -22,6 +22,7 @@
     CUDART_VERSION >= 12000
 #define OPGUIDE_HAVE_CLUSTERS 1
 #include <cooperative_groups.h>
+#include <type_traits>
 #else
 #define OPGUIDE_HAVE_CLUSTERS 0
 #endif
@@ -746,22 +747,70 @@ cudaError_t launch_rms_norm_forward_any(const T* x, const T* weight, T* y,
                                     warp_size, stream, pdl);
 }
 
+// Rows that are not whole 16-byte vectors, or not 16-byte aligned, take the
+// register kernel of rms_norm_backward.cuh with the widest narrower vectors
+// they allow (step 11, "Odd row lengths"): four 8-byte vectors per thread,
+// eight of 4 bytes, or eight single 16-bit elements (more spill). Rows
+// longer than 512 threads hold that way take the two-pass kernels.
+constexpr int kBwdKernelNarrow = 10;  // plus the access width in bytes
+
+template <int kBytes>
+constexpr int narrow_backward_regs() {
+  return kBytes == 8 ? 4 : 8;
+}
+
+// The kernel id of the narrow kernel that moves kBytes at a time.
+constexpr int narrow_backward_id(int bytes) { return kBwdKernelNarrow + bytes; }
+
+// The plan for the narrow kernel of kBytes accesses, or one with blocks == 0
+// when the rows do not allow it.
+template <typename T, int kBytes>
+BackwardConfig narrow_backward_config(int64_t rows, int64_t cols, int aligned_bytes,
+                                      int warp_size, int sm_count) {
+  BackwardConfig cfg;
+  cfg.blocks = 0;
+  if constexpr (kBytes >= static_cast<int>(sizeof(T))) {
+    constexpr int kVec = kBytes / static_cast<int>(sizeof(T));
+    constexpr int kRegs = narrow_backward_regs<kBytes>();
+    if (cols % kVec != 0 || aligned_bytes % kBytes != 0 ||
+        cols / kVec > static_cast<int64_t>(kBwdMaxThreads) * kRegs) {
+      return cfg;
+    }
+    cfg = rms_norm_backward_config_for<T, kRegs, kVec>(rows, cols, warp_size, sm_count,
+                                                       kBwdMinThreads);
+    cfg.kernel = narrow_backward_id(kBytes);
+  }
+  return cfg;
+}
+
 // The backward's plan for any row: the kernels of rms_norm_backward_config
-// when the row fits them, clusters for longer rows, and the two-pass kernels
-// when neither can run (rows not whole 16-byte vectors or not 16-byte
-// aligned: `aligned` false; or longer than the largest cluster).
-// `cfg.blocks` is the number of partial grad_w rows to allocate.
+// when the row fits them, clusters for longer rows, narrower vectors for
+// rows that are not whole 16-byte vectors, and the two-pass kernels when
+// none of these can run (rows longer than the largest cluster, or longer
+// than the narrow kernel holds). aligned_bytes: the largest power of two, at
+// most 16, that divides every pointer's address. `cfg.blocks` is the number
+// of partial grad_w rows to allocate.
 template <typename T>
-BackwardConfig rms_norm_backward_plan(int64_t rows, int64_t cols, bool aligned, int warp_size,
-                                      int sm_count, size_t max_shared_bytes, int max_cluster) {
+BackwardConfig rms_norm_backward_plan(int64_t rows, int64_t cols, int aligned_bytes,
+                                      int warp_size, int sm_count, size_t max_shared_bytes,
+                                      int max_cluster) {
   constexpr int kVec = 16 / sizeof(T);
   using Acc = typename AccType<T>::type;
   const int64_t nvec = cols / kVec;
-  const bool wide = aligned && cols % kVec == 0 && rows > 0;
+  const bool wide = aligned_bytes % 16 == 0 && cols % kVec == 0 && rows > 0;
   if (wide && nvec <= static_cast<int64_t>(kBwdMaxThreads) * 4) {
     BackwardConfig cfg =
         rms_norm_backward_config<T>(rows, cols, warp_size, sm_count, max_shared_bytes);
     if (cfg.kernel != 0 || nvec <= static_cast<int64_t>(kBwdMaxThreads) * kBwdRegVecs) return cfg;
+  }
+  if (!wide && rows > 0) {
+    BackwardConfig narrow =
+        narrow_backward_config<T, 8>(rows, cols, aligned_bytes, warp_size, sm_count);
+    if (narrow.blocks == 0)
+      narrow = narrow_backward_config<T, 4>(rows, cols, aligned_bytes, warp_size, sm_count);
+    if (narrow.blocks == 0)
+      narrow = narrow_backward_config<T, 2>(rows, cols, aligned_bytes, warp_size, sm_count);
+    if (narrow.blocks > 0) return narrow;
   }
   BackwardConfig cfg;
   // Clusters of blocks with two vectors per thread, or with four when a row
@@ -821,6 +870,21 @@ cudaError_t launch_rms_norm_backward_any(const T* grad_y, const T* x, const T* w
             : rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecsLong>,
         dim3(static_cast<unsigned>(cfg.grid)), cfg.block, cfg.shared_bytes, stream, pdl,
         cfg.cluster, grad_y, x, weight, inv_rms, grad_x, grad_w_partial, rows, cols);
+  } else if (cfg.kernel > kBwdKernelNarrow) {
+    const auto narrow = [&](auto bytes) {
+      constexpr int kBytes = decltype(bytes)::value;
+      if constexpr (kBytes >= static_cast<int>(sizeof(T))) {
+        return launch_backward_pair(
+            rms_norm_backward_kernel<T, kBytes / sizeof(T), narrow_backward_regs<kBytes>()>,
+            grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream,
+            pdl);
+      } else {
+        return cudaErrorInvalidValue;  // never planned: no access narrower than one element
+      }
+    };
+    if (cfg.kernel == narrow_backward_id(8)) return narrow(std::integral_constant<int, 8>{});
+    if (cfg.kernel == narrow_backward_id(4)) return narrow(std::integral_constant<int, 4>{});
+    return narrow(std::integral_constant<int, 2>{});
   } else if (cfg.kernel == kBwdKernelTwoPass) {
     if (rows > 0) {
       err = launch_kernel(rms_norm_backward_rows_kernel<T>, dim3(static_cast<unsigned>(cfg.grid)),

@@ -386,6 +386,25 @@ def test_cuda_unaligned_and_strided(backend):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)
+@pytest.mark.parametrize("case", DTYPE_CASES, ids=case_id)
+@pytest.mark.parametrize("n", [2052, 2050, 2049, 12300])
+@pytest.mark.parametrize("offset", [0, 2])
+def test_cuda_narrow_accesses(offset, n, case, backend):
+    # Rows that are not whole 16-byte vectors, or start 2 elements off a
+    # 16-byte boundary: 8-byte, 4-byte or one-element accesses (step 11,
+    # "Odd row lengths"), for every dtype combination.
+    x_dtype, res_dtype, out_dtype = case
+    x, residual, w = make_inputs((37, n), x_dtype, res_dtype, device="cuda")
+
+    def moved(t):  # the same values, `offset` elements into a buffer
+        view = torch.empty(t.numel() + offset, dtype=t.dtype, device=t.device)[offset:]
+        return view.view(t.shape).copy_(t)
+
+    check_against_reference(moved(x), moved(residual), moved(w), out_dtype, backend)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
 @pytest.mark.parametrize("variant", OPCHECK_VARIANTS, ids=[v[0] for v in OPCHECK_VARIANTS])
 def test_cuda_opcheck(variant, backend):
     _, x_dtype, res_dtype, weight, out_dtype = variant

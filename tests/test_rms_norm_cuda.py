@@ -302,6 +302,26 @@ def test_long_rows_strided_forward(dtype):
     torch.testing.assert_close(inv_rms, expected, atol=1e-5, rtol=1e-4)
 
 
+# Rows that are not whole 16-byte vectors, or that start off a 16-byte
+# boundary, take narrower accesses (step 11, "Odd row lengths"): 8 bytes
+# (2052 and 8200 16-bit elements), 4 bytes (2050), one element (2049), and
+# past what the narrow backward holds in registers the two-pass kernels
+# (12300, 4097). `offset` moves every row 1 or 2 elements off the boundary.
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [2052, 2050, 2049, 8200, 12300, 4097])
+@pytest.mark.parametrize("offset", [0, 1, 2])
+def test_narrow_accesses(n, offset, dtype):
+    m = 67
+    torch.manual_seed(n + offset)
+    x = torch.randn(m * n + offset, device="cuda", dtype=dtype)[offset:].view(m, n)
+    w = torch.randn(n, device="cuda", dtype=dtype)
+    ref = rms_norm_reference(x.double(), w.double()).to(dtype)
+    torch.testing.assert_close(opguide.rms_norm(x, w), ref, **TOLERANCES[dtype])
+    grad_y = torch.randn_like(x)
+    gx, gw = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
+    assert_grads_close((gx, gw), reference_grads(x, w, grad_y))
+
+
 def test_long_rows_misaligned_backward():
     # A row that starts 2 bytes past a 16-byte boundary: the two-pass kernels.
     base, w = make_cuda_inputs((4, 65537), torch.bfloat16)

@@ -12,6 +12,9 @@ backward and fused (the CUDA fused kernel with a float32 residual too);
 add ``--cpp`` to run the CUDA C++ kernels alone (racecheck is much slower
 over the Triton kernels), and ``--small`` for fewer, smaller rows that still
 give each cluster several rows (racecheck of the full set takes minutes).
+``--narrow`` runs the kernels on rows that are not whole 16-byte vectors, or
+that start off a 16-byte boundary (8-byte, 4-byte and one-element accesses;
+the Triton kernels with their ALIGN hint), forward, backward and fused.
 
 Each case checks its result against the reference, so a run that the
 sanitizer passes also computed the right numbers. The cases cover the vector
@@ -75,6 +78,42 @@ def long_rows(cpp_only: bool = False, small: bool = False) -> int:
     return 0
 
 
+def narrow() -> int:
+    """Rows of 8-byte, 4-byte and one-element accesses, in every kernel that has them."""
+    torch.manual_seed(0)
+    backends = ["cpp"] + (["triton"] if opguide.backends.triton_ready() else [])
+    cases = 0
+    for backend in backends:
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            t = 1e-4 if dtype == torch.float32 else 6e-2
+            # 36 and 2052: 8-byte accesses (several rows per block for 36);
+            # 2050: 4 bytes; 2049: one element; 8200: eight 8-byte vectors
+            # per thread in the backward. offset 2 starts each row 4 bytes
+            # past a 16-byte boundary (16-bit types) or 8 bytes (float32).
+            for (m, n), offset in [((130, 36), 0), ((33, 2052), 0), ((33, 2050), 0),
+                                   ((33, 2049), 0), ((9, 8200), 0), ((33, 2052), 2),
+                                   ((9, 8200), 2)]:  # fmt: skip
+                flat = torch.randn(m * n + offset, device="cuda", dtype=dtype)
+                x = flat[offset:].view(m, n).requires_grad_()
+                w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
+                dy = torch.randn(m, n, device="cuda", dtype=dtype)
+                opguide.rms_norm(x, w, backend=backend).backward(dy)
+                xr = x.detach().float().requires_grad_()
+                wr = w.detach().float().requires_grad_()
+                rms_norm_reference(xr, wr, 1e-6).backward(dy.float())
+                torch.testing.assert_close(x.grad.float(), xr.grad, atol=t * 4, rtol=t * 4)
+                torch.testing.assert_close(w.grad.float(), wr.grad, atol=t * m, rtol=t * 4)
+                xd, wd = x.detach(), w.detach()
+                res = torch.randn(m * n + offset, device="cuda", dtype=dtype)[offset:].view(m, n)
+                h = (res.float() + xd.float()).to(dtype)
+                out, _ = opguide.fused_add_rms_norm_(xd, res, wd, 1e-6, backend=backend)
+                torch.testing.assert_close(out, rms_norm_reference(h, wd, 1e-6), atol=t, rtol=t)
+                cases += 1
+    torch.cuda.synchronize()
+    print(f"{cases} narrow-access cases ({', '.join(backends)}) ran and matched the reference")
+    return 0
+
+
 def fused_only() -> int:
     """The fused kernel of each backend on the shapes of its code paths."""
     torch.manual_seed(0)
@@ -103,6 +142,8 @@ def fused_only() -> int:
 def main() -> int:
     if "--fused-only" in sys.argv[1:]:
         return fused_only()
+    if "--narrow" in sys.argv[1:]:
+        return narrow()
     if "--long-rows" in sys.argv[1:]:
         return long_rows(cpp_only="--cpp" in sys.argv[1:], small="--small" in sys.argv[1:])
     torch.manual_seed(0)

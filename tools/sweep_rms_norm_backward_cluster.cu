@@ -117,7 +117,7 @@ int main() {
     T* want;
     CHECK(cudaMalloc(&want, total * sizeof(T)));
     const BackwardConfig cfg =
-        rms_norm_backward_plan<T>(M, N, true, 32, sms, max_shared, kMaxClusterBlocks);
+        rms_norm_backward_plan<T>(M, N, 16, 32, sms, max_shared, kMaxClusterBlocks);
     auto library = [&](int i, T* dx) {
       const int s = i % nbuf;
       CHECK(launch_rms_norm_backward_any<T>(b.gs[s], b.xs[s], b.w, b.rs[s], dx, b.partial, b.dw,

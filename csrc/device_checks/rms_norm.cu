@@ -18,7 +18,7 @@
       const T*, const T*, T*, opguide::cuda::AccType<T>::type*, int64_t, int64_t, int64_t,  \
       float, int, int, cudaStream_t, bool);                                                 \
   template opguide::cuda::BackwardConfig opguide::cuda::rms_norm_backward_plan<T>(          \
-      int64_t, int64_t, bool, int, int, size_t, int);                                       \
+      int64_t, int64_t, int, int, int, size_t, int);                                       \
   template cudaError_t opguide::cuda::launch_rms_norm_backward_any<T>(                      \
       const T*, const T*, const T*, const opguide::cuda::AccType<T>::type*, T*,             \
       opguide::cuda::AccType<T>::type*, T*, int64_t, int64_t,                               \
