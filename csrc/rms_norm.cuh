@@ -174,6 +174,7 @@ inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec,
 // Vectors each thread keeps in registers when it moves kVec elements at a
 // time: as many bytes as kForwardRegVecs 16-byte vectors, and no more than
 // 8 vectors (narrow accesses need a register per vector; more spill).
+// tools/sweep_rms_norm_narrow.cu times other counts.
 template <typename T, int kVec>
 constexpr int forward_reg_vecs() {
   constexpr int same_bytes = kForwardRegVecs * (16 / static_cast<int>(sizeof(T))) / kVec;

@@ -751,7 +751,8 @@ cudaError_t launch_rms_norm_forward_any(const T* x, const T* weight, T* y,
 // register kernel of rms_norm_backward.cuh with the widest narrower vectors
 // they allow (step 11, "Odd row lengths"): four 8-byte vectors per thread,
 // eight of 4 bytes, or eight single 16-bit elements (more spill). Rows
-// longer than 512 threads hold that way take the two-pass kernels.
+// longer than 512 threads hold that way take the two-pass kernels
+// (tools/sweep_rms_norm_narrow.cu times other counts).
 constexpr int kBwdKernelNarrow = 10;  // plus the access width in bytes
 
 template <int kBytes>

@@ -36,6 +36,7 @@ does a two-point GPU check where the page is built on a GPU.
 import json
 import re
 import statistics
+import textwrap
 
 import matplotlib.pyplot as plt
 import torch
@@ -91,16 +92,12 @@ for pass_name in benchmark.SWEEP_PASSES:
 # There are two times, and they answer different questions.
 #
 # **GPU time** is how long the kernels occupy the GPU. The GPU runs
-# asynchronously from the Python that queues its work, so a timer around one
-# call measures the launch. The benchmark instead records CUDA events around
-# a batch of calls queued behind a short GPU spin (``torch.cuda._sleep``):
-# while the GPU spins, Python queues the whole batch, and the calls then run
-# back to back. Before each batch it reads a buffer three times the size of
-# L2, so that every batch starts from the same cache state; the calls rotate
-# through at least three input sets, more memory than L2 holds, so no call
-# reads what the call before it read. Implementations take their batches in
-# turn, so a drifting clock slows all of them alike, and the median batch
-# counts:
+# asynchronously, so a timer around one call measures the launch. The
+# benchmark records CUDA events around a batch of calls queued behind a short
+# GPU spin (``torch.cuda._sleep``), so the calls run back to back. Before each
+# batch it reads a buffer three times the size of L2; the calls rotate
+# through at least three input sets, so no call reads what the one before it
+# read. Implementations take turns, and the median batch counts:
 #
 # .. literalinclude:: /../guidekit/benchmark.py
 #    :pyobject: _timed_batch
@@ -422,8 +419,8 @@ print(
 # neighbouring multiprocessors and can read each other's shared memory. Each
 # block holds its slice of the row and the blocks exchange their partial
 # sums, so the row is read once. Forward rows over 32 KiB take clusters,
-# where they are faster. On older GPUs, for odd ``N`` or misaligned rows, two-pass
-# kernels read the row twice. All of it is in ``csrc/rms_norm_long.cuh``.
+# where they are faster. On older GPUs, and for long rows that are not whole
+# 16-byte vectors, the kernels read the row twice. All of it is in ``csrc/rms_norm_long.cuh``.
 # The simplest exchange publishes each block's total in its shared memory
 # and, after a cluster barrier, reads all of them (the kernels use a faster
 # one, in a lesson below):
@@ -439,15 +436,12 @@ print(
 #       :language: cuda
 #       :caption: csrc/rms_norm_long.cuh
 #
-# Triton has no clusters. Its long rows are split over programs that meet
-# through global memory instead ([split-rows] in
-# ``opguide/triton_rms_norm.py``, shown in :doc:`step 9 <09_triton_kernel>`):
-# each program writes its part of the row's sum into a slot and waits until
-# the row's other slots are written (a lesson below says how the wait was
-# made cheap). The fused CUDA kernel has a cluster version too
-# (``[cluster-fused]``) for rows of more than 4096 vectors; below that it
-# reads its residual back from L2. From the sweep above, next to Quack and
-# Liger:
+# Triton has no clusters: its long rows are split over programs that meet
+# through global memory ([split-rows] in ``opguide/triton_rms_norm.py``,
+# :doc:`step 9 <09_triton_kernel>`), each writing its part of the row's sum
+# into a slot and waiting for the others (a lesson below makes the wait
+# cheap). The fused CUDA kernel has a cluster version (``[cluster-fused]``)
+# for rows over 4096 vectors. From the sweep above, next to Quack and Liger:
 print(
     f"{'pass':8} {'N':>6} {'opguide kernel':>14} {'opguide':>8} {'triton':>8} {'quack':>8} "
     f"{'liger':>8}"
@@ -495,15 +489,13 @@ if faster:
 
 # %%
 # **Push the sums; do not wait at a barrier.** With ``cluster_sum`` above,
-# every row stops the whole cluster: all threads of all blocks meet at a
-# barrier, then read the other blocks' totals from their shared memory, a
-# second round trip. The kernels now push instead: each warp stores its
-# partial sum straight into every block's shared memory with ``st.async``,
-# which counts the bytes on that block's *mbarrier*, and a block waits only
-# until its own slots are full. The backward goes one step further: a block
-# pushes its partial of the next row before it waits for this row's total,
-# so it may run a row ahead of the slowest block of its cluster. Both ways,
-# in the persistent forward and the backward
+# every row stops the whole cluster at a barrier, then reads the other
+# blocks' totals, a second round trip. The kernels now push: each warp stores
+# its partial sum into every block's shared memory with ``st.async``, which
+# counts the bytes on that block's *mbarrier*, and a block waits only until
+# its own slots are full. The backward pushes its partial of the next row
+# before it waits for this row's total. Both ways, in the persistent forward
+# and the backward
 # (``tools/sweep_rms_norm_forward_cluster.cu``, ``..._backward_cluster.cu``):
 #
 # .. literalinclude:: /../csrc/rms_norm_long.cuh
@@ -700,6 +692,73 @@ for pass_name, target in TARGETS.items():
             got = BY_DTYPE[(dtype, pass_name, "opguide triton", n)]["vs_copy"]
             cells.append(f"{100 * got:5.1f}% {'met' if got >= target else 'MISSED':>7}")
         print(f"{pass_name:8} {n:6} {100 * target:5.0f}%  {cells[0]:>14}  {cells[1]:>14}")
+
+
+# %%
+# Odd row lengths
+# ---------------
+# A row of 4104 bfloat16 elements is not a whole number of 16-byte vectors,
+# and a slice may start anywhere. The CUDA kernels then take the widest
+# access that the row length, the stride and every pointer allow, with more
+# accesses per thread the narrower they are:
+#
+# .. literalinclude:: /../csrc/rms_norm.cuh
+#    :language: cuda
+#    :start-after: // [vector-width]
+#    :end-before: // [vector-width-end]
+#
+# Triton vectorises only what it can prove, and it proves that ``N`` is a
+# multiple of 16 by specialising on it:
+#
+# .. literalinclude:: /../opguide/triton_rms_norm.py
+#    :start-after: # [alignment]
+#    :end-before: # [alignment-end]
+#
+# Two recorded runs, with 16-byte accesses only and as built (bfloat16, % of
+# the same-size copy, before and after; ``F.rms_norm`` from the second run):
+narrow_file = recorded("sweep_odd_rows_16_byte_only_h100.json")
+wide_only = {(r["pass"], r["impl"], r["n"]): r["vs_copy"] for r in narrow_file["sweep"]["rows"]}
+odd_file = recorded("sweep_odd_rows_h100.json")
+ODD = {(r["dtype"], r["pass"], r["impl"], r["n"]): r["vs_copy"] for r in odd_file["sweep"]["rows"]}
+print(f"{'pass':8} {'N':>5}  {'CUDA':>12}  {'Triton':>12}  {'F.rms_norm':>10}")
+for pass_name in benchmark.SWEEP_PASSES:
+    for n in odd_file["sweep"]["ns"]:
+        cells = []
+        for impl in ("opguide", "opguide triton"):
+            old = wide_only.get((pass_name, impl, n))
+            old_text = "-" if old is None else f"{100 * old:.0f}%"
+            cells.append(f"{old_text:>4} -> {100 * ODD[('bf16', pass_name, impl, n)]:3.0f}%")
+        f_rms = ODD.get(("bf16", pass_name, "F.rms_norm", n))
+        f_text = "-" if f_rms is None else f"{100 * f_rms:.0f}%"
+        print(f"{pass_name:8} {n:5}  {cells[0]:>12}  {cells[1]:>12}  {f_text:>10}")
+
+
+def access_bytes(n: int, size: int = 2) -> int:
+    """The CUDA kernels' access for rows of n 16-bit elements (aligned pointers)."""
+    return next((b for b in (16, 8, 4) if n * size % b == 0), size)
+
+
+print("CUDA by access, both 16-bit types, lowest-highest % of the copy over N:")
+print(f"{'access':8}" + "".join(f" {p:>10}" for p in benchmark.SWEEP_PASSES))
+for nbytes in (16, 8, 4, 2):
+    cells = []
+    for pass_name in benchmark.SWEEP_PASSES:
+        got = [v for (d, p, i, n), v in ODD.items()
+               if (p, i) == (pass_name, "opguide") and access_bytes(n) == nbytes]  # fmt: skip
+        cells.append(f"{100 * min(got):.0f}-{100 * max(got):.0f}%" if got else "-")
+    print(f"{f'{nbytes} B':8}" + "".join(f" {c:>10}" for c in cells))
+for other in ("F.rms_norm", "opguide triton"):  # behind: by more than 2 points of the copy
+    both = [(k, v) for k, v in ODD.items() if k[2] == "opguide" and (*k[:2], other, k[3]) in ODD]
+    behind = [(p, f"{n} {d}") for (d, p, _, n), v in both if v < ODD[(d, p, other, n)] - 0.02]
+    print(f"CUDA more than 2 points behind {other} at {len(behind)} of {len(both)} points:")
+    for pass_name in dict.fromkeys(k[1] for k, _ in both):  # the passes compared
+        at = ", ".join(point for p, point in behind if p == pass_name)
+        print(textwrap.fill(f"{pass_name}: {at or 'none'}", 78, subsequent_indent="    "))
+
+# %%
+# The CUDA kernels are furthest behind on rows of single elements, and on
+# backward rows longer than the narrow kernel holds (512 threads of eight
+# accesses), which are read twice.
 
 
 # %%
@@ -1086,13 +1145,11 @@ print(
 # On the CPU
 # ----------
 # The C++ CPU kernel on a float32 (4096, 4096) tensor, measured live while
-# this page is built, next to ``copy_`` (the floor: one read and one write
-# into a tensor that exists) and ``clone`` (a copy into new memory, which an
-# operator that returns a new tensor also pays for). ``opguide into existing
-# y`` runs the same loop into a tensor that exists, so the loop is timed
-# alone. The operator asks for transparent huge pages for large outputs
-# (``csrc/rms_norm_cpu.cpp``), which makes first writes to fresh memory
-# cheaper. The implementations take turns, and medians count:
+# this page is built, next to ``copy_`` (the floor) and ``clone`` (a copy
+# into new memory, which an operator that returns a new tensor also pays).
+# ``opguide into existing y`` times the loop alone. The operator asks for
+# transparent huge pages for large outputs (``csrc/rms_norm_cpu.cpp``). The
+# implementations take turns; medians count:
 cpu = benchmark.run_cpu_kernel()
 for r in cpu["rows"]:
     print(
