@@ -988,9 +988,10 @@ def eager_implementations(mode: str, device: torch.device | None = None) -> dict
         norms["torch.ops.opguide.rms_norm"] = lambda x, w: torch.ops.opguide.rms_norm.default(
             x, w, EPS
         )
-    if _triton_available() is None:
+    if _triton_available(device) is None:
         norms["opguide triton"] = lambda x, w: opguide.rms_norm(x, w, EPS, backend="triton")
-    norms.update(peer_implementations("forward")[0])
+    if device is None or device.type != "cpu":  # the peers are GPU libraries
+        norms.update(peer_implementations("forward")[0])
     if mode == "forward":
 
         def forward(f: Callable) -> Callable:
