@@ -172,7 +172,8 @@ else:
 # :doc:`step 11 <11_performance>`:
 #
 # * **16-byte loads**: eight bfloat16 (or four float32) elements per load
-#   instruction when the row length and the pointers allow;
+#   instruction when the row length and the pointers allow, and the widest
+#   narrower access otherwise (step 11, "Odd row lengths");
 # * **the row held in registers**: each thread loads its part of ``x`` and of
 #   the weight once, before the reduction, and scales the values it holds, so
 #   ``x`` is read from memory once;
