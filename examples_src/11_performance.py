@@ -16,6 +16,7 @@ In this step you will learn:
   time a user waits is another number;
 * how to read a sweep over the row length against other libraries;
 * how rows too long for one block are split over a cluster of blocks;
+* what rows that are not whole 16-byte vectors cost;
 * five optimisations, each with its before and after.
 
 The GPU numbers on this page are recorded: it reads result files from
