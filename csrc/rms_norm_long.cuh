@@ -726,8 +726,7 @@ cudaError_t launch_rms_norm_forward_any(const T* x, const T* weight, T* y,
                                         int warp_size, int max_cluster, cudaStream_t stream,
                                         bool pdl = false) {
   constexpr int kWide = 16 / sizeof(T);
-  const bool wide = cols % kWide == 0 && x_row_stride % kWide == 0 && is_aligned(x, 16) &&
-                    is_aligned(weight, 16) && is_aligned(y, 16);
+  const bool wide = forward_vector_width(x, weight, y, cols, x_row_stride) == kWide;
   const int64_t nvec = cols / kWide;
   if constexpr (sizeof(T) <= 4) {
     const RowClusters rc = wide && rows > 0 && nvec > kClusterForwardMinVecs
