@@ -31,6 +31,22 @@ import opguide
 from opguide.reference import rms_norm_reference
 
 
+def check_training(x, w, backend: str, tol: float, per_row: float) -> None:
+    """A forward and backward through ``backend`` against autograd through the reference.
+
+    x.grad is held to ``tol``; w.grad, a sum over the rows, to ``per_row``
+    times their number (absolute) and ``tol`` (relative).
+    """
+    m = x.shape[0]
+    dy = torch.randn_like(x)
+    opguide.rms_norm(x, w, backend=backend).backward(dy)
+    xr = x.detach().float().requires_grad_()
+    wr = w.detach().float().requires_grad_()
+    rms_norm_reference(xr, wr, 1e-6).backward(dy.float())
+    torch.testing.assert_close(x.grad.float(), xr.grad, atol=tol, rtol=tol)
+    torch.testing.assert_close(w.grad.float(), wr.grad, atol=per_row * m, rtol=tol)
+
+
 def long_rows(cpp_only: bool = False, small: bool = False) -> int:
     """The long-row kernels of each backend: clusters, split rows, two passes, chunks."""
     torch.manual_seed(0)
@@ -49,14 +65,8 @@ def long_rows(cpp_only: bool = False, small: bool = False) -> int:
             for m, n in shapes:
                 x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
                 w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
-                dy = torch.randn(m, n, device="cuda", dtype=dtype)
-                opguide.rms_norm(x, w, backend=backend).backward(dy)
-                xr = x.detach().float().requires_grad_()
-                wr = w.detach().float().requires_grad_()
-                rms_norm_reference(xr, wr, 1e-6).backward(dy.float())
                 t = 1e-4 if dtype == torch.float32 else 6e-2
-                torch.testing.assert_close(x.grad.float(), xr.grad, atol=t, rtol=t)
-                torch.testing.assert_close(w.grad.float(), wr.grad, atol=t * m, rtol=t)
+                check_training(x, w, backend, t, t)
                 res = torch.randn(m, n, device="cuda", dtype=dtype)
                 xd, wd = x.detach(), w.detach()
                 out, _ = opguide.fused_add_rms_norm_(xd, res.clone(), wd, 1e-6, backend=backend)
@@ -96,13 +106,7 @@ def narrow() -> int:
                 flat = torch.randn(m * n + offset, device="cuda", dtype=dtype)
                 x = flat[offset:].view(m, n).requires_grad_()
                 w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
-                dy = torch.randn(m, n, device="cuda", dtype=dtype)
-                opguide.rms_norm(x, w, backend=backend).backward(dy)
-                xr = x.detach().float().requires_grad_()
-                wr = w.detach().float().requires_grad_()
-                rms_norm_reference(xr, wr, 1e-6).backward(dy.float())
-                torch.testing.assert_close(x.grad.float(), xr.grad, atol=t * 4, rtol=t * 4)
-                torch.testing.assert_close(w.grad.float(), wr.grad, atol=t * m, rtol=t * 4)
+                check_training(x, w, backend, t * 4, t)
                 xd, wd = x.detach(), w.detach()
                 res = torch.randn(m * n + offset, device="cuda", dtype=dtype)[offset:].view(m, n)
                 h = (res.float() + xd.float()).to(dtype)

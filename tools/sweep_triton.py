@@ -543,6 +543,13 @@ def split_backward(m, n, w, eps, sms, copy):
     s = triton.cdiv(n, seg)
     groups = max(1, min(m, 2 * sms // s))
 
+    def dw_sum(dw_partial, dw, groups):
+        # The library's second stage: dweight from the groups' partial rows.
+        dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
+            dw_partial, dw, groups, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
+            GDC=False, ALIGN=triton_ops._align(n), num_warps=DW_SUM_WARPS,
+        )  # fmt: skip
+
     def before(x, dy, inv):
         dx = torch.empty_like(x)
         dw = torch.empty_like(w)
@@ -553,10 +560,7 @@ def split_backward(m, n, w, eps, sms, copy):
             dy, x, w, inv, dx, dw_partial, partial, count, m, n, s, SEG=seg,
             SP=triton.next_power_of_2(s), num_warps=warps,
         )  # fmt: skip
-        dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
-            dw_partial, dw, groups, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
-            GDC=False, ALIGN=triton_ops._align(n), num_warps=DW_SUM_WARPS,
-        )  # fmt: skip
+        dw_sum(dw_partial, dw, groups)
         return dx, dw
 
     def checked(label, fn):
@@ -583,10 +587,7 @@ def split_backward(m, n, w, eps, sms, copy):
                 dy, x, w, inv, dx, dw_partial, slots, m, n, s, SEG=seg,
                 SP=triton.next_power_of_2(s), num_warps=warps,
             )  # fmt: skip
-            dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
-                dw_partial, dw, groups, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
-                GDC=False, ALIGN=triton_ops._align(n), num_warps=DW_SUM_WARPS,
-            )  # fmt: skip
+            dw_sum(dw_partial, dw, groups)
             return dx, dw
 
         return run
