@@ -82,8 +82,9 @@ that compiles alone with ``nvcc`` and, after hipify, with ``hipcc``. A row
 gets one thread per 16-byte vector (up to 1024 threads; short rows share a
 block). Rows that are not whole 16-byte vectors take 8- or 4-byte accesses
 when ``x``, the residual and the output share a dtype, and single elements
-otherwise (:doc:`step 11 <11_performance>`, "Odd row lengths"). Each thread keeps its vector of ``h = x + residual`` and of the weight
-in registers, so the second pass writes the output without reading memory.
+otherwise (:doc:`step 11 <11_performance>`, "Odd row lengths"). Each thread
+keeps its vector of ``h = x + residual`` and of the weight in registers, so
+the second pass writes the output without reading memory.
 Rows too long for the registers loop over the row in both passes, and the
 second pass re-reads the residual elements the thread itself wrote in the
 first. :doc:`Step 11 <11_performance>` ("Lessons") measures the choices.

@@ -717,8 +717,8 @@ for pass_name, target in TARGETS.items():
 #
 # Two recorded runs, with 16-byte accesses only and as built (bfloat16, % of
 # the same-size copy, before and after; ``F.rms_norm`` from the second run):
-narrow_file = recorded("sweep_odd_rows_16_byte_only_h100.json")
-wide_only = {(r["pass"], r["impl"], r["n"]): r["vs_copy"] for r in narrow_file["sweep"]["rows"]}
+wide_file = recorded("sweep_odd_rows_16_byte_only_h100.json")
+wide_only = {(r["pass"], r["impl"], r["n"]): r["vs_copy"] for r in wide_file["sweep"]["rows"]}
 odd_file = recorded("sweep_odd_rows_h100.json")
 ODD = {(r["dtype"], r["pass"], r["impl"], r["n"]): r["vs_copy"] for r in odd_file["sweep"]["rows"]}
 print(f"{'pass':8} {'N':>5}  {'CUDA':>12}  {'Triton':>12}  {'F.rms_norm':>10}")
