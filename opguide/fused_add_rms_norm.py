@@ -82,6 +82,44 @@ def _check_fused_add_rms_norm_args(
         )
 
 
+# [refuse-grad]
+_INSTEAD = "out = opguide.rms_norm(residual + x, weight, eps)"
+
+
+def _refuse_grad(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None) -> None:
+    """Raises the errors of ``csrc/fused_add_rms_norm_autograd.cpp``, worded the same.
+
+    The compiled operator refuses inputs that need grad in its Autograd kernel.
+    The Triton operator is a ``custom_op`` with ``mutates_args``: it bumps the
+    version counter of ``residual`` by itself, but ``register_autograd``
+    refuses a mutating ``custom_op``, and its kernel runs with grad mode off,
+    so it cannot tell a training call from a ``torch.no_grad()`` one. The
+    check lives here, where ``torch.compile`` traces it too.
+    """
+    if not torch.is_grad_enabled():
+        return
+    for name, t, written in (
+        ("residual", residual, True),
+        ("x", x, False),
+        ("weight", weight, False),
+    ):
+        if t is None or not t.requires_grad:
+            continue
+        if written and t.is_leaf:
+            raise RuntimeError(
+                f"{_OP}{name} is a leaf tensor that requires grad: a leaf Variable that requires "
+                f"grad is being used in an in-place operation. Write it under torch.no_grad(), "
+                f"or use {_INSTEAD}"
+            )
+        raise RuntimeError(
+            f"{_OP}{name} requires grad, and fused_add_rms_norm_ has no backward (it writes its "
+            f"input in place). Call it under torch.no_grad(), or use the differentiable {_INSTEAD}"
+        )
+
+
+# [refuse-grad-end]
+
+
 # [wrapper]
 def fused_add_rms_norm_(
     x: torch.Tensor,
@@ -127,7 +165,10 @@ def fused_add_rms_norm_(
         ValueError: a shape does not match, ``x`` is 0-d, ``eps < 0``, or
             ``backend`` is unknown.
         RuntimeError: the tensors are on different devices, ``residual`` has
-            elements that share memory, or the backend is not available.
+            elements that share memory, the backend is not available, or (with
+            grad mode on) an input requires grad: this operator has no
+            backward; ``opguide.rms_norm(residual + x, weight, eps)`` is the
+            differentiable form.
 
     Example:
         >>> import torch, opguide
@@ -139,6 +180,7 @@ def fused_add_rms_norm_(
     _check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype)
     _register_dtensor_rules(residual)
     if resolve_backend("fused_add_rms_norm_", "fused_add_rms_norm_", backend, x) == "triton":
+        _refuse_grad(x, residual, weight)
         op = torch.ops.opguide.fused_add_rms_norm_triton_.default
     else:
         op = torch.ops.opguide.fused_add_rms_norm_.default
