@@ -18,7 +18,11 @@ In this step you will learn:
 * how the C++, CUDA and Triton kernels receive those arguments;
 * what a fake kernel must (and must not) do for a mutating operator;
 * how :func:`torch.library.opcheck` tests each variant, and how
-  ``torch.compile`` turns the mutation into a functional graph and back.
+  ``torch.compile`` turns the mutation into a functional graph and back;
+* what eager autograd needs from an operator that writes an input (the
+  version counter, the ``ADInplaceOrView`` and ``Autograd`` kernels), what
+  ``custom_op`` does for you, and the test that checks it, since ``opcheck``
+  does not.
 
 The schema
 ----------
@@ -137,7 +141,9 @@ The fake kernel
 ---------------
 The fake kernel describes the outputs: shapes, dtypes, devices. It does not
 write to ``residual``: the ``(a!)`` already tells the compiler which input
-changes, and how (in place, same shape and dtype):
+changes, and how (in place, same shape and dtype). The compiler is not the
+only reader of that fact: eager autograd needs it too, and learns it another
+way (below, "In place, and autograd"):
 
 .. literalinclude:: /../opguide/fused_add_rms_norm.py
    :language: python
@@ -151,6 +157,7 @@ arguments and picks the backend like :func:`opguide.rms_norm`.
 # %%
 # The operator in use
 # -------------------
+import textwrap
 import warnings
 
 import torch
@@ -310,6 +317,167 @@ for backend in ops:
     torch.testing.assert_close(r_compiled, start + 2 * x)
     print(f"{backend:6} compiled: residual updated twice in place, outputs match eager")
 
+
+# %%
+# In place, and autograd
+# ----------------------
+# ``(a!)`` tells ``torch.compile`` which input a kernel writes. Eager autograd
+# learns it another way: every tensor carries a *version counter*, which each
+# in-place write increments; a tensor that autograd saves for a backward
+# remembers the version it saw, and ``backward()`` refuses to use it if the
+# version moved. A ``TORCH_LIBRARY`` kernel writes through a raw pointer, so the
+# dispatcher's call of the CPU or CUDA kernel increments nothing. Below, the
+# operator is entered under the guard that skips its version-counter kernel
+# (``torch._C._AutoDispatchBelowADInplaceOrView``, a private switch used here
+# only to show the operator without that kernel). Autograd saves ``residual``
+# to differentiate ``residual * a``; the operator then overwrites it:
+def gradient_after_overwrite(skip_version_kernel: bool) -> torch.Tensor:
+    torch.manual_seed(0)
+    a = torch.randn(4, 64, requires_grad=True)
+    residual = torch.randn(4, 64)
+    before = residual.clone()
+    saved = residual * a  # d(saved)/da = residual, as it is now
+    op = torch.ops.opguide.fused_add_rms_norm_.default
+    if skip_version_kernel:
+        with torch._C._AutoDispatchBelowADInplaceOrView():
+            op(torch.randn(4, 64), residual, None, 1e-6, None)
+    else:
+        op(torch.randn(4, 64), residual, None, 1e-6, None)
+    print("residual version:", residual._version)
+    saved.sum().backward()
+    return a.grad, before, residual
+
+
+grad, before, after = gradient_after_overwrite(skip_version_kernel=True)
+print("a.grad equals the residual autograd saved:   ", torch.equal(grad, before))
+print("a.grad equals the overwritten residual:      ", torch.equal(grad, after))
+assert torch.equal(grad, after) and not torch.equal(grad, before)
+
+# %%
+# No error, and a gradient computed from values that are no longer the ones
+# the forward used. With the operator's version-counter kernel, the same code
+# stops at ``backward()``:
+try:
+    gradient_after_overwrite(skip_version_kernel=False)
+    raise AssertionError("backward ran through an overwritten tensor")
+except RuntimeError as error:
+    print(textwrap.fill(f"RuntimeError: {error}", 88))
+
+# %%
+# The two kernels that keep the contract are C++, registered once for every
+# device. A call enters the dispatcher at the highest key its tensors carry:
+# ``Autograd``, then ``ADInplaceOrView``, then ``CPU`` or ``CUDA``. The
+# ``ADInplaceOrView`` kernel calls on below its own key and then increments the
+# version of what was written (PyTorch's own in-place operators have the same
+# kernel, generated). The ``Autograd`` kernel decides what an input that
+# requires grad gets: this operator has no backward, so with grad mode on it is
+# refused before anything is written, and the message names the differentiable
+# way to compute the same thing. A leaf that requires grad is refused in
+# PyTorch's own words. Under :func:`torch.no_grad` (an optimizer's update) every
+# input is accepted, as ``add_`` accepts it:
+#
+# .. literalinclude:: /../csrc/fused_add_rms_norm_autograd.cpp
+#    :language: cpp
+#    :caption: csrc/fused_add_rms_norm_autograd.cpp
+for name in ("x", "residual"):
+    args = dict(x=torch.randn(2, 8), residual=torch.randn(2, 8), weight=torch.ones(8))
+    args[name].requires_grad_()
+    try:
+        opguide.fused_add_rms_norm_(**args)
+        raise AssertionError(f"{name} requires grad and was accepted")
+    except RuntimeError as error:
+        print(textwrap.fill(f"{name} requires grad -> RuntimeError: {error}", 88))
+    with torch.no_grad():
+        opguide.fused_add_rms_norm_(**args)
+    print(f"{name} requires grad, under torch.no_grad(): accepted")
+
+
+# %%
+# What ``custom_op`` does for you
+# -------------------------------
+# A Python :func:`torch.library.custom_op` with ``mutates_args`` registers the
+# ``ADInplaceOrView`` kernel itself: the Triton operator's ``residual`` gets a
+# new version with no code of ours. Two things it does not do.
+# :func:`torch.library.register_autograd` refuses an operator that mutates, and
+# the body cannot refuse inputs in its place: it runs below autograd, with grad
+# mode off whether or not the caller trained, and under ``torch.compile`` it
+# receives the compiled graph's tensors, which require no grad. A probe that
+# prints what the body sees:
+@torch.library.custom_op("opguide_demo::add_", mutates_args=("y",))
+def add_(x: torch.Tensor, y: torch.Tensor) -> None:
+    print(f"    body sees: grad mode {torch.is_grad_enabled()}, x.requires_grad {x.requires_grad}")
+    y.add_(x)
+
+
+@add_.register_fake
+def _(x, y):
+    return None
+
+
+def add_then_double(x, y):
+    add_(x, y)
+    return y * 2
+
+
+if "triton" in ops:
+    residual = torch.randn(2, 8)
+    ops["triton"](torch.randn(2, 8), residual, None, 1e-6, None)
+    print("the Triton operator, called directly: residual version", residual._version)
+x, y = torch.randn(3, requires_grad=True), torch.randn(3)
+print("eager call, grad mode on:")
+add_(x, y)
+print("eager call under torch.no_grad():")
+with torch.no_grad():
+    add_(x, y)
+print("compiled call:")
+torch.compile(add_then_double, fullgraph=True)(x.detach(), y)
+try:
+    torch.library.register_autograd("opguide_demo::add_", lambda ctx, grad: (grad, grad))
+except RuntimeError as error:
+    print(textwrap.fill("register_autograd: " + str(error).split(" with schema")[0], 88))
+
+# %%
+# So the Triton operator's refusal lives in :func:`opguide.fused_add_rms_norm_`,
+# the function users call, where grad mode and ``requires_grad`` are those of
+# the caller (``torch.compile`` traces that check as well):
+#
+# .. literalinclude:: /../opguide/fused_add_rms_norm.py
+#    :language: python
+#    :start-after: # [refuse-grad]
+#    :end-before: # [refuse-grad-end]
+#
+# ``opcheck`` does not catch any of this
+# --------------------------------------
+# :func:`torch.library.opcheck` checks the schema, the fake kernel and the
+# tracing, not the version counter. An operator defined with ``(a!)`` and a
+# kernel that writes its input, and nothing else, passes every one of its tests:
+demo = torch.library.Library("opguide_demo", "FRAGMENT")
+demo.define("add_one_(Tensor(a!) x) -> ()")
+
+
+def add_one_kernel(x: torch.Tensor) -> None:
+    # .data has a version counter of its own: the write reaches x's memory
+    # and leaves x's counter alone, as a C++ kernel's raw pointer does.
+    x.data.add_(1)
+
+
+demo.impl("add_one_", add_one_kernel, "CPU")
+t = torch.randn(8)
+result = torch.library.opcheck(torch.ops.opguide_demo.add_one_.default, (t,))
+print(textwrap.fill("opcheck: " + ", ".join(f"{k} {v}" for k, v in result.items()), 88))
+before = t.clone()
+torch.ops.opguide_demo.add_one_.default(t)
+print("written:", not torch.equal(t, before), "| version after the write:", t._version)
+
+# %%
+# The test that does is ``tests/test_inplace_contract.py`` (shown whole at the
+# end of this page). It finds every operator of the ``opguide`` namespace whose
+# schema writes an argument, so a new one without a case fails; for each, on
+# every backend and device, it checks the version bump, the saved-tensor error
+# above, the refusal of each input that requires grad, and that a
+# ``torch.no_grad()`` call is accepted. Its last test runs those checks on the
+# ``add_one_`` operator above and expects each to fail.
+
 # %%
 # Errors name the argument
 # ------------------------
@@ -384,3 +552,9 @@ for bad in [
 #    .. literalinclude:: /../opguide/fused_add_rms_norm.py
 #       :language: python
 #       :caption: opguide/fused_add_rms_norm.py
+#
+# .. dropdown:: tests/test_inplace_contract.py
+#
+#    .. literalinclude:: /../tests/test_inplace_contract.py
+#       :language: python
+#       :caption: tests/test_inplace_contract.py
