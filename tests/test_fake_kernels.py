@@ -22,8 +22,13 @@ namespace and every device here that runs it:
 * the public functions :func:`opguide.rms_norm` (backends ``"cpp"`` and
   ``"triton"``) and :func:`opguide.fused_add_rms_norm_` (both backends), under
   ``torch.compile(fullgraph=True)``, return outputs with the strides, dtype and
-  values of eager mode ("aot_eager" for the layouts, "inductor" once per
-  function and backend), and the written ``residual`` keeps its strides.
+  values of eager mode, and the written ``residual`` keeps its strides and
+  gets eager's values: "aot_eager" over several layouts (the compile path
+  itself changes no layout), and "inductor" once per function and backend,
+  on a layout it must not assume contiguous. The compiled function also
+  uses the outputs (``y * 2``): Inductor's generated code reads them with
+  the fake kernel's strides, and its size and stride assertion fails when
+  the real kernel's differ.
 
 The fake mode runs with ``allow_fallback_kernels=False``, so an operator
 without a fake kernel fails here instead of being run for real on zeros.
@@ -445,7 +450,10 @@ def test_compiled_rms_norm_has_eager_strides(backend, device, layout, compiler):
     weight = torch.randn(8, generator=torch.Generator().manual_seed(1)).to(device)
 
     def f(x, weight):
-        return opguide.rms_norm(x, weight, 1e-6, backend=backend)
+        y = opguide.rms_norm(x, weight, 1e-6, backend=backend)
+        # Inductor reads y in the code it generates for y * 2 with the strides
+        # the fake kernel gave, and lays y * 2 out like them.
+        return y, y * 2
 
     eager = f(x, weight)
     compiled = torch.compile(f, fullgraph=True, backend=compiler)(x, weight)
@@ -491,7 +499,8 @@ def test_compiled_fused_add_rms_norm_has_eager_strides(backend, device, layout, 
     weight = torch.randn(8, generator=gen).to(device)
 
     def f(x, residual, weight):
-        return opguide.fused_add_rms_norm_(x, residual, weight, 1e-6, backend=backend)
+        out, inv_rms = opguide.fused_add_rms_norm_(x, residual, weight, 1e-6, backend=backend)
+        return out, inv_rms, out * 2, inv_rms * 2  # read with the fake kernel's strides
 
     residual_eager, residual_compiled = _layout(layout, device), _layout(layout, device)
     eager = f(x, residual_eager, weight)
