@@ -433,6 +433,17 @@ def _compile_params(backends: dict, layouts: tuple[str, ...]):
     return out
 
 
+def compile_fresh(f: Callable, compiler: str) -> Callable:
+    """``torch.compile(f, fullgraph=True)`` that compiles, never loads a cached graph.
+
+    Inductor's on-disk graph cache does not key on the fake kernels: a graph
+    compiled with an earlier fake would be loaded with that fake's strides.
+    """
+    torch.compiler.reset()
+    options = {"fx_graph_cache": False} if compiler == "inductor" else None
+    return torch.compile(f, fullgraph=True, backend=compiler, options=options)
+
+
 def assert_same_outputs(compiled, eager, what: str) -> None:
     for k, (c, e) in enumerate(zip(_flat(compiled), _flat(eager), strict=True)):
         assert output_metadata(c) == output_metadata(e), (
@@ -445,7 +456,6 @@ def assert_same_outputs(compiled, eager, what: str) -> None:
     ("backend", "device", "layout", "compiler"), _compile_params(RMS_NORM_BACKENDS, LAYOUTS)
 )
 def test_compiled_rms_norm_has_eager_strides(backend, device, layout, compiler):
-    torch.compiler.reset()
     x = _layout(layout, device)
     weight = torch.randn(8, generator=torch.Generator().manual_seed(1)).to(device)
 
@@ -456,7 +466,7 @@ def test_compiled_rms_norm_has_eager_strides(backend, device, layout, compiler):
         return y, y * 2
 
     eager = f(x, weight)
-    compiled = torch.compile(f, fullgraph=True, backend=compiler)(x, weight)
+    compiled = compile_fresh(f, compiler)(x, weight)
     assert_same_outputs(compiled, eager, f"rms_norm(backend={backend!r}) on {layout} x")
 
 
@@ -466,7 +476,6 @@ def test_compiled_rms_norm_has_eager_strides(backend, device, layout, compiler):
 )
 def test_compiled_rms_norm_training_has_eager_strides(backend, device):
     # The training forward and the backward operator, traced by AOTAutograd.
-    torch.compiler.reset()
 
     def f(x, weight):
         return opguide.rms_norm(x, weight, 1e-6, backend=backend)
@@ -481,7 +490,7 @@ def test_compiled_rms_norm_training_has_eager_strides(backend, device):
         return (y, *torch.autograd.grad(y, (x, weight), _layout("step", device)))
 
     eager = step(f)
-    compiled = step(torch.compile(f, fullgraph=True, backend="aot_eager"))
+    compiled = step(compile_fresh(f, "aot_eager"))
     assert_same_outputs(compiled, eager, f"rms_norm(backend={backend!r}) forward and backward")
 
 
@@ -493,7 +502,6 @@ def test_compiled_rms_norm_training_has_eager_strides(backend, device):
     ),
 )
 def test_compiled_fused_add_rms_norm_has_eager_strides(backend, device, layout, compiler):
-    torch.compiler.reset()
     gen = torch.Generator().manual_seed(1)
     x = _layout("expanded" if layout == "contiguous" else "contiguous", device)
     weight = torch.randn(8, generator=gen).to(device)
@@ -504,7 +512,7 @@ def test_compiled_fused_add_rms_norm_has_eager_strides(backend, device, layout, 
 
     residual_eager, residual_compiled = _layout(layout, device), _layout(layout, device)
     eager = f(x, residual_eager, weight)
-    compiled = torch.compile(f, fullgraph=True, backend=compiler)(x, residual_compiled, weight)
+    compiled = compile_fresh(f, compiler)(x, residual_compiled, weight)
     what = f"fused_add_rms_norm_(backend={backend!r}) on {layout} residual"
     assert_same_outputs(compiled, eager, what)
     # The written input keeps its layout, and holds what eager mode wrote.
