@@ -61,8 +61,9 @@ NAMESPACE = "opguide"
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 FLOATING = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# Few examples, always the same ones: the Triton operators run in Triton's
-# interpreter on CPU, and CI must fail the same way every time.
+# A bounded number of examples, always the same ones: the Triton operators
+# run in Triton's interpreter on CPU (about 1 s for 100 tiny examples), and
+# CI must fail the same way every time.
 FAKE_SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None)
 
 
