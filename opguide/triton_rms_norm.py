@@ -653,6 +653,9 @@ def _forward(
     n = int(xc.shape[-1])
     m = int(xc.numel()) // n if n > 0 else 0
     if m == 0:
+        if inv_rms is not None:
+            # Rows of length 0: the mean of no squares is 0/0, as the C++ kernels compute.
+            inv_rms.fill_(float("nan"))
         return y
     store_inv = inv_rms is not None
     inv_arg = inv_rms if store_inv else y  # not written when STORE_INV is False
@@ -1168,7 +1171,11 @@ def fused_add_rms_norm_triton_(
     inv_rms = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
     n = int(x.shape[-1])  # a plain int for Triton (see rms_norm_triton)
     m = int(inv_rms.numel())
-    if m > 0:
+    if m > 0 and n == 0:
+        # Rows of length 0: nothing to add, and the mean of no squares is 0/0,
+        # as the C++ kernels compute.
+        inv_rms.fill_(float("nan"))
+    elif m > 0:
         w_arg = xc if weight is None else weight.contiguous()
         with _on_device_of(xc):
             if n <= 65536 // xc.element_size():  # the whole row in registers
