@@ -1,6 +1,6 @@
 r"""
-Step 10: Patterns: in-place, several outputs, optional arguments
-================================================================
+Step 10: Patterns: in-place, several outputs, optional and index arguments
+==========================================================================
 
 Real operator libraries need more than ``Tensor -> Tensor``. Between two
 blocks of a transformer, the residual stream is updated and normalised in one
@@ -19,6 +19,9 @@ In this step you will learn:
 * what a fake kernel must (and must not) do for a mutating operator;
 * how :func:`torch.library.opcheck` tests each variant, and how
   ``torch.compile`` turns the mutation into a functional graph and back;
+* where the checks of an index input go: metadata in the wrapper and the
+  fake kernel, values (an index out of range) in the kernel, and a fake
+  kernel for an output whose size depends on the data;
 * what eager autograd needs from an operator that writes an input (the
   version counter, the ``ADInplaceOrView`` and ``Autograd`` kernels), what
   ``custom_op`` does for you, and the test that checks it, since ``opcheck``
@@ -491,6 +494,303 @@ for bad in [
         opguide.fused_add_rms_norm_(**bad)
     except (TypeError, ValueError, RuntimeError) as err:
         print(f"{type(err).__name__}: {err}")
+
+# %%
+# Index inputs and value checks
+# -----------------------------
+# An operator that takes an index tensor gets two kinds of input to check:
+# its metadata (dtype, shape, device), which a tracer and a fake kernel see,
+# and its values (is each index in range?), which only the kernel sees. A
+# small demo library shows where each check goes. It is built on its own from
+# ``csrc/index_inputs/gather_rows.cpp`` (not part of ``opguide._C``) and
+# defines two operators in the namespace ``opguide_index``:
+# ``gather_rows(table, index)`` returns ``table[index]``, the rows of a 2-D
+# ``table`` picked by an int64 ``index`` of any shape (what an embedding
+# lookup does), and ``unique_indices(index)`` returns the distinct values of
+# an index, sorted.
+#
+# .. dropdown:: csrc/index_inputs/gather_rows.cpp
+#
+#    .. literalinclude:: /../csrc/index_inputs/gather_rows.cpp
+#       :language: cpp
+#       :caption: csrc/index_inputs/gather_rows.cpp
+import time
+
+from torch.utils.cpp_extension import load
+
+from guidekit.compile_checks import source_root
+
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
+index_build = ROOT / "build" / "jit" / "opguide_index"
+index_build.mkdir(parents=True, exist_ok=True)
+start = time.perf_counter()
+load(
+    name="opguide_index",
+    sources=[str(ROOT / "csrc" / "index_inputs" / "gather_rows.cpp")],
+    extra_cflags=["-O2"],
+    build_directory=str(index_build),
+    is_python_module=False,
+)
+print(f"built and loaded opguide_index in {time.perf_counter() - start:.1f} s")
+index_ops = torch.ops.opguide_index
+print(index_ops.gather_rows.default._schema)
+print(index_ops.unique_indices.default._schema)
+
+# %%
+# The kernel checks every index value with ``TORCH_CHECK_INDEX``, which
+# Python sees as :class:`IndexError`; the message names the value, where it
+# is in the index, and the valid range:
+table = torch.arange(15.0).reshape(5, 3)
+index = torch.tensor([[0, 4], [2, 2]])
+rows = index_ops.gather_rows(table, index)
+assert torch.equal(rows, table[index])
+print("gather_rows(table, index) == table[index], shape", tuple(rows.shape))
+for bad_index in (torch.tensor([1, 5]), torch.tensor([[0, 1], [-1, 2]])):
+    try:
+        index_ops.gather_rows(table, bad_index)
+    except IndexError as err:
+        print("IndexError:", err)
+
+
+# %%
+# The metadata checks go in one Python function that the wrapper users call
+# and the fake kernel both run. Under ``torch.compile`` they run once, while
+# tracing, on fake tensors whose dtype, shape and device are known; the
+# compiled graph holds no check. The kernel repeats them in C++ for callers
+# that use ``torch.ops`` directly.
+def check_gather_rows_args(table: torch.Tensor, index: torch.Tensor) -> None:
+    """Checks what is known without reading values: dtype, dimensions, device.
+
+    Raises:
+        TypeError: if ``index`` is not int64.
+        ValueError: if ``table`` is not 2-D, or the two are on different devices.
+    """
+    if table.dim() != 2:
+        raise ValueError(f"gather_rows: table must be 2-D (rows, columns), got {table.dim()}-D")
+    if index.dtype != torch.int64:
+        raise TypeError(f"gather_rows: index must be int64, got {index.dtype}")
+    if index.device != table.device:
+        raise ValueError(
+            f"gather_rows: index must be on {table.device} like table, got {index.device}"
+        )
+
+
+@torch.library.register_fake("opguide_index::gather_rows")
+def _(table, index):
+    check_gather_rows_args(table, index)
+    return table.new_empty((*index.shape, table.shape[1]))
+
+
+def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[index]``: the rows of a 2-D ``table`` picked by an int64 ``index``.
+
+    Raises:
+        TypeError, ValueError: from :func:`check_gather_rows_args`.
+        IndexError: from the kernel, for an index value outside ``[0, table.shape[0])``.
+    """
+    check_gather_rows_args(table, index)
+    return index_ops.gather_rows(table, index)
+
+
+for args in [(table, index.int()), (table.flatten(), index), (table, index.to("meta"))]:
+    try:
+        gather_rows(*args)
+    except (TypeError, ValueError) as err:
+        print(f"{type(err).__name__}: {err}")
+try:
+    index_ops.gather_rows(table, index.int())
+except TypeError as err:
+    print(f"the kernel, called directly: TypeError: {err}")
+
+
+def graphs_of(fn, *args, fullgraph: bool = True, capture: bool = False) -> list[list[str]]:
+    """The operators of each graph ``torch.compile`` makes of ``fn(*args)``.
+
+    ``capture`` sets Dynamo's ``capture_dynamic_output_shape_ops`` for the compile.
+    """
+    graphs = []
+
+    def record(graph_module, example_inputs):
+        nodes = [n for n in graph_module.graph.nodes if n.op in ("call_function", "call_method")]
+        graphs.append([str(getattr(n.target, "__name__", n.target)) for n in nodes])
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=capture):
+        torch.compile(fn, fullgraph=fullgraph, backend=record)(*args)
+    return graphs
+
+
+gather_rows_graphs = graphs_of(gather_rows, table, index)
+print("graphs of gather_rows, compiled:", gather_rows_graphs)
+assert gather_rows_graphs == [["gather_rows"]]
+
+
+# %%
+# A value check in Python, compiled
+# ---------------------------------
+# A check of the values in the wrapper works in eager mode. The version below
+# raises an :class:`IndexError` of its own before calling the kernel:
+def check_index_values(table: torch.Tensor, index: torch.Tensor) -> None:
+    """Raises IndexError if a value of ``index`` is outside ``[0, table.shape[0])``."""
+    if ((index < 0) | (index >= table.shape[0])).any():  # reads the values
+        raise IndexError(f"gather_rows: index values must be in [0, {table.shape[0]})")
+
+
+def gather_rows_checked_in_python(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """:func:`gather_rows` with the index values checked in Python (the pattern to avoid)."""
+    check_gather_rows_args(table, index)
+    check_index_values(table, index)
+    return index_ops.gather_rows(table, index)
+
+
+try:
+    gather_rows_checked_in_python(table, torch.tensor([1, 5]))
+except IndexError as err:
+    print("eager, check in Python: IndexError:", err)
+
+# %%
+# Under ``torch.compile(fullgraph=True)`` the ``if`` needs a value that exists
+# only when the graph runs, so tracing fails. The wrapper that leaves the
+# value check to the kernel compiles, and its compiled form raises the
+# kernel's :class:`IndexError` at run time:
+compile_results = {}
+for fn in (gather_rows_checked_in_python, gather_rows):
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True)
+    try:
+        good = compiled(table, index)
+        assert torch.equal(good, table[index])
+        compiled(table, torch.tensor([[0, 1], [2, 7]]))
+    except Exception as err:
+        compile_results[fn.__name__] = type(err)
+        name = f"{type(err).__module__}.{type(err).__name__}"
+        print(f"{fn.__name__}: {name}: {str(err).splitlines()[0]}")
+assert compile_results["gather_rows"] is IndexError
+assert compile_results["gather_rows_checked_in_python"] is not IndexError
+# %%
+# Without ``fullgraph=True``, Dynamo splits the function at the ``if`` (a
+# graph break): every call runs the comparison in one graph, reads the result
+# on the host, and enters a second graph for the kernel:
+python_check_graphs = graphs_of(gather_rows_checked_in_python, table, index, fullgraph=False)
+print("graphs:", python_check_graphs)
+assert len(python_check_graphs) == 2
+
+# %%
+# A value check in Python, on a GPU
+# ---------------------------------
+# Reading ``bool(tensor)`` (or ``.item()``) of a CUDA tensor copies the value
+# to the host, so the host waits for every kernel queued before it. The
+# demo library has no CUDA kernel, so the timing below uses
+# :func:`torch.nn.functional.embedding`, the same gather, which checks its
+# indices on the device. ``torch.cuda.set_sync_debug_mode("error")`` turns
+# such a wait into an error, which finds them in a program (the mode is a
+# prototype and does not detect every synchronizing operation).
+if torch.cuda.is_available():
+    gpu_table = torch.randn(100_000, 256, device="cuda")
+    gpu_index = torch.randint(0, 100_000, (4096,), device="cuda")
+
+    def embedding_checked_in_python(table, index):
+        check_index_values(table, index)
+        return torch.nn.functional.embedding(index, table)
+
+    def embedding_unchecked(table, index):
+        return torch.nn.functional.embedding(index, table)
+
+    def microseconds_per_call(fn, calls=500):
+        """Host time per call of ``fn``, with the GPU's queue drained before and after."""
+        for _ in range(20):
+            fn(gpu_table, gpu_index)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(gpu_table, gpu_index)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / calls * 1e6
+
+    print(torch.cuda.get_device_name(), "| table 100000 x 256 float32, 4096 indices")
+    unchecked_us = microseconds_per_call(embedding_unchecked)
+    checked_us = microseconds_per_call(embedding_checked_in_python)
+    print(f"without the Python check: {unchecked_us:.1f} us per call")
+    ratio = checked_us / unchecked_us
+    print(f"with the Python check:    {checked_us:.1f} us per call ({ratio:.2f}x)")
+
+    # The mode warns that it is a prototype that does not detect every synchronizing call.
+    warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        embedding_unchecked(gpu_table, gpu_index)
+        print("sync debug mode 'error', without the check: no error")
+        try:
+            embedding_checked_in_python(gpu_table, gpu_index)
+        except RuntimeError as err:
+            first_line = str(err).splitlines()[0]
+            print("sync debug mode 'error', with the check: RuntimeError:", first_line)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+else:
+    print(
+        "skipped: no CUDA device here (torch.cuda.is_available() is False). The cost is the"
+        " host waiting for the GPU's queue, and the values of a CPU tensor are already in"
+        " host memory: nothing waits, so there is nothing to time or to flag."
+    )
+
+
+# %%
+# An output whose size depends on the values
+# ------------------------------------------
+# ``unique_indices`` returns as many values as the index holds distinct ones.
+# Its fake kernel cannot know that number: it asks
+# :func:`torch.library.get_ctx` for a new symbolic size, an unbacked
+# ``SymInt`` (``u0``) whose value is known only when the graph runs. Later
+# operators get it as a shape like any other, here ``gather_rows``:
+@torch.library.register_fake("opguide_index::unique_indices")
+def _(index):
+    if index.dtype != torch.int64:
+        raise TypeError(f"unique_indices: index must be int64, got {index.dtype}")
+    count = torch.library.get_ctx().new_dynamic_size()  # min=0, no max: any count
+    return index.new_empty((count,))
+
+
+def rows_used(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The rows of ``table`` that ``index`` refers to, once each, in row order."""
+    return gather_rows(table, index_ops.unique_indices(index))
+
+
+def graph_shapes(graph_module: torch.fx.GraphModule, example_inputs) -> object:
+    """A torch.compile backend that prints each operator's output shape and runs the graph."""
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and "opguide_index" in str(node.target):
+            print(f"{node.target}: shape {tuple(node.meta['example_value'].shape)}")
+    return graph_module.forward
+
+
+index = torch.tensor([[0, 4], [2, 4], [4, 0]])
+expected = table[torch.unique(index)]
+torch._dynamo.reset()
+traced = torch.compile(rows_used, fullgraph=True, backend=graph_shapes)(table, index)
+torch._dynamo.reset()
+compiled = torch.compile(rows_used, fullgraph=True)(table, index)
+assert torch.equal(traced, expected) and torch.equal(compiled, expected)
+print("compiled == eager == table[torch.unique(index)], shape", tuple(expected.shape))
+
+
+# %%
+# The compile above has ``fullgraph=True``, which lets Dynamo trace operators
+# whose output shape depends on the data. Without it, that takes the
+# configuration flag ``capture_dynamic_output_shape_ops``; with the flag off,
+# the graph breaks at ``unique_indices``, which then runs eagerly. The
+# operators in each graph, for each setting (``sym_size``, ``ge`` and
+# ``_assert_scalar`` check at run time that ``u0 >= 0``, the fake kernel's
+# ``min``):
+capture_default = torch._dynamo.config.capture_dynamic_output_shape_ops
+print("capture_dynamic_output_shape_ops, by default:", capture_default)
+for fullgraph, capture in [(True, False), (False, False), (False, True)]:
+    graphs = graphs_of(rows_used, table, index, fullgraph=fullgraph, capture=capture)
+    print(f"fullgraph={fullgraph!s:5} capture_dynamic_output_shape_ops={capture!s:5} -> {graphs}")
+    one_graph = len(graphs) == 1 and "unique_indices" in graphs[0]
+    assert one_graph == (fullgraph or capture), graphs
+
 
 # %%
 # Trade-offs, again
