@@ -516,6 +516,40 @@ else:
     print("GPU timing skipped: no GPU visible (the performance chapter measures on one)")
 
 # %%
+# Compiled for seven GPUs, run on none of them
+# ---------------------------------------------
+# Triton compiles for any GPU it is told about, not only the one present:
+# ``triton.compile`` with a ``GPUTarget`` goes down to AMD's ``hsaco`` or
+# NVIDIA's ``cubin`` on a machine with no GPU at all.
+# ``guidekit/triton_targets.py`` does so for every launch configuration the
+# library's launch code chooses (it calls the operators on fake CUDA tensors
+# and records their launches), and reads registers, spills and shared memory
+# from the machine code. Here, the forward kernel, at the extremes of its
+# configurations, on each target:
+from guidekit import triton_targets  # noqa: E402
+
+results = triton_targets.check(kernels=["_rms_norm_fwd_kernel"])
+print(triton_targets.format_table(results))
+print(triton_targets.summary(results))
+for name, target in triton_targets.TARGETS.items():
+    mine = [u for u in results if u.target == name]
+    fit = sum(u.ok for u in mine)
+    print(f"{name:8} ({target.gpu}): {fit} of {len(mine)} fit without spilling")
+print("GPU on this machine:", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
+
+# %%
+# What this shows: the kernel compiles for these GPUs, and each compile
+# marked ``ok`` fits the GPU's registers and shared memory without
+# spilling (the ``budget`` column: registers per thread for that many
+# warps, and shared memory per block). A line marked ``error`` is a launch
+# the library would make there that Triton refuses. What it does not show:
+# none of these kernels ran on those GPUs, so it says nothing about their
+# results or speed there; correctness on AMD GPUs is not tested by this.
+# ``tests/test_triton_targets.py`` runs the same check for every kernel;
+# ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every configuration, not only the
+# extremes.
+
+# %%
 # The files of this step, whole
 # -----------------------------
 # The page above showed parts of these files; here each one is whole, as it

@@ -398,17 +398,30 @@ def _library():
 
 
 def library_kernels() -> list[str]:
-    """The names of the kernels of the library that a launch starts (not the helpers they call)."""
-    lib = _library()
-    functions = {name: _jit_function(v) for name, v in vars(lib).items()}
-    functions = {name: fn for name, fn in functions.items() if fn is not None}
+    """The library's kernels that a launch starts (not the Triton helpers they call).
+
+    Read from the source, without importing it (so it works whatever
+    TRITON_INTERPRET is): the functions decorated with ``triton.jit`` that no
+    other such function calls.
+    """
+    import ast
+    import importlib.util
+
+    path = importlib.util.find_spec(LIBRARY).origin
+    tree = ast.parse(Path(path).read_text())
+    jitted = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(
+            "jit" in ast.unparse(d) for d in node.decorator_list
+        ):
+            jitted[node.name] = node
     called = {
-        name
-        for name in functions
-        for fn in functions.values()
-        if re.search(rf"\b{name}\(", fn.src.split(":", 1)[1])  # past its own def line
+        call.func.id
+        for node in jitted.values()
+        for call in ast.walk(node)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
     }
-    return [name for name in functions if name not in called]
+    return [name for name in jitted if name not in called]
 
 
 def _weight(launch: Launch) -> tuple:

@@ -1,0 +1,79 @@
+"""The Triton kernels compile for AMD and NVIDIA GPUs and fit their registers and shared memory.
+
+guidekit.triton_targets compiles each kernel of opguide/triton_rms_norm.py in
+the launch configurations the library chooses, for seven GPUs, on this
+machine (no GPU needed), and reads registers, spills and shared memory from
+the machine code. By default a representative subset of configurations is
+compiled (every kernel on every target, at its extremes);
+OPGUIDE_TRITON_TARGETS_FULL=1 compiles all of them.
+
+Nothing here runs a kernel on those GPUs: it says the kernels compile and
+fit, not that their results are right there.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from guidekit import triton_targets as tt
+
+pytestmark = pytest.mark.cpu
+
+
+@functools.lru_cache(maxsize=None)
+def _results() -> tuple:
+    # One child process compiles for every target at once (both cores busy).
+    return tuple(tt.check())
+
+
+def _of(target: str) -> list:
+    return [u for u in _results() if u.target == target]
+
+
+@pytest.mark.parametrize("target", list(tt.TARGETS))
+def test_every_kernel_compiles(target):
+    results = _of(target)
+    kernels = {u.kernel for u in results}
+    assert kernels == set(tt.library_kernels()), "a kernel of the library was not compiled"
+    errors = [u for u in results if u.status == "error"]
+    assert not errors, "\n" + tt.format_table(errors, width=200)
+
+
+@pytest.mark.parametrize("target", list(tt.TARGETS))
+def test_no_spill_and_within_budget(target):
+    results = [u for u in _of(target) if u.status != "error"]
+    assert results
+    bad = [u for u in results if not u.ok]
+    assert not bad, "\n" + tt.format_table(bad, width=200)
+
+
+def test_the_check_sees_a_spill():
+    # The library's forward kernel with a whole row of 8192 float32 values in
+    # one warp (256 values per thread, 8 times what its launch rules give it)
+    # cannot fit in registers: the checker must say so.
+    hungry = tt.Launch(
+        tt.LIBRARY,
+        "_rms_norm_fwd_kernel",
+        ("*float32", "*float32", "*float32", "*float32", 3, 8192, 1e-6),
+        (("ALIGN", 16), ("BLOCK_N", 8192), ("GDC", False), ("ROWS", 1), ("STORE_INV", True),
+         ("num_warps", 1)),
+    )  # fmt: skip
+    results = tt.check(targets=["gfx942", "sm_90"], launches=[hungry])
+    assert [u.status for u in results] != ["ok", "ok"], tt.format_table(results)
+    spilled = [u for u in results if u.status == "spill"]
+    assert spilled, tt.format_table(results)
+    assert all(u.spills > 0 or u.scratch > 0 for u in spilled)
+
+
+def test_a_budget_is_checked():
+    # The same kernel as the library launches it, judged against a GPU with
+    # half the shared memory it uses: over budget, from the real compile.
+    results = [u for u in _of("sm_90") if u.ok and u.shared > 0]
+    assert results
+    usage = max(results, key=lambda u: u.shared)
+    small = tt.dataclasses.replace(tt.TARGETS["sm_90"], smem_per_block=usage.shared // 2)
+    judged = tt.dataclasses.replace(usage)
+    tt._judge(judged, small)
+    assert judged.status == "over budget" and "shared" in judged.reason
