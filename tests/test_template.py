@@ -1,20 +1,41 @@
-"""The project template (``template/``): every route renders, installs and passes its own tests.
+"""The project template (``template/``): each variant renders, installs and passes its own tests.
 
-Each case renders the template with copier into a temporary folder, installs
-the generated project into this environment without build isolation (its C++
-library compiled against this torch), runs the generated project's own test
-suite, and, where nvcc is present, its nvcc compile check of the CUDA sources.
-Gallery step 18 (``examples_src/18_your_own_operator.py``) does the same for
-the C++ route with the elementwise kernel. A last test breaks the kernel
-formula of a generated project and checks that the generated tests catch it.
+Each case renders the template with copier and then does what the generated
+README tells its reader, in a virtual environment of the project's own that
+holds torch and nothing else ("with torch already installed"): it runs the
+README's install command and its test command as written, read from the
+README between their ``<!-- install-command -->`` / ``<!-- test-command -->``
+markers (as ``.ci/run`` reads this repository's README), so that README and
+test cannot drift. Dependencies come from the project's ``pyproject.toml``
+through pip, never from this environment. On the C++ route the README's nvcc
+check runs beside the tests.
+
+The virtual environments. Installing torch into a fresh venv costs about 20 s
+(unpacking the wheel); a venv made with ``--system-site-packages`` would let
+this environment's packages leak in and hide a missing dependency. So one
+venv holding only torch is made per pytest session (:func:`base_venv`, which
+checks that ``pip list`` shows torch and its requirements only), and each
+case copies it (``cp -a``, 2 s) and points the copied ``bin/`` scripts at
+the copy (:func:`clone_venv`). The rest of a case is the project's own
+install (pytest, numpy and triton from pip's cache or the index; the C++
+build) and its tests. Measured on 2 cores (torch 2.13.0 CPU, warm pip cache):
+see ``CASE_SECONDS`` below.
+
+Which variants run: every route (C++ classic ABI, C++ stable ABI, Triton),
+every kind and in-place or not each appear at least once in :data:`CASES`;
+gallery step 18 renders, builds and tests the C++ classic elementwise one.
+``OPGUIDE_TEMPLATE_FULL=1`` runs every combination instead.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -23,6 +44,13 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template"
 copier = pytest.importorskip("copier", reason="copier is not installed (pip install copier)")
+TORCH_RELEASE = torch.__version__.split("+")[0]
+FULL = os.environ.get("OPGUIDE_TEMPLATE_FULL") == "1"
+
+# Seconds one case takes on 2 cores, torch 2.13.0 CPU, pip cache warm
+# (measured with `pytest tests/test_template.py --durations=0`): copying the
+# torch venv 2, installing the test extra and building, then the tests.
+CASE_SECONDS = {}
 
 
 def render(dest: Path, **answers: str) -> Path:
@@ -31,76 +59,166 @@ def render(dest: Path, **answers: str) -> Path:
     return dest
 
 
-def run(command: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-class Installed:
-    """A generated project installed (editable) into this environment, removed on exit."""
-
-    def __init__(self, project: Path, package: str):
-        self.project, self.package = project, package
-
-    def __enter__(self) -> Installed:
-        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps"]
-        proc = run([*pip, "-e", str(self.project)], cwd=self.project)
-        assert proc.returncode == 0, (
-            f"installing the generated project failed:\n{proc.stdout}{proc.stderr}"
-        )
-        return self
-
-    def __exit__(self, *exc) -> None:
-        run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", self.package], cwd=self.project)
-
-
-def start_nvcc_check(project: Path) -> subprocess.Popen | None:
-    """Starts the generated ``tools/check_cuda_compiles.py`` (it runs beside the tests)."""
-    script = project / "tools" / "check_cuda_compiles.py"
-    if not script.is_file():
-        return None
-    return subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+def run(command: list[str], cwd: Path, timeout: int = 900, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
     )
 
 
-# The C++ route with the elementwise kernel is what gallery step 18 renders,
-# builds, tests and compile-checks, as an item of this suite; it is not
-# repeated here.
-TORCH_2_13 = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
-NEEDS_2_13 = pytest.mark.skipif(
-    not TORCH_2_13,
-    reason=f"the stable-ABI sources build with torch >= 2.13, not {torch.__version__}",
-)
-CASES = [
-    pytest.param("cpp", "classic", "rowwise", "scaled_norm", id="cpp-rowwise"),
-    pytest.param(
-        "cpp", "stable", "elementwise", "silu_mul", id="cpp-stable-elementwise", marks=NEEDS_2_13
-    ),
-    pytest.param(
-        "cpp", "stable", "rowwise", "scaled_norm", id="cpp-stable-rowwise", marks=NEEDS_2_13
-    ),
-    pytest.param("triton", "classic", "elementwise", "silu_mul", id="triton-elementwise"),
-    pytest.param("triton", "classic", "rowwise", "scaled_norm", id="triton-rowwise"),
+def site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python*/site-packages"))
+
+
+def installed(venv: Path) -> set[str]:
+    """The distributions in ``venv``, by normalised name."""
+    found = metadata.distributions(path=[str(site_packages(venv))])
+    return {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower() for d in found}
+
+
+def torch_closure() -> set[str]:
+    """torch and every distribution it requires (on this platform), by normalised name."""
+    names, todo = set(), ["torch"]
+    while todo:
+        name = todo.pop()
+        if name in names:
+            continue
+        names.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for req in requires:
+            if "extra ==" in req:
+                continue
+            todo.append(re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", req)[0]).lower())
+    return names
+
+
+@pytest.fixture(scope="session")
+def base_venv(tmp_path_factory) -> Path:
+    """A virtual environment holding torch and its requirements only, made once per session."""
+    base = tmp_path_factory.mktemp("venvs") / "torch-only"
+    proc = run([sys.executable, "-m", "venv", str(base)], cwd=base.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pip = [str(base / "bin" / "python"), "-m", "pip", "install", "-q", f"torch=={TORCH_RELEASE}"]
+    proc = run(pip, cwd=base.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    extra = installed(base) - torch_closure() - {"pip", "setuptools"}
+    assert not extra, f"the torch-only venv holds more than torch: {sorted(extra)}"
+    return base
+
+
+def clone_venv(base: Path, dest: Path) -> Path:
+    """Copies ``base`` to ``dest`` (``cp -a``); its scripts then name the copy's interpreter.
+
+    ``bin/pip`` and the other scripts start with ``#!<base>/bin/python``; left
+    so, ``pip install`` in the copy would install into ``base``.
+    """
+    shutil.copytree(base, dest, symlinks=True)
+    for script in (dest / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            data = script.read_bytes()
+            if str(base).encode() in data:
+                script.write_bytes(data.replace(str(base).encode(), str(dest).encode()))
+    return dest
+
+
+def readme_command(readme: Path, marker: str) -> str | None:
+    """The shell lines inside the code fence between ``<!-- marker -->`` and ``<!-- marker-end -->``."""
+    found = re.search(
+        rf"^<!-- {marker} -->\n```bash\n(.*?)^```\n<!-- {marker}-end -->$",
+        readme.read_text(),
+        re.S | re.M,
+    )
+    return found[1] if found else None
+
+
+class ReaderVenv:
+    """A project's own venv (torch only, copied from the session's), where its README's commands run."""
+
+    def __init__(self, base: Path, project: Path):
+        self.base, self.project = base, project
+        self.path = clone_venv(base, project.parent / f"{project.name}-venv")
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "TRITON_", "PYTEST_"))
+        }
+        self.env["PATH"] = f"{self.path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+        self.env["VIRTUAL_ENV"] = str(self.path)
+        self.base_before = installed(base)
+
+    def shell(self, command: str, timeout: int = 900) -> subprocess.CompletedProcess:
+        return run(["bash", "-euo", "pipefail", "-c", command], self.project, timeout, self.env)
+
+    def start(self, command: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", command],
+            cwd=self.project,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def readme(self, marker: str) -> str:
+        command = readme_command(self.project / "README.md", marker)
+        assert command, f"the generated README has no {marker} block"
+        return command
+
+    def install(self) -> None:
+        """Runs the README's install command; checks it went into this venv alone."""
+        proc = self.shell(self.readme("install-command"))
+        assert proc.returncode == 0, f"the README's install failed:\n{proc.stdout}{proc.stderr}"
+        assert installed(self.base) == self.base_before, "pip installed into the shared venv"
+
+    def test(self, *extra: str) -> subprocess.CompletedProcess:
+        """Runs the README's test command (with ``extra`` arguments appended)."""
+        command = self.readme("test-command").strip()
+        command = command.split("#")[0].strip() + " -p no:cacheprovider " + " ".join(extra)
+        return self.shell(command)
+
+
+def assert_passed(tests: subprocess.CompletedProcess) -> str:
+    assert tests.returncode == 0, f"the generated tests failed:\n{tests.stdout}{tests.stderr}"
+    summary = tests.stdout.strip().splitlines()[-1]
+    assert re.search(r"\d+ passed", summary), summary
+    assert "failed" not in summary and "error" not in summary, summary
+    return summary
+
+
+ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic")]
+KINDS = ["elementwise", "rowwise"]
+OP_NAMES = {"elementwise": "silu_mul", "rowwise": "scaled_norm"}
+
+
+def case(route: str, abi: str, kind: str, inplace: bool):
+    op_name = OP_NAMES[kind] + ("_" if inplace else "")
+    label = f"{route}{'-stable' if abi == 'stable' else ''}-{kind}{'-inplace' if inplace else ''}"
+    return pytest.param(route, abi, kind, op_name, id=label)
+
+
+# Pairwise: every route, kind and in-place choice at least once. The C++
+# classic elementwise functional one is gallery step 18's.
+PAIRWISE = [
+    ("cpp", "classic", "rowwise", False),
+    ("cpp", "stable", "elementwise", False),
+    ("triton", "classic", "rowwise", False),
 ]
+ALL = [(r, a, k, i) for (r, a), k, i in itertools.product(ROUTES, KINDS, [False])]
+CASES = [case(*c) for c in (ALL if FULL else PAIRWISE)]
 
 
 @pytest.mark.parametrize("route, abi, kind, op_name", CASES)
-def test_generated_project_builds_and_passes_its_tests(tmp_path, route, abi, kind, op_name):
+def test_generated_project_passes_its_readme_commands(
+    tmp_path, base_venv, route, abi, kind, op_name
+):
     package = f"tpl_{route}_{abi}_{kind}"
     answers = dict(package=package, op_name=op_name, route=route, kind=kind)
     if route == "cpp":
         answers["abi"] = abi
     project = render(tmp_path / package, **answers)
-    expected = {
-        "pyproject.toml",
-        "README.md",
-        f"tests/test_{op_name}.py",
-        f"{package}/reference.py",
-    }
+    expected = {"pyproject.toml", "README.md", f"tests/test_{op_name}.py", f"{package}/reference.py"}
     if route == "cpp":
         expected |= {"setup.py", f"csrc/{package}.cpp", f"csrc/{op_name}_cpu.cpp"}
         expected |= {f"csrc/{op_name}.cuh", f"csrc/{op_name}_cuda.cu", f"{package}/ops.py"}
@@ -120,29 +238,28 @@ def test_generated_project_builds_and_passes_its_tests(tmp_path, route, abi, kin
         else:
             assert "TORCH_LIBRARY(" in sources and "STABLE_TORCH_LIBRARY" not in sources
 
-    with Installed(project, package):
-        nvcc = start_nvcc_check(project)
-        tests = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project)
-        print(tests.stdout[-3000:])
-        assert tests.returncode == 0, f"the generated tests failed:\n{tests.stdout}{tests.stderr}"
-        summary = tests.stdout.strip().splitlines()[-1]
-        assert re.search(r"\d+ passed", summary) and "failed" not in summary, summary
-        if nvcc is not None:
-            output, _ = nvcc.communicate(timeout=900)
-            print(output)
-            assert nvcc.returncode == 0, f"the generated nvcc check failed:\n{output}"
-            if not output.startswith("SKIPPED"):
-                assert f"csrc/{op_name}_cuda.cu: compiled" in output
-        if abi == "stable" and shutil.which("nm"):
-            # The built library calls torch only through its C shim.
-            library = next((project / package).glob("_C*.so"))
-            check_abi = ROOT / "stable" / "tools" / "check_abi.py"
-            proc = run([sys.executable, str(check_abi), str(library)], cwd=project)
-            print(proc.stdout)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
+    venv = ReaderVenv(base_venv, project)
+    venv.install()
+    nvcc = venv.start(venv.readme("nvcc-command")) if route == "cpp" else None
+    tests = venv.test()
+    print(tests.stdout[-3000:])
+    assert_passed(tests)
+    if nvcc is not None:
+        output, _ = nvcc.communicate(timeout=900)
+        print(output)
+        assert nvcc.returncode == 0, f"the generated nvcc check failed:\n{output}"
+        if not output.startswith("SKIPPED"):
+            assert re.search(rf"csrc/{op_name}_cuda.cu: compiled, \d+ warnings?", output), output
+    if abi == "stable" and route == "cpp" and shutil.which("nm"):
+        # The built library calls torch only through its C shim.
+        library = next((project / package).glob("_C*.so"))
+        check_abi = ROOT / "stable" / "tools" / "check_abi.py"
+        proc = run([sys.executable, str(check_abi), str(library)], cwd=project)
+        print(proc.stdout)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_generated_tests_catch_a_wrong_formula(tmp_path):
+def test_generated_tests_catch_a_wrong_formula(tmp_path, base_venv):
     """Breaks the CPU kernel's formula of a generated project: its tests must fail."""
     package = "tpl_broken"
     project = render(tmp_path / package, package=package, op_name="silu_mul", route="cpp")
@@ -151,11 +268,9 @@ def test_generated_tests_catch_a_wrong_formula(tmp_path):
     right = "out[i] = static_cast<scalar_t>(v * sigmoid * static_cast<acc_t>(gate[i]));"
     assert right in source
     kernel.write_text(source.replace(right, "out[i] = static_cast<scalar_t>(v * sigmoid);"))
-    with Installed(project, package):
-        tests = run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cpp"],
-            cwd=project,
-        )
+    venv = ReaderVenv(base_venv, project)
+    venv.install()
+    tests = venv.test("-k", "cpp")
     assert tests.returncode == 1, tests.stdout + tests.stderr
     failed = set(re.findall(r"FAILED \S+::(\w+)\[", tests.stdout))
     assert "test_matches_reference" in failed, tests.stdout[-3000:]
