@@ -533,8 +533,8 @@ print(triton_targets.format_table(results))
 print(triton_targets.summary(results))
 for name, target in triton_targets.TARGETS.items():
     mine = [u for u in results if u.target == name]
-    fit = sum(u.ok for u in mine)
-    print(f"{name:8} ({target.gpu}): {fit} of {len(mine)} fit without spilling")
+    fit, refused = sum(u.ok for u in mine), sum(u.status == "error" for u in mine)
+    print(f"{name:8} ({target.gpu}): {fit} of {len(mine)} fit without spilling, {refused} refused")
 print("GPU on this machine:", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
 
 # %%

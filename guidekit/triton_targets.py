@@ -447,12 +447,12 @@ def representative(launches: Sequence[Launch]) -> list[Launch]:
         by_kernel.setdefault(launch.kernel, []).append(launch)
     chosen: dict[Launch, None] = {}
     for group in by_kernel.values():
-        for key in (lambda l: _weight(l)[0], lambda l: _weight(l)[1]):
+        for key in (lambda la: _weight(la)[0], lambda la: _weight(la)[1]):
             chosen.setdefault(max(group, key=key))
-        chosen.setdefault(min(group, key=lambda l: _weight(l)[0]))
-        gdc = [l for l in group if l.kw.get("GDC")]
+        chosen.setdefault(min(group, key=lambda la: _weight(la)[0]))
+        gdc = [la for la in group if la.kw.get("GDC")]
         if gdc:
-            chosen.setdefault(max(gdc, key=lambda l: _weight(l)[0]))
+            chosen.setdefault(max(gdc, key=lambda la: _weight(la)[0]))
     return list(chosen)
 
 
@@ -496,7 +496,7 @@ def _stand_in(arg):
 
 
 def _prepare(launch: Launch, target: Target):
-    """(Usage with the budgets filled in, cache key, compile inputs) or (Usage with an error, None, None).
+    """(Usage with its budgets, cache key, compile inputs); (Usage with an error, None, None).
 
     Triton's own argument binder computes the specialisation (types, 16-byte
     alignment, ints equal to 1 or multiples of 16) from stand-in CPU tensors
@@ -651,7 +651,7 @@ def _read_ptxas(log: str, ptx: str, target: Target, usage: Usage) -> None:
     regs = _PTXAS_REGS.findall(log)
     spills = _PTXAS_SPILLS.findall(log)
     usage.regs = int(regs[-1]) if regs else None
-    usage.spills = sum(int(s) + int(l) for s, l in spills[-1:])
+    usage.spills = sum(int(st) + int(ld) for st, ld in spills[-1:])
     stack = re.findall(r"(\d+) bytes stack frame", log)
     usage.scratch = int(stack[-1]) if stack else 0
 
@@ -747,7 +747,7 @@ def check(
         "targets": list(targets),
         "full": bool(full),
         "kernels": list(kernels) if kernels else None,
-        "launches": [dataclasses.asdict(l) for l in launches] if launches else None,
+        "launches": [dataclasses.asdict(la) for la in launches] if launches else None,
         "jobs": jobs,
     }
     if not _can_compile_here():
@@ -784,10 +784,10 @@ def _check_here(request: dict) -> list[Usage]:
         else:
             chosen = library_launches(target)
             if request["kernels"]:
-                chosen = [l for l in chosen if l.kernel in request["kernels"]]
+                chosen = [la for la in chosen if la.kernel in request["kernels"]]
             if not request["full"]:
                 chosen = representative(chosen)
-        todo += [(l, name) for l in chosen]
+        todo += [(la, name) for la in chosen]
     cache_file = _cache_dir() / "results.json"
     try:
         cache = json.loads(cache_file.read_text())
@@ -892,7 +892,8 @@ def format_table(results: Sequence[Usage], width: int = 60) -> str:
             config = config[: width - 3] + "..."
         status = u.status if u.ok else f"{u.status}: {u.reason}"
         lines.append(
-            f"{u.kernel:32} {u.target:8} {regs:>7} {sgpr:>4} {u.spills + u.sgpr_spills:>5} {u.shared:>7} "
+            f"{u.kernel:32} {u.target:8} {regs:>7} {sgpr:>4} {u.spills + u.sgpr_spills:>5} "
+            f"{u.shared:>7} "
             f"{budget:>11}  {status:11} {config}"
         )
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from guidekit import triton_targets as tt
 pytestmark = pytest.mark.cpu
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _results() -> tuple:
     # One child process compiles for every target at once (both cores busy).
     return tuple(tt.check())
