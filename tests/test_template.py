@@ -294,3 +294,56 @@ def test_copier_command_line_renders_the_project(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     answers = (tmp_path / "out" / ".copier-answers.yml").read_text()
     assert "op_name: silu_mul" in answers and "route: cpp" in answers
+
+
+def test_copier_update_works_with_the_readmes_commands(tmp_path):
+    """A project made from the source archive's template updates, by its README's commands.
+
+    The template here is a plain folder, as in opguide's source archive:
+    ``copier update`` needs the template's versions from git, and the
+    README's ``adopt-template-command`` makes them; its ``update-command``
+    then merges a newer template into the project, keeping the reader's edits.
+    """
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    archive = tmp_path / "opguide" / "template"
+    shutil.copytree(TEMPLATE, archive)
+    project = tmp_path / "myops"
+    copier.run_copy(
+        str(archive), str(project), data=dict(package="myops", route="triton"),
+        defaults=True, quiet=True,
+    )  # fmt: skip
+    env = dict(os.environ, HOME=str(tmp_path / "home"))
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    for who in ("AUTHOR", "COMMITTER"):
+        env[f"GIT_{who}_NAME"], env[f"GIT_{who}_EMAIL"] = "reader", "reader@example.com"
+    (tmp_path / "home").mkdir()
+    readme = project / "README.md"
+
+    adopt = readme_command(readme, "adopt-template-command")
+    assert adopt and "path/to/opguide/template" in adopt
+    adopt = adopt.replace("path/to/opguide/template", str(archive))
+    proc = run(["bash", "-euo", "pipefail", "-c", adopt], project, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    # The reader's own edit, committed; then a newer template.
+    with readme.open("a") as f:
+        f.write("\nNotes of my own.\n")
+    proc = run(["git", "commit", "-qam", "my notes"], project, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    newer = tmp_path / "opguide-new" / "template"
+    shutil.copytree(archive, newer)
+    readme_template = newer / "project" / "README.md.jinja"
+    readme_template.write_text(
+        readme_template.read_text().replace("## The files", "A line of the newer template.\n\n## The files")
+    )
+
+    update = readme_command(readme, "update-command")
+    assert update and "path/to/new/opguide/template" in update
+    update = update.replace("path/to/new/opguide/template", str(newer))
+    proc = run(["bash", "-euo", "pipefail", "-c", update], project, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = readme.read_text()
+    assert "A line of the newer template." in text and "Notes of my own." in text
+    assert "_commit: v2" in (project / ".copier-answers.yml").read_text()
+    assert not list(project.rglob("*.rej"))
