@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -175,7 +176,7 @@ class ReaderVenv:
     def test(self, *extra: str) -> subprocess.CompletedProcess:
         """Runs the README's test command (with ``extra`` arguments appended)."""
         command = self.readme("test-command").strip()
-        command = command.split("#")[0].strip() + " -p no:cacheprovider " + " ".join(extra)
+        command = command.split("#")[0].strip() + " -p no:cacheprovider " + shlex.join(extra)
         return self.shell(command)
 
 
@@ -198,30 +199,36 @@ def case(route: str, abi: str, kind: str, inplace: bool):
     return pytest.param(route, abi, kind, op_name, id=label)
 
 
-# Pairwise: every route, kind and in-place choice at least once. The C++
-# classic elementwise functional one is gallery step 18's.
-PAIRWISE = [
-    ("cpp", "classic", "rowwise", False),
-    ("cpp", "stable", "elementwise", False),
+# Each route, kind and in-place choice at least once. Gallery step 18 builds
+# and tests the C++ classic elementwise functional one, and
+# test_generated_tests_catch_a_broken_kernel the C++ classic in-place one.
+SOME = [
+    ("cpp", "classic", "rowwise", True),
+    ("cpp", "stable", "elementwise", True),
     ("triton", "classic", "rowwise", False),
 ]
-ALL = [(r, a, k, i) for (r, a), k, i in itertools.product(ROUTES, KINDS, [False])]
-CASES = [case(*c) for c in (ALL if FULL else PAIRWISE)]
+EVERY = [(r, a, k, i) for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])]
+CASES = [case(*c) for c in (EVERY if FULL else SOME)]
 
 
 @pytest.mark.parametrize("route, abi, kind, op_name", CASES)
 def test_generated_project_passes_its_readme_commands(
     tmp_path, base_venv, route, abi, kind, op_name
 ):
-    package = f"tpl_{route}_{abi}_{kind}"
+    inplace = op_name.endswith("_")
+    functional = op_name.rstrip("_")
+    package = f"tpl_{route}_{abi}_{kind}{'_inplace' if inplace else ''}"
     answers = dict(package=package, op_name=op_name, route=route, kind=kind)
     if route == "cpp":
         answers["abi"] = abi
     project = render(tmp_path / package, **answers)
-    expected = {"pyproject.toml", "README.md", f"tests/test_{op_name}.py", f"{package}/reference.py"}
+    expected = {"pyproject.toml", "README.md", f"tests/test_{functional}.py"}
+    expected |= {f"{package}/reference.py"}
     if route == "cpp":
-        expected |= {"setup.py", f"csrc/{package}.cpp", f"csrc/{op_name}_cpu.cpp"}
-        expected |= {f"csrc/{op_name}.cuh", f"csrc/{op_name}_cuda.cu", f"{package}/ops.py"}
+        expected |= {"setup.py", f"csrc/{package}.cpp", f"csrc/{functional}_cpu.cpp"}
+        expected |= {f"csrc/{functional}.cuh", f"csrc/{functional}_cuda.cu", f"{package}/ops.py"}
+    if route == "cpp" and abi == "classic" and inplace:
+        expected |= {f"csrc/{functional}_inplace.cpp"}
     present = {p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()}
     assert expected <= present, f"missing: {sorted(expected - present)}"
     if route == "triton":
@@ -243,13 +250,16 @@ def test_generated_project_passes_its_readme_commands(
     nvcc = venv.start(venv.readme("nvcc-command")) if route == "cpp" else None
     tests = venv.test()
     print(tests.stdout[-3000:])
-    assert_passed(tests)
+    summary = assert_passed(tests)
+    if inplace:
+        assert "test_inplace" in (project / "tests" / f"test_{functional}.py").read_text()
+    print(summary)
     if nvcc is not None:
         output, _ = nvcc.communicate(timeout=900)
         print(output)
         assert nvcc.returncode == 0, f"the generated nvcc check failed:\n{output}"
         if not output.startswith("SKIPPED"):
-            assert re.search(rf"csrc/{op_name}_cuda.cu: compiled, \d+ warnings?", output), output
+            assert re.search(rf"csrc/{functional}_cuda.cu: compiled, \d+ warnings?", output), output
     if abi == "stable" and route == "cpp" and shutil.which("nm"):
         # The built library calls torch only through its C shim.
         library = next((project / package).glob("_C*.so"))
@@ -259,21 +269,40 @@ def test_generated_project_passes_its_readme_commands(
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_generated_tests_catch_a_wrong_formula(tmp_path, base_venv):
-    """Breaks the CPU kernel's formula of a generated project: its tests must fail."""
+def test_generated_tests_catch_a_broken_kernel(tmp_path, base_venv):
+    """Breaks a generated in-place project twice: its tests must catch both.
+
+    The CPU kernel of the functional operator loses a factor of its formula,
+    and the in-place operator's version bump is deleted. One build holds both
+    breaks; each is caught by tests that the other leaves passing.
+    """
     package = "tpl_broken"
-    project = render(tmp_path / package, package=package, op_name="silu_mul", route="cpp")
+    project = render(tmp_path / package, package=package, op_name="silu_mul_", route="cpp")
     kernel = project / "csrc" / "silu_mul_cpu.cpp"
     source = kernel.read_text()
     right = "out[i] = static_cast<scalar_t>(v * sigmoid * static_cast<acc_t>(gate[i]));"
     assert right in source
     kernel.write_text(source.replace(right, "out[i] = static_cast<scalar_t>(v * sigmoid);"))
+    inplace = project / "csrc" / "silu_mul_inplace.cpp"
+    source = inplace.read_text()
+    bump = "torch::autograd::increment_version(x);"
+    assert bump in source
+    inplace.write_text(source.replace(bump, ""))
     venv = ReaderVenv(base_venv, project)
     venv.install()
-    tests = venv.test("-k", "cpp")
+    tests = venv.test("-k", "cpp and not triton")
     assert tests.returncode == 1, tests.stdout + tests.stderr
     failed = set(re.findall(r"FAILED \S+::(\w+)\[", tests.stdout))
     assert "test_matches_reference" in failed, tests.stdout[-3000:]
+    assert "test_inplace_write_is_seen_by_autograd" in failed, tests.stdout[-3000:]
+    assert "test_inplace_refuses_inputs_that_need_grad" not in failed, tests.stdout[-3000:]
+
+
+def test_template_refuses_an_inplace_answer_without_its_underscore(tmp_path):
+    with pytest.raises(Exception, match="ends with _"):
+        render(tmp_path / "bad", op_name="silu_mul", inplace="true")
+    with pytest.raises(Exception, match="trailing _ marks an in-place"):
+        render(tmp_path / "bad2", op_name="silu_mul_", inplace="false")
 
 
 def test_template_rejects_a_bad_package_name(tmp_path):
