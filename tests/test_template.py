@@ -19,10 +19,11 @@ case copies it (``cp -a``, 2 s) and points the copied ``bin/`` scripts at
 the copy (:func:`clone_venv`). The rest of a case is the project's own
 install (pytest, numpy and triton from pip's cache or the index; the C++
 build) and its tests. Measured with ``--durations=0`` on 2 shared cores,
-torch 2.13.0 CPU, pip's cache warm: the torch-only venv 22-28 s once per
-session; a case 28 s (Triton), 29-43 s (C++ stable ABI, CPU kernels),
-80 s (C++ classic with its in-place kernels), each with its nvcc check
-beside it; 120 s for the first case when pip's cache is cold.
+torch 2.13.0 CPU, pip's cache warm: the torch-only venv 21-28 s once per
+session; a case 20-30 s (Triton), 26-47 s (C++ stable ABI, CPU kernels),
+68-80 s (C++ classic), each with its nvcc check beside it; 120 s for the
+first case when pip's cache is cold. The default cases and the other tests
+here take about 250 s; every combination (18 cases) about 15 minutes.
 
 Which variants run: every route (C++ classic ABI, C++ stable ABI, Triton),
 every kind and in-place or not each appear at least once in :data:`CASES`;
@@ -186,8 +187,8 @@ def assert_passed(tests: subprocess.CompletedProcess) -> str:
 
 
 ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic")]
-KINDS = ["elementwise", "rowwise"]
-OP_NAMES = {"elementwise": "silu_mul", "rowwise": "scaled_norm"}
+KINDS = ["elementwise", "rowwise", "indexed"]
+OP_NAMES = {"elementwise": "silu_mul", "rowwise": "scaled_norm", "indexed": "rope"}
 
 
 def case(route: str, abi: str, kind: str, inplace: bool):
@@ -196,13 +197,15 @@ def case(route: str, abi: str, kind: str, inplace: bool):
     return pytest.param(route, abi, kind, op_name, id=label)
 
 
-# Each route, kind and in-place choice at least once. Gallery step 18 builds
-# and tests the C++ classic elementwise functional one, and
-# test_generated_tests_catch_a_broken_kernel the C++ classic in-place one.
+# Each route, kind and in-place choice at least once, and the indexed kind
+# with and without in-place. Gallery step 18 builds and tests the C++ classic
+# elementwise functional one, test_generated_tests_catch_a_broken_kernel the
+# C++ classic elementwise in-place one.
 SOME = [
-    ("cpp", "classic", "rowwise", True),
-    ("cpp", "stable", "elementwise", True),
-    ("triton", "classic", "rowwise", False),
+    ("cpp", "classic", "indexed", True),
+    ("cpp", "stable", "rowwise", True),
+    ("triton", "classic", "elementwise", False),
+    ("triton", "classic", "indexed", False),
 ]
 EVERY = [(r, a, k, i) for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])]
 CASES = [case(*c) for c in (EVERY if FULL else SOME)]
