@@ -35,7 +35,11 @@ template changes into your project. The questions:
    * - ``namespace``
      - the operator namespace, ``torch.ops.<namespace>``; by default the package name
    * - ``op_name``
-     - the operator, ``torch.ops.<namespace>.<op_name>``
+     - the operator, ``torch.ops.<namespace>.<op_name>``; a trailing ``_``
+       (``silu_mul_``) makes an in-place operator, as in PyTorch
+   * - ``inplace``
+     - whether ``op_name`` writes its first tensor; by default, whether the
+       name ends in ``_`` (the two must agree)
    * - ``route``
      - ``cpp``: a C++ CPU kernel and a CUDA kernel registered with ``TORCH_LIBRARY``,
        built by ``setup.py`` (plus the same operator in Triton); ``triton``: a
@@ -47,8 +51,11 @@ template changes into your project. The questions:
        :doc:`step 15 <15_one_wheel_for_every_torch>` (one build loads into torch
        2.11 and later; building needs torch 2.13 or later)
    * - ``kind``
-     - the kernel to start from: ``elementwise`` (``silu(x) * gate``) or ``rowwise``,
-       a row reduction (``x / sqrt(mean(x**2, -1) + eps) * weight``, like RMSNorm)
+     - the kernel to start from: ``elementwise`` (``silu(x) * gate``), ``rowwise``,
+       a row reduction (``x / sqrt(mean(x**2, -1) + eps) * weight``, like RMSNorm),
+       or ``indexed``, several inputs of which one holds int64 indices and a flag:
+       the rotary position embedding of LLM attention
+       (``rope(x, positions, cos_sin_cache, is_neox)``)
 
 Run it with your answers (``copier copy`` alone asks them one by one):
 
@@ -358,6 +365,56 @@ print("torch.compile(fullgraph=True): same values")
 # per row; :doc:`step 11 <11_performance>` measures
 # what makes RMSNorm's kernels fast, when your operator needs that.
 #
+# In-place operators
+# ------------------
+# ``--data op_name=silu_mul_`` gives the same project plus the in-place
+# ``silu_mul_(x, gate)``, which writes the result into ``x`` and returns it;
+# the functional ``silu_mul``, with its backward and autograd formula, comes
+# with it, because the in-place operator has none. The schema says what it
+# writes, ``silu_mul_(Tensor(a!) x, Tensor gate) -> ()``, and the project
+# keeps the contract of PyTorch's own in-place operators
+# (:doc:`step 8 <08_autograd>`):
+#
+# * it bumps ``x``'s version counter, so a tensor that autograd saved and the
+#   operator overwrote makes ``backward()`` raise "modified by an inplace
+#   operation";
+# * with grad mode on it refuses inputs that require grad, with a message that
+#   names the functional operator, and a leaf ``x`` that requires grad;
+# * it refuses an ``x`` whose elements share memory (an ``expand()``).
+#
+# How depends on the route. On the C++ classic route,
+# ``csrc/silu_mul_inplace.cpp`` registers two more kernels for the operator:
+# one for ``ADInplaceOrView`` that bumps the version after the write, and one
+# for ``Autograd`` that refuses and hands the call on, as the library's own
+# ``fused_add_rms_norm_`` does. ``torch.library.register_autograd`` refuses an
+# operator that mutates its input, so on the Triton route and on the stable
+# ABI (which has no call to bump a version counter) the in-place operator is a
+# :func:`torch.library.custom_op` with ``mutates_args=("x",)``, which bumps
+# the version itself, and the refusal is in the Python entry point: under
+# ``torch.compile`` it runs while tracing, on fake tensors, which carry
+# ``requires_grad``. The generated tests check each point of the contract;
+# this guide's suite deletes the version bump of a generated project and
+# watches them fail.
+#
+# Indexed operators
+# -----------------
+# ``--data kind=indexed`` starts from the rotary position embedding (RoPE) of
+# LLM attention: ``rope(x, positions, cos_sin_cache, is_neox)`` rotates each
+# pair of ``x[t, h]`` (``x`` of shape ``[num_tokens, num_heads, head_size]``)
+# by the angles of ``positions[t]``, an int64 index into ``cos_sin_cache``
+# (``[max_position, head_size]``: the cosines, then the sines), in NeoX or
+# GPT-J style. The checks split as :doc:`step 10 <10_patterns>` explains:
+# dtypes, shapes and devices in the Python wrapper and the fake kernel, which
+# see metadata only; each position's value where the kernel reads it. The C++
+# CPU kernel raises ``IndexError`` (``TORCH_CHECK_INDEX``; ``RuntimeError`` on
+# the stable ABI, whose checks raise nothing else); the CUDA kernel cannot
+# raise and stops at a device-side assert; the Triton operator checks the
+# values in its body, which ``torch.compile`` calls whole, before the launch.
+# The backward is the same kernel rotating back. The generated tests name
+# every argument, and build strided and overlapping inputs of any rank, so
+# they carry over to your own arguments. ``op_name=rope_`` adds the in-place
+# ``rope_``, which writes ``x``.
+#
 # One build for every torch
 # -------------------------
 # With ``--data abi=stable`` the same questions give the same project on the
@@ -433,6 +490,21 @@ if TORCH_2_13:
         show="pip uninstall -y myops_stable")  # fmt: skip
 else:
     print(f"SKIPPED: torch {torch.__version__} here; the stable-ABI sources build with 2.13+")
+
+# %%
+# Updates from the template
+# -------------------------
+# ``copier update`` merges a newer template into your project, keeping your
+# edits. It compares two versions of the template, so it needs the template
+# as a git repository with a tag per version (a template folder from a
+# source archive has none), and your project under git. The generated README
+# gives the commands, once and then per newer template; this guide's suite
+# runs them and merges a changed template into a project with an edit of its
+# own:
+readme = (PROJECT / "README.md").read_text()
+for marker in ("adopt-template-command", "update-command"):
+    block = readme.split(f"<!-- {marker} -->\n")[1].split(f"<!-- {marker}-end -->")[0]
+    print(block.strip().removeprefix("```bash").removesuffix("```").strip(), end="\n\n")
 
 # %%
 # Removing the first project from this environment again:
