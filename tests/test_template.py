@@ -52,6 +52,7 @@ copier = pytest.importorskip("copier", reason="copier is not installed (pip inst
 TORCH_RELEASE = torch.__version__.split("+")[0]
 FULL = os.environ.get("OPGUIDE_TEMPLATE_FULL") == "1"
 
+
 def render(dest: Path, **answers: str) -> Path:
     """Renders the template into ``dest`` with ``answers``, the rest by default."""
     copier.run_copy(str(TEMPLATE), str(dest), data=answers, defaults=True, quiet=True)
@@ -123,7 +124,7 @@ def clone_venv(base: Path, dest: Path) -> Path:
 
 
 def readme_command(readme: Path, marker: str) -> str | None:
-    """The shell lines inside the code fence between ``<!-- marker -->`` and ``<!-- marker-end -->``."""
+    """The shell lines in the code fence between ``<!-- marker -->`` and ``<!-- marker-end -->``."""
     found = re.search(
         rf"^<!-- {marker} -->\n```bash\n(.*?)^```\n<!-- {marker}-end -->$",
         readme.read_text(),
@@ -133,7 +134,7 @@ def readme_command(readme: Path, marker: str) -> str | None:
 
 
 class ReaderVenv:
-    """A project's own venv (torch only, copied from the session's), where its README's commands run."""
+    """A project's own venv (a copy of the torch-only one), where its README's commands run."""
 
     def __init__(self, base: Path, project: Path):
         self.base, self.project = base, project
@@ -363,9 +364,8 @@ def test_copier_update_works_with_the_readmes_commands(tmp_path):
     newer = tmp_path / "opguide-new" / "template"
     shutil.copytree(archive, newer)
     readme_template = newer / "project" / "README.md.jinja"
-    readme_template.write_text(
-        readme_template.read_text().replace("## The files", "A line of the newer template.\n\n## The files")
-    )
+    newer_line = "A line of the newer template.\n\n## The files"
+    readme_template.write_text(readme_template.read_text().replace("## The files", newer_line))
 
     update = readme_command(readme, "update-command")
     assert update and "path/to/new/opguide/template" in update
