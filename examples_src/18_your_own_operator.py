@@ -192,6 +192,9 @@ for path in sorted(PROJECT.rglob("*")):
 #    * - ``tests/test_silu_mul.py``, ``tests/conftest.py``
 #      - the shapes, dtypes and bad inputs that matter for your operator
 #      - :doc:`step 7 <07_the_tests>`
+#    * - ``tests/test_fake_kernels.py``
+#      - a strategy for each new argument name (it fails until there is one)
+#      - :doc:`step 10 <10_patterns>`
 #    * - ``tools/check_cuda_compiles.py``
 #      - nothing: it compiles every ``csrc/*.cu``
 #      - :doc:`step 3 <03_cuda_kernel>`
