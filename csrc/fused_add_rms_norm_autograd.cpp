@@ -37,22 +37,25 @@ using Pair = std::tuple<at::Tensor, at::Tensor>;
 // [inplace-call]
 // The operator itself, through the dispatcher: called below a guard, the call
 // goes on to the next key (ADInplaceOrView, then CPU or CUDA).
-Pair call_fused(const at::Tensor& x, at::Tensor& residual, const std::optional<at::Tensor>& weight,
-                double eps, std::optional<at::ScalarType> out_dtype) {
+Pair call_fused(const at::Tensor& x, at::Tensor& residual,
+                const std::optional<at::Tensor>& weight, double eps,
+                std::optional<at::ScalarType> out_dtype) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("opguide::fused_add_rms_norm_", "")
-          .typed<Pair(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, double,
-                      std::optional<at::ScalarType>)>();
+          .typed<Pair(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&,
+                      double, std::optional<at::ScalarType>)>();
   return op.call(x, residual, weight, eps, out_dtype);
 }
 // [inplace-call-end]
 
-void call_into(const at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor& y) {
+void call_into(const at::Tensor& x, const at::Tensor& weight, double eps,
+               const at::Tensor& y) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("opguide::_rms_norm_into", "")
-          .typed<void(const at::Tensor&, const at::Tensor&, double, const at::Tensor&)>();
+          .typed<void(const at::Tensor&, const at::Tensor&, double,
+                      const at::Tensor&)>();
   op.call(x, weight, eps, y);
 }
 
@@ -65,8 +68,9 @@ void refuse_grad(const char* op, const char* name, const at::Tensor& t, bool wri
   if (!at::GradMode::is_enabled() || !t.defined() || !t.requires_grad()) return;
   if (written && t.is_leaf()) {
     TORCH_CHECK(false, op, ": ", name,
-                " is a leaf tensor that requires grad: a leaf Variable that requires grad is "
-                "being used in an in-place operation. Write it under torch.no_grad(), or use ",
+                " is a leaf tensor that requires grad: a leaf Variable that "
+                "requires grad is being used in an in-place operation. Write it "
+                "under torch.no_grad(), or use ",
                 instead);
   }
   TORCH_CHECK(false, op, ": ", name, " requires grad, and ", op,
@@ -84,7 +88,9 @@ Pair fused_add_rms_norm_autograd(const at::Tensor& x, at::Tensor& residual,
   const char* instead = "out = opguide.rms_norm(residual + x, weight, eps)";
   refuse_grad(op, "residual", residual, /*written=*/true, instead);
   refuse_grad(op, "x", x, /*written=*/false, instead);
-  if (weight.has_value()) refuse_grad(op, "weight", *weight, /*written=*/false, instead);
+  if (weight.has_value()) {
+    refuse_grad(op, "weight", *weight, /*written=*/false, instead);
+  }
   // No input needs a gradient: the outputs need no graph node either.
   at::AutoDispatchBelowAutograd guard;
   return call_fused(x, residual, weight, eps, out_dtype);
@@ -93,7 +99,8 @@ Pair fused_add_rms_norm_autograd(const at::Tensor& x, at::Tensor& residual,
 
 // [inplace-version]
 Pair fused_add_rms_norm_inplace_or_view(const at::Tensor& x, at::Tensor& residual,
-                                        const std::optional<at::Tensor>& weight, double eps,
+                                        const std::optional<at::Tensor>& weight,
+                                        double eps,
                                         std::optional<at::ScalarType> out_dtype) {
   Pair result;
   {
@@ -117,8 +124,8 @@ void rms_norm_into_autograd(const at::Tensor& x, const at::Tensor& weight, doubl
   call_into(x, weight, eps, y);
 }
 
-void rms_norm_into_inplace_or_view(const at::Tensor& x, const at::Tensor& weight, double eps,
-                                   const at::Tensor& y) {
+void rms_norm_into_inplace_or_view(const at::Tensor& x, const at::Tensor& weight,
+                                   double eps, const at::Tensor& y) {
   {
     at::AutoDispatchBelowADInplaceOrView guard;
     call_into(x, weight, eps, y);
