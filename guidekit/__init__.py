@@ -8,7 +8,11 @@ own; this package holds what the guide needs around it:
 * :mod:`guidekit.compile_checks`: ``nvcc``/``hipcc`` compile checks and the
   machine code of the CUDA kernels, on machines without a GPU;
 * :mod:`guidekit.buildinfo`: what an extension build sees on this machine
-  (``python -m guidekit.buildinfo``).
+  (``python -m guidekit.buildinfo``);
+* ``guidekit.triton_targets``: every Triton kernel of the library, in the
+  launch configurations it picks, compiled for AMD and NVIDIA GPUs without a
+  GPU, with its registers, spills and shared memory
+  (``python -m guidekit.triton_targets``).
 
 It works in a checkout of the repository: ``setup.py`` installs it with an
 editable install (``pip install -e .``) and leaves it out of a wheel, which
