@@ -90,8 +90,7 @@ def _devices(*candidates: str) -> tuple[str, ...]:
 CPP_FUSED_DEVICES = tuple(
     d for d in _devices("cpu", "cuda") if d in compiled_device_types("fused_add_rms_norm_")
 )
-TRITON_DEVICES = (("cpu",) if INTERPRET else ("cuda",)) if triton_ready() else ()
-TRITON_DEVICES = tuple(d for d in TRITON_DEVICES if d == "cpu" or torch.cuda.is_available())
+TRITON_DEVICES = _devices("cpu" if INTERPRET else "cuda") if triton_ready() else ()
 FUSED_INSTEAD = "opguide.rms_norm(residual + x, weight, eps)"
 
 CASES = [
@@ -107,25 +106,21 @@ CASES = [
         ("x", "residual", "weight"),
         FUSED_INSTEAD,
     ),
-    Case(
-        "fused_add_rms_norm_-cpp",
-        "fused_add_rms_norm_",
-        CPP_FUSED_DEVICES,
-        fused_args,
-        lambda a: opguide.fused_add_rms_norm_(**a, backend="cpp"),
-        ("residual",),
-        ("x", "residual", "weight"),
-        FUSED_INSTEAD,
-    ),
-    Case(
-        "fused_add_rms_norm_-triton",
-        "fused_add_rms_norm_triton_",
-        TRITON_DEVICES,
-        fused_args,
-        lambda a: opguide.fused_add_rms_norm_(**a, backend="triton"),
-        ("residual",),
-        ("x", "residual", "weight"),
-        FUSED_INSTEAD,
+    *(
+        Case(
+            f"fused_add_rms_norm_-{backend}",
+            operator,
+            devices,
+            fused_args,
+            lambda a, backend=backend: opguide.fused_add_rms_norm_(**a, backend=backend),
+            ("residual",),
+            ("x", "residual", "weight"),
+            FUSED_INSTEAD,
+        )
+        for backend, operator, devices in (
+            ("cpp", "fused_add_rms_norm_", CPP_FUSED_DEVICES),
+            ("triton", "fused_add_rms_norm_triton_", TRITON_DEVICES),
+        )
     ),
     Case(
         "_rms_norm_into",
