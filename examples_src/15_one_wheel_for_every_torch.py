@@ -22,8 +22,9 @@ In this step you will learn:
   and where it differs from the classic API;
 * how ``TORCH_TARGET_VERSION`` and ``py_limited_api`` give one wheel per
   platform;
-* how to check a built library for C++ API symbols, and what the check finds
-  when one slips in;
+* how to check a built library for C++ API symbols, shim functions newer than
+  its target torch and glibc versions newer than its platform tag, and what the
+  check finds when one slips in;
 * that a wheel built once passes its tests under other torch releases
   (recorded runs of a build with the CUDA kernel).
 
@@ -277,6 +278,39 @@ if library is not None:
     assert found, "the check missed a classic TORCH_CHECK"
 else:
     print(f"{NOT_BUILT}: the probe was not compiled.")
+
+# %%
+# A shim newer than the target, and glibc
+# ---------------------------------------
+# Two more promises a wheel makes. torch's stable headers declare each shim
+# function inside an ``#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_X_0``
+# block, which names the release that added it; a build without
+# ``TORCH_TARGET_VERSION`` can call one that the oldest supported torch lacks,
+# and only that torch finds out, at load time. ``--target`` reads those blocks
+# from the installed headers and checks every shim symbol the library imports.
+# A platform tag such as ``manylinux_2_28`` promises that the library loads
+# with glibc 2.28; ``--manylinux`` compares it with the newest glibc symbol
+# version the library asks for. The cell checks the wheel's library, then a
+# probe that calls the newest shim function the installed torch declares:
+if library is not None:
+    versions = check_abi.shim_versions(check_abi.shim_headers())
+    releases = sorted({v for v in versions.values() if v})
+    added = {f"{a}.{b}": sum(v == (a, b) for v in versions.values()) for a, b in releases}
+    print("shim functions by the release that added them:", added)
+    assert check_abi.main([str(library), "--target", "2.11"]) == 0
+    need = check_abi.glibc_needed(str(library))
+    print(f"so a wheel of it built here can be tagged manylinux_{need[0]}_{need[1]} at best")
+    newest = releases[-1]
+    name = sorted(n for n, v in versions.items() if v == newest)[0]
+    late = probe_dir / "late.cpp"
+    late.write_text(f'extern "C" void {name}();\nextern "C" void f() {{ {name}(); }}\n')
+    compiled = ["c++", "-shared", "-fPIC", str(late), "-o", str(probe_dir / "late.so")]
+    subprocess.run(compiled, check=True)
+    before = f"{newest[0]}.{newest[1] - 1}"
+    print(f"\na probe that calls {name}, checked for torch {before}:")
+    assert check_abi.main([str(probe_dir / "late.so"), "--target", before]) == 1
+else:
+    print(f"{NOT_BUILT}: no library to check.")
 
 # %%
 # Its tests, from the wheel

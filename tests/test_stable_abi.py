@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,3 +95,60 @@ def test_its_tests_pass_from_the_wheel(built):
         capture_output=True, text=True, cwd=out, env=dict(os.environ, PYTHONPATH=str(out / "site")),
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:]
+
+
+def test_each_shim_function_has_the_release_that_added_it():
+    versions = check_abi.shim_versions(check_abi.shim_headers())
+    # torch_call_dispatcher sits in the 2.10 block of torch/csrc/stable/c/shim.h;
+    # aoti_torch_get_dim is older than every versioned block.
+    assert versions["torch_call_dispatcher"] == (2, 10)
+    assert versions["aoti_torch_get_dim"] is None
+    assert max(v for v in versions.values() if v) >= (2, 13)
+
+
+def test_the_stable_library_fits_its_target(built, capsys):
+    _, library, _ = built
+    setup = (STABLE / "setup.py").read_text()
+    target = re.search(r"^TARGET = \((\d+), (\d+)\)", setup, re.M).group(1, 2)
+    assert check_abi.main([str(library), "--target", ".".join(target)]) == 0
+    assert "shim functions newer than torch" in capsys.readouterr().out
+
+
+def _probe(tmp_path: Path, source: str) -> str:
+    (tmp_path / "probe.cpp").write_text(source)
+    probe = tmp_path / "probe.so"
+    subprocess.run(
+        ["c++", "-shared", "-fPIC", "-O1", str(tmp_path / "probe.cpp"), "-o", str(probe)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return str(probe)
+
+
+def test_the_check_catches_a_shim_newer_than_the_target(tmp_path):
+    """A library that calls the newest shim function fails a check for the release before it."""
+    versions = check_abi.shim_versions(check_abi.shim_headers())
+    newest = max(v for v in versions.values() if v)
+    name = next(n for n, v in versions.items() if v == newest)
+    probe = _probe(tmp_path, f'extern "C" void {name}();\nextern "C" void f() {{ {name}(); }}\n')
+    before = f"{newest[0]}.{newest[1] - 1}"
+    assert check_abi.newer_than_target(probe, (newest[0], newest[1] - 1), versions) == [
+        f"{name} (torch {newest[0]}.{newest[1]})"
+    ]
+    assert check_abi.main([probe, "--target", before]) == 1
+    assert check_abi.main([probe, "--target", f"{newest[0]}.{newest[1]}"]) == 0
+
+
+def test_the_check_reads_glibc_versions_against_the_platform_tag(tmp_path):
+    """getrandom came with glibc 2.25: too new for manylinux2014 (glibc 2.17)."""
+    probe = _probe(
+        tmp_path,
+        '#include <sys/random.h>\nextern "C" long f(void* b) { return getrandom(b, 8, 0); }\n',
+    )
+    need = check_abi.glibc_needed(probe)
+    assert need >= (2, 25)
+    assert check_abi.glibc_of_tag("manylinux2014_x86_64") == (2, 17)
+    assert check_abi.glibc_of_tag("manylinux_2_28_x86_64") == (2, 28)
+    assert check_abi.main([probe, "--manylinux", "manylinux2014_x86_64"]) == 1
+    assert check_abi.main([probe, "--manylinux", f"manylinux_{need[0]}_{need[1]}_x86_64"]) == 0
+    with pytest.raises(ValueError, match="not a manylinux platform tag"):
+        check_abi.glibc_of_tag("linux_x86_64")
