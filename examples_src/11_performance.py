@@ -55,7 +55,7 @@ for pass_name in benchmark.GPU_PASSES:
 print("training  the forward's bytes plus the backward's")
 
 # %%
-# .. literalinclude:: /../guidekit/benchmark.py
+# .. literalinclude:: /../guidekit/benchmark/passes.py
 #    :pyobject: bytes_moved
 #
 # Which bandwidth to divide by? Not the data sheet's: no kernel reaches it. In
@@ -100,7 +100,7 @@ for pass_name in benchmark.SWEEP_PASSES:
 # through at least three input sets, so no call reads what the one before it
 # read. Implementations take turns, and the median batch counts:
 #
-# .. literalinclude:: /../guidekit/benchmark.py
+# .. literalinclude:: /../guidekit/benchmark/timing.py
 #    :pyobject: _timed_batch
 #
 # **Eager time** is the wall clock of calls made as a user makes them, back to
