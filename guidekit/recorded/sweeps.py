@@ -224,14 +224,18 @@ def slower_than_fastest_peer(rows_by_dtype: dict) -> tuple[list[str], int]:
     """Forward and training points where the CUDA kernel is slower than the fastest peer.
 
     Returns:
-        ``(["dtype pass N", ...], how many points were compared)``.
+        ``(["dtype pass N", ...], how many points had a peer to compare with)``.
     """
-    mine = [k for k in rows_by_dtype if k[1] in ("forward", "training") and k[2] == "opguide"]
-    slow = []
-    for d, p, _, n in mine:
+    slow, compared = [], 0
+    for d, p, impl, n in rows_by_dtype:
+        if p not in ("forward", "training") or impl != "opguide":
+            continue
         peers = [
             rows_by_dtype[(d, p, q, n)]["vs_copy"] for q in PEERS if (d, p, q, n) in rows_by_dtype
         ]
+        if not peers:
+            continue
+        compared += 1
         if rows_by_dtype[(d, p, "opguide", n)]["vs_copy"] < max(peers):
             slow.append(f"{d} {p} {n}")
-    return slow, len(mine)
+    return slow, compared
