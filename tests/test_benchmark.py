@@ -276,3 +276,49 @@ def test_merge_sweeps_keeps_min_sets_and_refuses_a_mix(tmp_path):
     assert merge_sweeps.merge(files[:2])["sweep"]["min_sets"] == 3
     with pytest.raises(SystemExit, match="min-sets"):
         merge_sweeps.merge(files)
+
+
+def test_eager_times_the_default_and_the_experimental_triton_paths(monkeypatch):
+    # The Triton rows: the plain call, and the same call inside the opt-in
+    # module's enabled(), entered once per batch; its direct launches without
+    # autograd. Stand-ins for opguide.triton and the opt-in module, so that
+    # the rows run here (Triton's interpreter on CPU tensors).
+    import contextlib
+    import sys
+    import types
+
+    from guidekit.benchmark import eager
+
+    entered = []
+    opt_in = types.ModuleType("opguide.experimental.triton_eager")
+
+    @contextlib.contextmanager
+    def enabled():
+        entered.append(True)
+        yield
+
+    def direct_forward(x, weight, eps, training):
+        return torch.ops.opguide.rms_norm_fwd.default(x, weight, eps)
+
+    def direct_backward(grad, x, weight, inv_rms):
+        return torch.ops.opguide.rms_norm_backward.default(grad, x, weight, inv_rms)
+
+    opt_in.enabled, opt_in.direct_forward = enabled, direct_forward
+    opt_in.direct_backward = direct_backward
+    package = types.ModuleType("opguide.experimental")
+    package.triton_eager = opt_in
+    monkeypatch.setitem(sys.modules, "opguide.experimental", package)
+    monkeypatch.setitem(sys.modules, "opguide.experimental.triton_eager", opt_in)
+    monkeypatch.setattr(eager, "_triton_available", lambda device=None: None)
+    result = benchmark.run_eager(
+        torch.device("cpu"), dtype="fp32", ms=[2], ns=[64], calls=2, rounds=1
+    )
+    assert not result["skipped"], result["skipped"]
+    rows = {(r["mode"], r["impl"]) for r in result["rows"]}
+    for mode in ("forward", "training"):
+        assert (mode, "opguide triton") in rows and (mode, benchmark.TRITON_EXPERIMENTAL) in rows
+    kernels = benchmark.EAGER_KERNELS
+    assert ("training", kernels["opguide triton"]) in rows
+    assert ("training", kernels[benchmark.TRITON_EXPERIMENTAL]) in rows
+    # Per mode: the first call, two warm-up rounds and one timed round.
+    assert len(entered) == 2 * 4
