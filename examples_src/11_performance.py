@@ -22,7 +22,8 @@ In this step you will learn:
 The GPU numbers on this page are recorded: it reads result files from
 ``docs/recorded/``, written on a GPU by ``python -m guidekit.benchmark``, and
 prints the device and date of each. Every sentence about a measurement is
-computed from those files. The CPU measurement at the end runs live, and so
+computed from those files, by :mod:`guidekit.recorded` (tested in
+``tests/test_recorded.py``). The CPU measurement at the end runs live, and so
 does a two-point GPU check where the page is built on a GPU.
 """
 

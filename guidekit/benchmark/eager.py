@@ -202,7 +202,9 @@ def run_eager(
     device is synchronised, and the elapsed time is divided by ``calls``.
     Where the kernels are short this is the host's cost of a call (Python,
     dispatch, autograd, launches); where they are long, the GPU's. The
-    implementations take turns (:func:`time_interleaved`). A training call's
+    implementations take turns (:func:`time_interleaved`); the batches of
+    :data:`TRITON_EXPERIMENTAL` run inside ``triton_eager.enabled()``, entered
+    once per batch. A training call's
     host time varies by several percent from round to round, so the median
     takes many rounds.
 
