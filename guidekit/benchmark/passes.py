@@ -77,6 +77,7 @@ class Row:
 
     @property
     def gbps(self) -> float:
+        """Bytes moved per second, in GB/s."""
         return self.bytes / self.seconds / 1e9
 
 
@@ -92,6 +93,7 @@ class Skip:
     reason: str
 
     def asdict(self) -> dict:
+        """The skip as a result file records it (``pass`` for ``pass_``)."""
         return {"pass": self.pass_, "impl": self.impl, "m": self.m, "n": self.n,
                 "dtype": self.dtype, "reason": self.reason}  # fmt: skip
 
