@@ -1,4 +1,4 @@
-"""The benchmark module: its result file's structure and its bytes model.
+"""The benchmark package: its result file's structure and its bytes model.
 
 Performance is measured, not asserted: these tests check that a run produces
 every field the performance chapter reads, with small inputs so they stay fast.
@@ -13,6 +13,7 @@ import torch
 
 import opguide  # noqa: F401  (loads the operators)
 from guidekit import benchmark
+from guidekit.benchmark import fixed_shapes, sweep, timing
 
 ENVIRONMENT_KEYS = {"date", "torch", "cuda", "triton", "python", "device", "cpu", "cpu_threads"}
 ROW_KEYS = {"impl", "m", "n", "dtype", "seconds", "bytes", "GBps", "of_copy"}
@@ -114,7 +115,7 @@ def test_failing_implementation_is_skipped_with_reason(monkeypatch):
     def broken(x, w):
         raise NotImplementedError("no kernel for this device\nmore detail")
 
-    monkeypatch.setattr(benchmark, "forward_implementations", lambda device=None: {"b": broken})
+    monkeypatch.setattr(fixed_shapes, "forward_implementations", lambda device=None: {"b": broken})
     result = benchmark.measure(
         torch.device("cpu"), passes=["forward"], shapes=[(4, 8)], dtypes=["fp32"], only=["b"],
         copy_bytes=2**20,
@@ -169,8 +170,8 @@ def test_gpu_pass_times_a_copy_of_the_same_bytes():
         assert set(rows) == {"opguide", benchmark.SAME_SIZE_COPY}, pass_name
         assert rows["opguide"]["bytes"] == rows[benchmark.SAME_SIZE_COPY]["bytes"]
     # The L2 sweep buffer is three times the L2 cache.
-    sweep = benchmark._L2_SWEEP[torch.device("cuda").index]
-    assert sweep.numel() * 4 >= 3 * benchmark._l2_bytes(torch.device("cuda"))
+    buf = timing._L2_SWEEP[torch.device("cuda").index]
+    assert buf.numel() * 4 >= 3 * timing._l2_bytes(torch.device("cuda"))
 
 
 def test_sweep_rows_cover_every_n_and_pass_with_copy_ratio():
@@ -231,19 +232,19 @@ def test_rotation_never_reuses_the_previous_calls_inputs():
     # However large a set, a batch rotates through at least MIN_SETS of them,
     # so no call reads the set the call before it read (step 11, "How to time").
     cpu = torch.device("cpu")
-    l2 = benchmark._l2_bytes(cpu)
+    l2 = timing._l2_bytes(cpu)
     assert benchmark.MIN_SETS >= 2
-    assert benchmark._rotation(100 * l2, cpu) == benchmark.MIN_SETS
-    assert benchmark._rotation(l2 // 4, cpu) == 12  # 3x L2 of small sets
-    assert benchmark._rotation(1, cpu) == 64  # capped
-    assert benchmark._rotation(100 * l2, cpu, min_sets=1) == 1
+    assert timing._rotation(100 * l2, cpu) == benchmark.MIN_SETS
+    assert timing._rotation(l2 // 4, cpu) == 12  # 3x L2 of small sets
+    assert timing._rotation(1, cpu) == 64  # capped
+    assert timing._rotation(100 * l2, cpu, min_sets=1) == 1
 
 
 def test_cli_min_sets_reaches_the_sweep(tmp_path, monkeypatch):
     seen = []
-    real = benchmark._rotation
+    real = timing._rotation
     monkeypatch.setattr(
-        benchmark, "_rotation", lambda b, d, m=benchmark.MIN_SETS: seen.append(m) or real(b, d, m)
+        sweep, "_rotation", lambda b, d, m=benchmark.MIN_SETS: seen.append(m) or real(b, d, m)
     )
     out = tmp_path / "one_set.json"
     assert benchmark.main([
@@ -275,3 +276,49 @@ def test_merge_sweeps_keeps_min_sets_and_refuses_a_mix(tmp_path):
     assert merge_sweeps.merge(files[:2])["sweep"]["min_sets"] == 3
     with pytest.raises(SystemExit, match="min-sets"):
         merge_sweeps.merge(files)
+
+
+def test_eager_times_the_default_and_the_experimental_triton_paths(monkeypatch):
+    # The Triton rows: the plain call, and the same call inside the opt-in
+    # module's enabled(), entered once per batch; its direct launches without
+    # autograd. Stand-ins for opguide.triton and the opt-in module, so that
+    # the rows run here (Triton's interpreter on CPU tensors).
+    import contextlib
+    import sys
+    import types
+
+    from guidekit.benchmark import eager
+
+    entered = []
+    opt_in = types.ModuleType("opguide.experimental.triton_eager")
+
+    @contextlib.contextmanager
+    def enabled():
+        entered.append(True)
+        yield
+
+    def direct_forward(x, weight, eps, training):
+        return torch.ops.opguide.rms_norm_fwd.default(x, weight, eps)
+
+    def direct_backward(grad, x, weight, inv_rms):
+        return torch.ops.opguide.rms_norm_backward.default(grad, x, weight, inv_rms)
+
+    opt_in.enabled, opt_in.direct_forward = enabled, direct_forward
+    opt_in.direct_backward = direct_backward
+    package = types.ModuleType("opguide.experimental")
+    package.triton_eager = opt_in
+    monkeypatch.setitem(sys.modules, "opguide.experimental", package)
+    monkeypatch.setitem(sys.modules, "opguide.experimental.triton_eager", opt_in)
+    monkeypatch.setattr(eager, "_triton_available", lambda device=None: None)
+    result = benchmark.run_eager(
+        torch.device("cpu"), dtype="fp32", ms=[2], ns=[64], calls=2, rounds=1
+    )
+    assert not result["skipped"], result["skipped"]
+    rows = {(r["mode"], r["impl"]) for r in result["rows"]}
+    for mode in ("forward", "training"):
+        assert (mode, "opguide triton") in rows and (mode, benchmark.TRITON_EXPERIMENTAL) in rows
+    kernels = benchmark.EAGER_KERNELS
+    assert ("training", kernels["opguide triton"]) in rows
+    assert ("training", kernels[benchmark.TRITON_EXPERIMENTAL]) in rows
+    # Per mode: the first call, two warm-up rounds and one timed round.
+    assert len(entered) == 2 * 4

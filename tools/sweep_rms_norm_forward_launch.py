@@ -5,7 +5,7 @@ kernel with switches, see that file) with nvcc, loads it with ctypes and, at eac
 length N with M * N = 2**26 elements, times every variant in one round robin
 with opguide's CUDA and Triton forwards, Liger, Quack (when they import) and a
 copy of the same bytes: the benchmark's own timing
-(``guidekit.benchmark._time_impls``: L2 cleaned, inputs rotated, batches
+(``guidekit.benchmark.fixed_shapes._time_impls``: L2 cleaned, inputs rotated, batches
 queued behind a GPU spin). Prints the fastest variants at each N and writes
 every row as JSON.
 
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from guidekit import benchmark  # noqa: E402
+from guidekit.benchmark import fixed_shapes, passes, sweep, timing  # noqa: E402
 
 FLAGS = {0: "library", 1: "plain loads", 2: "weight late", 4: "fast 1/rms", 7: "all three"}
 
@@ -78,7 +79,7 @@ def per_row_threads(n: int, vec: int, regs: int) -> int:
 
 
 def variants(ext, n: int, dtype: torch.dtype) -> dict:
-    vec = 16 // benchmark._element_size(dtype)
+    vec = 16 // passes._element_size(dtype)
     found = {}
     for regs in (1, 2, 4):
         per_row = per_row_threads(n, vec, regs)
@@ -125,7 +126,7 @@ def main() -> int:
     out_rows = []
     for dtype_name in args.dtypes:
         dtype = benchmark.DTYPES[dtype_name]
-        s = benchmark._element_size(dtype)
+        s = passes._element_size(dtype)
         for n in args.ns:
             m = benchmark.SWEEP_ELEMENTS // n
             mine = variants(ext, n, dtype)
@@ -138,11 +139,11 @@ def main() -> int:
                     raise SystemExit(f"{name} at {m}x{n}: max error {err}")
             del x, w, want
             moved = benchmark.bytes_moved("forward", m, n, s)
-            count = benchmark._rotation(moved, device)
+            count = timing._rotation(moved, device)
             rows, skips = [], []
-            benchmark._time_impls(
+            fixed_shapes._time_impls(
                 "forward", {**impls, **mine},
-                lambda m=m, n=n, dtype=dtype, count=count: benchmark._sweep_sets(
+                lambda m=m, n=n, dtype=dtype, count=count: sweep._sweep_sets(
                     "forward", m, n, dtype, device, count),
                 m=m, n=n, dtype_name=dtype_name, moved=moved, device=device, prepared=False,
                 rows=rows, skips=skips, copy_sets=count,

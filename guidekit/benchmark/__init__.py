@@ -1,0 +1,134 @@
+"""Benchmarks of the RMSNorm implementations against the memory floor.
+
+RMSNorm is memory-bound: its floor is the bytes it must move (read ``x`` and
+``weight`` once, write ``y`` once) divided by the device's bandwidth. This
+package measures that bandwidth with a large device-to-device copy and every
+implementation in the same run, so the ratios compare like with like.
+
+Timing: CUDA events around a batch of calls queued behind a GPU spin (so
+the host's launch latency is not counted), the implementations' batches
+taken in turn (so a drifting clock slows all of them alike), L2 cleaned
+before each batch (so no batch pays for the dirty lines of the one before),
+inputs rotated through enough buffers to exceed the L2 cache (so no call
+reads the previous call's data from L2), warm-up first, the median of
+several batches reported. On the CPU the same loop uses ``time.perf_counter``.
+Next to the implementations, every GPU pass times a copy of the same bytes
+(``copy (same bytes)``): what a kernel of that size reaches at all.
+
+What one run measures:
+
+* on a GPU, three passes at each shape and dtype: ``forward`` (``y`` from
+  ``x`` and ``weight``), ``backward`` (``dx`` and ``dweight`` from ``dy``) and
+  ``fused`` (residual add + RMSNorm), for opguide's compiled and Triton
+  kernels and for the PyTorch reference points;
+* on any machine (``cpu``): the cost of calling an operator on a tiny input
+  (the ``TORCH_LIBRARY`` op, ``torch.rms_norm``, the Python wrapper, a Python
+  ``custom_op``), and the C++ CPU kernel on a large float32 input next to a
+  copy of the same size. These run interleaved (round robin over the
+  implementations, repeated; medians), so that a machine that is busy with
+  something else slows every implementation alike.
+
+An implementation that cannot run (a kernel that is not registered for the
+device, Triton not installed) is skipped and the reason is recorded.
+
+Run ``python -m guidekit.benchmark --help``; ``--cpu-only`` runs the CPU part.
+
+Its modules, each one part of the job:
+
+* :mod:`.passes`: the passes, dtypes and bytes model, the rows and skips;
+* :mod:`.timing`: GPU batches behind a spin, round robin, clean L2, rotation;
+* :mod:`.implementations`: what each pass compares, and the peer libraries;
+* :mod:`.fixed_shapes`: each pass at fixed shapes, and :func:`measure`;
+* :mod:`.sweep`: every row length at a fixed number of elements;
+* :mod:`.eager`: wall-clock time per call, and the parts of a training call;
+* :mod:`.cpu`: the cost of a call and the C++ CPU kernel, on any machine;
+* :mod:`.results`: the environment, the text reports, saving a result file;
+* :mod:`.cli`: the command line (``__main__`` runs it).
+"""
+
+from .cli import main
+from .cpu import CPU_KERNEL_TARGET, python_custom_op, run_cpu_kernel, run_cpu_overhead
+from .eager import (
+    EAGER_KERNELS,
+    EAGER_MS,
+    EAGER_NS,
+    EMPTY_FUNCTION,
+    FUNCTION_NODE,
+    TRITON_EXPERIMENTAL,
+    eager_implementations,
+    run_eager,
+)
+from .fixed_shapes import measure, run_backward, run_forward, run_fused
+from .implementations import (
+    backward_implementations,
+    forward_implementations,
+    fused_implementations,
+    peer_implementations,
+    training_implementations,
+)
+from .passes import (
+    BYTES_MODEL,
+    DTYPES,
+    EPS,
+    FORMAT,
+    GPU_PASSES,
+    PASSES,
+    SAME_SIZE_COPY,
+    SWEEP_ELEMENTS,
+    SWEEP_NS,
+    SWEEP_PASSES,
+    Row,
+    Skip,
+    bytes_moved,
+)
+from .results import CPU_ENV_VARS, environment, format_report, format_sweep_report
+from .sweep import run_sweep
+from .timing import MIN_SETS, copy_bandwidth, time_interleaved, time_per_call, time_round_robin
+
+__all__ = [
+    "BYTES_MODEL",
+    "CPU_ENV_VARS",
+    "CPU_KERNEL_TARGET",
+    "DTYPES",
+    "EAGER_KERNELS",
+    "EAGER_MS",
+    "EAGER_NS",
+    "EMPTY_FUNCTION",
+    "EPS",
+    "FORMAT",
+    "FUNCTION_NODE",
+    "GPU_PASSES",
+    "MIN_SETS",
+    "PASSES",
+    "Row",
+    "SAME_SIZE_COPY",
+    "SWEEP_ELEMENTS",
+    "SWEEP_NS",
+    "SWEEP_PASSES",
+    "Skip",
+    "TRITON_EXPERIMENTAL",
+    "backward_implementations",
+    "bytes_moved",
+    "copy_bandwidth",
+    "eager_implementations",
+    "environment",
+    "format_report",
+    "format_sweep_report",
+    "forward_implementations",
+    "fused_implementations",
+    "main",
+    "measure",
+    "peer_implementations",
+    "python_custom_op",
+    "run_backward",
+    "run_cpu_kernel",
+    "run_cpu_overhead",
+    "run_eager",
+    "run_forward",
+    "run_fused",
+    "run_sweep",
+    "time_interleaved",
+    "time_per_call",
+    "time_round_robin",
+    "training_implementations",
+]

@@ -1,0 +1,183 @@
+"""Recorded eager calls (``python -m guidekit.benchmark --eager``), analysed.
+
+Rows are dicts with ``mode`` (``forward`` or ``training``), ``impl``, ``m``,
+``n``, ``seconds`` (wall clock per call) and ``vs_F.rms_norm``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from guidekit.benchmark.eager import (
+    EAGER_KERNELS,
+    EMPTY_FUNCTION,
+    FUNCTION_NODE,
+    TRITON_EXPERIMENTAL,
+)
+from guidekit.benchmark.passes import bytes_moved
+
+#: The most times F.rms_norm's time each implementation may take per call.
+EAGER_TARGETS = {"opguide": 1.0, "opguide triton": 2.0}
+#: Column names of the tables.
+SHORT = {
+    "torch.ops.opguide.rms_norm": "torch.ops",
+    "opguide triton": "triton",
+    EAGER_KERNELS["opguide"]: "ops",
+    EAGER_KERNELS["opguide triton"]: "triton ops",
+    EAGER_KERNELS["F.rms_norm"]: "F ops",
+    EMPTY_FUNCTION: "empty Fn",
+    FUNCTION_NODE: "Function",
+    TRITON_EXPERIMENTAL: "triton exp",
+    EAGER_KERNELS[TRITON_EXPERIMENTAL]: "exp ops",
+}
+#: The training rows that time a part of a call, not a call.
+PARTS = {*EAGER_KERNELS.values(), EMPTY_FUNCTION, FUNCTION_NODE}
+
+
+def table_lines(rows: Sequence[dict], title: str, impls: Sequence[str], mode: str) -> list[str]:
+    """Microseconds per call of ``impls`` at every shape, one column each."""
+    lines = [f"{title:>9}" + "".join(f" {SHORT.get(i, i):>10}" for i in impls)]
+    for n in sorted({r["n"] for r in rows}):
+        for m in sorted({r["m"] for r in rows}):
+            at = {r["impl"]: r for r in rows if (r["mode"], r["m"], r["n"]) == (mode, m, n)}
+            cells = [
+                f" {at[i]['seconds'] * 1e6:10.1f}" if i in at else f" {'-':>10}" for i in impls
+            ]
+            lines.append(f"{f'{m}x{n}':>9}" + "".join(cells))
+    return lines
+
+
+def tables(rows: Sequence[dict]) -> list[str]:
+    """The forward and training tables, then the training parts."""
+    lines = []
+    for mode in ("forward", "training"):
+        impls = list(dict.fromkeys(r["impl"] for r in rows if r["mode"] == mode))
+        lines += table_lines(rows, mode, [i for i in impls if i not in PARTS], mode)
+        if mode == "training":
+            lines += table_lines(rows, "parts", [i for i in impls if i in PARTS], mode)
+    return lines
+
+
+def ratios(rows: Sequence[dict], impl: str, mode: str) -> list[float]:
+    """``vs_F.rms_norm`` of one implementation's calls in ``mode``, at every shape."""
+    return [r["vs_F.rms_norm"] for r in rows if (r["impl"], r["mode"]) == (impl, mode)]
+
+
+def target_misses(rows: Sequence[dict], impl: str, mode: str) -> int | None:
+    """At how many shapes ``impl`` misses its :data:`EAGER_TARGETS` (None: not recorded)."""
+    got = ratios(rows, impl, mode)
+    return sum(g > EAGER_TARGETS[impl] for g in got) if got else None
+
+
+def target_lines(by_dtype: dict[str, Sequence[dict]]) -> list[str]:
+    """Each implementation's range of ratios to F.rms_norm, against its target."""
+    lines = []
+    for dtype, rows in by_dtype.items():
+        for impl, target in EAGER_TARGETS.items():
+            for mode in ("forward", "training"):
+                got = ratios(rows, impl, mode)
+                if not got:
+                    lines.append(f"{dtype} {impl} {mode}: not recorded")
+                    continue
+                worse = target_misses(rows, impl, mode)
+                verdict = "met" if not worse else f"missed at {worse} of {len(got)} shapes"
+                lines.append(
+                    f"{dtype} {impl} {mode}: {min(got):.2f}-{max(got):.2f}x F.rms_norm "
+                    f"(target at most {target:.0f}x): {verdict}"
+                )
+    return lines
+
+
+def seconds(rows: Sequence[dict], impl: str, mode: str) -> dict:
+    """{(M, N): seconds} of one implementation's calls in ``mode``."""
+    return {(r["m"], r["n"]): r["seconds"] for r in rows if (r["mode"], r["impl"]) == (mode, impl)}
+
+
+def wrapper_line(rows: Sequence[dict]) -> str:
+    """The bare operator against F.rms_norm, and what the Python wrapper adds to it."""
+    bare = ratios(rows, "torch.ops.opguide.rms_norm", "forward")
+    wrapper = seconds(rows, "opguide", "forward")
+    op = seconds(rows, "torch.ops.opguide.rms_norm", "forward")
+    extra = [1e6 * (wrapper[k] - t) for k, t in op.items()]
+    spread = (
+        f"adds {min(extra):.1f} to {max(extra):.1f} us"
+        if min(extra) >= 0
+        else f"costs less than the spread between runs ({min(extra):+.1f} to {max(extra):+.1f} us)"
+    )
+    return f"bare operator: {min(bare):.2f}-{max(bare):.2f}x F.rms_norm; the wrapper {spread}"
+
+
+def training_parts(rows: Sequence[dict]) -> tuple[dict, list[str]]:
+    """Where a training call's time goes: the operators alone, and the rest.
+
+    Returns:
+        ``(parts, lines)``: {impl: (training us, operators us, the rest us)},
+        medians over the shapes, for each implementation timed both ways;
+        and the lines that state them.
+    """
+    parts, lines = {}, []
+    for impl, only in EAGER_KERNELS.items():
+        full, bare = seconds(rows, impl, "training"), seconds(rows, only, "training")
+        if not bare:
+            if full:
+                lines.append(f"{impl}: not timed without autograd in this file")
+            continue
+        parts[impl] = (
+            statistics.median(full.values()) * 1e6,
+            statistics.median(bare.values()) * 1e6,
+            statistics.median(full[k] - bare[k] for k in bare) * 1e6,
+        )
+        lines.append(
+            f"{impl:15} training {parts[impl][0]:5.0f} us: the operators {parts[impl][1]:4.0f} us, "
+            f"autograd and the rest {parts[impl][2]:4.0f} us"
+        )
+    if {"opguide", "opguide triton"} <= parts.keys():
+        cpp, tri = parts["opguide"], parts["opguide triton"]
+        lines.append(
+            f"Triton against the C++ operators: its launches take {tri[1] / cpp[1]:.1f}x their "
+            f"time, and autograd and the rest {tri[2] - cpp[2]:+.0f} us."
+        )
+        if tri[2] - cpp[2] > tri[1] - cpp[1]:
+            lines.append(
+                "Surprising: the Python autograd Function around the Triton launches costs more "
+                "than the launches' own extra time; we have not found where that time goes."
+            )
+    return parts, lines
+
+
+def node_lines(rows: Sequence[dict]) -> list[str]:
+    """The graph node built by hand against ``torch::autograd::Function``'s."""
+    node, function = seconds(rows, "opguide", "training"), seconds(rows, FUNCTION_NODE, "training")
+    if not function:
+        return []
+    saved = [function[k] - node[k] for k in node]
+    return [
+        f"Graph node built by hand against Function's: {1e6 * statistics.median(saved):.0f} us "
+        f"less per training call at the median shape, faster at {sum(d > 0 for d in saved)} "
+        f"of {len(saved)} shapes"
+    ]
+
+
+def batch_lines(rows: Sequence[dict], at_: dict, m: int = 1024, n: int = 8192) -> list[str]:
+    """F.rms_norm's forward at ``m`` rows against one row, and its training call at ``m``
+    rows against what its kernels take at the bandwidth the sweep measured.
+
+    Args:
+        rows: the eager rows.
+        at_: the bfloat16 sweep's rows by ``(pass, impl, N)``.
+        m, n: the shape of the batch.
+    """
+    one, big = (
+        seconds(rows, "F.rms_norm", "forward")[(1, n)],
+        seconds(rows, "F.rms_norm", "forward")[(m, n)],
+    )
+    train = seconds(rows, "F.rms_norm", "training")[(m, n)]
+    moved = bytes_moved("forward", m, n, 2) + bytes_moved("backward", m, n, 2)
+    gpu = at_[("training", "F.rms_norm", n)]  # its GPU time in the sweep, at the same N
+    return [
+        f"F.rms_norm forward, {m} rows against 1: {big / one:.2f}x the time for {m}x the work",
+        f"Surprising: a training call of F.rms_norm at {m}x{n} takes {train * 1e6:.0f} us, "
+        f"{train / big:.1f}x its forward call; at the bandwidth the sweep measured for it, its "
+        f"kernels take about {gpu['seconds'] * moved / gpu['bytes'] * 1e6:.0f} us.",
+    ]

@@ -1,0 +1,241 @@
+"""The optimisations measured before and after, from the tools' recorded sweeps.
+
+Each function takes what :mod:`.tool_outputs` read from a recorded file and
+returns the lines step 11 prints, with the numbers they state.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from .sweeps import ONE_BLOCK
+from .tool_outputs import best, launch
+
+
+def push_lines(forward: dict, backward: dict, at_: dict) -> tuple[list[str], list[str]]:
+    """Long rows with a barrier (or each row waited for) against pushed sums.
+
+    Args:
+        forward, backward: :func:`.tool_outputs.cluster_sweep` of the two tools.
+        at_: the bfloat16 sweep's rows by ``(pass, impl, N)``.
+
+    Returns:
+        ``(lines, older)``: the table, and the backward points where the
+        recorded sweep is closer to the kernel before than to the pushing one.
+    """
+    lines, older = [], []
+    for pass_name, table, before in (
+        ("forward", forward, "barrier"),
+        ("backward", backward, "each row waited for"),
+    ):
+        for n, (old, new) in table.items():
+            if n <= ONE_BLOCK[pass_name]:
+                continue
+            lines.append(
+                f"{pass_name:8} N = {n:6}: {before:20} {100 * old:4.0f}% of the copy; "
+                f"pushed {100 * new:4.0f}%"
+            )
+            if pass_name == "backward":  # the library's backward is the pushing kernel
+                in_sweep = at_[(pass_name, "opguide", n)]["vs_copy"]
+                if abs(in_sweep - old) < abs(in_sweep - new):
+                    older.append(f"{pass_name} {n}")
+    return lines, older
+
+
+def per_row_cluster_lines(variant: dict, library: dict) -> tuple[list[str], dict]:
+    """One row per cluster (the library) against the persistent loop, and at 16384 a
+    cluster of two against one block.
+
+    Args:
+        variant, library: :func:`.tool_outputs.cluster_variants` of the forward tool.
+
+    Returns:
+        ``(lines, gains)``: the lines, and {dtype: [fractions gained over the loop]}.
+    """
+    lines, gains = [], {}
+    for dtype in ("bf16", "fp16"):
+        for (d, n), lib in sorted(library.items()):
+            if d != dtype:
+                continue
+            if n <= ONE_BLOCK["forward"]:
+                two = variant[(dtype, n, "one row 128 x 8")]
+                lines.append(
+                    f"forward {dtype} N = {n:6}: one block {100 * lib:4.0f}% of the copy, a "
+                    f"cluster of two {100 * two:4.0f}%"
+                    + ("" if two <= lib else ": Surprising, clusters win")
+                )
+                continue
+            loop = variant[(dtype, n, "loop 512 x 4, push")]
+            gains.setdefault(dtype, []).append(lib - loop)
+            lines.append(
+                f"forward {dtype} N = {n:6}: persistent loop {100 * loop:4.0f}% of the copy; "
+                f"one row per cluster {100 * lib:4.0f}%"
+            )
+    for dtype, g in gains.items():
+        lines.append(f"{dtype}: {100 * min(g):+.0f} to {100 * max(g):+.0f} points")
+    return lines, gains
+
+
+def staged_lines(variant: dict, library: dict) -> list[str]:
+    """The best of the staged persistent variants against one row per cluster."""
+    lines = []
+    for dtype in ("bf16", "fp16"):
+        for n in (n for n in (65536, 131072) if (dtype, n) in library):
+            staged = {
+                v: f for (d, m, v), f in variant.items()
+                if (d, m) == (dtype, n) and v.startswith("staged")
+            }  # fmt: skip
+            top = max(staged, key=staged.get)
+            lib = library[(dtype, n)]
+            lines.append(
+                f"forward {dtype} N = {n:6}: best of {len(staged)} staged variants "
+                f"{100 * staged[top]:.0f}% ({top}); one row per cluster {100 * lib:.0f}%"
+                + ("" if staged[top] <= lib else ". Surprising: staging is faster here.")
+            )
+    return lines
+
+
+def split_lines(fenced: tuple[dict, dict], slots: tuple[dict, dict], built: str) -> list[str]:
+    """The Triton split kernels fenced against slots, and the library's backward launch.
+
+    Args:
+        fenced, slots: :func:`.tool_outputs.split_sweep` of the two runs.
+        built: the library's backward launch at the longest row, as the
+            tool writes it (``"SEG 4096 warps 4 per SM 2"``).
+    """
+    (fenced_best, fenced_every), (slots_best, slots_every) = fenced, slots
+    lines = []
+    for n in (32768, 65536, 131072):
+        pct, best_launch = fenced_best[("forward", "row at a time", n)]
+        now_pct, now_launch = slots_best[("forward", "row at a time", n)]
+        lines.append(
+            f"forward  N = {n:6}: fenced {pct:4.1f}% {launch(best_launch)}, "
+            f"{fenced_every[('forward', 'row at a time', now_launch, n)]:4.1f}% "
+            f"{launch(now_launch)}; slots {now_pct:4.1f}% {launch(now_launch)}"
+        )
+    ahead_gain, behind_best = [], []
+    for n in (16384, 32768, 65536, 131072):
+        late_pct = slots_best[("backward", "one row late", n)][0]
+        ahead_pct = slots_best[("backward", "two rows ahead", n)][0]
+        lines.append(
+            f"backward N = {n:6}: fenced {fenced_best[('backward', 'row at a time', n)][0]:4.1f}%, "
+            f"fenced one row late {fenced_best[('backward', 'one row late', n)][0]:4.1f}%, "
+            f"slots one row late {late_pct:4.1f}%, two rows ahead {ahead_pct:4.1f}%"
+        )
+        ahead_gain.append(ahead_pct - late_pct)
+        behind_best.append(ahead_pct - slots_every[("backward", "two rows ahead", built, n)])
+    lines.append(
+        f"two rows ahead against one: {min(ahead_gain):+.1f} to {max(ahead_gain):+.1f} points; "
+        f"the library's launch, {launch(built)}, {max(behind_best):.1f} points or less behind "
+        "the best launch at each N"
+    )
+    late = [v[0] for k, v in slots_best.items() if k[:2] == ("forward", "one row late")]
+    lines.append(
+        f"the forward one row late, with slots, at its best: {min(late):.1f}-{max(late):.1f}%"
+    )
+    return lines
+
+
+def keep_packed_lines(packed: list[dict]) -> list[str]:
+    """The bfloat16 forward by vectors per thread, with and without ``keep_packed``."""
+    on, off = "OPGUIDE_KEEP_PACKED=1", "OPGUIDE_KEEP_PACKED=0"
+    lines = [f"{'bf16':11} {'4 vecs':>13} {'2 vecs':>13} {'1 vec':>13} {'4, no keep_packed':>19}"]
+    columns: dict = {"4": [], "2": [], "1": [], "no keep_packed": []}
+    for shape in dict.fromkeys(r["shape"] for r in packed):
+        cells = [
+            best(packed, section=on, dtype="bf16", shape=shape, **{"vecs/thr": v})
+            for v in (4, 2, 1)
+        ]
+        cells.append(best(packed, section=off, dtype="bf16", shape=shape, **{"vecs/thr": 4}))
+        for column, cell in zip(columns.values(), cells, strict=True):
+            column.extend([cell] if cell else [])
+        lines.append(
+            f"{shape:11} "
+            + " ".join(
+                f"{c['pct']:5.1f}% ({c['regs']:2} reg)" if c else f"{'-':>13}" for c in cells
+            )
+        )
+    for name, cells in columns.items():
+        pcts, regs = [c["pct"] for c in cells], sorted({c["regs"] for c in cells})
+        lines.append(
+            f"{name:>14}: {min(pcts)}-{max(pcts)}% of the copy, "
+            f"{'/'.join(map(str, regs))} registers"
+        )
+    return lines
+
+
+def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> list[str]:
+    """The fused kernel at float16 4096x8192 without and with its register cap."""
+    lines = []
+    for label, found in (("no cap", uncapped), ("cap", capped)):
+        r = best(found, dtype="fp16", shape="4096x8192", **{"vecs/thr": 1, "rows/blk": 1})
+        lines.append(
+            f"fp16 4096x8192, {label:6}: {r['regs']} registers "
+            f"({2 * 1024 * r['regs']} for two blocks), "
+            f"{r['blocks/SM']} block(s) per SM: {r['pct']}% of the copy"
+        )
+    return lines
+
+
+def pipeline_lines(pipelined: list[dict]) -> tuple[list[str], list[float]]:
+    """The register-prefetch backward against the best pipelined layout, per shape.
+
+    Returns:
+        ``(lines, gains)``: the lines, and the points gained at each shape.
+    """
+    lines, steps = [], []
+    for dtype, shape in dict.fromkeys((r["dtype"], r["shape"]) for r in pipelined):
+        registers = best(pipelined, dtype=dtype, shape=shape, prefetch=1)["pct"]
+        staged = max(
+            (r for r in pipelined if (r["dtype"], r["shape"]) == (dtype, shape) and "stages" in r),
+            key=lambda r: r["pct"],
+        )
+        steps.append(staged["pct"] - registers)
+        lines.append(
+            f"  {dtype} {shape:>10}: prefetch {registers:5.1f}%, pipeline {staged['pct']:5.1f}% "
+            f"({staged['stages']} stages, {staged['regs']} registers)"
+        )
+    lines.append(f"gain: {min(steps):+.1f} to {max(steps):+.1f} points")
+    return lines, steps
+
+
+def spill_lines(registers: dict) -> tuple[list[str], list[int]]:
+    """The Triton register backward's registers and spills by N (``triton_registers_*.json``).
+
+    Returns:
+        ``(lines, spilled)``: the lines, and the row lengths where it spills.
+    """
+    kernels = [k for k in registers["kernels"] if k["kernel"] == "_rms_norm_bwd_kernel"]
+    lines = [
+        f"  Triton backward, N = {k['n']:5}: {k['registers']} registers per thread, "
+        f"{k['spill_bytes']} bytes spilled ({k['num_warps']} warps)"
+        for k in kernels
+    ]
+    spilled = [k["n"] for k in kernels if k["spill_bytes"] > 0]
+    if spilled:
+        lines.append(
+            f"At N = {', '.join(map(str, spilled))} the Triton register backward holds more of a "
+            "row (x, dy, the weight, its gradient) than a thread's registers, and Triton spills "
+            "the rest to memory; those rows take the split kernel."
+        )
+    return lines, spilled
+
+
+def pdl_lines(changes: Sequence[float], clean_l2: bool) -> list[str]:
+    """The verdict on programmatic dependent launch from its changes in points."""
+    median = statistics.median(changes)
+    lines = [
+        f"PDL on: median {median:+.1f} points, from {min(changes):+.1f} "
+        f"to {max(changes):+.1f}; {sum(g < 0 for g in changes)} of {len(changes)} points lost"
+    ]
+    if not clean_l2:
+        lines.append(
+            "These two runs did not clean L2 before each batch: single points are less certain."
+        )
+    lines.append(
+        "PDL stays on: the median point gains."
+        if median > 0
+        else "PDL does not pay here: the median point does not gain."
+    )
+    return lines

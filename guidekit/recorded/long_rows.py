@@ -1,0 +1,152 @@
+"""Long rows and odd row lengths in the recorded sweeps.
+
+Rows longer than one block holds are split over a cluster of blocks (CUDA)
+or over programs that meet through memory (Triton); rows that are not whole
+16-byte vectors take narrower accesses. ``at_`` arguments are
+:func:`guidekit.recorded.sweeps.at` of one dtype's rows.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+
+from guidekit.benchmark.passes import SWEEP_PASSES
+
+from .sweeps import ONE_BLOCK, TARGETS, TRITON_BLOCK
+
+
+def cluster_lines(at_: dict, ns: Sequence[int]) -> tuple[list[str], list[str]]:
+    """The rows of 32768 and more, next to Quack and Liger.
+
+    Returns:
+        ``(lines, behind)``: the table, and the cluster rows where Quack is
+        faster than opguide's CUDA kernel (``"pass N (ours% against theirs%)"``).
+    """
+    lines = [
+        f"{'pass':8} {'N':>6} {'opguide kernel':>14} {'opguide':>8} {'triton':>8} {'quack':>8} "
+        f"{'liger':>8}"
+    ]
+    behind = []
+    for pass_name in ("forward", "backward", "training"):
+        for n in (n for n in ns if n >= 32768):
+            cells = [
+                at_.get((pass_name, i, n)) for i in ("opguide", "opguide triton", "quack", "liger")
+            ]
+            kernel = "cluster" if n > ONE_BLOCK[pass_name] else "one block"
+            lines.append(
+                f"{pass_name:8} {n:6} {kernel:>14} "
+                + " ".join(f"{100 * r['vs_copy']:7.1f}%" if r else f"{'-':>8}" for r in cells)
+            )
+            quack = cells[2]
+            if kernel == "cluster" and quack and quack["vs_copy"] > cells[0]["vs_copy"]:
+                behind.append(
+                    f"{pass_name} {n} ({100 * cells[0]['vs_copy']:.0f}% against "
+                    f"{100 * quack['vs_copy']:.0f}%)"
+                )
+    return lines, behind
+
+
+def triton_split_lines(at_: dict, ns: Sequence[int]) -> list[str]:
+    """The Triton forward and fused kernels at the row lengths where both split rows."""
+    split_ns = [n for n in ns if n > TRITON_BLOCK["fused"]]
+    lines = []
+    for pass_name in ("forward", "fused"):
+        fractions = [at_[(pass_name, "opguide triton", n)]["vs_copy"] for n in split_ns]
+        lines.append(
+            f"Triton split {pass_name:7} at N = {', '.join(map(str, split_ns))}: "
+            + ", ".join(f"{100 * f:.1f}%" for f in fractions)
+        )
+    return lines
+
+
+def triton_fused_faster(at_: dict, ns: Sequence[int]) -> list[str]:
+    """Split rows where the Triton fused kernel beats the CUDA cluster kernel by over a point.
+
+    Closer than a point is within the spread between runs.
+    """
+    split_ns = [n for n in ns if n > TRITON_BLOCK["fused"]]
+    return [
+        f"{n} ({100 * at_[('fused', 'opguide triton', n)]['vs_copy']:.1f}% against "
+        f"{100 * at_[('fused', 'opguide', n)]['vs_copy']:.1f}%)"
+        for n in split_ns
+        if at_[("fused", "opguide triton", n)]["vs_copy"]
+        > at_[("fused", "opguide", n)]["vs_copy"] + 0.01
+    ]
+
+
+def triton_long_row_lines(rows_by_dtype: dict, ns: Sequence[int]) -> list[str]:
+    """The Triton kernels at rows of 16384 and more, both 16-bit types, against the targets."""
+    lines = [f"{'pass':8} {'N':>6} {'target':>6}  {'bfloat16':>14}  {'float16':>14}"]
+    for pass_name, target in TARGETS.items():
+        for n in (n for n in ns if n >= 16384):
+            cells = []
+            for dtype in ("bf16", "fp16"):
+                got = rows_by_dtype[(dtype, pass_name, "opguide triton", n)]["vs_copy"]
+                cells.append(f"{100 * got:5.1f}% {'met' if got >= target else 'MISSED':>7}")
+            lines.append(
+                f"{pass_name:8} {n:6} {100 * target:5.0f}%  {cells[0]:>14}  {cells[1]:>14}"
+            )
+    return lines
+
+
+def odd_row_lines(wide_only: dict, odd: dict, ns: Sequence[int]) -> list[str]:
+    """Each kernel with 16-byte accesses only and as built, and ``F.rms_norm``, at each N.
+
+    Args:
+        wide_only: {(pass, impl, N): vs_copy} of the run with 16-byte accesses only.
+        odd: {(dtype, pass, impl, N): vs_copy} of the run as built.
+        ns: the row lengths.
+    """
+    lines = [f"{'pass':8} {'N':>5}  {'CUDA':>12}  {'Triton':>12}  {'F.rms_norm':>10}"]
+    for pass_name in SWEEP_PASSES:
+        for n in ns:
+            cells = []
+            for impl in ("opguide", "opguide triton"):
+                old = wide_only.get((pass_name, impl, n))
+                old_text = "-" if old is None else f"{100 * old:.0f}%"
+                cells.append(f"{old_text:>4} -> {100 * odd[('bf16', pass_name, impl, n)]:3.0f}%")
+            f_rms = odd.get(("bf16", pass_name, "F.rms_norm", n))
+            f_text = "-" if f_rms is None else f"{100 * f_rms:.0f}%"
+            lines.append(f"{pass_name:8} {n:5}  {cells[0]:>12}  {cells[1]:>12}  {f_text:>10}")
+    return lines
+
+
+def access_bytes(n: int, size: int = 2) -> int:
+    """The CUDA kernels' access for rows of n 16-bit elements (aligned pointers)."""
+    return next((b for b in (16, 8, 4) if n * size % b == 0), size)
+
+
+def access_lines(odd: dict) -> list[str]:
+    """The CUDA kernels' lowest and highest % of the copy, by access width and pass."""
+    lines = [f"{'access':8}" + "".join(f" {p:>10}" for p in SWEEP_PASSES)]
+    for nbytes in (16, 8, 4, 2):
+        cells = []
+        for pass_name in SWEEP_PASSES:
+            got = [v for (d, p, i, n), v in odd.items()
+                   if (p, i) == (pass_name, "opguide") and access_bytes(n) == nbytes]  # fmt: skip
+            cells.append(f"{100 * min(got):.0f}-{100 * max(got):.0f}%" if got else "-")
+        lines.append(f"{f'{nbytes} B':8}" + "".join(f" {c:>10}" for c in cells))
+    return lines
+
+
+def behind(odd: dict, other: str, margin: float = 0.02) -> tuple[list[tuple[str, str]], list]:
+    """Points where the CUDA kernel is more than ``margin`` of the copy behind ``other``.
+
+    Returns:
+        ``(behind, compared)``: ``(pass, "N dtype")`` of each point behind,
+        and the ``(key, vs_copy)`` of every CUDA point that ``other`` also has.
+    """
+    both = [(k, v) for k, v in odd.items() if k[2] == "opguide" and (*k[:2], other, k[3]) in odd]
+    found = [(p, f"{n} {d}") for (d, p, _, n), v in both if v < odd[(d, p, other, n)] - margin]
+    return found, both
+
+
+def behind_lines(odd: dict, other: str) -> list[str]:
+    """How many points the CUDA kernel is more than 2 points behind ``other``, by pass."""
+    found, both = behind(odd, other)
+    lines = [f"CUDA more than 2 points behind {other} at {len(found)} of {len(both)} points:"]
+    for pass_name in dict.fromkeys(k[1] for k, _ in both):  # the passes compared
+        where = ", ".join(point for p, point in found if p == pass_name)
+        lines.append(textwrap.fill(f"{pass_name}: {where or 'none'}", 78, subsequent_indent="    "))
+    return lines
