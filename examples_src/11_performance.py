@@ -44,7 +44,7 @@ import torch
 
 from guidekit import benchmark
 from guidekit.compile_checks import source_root
-from opguide import triton_rms_norm as triton_ops
+from opguide.triton import launch as triton_launch
 
 # sphinx_gallery_parallel = False  # it times kernels on the CPU: runs alone
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
@@ -438,7 +438,7 @@ print(
 #       :caption: csrc/rms_norm_long.cuh
 #
 # Triton has no clusters: its long rows are split over programs that meet
-# through global memory ([split-rows] in ``opguide/triton_rms_norm.py``,
+# through global memory (``opguide/triton/split.py``,
 # :doc:`step 9 <09_triton_kernel>`), each writing its part of the row's sum
 # into a slot and waiting for the others (a lesson below makes the wait
 # cheap). The fused CUDA kernel has a cluster version (``[cluster-fused]``)
@@ -662,7 +662,8 @@ for n in (32768, 65536, 131072):
         f"slots {now_pct:4.1f}% {launch(now_launch)}"
     )
 ahead_gain, behind_best = [], []
-built = "SEG {} warps {} per SM {}".format(*triton_ops._backward_split(2**17))
+split = triton_launch.SPLIT_BACKWARD
+built = f"SEG {split.seg} warps {split.num_warps} per SM {split.per_sm}"
 for n in (16384, 32768, 65536, 131072):
     late_pct = slots_best[("backward", "one row late", n)][0]
     ahead_pct, ahead_launch = slots_best[("backward", "two rows ahead", n)]
@@ -711,9 +712,9 @@ for pass_name, target in TARGETS.items():
 # Triton vectorises only what it can prove, and it proves that ``N`` is a
 # multiple of 16 by specialising on it:
 #
-# .. literalinclude:: /../opguide/triton_rms_norm.py
-#    :start-after: # [alignment]
-#    :end-before: # [alignment-end]
+# .. literalinclude:: /../opguide/triton/launch.py
+#    :language: python
+#    :pyobject: align
 #
 # Two recorded runs, with 16-byte accesses only and as built (bfloat16, % of
 # the same-size copy, before and after; ``F.rms_norm`` from the second run):
@@ -929,11 +930,13 @@ if function:
 # * **Checks once, in C++.** For plain tensors the wrapper calls the operator
 #   at once; the operator's C++ checks raise the same errors as the Python
 #   ones, which run only for the other calls.
-# * **Triton without the dispatcher.** A plain eager call of the Triton
-#   backend launches the kernels compiled on its first call directly, with
-#   pointers as ints and no launch metadata unless a profiler hook wants it
-#   (``torch.compile``, export, ``vmap``, DTensor and long rows take the
-#   operators). Training calls ``Function``'s C++ ``apply`` itself.
+# * **Triton without the dispatcher (experimental, opt-in).**
+#   ``opguide.experimental.triton_eager`` (off by default: it uses private
+#   torch and Triton APIs, which its docstring lists) makes a plain eager call
+#   of the Triton backend launch the kernels compiled on its first call
+#   directly, with pointers as ints and no launch metadata unless a profiler
+#   hook wants it (``torch.compile``, export, ``vmap``, DTensor and long rows
+#   take the operators). Training calls ``Function``'s C++ ``apply`` itself.
 #
 # Lessons
 # -------

@@ -32,6 +32,7 @@ from .split import (
     _rms_norm_fwd_split_kernel,
 )
 
+# [register-choice]
 if INTERPRET:
     # An opaque operator: torch.compile records one call to it, and Inductor
     # calls this Python function at run time. The interpreter is happy.
@@ -46,6 +47,7 @@ else:
     # from its own generated code. It needs kernels compiled for a GPU.
     register_op = torch.library.triton_op
     launchable = torch.library.wrap_triton
+# [register-choice-end]
 
 #: The dtypes the Triton kernels take.
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -316,6 +318,8 @@ def fused_add_rms_norm_triton_(
 if INTERPRET:
     # custom_op needs to be told what its outputs look like; triton_op works
     # that out by running its body on fake tensors.
+
+    # [fake-kernels]
     @rms_norm_triton.register_fake
     def _(x, weight, eps):
         _check_rms_norm_args(x, weight, eps)
@@ -334,3 +338,5 @@ if INTERPRET:
     def _(x, residual, weight, eps, out_dtype=None):
         out = x.new_empty(x.shape, dtype=x.dtype if out_dtype is None else out_dtype)
         return out, x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+    # [fake-kernels-end]
