@@ -229,7 +229,7 @@ class Usage:
 
 
 def _pdl_choice(lib, target: Target) -> dict:
-    """The launch options ``launch.pdl_options`` picks for an eager call on a GPU like ``target``."""
+    """The options ``launch.pdl_options`` picks for an eager call on a GPU like ``target``."""
     import torch
 
     meta = torch.empty(1, device="meta")  # a plain tensor: pdl_options's eager case

@@ -186,8 +186,6 @@ def fused_add_rms_norm_(
     return op(x, residual, weight, float(eps), out_dtype)
 
 
-
-
 # [fake]
 @torch.library.register_fake("opguide::fused_add_rms_norm_")
 def _fused_add_rms_norm_fake(x, residual, weight, eps, out_dtype=None):

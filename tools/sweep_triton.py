@@ -521,7 +521,9 @@ def split_forward(m, n, w, eps, sms, copy):
             continue
         label = "row at a time SEG {} warps {}".format(*config)
 
-        def run(x, forced=launch.Split(*config)):
+        forced = launch.Split(*config)
+
+        def run(x, forced=forced):
             return triton_ops.rms_norm_forward(x, w, eps, None, forced=forced)
 
         if _check(label, run(sets[0][0]), want, 0.02):

@@ -1,4 +1,4 @@
-"""EXPERIMENTAL, off by default: Triton RMSNorm launched without the dispatcher, through private APIs.
+"""EXPERIMENTAL, off by default: Triton RMSNorm launched directly, through private APIs.
 
 ``opguide.rms_norm(x, w, backend="triton")`` goes through the operators of
 :mod:`opguide.triton.ops`: the custom op's autograd kernel, its device
@@ -372,7 +372,8 @@ def missing_private_apis() -> list[str]:
          "triton.knobs.runtime.launch_enter_hook"),
         (getattr(getattr(triton, "knobs", None), "runtime", None), "launch_exit_hook",
          "triton.knobs.runtime.launch_exit_hook"),
-        (triton.compiler.CompiledKernel, "launch_metadata", "triton CompiledKernel.launch_metadata"),
+        (triton.compiler.CompiledKernel, "launch_metadata",
+         "triton CompiledKernel.launch_metadata"),
     ):  # fmt: skip
         if owner is None or not hasattr(owner, name):
             missing.append(label)

@@ -26,9 +26,10 @@ Users reach them through ``backend="triton"`` of :func:`opguide.rms_norm` and
 
 from .interpreter import INTERPRET  # first: it decides TRITON_INTERPRET before triton loads
 
-from .autograd import rms_norm  # noqa: E402, I001
-from .launch import MAX_REGISTER_ROW, MAX_REGISTER_ROW_BACKWARD  # noqa: E402
-from .ops import (  # noqa: E402
+# isort: split
+from .autograd import rms_norm
+from .launch import MAX_REGISTER_ROW, MAX_REGISTER_ROW_BACKWARD
+from .ops import (
     SUPPORTED_DTYPES,
     fused_add_rms_norm_triton_,
     rms_norm_backward_triton,

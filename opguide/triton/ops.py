@@ -25,7 +25,7 @@ from .backward import (
 from .forward import _rms_norm_fwd_kernel, _rms_norm_fwd_long_kernel
 from .fused import _fused_add_rms_norm_kernel, _fused_add_rms_norm_long_kernel
 from .interpreter import INTERPRET
-from .launch import Chunked, Registers, Split
+from .launch import Registers, Split
 from .split import (
     _fused_add_rms_norm_split_kernel,
     _rms_norm_bwd_split_kernel,
