@@ -149,7 +149,7 @@ def test_opcheck_backward():
 @interpreter
 def test_registered_as_custom_op_under_the_interpreter():
     assert isinstance(triton_ops.rms_norm_triton, torch.library.CustomOpDef)
-    assert triton_ops.register_op is torch.library.custom_op
+    assert triton_ops.ops.register_op is torch.library.custom_op
 
 
 @interpreter
