@@ -1,15 +1,18 @@
 """Sweeps variants of the Triton RMSNorm kernels on one GPU and prints achieved
 bandwidth against a large device-to-device copy, next to torch.compile of the
 reference. Needs a CUDA GPU, triton and opguide built with its CUDA kernels
-(pip install --no-build-isolation -e . with USE_CUDA=1). The backward uses
-opguide's own kernels; the forward and fused kernels here are copies that
+(pip install --no-build-isolation -e . with USE_CUDA=1). The backward runs
+opguide's own backward (opguide.triton.ops.rms_norm_backward) with each
+forced= configuration of its register kernel (programs, stages, num_warps);
+the forward and fused kernels here are copies that
 differ from opguide/triton/ in the one thing each variant tries
 (the weight loaded before or after the reduction, cache hints, PDL).
 
     python3 tools/sweep_triton.py [forward] [backward] [fused] [dwsum] [split]
 
-dwsum times opguide's whole backward (its own launch rules, PDL on) with
-each shape of the kernel that adds up dweight's partial rows.
+dwsum times opguide's whole backward (its own launch rules) with each
+shape of the kernel that adds up dweight's partial rows (dw_sum=).
+PDL, in both, is as OPGUIDE_PDL says (on by default on Hopper and later).
 
 split times opguide's forward and backward on rows split over programs
 (opguide/triton/split.py) at each (SEG, num_warps, programs per SM), passed
@@ -24,6 +27,7 @@ Bytes: forward reads x and writes y (2 M N s); backward reads x and dy and
 writes dx (3 M N s); fused reads x and residual, writes residual and y (4 M N s).
 """
 
+import os
 import sys
 
 import torch
@@ -35,7 +39,6 @@ from opguide.reference import rms_norm_backward_reference
 from opguide.triton import launch
 from opguide.triton import ops as triton_ops
 from opguide.triton.backward import _dw_sum_kernel as dw_sum_kernel
-from opguide.triton.backward import _rms_norm_bwd_kernel as bwd_kernel
 
 # The Triton helpers the split variants below share with the library's kernels.
 from opguide.triton.split import _count_in, _segment, _wait_total
@@ -48,10 +51,11 @@ SHAPES = [(32768, 4096), (8192, 4096), (4096, 8192), (65536, 1024)]
 DTYPE = torch.bfloat16
 BATCHES = 11
 CALLS = 20
-# The backward variants: software-pipeline stages, and how dweight's partial
-# sums are added up (torch.sum then a cast, or one Triton kernel).
+# The backward variants: software-pipeline stages.
 STAGES = (3, 4)
-REDUCE = ("triton",)
+# PDL follows OPGUIDE_PDL, read when opguide.triton.launch is imported: run
+# the sweep once with OPGUIDE_PDL=0 for the other half.
+PDL_OFF = os.environ.get("OPGUIDE_PDL", "1") == "0"
 
 
 def time_us(fn, arg_sets) -> float:
@@ -198,28 +202,37 @@ def forward_shape(m, n, copy):
 
 def check_backward(run, args, w, ref_fwd):
     """Compares one variant's dx and dweight with autograd through the reference."""
-    x, dy, dx = args
+    x, dy, _ = args
     try:
-        got_dw = run(x, dy, dx).float().clone()
+        dx, dw = run(*args)
         xg = x.detach().float().requires_grad_()
         wg = w.detach().float().requires_grad_()
         gx, gw = torch.autograd.grad(ref_fwd(xg, wg).float(), (xg, wg), dy.float())
         torch.testing.assert_close(dx.float(), gx, rtol=5e-2, atol=5e-2)
-        torch.testing.assert_close(got_dw, gw, rtol=5e-2, atol=1.0)
+        torch.testing.assert_close(dw.float(), gw, rtol=5e-2, atol=1.0)
         print("  check: dx and dweight match the reference", flush=True)
     except Exception as error:
         print(f"  CHECK FAILED: {type(error).__name__}: {str(error)[:300]}", flush=True)
 
 
+def backward_sets(m, n):
+    """Sets of (x, dy, inv_rms) for the backward, as the training forward saves inv_rms."""
+    sets = []
+    for _ in range(arg_sets_for(m, n, 3)):
+        x = randn(m, n)
+        sets.append((x, randn(m, n), torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)))
+    return sets
+
+
 def sweep_backward(copy):
-    print("backward", flush=True)
+    print(f"backward (PDL {'off' if PDL_OFF else 'on'} as OPGUIDE_PDL says)", flush=True)
     for m, n in SHAPES:
         backward_shape(m, n, copy)
 
 
 def backward_shape(m, n, copy):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    sets = [(randn(m, n), randn(m, n), randn(m, n)) for _ in range(arg_sets_for(m, n, 3))]
+    sets = backward_sets(m, n)
     w = torch.randn(n, device="cuda", dtype=DTYPE)
     nbytes = 3 * m * n * 2
     wr = w.detach().float().requires_grad_()
@@ -243,42 +256,22 @@ def backward_shape(m, n, copy):
     results = []
     for per_sm in (1, 2):
         programs = min(per_sm * sms, m)
-        partial = torch.empty(programs, n, device="cuda", dtype=torch.float32)
-        dw = torch.empty(n, device="cuda", dtype=DTYPE)
         for stages in STAGES:
             for warps in (4, 8, 16):
-                for gdc in (False, True):
-                    for reduce in REDUCE:
+                # The library's backward with this configuration of its register kernel.
+                forced = launch.Registers(block, rows, warps, programs=programs, stages=stages)
 
-                        def run(x, dy, dx, stages=stages, warps=warps, reduce=reduce,
-                                programs=programs, partial=partial, dw=dw, gdc=gdc):  # fmt: skip
-                            bwd_kernel[(programs,)](
-                                dy, x, w, dx, partial, m, n, 1e-6, BLOCK_N=block, ROWS=rows,
-                                STAGES=stages, GDC=gdc, ALIGN=launch.align(n), num_warps=warps,
-                                launch_pdl=gdc,
-                            )  # fmt: skip
-                            if reduce == "torch":
-                                return partial.sum(dim=0).to(DTYPE)
-                            dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
-                                partial, dw, programs, n, BLOCK_P=DW_SUM_BLOCK_P,
-                                BLOCK_N=DW_SUM_BLOCK_N, GDC=gdc, ALIGN=launch.align(n),
-                                num_warps=DW_SUM_WARPS,
-                                launch_pdl=gdc,
-                            )  # fmt: skip
-                            return dw
+                def run(x, dy, inv, forced=forced):
+                    return triton_ops.rms_norm_backward(dy, x, w, inv, forced=forced)
 
-                        us = time_us(run, sets)
-                        label = (
-                            f"programs {per_sm}xSM stages {stages} warps {warps} pdl {int(gdc)} "
-                            f"sum {reduce}"
-                        )
-                        results.append((us, label))
-                        report(m, n, label, us, nbytes, copy)
-                        if warps == 8 and gdc and reduce == "triton" and us == us:
-                            check_backward(run, sets[0], w, ref_fwd)
-    for key in [f"pdl {p} sum {r}" for p in (0, 1) for r in REDUCE]:
-        us, label = best(results, lambda label, key=key: label.endswith(key))
-        report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
+                us = time_us(run, sets)
+                label = f"programs {per_sm}xSM stages {stages} warps {warps}"
+                results.append((us, label))
+                report(m, n, label, us, nbytes, copy)
+                if warps == 8 and us == us:
+                    check_backward(run, sets[0], w, ref_fwd)
+    us, label = best(results, lambda label: True)
+    report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
 
 
 # ------------------------------------------------------------------ dwsum
@@ -291,32 +284,19 @@ def sweep_dwsum(copy):
 
 
 def dwsum_shape(m, n, copy):
-    sets = [(randn(m, n), randn(m, n), randn(m, n)) for _ in range(arg_sets_for(m, n, 3))]
+    sets = backward_sets(m, n)
     w = torch.randn(n, device="cuda", dtype=DTYPE)
-    block = triton.next_power_of_2(n)
-    config = launch.backward_config(m, n, DTYPE, torch.device("cuda"))
-    programs, rows, stages, warps = config.programs, config.rows, config.stages, config.num_warps
-    partial = torch.empty(programs, n, device="cuda", dtype=torch.float32)
-    dw = torch.empty(n, device="cuda", dtype=DTYPE)
     results = []
     for block_p in (32, 64, 128):
         for block_n in (32, 64, 128):
             for sum_warps in (2, 4, 8):
+                dw_sum = launch.DwSum(block_p, block_n, sum_warps)
 
-                def run(x, dy, dx, block_p=block_p, block_n=block_n, sum_warps=sum_warps):
-                    bwd_kernel[(programs,)](
-                        dy, x, w, dx, partial, m, n, 1e-6, BLOCK_N=block, ROWS=rows,
-                        STAGES=stages, GDC=True, ALIGN=launch.align(n), num_warps=warps,
-                        launch_pdl=True,
-                    )  # fmt: skip
-                    dw_sum_kernel[(triton.cdiv(n, block_n),)](
-                        partial, dw, programs, n, BLOCK_P=block_p, BLOCK_N=block_n,
-                        GDC=True, ALIGN=launch.align(n), num_warps=sum_warps, launch_pdl=True,
-                    )  # fmt: skip
-                    return dw
+                def run(x, dy, inv, dw_sum=dw_sum):
+                    return triton_ops.rms_norm_backward(dy, x, w, inv, dw_sum=dw_sum)
 
                 us = time_us(run, sets)
-                label = f"P {programs} block_p {block_p} block_n {block_n} warps {sum_warps}"
+                label = f"block_p {block_p} block_n {block_n} warps {sum_warps}"
                 results.append((us, label))
                 report(m, n, label, us, 3 * m * n * 2, copy)
     us, label = best(results, lambda label: True)
