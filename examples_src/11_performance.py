@@ -662,8 +662,8 @@ for n in (32768, 65536, 131072):
         f"slots {now_pct:4.1f}% {launch(now_launch)}"
     )
 ahead_gain, behind_best = [], []
-split = triton_launch.SPLIT_BACKWARD
-built = f"SEG {split.seg} warps {split.num_warps} per SM {split.per_sm}"
+split_backward = triton_launch.SPLIT_BACKWARD
+built = f"SEG {split_backward.seg} warps {split_backward.num_warps} per SM {split_backward.per_sm}"
 for n in (16384, 32768, 65536, 131072):
     late_pct = slots_best[("backward", "one row late", n)][0]
     ahead_pct, ahead_launch = slots_best[("backward", "two rows ahead", n)]

@@ -156,8 +156,17 @@ def forward_config(
 ) -> Config:
     """The kernel and knobs of ``rms_norm``'s forward for ``rows`` rows of ``cols`` elements.
 
-    Registers: about 2048 elements per program and 16 per thread. Args
-    ``forced``: a configuration to return as it is (``tools/sweep_triton.py``).
+    Registers: about 2048 elements per program and 16 per thread.
+
+    Args:
+        rows: the number of rows (M).
+        cols: the row length (N).
+        dtype: the dtype of x.
+        device: the device of x (its SM count and shared memory are read).
+        forced: a configuration to return as it is (``tools/sweep_triton.py``).
+
+    Returns:
+        A :class:`Registers`, :class:`Split` or :class:`Chunked`.
     """
     if forced is not None:
         return forced
@@ -181,6 +190,16 @@ def backward_config(
     per step; three stages of x and dy in shared memory when they fit, else
     fewer; two programs per SM for steps of up to 4096 elements, one for
     larger ones (whose stages leave no room for a second program).
+
+    Args:
+        rows: the number of rows (M).
+        cols: the row length (N).
+        dtype: the dtype of x.
+        device: the device of x (its SM count and shared memory are read).
+        forced: a configuration to return as it is (``tools/sweep_triton.py``).
+
+    Returns:
+        A :class:`Registers`, :class:`Split` or :class:`Chunked`.
     """
     if forced is not None:
         return forced
@@ -211,7 +230,17 @@ def fused_config(
     """The kernel and knobs of ``fused_add_rms_norm_``: rows of up to 64 KiB in registers.
 
     Few warps, many elements each (64 at 4096 and above): the fastest in
-    ``tools/sweep_triton.py fused`` (docs/recorded/sweep_fused_add_rms_norm_h100.txt).
+    ``tools/sweep_triton.py fused``.
+
+    Args:
+        rows: the number of rows (M).
+        cols: the row length (N).
+        dtype: the dtype of x.
+        device: the device of x (its SM count and shared memory are read).
+        forced: a configuration to return as it is (``tools/sweep_triton.py``).
+
+    Returns:
+        A :class:`Registers`, :class:`Split` or :class:`Chunked`.
     """
     if forced is not None:
         return forced
