@@ -289,6 +289,45 @@ def test_split_backward_with_several_rows_per_program(rows):
         assert_grads_close((dx, dw), reference_grads(x, w, grad))
 
 
+def test_launch_configurations_are_frozen_and_forced_ones_are_taken_as_they_are():
+    import dataclasses
+
+    cpu = torch.device("cpu")
+    config = launch.forward_config(8, 1000, torch.bfloat16, cpu)
+    assert isinstance(config, launch.Registers) and config.block_n == 1024
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.rows = 2
+    forced = launch.Registers(block_n=1024, rows=2, num_warps=4)
+    for planner in (launch.forward_config, launch.backward_config, launch.fused_config):
+        assert planner(8, 1000, torch.bfloat16, cpu, forced=forced) is forced
+
+
+@interpreter
+def test_a_forced_configuration_gives_the_same_result():
+    x, w = make_inputs((5, 40), torch.float32)
+    inv = torch.empty(5)
+    want = triton_ops.ops.rms_norm_forward(x, w, 1e-6, inv)
+    forced = launch.Registers(block_n=64, rows=2, num_warps=1)
+    torch.testing.assert_close(triton_ops.ops.rms_norm_forward(x, w, 1e-6, forced=forced), want)
+    grad = torch.randn(5, 40)
+    want = triton_ops.ops.rms_norm_backward(grad, x, w, inv)
+    got = triton_ops.ops.rms_norm_backward(grad, x, w, inv, dw_sum=launch.DwSum(16, 64, 1))
+    assert_grads_close(got, want)
+
+
+def test_device_guard_is_read_once_from_the_environment():
+    """OPGUIDE_TRITON_DEVICE_GUARD=0 (tools/record_two_gpus.py) turns the guard off."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import opguide.triton.launch as launch; print(launch._DEVICE_GUARD)"
+    for value, expected in (("0", "False"), ("1", "True")):
+        env = {**os.environ, "OPGUIDE_TRITON_DEVICE_GUARD": value}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert proc.stdout.strip().splitlines()[-1:] == [expected], proc.stderr[-2000:]
+
+
 def test_input_checks_apply():
     x, w = make_inputs((2, 8), torch.float32)
     with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
