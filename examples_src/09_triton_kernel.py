@@ -24,19 +24,24 @@ In this step you will learn:
   interpreter;
 * how users choose a backend: ``opguide.rms_norm(x, w, backend="triton")``.
 
-All the code shown is in ``opguide/triton_rms_norm.py``.
+All the code shown is in the package ``opguide/triton/``, one module per
+role: ``interpreter.py`` (the interpreter on machines without a GPU),
+``prologue.py`` (the first lines of every kernel), the kernels by family
+(``forward.py``, ``backward.py``, ``split.py``, ``fused.py``), ``launch.py``
+(each kernel's knobs, chosen by one planner per operator), ``ops.py`` (the
+operators) and ``autograd.py``.
 
 Running without a GPU
 ---------------------
 Triton compiles for GPUs. Its interpreter (``TRITON_INTERPRET=1``) runs the
 same kernels with NumPy on CPU tensors, which is how this page and the test
 suite check them on machines without one. Triton reads the variable when
-``@triton.jit`` runs, so it must be set before ``triton`` is imported:
+``@triton.jit`` runs, so it must be set before ``triton`` is imported; every
+module of the package imports this one first:
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/interpreter.py
    :language: python
-   :start-after: # [interpreter-switch]
-   :end-before: # [interpreter-switch-end]
+   :caption: opguide/triton/interpreter.py
 
 The test suite (``conftest.py``) and the site (``docs/conf.py``) set it too, as
 early as possible, because ``torch.compile`` may import ``triton`` before
@@ -50,21 +55,34 @@ of two, the mask (``cols < N``, ``rows < M``) covers the padding and the last
 rows, and ``x`` is read from memory once. The sum of squares is a
 ``tl.sum`` along the rows (in float32):
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/forward.py
    :language: python
-   :start-after: # [forward-kernel]
-   :end-before: # [forward-kernel-end]
+   :pyobject: _rms_norm_fwd_kernel
+
+Its first lines, shared with the other kernels, are ``@triton.jit`` helpers.
+Triton inlines a helper before it optimises, so it compiles to the same
+machine code as its lines written in place:
+
+.. literalinclude:: /../opguide/triton/prologue.py
+   :language: python
+   :caption: opguide/triton/prologue.py
 
 ``ROWS`` and ``num_warps`` (and, for the backward below, the number of
-programs and of pipeline stages) come from a few rules in Python. They were
-found with ``tools/sweep_triton.py``, which times every config on a GPU:
-about 2048 elements per program and 16 per thread for the forward. Under the
-interpreter the rules return one program per row and one warp:
+programs and of pipeline stages) are the fields of a frozen dataclass, which
+one function per operator fills in from the number of rows, the row length,
+the dtype and the device. The rules were found with ``tools/sweep_triton.py``,
+which times every config on a GPU: about 2048 elements per program and 16 per
+thread for the forward. Under the interpreter they give one program per row
+and one warp. A tool that times another configuration passes it as
+``forced=``; nothing in the module is overwritten:
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/launch.py
    :language: python
-   :start-after: # [launch-rules]
-   :end-before: # [launch-rules-end]
+   :pyobject: Registers
+
+.. literalinclude:: /../opguide/triton/launch.py
+   :language: python
+   :pyobject: forward_config
 
 Why a rule and not :func:`triton.autotune`: on the first call for a new
 value of its ``key`` (here the row length ``N``), the autotuner times every
@@ -72,7 +90,7 @@ config and keeps the fastest. That is the right tool when the best config
 depends on the key alone. Here it also depends on the number of rows, and an
 autotuner keyed on ``N`` keeps whatever suited the first ``M`` it saw.
 
-A row longer than 16384 elements no longer fits in one program's registers.
+A row longer than 16384 elements does not fit in one program's registers.
 Such a row is split over ``S`` programs, each holding ``SEG`` columns of it,
 which meet through global memory: each writes its part of the row's sum
 into a slot of its own, marked as written in the same 64-bit store, and
@@ -84,10 +102,9 @@ programs run at the same time; the comment says why the wait still ends.
 The forward and fused kernels run one program per segment, the backward
 one per segment of a group of rows (more on it below):
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/split.py
    :language: python
-   :start-after: # [split-rows]
-   :end-before: # [split-rows-end]
+   :caption: opguide/triton/split.py
 
 A row of more segments than the GPU has multiprocessors (over two million
 elements on an H100) is not split: one program walks it in chunks of
@@ -95,18 +112,16 @@ elements on an H100) is not split: one program walks it in chunks of
 output. That kernel uses the autotuner, with a single config under the
 interpreter, where timing means nothing and costs a lot:
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/forward.py
    :language: python
-   :start-after: # [autotune-configs]
-   :end-before: # [autotune-configs-end]
+   :pyobject: _long_row_configs
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/forward.py
    :language: python
-   :start-after: # [long-row-kernel]
-   :end-before: # [long-row-kernel-end]
+   :pyobject: _rms_norm_fwd_long_kernel
 
-The backward kernel
--------------------
+The backward kernels
+--------------------
 With ``x_hat = x * inv_rms`` and ``g = dy * weight``, the gradients are
 ``dx = inv_rms * (g - x_hat * mean(g * x_hat))`` per row, and
 ``dweight = sum over rows of dy * x_hat``. The second is a reduction *across*
@@ -124,13 +139,9 @@ its rows with ``tl.range``, whose ``num_stages`` argument lets Triton
 load the next rows while it computes the current ones (``STAGES``, three
 where they fit in shared memory). Short rows come ``ROWS`` at a time, so that
 each step of the loop has a few thousand elements to work on. The ``GDC``
-flag turns on programmatic dependent launch (the ``[pdl]`` block of the file;
-:doc:`step 11 <11_performance>`, "Lessons", measures it for the CUDA kernels):
-
-.. literalinclude:: /../opguide/triton_rms_norm.py
-   :language: python
-   :start-after: # [backward-kernel]
-   :end-before: # [backward-kernel-end]
+flag turns on programmatic dependent launch (``pdl_prologue`` above and
+``launch.pdl_options``; :doc:`step 11 <11_performance>`, "Lessons", measures
+it for the CUDA kernels).
 
 The register kernel holds ``x``, ``dy``, the weight and its share of
 ``dweight`` for a whole row; past ``MAX_REGISTER_ROW_BACKWARD`` (8192
@@ -140,15 +151,14 @@ takes segment ``s`` of the rows ``g``, ``g + G``, ``g + 2G``, ..., adds its
 segment of ``dweight`` over them into row ``g`` of the buffer, and waits one
 row late: it writes its part of the next row's sum before it waits for this
 row's total, and it has already started the loads of the row after that.
-``_dw_sum_kernel`` sums the
-buffer as above. Rows of more segments than multiprocessors take two chunked
-kernels: one program per row walks it twice, for the row's sum and for
-``dx``, and ``dweight`` is summed over strips of columns:
+``_dw_sum_kernel`` sums the buffer as above. Rows of more segments than
+multiprocessors take two chunked kernels: one program per row walks it
+twice, for the row's sum and for ``dx``, and ``dweight`` is summed over
+strips of columns. The whole file:
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/backward.py
    :language: python
-   :start-after: # [long-row-backward]
-   :end-before: # [long-row-backward-end]
+   :caption: opguide/triton/backward.py
 
 custom_op or triton_op?
 -----------------------
@@ -171,7 +181,7 @@ So ``opguide`` picks one per process: ``triton_op`` when a GPU is there,
 ``custom_op`` under the interpreter. The kernels and the operator bodies are
 the same code:
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/ops.py
    :language: python
    :start-after: # [register-choice]
    :end-before: # [register-choice-end]
@@ -182,35 +192,42 @@ wrappers of :doc:`step 3 <03_cuda_kernel>` make the input's GPU current, the
 Triton operators do (the last section of this page shows what happens
 without it):
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/launch.py
    :language: python
-   :start-after: # [device-guard]
-   :end-before: # [device-guard-end]
+   :pyobject: on_device_of
 
 The forward operators (``rms_norm_triton`` for inference,
 ``rms_norm_fwd_triton`` for training, which also returns ``inv_rms``), and
-the backward one, which returns two tensors:
+the backward one, which returns two tensors, are thin: each calls a launch
+function, which takes the planner's configuration (or a ``forced=`` one) and
+launches the kernel it names:
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/ops.py
    :language: python
-   :start-after: # [forward-op]
-   :end-before: # [forward-op-end]
+   :pyobject: rms_norm_forward
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/ops.py
    :language: python
-   :start-after: # [backward-op]
-   :end-before: # [backward-op-end]
+   :pyobject: rms_norm_triton
 
-:meth:`~torch.library.CustomOpDef.register_autograd` connects them:
-
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/ops.py
    :language: python
-   :start-after: # [autograd]
-   :end-before: # [autograd-end]
+   :pyobject: rms_norm_fwd_triton
+
+.. literalinclude:: /../opguide/triton/ops.py
+   :language: python
+   :pyobject: rms_norm_backward_triton
+
+:meth:`~torch.library.CustomOpDef.register_autograd` connects them, and
+``rms_norm`` is what ``opguide.rms_norm(..., backend="triton")`` runs:
+
+.. literalinclude:: /../opguide/triton/autograd.py
+   :language: python
+   :caption: opguide/triton/autograd.py
 
 Under the interpreter the ``custom_op`` versions also need fake kernels:
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/ops.py
    :language: python
    :start-after: # [fake-kernels]
    :end-before: # [fake-kernels-end]
@@ -238,13 +255,14 @@ import torch
 
 import opguide
 from opguide import rms_norm_reference
-from opguide import triton_rms_norm as triton_ops
+from opguide import triton as triton_ops
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/09.png"
 # sphinx_gallery_parallel = False  # it times kernels on the CPU: runs alone
 print("GPU visible:", torch.cuda.is_available())
 print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"))
-print("registered with:", triton_ops.register_op.__module__ + "." + triton_ops.register_op.__name__)
+register_op = triton_ops.ops.register_op
+print("registered with:", register_op.__module__ + "." + register_op.__name__)
 print(torch.ops.opguide.rms_norm_triton.default._schema)
 print(torch.ops.opguide.rms_norm_fwd_triton.default._schema)
 print(torch.ops.opguide.rms_norm_backward_triton.default._schema)
@@ -417,10 +435,11 @@ def code_lines(path, start=None, end=None):
     return sum(1 for line in text if line.strip() and not line.strip().startswith(("#", "//")))
 
 
-triton_file = ROOT / "opguide" / "triton_rms_norm.py"
-fwd = code_lines(triton_file, "# [forward-kernel]", "# [forward-kernel-end]")
-bwd = code_lines(triton_file, "# [backward-kernel]", "# [backward-kernel-end]")
-counts = [("Triton forward kernel", fwd), ("Triton backward kernel", bwd)]
+triton_dir = ROOT / "opguide" / "triton"
+counts = [
+    ("Triton forward kernels, opguide/triton/forward.py", code_lines(triton_dir / "forward.py")),
+    ("Triton backward kernels, opguide/triton/backward.py", code_lines(triton_dir / "backward.py")),
+]
 for name, what in [
     ("rms_norm.cuh", "CUDA forward kernel"),
     ("rms_norm_backward.cuh", "CUDA backward kernels"),
@@ -564,11 +583,29 @@ print("GPU on this machine:", torch.cuda.get_device_name() if torch.cuda.is_avai
 # The page above showed parts of these files; here each one is whole, as it
 # is compiled and run.
 #
-# .. dropdown:: opguide/triton_rms_norm.py
+# .. dropdown:: opguide/triton/__init__.py
 #
-#    .. literalinclude:: /../opguide/triton_rms_norm.py
+#    .. literalinclude:: /../opguide/triton/__init__.py
 #       :language: python
-#       :caption: opguide/triton_rms_norm.py
+#       :caption: opguide/triton/__init__.py
+#
+# .. dropdown:: opguide/triton/forward.py
+#
+#    .. literalinclude:: /../opguide/triton/forward.py
+#       :language: python
+#       :caption: opguide/triton/forward.py
+#
+# .. dropdown:: opguide/triton/launch.py
+#
+#    .. literalinclude:: /../opguide/triton/launch.py
+#       :language: python
+#       :caption: opguide/triton/launch.py
+#
+# .. dropdown:: opguide/triton/ops.py
+#
+#    .. literalinclude:: /../opguide/triton/ops.py
+#       :language: python
+#       :caption: opguide/triton/ops.py
 #
 # .. dropdown:: opguide/backends.py
 #

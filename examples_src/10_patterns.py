@@ -120,20 +120,26 @@ normalised without being read back. The optional weight becomes a
 ``tl.constexpr`` flag: each value compiles its own kernel, with no branch at
 run time:
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/fused.py
    :language: python
-   :start-after: # [fused-kernel]
-   :end-before: # [fused-kernel-end]
+   :caption: opguide/triton/fused.py
 
 In Python the schema is inferred from the annotations: ``mutates_args``
 produces the write annotation (``Tensor(a1!) residual`` in the inferred
 schema printed below: the same ``!``, with an alias set named ``a1``),
 ``Optional[...]`` the ``?``:
 
-.. literalinclude:: /../opguide/triton_rms_norm.py
+.. literalinclude:: /../opguide/triton/ops.py
    :language: python
-   :start-after: # [fused-op]
-   :end-before: # [fused-op-end]
+   :pyobject: fused_add_rms_norm_triton_
+
+Its body is the launch function, which takes the planner's choice of kernel
+(``launch.fused_config``: the one above for rows of up to 64 KiB, a split or
+chunked kernel for longer ones):
+
+.. literalinclude:: /../opguide/triton/ops.py
+   :language: python
+   :pyobject: fused_add_rms_norm
 
 This kernel is not autotuned. The autotuner times each config by running the
 kernel several times, and each run would add ``x`` to the residual again
@@ -167,7 +173,7 @@ import torch
 
 import opguide
 from opguide import fused_add_rms_norm_reference
-from opguide import triton_rms_norm as triton_ops
+from opguide import triton as triton_ops
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/10.png"
 print(torch.ops.opguide.fused_add_rms_norm_.default._schema)

@@ -53,7 +53,7 @@ from guidekit.recorded import (
     sweeps,
     tool_outputs,
 )
-from opguide import triton_rms_norm as triton_ops
+from opguide.triton import launch as triton_launch
 
 # sphinx_gallery_parallel = False  # it times kernels on the CPU: runs alone
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
@@ -310,7 +310,7 @@ print(
 #       :caption: csrc/rms_norm_long.cuh
 #
 # Triton has no clusters: its long rows are split over programs that meet
-# through global memory ([split-rows] in ``opguide/triton_rms_norm.py``,
+# through global memory (``opguide/triton/split.py``,
 # :doc:`step 9 <09_triton_kernel>`), each writing its part of the row's sum
 # into a slot and waiting for the others (a lesson below makes the wait
 # cheap). The fused CUDA kernel has a cluster version (``[cluster-fused]``)
@@ -405,7 +405,8 @@ show(lessons.staged_lines(VARIANT_FRACTION, LIBRARY_FRACTION))
 # best of its launch parameters, in % of the 1 GiB copy:
 fenced = tool_outputs.split_sweep(recorded_text("sweep_triton_split_fenced_h100.txt", 1))
 slots = tool_outputs.split_sweep(recorded_text("sweep_triton_split_h100.txt", 1))
-built = "SEG {} warps {} per SM {}".format(*triton_ops._backward_split(2**17))
+split_backward = triton_launch.SPLIT_BACKWARD
+built = f"SEG {split_backward.seg} warps {split_backward.num_warps} per SM {split_backward.per_sm}"
 show(lessons.split_lines(fenced, slots, built))
 
 # %%
@@ -431,9 +432,9 @@ show(long_rows.triton_long_row_lines(BY_DTYPE, sweep["ns"]))
 # Triton vectorises only what it can prove, and it proves that ``N`` is a
 # multiple of 16 by specialising on it:
 #
-# .. literalinclude:: /../opguide/triton_rms_norm.py
-#    :start-after: # [alignment]
-#    :end-before: # [alignment-end]
+# .. literalinclude:: /../opguide/triton/launch.py
+#    :language: python
+#    :pyobject: align
 #
 # Two recorded runs, with 16-byte accesses only and as built (bfloat16, % of
 # the same-size copy, before and after; ``F.rms_norm`` from the second run):
@@ -497,11 +498,13 @@ show(eager.node_lines(EAGER))
 # * **Checks once, in C++.** For plain tensors the wrapper calls the operator
 #   at once; the operator's C++ checks raise the same errors as the Python
 #   ones, which run only for the other calls.
-# * **Triton without the dispatcher.** A plain eager call of the Triton
-#   backend launches the kernels compiled on its first call directly, with
-#   pointers as ints and no launch metadata unless a profiler hook wants it
-#   (``torch.compile``, export, ``vmap``, DTensor and long rows take the
-#   operators). Training calls ``Function``'s C++ ``apply`` itself.
+# * **Triton without the dispatcher (experimental, opt-in).**
+#   ``opguide.experimental.triton_eager`` (off by default: it uses private
+#   torch and Triton APIs, which its docstring lists) makes a plain eager call
+#   of the Triton backend launch the kernels compiled on its first call
+#   directly, with pointers as ints and no launch metadata unless a profiler
+#   hook wants it (``torch.compile``, export, ``vmap``, DTensor and long rows
+#   take the operators). Training calls ``Function``'s C++ ``apply`` itself.
 #
 # Lessons
 # -------

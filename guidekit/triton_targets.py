@@ -3,7 +3,7 @@
 Triton compiles a kernel for a GPU it is told about, not only for the one it
 runs on: ``triton.compile`` with a ``GPUTarget`` goes all the way to the
 machine code (an ``hsaco`` for AMD, a ``cubin`` for NVIDIA) on a CPU-only
-machine. This module compiles every kernel of :mod:`opguide.triton_rms_norm`
+machine. This module compiles every kernel of :mod:`opguide.triton`
 in each launch configuration that the library's own launch code chooses (for
 row lengths from 1 to 2**23 and the three dtypes it takes) for seven GPUs,
 and reads from each compile the registers, the spills and the shared memory.
@@ -125,7 +125,7 @@ class Target:
 #   shared memory per block (opt-in) 163 KiB on 8.0, 227 KiB on 9.0 and 10.0.
 # - SM and CU counts: MI250X (one GCD), MI300X, MI355X, RX 7900 XTX, A100 SXM,
 #   H100 SXM, B200, from the vendors' data sheets. They change which kernel a
-#   long row takes (_split_rows), not how a kernel compiles.
+#   long row takes (opguide.triton.launch's planners), not how a kernel compiles.
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
@@ -141,8 +141,9 @@ TARGETS: dict[str, Target] = {
     )
 }
 
-#: The library's kernels live here.
-LIBRARY = "opguide.triton_rms_norm"
+#: The library's Triton package, and its modules that hold kernels.
+LIBRARY = "opguide.triton"
+KERNEL_MODULES = tuple(f"{LIBRARY}.{name}" for name in ("forward", "backward", "split", "fused"))
 _DTYPES = ("float32", "float16", "bfloat16")
 #: Row lengths: each power of two from 1 to 2**23 (past the longest row any
 #: target splits, so every kernel is reached) and the lengths 1, 2, 4 and 8
@@ -228,16 +229,16 @@ class Usage:
 
 
 def _pdl_choice(lib, target: Target) -> dict:
-    """The launch options ``_pdl`` picks for an eager call on a GPU like ``target``."""
+    """The options ``launch.pdl_options`` picks for an eager call on a GPU like ``target``."""
     import torch
 
-    meta = torch.empty(1, device="meta")  # a plain tensor: _pdl's eager case
+    meta = torch.empty(1, device="meta")  # a plain tensor: pdl_options's eager case
     with (
         _pretend_gpu(target),
-        _patched(lib, "_PDL_CAPABLE", {}),
-        _patched(lib, "_PDL_ENABLED", True),
+        _patched(lib.launch, "_PDL_CAPABLE", {}),
+        _patched(lib.launch, "_PDL_ENABLED", True),
     ):
-        return dict(lib._pdl(meta))
+        return dict(lib.launch.pdl_options(meta))
 
 
 @contextlib.contextmanager
@@ -289,7 +290,7 @@ def library_launches(
     ``torch.cuda`` answers with the target's properties, and their kernel
     launches are recorded instead of made: the configurations are the launch
     code's own answers, not a copy of its rules. An eager call on real
-    tensors also passes the options of ``_pdl``; each launch that takes GDC is
+    tensors also passes the options of ``pdl_options``; each launch that takes GDC is
     recorded both ways.
 
     Args:
@@ -326,9 +327,8 @@ def library_launches(
 
     seen: dict[Launch, None] = {}
     pdl = _pdl_choice(lib, target)
-    fused = lib.fused_add_rms_norm_triton_._init_fn
-    backward = lib.rms_norm_backward_triton._init_fn
-    with _pretend_gpu(target), _patched(lib, "launchable", _Recorder), FakeTensorMode():
+    ops = lib.ops
+    with _pretend_gpu(target), _patched(ops, "launchable", _Recorder), FakeTensorMode():
         for dtype_name in dtypes:
             dtype = getattr(torch, dtype_name)
             for n in row_lengths:
@@ -336,11 +336,11 @@ def library_launches(
                 x = torch.empty((3, n), dtype=dtype, device="cuda")
                 w = torch.empty((n,), dtype=dtype, device="cuda")
                 inv = torch.empty((3,), dtype=torch.float32, device="cuda")
-                lib._forward(x, w, 1e-6, None)
-                lib._forward(x, w, 1e-6, inv)
-                backward(x, x, w, inv)
-                fused(x, x.clone(), w, 1e-6)
-                fused(x, x.clone(), None, 1e-6)
+                ops.rms_norm_forward(x, w, 1e-6, None)
+                ops.rms_norm_forward(x, w, 1e-6, inv)
+                ops.rms_norm_backward(x, x, w, inv)
+                ops.fused_add_rms_norm(x, x.clone(), w, 1e-6)
+                ops.fused_add_rms_norm(x, x.clone(), None, 1e-6)
                 for kernel, args, kw in made:
                     variants = [kw]
                     if "GDC" in kw and pdl.get("GDC"):
@@ -349,8 +349,7 @@ def library_launches(
                         options = _autotune_options(kernel, options)
                         for opts in options:
                             launch = Launch(
-                                LIBRARY,
-                                _name_in(lib, kernel),
+                                *_name_of(kernel),
                                 tuple(describe(a) for a in args),
                                 tuple(sorted(opts.items())),
                             )
@@ -381,11 +380,15 @@ def _canonical(launch: Launch) -> Launch:
     return dataclasses.replace(launch, args=tuple(spec(a) for a in launch.args))
 
 
-def _name_in(module, kernel) -> str:
-    for name, value in vars(module).items():
-        if value is kernel:
-            return name
-    raise LookupError(f"{kernel} is not a module-level name of {module.__name__}")
+def _name_of(kernel) -> tuple[str, str]:
+    """(module, name) of a kernel of the library's kernel modules."""
+    import importlib
+
+    for module_name in KERNEL_MODULES:
+        for name, value in vars(importlib.import_module(module_name)).items():
+            if value is kernel:
+                return module_name, name
+    raise LookupError(f"{kernel} is not a module-level name of {', '.join(KERNEL_MODULES)}")
 
 
 def _library():
@@ -403,21 +406,21 @@ def _library():
 def library_kernels() -> list[str]:
     """The library's kernels that a launch starts (not the Triton helpers they call).
 
-    Read from the source, without importing it (so it works whatever
-    TRITON_INTERPRET is): the functions decorated with ``triton.jit`` that no
-    other such function calls.
+    Read from the sources of the package's modules, without importing them
+    (so it works whatever TRITON_INTERPRET is): the functions decorated with
+    ``triton.jit`` that no other such function calls.
     """
     import ast
     import importlib.util
 
-    path = importlib.util.find_spec(LIBRARY).origin
-    tree = ast.parse(Path(path).read_text())
+    folder = Path(importlib.util.find_spec(LIBRARY).origin).parent
     jitted = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and any(
-            "jit" in ast.unparse(d) for d in node.decorator_list
-        ):
-            jitted[node.name] = node
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and any(
+                "jit" in ast.unparse(d) for d in node.decorator_list
+            ):
+                jitted[node.name] = node
     called = {
         call.func.id
         for node in jitted.values()

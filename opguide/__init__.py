@@ -23,10 +23,10 @@ from .reference import fused_add_rms_norm_reference  # noqa: E402
 __all__ += ["fused_add_rms_norm_", "fused_add_rms_norm_reference"]
 if TRITON_INSTALLED:
     # Registers the Triton operators (and, with no GPU visible, turns on
-    # Triton's interpreter); see opguide/triton_rms_norm.py. When that cannot
-    # work in this process, the compiled operators still do.
+    # Triton's interpreter); see opguide/triton/. When that cannot work in
+    # this process, the compiled operators still do.
     try:
-        from . import triton_rms_norm  # noqa: E402, F401
+        from . import triton  # noqa: E402, F401
     except ImportError as error:
         import warnings  # noqa: E402
 

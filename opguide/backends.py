@@ -6,7 +6,7 @@ Every operator of opguide that has a Triton twin takes ``backend=``:
     the compiled library ``opguide._C``: the C++ kernel on CPU tensors, the
     CUDA kernel on CUDA tensors (when the library was built with CUDA);
 ``"triton"``
-    the Triton kernels of :mod:`opguide.triton_rms_norm` (needs ``triton``;
+    the Triton kernels of :mod:`opguide.triton` (needs ``triton``;
     on CPU tensors they run in Triton's interpreter, which is slow);
 ``"auto"`` (the default)
     ``"cpp"`` when ``opguide._C`` has a kernel for the device of the input,
@@ -37,11 +37,12 @@ def triton_ready() -> bool:
 
 def _compiled_device_types(op_name: str) -> frozenset[str]:
     # Read once, at import: the compiled library registers its kernels when it
-    # is loaded, and torch.compile cannot trace this private query.
+    # is loaded, and torch.compile need not trace the dispatcher query.
+    op = getattr(torch.ops.opguide, op_name).default
     return frozenset(
         device
-        for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
-        if torch._C._dispatch_has_kernel_for_dispatch_key(f"opguide::{op_name}", key)
+        for device, key in (("cpu", torch.DispatchKey.CPU), ("cuda", torch.DispatchKey.CUDA))
+        if op.has_kernel_for_dispatch_key(key)
     )
 
 

@@ -120,7 +120,6 @@ def _refuse_grad(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor |
 # [refuse-grad-end]
 
 
-# [wrapper]
 def fused_add_rms_norm_(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -185,9 +184,6 @@ def fused_add_rms_norm_(
     else:
         op = torch.ops.opguide.fused_add_rms_norm_.default
     return op(x, residual, weight, float(eps), out_dtype)
-
-
-# [wrapper-end]
 
 
 # [fake]

@@ -106,18 +106,12 @@ def rms_norm(
             # same things with the same messages, and its C++ autograd kernel
             # picks the training forward when gradients are needed.
             return _RMS_NORM(x, weight, eps)
-    if plain and backend == "triton" and DIRECT_TRITON is not None:
-        # The common Triton call, made cheap the same way: it checks what
-        # it needs, launches the kernels, and returns None for any other call.
-        y = DIRECT_TRITON(x, weight, eps)
-        if y is not None:
-            return y
     _check_rms_norm_args(x, weight, eps, autocast=True)
     _register_dtensor_rules(x)
     if resolve_backend("rms_norm", "rms_norm", backend, x) == "triton":
-        from . import triton_rms_norm  # loaded by opguide/__init__.py when usable
+        from . import triton  # loaded by opguide/__init__.py when usable
 
-        return triton_rms_norm.rms_norm(x, weight, float(eps))
+        return triton.rms_norm(x, weight, float(eps))
     return _RMS_NORM(x, weight, float(eps))
 
 
@@ -125,8 +119,6 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _CPP_CPU = "cpu" in compiled_device_types("rms_norm")
 _CPP_CUDA = "cuda" in compiled_device_types("rms_norm")
 _RMS_NORM = torch.ops.opguide.rms_norm.default
-# opguide.triton_rms_norm.direct_rms_norm, set when that module loads.
-DIRECT_TRITON = None
 
 
 # [fake-rms-norm]

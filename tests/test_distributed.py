@@ -209,7 +209,7 @@ def _check_triton(mesh, device):
 
     if not triton_ready():
         return
-    from opguide.triton_rms_norm import INTERPRET
+    from opguide.triton import INTERPRET
 
     if device.type == "cpu" and not INTERPRET:
         return

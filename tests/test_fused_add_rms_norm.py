@@ -16,7 +16,7 @@ from opguide import fused_add_rms_norm_reference
 from opguide.backends import TRITON_INSTALLED
 
 if TRITON_INSTALLED:
-    from opguide.triton_rms_norm import INTERPRET
+    from opguide.triton import INTERPRET
 else:
     INTERPRET = False
 

@@ -24,8 +24,9 @@ from opguide.testing import (
 
 # opguide, not this file, imports triton first: it sets TRITON_INTERPRET before.
 triton_ops = pytest.importorskip(
-    "opguide.triton_rms_norm", reason="the Triton backend needs the triton package"
+    "opguide.triton", reason="the Triton backend needs the triton package"
 )
+from opguide.triton import launch  # noqa: E402
 
 interpreter = pytest.mark.skipif(
     not triton_ops.INTERPRET,
@@ -148,7 +149,7 @@ def test_opcheck_backward():
 @interpreter
 def test_registered_as_custom_op_under_the_interpreter():
     assert isinstance(triton_ops.rms_norm_triton, torch.library.CustomOpDef)
-    assert triton_ops.register_op is torch.library.custom_op
+    assert triton_ops.ops.register_op is torch.library.custom_op
 
 
 @interpreter
@@ -225,10 +226,12 @@ def test_long_rows_forward_backward_and_fused(dtype):
 @interpreter
 def test_rows_too_long_to_split_take_the_chunked_kernels():
     # Past 2**17 elements the interpreter takes the chunked kernels, which a
-    # GPU takes for rows of more segments than it has SMs ([split-rows]).
+    # GPU takes for rows of more segments than it has SMs (opguide/triton/split.py).
     n = 2**17 + 3
-    assert triton_ops._split_rows(torch.empty(0), n, 4096) is None
-    assert triton_ops._split_rows(torch.empty(0), n - 4, 4096) == (1, 2**17, 1)
+    cpu = torch.device("cpu")
+    assert isinstance(launch.forward_config(2, n, torch.float32, cpu), launch.Chunked)
+    split = launch.forward_config(2, n - 4, torch.float32, cpu)
+    assert split.seg == 2**17 and split.segments(n - 4) == 1
     x, w = make_inputs((2, n), torch.float32, requires_grad=True)
     grad = torch.randn(2, n)
     y = opguide.rms_norm(x, w, backend="triton")
@@ -272,17 +275,57 @@ def test_backward_ops_share_one_contract(backend, shape):
 
 @interpreter
 @pytest.mark.parametrize("rows", [1, 2, 3, 5])
-def test_split_backward_with_several_rows_per_program(monkeypatch, rows):
+def test_split_backward_with_several_rows_per_program(rows):
     # Two row groups, so each program loops over several rows, counts in the
     # row after the one it waits for and loads the row after that (past the
-    # last row too); then as many groups as rows.
+    # last row too); then as many groups as rows. One segment per row: the
+    # interpreter runs programs one after another.
     x, w = make_inputs((rows, 20000), torch.float32)
     grad = torch.randn(rows, 20000)
     _, inv_rms = torch.ops.opguide.rms_norm_fwd_triton.default(x, w, 1e-6)
     for groups in (2, rows):
-        monkeypatch.setattr(triton_ops, "SPLIT_BACKWARD", (1024, 2, groups))
-        dx, dw = torch.ops.opguide.rms_norm_backward_triton.default(grad, x, w, inv_rms)
+        forced = launch.Split(seg=32768, num_warps=2, per_sm=groups)
+        dx, dw = triton_ops.ops.rms_norm_backward(grad, x, w, inv_rms, forced=forced)
         assert_grads_close((dx, dw), reference_grads(x, w, grad))
+
+
+def test_launch_configurations_are_frozen_and_forced_ones_are_taken_as_they_are():
+    import dataclasses
+
+    cpu = torch.device("cpu")
+    config = launch.forward_config(8, 1000, torch.bfloat16, cpu)
+    assert isinstance(config, launch.Registers) and config.block_n == 1024
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.rows = 2
+    forced = launch.Registers(block_n=1024, rows=2, num_warps=4)
+    for planner in (launch.forward_config, launch.backward_config, launch.fused_config):
+        assert planner(8, 1000, torch.bfloat16, cpu, forced=forced) is forced
+
+
+@interpreter
+def test_a_forced_configuration_gives_the_same_result():
+    x, w = make_inputs((5, 40), torch.float32)
+    inv = torch.empty(5)
+    want = triton_ops.ops.rms_norm_forward(x, w, 1e-6, inv)
+    forced = launch.Registers(block_n=64, rows=2, num_warps=1)
+    torch.testing.assert_close(triton_ops.ops.rms_norm_forward(x, w, 1e-6, forced=forced), want)
+    grad = torch.randn(5, 40)
+    want = triton_ops.ops.rms_norm_backward(grad, x, w, inv)
+    got = triton_ops.ops.rms_norm_backward(grad, x, w, inv, dw_sum=launch.DwSum(16, 64, 1))
+    assert_grads_close(got, want)
+
+
+def test_device_guard_is_read_once_from_the_environment():
+    """OPGUIDE_TRITON_DEVICE_GUARD=0 (tools/record_two_gpus.py) turns the guard off."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import opguide.triton.launch as launch; print(launch._DEVICE_GUARD)"
+    for value, expected in (("0", "False"), ("1", "True")):
+        env = {**os.environ, "OPGUIDE_TRITON_DEVICE_GUARD": value}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert proc.stdout.strip().splitlines()[-1:] == [expected], proc.stderr[-2000:]
 
 
 def test_input_checks_apply():
@@ -325,7 +368,7 @@ def _sms() -> int:
     return torch.cuda.get_device_properties(0).multi_processor_count
 
 
-# Long rows ([split-rows]): split over 2 to 64 programs, more rows than run
+# Long rows (opguide/triton/split.py): split over 2 to 64 programs, more rows than run
 # at once, odd N, one row; then rows of more segments than SMs (the chunked
 # kernels), past the forward's segments and past the backward's.
 LONG_SHAPES = [(3, 32768), (300, 65536), (7, 131072), (5, 100003), (600, 16384), (1, 262144)]
@@ -340,10 +383,11 @@ def test_cuda_long_rows(case, dtype):
     if case < len(LONG_SHAPES):
         shape = LONG_SHAPES[case]
     else:
-        longest = (triton_ops.SPLIT_FORWARD, triton_ops._backward_split(2**24))
-        seg = longest[case - len(LONG_SHAPES)][0]
+        planner = (launch.forward_config, launch.backward_config)[case - len(LONG_SHAPES)]
+        seg = (launch.SPLIT_FORWARD, launch.SPLIT_BACKWARD)[case - len(LONG_SHAPES)].seg
         shape = (2, seg * _sms() + 5)
-        assert triton_ops._split_rows(torch.empty(0, device="cuda"), shape[1], seg) is None
+        config = planner(2, shape[1], dtype, torch.device("cuda"))
+        assert isinstance(config, launch.Chunked), config
     x, w = make_inputs(shape, dtype, device="cuda", requires_grad=True)
     grad = torch.randn(shape, device="cuda").to(dtype)
     y = opguide.rms_norm(x, w, backend="triton")
@@ -386,122 +430,9 @@ def test_cuda_long_rows_are_deterministic(shape):
 
 @pytest.mark.cuda
 @compiled_triton
-@pytest.mark.parametrize(
-    "shape", [(1, 4096), (16, 4096), (64, 1000), (17, 8192), (3, 20000)], ids=str
-)
-def test_cuda_eager_path_matches_the_operators(shape):
-    # A plain call launches the kernels directly (no dispatcher), relaunching
-    # the kernels Triton compiled for its first call; it must give the
-    # operators' bits, forward and backward, and leave the operators to
-    # anything that watches the dispatcher.
-    x, w = make_inputs(shape, torch.bfloat16, device="cuda", requires_grad=True)
-    grad = torch.randn(shape, device="cuda").to(torch.bfloat16)
-    assert triton_ops._direct_call(x, w, 1e-6) == (shape[-1] <= triton_ops.MAX_REGISTER_ROW)
-    with torch.no_grad():
-        y_op = torch.ops.opguide.rms_norm_triton(x, w, 1e-6)
-        for _ in range(3):  # the first call goes through Triton, the others relaunch
-            assert torch.equal(opguide.rms_norm(x, w, backend="triton"), y_op)
-    y_op, _ = torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)
-    via_op = torch.autograd.grad(y_op, (x, w), grad)
-    for _ in range(3):
-        direct = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton"), (x, w), grad)
-        assert all(map(torch.equal, direct, via_op))
-    assert triton_ops._Kept.works, "this Triton's launcher refused the direct launch"
-    with OpRecorder() as rec:
-        opguide.rms_norm(x, w, backend="triton")
-    assert "opguide.rms_norm_fwd_triton.default" in rec.ops, rec.ops
-    seen = []
-    torch.vmap(lambda a: seen.append(triton_ops._direct_call(a, w, 1e-6)) or a)(x.detach())
-    assert seen == [False]
-
-
-@pytest.mark.cuda
-@compiled_triton
-def test_cuda_eager_path_with_odd_pointers_and_gradients():
-    # Inputs 2 bytes off 16-byte alignment, a gradient with stride 0 (from a
-    # sum), and a gradient for the weight alone: each must match the operators.
-    m, n = 33, 4096
-    flat = torch.randn(m * n + 1, device="cuda").to(torch.bfloat16)
-    w = torch.randn(n, device="cuda").to(torch.bfloat16).requires_grad_()
-    for x in (flat[1:].view(m, n), flat[:-1].view(m, n)):  # misaligned, then aligned
-        x = x.detach().requires_grad_()
-        for _ in range(2):
-            with torch.no_grad():
-                expected = torch.ops.opguide.rms_norm_triton(x, w, 1e-6)
-                assert torch.equal(opguide.rms_norm(x, w, backend="triton"), expected)
-            got = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton").sum(), (x, w))
-            want = torch.autograd.grad(
-                torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)[0].sum(), (x, w)
-            )
-            assert all(map(torch.equal, got, want))
-    x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
-    (dw,) = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton").sum(), (w,))
-    (want,) = torch.autograd.grad(torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)[0].sum(), (w,))
-    assert torch.equal(dw, want)
-
-
-def test_launch_hooks_that_call_nothing_are_skipped():
-    # The eager path passes None for Triton's launch hooks when they would
-    # call nothing, and the hooks themselves when a profiler has added one.
-    import triton
-
-    assert triton_ops._no_hook(None)
-    assert not triton_ops._no_hook(lambda metadata: None)
-    chain = getattr(triton.knobs, "HookChain", None) if hasattr(triton, "knobs") else None
-    if chain is not None:
-        hooks = chain()
-        assert triton_ops._no_hook(hooks)
-        hooks.add(lambda metadata: None)
-        assert not triton_ops._no_hook(hooks)
-
-
-@pytest.mark.cuda
-@compiled_triton
-def test_cuda_eager_path_calls_a_launch_hook():
-    import triton
-
-    x, w = make_inputs((16, 4096), torch.bfloat16, device="cuda", requires_grad=True)
-    opguide.rms_norm(x, w, backend="triton").sum().backward()  # kernels kept
-    seen = []
-    runtime = triton.knobs.runtime
-    saved = runtime.launch_enter_hook
-    if hasattr(saved, "add"):
-        hook = seen.append
-        saved.add(hook)
-    else:
-        runtime.launch_enter_hook = seen.append
-    try:
-        opguide.rms_norm(x, w, backend="triton").sum().backward()
-    finally:
-        if hasattr(saved, "remove"):
-            saved.remove(hook)
-        else:
-            runtime.launch_enter_hook = saved
-    assert len(seen) == 3, seen  # the forward, the backward, the dweight sum
-
-
-@pytest.mark.cuda
-@compiled_triton
-def test_cuda_eager_path_leaves_a_leftover_functorch_wrapper_to_the_operators():
-    # A tensor kept from inside torch.func.grad is still wrapped after it:
-    # the direct path, which reads pointers, must not take it.
-    leftover = []
-    x, w = make_inputs((4, 256), torch.bfloat16, device="cuda")
-
-    def loss(a):
-        leftover.append(a)
-        return a.float().square().sum()
-
-    torch.func.grad(loss)(x)
-    assert not triton_ops._direct_call(leftover[0], w, 1e-6)
-    assert triton_ops._direct_call(x, w, 1e-6)
-
-
-@pytest.mark.cuda
-@compiled_triton
 def test_cuda_registered_as_triton_op():
-    assert triton_ops.register_op is torch.library.triton_op
-    assert triton_ops.launchable is torch.library.wrap_triton
+    assert triton_ops.ops.register_op is torch.library.triton_op
+    assert triton_ops.ops.launchable is torch.library.wrap_triton
 
 
 @pytest.mark.cuda

@@ -1,6 +1,6 @@
 """The Triton kernels compile for AMD and NVIDIA GPUs and fit their registers and shared memory.
 
-guidekit.triton_targets compiles each kernel of opguide/triton_rms_norm.py in
+guidekit.triton_targets compiles each kernel of opguide/triton/ in
 the launch configurations the library chooses, for seven GPUs, on this
 machine (no GPU needed), and reads registers, spills and shared memory from
 the machine code. By default a representative subset of configurations is
@@ -92,7 +92,7 @@ def test_the_check_sees_a_spill():
     # one warp (256 values per thread, 8 times what its launch rules give it)
     # cannot fit in registers: the checker must say so.
     hungry = tt.Launch(
-        tt.LIBRARY,
+        f"{tt.LIBRARY}.forward",
         "_rms_norm_fwd_kernel",
         ("*float32", "*float32", "*float32", "*float32", 3, 8192, 1e-6),
         (("ALIGN", 16), ("BLOCK_N", 8192), ("GDC", False), ("ROWS", 1), ("STORE_INV", True),

@@ -22,7 +22,8 @@ import torch
 import triton
 
 import opguide
-from opguide import triton_rms_norm
+from opguide.triton.backward import _rms_norm_bwd_kernel
+from opguide.triton.forward import _rms_norm_fwd_kernel
 
 NS = (4096, 8192, 16384)
 
@@ -46,10 +47,7 @@ def main() -> int:
         return 1
     rows = []
     for n in NS:
-        seen = {
-            k: len(compiled(k))
-            for k in (triton_rms_norm._rms_norm_fwd_kernel, triton_rms_norm._rms_norm_bwd_kernel)
-        }
+        seen = {k: len(compiled(k)) for k in (_rms_norm_fwd_kernel, _rms_norm_bwd_kernel)}
         x = torch.randn(2**26 // n, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         w = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         opguide.rms_norm(x, w, backend="triton").backward(torch.randn_like(x))

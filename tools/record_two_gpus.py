@@ -4,9 +4,9 @@ On a machine with two GPUs::
 
     python tools/record_two_gpus.py --out docs/recorded/two_gpus.json
 
-runs the matrix as it is, then again on a copy of the source tree whose
-Triton launches have no device guard (``_on_device_of`` in
-``opguide/triton_rms_norm.py`` made a no-op), and records both pytest
+runs the matrix as it is, then again with ``OPGUIDE_TRITON_DEVICE_GUARD=0``
+(the Triton launches make no GPU current; ``opguide/triton/launch.py`` reads
+the variable when it is imported), and records both pytest
 summaries, the failed tests and the first error. Steps 3 and 9 show the
 record on builds with fewer GPUs. ``--from-logs WITH WITHOUT`` builds the
 record from the pytest output of two such runs made by hand.
@@ -15,31 +15,15 @@ record from the pytest output of two such runs made by hand.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
+import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def guard_removed(source: str) -> str:
-    """``source`` (opguide/triton_rms_norm.py) with ``_on_device_of`` returning a no-op context."""
-    tree = ast.parse(source)
-    guard = next(
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef) and node.name == "_on_device_of"
-    )
-    after = guard.body[0].end_lineno  # the docstring's last line
-    lines = source.splitlines(keepends=True)
-    lines.insert(after, "    return contextlib.nullcontext()  # guard removed\n")
-    return "".join(lines)
 
 
 def summarize(output: str) -> dict:
@@ -51,10 +35,11 @@ def summarize(output: str) -> dict:
     return {"summary": summary, "failed": failed, "first_error": errors[0] if errors else None}
 
 
-def run_matrix(root: Path) -> str:
+def run_matrix(device_guard: bool) -> str:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
+    env = {**os.environ, "OPGUIDE_TRITON_DEVICE_GUARD": "1" if device_guard else "0"}
     proc = subprocess.run(
-        [*command, "tests/test_two_gpus.py"], cwd=root, capture_output=True, text=True
+        [*command, "tests/test_two_gpus.py"], cwd=ROOT, capture_output=True, text=True, env=env
     )
     return proc.stdout + proc.stderr
 
@@ -81,13 +66,8 @@ def main() -> int:
         if torch.cuda.device_count() < 2:
             print(f"needs two GPUs, this machine has {torch.cuda.device_count()}")
             return 1
-        with_guard = run_matrix(ROOT)
-        with tempfile.TemporaryDirectory() as tmp:
-            copy = Path(tmp) / "opguide"
-            shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", ".nox", "build"))
-            source = copy / "opguide" / "triton_rms_norm.py"
-            source.write_text(guard_removed(source.read_text()))
-            without_guard = run_matrix(copy)
+        with_guard = run_matrix(device_guard=True)
+        without_guard = run_matrix(device_guard=False)
         machine = {
             "device": torch.cuda.get_device_name(0),
             "gpus": torch.cuda.device_count(),
@@ -97,7 +77,10 @@ def main() -> int:
         **machine,
         "date": time.strftime("%Y-%m-%d"),
         "with_guard": {"command": args.with_command or command, **summarize(with_guard)},
-        "without_guard": {"command": command, **summarize(without_guard)},
+        "without_guard": {
+            "command": f"OPGUIDE_TRITON_DEVICE_GUARD=0 {command}",
+            **summarize(without_guard),
+        },
     }
     Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2))

@@ -1,18 +1,22 @@
 """Sweeps variants of the Triton RMSNorm kernels on one GPU and prints achieved
 bandwidth against a large device-to-device copy, next to torch.compile of the
 reference. Needs a CUDA GPU, triton and opguide built with its CUDA kernels
-(pip install --no-build-isolation -e . with USE_CUDA=1). The backward uses
-opguide's own kernels; the forward and fused kernels here are copies that
-differ from opguide/triton_rms_norm.py in the one thing each variant tries
+(pip install --no-build-isolation -e . with USE_CUDA=1). The backward runs
+opguide's own backward (opguide.triton.ops.rms_norm_backward) with each
+forced= configuration of its register kernel (programs, stages, num_warps);
+the forward and fused kernels here are copies that
+differ from opguide/triton/ in the one thing each variant tries
 (the weight loaded before or after the reduction, cache hints, PDL).
 
     python3 tools/sweep_triton.py [forward] [backward] [fused] [dwsum] [split]
 
-dwsum times opguide's whole backward (its own launch rules, PDL on) with
-each shape of the kernel that adds up dweight's partial rows.
+dwsum times opguide's whole backward (its own launch rules) with each
+shape of the kernel that adds up dweight's partial rows (dw_sum=).
+PDL, in both, is as OPGUIDE_PDL says (on by default on Hopper and later).
 
 split times opguide's forward and backward on rows split over programs
-([split-rows]) at each (SEG, num_warps, programs per SM), and, as the
+(opguide/triton/split.py) at each (SEG, num_warps, programs per SM), passed
+as forced= configurations to opguide.triton.ops's launch functions, and, as the
 "before", copies of the kernels that wait for each row's total before they
 load the next row (forward: one program per segment of each row), and of the
 backward that loaded one row ahead instead of two ("one row late").
@@ -23,6 +27,7 @@ Bytes: forward reads x and writes y (2 M N s); backward reads x and dy and
 writes dx (3 M N s); fused reads x and residual, writes residual and y (4 M N s).
 """
 
+import os
 import sys
 
 import torch
@@ -30,20 +35,27 @@ import triton
 import triton.language as tl
 
 from guidekit.benchmark import copy_bandwidth, time_per_call
-from opguide import triton_rms_norm as triton_ops
 from opguide.reference import rms_norm_backward_reference
-from opguide.triton_rms_norm import DW_SUM_BLOCK_N, DW_SUM_BLOCK_P, DW_SUM_WARPS, _backward_launch
-from opguide.triton_rms_norm import _dw_sum_kernel as dw_sum_kernel
-from opguide.triton_rms_norm import _rms_norm_bwd_kernel as bwd_kernel
+from opguide.triton import launch
+from opguide.triton import ops as triton_ops
+from opguide.triton.backward import _dw_sum_kernel as dw_sum_kernel
+
+# The Triton helpers the split variants below share with the library's kernels.
+from opguide.triton.split import _count_in, _segment, _wait_total
+
+DW_SUM_BLOCK_P, DW_SUM_BLOCK_N, DW_SUM_WARPS = (
+    launch.DW_SUM.block_p, launch.DW_SUM.block_n, launch.DW_SUM.num_warps
+)  # fmt: skip
 
 SHAPES = [(32768, 4096), (8192, 4096), (4096, 8192), (65536, 1024)]
 DTYPE = torch.bfloat16
 BATCHES = 11
 CALLS = 20
-# The backward variants: software-pipeline stages, and how dweight's partial
-# sums are added up (torch.sum then a cast, or one Triton kernel).
+# The backward variants: software-pipeline stages.
 STAGES = (3, 4)
-REDUCE = ("triton",)
+# PDL follows OPGUIDE_PDL, read when opguide.triton.launch is imported: run
+# the sweep once with OPGUIDE_PDL=0 for the other half.
+PDL_OFF = os.environ.get("OPGUIDE_PDL", "1") == "0"
 
 
 def time_us(fn, arg_sets) -> float:
@@ -190,28 +202,37 @@ def forward_shape(m, n, copy):
 
 def check_backward(run, args, w, ref_fwd):
     """Compares one variant's dx and dweight with autograd through the reference."""
-    x, dy, dx = args
+    x, dy, _ = args
     try:
-        got_dw = run(x, dy, dx).float().clone()
+        dx, dw = run(*args)
         xg = x.detach().float().requires_grad_()
         wg = w.detach().float().requires_grad_()
         gx, gw = torch.autograd.grad(ref_fwd(xg, wg).float(), (xg, wg), dy.float())
         torch.testing.assert_close(dx.float(), gx, rtol=5e-2, atol=5e-2)
-        torch.testing.assert_close(got_dw, gw, rtol=5e-2, atol=1.0)
+        torch.testing.assert_close(dw.float(), gw, rtol=5e-2, atol=1.0)
         print("  check: dx and dweight match the reference", flush=True)
     except Exception as error:
         print(f"  CHECK FAILED: {type(error).__name__}: {str(error)[:300]}", flush=True)
 
 
+def backward_sets(m, n):
+    """Sets of (x, dy, inv_rms) for the backward, as the training forward saves inv_rms."""
+    sets = []
+    for _ in range(arg_sets_for(m, n, 3)):
+        x = randn(m, n)
+        sets.append((x, randn(m, n), torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)))
+    return sets
+
+
 def sweep_backward(copy):
-    print("backward", flush=True)
+    print(f"backward (PDL {'off' if PDL_OFF else 'on'} as OPGUIDE_PDL says)", flush=True)
     for m, n in SHAPES:
         backward_shape(m, n, copy)
 
 
 def backward_shape(m, n, copy):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    sets = [(randn(m, n), randn(m, n), randn(m, n)) for _ in range(arg_sets_for(m, n, 3))]
+    sets = backward_sets(m, n)
     w = torch.randn(n, device="cuda", dtype=DTYPE)
     nbytes = 3 * m * n * 2
     wr = w.detach().float().requires_grad_()
@@ -235,42 +256,22 @@ def backward_shape(m, n, copy):
     results = []
     for per_sm in (1, 2):
         programs = min(per_sm * sms, m)
-        partial = torch.empty(programs, n, device="cuda", dtype=torch.float32)
-        dw = torch.empty(n, device="cuda", dtype=DTYPE)
         for stages in STAGES:
             for warps in (4, 8, 16):
-                for gdc in (False, True):
-                    for reduce in REDUCE:
+                # The library's backward with this configuration of its register kernel.
+                forced = launch.Registers(block, rows, warps, programs=programs, stages=stages)
 
-                        def run(x, dy, dx, stages=stages, warps=warps, reduce=reduce,
-                                programs=programs, partial=partial, dw=dw, gdc=gdc):  # fmt: skip
-                            bwd_kernel[(programs,)](
-                                dy, x, w, dx, partial, m, n, 1e-6, BLOCK_N=block, ROWS=rows,
-                                STAGES=stages, GDC=gdc, ALIGN=triton_ops._align(n), num_warps=warps,
-                                launch_pdl=gdc,
-                            )  # fmt: skip
-                            if reduce == "torch":
-                                return partial.sum(dim=0).to(DTYPE)
-                            dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
-                                partial, dw, programs, n, BLOCK_P=DW_SUM_BLOCK_P,
-                                BLOCK_N=DW_SUM_BLOCK_N, GDC=gdc, ALIGN=triton_ops._align(n),
-                                num_warps=DW_SUM_WARPS,
-                                launch_pdl=gdc,
-                            )  # fmt: skip
-                            return dw
+                def run(x, dy, inv, forced=forced):
+                    return triton_ops.rms_norm_backward(dy, x, w, inv, forced=forced)
 
-                        us = time_us(run, sets)
-                        label = (
-                            f"programs {per_sm}xSM stages {stages} warps {warps} pdl {int(gdc)} "
-                            f"sum {reduce}"
-                        )
-                        results.append((us, label))
-                        report(m, n, label, us, nbytes, copy)
-                        if warps == 8 and gdc and reduce == "triton" and us == us:
-                            check_backward(run, sets[0], w, ref_fwd)
-    for key in [f"pdl {p} sum {r}" for p in (0, 1) for r in REDUCE]:
-        us, label = best(results, lambda label, key=key: label.endswith(key))
-        report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
+                us = time_us(run, sets)
+                label = f"programs {per_sm}xSM stages {stages} warps {warps}"
+                results.append((us, label))
+                report(m, n, label, us, nbytes, copy)
+                if warps == 8 and us == us:
+                    check_backward(run, sets[0], w, ref_fwd)
+    us, label = best(results, lambda label: True)
+    report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
 
 
 # ------------------------------------------------------------------ dwsum
@@ -283,31 +284,19 @@ def sweep_dwsum(copy):
 
 
 def dwsum_shape(m, n, copy):
-    sets = [(randn(m, n), randn(m, n), randn(m, n)) for _ in range(arg_sets_for(m, n, 3))]
+    sets = backward_sets(m, n)
     w = torch.randn(n, device="cuda", dtype=DTYPE)
-    block = triton.next_power_of_2(n)
-    programs, rows, stages, warps = _backward_launch(sets[0][0], m, block)
-    partial = torch.empty(programs, n, device="cuda", dtype=torch.float32)
-    dw = torch.empty(n, device="cuda", dtype=DTYPE)
     results = []
     for block_p in (32, 64, 128):
         for block_n in (32, 64, 128):
             for sum_warps in (2, 4, 8):
+                dw_sum = launch.DwSum(block_p, block_n, sum_warps)
 
-                def run(x, dy, dx, block_p=block_p, block_n=block_n, sum_warps=sum_warps):
-                    bwd_kernel[(programs,)](
-                        dy, x, w, dx, partial, m, n, 1e-6, BLOCK_N=block, ROWS=rows,
-                        STAGES=stages, GDC=True, ALIGN=triton_ops._align(n), num_warps=warps,
-                        launch_pdl=True,
-                    )  # fmt: skip
-                    dw_sum_kernel[(triton.cdiv(n, block_n),)](
-                        partial, dw, programs, n, BLOCK_P=block_p, BLOCK_N=block_n,
-                        GDC=True, ALIGN=triton_ops._align(n), num_warps=sum_warps, launch_pdl=True,
-                    )  # fmt: skip
-                    return dw
+                def run(x, dy, inv, dw_sum=dw_sum):
+                    return triton_ops.rms_norm_backward(dy, x, w, inv, dw_sum=dw_sum)
 
                 us = time_us(run, sets)
-                label = f"P {programs} block_p {block_p} block_n {block_n} warps {sum_warps}"
+                label = f"block_p {block_p} block_n {block_n} warps {sum_warps}"
                 results.append((us, label))
                 report(m, n, label, us, 3 * m * n * 2, copy)
     us, label = best(results, lambda label: True)
@@ -319,7 +308,7 @@ def dwsum_shape(m, n, copy):
 
 @triton.jit
 def count_in_fenced(partial_ptr, count_ptr, row, s, part, S):
-    # The before of the slots ([split-rows]): the part in a float buffer, then
+    # The before of the slots (opguide/triton/split.py): the part in a float buffer, then
     # a count, with a release fence between them (it waits for every store
     # this thread has in flight).
     tl.store(partial_ptr + row * S + s, part)
@@ -341,7 +330,7 @@ def wait_total_fenced(partial_ptr, count_ptr, row, S, SP: tl.constexpr):
 def fwd_split_fenced(x_ptr, w_ptr, y_ptr, partial_ptr, count_ptr, N, eps, S,
                      SEG: tl.constexpr, SP: tl.constexpr):  # fmt: skip
     # The library's split forward with the fenced count instead of the slots.
-    row, s, cols, mask = triton_ops._segment(S, N, SEG)
+    row, s, cols, mask = _segment(S, N, SEG)
     x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     count_in_fenced(partial_ptr, count_ptr, row, s, tl.sum(x * x, axis=0), S)
@@ -357,18 +346,18 @@ def fwd_split_one_row_late(x_ptr, w_ptr, y_ptr, slots_ptr, M, N, eps, S,
     # segment s of the rows g, g + G, ... and counts in the next row's part
     # before it waits for this row's total.
     G = tl.num_programs(0) // S
-    g, s, cols, mask = triton_ops._segment(S, N, SEG)
+    g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
     xf = x.to(tl.float32)
-    triton_ops._count_in(slots_ptr, g, s, tl.sum(xf * xf, axis=0), S)
+    _count_in(slots_ptr, g, s, tl.sum(xf * xf, axis=0), S)
     for row in range(g, M, G):
         ahead = row + G
         x_next = tl.load(x_ptr + ahead * N + cols, mask=mask & (ahead + 0 * cols < M), other=0.0)
         if ahead < M:
             xf = x_next.to(tl.float32)
-            triton_ops._count_in(slots_ptr, ahead, s, tl.sum(xf * xf, axis=0), S)
-        total = triton_ops._wait_total(slots_ptr, row, S, SP)
+            _count_in(slots_ptr, ahead, s, tl.sum(xf * xf, axis=0), S)
+        total = _wait_total(slots_ptr, row, S, SP)
         inv_rms = tl.rsqrt(total / N + eps).to(tl.float32)
         y = x.to(tl.float32) * inv_rms * w
         tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -381,7 +370,7 @@ def bwd_split_row_at_a_time(dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partia
                             SP: tl.constexpr):  # fmt: skip
     # The before: loads the next row, then waits for this row's total.
     G = tl.num_programs(0) // S
-    g, s, cols, mask = triton_ops._segment(S, N, SEG)
+    g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     dw = tl.zeros([SEG], dtype=tl.float32)
     x_next = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
@@ -411,14 +400,14 @@ def bwd_split_one_row_late(dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial
     # it loads the next row, counts in its part, then waits for this row's
     # total; the loads it waits on are the ones it has just issued.
     G = tl.num_programs(0) // S
-    g, s, cols, mask = triton_ops._segment(S, N, SEG)
+    g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     dw = tl.zeros([SEG], dtype=tl.float32)
     x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
     dy = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
     inv_rms = tl.load(inv_rms_ptr + g)
     part = tl.sum(dy.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
-    triton_ops._count_in(slots_ptr, g, s, part, S)
+    _count_in(slots_ptr, g, s, part, S)
     for row in range(g, M, G):
         ahead = row + G
         next_mask = mask & (ahead + 0 * cols < M)
@@ -427,8 +416,8 @@ def bwd_split_one_row_late(dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial
         inv_next = tl.load(inv_rms_ptr + tl.minimum(ahead, M - 1))
         if ahead < M:
             part = tl.sum(dy_next.to(tl.float32) * w * x_next.to(tl.float32), axis=0) * inv_next
-            triton_ops._count_in(slots_ptr, ahead, s, part, S)
-        total = triton_ops._wait_total(slots_ptr, row, S, SP)
+            _count_in(slots_ptr, ahead, s, part, S)
+        total = _wait_total(slots_ptr, row, S, SP)
         x_hat = x.to(tl.float32) * inv_rms
         gw = dy.to(tl.float32) * w
         dx = inv_rms * (gw - x_hat * (total / N))
@@ -455,7 +444,7 @@ def sweep_split(copy):
     for n in SPLIT_NS:
         m = 2**26 // n
         w = randn(n)
-        if n > triton_ops.MAX_REGISTER_ROW:
+        if n > launch.MAX_REGISTER_ROW:
             split_forward(m, n, w, eps, sms, copy)
         split_backward(m, n, w, eps, sms, copy)
 
@@ -479,7 +468,7 @@ def split_forward(m, n, w, eps, sms, copy):
 
     def late(x):
         y = torch.empty_like(x)
-        slots = triton_ops._row_slots(x, m, s)
+        slots = launch.row_slots(x, m, s)
         fwd_split_one_row_late[(groups * s,)](
             x, w, y, slots, m, n, eps, s, SEG=seg, SP=triton.next_power_of_2(s),
             num_warps=warps,
@@ -507,23 +496,20 @@ def split_forward(m, n, w, eps, sms, copy):
         us = time_us(late, sets)
         results.append((us, label))
         report(m, n, "forward " + label, us, nbytes, copy)
-    saved = triton_ops.SPLIT_FORWARD
-    try:
-        for config in {c[:2] for c in split_configs() if c[0] >= 4096}:
-            if triton.cdiv(n, config[0]) > sms or config[0] >= n:
-                continue
-            triton_ops.SPLIT_FORWARD = config
-            label = "row at a time SEG {} warps {}".format(*config)
+    for config in {c[:2] for c in split_configs() if c[0] >= 4096}:
+        if triton.cdiv(n, config[0]) > sms or config[0] >= n:
+            continue
+        label = "row at a time SEG {} warps {}".format(*config)
 
-            def run(x):
-                return triton_ops._forward(x, w, eps, None)
+        forced = launch.Split(*config)
 
-            if _check(label, run(sets[0][0]), want, 0.02):
-                us = time_us(run, sets)
-                results.append((us, label))
-                report(m, n, "forward " + label, us, nbytes, copy)
-    finally:
-        triton_ops.SPLIT_FORWARD = saved
+        def run(x, forced=forced):
+            return triton_ops.rms_norm_forward(x, w, eps, None, forced=forced)
+
+        if _check(label, run(sets[0][0]), want, 0.02):
+            us = time_us(run, sets)
+            results.append((us, label))
+            report(m, n, "forward " + label, us, nbytes, copy)
     for prefix in ("fenced", "row at a time", "one row late"):
         us, label = best(results, lambda label, prefix=prefix: label.startswith(prefix))
         report(m, n, "forward " + label, us, nbytes, copy, "best ")
@@ -547,7 +533,7 @@ def split_backward(m, n, w, eps, sms, copy):
         # The library's second stage: dweight from the groups' partial rows.
         dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
             dw_partial, dw, groups, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
-            GDC=False, ALIGN=triton_ops._align(n), num_warps=DW_SUM_WARPS,
+            GDC=False, ALIGN=launch.align(n), num_warps=DW_SUM_WARPS,
         )  # fmt: skip
 
     def before(x, dy, inv):
@@ -582,7 +568,7 @@ def split_backward(m, n, w, eps, sms, copy):
             dx = torch.empty_like(x)
             dw = torch.empty_like(w)
             dw_partial = torch.empty(groups, n, device="cuda", dtype=torch.float32)
-            slots = triton_ops._row_slots(x, m, s)
+            slots = launch.row_slots(x, m, s)
             bwd_split_one_row_late[(groups * s,)](
                 dy, x, w, inv, dx, dw_partial, slots, m, n, s, SEG=seg,
                 SP=triton.next_power_of_2(s), num_warps=warps,
@@ -594,12 +580,7 @@ def split_backward(m, n, w, eps, sms, copy):
 
     def library(config):
         def run(x, dy, inv):
-            saved = triton_ops.SPLIT_BACKWARD
-            triton_ops.SPLIT_BACKWARD = config
-            try:
-                return triton_ops.rms_norm_backward_triton(dy, x, w, inv)
-            finally:
-                triton_ops.SPLIT_BACKWARD = saved
+            return triton_ops.rms_norm_backward(dy, x, w, inv, forced=launch.Split(*config))
 
         return run
 

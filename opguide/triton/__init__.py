@@ -1,0 +1,50 @@
+"""RMSNorm (forward and backward) and fused residual-add + RMSNorm as Triton kernels.
+
+Importing this package registers the kernels as operators of the ``opguide``
+namespace, next to the C++ ones, so that :func:`torch.compile` traces a call
+to them without a graph break:
+
+* ``opguide::rms_norm_triton``: ``y = x / rms(x) * weight``; differentiable;
+* ``opguide::rms_norm_fwd_triton``: ``(y, inv_rms)``, the training forward,
+  which keeps the per-row ``inv_rms`` for the backward;
+* ``opguide::rms_norm_backward_triton``: ``(dx, dweight)`` from ``dy``, ``x``,
+  ``weight`` and the saved ``inv_rms``, the contract of the C++
+  ``opguide::rms_norm_backward``;
+* ``opguide::fused_add_rms_norm_triton_``: the Triton twin of
+  ``opguide::fused_add_rms_norm_``.
+
+Users reach them through ``backend="triton"`` of :func:`opguide.rms_norm` and
+:func:`opguide.fused_add_rms_norm_`. The modules:
+
+* ``interpreter.py``: Triton's interpreter on a machine without a GPU;
+* ``prologue.py``: the first lines of every kernel, as ``@triton.jit`` helpers;
+* ``forward.py``, ``backward.py``, ``split.py``, ``fused.py``: the kernels, by family;
+* ``launch.py``: each kernel's knobs as frozen dataclasses, one planner per operator;
+* ``ops.py``: the launch functions and the operators (``custom_op`` or ``triton_op``);
+* ``autograd.py``: ``register_autograd`` for the operators.
+"""
+
+from .interpreter import INTERPRET  # first: it decides TRITON_INTERPRET before triton loads
+
+# isort: split
+from .autograd import rms_norm
+from .launch import MAX_REGISTER_ROW, MAX_REGISTER_ROW_BACKWARD
+from .ops import (
+    SUPPORTED_DTYPES,
+    fused_add_rms_norm_triton_,
+    rms_norm_backward_triton,
+    rms_norm_fwd_triton,
+    rms_norm_triton,
+)
+
+__all__ = [
+    "INTERPRET",
+    "MAX_REGISTER_ROW",
+    "MAX_REGISTER_ROW_BACKWARD",
+    "SUPPORTED_DTYPES",
+    "fused_add_rms_norm_triton_",
+    "rms_norm",
+    "rms_norm_backward_triton",
+    "rms_norm_fwd_triton",
+    "rms_norm_triton",
+]

@@ -1,0 +1,69 @@
+"""Autograd for the Triton operators, registered with ``register_autograd``.
+
+The training forward ``opguide::rms_norm_fwd_triton`` saves x, weight and
+inv_rms; its backward is ``opguide::rms_norm_backward_triton``, which takes
+the arguments of the C++ ``opguide::rms_norm_backward``, so either backend's
+backward serves either forward.
+"""
+
+import torch
+
+from .ops import rms_norm_backward_triton, rms_norm_fwd_triton, rms_norm_triton
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    x, weight, _eps = inputs
+    _y, inv_rms = output
+    ctx.save_for_backward(x, weight, inv_rms)
+    ctx.mark_non_differentiable(inv_rms)
+    ctx.set_materialize_grads(False)  # no zeros allocated for inv_rms's gradient
+
+
+def _fwd_backward(ctx, grad, _grad_inv_rms):
+    if grad is None:  # y took no part in the loss
+        return None, None, None
+    x, weight, inv_rms = ctx.saved_tensors
+    dx, dweight = rms_norm_backward_triton(grad, x, weight, inv_rms)
+    return (
+        dx if ctx.needs_input_grad[0] else None,
+        dweight if ctx.needs_input_grad[1] else None,
+        None,  # no gradient for eps
+    )
+
+
+rms_norm_fwd_triton.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+
+
+# The inference operator keeps no inv_rms: called directly with inputs that
+# require grad, its backward recomputes it first.
+def _setup_context(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+
+
+def _backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    _, inv_rms = rms_norm_fwd_triton(x, weight, ctx.eps)
+    dx, dweight = rms_norm_backward_triton(grad, x, weight, inv_rms)
+    return dx, dweight, None  # no gradient for eps
+
+
+rms_norm_triton.register_autograd(_backward, setup_context=_setup_context)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """What ``opguide.rms_norm(x, weight, eps, backend="triton")`` runs on checked arguments.
+
+    The training operator when gradients are needed (it keeps inv_rms for the
+    backward), the inference one if not.
+
+    Args:
+        x, weight, eps: checked as :func:`opguide.rms_norm` checks them.
+
+    Returns:
+        y, with the shape and dtype of x.
+    """
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return rms_norm_fwd_triton(x, weight, eps)[0]
+    return rms_norm_triton(x, weight, eps)

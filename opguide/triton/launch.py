@@ -1,0 +1,332 @@
+"""How the Triton kernels are launched: their knobs as frozen dataclasses, one planner per operator.
+
+Each planner (:func:`forward_config`, :func:`backward_config`,
+:func:`fused_config`) chooses the kernel and its knobs from the rows, the
+row length, the dtype and the device, and returns one of :class:`Registers`,
+:class:`Split` or :class:`Chunked`; the launch functions of
+:mod:`opguide.triton.ops` take that choice, or a ``forced=`` one, which is
+how ``tools/sweep_triton.py`` times each configuration. The numbers come from
+``python3 tools/sweep_triton.py forward backward fused dwsum split`` on an
+H200 and an H100, not from :func:`triton.autotune` keyed on N: the best
+choice depends on the number of rows too, and such an autotuner keeps
+whatever suited the first number of rows it sees.
+
+Two environment variables are read once, when this module is imported:
+``OPGUIDE_PDL=0`` turns programmatic dependent launch off (for the CUDA
+kernels too), and ``OPGUIDE_TRITON_DEVICE_GUARD=0`` launches without making
+the input's GPU current (``tools/record_two_gpus.py`` records what fails then).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+
+import torch
+import triton
+
+from .interpreter import INTERPRET
+
+#: Longest row (elements) that the forward kernel keeps in registers; longer
+#: rows are split over several programs (``split.py``).
+MAX_REGISTER_ROW = 16384
+#: Longest row (elements) that the backward keeps in registers; its register
+#: kernel spills past it, and longer rows take the split kernel.
+MAX_REGISTER_ROW_BACKWARD = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class Registers:
+    """Whole rows in registers: a program holds ``rows`` rows of ``block_n`` columns.
+
+    Attributes:
+        block_n: BLOCK_N, the row length rounded up to a power of two.
+        rows: ROWS, rows per program (per loop step for the backward).
+        num_warps: warps per program.
+        programs: the backward's grid (programs loop over the rows); 0 elsewhere.
+        stages: the backward's software-pipeline stages (rows loaded ahead).
+    """
+
+    block_n: int
+    rows: int
+    num_warps: int
+    programs: int = 0
+    stages: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Each row split into segments of ``seg`` columns, one program each (``split.py``).
+
+    Attributes:
+        seg: SEG, columns per program.
+        num_warps: warps per program.
+        per_sm: the backward's programs per SM in all (its row groups share them).
+    """
+
+    seg: int
+    num_warps: int
+    per_sm: int = 2
+
+    def segments(self, n: int) -> int:
+        """S, the programs that share a row of ``n`` elements."""
+        return triton.cdiv(n, self.seg)
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunked:
+    """One program per row, walking it in chunks of ``block_n`` columns.
+
+    Attributes:
+        block_n: BLOCK_N; 0 for the forward, whose autotuner chooses it.
+        num_warps: warps per program; 0 for the forward (the autotuner's).
+    """
+
+    block_n: int = 0
+    num_warps: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DwSum:
+    """The dweight sum: ``block_p`` partial rows by ``block_n`` columns per step.
+
+    Narrow column strips give many programs, tall ones few steps: (128, 32, 2)
+    against (32, 64, 4) takes the whole backward from 82% to 88% of the copy
+    at (8192, 4096) on an H200 (``tools/sweep_triton.py dwsum``).
+    """
+
+    block_p: int = 128
+    block_n: int = 32
+    num_warps: int = 2
+
+
+DW_SUM = DwSum()
+# The split kernels of the forward and the fused kernel, from
+# `tools/sweep_triton.py split` on an H100 at M * N = 2**26, bfloat16, N from
+# 16384 to 131072 (docs/recorded/sweep_triton_split_h100.txt): the choice
+# whose slowest N is fastest.
+SPLIT_FORWARD = Split(seg=4096, num_warps=2)
+SPLIT_FUSED = Split(seg=16384, num_warps=16)
+# The split backward: segments of 4096 elements, 32 per thread, two programs
+# of 4 warps per SM, within 0.2 points of the copy of the fastest choice at
+# every N of the same sweep.
+SPLIT_BACKWARD = Split(seg=4096, num_warps=4, per_sm=2)
+
+Config = Registers | Split | Chunked
+
+
+def align(n: int) -> int:
+    """ALIGN of the kernels: the largest of 1, 2, 4, 8 and 16 that divides n (16 for 0).
+
+    Triton specialises an integer argument that is a multiple of 16 (and a
+    pointer that is 16-byte aligned): the compiler then knows that every row
+    starts on a 16-byte boundary and loads whole vectors. For any other N it
+    knows nothing, and each element is loaded alone. Each kernel begins with
+    ``N = aligned(N, ALIGN)`` (``prologue.py``): the same N, written so that
+    the compiler can see it is a multiple of ALIGN. Rows of 4104 elements
+    (ALIGN 8) get 16-byte loads, at the cost of one compiled variant per ALIGN
+    (``guidekit.benchmark --sweep``, docs/recorded/sweep_odd_rows_h100.json
+    against docs/recorded/sweep_odd_rows_16_byte_only_h100.json).
+    """
+    return min(n & -n, 16) or 16
+
+
+def sm_count(device: torch.device) -> int:
+    """Programs that run at once, one per SM: 1 in the interpreter, which runs them in turn."""
+    if INTERPRET or device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _split_or_chunked(n: int, device: torch.device, split: Split) -> Split | None:
+    """``split`` when rows of n elements may be split, else None (the chunked kernels).
+
+    A row of more segments than SMs is not split: its programs are not sure
+    to run at once. The interpreter runs one segment per row, and the chunked
+    kernels past 2**17 elements, so that both run on CPU.
+    """
+    if INTERPRET or device.type != "cuda":
+        return dataclasses.replace(split, seg=triton.next_power_of_2(n)) if n <= 2**17 else None
+    return split if split.segments(n) <= sm_count(device) else None
+
+
+def forward_config(
+    rows: int, cols: int, dtype: torch.dtype, device: torch.device, forced: Config | None = None
+) -> Config:
+    """The kernel and knobs of ``rms_norm``'s forward for ``rows`` rows of ``cols`` elements.
+
+    Registers: about 2048 elements per program and 16 per thread.
+
+    Args:
+        rows: the number of rows (M).
+        cols: the row length (N).
+        dtype: the dtype of x.
+        device: the device of x (its SM count and shared memory are read).
+        forced: a configuration to return as it is (``tools/sweep_triton.py``).
+
+    Returns:
+        A :class:`Registers`, :class:`Split` or :class:`Chunked`.
+    """
+    if forced is not None:
+        return forced
+    if cols <= MAX_REGISTER_ROW:
+        block = triton.next_power_of_2(cols)
+        if INTERPRET:
+            return Registers(block, 1, 1)
+        per_program = max(1, 2048 // block)
+        elements = per_program * block
+        warps = min(max(elements // 512, 1), 8 if elements <= 8192 else 16)
+        return Registers(block, per_program, warps)
+    return _split_or_chunked(cols, device, SPLIT_FORWARD) or Chunked()
+
+
+def backward_config(
+    rows: int, cols: int, dtype: torch.dtype, device: torch.device, forced: Config | None = None
+) -> Config:
+    """The kernel and knobs of ``rms_norm``'s backward (dx and the first dweight stage).
+
+    Registers: short rows go several to a loop step, at least 4096 elements
+    per step; three stages of x and dy in shared memory when they fit, else
+    fewer; two programs per SM for steps of up to 4096 elements, one for
+    larger ones (whose stages leave no room for a second program).
+
+    Args:
+        rows: the number of rows (M).
+        cols: the row length (N).
+        dtype: the dtype of x.
+        device: the device of x (its SM count and shared memory are read).
+        forced: a configuration to return as it is (``tools/sweep_triton.py``).
+
+    Returns:
+        A :class:`Registers`, :class:`Split` or :class:`Chunked`.
+    """
+    if forced is not None:
+        return forced
+    if cols <= MAX_REGISTER_ROW_BACKWARD:
+        block = triton.next_power_of_2(cols)
+        per_step = max(1, 4096 // block)
+        if INTERPRET or device.type != "cuda":  # programs run one after another
+            return Registers(block, per_step, 1, programs=max(1, min(4, rows)), stages=1)
+        props = torch.cuda.get_device_properties(device)
+        step = per_step * block
+        budget = getattr(props, "shared_memory_per_block_optin", 0) or 96 * 1024
+        size = dtype.itemsize
+        stages = 3
+        while stages > 1 and stages * 2 * step * size > budget - 8 * 1024:
+            stages -= 1
+        programs = props.multi_processor_count * (2 if step <= 4096 else 1)
+        warps = 4 if block < 4096 else 8
+        return Registers(block, per_step, warps, max(1, min(programs, rows)), stages)
+    split = _split_or_chunked(cols, device, SPLIT_BACKWARD)
+    if split is not None:
+        return split
+    return Chunked(1024, 1) if INTERPRET else Chunked(4096, 8)
+
+
+def fused_config(
+    rows: int, cols: int, dtype: torch.dtype, device: torch.device, forced: Config | None = None
+) -> Config:
+    """The kernel and knobs of ``fused_add_rms_norm_``: rows of up to 64 KiB in registers.
+
+    Few warps, many elements each (64 at 4096 and above): the fastest in
+    ``tools/sweep_triton.py fused``.
+
+    Args:
+        rows: the number of rows (M).
+        cols: the row length (N).
+        dtype: the dtype of x.
+        device: the device of x (its SM count and shared memory are read).
+        forced: a configuration to return as it is (``tools/sweep_triton.py``).
+
+    Returns:
+        A :class:`Registers`, :class:`Split` or :class:`Chunked`.
+    """
+    if forced is not None:
+        return forced
+    if cols <= 65536 // dtype.itemsize:
+        block = triton.next_power_of_2(cols)
+        if INTERPRET:
+            return Registers(block, 1, 1)
+        per_program = max(1, 2048 // block)  # short rows, several
+        return Registers(block, per_program, max(2, min(per_program * block // 2048, 16)))
+    split = _split_or_chunked(cols, device, SPLIT_FUSED)
+    if split is not None:
+        return split
+    return Chunked(1024, 1) if INTERPRET else Chunked(4096, 8)
+
+
+def split_launch(config: Split, rows: int, cols: int, device: torch.device, groups: bool):
+    """(grid programs, S, SP) of a split launch; with ``groups``, the backward's row groups.
+
+    The backward's G row groups share ``per_sm`` programs per SM; the forward
+    and fused kernels run one program per segment of each row.
+    """
+    segments = config.segments(cols)
+    if groups:
+        programs = max(1, min(rows, config.per_sm * sm_count(device) // segments))
+    else:
+        programs = rows
+    return programs, segments, triton.next_power_of_2(segments)
+
+
+def row_slots(x: torch.Tensor, m: int, segments: int) -> torch.Tensor:
+    """The split kernels' slots: one per segment of each row, zeroed (not yet written)."""
+    return torch.zeros(m * segments, dtype=torch.int64, device=x.device)
+
+
+def warps(config: Split) -> int:
+    """num_warps of a split launch: 1 in the interpreter."""
+    return 1 if INTERPRET else config.num_warps
+
+
+# Programmatic dependent launch (PDL), as for the CUDA kernels (csrc/launch.cuh):
+# a kernel launched with launch_pdl=True may be scheduled while the previous
+# kernel on the stream drains, and GDC=True compiles prologue.pdl_prologue's
+# two instructions into the kernel. Hopper and later GPUs only, and only for
+# eager calls on real tensors: while torch.compile or opcheck traces an
+# operator, wrap_triton analyses the kernel, and that analysis does not
+# understand the instructions' inline assembly.
+_PDL_ENABLED = not INTERPRET and os.environ.get("OPGUIDE_PDL", "1") != "0"
+_PDL_CAPABLE: dict[int, bool] = {}
+
+
+def pdl_options(t: torch.Tensor) -> dict:
+    """The launch options for a kernel on ``t``: GDC, and launch_pdl when PDL is on."""
+    off = {"GDC": False}  # passed explicitly: Inductor does not fill in defaults
+    if not _PDL_ENABLED or type(t) is not torch.Tensor or torch.compiler.is_compiling():
+        return off
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    if get_proxy_mode() is not None:  # make_fx is tracing
+        return off
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    if index not in _PDL_CAPABLE:
+        # PDL is NVIDIA's (Hopper and later); a ROCm build reports AMD GPUs
+        # as capability 9.x or 11.x, and Triton's AMD backend has no PDL.
+        _PDL_CAPABLE[index] = (
+            torch.version.hip is None and torch.cuda.get_device_capability(index)[0] >= 9
+        )
+    return {"GDC": True, "launch_pdl": True} if _PDL_CAPABLE[index] else off
+
+
+_DEVICE_GUARD = os.environ.get("OPGUIDE_TRITON_DEVICE_GUARD", "1") != "0"
+
+
+def on_device_of(t: torch.Tensor):
+    """Makes the GPU of ``t`` current for a launch, as the CUDA wrappers' DeviceGuard does.
+
+    Triton launches on the current GPU and requires every pointer argument to
+    live there: a tensor on cuda:1 while cuda:0 is current (a second pipeline
+    stage, a replica without ``set_device``) fails with "Pointer argument (at
+    0) cannot be accessed from Triton (cpu tensor?)". Under torch.compile the
+    code Inductor generates sets the device itself.
+    """
+    if (
+        _DEVICE_GUARD
+        and t.is_cuda
+        and not torch.compiler.is_compiling()
+        and t.get_device() != torch.cuda.current_device()
+    ):
+        return torch.cuda.device(t.device)
+    return contextlib.nullcontext()

@@ -1,0 +1,148 @@
+"""Rows too long for one program, split over S programs that meet through global memory."""
+
+import triton
+import triton.language as tl
+
+from .prologue import aligned
+
+
+# Rows too long for one program, split over S programs that meet through
+# global memory, the role a thread-block cluster plays for the CUDA kernels
+# (csrc/rms_norm_long.cuh). Each program holds SEG columns of a row in
+# registers, writes its part of the row's sum to its slot, slots[row, s]
+# (zeroed for each call), and waits until all S slots of the row are
+# written; then it adds the S parts in one fixed order, so every segment of a
+# row uses the same total and the result is the same on every run. A slot
+# holds its part and the mark that says it was written, in one 64-bit
+# store: a count of the parts written next to them would need a fence
+# between part and count, which waits for every store the program has in
+# flight (``tools/sweep_triton.py split``, docs/recorded/sweep_triton_split_h100.txt
+# against docs/recorded/sweep_triton_split_fenced_h100.txt).
+#
+# Nothing in CUDA promises that the S programs of a row run at the same time.
+# The GPU starts programs in the order of their index, and those of a row are
+# neighbours, so a waiting program only ever waits for programs already
+# running, or next to start, as long as S programs fit on the GPU at once
+# (``launch.split_config`` keeps S to at most the number of SMs). The interpreter runs
+# programs one after another: there S is 1.
+@triton.jit
+def _count_in(slots_ptr, row, s, part, S):
+    """Writes this program's ``part`` of a row's sum into its slot, marked as written.
+
+    A slot is 64 bits: the part's float32 bits below, 1 above (0 in a slot
+    not yet written). Value and mark arrive in one store, so the reader needs
+    no fence to know that the value is there.
+    """
+    bits = part.to(tl.float32).to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    tl.atomic_xchg(slots_ptr + row * S + s, bits | (1 << 32), sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _wait_total(slots_ptr, row, S, SP: tl.constexpr):
+    """The sum of a row's S parts once all S slots are written (SP: S up to a power of 2)."""
+    k = tl.arange(0, SP)
+    slots = slots_ptr + row * S + k
+    found = tl.load(slots, mask=k < S, other=1 << 32, volatile=True)
+    while tl.min(found >> 32, axis=0) == 0:
+        found = tl.load(slots, mask=k < S, other=1 << 32, volatile=True)
+    parts = (found & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    return tl.sum(tl.where(k < S, parts, 0.0), axis=0)
+
+
+@triton.jit
+def _segment(S, N, SEG: tl.constexpr):
+    """(group, s, cols, mask) of this program: segment s of the rows of group ``pid // S``."""
+    pid = tl.program_id(0)
+    s = pid % S
+    cols = s * SEG + tl.arange(0, SEG)
+    return (pid // S).to(tl.int64), s, cols, cols < N
+
+
+@triton.jit
+def _rms_norm_fwd_split_kernel(
+    x_ptr, w_ptr, y_ptr, inv_rms_ptr, slots_ptr, N, eps, S,
+    SEG: tl.constexpr, SP: tl.constexpr, STORE_INV: tl.constexpr, ALIGN: tl.constexpr,
+):  # fmt: skip
+    N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
+    # Program (row, s) normalises columns [s * SEG, (s + 1) * SEG) of a row,
+    # read from memory once. While it waits, the GPU runs other programs.
+    row, s, cols, mask = _segment(S, N, SEG)
+    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    _count_in(slots_ptr, row, s, tl.sum(x * x, axis=0), S)
+    total = _wait_total(slots_ptr, row, S, SP)
+    inv_rms = tl.rsqrt(total / N + eps).to(tl.float32)
+    if STORE_INV:
+        tl.store(inv_rms_ptr + row, inv_rms, mask=s == 0)
+    tl.store(y_ptr + row * N + cols, (x * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rms_norm_bwd_split_kernel(
+    dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, slots_ptr, M, N, S,
+    SEG: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
+):  # fmt: skip
+    N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
+    # Program (g, s) of G * S takes segment s of the rows g, g + G, g + 2G,
+    # ... (two programs per SM) and adds its segment of dweight over them
+    # into row g of dw_partial. It holds three rows: this one, whose total it
+    # waits for; the next, whose part of the sum, sum(dy * w * x_hat), it
+    # counts in before that wait; and the one after, whose loads it starts
+    # first, so that they have a whole row's work to arrive
+    # (``tools/sweep_triton.py split``, docs/recorded/sweep_triton_split_h100.txt).
+    G = tl.num_programs(0) // S
+    g, s, cols, mask = _segment(S, N, SEG)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros([SEG], dtype=tl.float32)
+    # Rows g and g + G; masks are vectors, as the interpreter needs.
+    x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
+    inv_rms = tl.load(inv_rms_ptr + g)
+    x_next = tl.load(x_ptr + (g + G) * N + cols, mask=mask & (g + G + 0 * cols < M), other=0.0)
+    dy_next = tl.load(dy_ptr + (g + G) * N + cols, mask=mask & (g + G + 0 * cols < M), other=0.0)
+    inv_next = tl.load(inv_rms_ptr + tl.minimum(g + G, M - 1))  # unused past the last row
+    part = tl.sum(dy.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
+    _count_in(slots_ptr, g, s, part, S)
+    for row in range(g, M, G):
+        ahead = row + 2 * G
+        in_rows = mask & (ahead + 0 * cols < M)
+        x_after = tl.load(x_ptr + ahead * N + cols, mask=in_rows, other=0.0)
+        dy_after = tl.load(dy_ptr + ahead * N + cols, mask=in_rows, other=0.0)
+        inv_after = tl.load(inv_rms_ptr + tl.minimum(ahead, M - 1))
+        if row + G < M:
+            part = tl.sum(dy_next.to(tl.float32) * w * x_next.to(tl.float32), axis=0) * inv_next
+            _count_in(slots_ptr, row + G, s, part, S)
+        total = _wait_total(slots_ptr, row, S, SP)
+        x_hat = x.to(tl.float32) * inv_rms
+        gw = dy.to(tl.float32) * w
+        dx = inv_rms * (gw - x_hat * (total / N))
+        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy.to(tl.float32) * x_hat
+        x, dy, inv_rms = x_next, dy_next, inv_next
+        x_next, dy_next, inv_next = x_after, dy_after, inv_after
+    tl.store(dw_partial_ptr + g * N + cols, dw, mask=mask)
+
+
+@triton.jit
+def _fused_add_rms_norm_split_kernel(
+    x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, slots_ptr, N, eps, S,
+    HAS_WEIGHT: tl.constexpr, SEG: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
+):  # fmt: skip
+    N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
+    # As the split forward: the new residual is stored before the wait.
+    row, s, cols, mask = _segment(S, N, SEG)
+    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0)
+    r = tl.load(res_ptr + row * N + cols, mask=mask, other=0.0)
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    h = (x.to(tl.float32) + r.to(tl.float32)).to(res_ptr.dtype.element_ty)
+    tl.store(res_ptr + row * N + cols, h, mask=mask)
+    h = h.to(tl.float32)
+    _count_in(slots_ptr, row, s, tl.sum(h * h, axis=0), S)
+    total = _wait_total(slots_ptr, row, S, SP)
+    inv_rms = tl.rsqrt(total / N + eps).to(tl.float32)
+    tl.store(inv_rms_ptr + row, inv_rms, mask=s == 0)
+    y = h * inv_rms
+    if HAS_WEIGHT:
+        y = y * w
+    tl.store(out_ptr + row * N + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
