@@ -24,10 +24,4 @@ TORCH_LIBRARY(opguide, m) {
   // Returns out and the 1/rms of each row.
   m.def("fused_add_rms_norm_(Tensor x, Tensor(a!) residual, Tensor? weight, float eps, ScalarType? out_dtype=None) -> (Tensor, Tensor)");
   // [schema-fused-add-rms-norm-end]
-  // [schema-rms-norm-into]
-  // Private (leading underscore), CPU only: the rms_norm kernel writing into
-  // an existing y (Tensor(a!): mutated in place, nothing returned), so that
-  // step 11 ("On the CPU") can time the loop apart from allocating the output.
-  m.def("_rms_norm_into(Tensor x, Tensor weight, float eps, Tensor(a!) y) -> ()");
-  // [schema-rms-norm-into-end]
 }

@@ -27,7 +27,7 @@ What changes on AMD GPUs
   memory) silently computes wrong sums on a 64-wide wavefront. The device code
   takes the width from the compiler, and the host takes it from the device:
 
-  .. literalinclude:: /../csrc/device_common.cuh
+  .. literalinclude:: /../csrc/common/platform.cuh
      :language: cuda
      :start-after: // [portability]
      :end-before: // [portability-end]
@@ -35,9 +35,9 @@ What changes on AMD GPUs
 * **Warp intrinsics.** ``__shfl_xor_sync(mask, v, lane)`` takes a mask of the
   threads taking part; HIP's ``__shfl_xor(v, lane)`` takes none (the masked
   form arrived only in recent ROCm releases). One function, ``shfl_xor``, covers
-  both, in the header every kernel shares (``csrc/device_common.cuh``).
+  both, in the header every kernel shares (``csrc/common/platform.cuh``).
 * **Sources and names.** hipify renames ``x.cu`` to ``x.hip`` and headers that
-  hold CUDA code (``rms_norm.cuh`` becomes ``rms_norm_hip.cuh``), rewrites
+  hold CUDA code (``rms_norm_forward.cuh`` becomes ``rms_norm_forward_hip.cuh``), rewrites
   ``cuda*`` calls and types to ``hip*`` and ``<<<grid, block, 0, stream>>>``
   launches to ``hipLaunchKernelGGL``. torch's own headers are mapped too:
   ``c10/cuda/CUDAGuard.h`` becomes ``c10/hip/HIPGuard.h``. In ROCm builds of
@@ -90,7 +90,7 @@ def show_diff(original: Path, hipified: Path, context: int = 0) -> None:
 # %%
 # The device header: its includes (the bfloat16 header among them) and the
 # CUDA error and stream types of its launch functions.
-show_diff(CSRC / "rms_norm.cuh", mapping[CSRC / "rms_norm.cuh"])
+show_diff(CSRC / "rms_norm" / "rms_norm_forward.cuh", mapping[CSRC / "rms_norm" / "rms_norm_forward.cuh"])
 
 # %%
 # The torch wrapper: torch's CUDA headers map to their HIP twins, the

@@ -122,16 +122,6 @@ CASES = [
             ("triton", "fused_add_rms_norm_triton_", TRITON_DEVICES),
         )
     ),
-    Case(
-        "_rms_norm_into",
-        "_rms_norm_into",
-        ("cpu",),
-        into_args,
-        lambda a: torch.ops.opguide._rms_norm_into.default(a["x"], a["weight"], 1e-6, a["y"]),
-        ("y",),
-        ("x", "weight", "y"),
-        "opguide.rms_norm(x, weight, eps)",
-    ),
 ]
 
 
@@ -250,7 +240,7 @@ def test_compiled_call_refuses_the_same_inputs(case, device, _):
 
 # An operator that writes its input and does nothing else: what a TORCH_LIBRARY
 # schema with (a!) gives without the two kernels of
-# csrc/fused_add_rms_norm_autograd.cpp. The checks above must fail on it.
+# csrc/fused_add_rms_norm/fused_add_rms_norm_autograd.cpp. The checks above must fail on it.
 _broken = torch.library.Library("opguide_broken_contract", "DEF")
 _broken.define("add_one_(Tensor(a!) x) -> ()")
 

@@ -1,4 +1,4 @@
-// Sweeps variants of the RMSNorm backward kernels (csrc/rms_norm_backward.cuh,
+// Sweeps variants of the RMSNorm backward kernels (csrc/rms_norm/rms_norm_backward.cuh,
 // every knob a template parameter in sweep_rms_norm_backward_variants.cuh)
 // on one GPU, without torch, and prints achieved bandwidth against a large
 // device-to-device copy. Build and run (on a GPU machine):

@@ -1,4 +1,4 @@
-// The RMSNorm backward kernels of csrc/rms_norm_backward.cuh with every knob
+// The RMSNorm backward kernels of csrc/rms_norm/rms_norm_backward.cuh with every knob
 // a template parameter, for tools/sweep_rms_norm_backward.cu. The library's
 // kernels fix these knobs to the values this sweep chose (the kBwd* block of
 // rms_norm_backward.cuh); this copy keeps the other values measurable:
@@ -11,12 +11,12 @@
 // With the library's values each compiles to the library's kernel.
 #pragma once
 
-#include "rms_norm_backward.cuh"  // -Icsrc, as the sweeps are built
+#include "rms_norm/rms_norm_backward.cuh"  // -Icsrc, as the sweeps are built
 
 namespace opguide {
 namespace sweep {
 
-using namespace opguide::cuda;
+using namespace opguide;
 
 template <typename T, int kVec, int kRegVecs, bool kPrefetch, int kMinBlocks, bool kDwShared,
           bool kWRegs>

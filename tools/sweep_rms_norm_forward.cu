@@ -7,9 +7,9 @@
 #include <vector>
 #include <algorithm>
 
-#include "rms_norm.cuh"
+#include "rms_norm/rms_norm_launch.cuh"
 
-using namespace opguide::cuda;
+using namespace opguide;
 using bf16 = __nv_bfloat16;
 
 #define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); exit(1);} } while (0)

@@ -10,7 +10,7 @@
 
 #include <tuple>
 
-#include "rms_norm.h"
+#include "../rms_norm/rms_norm.h"
 
 namespace opguide {
 

@@ -49,16 +49,6 @@ Pair call_fused(const at::Tensor& x, at::Tensor& residual,
 }
 // [inplace-call-end]
 
-void call_into(const at::Tensor& x, const at::Tensor& weight, double eps,
-               const at::Tensor& y) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("opguide::_rms_norm_into", "")
-          .typed<void(const at::Tensor&, const at::Tensor&, double,
-                      const at::Tensor&)>();
-  op.call(x, weight, eps, y);
-}
-
 // [inplace-refuse]
 // Raises when grad mode is on and `t` requires grad. `op` names the operator,
 // `written` says whether the operator writes `t`, `instead` is the
@@ -113,37 +103,15 @@ Pair fused_add_rms_norm_inplace_or_view(const at::Tensor& x, at::Tensor& residua
 }
 // [inplace-version-end]
 
-void rms_norm_into_autograd(const at::Tensor& x, const at::Tensor& weight, double eps,
-                            const at::Tensor& y) {
-  const char* op = "_rms_norm_into";
-  const char* instead = "y = opguide.rms_norm(x, weight, eps)";
-  refuse_grad(op, "y", y, /*written=*/true, instead);
-  refuse_grad(op, "x", x, /*written=*/false, instead);
-  refuse_grad(op, "weight", weight, /*written=*/false, instead);
-  at::AutoDispatchBelowAutograd guard;
-  call_into(x, weight, eps, y);
-}
-
-void rms_norm_into_inplace_or_view(const at::Tensor& x, const at::Tensor& weight,
-                                   double eps, const at::Tensor& y) {
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    call_into(x, weight, eps, y);
-  }
-  torch::autograd::increment_version(y);
-}
-
 }  // namespace
 }  // namespace opguide
 
 // [inplace-register]
 TORCH_LIBRARY_IMPL(opguide, Autograd, m) {
   m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_autograd);
-  m.impl("_rms_norm_into", &opguide::rms_norm_into_autograd);
 }
 
 TORCH_LIBRARY_IMPL(opguide, ADInplaceOrView, m) {
   m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_inplace_or_view);
-  m.impl("_rms_norm_into", &opguide::rms_norm_into_inplace_or_view);
 }
 // [inplace-register-end]

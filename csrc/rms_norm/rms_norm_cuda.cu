@@ -13,7 +13,7 @@
 #include <limits>
 #include <tuple>
 
-#include "rms_norm_long.cuh"
+#include "rms_norm_launch.cuh"
 #include "rms_norm.h"
 
 namespace opguide {
@@ -62,7 +62,7 @@ int cuda_max_cluster() {
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return enabled && current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9
-             ? cuda::kMaxClusterBlocks
+             ? kMaxClusterBlocks
              : 0;
 #else
   return 0;
@@ -93,9 +93,9 @@ void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double ep
   const int warp_size = cuda_warp_size();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_cuda", [&] {
     using T = typename CudaType<scalar_t>::type;
-    using Acc = typename cuda::AccType<T>::type;
+    using Acc = typename AccType<T>::type;
     Acc* inv_rms_ptr = inv_rms.defined() ? inv_rms.mutable_data_ptr<Acc>() : nullptr;
-    const cudaError_t err = cuda::launch_rms_norm_forward_any<T>(
+    const cudaError_t err = launch_rms_norm_forward_any<T>(
         reinterpret_cast<const T*>(xk.const_data_ptr<scalar_t>()),
         reinterpret_cast<const T*>(wk.const_data_ptr<scalar_t>()),
         reinterpret_cast<T*>(y.mutable_data_ptr<scalar_t>()), inv_rms_ptr, rows, cols,
@@ -169,15 +169,15 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_backward_cuda", [&] {
         using T = typename CudaType<scalar_t>::type;
-        using Acc = typename cuda::AccType<T>::type;
+        using Acc = typename AccType<T>::type;
         // Which kernels run depends on the row: see rms_norm_backward_plan.
-        const cuda::BackwardConfig cfg = cuda::rms_norm_backward_plan<T>(
+        const BackwardConfig cfg = rms_norm_backward_plan<T>(
             rows, cols, aligned_bytes, warp_size, sm_count,
             max_shared, cuda_max_cluster());
         // One partial grad_w row per block, summed by the second kernel.
         at::Tensor partial =
             at::empty({cfg.blocks, cols}, x.options().dtype(rms_norm_acc_type(x.scalar_type())));
-        const cudaError_t err = cuda::launch_rms_norm_backward_any<T>(
+        const cudaError_t err = launch_rms_norm_backward_any<T>(
             reinterpret_cast<const T*>(g.const_data_ptr<scalar_t>()),
             reinterpret_cast<const T*>(xc.const_data_ptr<scalar_t>()),
             reinterpret_cast<const T*>(wc.const_data_ptr<scalar_t>()),

@@ -1,9 +1,9 @@
-// keep_packed: a device helper that both kernel headers (rms_norm.cuh and
-// fused_add_rms_norm.cuh) use. Torch-free, like them.
+
 #pragma once
 
+
+
 namespace opguide {
-namespace cuda {
 
 // [keep-packed]
 // Returns v unchanged, through an empty asm statement that the compiler must
@@ -38,5 +38,4 @@ __device__ __forceinline__ V keep_packed(V v) {
 }
 // [keep-packed-end]
 
-}  // namespace cuda
 }  // namespace opguide

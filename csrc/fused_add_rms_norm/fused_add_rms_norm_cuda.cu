@@ -14,10 +14,9 @@
 #include <string>
 #include <type_traits>
 
-#include "fused_add_rms_norm.cuh"
+#include "fused_add_rms_norm_launch.cuh"
 #include "fused_add_rms_norm.h"
-#include "rms_norm_long.cuh"
-#include "rms_norm.h"
+#include "../rms_norm/rms_norm.h"
 
 namespace opguide {
 namespace {
@@ -57,7 +56,7 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
   // 16-byte accesses need every row of every array to start on a whole
   // vector: n a multiple of the width, and each base pointer aligned (a
   // sliced tensor may start anywhere).
-  constexpr int kVec = fused::fused_vector_width<cx_t, cres_t, cout_t>();
+  constexpr int kVec = fused_vector_width<cx_t, cres_t, cout_t>();
   const bool vectorize = n % kVec == 0 && aligned_to(x_ptr, kVec * sizeof(x_t)) &&
                          aligned_to(r_ptr, kVec * sizeof(res_t)) &&
                          aligned_to(y_ptr, kVec * sizeof(out_t)) &&
@@ -67,14 +66,14 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
   if constexpr (std::is_same_v<acc_t, float>) {
     // Long rows: split over a thread-block cluster (csrc/rms_norm_long.cuh).
     cudaError_t err = cudaSuccess;
-    if (cuda::launch_fused_add_rms_norm_cluster<cx_t, cres_t, cout_t, kVec>(
+    if (launch_fused_add_rms_norm_cluster<cx_t, cres_t, cout_t, kVec>(
             x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<float>(eps), vectorize,
             cuda_max_cluster(), c10::cuda::getCurrentCUDAStream(), cuda_use_pdl(), &err)) {
       C10_CUDA_CHECK(err);
       return;
     }
   }
-  const cudaError_t err = fused::launch_fused_add_rms_norm<cx_t, cres_t, cout_t, acc_t>(
+  const cudaError_t err = launch_fused_add_rms_norm<cx_t, cres_t, cout_t, acc_t>(
       x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<acc_t>(eps), vectorize,
       cuda_warp_size(), c10::cuda::getCurrentCUDAStream(), cuda_use_pdl());
   C10_CUDA_CHECK(err);
