@@ -90,7 +90,8 @@ def show_diff(original: Path, hipified: Path, context: int = 0) -> None:
 # %%
 # The device header: its includes (the bfloat16 header among them) and the
 # CUDA error and stream types of its launch functions.
-show_diff(CSRC / "rms_norm" / "rms_norm_forward.cuh", mapping[CSRC / "rms_norm" / "rms_norm_forward.cuh"])
+FORWARD = CSRC / "rms_norm" / "rms_norm_forward.cuh"
+show_diff(FORWARD, mapping[FORWARD])
 
 # %%
 # The torch wrapper: torch's CUDA headers map to their HIP twins, the

@@ -421,7 +421,8 @@ print(
 # block holds its slice of the row and the blocks exchange their partial
 # sums, so the row is read once. Forward rows over 32 KiB take clusters,
 # where they are faster. On older GPUs, and for long rows that are not whole
-# 16-byte vectors, the kernels read the row twice. The kernels are in ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``, one family a file.
+# 16-byte vectors, the kernels read the row twice. The kernels are in
+# ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``, one family a file.
 # The simplest exchange publishes each block's total in its shared memory
 # and, after a cluster barrier, reads all of them (the kernels use a faster
 # one, in a lesson below):
@@ -455,7 +456,7 @@ print(
 #       :language: cuda
 #       :caption: csrc/rms_norm/rms_norm_backward_two_pass.cuh
 #
-# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh (the fused op's cluster kernel)
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh (fused, clusters)
 #
 #    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh
 #       :language: cuda

@@ -77,12 +77,6 @@ def fused_args(device: str) -> dict:
     return {k: v.to(device) for k, v in dict(x=x, residual=residual, weight=weight).items()}
 
 
-def into_args(device: str) -> dict:
-    gen = torch.Generator().manual_seed(0)
-    x, weight = torch.randn(4, 64, generator=gen), torch.randn(64, generator=gen)
-    return dict(x=x.to(device), weight=weight.to(device), y=torch.zeros(4, 64, device=device))
-
-
 def _devices(*candidates: str) -> tuple[str, ...]:
     return tuple(d for d in candidates if d == "cpu" or torch.cuda.is_available())
 

@@ -17,7 +17,7 @@ import torch
 
 import opguide
 from opguide import rms_norm_reference
-from opguide.testing import TOLERANCES, make_inputs
+from opguide.testing import make_inputs
 
 # 16 MiB: holds several whole 2 MiB blocks. (1000, 2049) is ~8 MiB with rows
 # that are not a multiple of 16 elements, so rows straddle the block edges.

@@ -6,7 +6,6 @@
 
 namespace opguide {
 
-// [async-copy]
 // Asynchronous 16-byte copies from global to shared memory (cp.async, sm_80
 // and later): the copy is queued and the thread goes on; commit closes a
 // group of copies, and wait<N> returns once at most N of this thread's
@@ -44,6 +43,5 @@ __device__ __forceinline__ void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kInFlight) : "memory");
 #endif
 }
-// [async-copy-end]
 
 }  // namespace opguide

@@ -116,32 +116,39 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
 __device__ __forceinline__ unsigned in_block(const void* p, unsigned block) {
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote) : "r"(shared_address(p)), "r"(block));
+               : "=r"(remote)
+               : "r"(shared_address(p)), "r"(block));
   return remote;
 }
 
-__device__ __forceinline__ void push_to_block(unsigned block, const float* slot, float v,
-                                              const unsigned long long* bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
-               ::"r"(in_block(slot, block)), "r"(__float_as_uint(v)), "r"(in_block(bar, block))
-               : "memory");
+__device__ __forceinline__ void push_to_block(unsigned block, const float* slot,
+                                              float v, const unsigned long long* bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+          in_block(slot, block)),
+      "r"(__float_as_uint(v)), "r"(in_block(bar, block))
+      : "memory");
 }
 
-__device__ __forceinline__ void push_to_block(unsigned block, const double* slot, double v,
-                                              const unsigned long long* bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
-               ::"r"(in_block(slot, block)), "l"(__double_as_longlong(v)),
-               "r"(in_block(bar, block))
-               : "memory");
+__device__ __forceinline__ void push_to_block(unsigned block, const double* slot,
+                                              double v, const unsigned long long* bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::"r"(
+          in_block(slot, block)),
+      "l"(__double_as_longlong(v)), "r"(in_block(bar, block))
+      : "memory");
 }
 
-__device__ __forceinline__ void wait_for_phase(const unsigned long long* bar, unsigned phase) {
+__device__ __forceinline__ void wait_for_phase(const unsigned long long* bar,
+                                               unsigned phase) {
   unsigned done = 0;
   do {
     asm volatile(
         "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
         "selp.u32 %0, 1, 0, p; }"
-        : "=r"(done) : "r"(shared_address(bar)), "r"(phase) : "memory");
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(phase)
+        : "memory");
   } while (!done);
 }
 #endif
@@ -153,7 +160,8 @@ template <typename Acc, int kWarps, int kSlots>
 __device__ __forceinline__ void push_slots_init(PushSlots<Acc, kWarps, kSlots>& s) {
 #if OPGUIDE_CLUSTER_DEVICE
   if (threadIdx.x < kSlots) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&s.full[threadIdx.x]))
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(
+                     shared_address(&s.full[threadIdx.x]))
                  : "memory");
   }
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -178,10 +186,13 @@ __device__ __forceinline__ void push_partial(Acc v, PushSlots<Acc, kWarps, kSlot
   unsigned long long* bar = &s.full[slot];
   if (threadIdx.x == 0) {
     const unsigned bytes = blocks * kWarps * static_cast<unsigned>(sizeof(Acc));
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                 ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                     shared_address(bar)),
+                 "r"(bytes)
+                 : "memory");
   }
-  if (lane < blocks) push_to_block(lane, &s.partial[slot][cluster_rank() * kWarps + warp], v, bar);
+  if (lane < blocks)
+    push_to_block(lane, &s.partial[slot][cluster_rank() * kWarps + warp], v, bar);
 #else
   if (threadIdx.x % kWarpSize == 0) s.partial[0][threadIdx.x / kWarpSize] = v;
   (void)iteration;
@@ -189,7 +200,8 @@ __device__ __forceinline__ void push_partial(Acc v, PushSlots<Acc, kWarps, kSlot
 }
 
 template <typename Acc, int kWarps, int kSlots>
-__device__ __forceinline__ Acc wait_total(PushSlots<Acc, kWarps, kSlots>& s, int64_t iteration) {
+__device__ __forceinline__ Acc wait_total(PushSlots<Acc, kWarps, kSlots>& s,
+                                          int64_t iteration) {
 #if OPGUIDE_CLUSTER_DEVICE
   const int slot = static_cast<int>(iteration % kSlots);
   wait_for_phase(&s.full[slot], static_cast<unsigned>((iteration / kSlots) & 1));

@@ -61,7 +61,6 @@ __device__ __forceinline__ void allow_next_grid() {
 }
 // [pdl-device-end]
 
-// [launch-config]
 // The configuration of one cudaLaunchKernelEx: its attributes are a cluster
 // dimension along x (when `cluster` > 1) and programmatic stream
 // serialisation (when `pdl`). The attributes live in the object, so it is
@@ -95,14 +94,13 @@ struct LaunchEx {
   LaunchEx& operator=(const LaunchEx&) = delete;
 };
 #endif
-// [launch-config-end]
 
-// [pdl-launch]
 // Launches kernel<<<grid, block, shared_bytes, stream>>>(args...), with PDL
 // when `pdl` is true and the toolchain has it. Returns the launch's error.
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                          cudaStream_t stream, bool pdl, Args... args) {
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block,
+                          size_t shared_bytes, cudaStream_t stream, bool pdl,
+                          Args... args) {
 #if OPGUIDE_HAVE_PDL
   if (pdl) {
     LaunchEx launch(grid, block, shared_bytes, stream, 1, true);
@@ -114,17 +112,15 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   kernel<<<grid, block, shared_bytes, stream>>>(static_cast<Params>(args)...);
   return cudaGetLastError();
 }
-// [pdl-launch-end]
 
-// [cluster-launch]
 // Launches `kernel` in thread-block clusters of `cluster` blocks along x
 // (sm_90 and later; grid.x must be a multiple of `cluster`), with PDL when
 // `pdl` is true. Clusters of more than 8 blocks must be allowed for the
 // kernel first (cudaFuncAttributeNonPortableClusterSizeAllowed).
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block,
-                                      size_t shared_bytes, cudaStream_t stream, bool pdl,
-                                      int cluster, Args... args) {
+                                      size_t shared_bytes, cudaStream_t stream,
+                                      bool pdl, int cluster, Args... args) {
 #if OPGUIDE_HAVE_PDL
   LaunchEx launch(grid, block, shared_bytes, stream, cluster, pdl);
   return cudaLaunchKernelEx(&launch.config, kernel, static_cast<Params>(args)...);
@@ -135,9 +131,7 @@ cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3
   return cudaErrorNotSupported;
 #endif
 }
-// [cluster-launch-end]
 
-// [host-cache]
 // An occupancy query or a function attribute costs a driver call of a few
 // microseconds: more than the whole host side of a small call. Both depend
 // only on the kernel, its block and the device, so each is asked once per
@@ -152,14 +146,15 @@ template <typename Kernel>
 int blocks_per_sm(Kernel kernel, int threads, size_t shared_bytes) {
   static std::mutex mutex;
   static std::map<std::tuple<int, const void*, int, size_t>, int> cache;
-  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel),
-                                   threads, shared_bytes);
+  const auto key =
+      std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel),
+                      threads, shared_bytes);
   const std::lock_guard<std::mutex> lock(mutex);
   const auto found = cache.find(key);
   if (found != cache.end()) return found->second;
   int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared_bytes) !=
-      cudaSuccess) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads,
+                                                    shared_bytes) != cudaSuccess) {
     (void)cudaGetLastError();
     blocks = 1;
   }
@@ -173,7 +168,8 @@ template <typename Kernel>
 void allow_shared_bytes(Kernel kernel, size_t bytes) {
   static std::mutex mutex;
   static std::map<std::tuple<int, const void*>, size_t> allowed;
-  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel));
+  const auto key =
+      std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel));
   const std::lock_guard<std::mutex> lock(mutex);
   size_t& done = allowed[key];
   if (bytes <= done) return;
@@ -185,7 +181,6 @@ void allow_shared_bytes(Kernel kernel, size_t bytes) {
     (void)cudaGetLastError();
   }
 }
-// [host-cache-end]
 
 inline bool is_aligned(const void* p, int bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(bytes) == 0;
@@ -208,11 +203,13 @@ void allow_cluster_size(Kernel kernel, int cluster) {
   if (cluster <= 8) return;
   static std::mutex mutex;
   static std::map<std::tuple<int, const void*>, bool> done;
-  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel));
+  const auto key =
+      std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel));
   const std::lock_guard<std::mutex> lock(mutex);
   if (done[key]) return;
   if (cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                           cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+                           cudaFuncAttributeNonPortableClusterSizeAllowed,
+                           1) != cudaSuccess) {
     (void)cudaGetLastError();
   }
   done[key] = true;
@@ -226,16 +223,17 @@ template <typename Kernel>
 int active_clusters(Kernel kernel, int cluster, int threads, size_t shared_bytes) {
   static std::mutex mutex;
   static std::map<std::tuple<int, const void*, int, int, size_t>, int> cache;
-  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel),
-                                   cluster, threads, shared_bytes);
+  const auto key =
+      std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel),
+                      cluster, threads, shared_bytes);
   const std::lock_guard<std::mutex> lock(mutex);
   const auto found = cache.find(key);
   if (found != cache.end()) return found->second;
   int count = 0;
 #if OPGUIDE_HAVE_CLUSTERS
   const LaunchEx launch(dim3(static_cast<unsigned>(cluster)),
-                            dim3(static_cast<unsigned>(threads)), shared_bytes, nullptr, cluster,
-                            false);
+                        dim3(static_cast<unsigned>(threads)), shared_bytes, nullptr,
+                        cluster, false);
   if (cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config) != cudaSuccess) {
     (void)cudaGetLastError();
     count = 0;
@@ -256,8 +254,8 @@ struct RowClusters {
   int threads;
 };
 
-inline RowClusters row_clusters(int64_t nvec, int64_t rows, int max_cluster, int block_threads,
-                                int vecs) {
+inline RowClusters row_clusters(int64_t nvec, int64_t rows, int max_cluster,
+                                int block_threads, int vecs) {
   for (const int threads : {block_threads, 2 * block_threads}) {
     const int cluster = cluster_size_for(nvec, max_cluster, threads, vecs);
     if (cluster > 0) return {rows <= 0x7fffffff / cluster ? cluster : 0, threads};
@@ -269,16 +267,17 @@ inline RowClusters row_clusters(int64_t nvec, int64_t rows, int max_cluster, int
 // cudaErrorNotSupported, with the error cleared, when no such cluster fits
 // on this GPU: the caller then launches a kernel that needs none.
 template <typename... Params, typename... Args>
-cudaError_t launch_rows_in_clusters(void (*kernel)(Params...), RowClusters rc, int64_t rows,
-                                    size_t shared_bytes, cudaStream_t stream, bool pdl,
-                                    Args... args) {
+cudaError_t launch_rows_in_clusters(void (*kernel)(Params...), RowClusters rc,
+                                    int64_t rows, size_t shared_bytes,
+                                    cudaStream_t stream, bool pdl, Args... args) {
   allow_shared_bytes(kernel, shared_bytes);
   allow_cluster_size(kernel, rc.cluster);
   cudaError_t err = cudaErrorNotSupported;
   if (active_clusters(kernel, rc.cluster, rc.threads, shared_bytes) > 0) {
-    err = launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(rows * rc.cluster)),
-                                    dim3(static_cast<unsigned>(rc.threads)), shared_bytes,
-                                    stream, pdl, rc.cluster, args...);
+    err = launch_kernel_in_clusters(kernel,
+                                    dim3(static_cast<unsigned>(rows * rc.cluster)),
+                                    dim3(static_cast<unsigned>(rc.threads)),
+                                    shared_bytes, stream, pdl, rc.cluster, args...);
   }
   if (err == cudaErrorNotSupported) (void)cudaGetLastError();
   return err;

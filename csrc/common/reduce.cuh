@@ -5,7 +5,6 @@
 
 namespace opguide {
 
-// [reduce]
 template <typename Acc>
 __device__ __forceinline__ Acc warp_sum(Acc v) {
 #pragma unroll
@@ -44,6 +43,5 @@ __device__ __forceinline__ Acc row_sum(Acc v, Acc* shared) {
   for (int w = 0; w < warps_per_row; ++w) total += shared[first_warp + w];
   return total;
 }
-// [reduce-end]
 
 }  // namespace opguide

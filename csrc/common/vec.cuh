@@ -6,10 +6,15 @@
 
 namespace opguide {
 
-// [convert]
 // Accumulate in float, or in double for double inputs.
-template <typename T> struct AccType { using type = float; };
-template <> struct AccType<double> { using type = double; };
+template <typename T>
+struct AccType {
+  using type = float;
+};
+template <>
+struct AccType<double> {
+  using type = double;
+};
 
 __device__ __forceinline__ float to_acc(float v) { return v; }
 __device__ __forceinline__ double to_acc(double v) { return v; }
@@ -24,12 +29,16 @@ __device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162flo
 template <typename T>
 struct FromAcc {  // float and double
   template <typename A>
-  __device__ static T from(A v) { return static_cast<T>(v); }
+  __device__ static T from(A v) {
+    return static_cast<T>(v);
+  }
 };
 template <>
 struct FromAcc<__half> {
   template <typename A>
-  __device__ static __half from(A v) { return __float2half_rn(static_cast<float>(v)); }
+  __device__ static __half from(A v) {
+    return __float2half_rn(static_cast<float>(v));
+  }
 };
 #if !defined(OPGUIDE_NO_BF16)
 template <>
@@ -44,9 +53,7 @@ template <typename T, typename A>
 __device__ __forceinline__ T from_acc(A v) {
   return FromAcc<T>::from(v);
 }
-// [convert-end]
 
-// [vector]
 // kVec elements moved by one load or store instruction. With kVec * sizeof(T)
 // == 16 this is one 128-bit access, the widest a thread can issue.
 template <typename T, int kVec>
@@ -89,7 +96,5 @@ __device__ __forceinline__ void store_streaming(V* p, const V& v) {
 #endif
   *p = v;
 }
-
-// [vector-end]
 
 }  // namespace opguide

@@ -17,7 +17,6 @@
 #endif
 
 #include <cstdint>
-
 #include <type_traits>
 
 #include "../common/keep_packed.cuh"
@@ -36,7 +35,7 @@ __device__ __forceinline__ void add_residual(const Vec<X, kVec>& xv, Vec<R, kVec
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
     hv.val[k] = from_acc<R>(static_cast<Acc>(to_acc(xv.val[k])) +
-                                  static_cast<Acc>(to_acc(hv.val[k])));
+                            static_cast<Acc>(to_acc(hv.val[k])));
     const Acc h = static_cast<Acc>(to_acc(hv.val[k]));
     sum_sq += h * h;
   }
@@ -45,8 +44,8 @@ __device__ __forceinline__ void add_residual(const Vec<X, kVec>& xv, Vec<R, kVec
 // out = h * inv_rms (* weight).
 template <typename O, typename Acc, typename X, typename R, int kVec>
 __device__ __forceinline__ Vec<O, kVec> normalise(const Vec<R, kVec>& hv,
-                                                      const Vec<X, kVec>& wv, bool has_weight,
-                                                      Acc inv_rms) {
+                                                  const Vec<X, kVec>& wv,
+                                                  bool has_weight, Acc inv_rms) {
   Vec<O, kVec> yv;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
@@ -76,16 +75,19 @@ __device__ __forceinline__ Vec<O, kVec> normalise(const Vec<R, kVec>& hv,
 // only one block fits, which leaves the memory system idle between rows
 // (step 11, "Lessons", measures it).
 template <typename X, typename R, typename O, typename Acc, int kVec, int kRegVecs>
-__global__ void __launch_bounds__(kFusedMaxThreads, 2)
-    fused_add_rms_norm_kernel(const X* __restrict__ x, R* __restrict__ residual,
-                              const X* __restrict__ weight,  // may be null
-                              O* __restrict__ out, Acc* __restrict__ inv_rms, int64_t rows,
-                              int64_t cols, Acc eps) {
+__global__ void __launch_bounds__(kFusedMaxThreads, 2) fused_add_rms_norm_kernel(
+    const X* __restrict__ x,       // [rows, cols], dense
+    R* __restrict__ residual,      // [rows, cols], dense, in place
+    const X* __restrict__ weight,  // [cols], or null
+    O* __restrict__ out,           // [rows, cols], dense
+    Acc* __restrict__ inv_rms,     // [rows]
+    int64_t rows, int64_t cols, Acc eps) {
   __shared__ Acc shared[kMaxWarpsPerBlock];
   wait_for_previous_grid();  // launch.cuh: may start before the previous kernel ends
   allow_next_grid();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  const bool active = row < rows;  // a block's last rows may lie past rows; they still sum
+  const bool active =
+      row < rows;  // a block's last rows may lie past rows; they still sum
   const int64_t nvec = cols / kVec;
   const int64_t offset = (active ? row : 0) * cols;
   const auto* x_row = reinterpret_cast<const Vec<X, kVec>*>(x + offset);
@@ -148,8 +150,8 @@ __global__ void __launch_bounds__(kFusedMaxThreads, 2)
       if (i < nvec) {
         // keep_packed: convert h and the weight again rather than hold
         // their float copies across the reduction (keep_packed.cuh).
-        out_row[i] = normalise<O>(keep_packed(hv[j]), keep_packed(wv[j]),
-                                      has_weight, inv);
+        out_row[i] =
+            normalise<O>(keep_packed(hv[j]), keep_packed(wv[j]), has_weight, inv);
       }
     }
   }

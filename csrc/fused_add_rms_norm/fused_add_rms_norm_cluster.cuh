@@ -1,4 +1,5 @@
-// Fused residual-add + RMSNorm for long rows: one row per thread-block cluster. Torch-free.
+// Fused residual-add + RMSNorm for long rows: one row per thread-block cluster.
+// Torch-free.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -36,8 +37,8 @@ __device__ __forceinline__ void stage_async(V* shared_dst, const V* global_src) 
 #if OPGUIDE_HAVE_CP_ASYNC
     static_assert(sizeof(V) == 4 || sizeof(V) == 8, "cp.async moves 4, 8 or 16 bytes");
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(global_src),
-                 "n"(static_cast<int>(sizeof(V)))
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst),
+                 "l"(global_src), "n"(static_cast<int>(sizeof(V)))
                  : "memory");
 #else
     *shared_dst = *global_src;
@@ -47,9 +48,12 @@ __device__ __forceinline__ void stage_async(V* shared_dst, const V* global_src) 
 
 template <typename X, typename R, typename O, int kVec, int kThreads, int kVecs>
 __global__ void __launch_bounds__(kThreads) fused_add_rms_norm_cluster_kernel(
-    const X* __restrict__ x, R* __restrict__ residual, const X* __restrict__ weight,
-    O* __restrict__ out, float* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
-    float eps) {
+    const X* __restrict__ x,          // [rows, cols], dense
+    R* __restrict__ residual,         // [rows, cols], dense, in place
+    const X* __restrict__ weight,     // [cols], or null
+    O* __restrict__ out,              // [rows, cols], dense
+    float* __restrict__ inv_rms_out,  // [rows]
+    int64_t rows, int64_t cols, float eps) {
   using XV = Vec<X, kVec>;
   using RV = Vec<R, kVec>;
   using OV = Vec<O, kVec>;
@@ -75,7 +79,8 @@ __global__ void __launch_bounds__(kThreads) fused_add_rms_norm_cluster_kernel(
     }
   }
   copy_async_commit();
-  const XV* wv = weight == nullptr ? nullptr : reinterpret_cast<const XV*>(weight) + s.begin;
+  const XV* wv =
+      weight == nullptr ? nullptr : reinterpret_cast<const XV*>(weight) + s.begin;
   XV w[kVecs];
   if (wv != nullptr) {
 #pragma unroll
@@ -120,12 +125,12 @@ __global__ void __launch_bounds__(kThreads) fused_add_rms_norm_cluster_kernel(
           o.val[e] = from_acc<O>(to_acc(h.val[e]) * inv_rms * to_acc(wk.val[e]));
       } else {
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) o.val[e] = from_acc<O>(to_acc(h.val[e]) * inv_rms);
+        for (int e = 0; e < kVec; ++e)
+          o.val[e] = from_acc<O>(to_acc(h.val[e]) * inv_rms);
       }
       yr[i] = o;
     }
   }
 }
-// [cluster-fused-end]
 
 }  // namespace opguide

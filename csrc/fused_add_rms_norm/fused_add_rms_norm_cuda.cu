@@ -14,9 +14,9 @@
 #include <string>
 #include <type_traits>
 
-#include "fused_add_rms_norm_launch.cuh"
-#include "fused_add_rms_norm.h"
 #include "../rms_norm/rms_norm.h"
+#include "fused_add_rms_norm.h"
+#include "fused_add_rms_norm_launch.cuh"
 
 namespace opguide {
 namespace {
@@ -48,8 +48,9 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
   using cout_t = typename CudaType<out_t>::type;
   const auto* x_ptr = reinterpret_cast<const cx_t*>(x.const_data_ptr<x_t>());
   auto* r_ptr = reinterpret_cast<cres_t*>(residual.mutable_data_ptr<res_t>());
-  const auto* w_ptr =
-      weight.defined() ? reinterpret_cast<const cx_t*>(weight.const_data_ptr<x_t>()) : nullptr;
+  const auto* w_ptr = weight.defined()
+                          ? reinterpret_cast<const cx_t*>(weight.const_data_ptr<x_t>())
+                          : nullptr;
   auto* y_ptr = reinterpret_cast<cout_t*>(out.mutable_data_ptr<out_t>());
   acc_t* inv_ptr = inv_rms.mutable_data_ptr<acc_t>();
 
@@ -61,14 +62,15 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
                          aligned_to(r_ptr, kVec * sizeof(res_t)) &&
                          aligned_to(y_ptr, kVec * sizeof(out_t)) &&
                          (w_ptr == nullptr || aligned_to(w_ptr, kVec * sizeof(x_t)));
-  TORCH_CHECK(m <= INT_MAX, "fused_add_rms_norm_: at most ", std::to_string(INT_MAX), " rows, got ",
-              std::to_string(m));
+  TORCH_CHECK(m <= INT_MAX, "fused_add_rms_norm_: at most ", std::to_string(INT_MAX),
+              " rows, got ", std::to_string(m));
   if constexpr (std::is_same_v<acc_t, float>) {
     // Long rows: split over a thread-block cluster (csrc/rms_norm_long.cuh).
     cudaError_t err = cudaSuccess;
     if (launch_fused_add_rms_norm_cluster<cx_t, cres_t, cout_t, kVec>(
-            x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<float>(eps), vectorize,
-            cuda_max_cluster(), c10::cuda::getCurrentCUDAStream(), cuda_use_pdl(), &err)) {
+            x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<float>(eps),
+            vectorize, cuda_max_cluster(), c10::cuda::getCurrentCUDAStream(),
+            cuda_use_pdl(), &err)) {
       C10_CUDA_CHECK(err);
       return;
     }
@@ -82,7 +84,6 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
 
 }  // namespace
 
-// [cuda-host]
 std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cuda(
     const at::Tensor& x, at::Tensor& residual, const std::optional<at::Tensor>& weight,
     double eps, std::optional<at::ScalarType> out_dtype) {
@@ -103,27 +104,29 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cuda(
 
   const auto x_type = x.scalar_type();
   const auto out_type = out.scalar_type();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_type, "fused_add_rms_norm", [&] {
-    using x_t = scalar_t;
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out_type, "fused_add_rms_norm", [&] {
-      using out_t = scalar_t;
-      // The residual is the dtype of x or float32 (checked above).
-      if (acc_dtype == at::kDouble) {
-        launch<double, double, out_t, double>(xc, rc, wc, out, inv_rms, m, n, eps);
-      } else if (residual.scalar_type() == at::kFloat) {
-        launch<x_t, float, out_t, float>(xc, rc, wc, out, inv_rms, m, n, eps);
-      } else {
-        launch<x_t, x_t, out_t, float>(xc, rc, wc, out, inv_rms, m, n, eps);
-      }
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, x_type, "fused_add_rms_norm", [&] {
+        using x_t = scalar_t;
+        AT_DISPATCH_FLOATING_TYPES_AND2(
+            at::kHalf, at::kBFloat16, out_type, "fused_add_rms_norm", [&] {
+              using out_t = scalar_t;
+              // The residual is the dtype of x or float32 (checked above).
+              if (acc_dtype == at::kDouble) {
+                launch<double, double, out_t, double>(xc, rc, wc, out, inv_rms, m, n,
+                                                      eps);
+              } else if (residual.scalar_type() == at::kFloat) {
+                launch<x_t, float, out_t, float>(xc, rc, wc, out, inv_rms, m, n, eps);
+              } else {
+                launch<x_t, x_t, out_t, float>(xc, rc, wc, out, inv_rms, m, n, eps);
+              }
+            });
+      });
   if (!rc.is_same(residual)) residual.copy_(rc);
   return {out, inv_rms};
 }
-// [cuda-host-end]
 
 }  // namespace opguide
 
-// [cuda-register]
-TORCH_LIBRARY_IMPL(opguide, CUDA, m) { m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_cuda); }
-// [cuda-register-end]
+TORCH_LIBRARY_IMPL(opguide, CUDA, m) {
+  m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_cuda);
+}

@@ -17,14 +17,14 @@ namespace opguide {
 
 template <typename X, typename R, typename O, typename Acc, int kVec, int kRegVecs>
 cudaError_t launch_fused_vec(const X* x, R* residual, const X* weight, O* out,
-                             Acc* inv_rms, int64_t rows, int64_t cols, Acc eps, int warp_size,
-                             cudaStream_t stream, bool pdl) {
-  const FusedConfig cfg = fused_config(rows, cols, kVec, kRegVecs, warp_size, kFusedBlockThreads);
-  auto kernel = cfg.long_rows
-                    ? fused_add_rms_norm_kernel<X, R, O, Acc, kVec, 0>
-                    : fused_add_rms_norm_kernel<X, R, O, Acc, kVec, kRegVecs>;
-  return launch_kernel(kernel, cfg.grid, cfg.block, 0, stream, pdl, x, residual, weight, out,
-                             inv_rms, rows, cols, eps);
+                             Acc* inv_rms, int64_t rows, int64_t cols, Acc eps,
+                             int warp_size, cudaStream_t stream, bool pdl) {
+  const FusedConfig cfg =
+      fused_config(rows, cols, kVec, kRegVecs, warp_size, kFusedBlockThreads);
+  auto kernel = cfg.long_rows ? fused_add_rms_norm_kernel<X, R, O, Acc, kVec, 0>
+                              : fused_add_rms_norm_kernel<X, R, O, Acc, kVec, kRegVecs>;
+  return launch_kernel(kernel, cfg.grid, cfg.block, 0, stream, pdl, x, residual, weight,
+                       out, inv_rms, rows, cols, eps);
 }
 
 // Launches on `stream` and returns the launch's error; with programmatic
@@ -37,9 +37,9 @@ cudaError_t launch_fused_vec(const X* x, R* residual, const X* weight, O* out,
 // (more spill under the register cap above). warp_size is the device's (32,
 // or 64 on AMD CDNA GPUs).
 template <typename X, typename R, typename O, typename Acc>
-cudaError_t launch_fused_add_rms_norm(const X* x, R* residual, const X* weight,
-                                      O* out, Acc* inv_rms, int64_t rows, int64_t cols,
-                                      Acc eps, bool vectorize, int warp_size,
+cudaError_t launch_fused_add_rms_norm(const X* x, R* residual, const X* weight, O* out,
+                                      Acc* inv_rms, int64_t rows, int64_t cols, Acc eps,
+                                      bool vectorize, int warp_size,
                                       cudaStream_t stream, bool pdl = false) {
   constexpr int kVec = fused_vector_width<X, R, O>();
   if (vectorize) {
@@ -58,11 +58,11 @@ cudaError_t launch_fused_add_rms_norm(const X* x, R* residual, const X* weight,
       }
     }
   }
-  constexpr int kSingles = kVec >= 4 ? 4 * kFusedRegVecs : kFusedRegVecs;  // double: one
+  constexpr int kSingles =
+      kVec >= 4 ? 4 * kFusedRegVecs : kFusedRegVecs;  // double: one
   return launch_fused_vec<X, R, O, Acc, 1, kSingles>(
       x, residual, weight, out, inv_rms, rows, cols, eps, warp_size, stream, pdl);
 }
-// [launcher-end]
 
 // Launches the cluster kernel for the rows fused_cluster_plan gives to
 // clusters. Returns false, having launched nothing, for rows it does not
@@ -71,9 +71,10 @@ cudaError_t launch_fused_add_rms_norm(const X* x, R* residual, const X* weight,
 // elements, 16 bytes of the widest type (fused_vector_width).
 template <typename X, typename R, typename O, int kVec>
 bool launch_fused_add_rms_norm_cluster(const X* x, R* residual, const X* weight, O* out,
-                                       float* inv_rms, int64_t rows, int64_t cols, float eps,
-                                       bool vectorized, int max_cluster, cudaStream_t stream,
-                                       bool pdl, cudaError_t* error) {
+                                       float* inv_rms, int64_t rows, int64_t cols,
+                                       float eps, bool vectorized, int max_cluster,
+                                       cudaStream_t stream, bool pdl,
+                                       cudaError_t* error) {
   const RowClusters rc = fused_cluster_plan(rows, cols / kVec, vectorized, max_cluster);
   if (rc.cluster == 0) return false;
   constexpr int kSmall = kFusedClusterThreads, kLarge = 2 * kFusedClusterThreads;
@@ -84,8 +85,9 @@ bool launch_fused_add_rms_norm_cluster(const X* x, R* residual, const X* weight,
   // Dynamic shared memory: each thread's vectors of h and of x.
   const size_t shared = static_cast<size_t>(rc.threads) * kFusedClusterVecs *
                         (sizeof(Vec<X, kVec>) + sizeof(Vec<R, kVec>));
-  const cudaError_t err = launch_rows_in_clusters(kernel, rc, rows, shared, stream, pdl, x,
-                                                  residual, weight, out, inv_rms, rows, cols, eps);
+  const cudaError_t err =
+      launch_rows_in_clusters(kernel, rc, rows, shared, stream, pdl, x, residual,
+                              weight, out, inv_rms, rows, cols, eps);
   if (err == cudaErrorNotSupported) return false;  // the caller's kernel runs instead
   *error = err;
   return true;

@@ -50,10 +50,10 @@ inline at::ScalarType rms_norm_acc_type(at::ScalarType t) {
 // Defined in rms_norm_checks.cpp, next to check_rms_norm_args.
 void check_rms_norm_backward_args(const at::Tensor& grad_y, const at::Tensor& x,
                                   const at::Tensor& weight, const at::Tensor& inv_rms);
-// [backward-contract-end]
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
-                                                    const at::Tensor& weight, double eps);
+                                                    const at::Tensor& weight,
+                                                    double eps);
 std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_y,
                                                          const at::Tensor& x,
                                                          const at::Tensor& weight,

@@ -23,30 +23,30 @@ using Pair = std::tuple<at::Tensor, at::Tensor>;
 // dispatcher (not a kernel function directly) keeps every other layer:
 // the device's kernel, the fake kernel under torch.compile, DTensor's rules.
 Pair call_fwd(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("opguide::rms_norm_fwd", "")
-                             .typed<Pair(const at::Tensor&, const at::Tensor&, double)>();
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("opguide::rms_norm_fwd", "")
+          .typed<Pair(const at::Tensor&, const at::Tensor&, double)>();
   return op.call(x, weight, eps);
 }
 
 at::Tensor call_inference(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("opguide::rms_norm", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("opguide::rms_norm", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   return op.call(x, weight, eps);
 }
 
-Pair call_backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& weight,
-                   const at::Tensor& inv_rms) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("opguide::rms_norm_backward", "")
-          .typed<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                      const at::Tensor&)>();
+Pair call_backward(const at::Tensor& grad_y, const at::Tensor& x,
+                   const at::Tensor& weight, const at::Tensor& inv_rms) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("opguide::rms_norm_backward", "")
+                             .typed<Pair(const at::Tensor&, const at::Tensor&,
+                                         const at::Tensor&, const at::Tensor&)>();
   return op.call(grad_y, x, weight, inv_rms);
 }
 
-// [autograd-function]
 // forward runs below autograd (Function::apply sees to it) and saves what
 // backward needs: x and weight (by reference, not copied) and one float per
 // row. backward returns one gradient per input of forward: x, weight, eps.
@@ -70,14 +70,13 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
             ctx->needs_input_grad(1) ? grad_weight : at::Tensor(), at::Tensor()};
   }
 };
-// [autograd-function-end]
 
 // [autograd-rms-norm]
 // opguide::rms_norm with gradients: the training forward, so that backward
 // reuses inv_rms. Only y is returned; inv_rms stays saved for backward.
 struct RmsNormWithGrad : torch::autograd::Function<RmsNormWithGrad> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            double eps) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& weight, double eps) {
     auto [y, inv_rms] = call_fwd(x, weight, eps);
     ctx->save_for_backward({x, weight, inv_rms});
     return y;
@@ -97,7 +96,6 @@ bool needs_grad(const at::Tensor& x, const at::Tensor& weight) {
   return at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
 }
 
-// [autograd-kernels]
 // opguide::rms_norm_fwd: the training forward, (y, inv_rms).
 Pair rms_norm_fwd_autograd(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (!needs_grad(x, weight)) {
@@ -110,21 +108,19 @@ Pair rms_norm_fwd_autograd(const at::Tensor& x, const at::Tensor& weight, double
 
 // opguide::rms_norm: without gradients, the inference kernel (no inv_rms is
 // written); with them, the training forward, so that backward reuses inv_rms.
-at::Tensor rms_norm_autograd(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm_autograd(const at::Tensor& x, const at::Tensor& weight,
+                             double eps) {
   if (!needs_grad(x, weight)) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return call_inference(x, weight, eps);
   }
   return RmsNormWithGrad::apply(x, weight, eps);
 }
-// [autograd-kernels-end]
 
 }  // namespace
 }  // namespace opguide
 
-// [autograd-registration]
 TORCH_LIBRARY_IMPL(opguide, Autograd, m) {
   m.impl("rms_norm", &opguide::rms_norm_autograd);
   m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_autograd);
 }
-// [autograd-registration-end]

@@ -50,7 +50,6 @@ __device__ __forceinline__ void load_row_slice(const Vec<T, kVec>* row, int64_t 
   }
 }
 
-// [backward-row]
 // The arithmetic of one row that every backward kernel shares, over the
 // `count` vectors of the row that this thread's slice holds (vector k of the
 // slice is vector threadIdx.x + k * blockDim.x).
@@ -73,7 +72,8 @@ __device__ __forceinline__ void start_slice(const Vec<T, kVec>* wv, int64_t coun
 // copy_slice_async queues the copies of a row slice (gr, xr: its first
 // vectors); read_stage reads a stage back into registers.
 template <typename T, int kVec, int kRegVecs>
-__device__ __forceinline__ void copy_slice_async(const Vec<T, kVec>* gr, const Vec<T, kVec>* xr,
+__device__ __forceinline__ void copy_slice_async(const Vec<T, kVec>* gr,
+                                                 const Vec<T, kVec>* xr,
                                                  Vec<T, kVec>* dst, int64_t count) {
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
@@ -86,7 +86,8 @@ __device__ __forceinline__ void copy_slice_async(const Vec<T, kVec>* gr, const V
 }
 
 template <typename T, int kVec, int kRegVecs>
-__device__ __forceinline__ void read_stage(const Vec<T, kVec>* src, Vec<T, kVec> (&g)[kRegVecs],
+__device__ __forceinline__ void read_stage(const Vec<T, kVec>* src,
+                                           Vec<T, kVec> (&g)[kRegVecs],
                                            Vec<T, kVec> (&xv)[kRegVecs]) {
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
@@ -97,10 +98,9 @@ __device__ __forceinline__ void read_stage(const Vec<T, kVec>* src, Vec<T, kVec>
 
 // row_dot: this thread's part of sum_k(g_k * w_k * x_k).
 template <typename T, int kVec, int kRegVecs>
-__device__ __forceinline__ typename AccType<T>::type row_dot(const Vec<T, kVec> (&g)[kRegVecs],
-                                                             const Vec<T, kVec> (&w)[kRegVecs],
-                                                             const Vec<T, kVec> (&xv)[kRegVecs],
-                                                             int64_t count) {
+__device__ __forceinline__ typename AccType<T>::type row_dot(
+    const Vec<T, kVec> (&g)[kRegVecs], const Vec<T, kVec> (&w)[kRegVecs],
+    const Vec<T, kVec> (&xv)[kRegVecs], int64_t count) {
   typename AccType<T>::type dot = 0;
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
@@ -119,8 +119,8 @@ __device__ __forceinline__ typename AccType<T>::type row_dot(const Vec<T, kVec> 
 template <typename T, int kVec, int kRegVecs, typename Acc>
 __device__ __forceinline__ void store_grad_x(const Vec<T, kVec> (&g)[kRegVecs],
                                              const Vec<T, kVec> (&w)[kRegVecs],
-                                             const Vec<T, kVec> (&xv)[kRegVecs], Acc r, Acc c,
-                                             int64_t count, Vec<T, kVec>* dxr,
+                                             const Vec<T, kVec> (&xv)[kRegVecs], Acc r,
+                                             Acc c, int64_t count, Vec<T, kVec>* dxr,
                                              Acc (&dw)[kRegVecs][kVec]) {
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
@@ -138,9 +138,7 @@ __device__ __forceinline__ void store_grad_x(const Vec<T, kVec> (&g)[kRegVecs],
     }
   }
 }
-// [backward-row-end]
 
-// [partial-grad-w]
 // Writes the block's partial grad_w row from each thread's register sums
 // dw[k][e] (element e of its vector k of the row). Thread x of every row
 // slot holds sums for the same columns, so the slots are added: slots
@@ -152,7 +150,8 @@ __device__ __forceinline__ void store_grad_x(const Vec<T, kVec> (&g)[kRegVecs],
 // Every thread of the block must call it.
 template <int kVec, int kRegVecs, typename Acc>
 __device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][kVec],
-                                                     int64_t nvec, Acc* partial, Acc* shared) {
+                                                     int64_t nvec, Acc* partial,
+                                                     Acc* shared) {
   const int slots = static_cast<int>(blockDim.y);
   for (int slot = slots - 1; slot >= 1; --slot) {
     if (static_cast<int>(threadIdx.y) == slot) {
@@ -182,13 +181,16 @@ __device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][k
     }
   }
 }
-// [partial-grad-w-end]
 
 template <typename T, int kVec, int kRegVecs>
 __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
-    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
-    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
-    typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+    const T* __restrict__ grad_y,                            // [rows, cols], dense
+    const T* __restrict__ x,                                 // [rows, cols], dense
+    const T* __restrict__ weight,                            // [cols]
+    const typename AccType<T>::type* __restrict__ inv_rms,   // [rows]
+    T* __restrict__ grad_x,                                  // [rows, cols], dense
+    typename AccType<T>::type* __restrict__ grad_w_partial,  // [blocks, cols]
+    int64_t rows, int64_t cols) {
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
   // Two buffers: iteration i reduces in shared[i % 2], so a fast warp that
@@ -222,8 +224,10 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
     // The next row's loads go out now and arrive while this row is reduced.
     V g_next[kRegVecs], x_next[kRegVecs];
     if (row + stride < rows) {
-      load_row_slice(reinterpret_cast<const V*>(grad_y + (row + stride) * cols), nvec, g_next);
-      load_row_slice(reinterpret_cast<const V*>(x + (row + stride) * cols), nvec, x_next);
+      load_row_slice(reinterpret_cast<const V*>(grad_y + (row + stride) * cols), nvec,
+                     g_next);
+      load_row_slice(reinterpret_cast<const V*>(x + (row + stride) * cols), nvec,
+                     x_next);
     }
     dot = row_sum(dot, shared[parity]);
     if (active) {
@@ -238,7 +242,8 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
   }
 
   // The block's partial grad_w row: the slots' sums added in slot order.
-  store_partial_grad_w<kVec>(dw, nvec, grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
+  store_partial_grad_w<kVec>(dw, nvec,
+                             grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
                              reinterpret_cast<Acc*>(dynamic_shared));
 }
 
@@ -253,9 +258,13 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
 // laid out so that neighbouring threads read neighbouring 16-byte vectors.
 template <typename T, int kVec, int kRegVecs>
 __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_pipelined_kernel(
-    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
-    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
-    typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+    const T* __restrict__ grad_y,                            // [rows, cols], dense
+    const T* __restrict__ x,                                 // [rows, cols], dense
+    const T* __restrict__ weight,                            // [cols]
+    const typename AccType<T>::type* __restrict__ inv_rms,   // [rows]
+    T* __restrict__ grad_x,                                  // [rows, cols], dense
+    typename AccType<T>::type* __restrict__ grad_w_partial,  // [blocks, cols]
+    int64_t rows, int64_t cols) {
   constexpr int kStages = kBwdStages;
   static_assert(kStages >= 2, "a pipeline needs two stages or more");
   using Acc = typename AccType<T>::type;
@@ -268,7 +277,8 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_pipelined
   const V* wv = reinterpret_cast<const V*>(weight);
   // This thread's vector k of tensor t (0: g, 1: x) in stage s.
   V* const buffers = reinterpret_cast<V*>(dynamic_shared);
-  const int per_stage = static_cast<int>(blockDim.y) * 2 * kRegVecs * static_cast<int>(blockDim.x);
+  const int per_stage =
+      static_cast<int>(blockDim.y) * 2 * kRegVecs * static_cast<int>(blockDim.x);
   V* const mine = buffers + threadIdx.y * 2 * kRegVecs * blockDim.x + threadIdx.x;
 
   V w[kRegVecs];
@@ -319,16 +329,18 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_pipelined
   copy_async_wait<0>();
   __syncthreads();
 
-  store_partial_grad_w<kVec>(dw, nvec, grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
+  store_partial_grad_w<kVec>(dw, nvec,
+                             grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
                              reinterpret_cast<Acc*>(dynamic_shared));
 }
 // [pipelined-backward-kernel-end]
 
-
 template <typename T>
-__global__ void __launch_bounds__(kGradWCols * kGradWLanes) rms_norm_backward_grad_w_kernel(
-    const typename AccType<T>::type* __restrict__ partial, int64_t parts, int64_t cols,
-    T* __restrict__ grad_w) {
+__global__ void __launch_bounds__(kGradWCols* kGradWLanes)
+    rms_norm_backward_grad_w_kernel(
+        const typename AccType<T>::type* __restrict__ partial,  // [parts, cols]
+        int64_t parts, int64_t cols,
+        T* __restrict__ grad_w) {  // [cols]
   using Acc = typename AccType<T>::type;
   __shared__ Acc sums[kGradWLanes][kGradWCols + 1];
   wait_for_previous_grid();  // the partials are the previous kernel's output

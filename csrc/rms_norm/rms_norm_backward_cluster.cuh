@@ -20,7 +20,6 @@
 
 namespace opguide {
 
-// [cluster-backward]
 // Backward: cluster c takes rows c, c + C, c + 2C, ... (C clusters, as many
 // as fit on the GPU at once), each block the same slice of every row. A
 // thread keeps its slice of the weight and of grad_w in registers across all
@@ -40,10 +39,15 @@ namespace opguide {
 template <typename T, int kVec, int kRegVecs, int kThreads = kClusterThreads,
           int kStages = cluster_backward_stages(kRegVecs), int kMinBlocks = 1,
           bool kAhead = true>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) rms_norm_backward_cluster_kernel(
-    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
-    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
-    typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    rms_norm_backward_cluster_kernel(
+        const T* __restrict__ grad_y,                            // [rows, cols], dense
+        const T* __restrict__ x,                                 // [rows, cols], dense
+        const T* __restrict__ weight,                            // [cols]
+        const typename AccType<T>::type* __restrict__ inv_rms,   // [rows]
+        T* __restrict__ grad_x,                                  // [rows, cols], dense
+        typename AccType<T>::type* __restrict__ grad_w_partial,  // [clusters, cols]
+        int64_t rows, int64_t cols) {
   static_assert(kStages >= (kAhead ? 3 : 2), "too few stages for the pipeline");
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
@@ -97,8 +101,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rms_norm_backward_cluste
       V g[kRegVecs], xv[kRegVecs];
       read_stage(mine + stage * per_stage, g, xv);
       const Acc c = dot * r * r * r / static_cast<Acc>(cols);
-      store_grad_x(g, w, xv, r, c, s.count, reinterpret_cast<V*>(grad_x + row * cols) + s.begin,
-                   dw);
+      store_grad_x(g, w, xv, r, c, s.count,
+                   reinterpret_cast<V*>(grad_x + row * cols) + s.begin, dw);
     }
   } else {
     Acc r_next = first_row < rows ? inv_rms[first_row] : Acc(0);
@@ -115,12 +119,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rms_norm_backward_cluste
       Acc dot = row_dot(g, w, xv, s.count);
       dot = push_sum(dot, push, iteration);
       const Acc c = dot * r * r * r / static_cast<Acc>(cols);
-      store_grad_x(g, w, xv, r, c, s.count, reinterpret_cast<V*>(grad_x + row * cols) + s.begin,
-                   dw);
+      store_grad_x(g, w, xv, r, c, s.count,
+                   reinterpret_cast<V*>(grad_x + row * cols) + s.begin, dw);
     }
   }
   copy_async_wait<0>();
-  Acc* partial = grad_w_partial + (first_row < clusters ? first_row : 0) * cols + s.begin * kVec;
+  Acc* partial =
+      grad_w_partial + (first_row < clusters ? first_row : 0) * cols + s.begin * kVec;
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
@@ -132,6 +137,5 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) rms_norm_backward_cluste
     }
   }
 }
-// [cluster-backward-end]
 
 }  // namespace opguide

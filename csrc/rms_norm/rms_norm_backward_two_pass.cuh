@@ -1,4 +1,5 @@
-// RMSNorm backward for any row: two passes over each row, grad_w by column strips. Torch-free.
+// RMSNorm backward for any row: two passes over each row, grad_w by column strips.
+// Torch-free.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -18,15 +19,17 @@
 
 namespace opguide {
 
-// [two-pass-backward]
 // The backward with no condition: one block per row (grid-stride), one
 // element per access. Pass 1 sums g * w * x over the row, pass 2 writes
 // grad_x. grad_w is left to rms_norm_backward_grad_w_columns_kernel.
 template <typename T>
 __global__ void __launch_bounds__(1024) rms_norm_backward_rows_kernel(
-    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
-    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x, int64_t rows,
-    int64_t cols) {
+    const T* __restrict__ grad_y,                           // [rows, cols], dense
+    const T* __restrict__ x,                                // [rows, cols], dense
+    const T* __restrict__ weight,                           // [cols]
+    const typename AccType<T>::type* __restrict__ inv_rms,  // [rows]
+    T* __restrict__ grad_x,                                 // [rows, cols], dense
+    int64_t rows, int64_t cols) {
   using Acc = typename AccType<T>::type;
   __shared__ Acc shared[2][kMaxWarpsPerBlock];
   wait_for_previous_grid();
@@ -52,9 +55,11 @@ __global__ void __launch_bounds__(1024) rms_norm_backward_rows_kernel(
 // row p of `partial`. Neighbouring threads read neighbouring columns.
 template <typename T>
 __global__ void __launch_bounds__(256) rms_norm_backward_grad_w_columns_kernel(
-    const T* __restrict__ grad_y, const T* __restrict__ x,
-    const typename AccType<T>::type* __restrict__ inv_rms,
-    typename AccType<T>::type* __restrict__ partial, int64_t rows, int64_t cols) {
+    const T* __restrict__ grad_y,                           // [rows, cols], dense
+    const T* __restrict__ x,                                // [rows, cols], dense
+    const typename AccType<T>::type* __restrict__ inv_rms,  // [rows]
+    typename AccType<T>::type* __restrict__ partial,        // [gridDim.y, cols]
+    int64_t rows, int64_t cols) {
   using Acc = typename AccType<T>::type;
   wait_for_previous_grid();
   allow_next_grid();
@@ -65,6 +70,5 @@ __global__ void __launch_bounds__(256) rms_norm_backward_grad_w_columns_kernel(
     sum += to_acc(grad_y[row * cols + j]) * to_acc(x[row * cols + j]) * inv_rms[row];
   partial[static_cast<int64_t>(blockIdx.y) * cols + j] = sum;
 }
-// [two-pass-backward-end]
 
 }  // namespace opguide

@@ -91,9 +91,9 @@ enum class BackwardKernel {
 
 // A backward plan: the kernel and its launch shape.
 struct BackwardConfig {
-  dim3 block;           // (threads per row, row slots per block)
-  int64_t blocks;       // also the number of partial grad_w rows; 0: does not fit
-  size_t shared_bytes;  // dynamic shared memory per block
+  dim3 block;               // (threads per row, row slots per block)
+  int64_t blocks;           // also the number of partial grad_w rows; 0: does not fit
+  size_t shared_bytes = 0;  // dynamic shared memory per block
   BackwardKernel kernel = BackwardKernel::kRegisters;
   int cluster = 0;   // blocks per cluster (cluster kernels)
   int64_t grid = 0;  // blocks of the first kernel (cluster and two-pass kernels)

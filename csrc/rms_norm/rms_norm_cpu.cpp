@@ -25,7 +25,6 @@
 namespace opguide {
 namespace {
 
-// [huge-pages]
 // A fresh output of many MiB comes straight from the operating system
 // (glibc's malloc maps allocations this large), and the first write to each
 // 4 KiB page traps into the kernel, which zeroes and maps it: for a 64 MiB
@@ -45,8 +44,8 @@ struct HugePageAllocator final : c10::Allocator {
     void* p = nullptr;
     if (nbytes > 0) {
       const int failed = posix_memalign(&p, kHugePage, nbytes);
-      TORCH_CHECK(!failed, "rms_norm_cpu: out of memory allocating ", std::to_string(nbytes),
-                  " bytes");
+      TORCH_CHECK(!failed, "rms_norm_cpu: out of memory allocating ",
+                  std::to_string(nbytes), " bytes");
       // Only advice: where THP is "never" the pages are ordinary ones.
       (void)madvise(p, nbytes, MADV_HUGEPAGE);
     }
@@ -72,11 +71,9 @@ at::Tensor empty_output(const at::Tensor& x) {
 #endif
   return at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
 }
-// [huge-pages-end]
 
 }  // namespace
 
-// [cpu-host]
 // Writes y (and inv_rms when it is defined) for x and weight. y must be a
 // contiguous tensor of the shape and dtype of x.
 void rms_norm_cpu_kernel(const at::Tensor& x, const at::Tensor& weight, double eps,
@@ -100,7 +97,8 @@ void rms_norm_cpu_kernel(const at::Tensor& x, const at::Tensor& weight, double e
         scalar_t* y_ptr = y.mutable_data_ptr<scalar_t>();
         acc_t* r_ptr = inv_rms.defined() ? inv_rms.mutable_data_ptr<acc_t>() : nullptr;
         at::parallel_for(0, m, grain_rows, [&](int64_t begin, int64_t end) {
-          rms_norm_rows<scalar_t, acc_t>(x_ptr, w_ptr, y_ptr, r_ptr, begin, end, n, eps);
+          rms_norm_rows<scalar_t, acc_t>(x_ptr, w_ptr, y_ptr, r_ptr, begin, end, n,
+                                         eps);
         });
       });
 }
@@ -114,7 +112,8 @@ at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double ep
 }
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
-                                                    const at::Tensor& weight, double eps) {
+                                                    const at::Tensor& weight,
+                                                    double eps) {
   check_rms_norm_args(x, weight, eps);
   // One statistic per row, in the accumulation type: shape x.shape[:-1].
   at::Tensor inv_rms = at::empty(x.sizes().slice(0, x.dim() - 1),
@@ -129,9 +128,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
 
 }  // namespace opguide
 
-// [cpu-register]
 TORCH_LIBRARY_IMPL(opguide, CPU, m) {
   m.impl("rms_norm", &opguide::rms_norm_cpu);
   m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_cpu);
 }
-// [cpu-register-end]

@@ -13,7 +13,8 @@ namespace opguide {
 // a second time for AVX2 (8 floats) and the loader picks the copy that the
 // CPU running it supports. Elsewhere (and with Clang, which does not accept
 // it on templates) the attribute is left out.
-#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && \
+    !defined(__clang__)
 #define OPGUIDE_CPU_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define OPGUIDE_CPU_CLONES
@@ -56,7 +57,7 @@ OPGUIDE_CPU_CLONES void rms_norm_rows(const T* x,       // [rows, cols], dense
     // The row was just read, so this second loop reads it from L1/L2, not DRAM.
     for (int64_t j = 0; j < cols; ++j) {
       yr[j] = static_cast<T>(static_cast<Acc>(xr[j]) * inv_row *
-                                    static_cast<Acc>(weight[j]));
+                             static_cast<Acc>(weight[j]));
     }
   }
 }

@@ -1,7 +1,7 @@
-// RMSNorm forward, device code (the backward: rms_norm_backward.cuh). Torch-free on purpose: this header compiles
-// alone with nvcc, and with hipcc after torch's hipify, so both toolchains can
-// check it on a machine without a GPU. The host wrapper (rms_norm_cuda.cu)
-// holds everything that needs torch.
+// RMSNorm forward, device code (the backward: rms_norm_backward.cuh). Torch-free on
+// purpose: this header compiles alone with nvcc, and with hipcc after torch's hipify,
+// so both toolchains can check it on a machine without a GPU. The host wrapper
+// (rms_norm_cuda.cu) holds everything that needs torch.
 //
 // Layout: x is M rows of N elements; row r starts at x + r * x_row_stride and
 // its elements are contiguous. y is dense (M, N). weight is dense (N,).
@@ -36,9 +36,11 @@ namespace opguide {
 // compiled out, which leaves the common case with fewer registers.
 template <typename T, int kVec, int kRegVecs, bool kLongRows>
 __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
-    const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
-    typename AccType<T>::type* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
-    int64_t x_row_stride, float eps) {
+    const T* __restrict__ x,       // [rows, cols], row r at x + r * x_row_stride
+    const T* __restrict__ weight,  // [cols]
+    T* __restrict__ y,             // [rows, cols], dense
+    typename AccType<T>::type* __restrict__ inv_rms_out,  // [rows], or null
+    int64_t rows, int64_t cols, int64_t x_row_stride, float eps) {
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
   __shared__ Acc shared[kMaxWarpsPerBlock];
@@ -93,7 +95,8 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
 
   sum_sq = row_sum(sum_sq, shared);
   if (!active) return;
-  const Acc inv_rms = Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
+  const Acc inv_rms =
+      Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
   // rms_norm_fwd keeps the statistic for the backward pass; rms_norm does not.
   if (inv_rms_out != nullptr && threadIdx.x == 0) inv_rms_out[row] = inv_rms;
 
@@ -111,8 +114,8 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
     }
   }
   if constexpr (kLongRows) {
-    for (int64_t i = threadIdx.x + static_cast<int64_t>(kRegVecs) * blockDim.x; i < nvec;
-         i += blockDim.x) {
+    for (int64_t i = threadIdx.x + static_cast<int64_t>(kRegVecs) * blockDim.x;
+         i < nvec; i += blockDim.x) {
       const V v = xr[i];
       const V w = wv[i];
       V out;

@@ -19,7 +19,6 @@
 
 namespace opguide {
 
-// [cluster-forward]
 // Forward: one row per cluster of C blocks, block k of the cluster taking
 // slice k of the row. Each thread copies its kVecs vectors of the slice into
 // shared memory with cp.async and loads its vectors of the weight into
@@ -34,9 +33,11 @@ namespace opguide {
 // tools/sweep_rms_norm_forward_cluster.cu).
 template <typename T, int kVec, int kThreads, int kVecs>
 __global__ void __launch_bounds__(kThreads) rms_norm_forward_cluster_kernel(
-    const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
-    typename AccType<T>::type* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
-    int64_t x_row_stride, float eps) {
+    const T* __restrict__ x,       // [rows, cols], row r at x + r * x_row_stride
+    const T* __restrict__ weight,  // [cols]
+    T* __restrict__ y,             // [rows, cols], dense
+    typename AccType<T>::type* __restrict__ inv_rms_out,  // [rows], or null
+    int64_t rows, int64_t cols, int64_t x_row_stride, float eps) {
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
   constexpr int kWarps = kThreads / kWarpSize;
@@ -76,7 +77,8 @@ __global__ void __launch_bounds__(kThreads) rms_norm_forward_cluster_kernel(
     }
   }
   sum_sq = push_sum(sum_sq, push, 0);
-  const Acc inv_rms = Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
+  const Acc inv_rms =
+      Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
   if (inv_rms_out != nullptr && cluster_rank() == 0 && threadIdx.x == 0)
     inv_rms_out[row] = inv_rms;
   V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
@@ -94,6 +96,5 @@ __global__ void __launch_bounds__(kThreads) rms_norm_forward_cluster_kernel(
     }
   }
 }
-// [cluster-forward-end]
 
 }  // namespace opguide

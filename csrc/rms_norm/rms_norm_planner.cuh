@@ -29,8 +29,8 @@ struct LaunchConfig {
 // need less than a warp get a power of two of threads each, and a block of
 // 256 threads holds as many rows as fit (rows of 256 bfloat16 elements: 8
 // threads each, 32 rows per block; step 11, "Every row length").
-inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec, int warp_size,
-                                            int reg_vecs) {
+inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec,
+                                            int warp_size, int reg_vecs) {
   const int64_t nvec = (cols + vec - 1) / vec;
   int64_t per_row = (nvec + reg_vecs - 1) / reg_vecs;
   int64_t rows_per_block;
@@ -45,7 +45,8 @@ inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec,
     rows_per_block = per_row <= 64 ? 2 : 1;
   }
   LaunchConfig cfg;
-  cfg.block = dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
+  cfg.block =
+      dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
   cfg.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
   cfg.long_rows = nvec > per_row * reg_vecs;
   return cfg;
@@ -57,7 +58,8 @@ inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec,
 // tools/sweep_rms_norm_narrow.cu times other counts.
 template <typename T, int kVec>
 constexpr int forward_reg_vecs() {
-  constexpr int same_bytes = kForwardRegVecs * (16 / static_cast<int>(sizeof(T))) / kVec;
+  constexpr int same_bytes =
+      kForwardRegVecs * (16 / static_cast<int>(sizeof(T))) / kVec;
   return same_bytes < 8 ? same_bytes : 8;
 }
 
@@ -67,9 +69,12 @@ constexpr int forward_reg_vecs() {
 // vectors and fewer, double rows, and rows that are not wide take it, as
 // does every row when `max_cluster` (0 without clusters) rules clusters out.
 template <typename T>
-RowClusters rms_norm_forward_clusters(bool wide, int64_t rows, int64_t nvec, int max_cluster) {
-  if (sizeof(T) > 4 || !wide || rows <= 0 || nvec <= kClusterForwardMinVecs) return {0, 0};
-  return row_clusters(nvec, rows, max_cluster, kClusterForwardThreads, kClusterForwardVecs);
+RowClusters rms_norm_forward_clusters(bool wide, int64_t rows, int64_t nvec,
+                                      int max_cluster) {
+  if (sizeof(T) > 4 || !wide || rows <= 0 || nvec <= kClusterForwardMinVecs)
+    return {0, 0};
+  return row_clusters(nvec, rows, max_cluster, kClusterForwardThreads,
+                      kClusterForwardVecs);
 }
 
 // [vector-width]
@@ -99,7 +104,8 @@ inline dim3 backward_block(int64_t nvec, int regs, int warp_size, int min_thread
   int64_t per_row = (nvec + regs - 1) / regs;
   per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
   int64_t slots = 1;
-  while (per_row * slots * 2 <= min_threads && per_row * slots * 2 <= kBwdMaxThreads) slots *= 2;
+  while (per_row * slots * 2 <= min_threads && per_row * slots * 2 <= kBwdMaxThreads)
+    slots *= 2;
   return dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(slots));
 }
 
@@ -123,8 +129,9 @@ BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp
   cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
   const int64_t slots = cfg.block.y;
   cfg.shared_bytes = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
-  const int per_sm = blocks_per_sm(rms_norm_backward_kernel<T, kVec, kRegs>,
-                                   static_cast<int>(cfg.block.x * cfg.block.y), cfg.shared_bytes);
+  const int per_sm =
+      blocks_per_sm(rms_norm_backward_kernel<T, kVec, kRegs>,
+                    static_cast<int>(cfg.block.x * cfg.block.y), cfg.shared_bytes);
   cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
   return cfg;
 }
@@ -134,8 +141,9 @@ BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp
 // memory. Past 48 KiB (static and dynamic together) a kernel must be allowed
 // more shared memory before it is launched, which this does.
 template <typename T, int kRegs>
-BackwardConfig rms_norm_backward_pipelined_config(int64_t rows, int64_t cols, int warp_size,
-                                                  int sm_count, size_t max_shared_bytes) {
+BackwardConfig rms_norm_backward_pipelined_config(int64_t rows, int64_t cols,
+                                                  int warp_size, int sm_count,
+                                                  size_t max_shared_bytes) {
   constexpr int kVec = 16 / sizeof(T);
   using Acc = typename AccType<T>::type;
   auto kernel = rms_norm_backward_pipelined_kernel<T, kVec, kRegs>;
@@ -153,7 +161,8 @@ BackwardConfig rms_norm_backward_pipelined_config(int64_t rows, int64_t cols, in
     cfg.blocks = 0;  // more than one block may have on this GPU
     return cfg;
   }
-  if (cfg.shared_bytes + static_bytes > 48 * 1024) allow_shared_bytes(kernel, cfg.shared_bytes);
+  if (cfg.shared_bytes + static_bytes > 48 * 1024)
+    allow_shared_bytes(kernel, cfg.shared_bytes);
   const int per_sm = blocks_per_sm(kernel, static_cast<int>(threads), cfg.shared_bytes);
   cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
   return cfg;
@@ -163,15 +172,14 @@ BackwardConfig rms_norm_backward_pipelined_config(int64_t rows, int64_t cols, in
 // kernel when its stages fit in `max_shared_bytes` (the most shared memory a
 // block may have), the register-prefetch kernel otherwise.
 template <typename T>
-BackwardConfig rms_norm_backward_config(int64_t rows, int64_t cols, int warp_size, int sm_count,
-                                        size_t max_shared_bytes) {
+BackwardConfig rms_norm_backward_config(int64_t rows, int64_t cols, int warp_size,
+                                        int sm_count, size_t max_shared_bytes) {
   const int64_t nvec = cols / (16 / static_cast<int64_t>(sizeof(T)));
   const BackwardConfig cfg =
-      nvec > kBwdWideRow
-          ? rms_norm_backward_pipelined_config<T, 4>(rows, cols, warp_size, sm_count,
-                                                     max_shared_bytes)
-          : rms_norm_backward_pipelined_config<T, 2>(rows, cols, warp_size, sm_count,
-                                                     max_shared_bytes);
+      nvec > kBwdWideRow ? rms_norm_backward_pipelined_config<T, 4>(
+                               rows, cols, warp_size, sm_count, max_shared_bytes)
+                         : rms_norm_backward_pipelined_config<T, 2>(
+                               rows, cols, warp_size, sm_count, max_shared_bytes);
   if (cfg.blocks > 0) return cfg;
   BackwardConfig fallback = rms_norm_backward_config_for<T, kBwdRegVecs>(
       rows, cols, warp_size, sm_count, kBwdMinThreads);
@@ -211,8 +219,8 @@ BackwardConfig narrow_backward_config(int64_t rows, int64_t cols, int aligned_by
 // of partial grad_w rows to allocate.
 template <typename T>
 BackwardConfig rms_norm_backward_plan(int64_t rows, int64_t cols, int aligned_bytes,
-                                      int warp_size, int sm_count, size_t max_shared_bytes,
-                                      int max_cluster) {
+                                      int warp_size, int sm_count,
+                                      size_t max_shared_bytes, int max_cluster) {
   constexpr int kVec = 16 / sizeof(T);
   using Acc = typename AccType<T>::type;
   const int64_t nvec = cols / kVec;
@@ -220,25 +228,30 @@ BackwardConfig rms_norm_backward_plan(int64_t rows, int64_t cols, int aligned_by
   if (wide && nvec <= static_cast<int64_t>(kBwdMaxThreads) * 4) {
     BackwardConfig cfg =
         rms_norm_backward_config<T>(rows, cols, warp_size, sm_count, max_shared_bytes);
-    if (cfg.kernel != BackwardKernel::kRegisters || nvec <= static_cast<int64_t>(kBwdMaxThreads) * kBwdRegVecs) return cfg;
+    if (cfg.kernel != BackwardKernel::kRegisters ||
+        nvec <= static_cast<int64_t>(kBwdMaxThreads) * kBwdRegVecs)
+      return cfg;
   }
   if (!wide && rows > 0) {
     BackwardConfig narrow =
         narrow_backward_config<T, 8>(rows, cols, aligned_bytes, warp_size, sm_count);
     if (narrow.blocks == 0)
-      narrow = narrow_backward_config<T, 4>(rows, cols, aligned_bytes, warp_size, sm_count);
+      narrow =
+          narrow_backward_config<T, 4>(rows, cols, aligned_bytes, warp_size, sm_count);
     if (narrow.blocks == 0)
-      narrow = narrow_backward_config<T, 2>(rows, cols, aligned_bytes, warp_size, sm_count);
+      narrow =
+          narrow_backward_config<T, 2>(rows, cols, aligned_bytes, warp_size, sm_count);
     if (narrow.blocks > 0) return narrow;
   }
   BackwardConfig cfg;
   // Clusters of blocks with two vectors per thread, or with four when a row
   // is too long for that.
   const auto try_clusters = [&](auto kernel, int reg_vecs, BackwardKernel kernel_id) {
-    const int cluster = wide ? cluster_size_for(nvec, max_cluster, kClusterThreads, reg_vecs) : 0;
+    const int cluster =
+        wide ? cluster_size_for(nvec, max_cluster, kClusterThreads, reg_vecs) : 0;
     if (cluster == 0) return false;
-    const size_t shared = static_cast<size_t>(cluster_backward_stages(reg_vecs)) * 2 * reg_vecs *
-                          kClusterThreads * 16;
+    const size_t shared = static_cast<size_t>(cluster_backward_stages(reg_vecs)) * 2 *
+                          reg_vecs * kClusterThreads * 16;
     const size_t static_bytes = sizeof(PushSlots<Acc, kClusterThreads / kWarpSize, 4>);
     if (shared + static_bytes > max_shared_bytes) return false;
     allow_shared_bytes(kernel, shared);
@@ -255,8 +268,9 @@ BackwardConfig rms_norm_backward_plan(int64_t rows, int64_t cols, int aligned_by
   };
   if (try_clusters(rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecs>,
                    kClusterBackwardRegVecs, BackwardKernel::kCluster) ||
-      try_clusters(rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecsLong>,
-                   kClusterBackwardRegVecsLong, BackwardKernel::kClusterLong)) {
+      try_clusters(
+          rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecsLong>,
+          kClusterBackwardRegVecsLong, BackwardKernel::kClusterLong)) {
     return cfg;
   }
   // Two passes: a block per row, a few blocks per SM; grad_w over strips of
