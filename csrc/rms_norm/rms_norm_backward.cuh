@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
 }
 
 // [pipelined-backward-kernel]
-// The same backward with a deeper pipeline: each row slot keeps kBwdStages rows
+// The same backward with a deeper pipeline: each row slot keeps kStages rows
 // of g and x in shared memory and has the next kStages - 1 rows' copies in
 // flight while it computes one (cp.async, above). Each thread copies only the
 // vectors it later reads itself, so waiting for its own copies is enough; no
@@ -256,16 +256,18 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
 // grad_w sums, as in the kernel above.
 // Shared memory: kStages x slots x 2 tensors x kRegVecs x blockDim.x vectors,
 // laid out so that neighbouring threads read neighbouring 16-byte vectors.
-template <typename T, int kVec, int kRegVecs>
-__global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_pipelined_kernel(
-    const T* __restrict__ grad_y,                            // [rows, cols], dense
-    const T* __restrict__ x,                                 // [rows, cols], dense
-    const T* __restrict__ weight,                            // [cols]
-    const typename AccType<T>::type* __restrict__ inv_rms,   // [rows]
-    T* __restrict__ grad_x,                                  // [rows, cols], dense
-    typename AccType<T>::type* __restrict__ grad_w_partial,  // [blocks, cols]
-    int64_t rows, int64_t cols) {
-  constexpr int kStages = kBwdStages;
+// Knobs: kStages and kMinBlocks (PipelinedKnobs in rms_norm_config.h).
+template <typename T, int kVec, int kRegVecs, typename Knobs = PipelinedKnobs>
+__global__ void __launch_bounds__(kBwdMaxThreads, Knobs::kMinBlocks)
+    rms_norm_backward_pipelined_kernel(
+        const T* __restrict__ grad_y,                            // [rows, cols], dense
+        const T* __restrict__ x,                                 // [rows, cols], dense
+        const T* __restrict__ weight,                            // [cols]
+        const typename AccType<T>::type* __restrict__ inv_rms,   // [rows]
+        T* __restrict__ grad_x,                                  // [rows, cols], dense
+        typename AccType<T>::type* __restrict__ grad_w_partial,  // [blocks, cols]
+        int64_t rows, int64_t cols) {
+  constexpr int kStages = Knobs::kStages;
   static_assert(kStages >= 2, "a pipeline needs two stages or more");
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;

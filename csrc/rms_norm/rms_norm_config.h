@@ -40,6 +40,14 @@ constexpr int kBwdMaxThreads = 512;  // threads per block, at most
 constexpr int kBwdStages = 3;
 constexpr int kBwdPipelineMinThreads = 512;
 constexpr int64_t kBwdWideRow = 512;
+// The pipelined kernel's compile-time knobs as a type, so that
+// tools/sweep_rms_norm_backward.cu instantiates the same kernel with others:
+// stages in flight, and the least blocks per multiprocessor that
+// __launch_bounds__ asks the compiler to fit (1: registers are not capped).
+struct PipelinedKnobs {
+  static constexpr int kStages = kBwdStages;
+  static constexpr int kMinBlocks = 1;
+};
 // The register kernel, where the pipeline's shared memory does not fit:
 // vectors per thread and the least threads per block.
 constexpr int kBwdRegVecs = 2;
