@@ -11,8 +11,8 @@ namespace opguide {
 // first conversion alive across the reduction, twice the registers of the
 // packed values. In the forward kernel, with the weight held too, that is
 // more than the 64 registers per thread that __launch_bounds__(1024) allows:
-// spills, and a kernel far from the copy (step 11, "Lessons", measures it; a
-// test in tests/test_compile_checks.py watches for it). The fused kernel
+// spills, and a kernel far from the copy (tests/test_compile_checks.py
+// checks the spill without keep_packed). The fused kernel
 // (fused_add_rms_norm.cuh) holds h and the weight the same way; with one
 // vector each per thread it needs it less, but with two it spilled.
 // OPGUIDE_KEEP_PACKED=0 turns it off for comparisons; HIP returns v as it is.

@@ -63,10 +63,11 @@ struct alignas(sizeof(T) * kVec) Vec {
 
 // Accesses with the .cs ("cache streaming") hints, which tell L2 not to keep
 // those lines. The backward writes dx with them (one point better at
-// (4096, 8192)); the forward used them for x and y until a benchmark that
-// starts each batch with L2 full of other data showed them costing it 2-4
-// points (step 11, "Lessons"). OPGUIDE_STREAMING_HINTS=0 turns them off, for
-// such comparisons. HIP has no such intrinsics; plain accesses there.
+// (4096, 8192)); the forward does not use them for x and y: with L2 full of
+// other data at the start of each batch they cost it 2-4 points
+// (docs/recorded/cuda_forward_hints_on_h200.json against
+// cuda_forward_hints_off_h200.json). OPGUIDE_STREAMING_HINTS=0 turns them
+// off, for such comparisons. HIP has no such intrinsics; plain accesses there.
 #ifndef OPGUIDE_STREAMING_HINTS
 #define OPGUIDE_STREAMING_HINTS 1
 #endif

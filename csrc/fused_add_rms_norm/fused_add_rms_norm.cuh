@@ -73,7 +73,8 @@ __device__ __forceinline__ Vec<O, kVec> normalise(const Vec<R, kVec>& hv,
 // __launch_bounds__(1024, 2) caps the kernel at 32 registers per thread, so
 // that two blocks of 1024 threads fit on an SM: a few registers more and
 // only one block fits, which leaves the memory system idle between rows
-// (step 11, "Lessons", measures it).
+// (tools/sweep_fused_add_rms_norm.cu: docs/recorded/sweep_fused_add_rms_norm_h100.txt
+// against sweep_fused_add_rms_norm_uncapped_h100.txt).
 template <typename X, typename R, typename O, typename Acc, int kVec, int kRegVecs>
 __global__ void __launch_bounds__(kFusedMaxThreads, 2) fused_add_rms_norm_kernel(
     const X* __restrict__ x,       // [rows, cols], dense
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kFusedMaxThreads, 2) fused_add_rms_norm_kernel
     }
   } else {
     // All loads are issued before the first addition, as in the forward
-    // kernel (step 11, "Lessons").
+    // kernel.
 #pragma unroll
     for (int j = 0; j < kRegVecs; ++j) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;

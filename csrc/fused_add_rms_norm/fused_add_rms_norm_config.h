@@ -22,7 +22,7 @@ constexpr int kFusedBlockThreads = 384;
 
 // Rows of more than kFusedClusterMinVecs vectors go to clusters: below that,
 // the one-block kernel's second read of a row comes from L2 (95% of a copy
-// at bfloat16 cols = 32768, tools/sweep_rms_norm_forward_cluster.cu); above
+// at bfloat16 cols = 32768, tools/sweep_fused_add_rms_norm.cu); above
 // it, from memory. A cluster's blocks have kFusedClusterThreads threads (twice
 // that for rows too long for 16 such blocks), each holding kFusedClusterVecs
 // vectors, as the RMSNorm forward's cluster kernel (rms_norm_config.h).

@@ -32,7 +32,7 @@ cudaError_t launch_fused_vec(const X* x, R* residual, const X* weight, O* out,
 // true only when cols is a multiple of the vector width and every pointer is
 // aligned to a whole vector (16 bytes of the widest type). Otherwise, when
 // x, the residual and the output share one dtype, the rows take the widest
-// narrower access they allow (8 or 4 bytes; step 11, "Odd row lengths"),
+// narrower access they allow (8 or 4 bytes; docs/recorded/sweep_odd_rows_h100.json),
 // two vectors per thread, and other rows four single elements per thread
 // (more spill under the register cap above). warp_size is the device's (32,
 // or 64 on AMD CDNA GPUs).

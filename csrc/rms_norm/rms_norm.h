@@ -36,7 +36,7 @@ int cuda_warp_size();
 int cuda_max_cluster();
 
 // [backward-contract]
-// rms_norm_fwd and rms_norm_backward (the training pair, step 8) share this
+// rms_norm_fwd and rms_norm_backward (the training pair) share this
 // contract on every backend:
 //   inv_rms: 1 / sqrt(mean(x**2, -1) + eps), shape x.shape[:-1], dtype
 //            float32 for float32/float16/bfloat16 x and float64 for float64 x;

@@ -114,6 +114,9 @@ at::Tensor rms_norm_autograd(const at::Tensor& x, const at::Tensor& weight,
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return call_inference(x, weight, eps);
   }
+  TORCH_CHECK(
+      !x._fw_grad(/*level=*/0).defined() && !weight._fw_grad(/*level=*/0).defined(),
+      "rms_norm: forward-mode automatic differentiation is not supported");
   return RmsNormWithGrad::apply(x, weight, eps);
 }
 

@@ -56,9 +56,10 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
 
   // All loads first, then the arithmetic: written this way the compiler
   // issues every load before it waits for the first one (interleaved with
-  // the sums, it waited for each x before loading the next; step 11,
-  // "Lessons", measures both, and tests/test_compile_checks.py checks the
-  // order in the machine code).
+  // the sums, it waits for each x before loading the next:
+  // docs/recorded/cuda_forward_loads_first_h200.json against
+  // cuda_forward_loads_interleaved_h200.json; tests/test_compile_checks.py
+  // checks the order in the machine code).
   V cache[kRegVecs];
   V wcache[kRegVecs];
 #pragma unroll

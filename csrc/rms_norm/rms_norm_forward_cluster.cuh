@@ -29,8 +29,8 @@ namespace opguide {
 // waits for its cluster's sum leaves the multiprocessor to the others.
 // Persistent clusters that loop over rows, one block of 512 threads per
 // multiprocessor holding its slice in registers, were 3 to 5 points of a
-// copy slower from 32768 elements on (step 11, "Long rows", times both with
-// tools/sweep_rms_norm_forward_cluster.cu).
+// copy slower from 32768 elements on (tools/sweep_rms_norm_forward_cluster.cu,
+// docs/recorded/sweep_rms_norm_forward_cluster_h100.txt).
 template <typename T, int kVec, int kThreads, int kVecs>
 __global__ void __launch_bounds__(kThreads) rms_norm_forward_cluster_kernel(
     const T* __restrict__ x,       // [rows, cols], row r at x + r * x_row_stride

@@ -25,10 +25,10 @@ struct LaunchConfig {
 // give each thread reg_vecs vectors, and two rows per block when a row takes
 // 64 threads or fewer. One row per block of 32 or 64 threads means so many
 // blocks (65536 for 65536 x 1024) that the GPU cannot start them fast
-// enough (step 11, "Every row length"). Rows that
-// need less than a warp get a power of two of threads each, and a block of
-// 256 threads holds as many rows as fit (rows of 256 bfloat16 elements: 8
-// threads each, 32 rows per block; step 11, "Every row length").
+// enough. Rows that need less than a warp get a power of two of threads
+// each, and a block of 256 threads holds as many rows as fit (rows of 256
+// bfloat16 elements: 8 threads each, 32 rows per block). Both measured over
+// every row length: guidekit/benchmark.py, docs/recorded/sweep_h100.json.
 inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec,
                                             int warp_size, int reg_vecs) {
   const int64_t nvec = (cols + vec - 1) / vec;
@@ -81,7 +81,7 @@ RowClusters rms_norm_forward_clusters(bool wide, int64_t rows, int64_t nvec,
 // The widest access, in elements, that the row length, the row stride and
 // every pointer allow: 16 bytes, else 8, else 4, else one element. A row
 // length that is not a multiple of 16 bytes still gets narrower vectors
-// (step 11, "Odd row lengths").
+// (docs/recorded/sweep_odd_rows_h100.json).
 template <typename T>
 int forward_vector_width(const T* x, const T* weight, const T* y, int64_t cols,
                          int64_t x_row_stride) {
