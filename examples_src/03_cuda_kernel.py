@@ -277,7 +277,7 @@ assert not any(r.status == "failed" for r in results), "a CUDA source does not c
 # %%
 # The installed package
 # ---------------------
-# ``setup.py`` adds ``csrc/*.cu`` to the extension when torch has CUDA and a
+# ``setup.py`` adds the ``.cu`` files of ``csrc/`` to the extension when torch has CUDA and a
 # toolkit is found (``USE_CUDA=1`` insists, ``USE_CUDA=0`` refuses;
 # ``TORCH_CUDA_ARCH_LIST="9.0"`` targets H100/H200). ``opguide.rms_norm`` then
 # reaches the CUDA kernel for CUDA tensors through the dispatcher. On a GPU the

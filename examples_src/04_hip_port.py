@@ -165,7 +165,7 @@ print("not run: anything on an AMD GPU (none was available to build this site)")
 # Building on a ROCm machine
 # --------------------------
 # Nothing in ``setup.py`` is CUDA-specific: with a ROCm build of torch,
-# ``torch.version.hip`` is set, ``CUDAExtension`` hipifies ``csrc/*.cu`` into
+# ``torch.version.hip`` is set, ``CUDAExtension`` hipifies the ``.cu`` files into
 # the build tree and compiles them with hipcc, and ``PYTORCH_ROCM_ARCH``
 # (for example ``"gfx90a;gfx942"``) plays the part of ``TORCH_CUDA_ARCH_LIST``.
 # The same ``pip install --no-build-isolation .`` builds it.

@@ -129,7 +129,7 @@ call") measures both. Start with ``Function``: the node relies on headers
 outside the documented C++ API, which change between releases. A caller of
 ``torch.ops.opguide.rms_norm`` from Python or C++ gets the same backward as
 ``opguide.rms_norm``. The file builds with the others (``setup.py`` compiles
-every ``csrc/*.cpp``). Python's :func:`torch.library.register_autograd` is
+every ``.cpp`` of ``csrc/rms_norm/``). Python's :func:`torch.library.register_autograd` is
 the shorter way to register the same formula; the section "The formula in
 Python" below shows it and measures what each way costs per call.
 """

@@ -867,6 +867,24 @@ for fullgraph, capture in [(True, False), (False, False), (False, True)]:
 #       :language: cuda
 #       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm.cuh
 #
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_config.h
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_config.h
+#       :language: cuda
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_config.h
+#
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_planner.cuh
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_planner.cuh
+#       :language: cuda
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_planner.cuh
+#
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_launch.cuh
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_launch.cuh
+#       :language: cuda
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_launch.cuh
+#
 # .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_cuda.cu
 #
 #    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cuda.cu
