@@ -1,7 +1,7 @@
 // Instantiates the launchers of fused_add_rms_norm_launch.cuh for the dtype
 // combinations the host wrapper uses, so that a compiler with no torch at
 // hand checks all of the device code: nvcc as is, hipcc after torch's hipify.
-// Not part of the extension (setup.py builds csrc/*.cu only).
+// Not part of the extension (setup.py builds the operator folders only).
 #include "../fused_add_rms_norm/fused_add_rms_norm_launch.cuh"
 
 #define OPGUIDE_INSTANTIATE_FUSED(X, R, O, A)                                          \

@@ -1,7 +1,8 @@
-// Instantiates every RMSNorm kernel (through the launchers of rms_norm_launch.cuh) for every dtype, so that a
-// compiler with no torch at hand checks all of the device code: nvcc as is,
-// hipcc after torch's hipify. Not part of the extension (setup.py builds
-// csrc/*.cu only); guidekit.compile_checks compiles it.
+// Instantiates every RMSNorm kernel, through the launchers of
+// rms_norm_launch.cuh, for every dtype, so that a compiler with no torch at
+// hand checks all of the device code: nvcc as is, hipcc after torch's hipify.
+// Not part of the extension (setup.py builds the operator folders only);
+// guidekit.compile_checks compiles it.
 #include "../rms_norm/rms_norm_launch.cuh"
 
 #define OPGUIDE_INSTANTIATE_RMS_NORM_FORWARD(T)                                             \
