@@ -13,8 +13,8 @@ namespace opguide {
 // more than the 64 registers per thread that __launch_bounds__(1024) allows:
 // spills, and a kernel far from the copy (tests/test_compile_checks.py
 // checks the spill without keep_packed). The fused kernel
-// (fused_add_rms_norm.cuh) holds h and the weight the same way; with one
-// vector each per thread it needs it less, but with two it spilled.
+// (fused_add_rms_norm/fused_add_rms_norm.cuh) holds h and the weight the same way; with
+// one vector each per thread it needs it less, but with two it spilled.
 // OPGUIDE_KEEP_PACKED=0 turns it off for comparisons; HIP returns v as it is.
 #ifndef OPGUIDE_KEEP_PACKED
 #define OPGUIDE_KEEP_PACKED 1

@@ -84,7 +84,8 @@ __global__ void __launch_bounds__(kFusedMaxThreads, 2) fused_add_rms_norm_kernel
     Acc* __restrict__ inv_rms,     // [rows]
     int64_t rows, int64_t cols, Acc eps) {
   __shared__ Acc shared[kMaxWarpsPerBlock];
-  wait_for_previous_grid();  // launch.cuh: may start before the previous kernel ends
+  wait_for_previous_grid();  // common/launch.cuh: may start before the previous kernel
+                             // ends
   allow_next_grid();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool active =

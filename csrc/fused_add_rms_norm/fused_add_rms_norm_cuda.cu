@@ -1,6 +1,7 @@
 // Host side of the CUDA fused residual-add + RMSNorm: checks, dtype dispatch,
 // launch configuration, and registration for the CUDA dispatch key. The
-// device code is in fused_add_rms_norm.cuh.
+// device code is in the torch-free headers of this folder
+// (fused_add_rms_norm_launch.cuh launches it).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAException.h>
@@ -40,43 +41,44 @@ bool aligned_to(const void* p, size_t bytes) {
 }
 
 // [cuda-launch]
-template <typename x_t, typename res_t, typename out_t, typename acc_t>
+template <typename X, typename R, typename O, typename Acc>
 void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
-            at::Tensor& out, at::Tensor& inv_rms, int64_t m, int64_t n, double eps) {
-  using cx_t = typename CudaType<x_t>::type;
-  using cres_t = typename CudaType<res_t>::type;
-  using cout_t = typename CudaType<out_t>::type;
-  const auto* x_ptr = reinterpret_cast<const cx_t*>(x.const_data_ptr<x_t>());
-  auto* r_ptr = reinterpret_cast<cres_t*>(residual.mutable_data_ptr<res_t>());
+            at::Tensor& out, at::Tensor& inv_rms, int64_t rows, int64_t cols,
+            double eps) {
+  using CX = typename CudaType<X>::type;
+  using CR = typename CudaType<R>::type;
+  using CO = typename CudaType<O>::type;
+  const auto* x_ptr = reinterpret_cast<const CX*>(x.const_data_ptr<X>());
+  auto* r_ptr = reinterpret_cast<CR*>(residual.mutable_data_ptr<R>());
   const auto* w_ptr = weight.defined()
-                          ? reinterpret_cast<const cx_t*>(weight.const_data_ptr<x_t>())
+                          ? reinterpret_cast<const CX*>(weight.const_data_ptr<X>())
                           : nullptr;
-  auto* y_ptr = reinterpret_cast<cout_t*>(out.mutable_data_ptr<out_t>());
-  acc_t* inv_ptr = inv_rms.mutable_data_ptr<acc_t>();
+  auto* y_ptr = reinterpret_cast<CO*>(out.mutable_data_ptr<O>());
+  Acc* inv_ptr = inv_rms.mutable_data_ptr<Acc>();
 
   // 16-byte accesses need every row of every array to start on a whole
-  // vector: n a multiple of the width, and each base pointer aligned (a
+  // vector: cols a multiple of the width, and each base pointer aligned (a
   // sliced tensor may start anywhere).
-  constexpr int kVec = fused_vector_width<cx_t, cres_t, cout_t>();
-  const bool vectorize = n % kVec == 0 && aligned_to(x_ptr, kVec * sizeof(x_t)) &&
-                         aligned_to(r_ptr, kVec * sizeof(res_t)) &&
-                         aligned_to(y_ptr, kVec * sizeof(out_t)) &&
-                         (w_ptr == nullptr || aligned_to(w_ptr, kVec * sizeof(x_t)));
-  TORCH_CHECK(m <= INT_MAX, "fused_add_rms_norm_: at most ", std::to_string(INT_MAX),
-              " rows, got ", std::to_string(m));
-  if constexpr (std::is_same_v<acc_t, float>) {
-    // Long rows: split over a thread-block cluster (csrc/rms_norm_long.cuh).
+  constexpr int kVec = fused_vector_width<CX, CR, CO>();
+  const bool vectorize = cols % kVec == 0 && aligned_to(x_ptr, kVec * sizeof(X)) &&
+                         aligned_to(r_ptr, kVec * sizeof(R)) &&
+                         aligned_to(y_ptr, kVec * sizeof(O)) &&
+                         (w_ptr == nullptr || aligned_to(w_ptr, kVec * sizeof(X)));
+  TORCH_CHECK(rows <= INT_MAX, "fused_add_rms_norm_: at most ", std::to_string(INT_MAX),
+              " rows, got ", std::to_string(rows));
+  if constexpr (std::is_same_v<Acc, float>) {
+    // Long rows: split over a thread-block cluster (fused_add_rms_norm_cluster.cuh).
     cudaError_t err = cudaSuccess;
-    if (launch_fused_add_rms_norm_cluster<cx_t, cres_t, cout_t, kVec>(
-            x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<float>(eps),
+    if (launch_fused_add_rms_norm_cluster<CX, CR, CO, kVec>(
+            x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, rows, cols, static_cast<float>(eps),
             vectorize, cuda_max_cluster(), c10::cuda::getCurrentCUDAStream(),
             cuda_use_pdl(), &err)) {
       C10_CUDA_CHECK(err);
       return;
     }
   }
-  const cudaError_t err = launch_fused_add_rms_norm<cx_t, cres_t, cout_t, acc_t>(
-      x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, m, n, static_cast<acc_t>(eps), vectorize,
+  const cudaError_t err = launch_fused_add_rms_norm<CX, CR, CO, Acc>(
+      x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, rows, cols, static_cast<Acc>(eps), vectorize,
       cuda_warp_size(), c10::cuda::getCurrentCUDAStream(), cuda_use_pdl());
   C10_CUDA_CHECK(err);
 }
@@ -98,26 +100,26 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cuda(
   const at::ScalarType acc_dtype = fused_acc_dtype(residual);
   at::Tensor out, inv_rms;
   std::tie(out, inv_rms) = fused_add_rms_norm_outputs(x, residual, out_dtype);
-  const int64_t n = x.size(-1);
-  const int64_t m = inv_rms.numel();
-  if (m == 0) return {out, inv_rms};
+  const int64_t cols = x.size(-1);
+  const int64_t rows = inv_rms.numel();
+  if (rows == 0) return {out, inv_rms};
 
   const auto x_type = x.scalar_type();
   const auto out_type = out.scalar_type();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x_type, "fused_add_rms_norm", [&] {
-        using x_t = scalar_t;
+        using X = scalar_t;
         AT_DISPATCH_FLOATING_TYPES_AND2(
             at::kHalf, at::kBFloat16, out_type, "fused_add_rms_norm", [&] {
-              using out_t = scalar_t;
+              using O = scalar_t;
               // The residual is the dtype of x or float32 (checked above).
               if (acc_dtype == at::kDouble) {
-                launch<double, double, out_t, double>(xc, rc, wc, out, inv_rms, m, n,
-                                                      eps);
+                launch<double, double, O, double>(xc, rc, wc, out, inv_rms, rows, cols,
+                                                  eps);
               } else if (residual.scalar_type() == at::kFloat) {
-                launch<x_t, float, out_t, float>(xc, rc, wc, out, inv_rms, m, n, eps);
+                launch<X, float, O, float>(xc, rc, wc, out, inv_rms, rows, cols, eps);
               } else {
-                launch<x_t, x_t, out_t, float>(xc, rc, wc, out, inv_rms, m, n, eps);
+                launch<X, X, O, float>(xc, rc, wc, out, inv_rms, rows, cols, eps);
               }
             });
       });

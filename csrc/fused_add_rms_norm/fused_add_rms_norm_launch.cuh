@@ -28,7 +28,7 @@ cudaError_t launch_fused_vec(const X* x, R* residual, const X* weight, O* out,
 }
 
 // Launches on `stream` and returns the launch's error; with programmatic
-// dependent launch when `pdl` (launch.cuh). The caller passes vectorize =
+// dependent launch when `pdl` (common/launch.cuh). The caller passes vectorize =
 // true only when cols is a multiple of the vector width and every pointer is
 // aligned to a whole vector (16 bytes of the widest type). Otherwise, when
 // x, the residual and the output share one dtype, the rows take the widest

@@ -28,7 +28,7 @@ std::string number_str(double v);
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // CUDA builds only (rms_norm_cuda.cu): whether kernels launch with
-// programmatic dependent launch on the current GPU (see csrc/launch.cuh),
+// programmatic dependent launch on the current GPU (see csrc/common/launch.cuh),
 // and the current GPU's warp size (64 on AMD CDNA GPUs).
 bool cuda_use_pdl();
 int cuda_warp_size();

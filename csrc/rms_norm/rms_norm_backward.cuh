@@ -2,8 +2,7 @@
 // grad_weight for rows held in registers (two kernels: one that prefetches
 // the next row into registers, one that pipelines rows through shared memory
 // with cp.async), and the deterministic sum of the partials. Torch-free like
-// the forward (rms_norm.cuh); rms_norm_cuda.cu calls it through
-// rms_norm_long.cuh, which adds the kernels for longer rows.
+// the forward (rms_norm_forward.cuh); rms_norm_launch.cuh launches them.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -197,7 +196,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
   // starts the next row cannot overwrite what a slow warp is still reading.
   __shared__ Acc shared[2][kMaxWarpsPerBlock];
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  wait_for_previous_grid();  // see launch.cuh
+  wait_for_previous_grid();  // see common/launch.cuh
   allow_next_grid();
   const int64_t nvec = cols / kVec;
   const V* wv = reinterpret_cast<const V*>(weight);
@@ -273,7 +272,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, Knobs::kMinBlocks)
   using V = Vec<T, kVec>;
   __shared__ Acc shared[2][kMaxWarpsPerBlock];
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  wait_for_previous_grid();  // see launch.cuh
+  wait_for_previous_grid();  // see common/launch.cuh
   allow_next_grid();
   const int64_t nvec = cols / kVec;
   const V* wv = reinterpret_cast<const V*>(weight);

@@ -1,5 +1,6 @@
 // RMSNorm forward on CUDA (and on ROCm after hipify): the torch side.
-// The kernels and their launcher are in the torch-free rms_norm.cuh.
+// The kernels, their planner and launchers are torch-free headers of this
+// folder; rms_norm_launch.cuh is the one this file includes.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAException.h>
@@ -46,7 +47,7 @@ int current_device_attribute(cudaDeviceAttr attribute) {
 
 }  // namespace
 
-// Whether to launch with programmatic dependent launch (csrc/launch.cuh): on
+// Whether to launch with programmatic dependent launch (csrc/common/launch.cuh): on
 // GPUs of compute capability 9.0 (Hopper) and later, unless the environment
 // sets OPGUIDE_PDL=0 (read once per process), for example to compare timings.
 bool cuda_use_pdl() {
@@ -60,9 +61,9 @@ bool cuda_use_pdl() {
 int cuda_warp_size() { return current_device_attribute(cudaDevAttrWarpSize); }
 
 // The most blocks per thread-block cluster the long-row kernels may use
-// (csrc/rms_norm_long.cuh): 16 on compute capability 9.0 and later, 0 (no
-// clusters) before, on ROCm, or when the environment sets OPGUIDE_CLUSTERS=0
-// (read once per process), for example to compare timings.
+// (rms_norm_forward_cluster.cuh, rms_norm_backward_cluster.cuh): 16 on compute
+// capability 9.0 and later, 0 (no clusters) before, on ROCm, or when the environment
+// sets OPGUIDE_CLUSTERS=0 (read once per process), for example to compare timings.
 int cuda_max_cluster() {
 #if OPGUIDE_HAVE_CLUSTERS
   static const bool enabled = [] {

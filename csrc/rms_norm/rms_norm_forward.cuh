@@ -1,10 +1,11 @@
-// RMSNorm forward, device code (the backward: rms_norm_backward.cuh). Torch-free on
-// purpose: this header compiles alone with nvcc, and with hipcc after torch's hipify,
-// so both toolchains can check it on a machine without a GPU. The host wrapper
-// (rms_norm_cuda.cu) holds everything that needs torch.
+// RMSNorm forward, one block per row, device code (the backward:
+// rms_norm_backward.cuh). Torch-free on purpose: this header compiles alone
+// with nvcc, and with hipcc after torch's hipify, so both toolchains can
+// check it on a machine without a GPU. The host wrapper (rms_norm_cuda.cu)
+// holds everything that needs torch.
 //
-// Layout: x is M rows of N elements; row r starts at x + r * x_row_stride and
-// its elements are contiguous. y is dense (M, N). weight is dense (N,).
+// Layout: x is rows x cols; row r starts at x + r * x_row_stride and its
+// elements are contiguous. y is dense (rows, cols). weight is dense (cols,).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -44,7 +45,8 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
   __shared__ Acc shared[kMaxWarpsPerBlock];
-  wait_for_previous_grid();  // see launch.cuh: x may be the previous kernel's output
+  wait_for_previous_grid();  // see common/launch.cuh: x may be the previous kernel's
+                             // output
   allow_next_grid();
 
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;

@@ -36,7 +36,7 @@ cudaError_t launch_rms_norm_forward_vec(const T* x, const T* weight, T* y,
 // Launches the forward kernel on `stream`, with the widest accesses that
 // forward_vector_width allows. inv_rms (one value per row, may be null)
 // receives 1/rms for the backward. pdl: launch with programmatic dependent
-// launch (launch.cuh). Returns the launch's error code (cudaSuccess when it
+// launch (common/launch.cuh). Returns the launch's error code (cudaSuccess when it
 // was queued).
 template <typename T>
 cudaError_t launch_rms_norm_forward(const T* x, const T* weight, T* y,
@@ -127,7 +127,7 @@ cudaError_t launch_backward_pair(
 // Launches both backward kernels on `stream`, as `cfg` (from
 // rms_norm_backward_config) says. grad_w_partial must hold `cfg.blocks *
 // cols` accumulators. All pointers must be 16-byte aligned and cols a
-// multiple of 16 / sizeof(T): rms_norm_backward_plan (rms_norm_long.cuh)
+// multiple of 16 / sizeof(T): rms_norm_backward_plan (rms_norm_planner.cuh)
 // checks both and sends other rows to the two-pass kernels.
 template <typename T>
 cudaError_t launch_rms_norm_backward(const T* grad_y, const T* x, const T* weight,
