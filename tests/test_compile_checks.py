@@ -17,7 +17,8 @@ pytestmark = pytest.mark.cpu
 ROOT = compile_checks.source_root()
 CSRC = ROOT / "csrc"
 DEVICE_CHECKS = sorted((CSRC / "device_checks").glob("*.cu"))
-EXTENSION_SOURCES = sorted(CSRC.glob("rms_norm/*.cu")) + sorted(CSRC.glob("fused_add_rms_norm/*.cu"))
+OPERATOR_FOLDERS = ("rms_norm", "fused_add_rms_norm")
+EXTENSION_SOURCES = sorted(p for f in OPERATOR_FOLDERS for p in (CSRC / f).glob("*.cu"))
 
 
 def _require(result):
