@@ -266,7 +266,7 @@ else:
 # then the wrapper, with the command shown above:
 results = [
     compile_checks.nvcc_check(CSRC / "device_checks" / "rms_norm.cu", with_torch=False),
-    compile_checks.nvcc_check(CSRC / "rms_norm_cuda.cu", with_torch=True),
+    compile_checks.nvcc_check(CSRC / "rms_norm" / "rms_norm_cuda.cu", with_torch=True),
 ]
 for result in results:
     print(result.summary())

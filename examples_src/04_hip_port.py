@@ -68,7 +68,8 @@ from guidekit.compile_checks import source_root  # noqa: E402
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 CSRC = ROOT / "csrc"
 scratch = Path(tempfile.mkdtemp(prefix="opguide-hipify-"))
-sources = [CSRC / "rms_norm_cuda.cu", CSRC / "device_checks" / "rms_norm.cu"]
+WRAPPER = CSRC / "rms_norm" / "rms_norm_cuda.cu"
+sources = [WRAPPER, CSRC / "device_checks" / "rms_norm.cu"]
 mapping = compile_checks.hipify(sources, scratch, root=CSRC)
 for original, hipified in sorted(mapping.items()):
     print(f"{original.relative_to(ROOT)!s:36} -> {hipified.relative_to(scratch)}")
@@ -96,7 +97,7 @@ show_diff(FORWARD, mapping[FORWARD])
 # %%
 # The torch wrapper: torch's CUDA headers map to their HIP twins, the
 # attribute query to HIP's name. Everything about tensors is unchanged.
-show_diff(CSRC / "rms_norm_cuda.cu", mapping[CSRC / "rms_norm_cuda.cu"])
+show_diff(WRAPPER, mapping[WRAPPER])
 
 # %%
 # Compile-checking the device code with hipcc
