@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import shutil
 import time
 
 import nox
@@ -153,9 +154,22 @@ def docs(session: nox.Session) -> None:
     session.log(f"site: {ROOT / 'docs/_build/html/index.html'}")
 
 
+# The library's C++/CUDA folders that .clang-format covers (the guide's demo
+# folders under csrc/ keep the layout their pages show).
+CLANG_FORMAT_DIRS = ("common", "rms_norm", "fused_add_rms_norm")
+
+
 @nox.session(venv_backend=VENV_BACKEND)
 def lint(session: nox.Session) -> None:
-    """Runs ruff on the Python sources."""
+    """Runs ruff on the Python sources and clang-format on the library's C++/CUDA."""
     _pip(session, "-q", "ruff>=0.6")
     session.run("python", "-m", "ruff", "check", ".", external=SYSTEM_TORCH)
     session.run("python", "-m", "ruff", "format", "--check", ".", external=SYSTEM_TORCH)
+    clang_format = shutil.which("clang-format")
+    if clang_format is None:
+        session.log("clang-format check skipped: clang-format is not installed")
+        return
+    sources = [ROOT / "csrc" / "opguide.cpp"]
+    for folder in CLANG_FORMAT_DIRS:
+        sources += sorted(p for p in (ROOT / "csrc" / folder).iterdir() if p.is_file())
+    session.run(clang_format, "--dry-run", "--Werror", *map(str, sources), external=True)

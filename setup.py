@@ -3,7 +3,7 @@
 Environment switches (read at build time):
 
 ``USE_CUDA``
-    ``1`` builds the CUDA sources (``csrc/*.cu``) and fails if that is not
+    ``1`` builds the CUDA sources (the ``.cu`` files of ``csrc/``) and fails if that is not
     possible, ``0`` never builds them, unset builds them when the installed
     torch was built with CUDA (or ROCm) and a CUDA toolkit is found.
 ``DEBUG``
@@ -38,6 +38,21 @@ from torch.utils.cpp_extension import (
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("csrc")
+# The library's folders: the schema file at the top of csrc/, the shared
+# device code, one folder per operator. The guide's demo folders (minimal/,
+# dispatcher/, index_inputs/, device_checks/) stay out of the extension.
+LIBRARY_DIRS = ["", "common", "rms_norm", "fused_add_rms_norm"]
+
+
+def _csrc_files(*patterns: str) -> list[str]:
+    """The files of the library's csrc/ folders that match any of `patterns`."""
+    found = []
+    for folder in LIBRARY_DIRS:
+        for pattern in patterns:
+            found += glob.glob(os.path.join(CSRC, folder, pattern))
+    return sorted(found)
+
+
 # py_limited_api=True makes torch define Py_LIMITED_API for CPython 3.10, the
 # oldest Python torch supports; the wheel's tag says the same (cp310-abi3).
 LIMITED_API_TAG = "cp310"
@@ -77,7 +92,7 @@ def _want_cuda() -> bool:
     requested = _flag("USE_CUDA")
     torch_has_gpu = torch.version.cuda is not None or torch.version.hip is not None
     toolkit = CUDA_HOME if torch.version.hip is None else ROCM_HOME
-    cu_sources = glob.glob(os.path.join(CSRC, "*.cu"))
+    cu_sources = _csrc_files("*.cu")
     if requested is False:
         return False
     problems = []
@@ -91,7 +106,7 @@ def _want_cuda() -> bool:
             "(libcudart) to link with (set CUDA_HOME to a complete toolkit)"
         )
     if not cu_sources:
-        problems.append("there are no csrc/*.cu sources")
+        problems.append("there are no .cu sources in csrc/")
     if problems:
         if requested:
             raise SystemExit("setup.py: USE_CUDA=1 but " + "; ".join(problems))
@@ -103,10 +118,10 @@ def _want_cuda() -> bool:
 def make_extension():
     debug = bool(_flag("DEBUG"))
     use_cuda = _want_cuda()
-    sources = sorted(glob.glob(os.path.join(CSRC, "*.cpp")))
+    sources = _csrc_files("*.cpp")
     if use_cuda:
-        sources += sorted(glob.glob(os.path.join(CSRC, "*.cu")))
-    depends = sorted(glob.glob(os.path.join(CSRC, "*.h")) + glob.glob(os.path.join(CSRC, "*.cuh")))
+        sources += _csrc_files("*.cu")
+    depends = _csrc_files("*.h", "*.cuh")
 
     # No Python.h API is used (registration goes through TORCH_LIBRARY), so the
     # library can target the stable ABI and one wheel serves every CPython >= 3.10.

@@ -4,12 +4,10 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY(opguide, m) {
-  // [schema-rms-norm]
   // y = x / sqrt(mean(x**2, dim=-1) + eps) * weight, over the last dimension.
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
-  // [schema-rms-norm-end]
   // [schema-rms-norm-training]
-  // The training pair (step 8). rms_norm_fwd also returns the per-row
+  // The training pair. rms_norm_fwd also returns the per-row
   // statistic inv_rms = 1 / sqrt(mean(x**2, dim=-1) + eps), shape x.shape[:-1],
   // float32 (float64 for float64 x), which is all that backward needs besides
   // the inputs. rms_norm_backward returns (grad_x, grad_weight).
@@ -22,12 +20,8 @@ TORCH_LIBRARY(opguide, m) {
   // residual += x in place (Tensor(a!)), then out = rms_norm(residual) * weight
   // (no scale when weight is None) in out_dtype (default: the dtype of x).
   // Returns out and the 1/rms of each row.
-  m.def("fused_add_rms_norm_(Tensor x, Tensor(a!) residual, Tensor? weight, float eps, ScalarType? out_dtype=None) -> (Tensor, Tensor)");
+  m.def(
+      "fused_add_rms_norm_(Tensor x, Tensor(a!) residual, Tensor? weight, float eps, "
+      "ScalarType? out_dtype=None) -> (Tensor, Tensor)");
   // [schema-fused-add-rms-norm-end]
-  // [schema-rms-norm-into]
-  // Private (leading underscore), CPU only: the rms_norm kernel writing into
-  // an existing y (Tensor(a!): mutated in place, nothing returned), so that
-  // step 11 ("On the CPU") can time the loop apart from allocating the output.
-  m.def("_rms_norm_into(Tensor x, Tensor weight, float eps, Tensor(a!) y) -> ()");
-  // [schema-rms-norm-into-end]
 }

@@ -175,30 +175,35 @@ print(torch.library.opcheck(op, sample))
 # * for outputs of 2 MiB or more, memory that the operating system can map in
 #   huge pages, which makes the first write to a fresh output cheaper.
 #
-# and two more operators: ``rms_norm_fwd``, which also returns the statistic
-# that the backward needs (:doc:`step 8 <08_autograd>`), and ``_rms_norm_into``,
-# the kernel writing into an existing tensor, for the benchmark.
+# and one more operator: ``rms_norm_fwd``, which also returns the statistic
+# that the backward needs (:doc:`step 8 <08_autograd>`). The row loop itself
+# is plain C++ templated on the element type, in a header without torch
+# (``rms_norm_cpu.h``), so other code can run it on its own buffers.
 #
-# .. dropdown:: csrc/rms_norm_cpu.cpp, the whole file
+# .. dropdown:: csrc/rms_norm/rms_norm_cpu.h and csrc/rms_norm/rms_norm_cpu.cpp, the whole files
 #
-#    .. literalinclude:: /../csrc/rms_norm_cpu.cpp
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_cpu.h
 #       :language: cpp
-#       :caption: csrc/rms_norm_cpu.cpp
+#       :caption: csrc/rms_norm/rms_norm_cpu.h
+#
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_cpu.cpp
+#       :language: cpp
+#       :caption: csrc/rms_norm/rms_norm_cpu.cpp
 #
 # The checks are declared in ``rms_norm.h`` and defined once in
 # ``rms_norm_checks.cpp``. Each names the argument and what was expected, in
 # the words the Python wrapper uses, and spells dtypes and shapes as Python
 # prints them:
 #
-# .. dropdown:: csrc/rms_norm.h and csrc/rms_norm_checks.cpp, the whole files
+# .. dropdown:: csrc/rms_norm/rms_norm.h and csrc/rms_norm/rms_norm_checks.cpp, the whole files
 #
-#    .. literalinclude:: /../csrc/rms_norm.h
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm.h
 #       :language: cpp
-#       :caption: csrc/rms_norm.h
+#       :caption: csrc/rms_norm/rms_norm.h
 #
-#    .. literalinclude:: /../csrc/rms_norm_checks.cpp
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_checks.cpp
 #       :language: cpp
-#       :caption: csrc/rms_norm_checks.cpp
+#       :caption: csrc/rms_norm/rms_norm_checks.cpp
 #
 # The installed package
 # ---------------------

@@ -183,52 +183,90 @@ else:
 #   warp through shared memory, added in a loop;
 # * ``keep_packed``, an empty ``asm`` statement that stops the compiler from
 #   keeping 32 converted floats alive where 16 packed bfloat16 registers do;
-# * **programmatic dependent launch** on Hopper (``launch.cuh``), so a
+# * **programmatic dependent launch** on Hopper (``common/launch.cuh``), so a
 #   kernel's start overlaps the end of the one before it.
 #
 # The same four duties (guard, stream, dispatch, checks) are in its wrapper.
 # The files, whole:
 #
-# .. dropdown:: csrc/rms_norm.cuh (the forward kernel)
+# .. dropdown:: csrc/rms_norm/rms_norm_forward.cuh (the forward kernel)
 #
-#    .. literalinclude:: /../csrc/rms_norm.cuh
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_forward.cuh
 #       :language: cuda
-#       :caption: csrc/rms_norm.cuh
+#       :caption: csrc/rms_norm/rms_norm_forward.cuh
 #
-# .. dropdown:: csrc/rms_norm_backward.cuh (the backward kernels, step 8's formula)
+# .. dropdown:: csrc/rms_norm/rms_norm_backward.cuh (the backward kernels, step 8's formula)
 #
-#    .. literalinclude:: /../csrc/rms_norm_backward.cuh
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward.cuh
 #       :language: cuda
-#       :caption: csrc/rms_norm_backward.cuh
+#       :caption: csrc/rms_norm/rms_norm_backward.cuh
 #
-# .. dropdown:: csrc/rms_norm_cuda.cu (the torch side)
+# .. dropdown:: csrc/rms_norm/rms_norm_config.h (every tuned constant, and the kernel families)
 #
-#    .. literalinclude:: /../csrc/rms_norm_cuda.cu
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_config.h
 #       :language: cuda
-#       :caption: csrc/rms_norm_cuda.cu
+#       :caption: csrc/rms_norm/rms_norm_config.h
 #
-# .. dropdown:: csrc/device_common.cuh (the device helpers every kernel shares)
+# .. dropdown:: csrc/rms_norm/rms_norm_planner.cuh (the one place that chooses a kernel)
 #
-#    .. literalinclude:: /../csrc/device_common.cuh
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_planner.cuh
 #       :language: cuda
-#       :caption: csrc/device_common.cuh
+#       :caption: csrc/rms_norm/rms_norm_planner.cuh
 #
-# .. dropdown:: csrc/keep_packed.cuh and csrc/launch.cuh (helpers)
+# .. dropdown:: csrc/rms_norm/rms_norm_launch.cuh (the launchers)
 #
-#    .. literalinclude:: /../csrc/keep_packed.cuh
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_launch.cuh
 #       :language: cuda
-#       :caption: csrc/keep_packed.cuh
+#       :caption: csrc/rms_norm/rms_norm_launch.cuh
 #
-#    .. literalinclude:: /../csrc/launch.cuh
+# .. dropdown:: csrc/rms_norm/rms_norm_cuda.cu (the torch side)
+#
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_cuda.cu
 #       :language: cuda
-#       :caption: csrc/launch.cuh
+#       :caption: csrc/rms_norm/rms_norm_cuda.cu
+#
+# .. dropdown:: csrc/common/platform.cuh (the warp width and the HIP shim)
+#
+#    .. literalinclude:: /../csrc/common/platform.cuh
+#       :language: cuda
+#       :caption: csrc/common/platform.cuh
+#
+# .. dropdown:: csrc/common/vec.cuh (conversions and vectors)
+#
+#    .. literalinclude:: /../csrc/common/vec.cuh
+#       :language: cuda
+#       :caption: csrc/common/vec.cuh
+#
+# .. dropdown:: csrc/common/reduce.cuh (warp and block sums)
+#
+#    .. literalinclude:: /../csrc/common/reduce.cuh
+#       :language: cuda
+#       :caption: csrc/common/reduce.cuh
+#
+# .. dropdown:: csrc/common/async_copy.cuh (cp.async)
+#
+#    .. literalinclude:: /../csrc/common/async_copy.cuh
+#       :language: cuda
+#       :caption: csrc/common/async_copy.cuh
+#
+# .. dropdown:: csrc/common/keep_packed.cuh (a register helper)
+#
+#    .. literalinclude:: /../csrc/common/keep_packed.cuh
+#       :language: cuda
+#       :caption: csrc/common/keep_packed.cuh
+#
+# .. dropdown:: csrc/common/launch.cuh (launches with PDL and clusters)
+#
+#    .. literalinclude:: /../csrc/common/launch.cuh
+#       :language: cuda
+#       :caption: csrc/common/launch.cuh
 #
 # They compile without a GPU too: the torch-free device code on its own (every
 # kernel instantiated for every dtype by ``csrc/device_checks/rms_norm.cu``),
 # then the wrapper, with the command shown above:
 results = [
     compile_checks.nvcc_check(CSRC / "device_checks" / "rms_norm.cu", with_torch=False),
-    compile_checks.nvcc_check(CSRC / "rms_norm_cuda.cu", with_torch=True),
+    compile_checks.nvcc_check(CSRC / "rms_norm" / "rms_norm_cuda.cu", with_torch=True),
 ]
 for result in results:
     print(result.summary())
@@ -239,7 +277,7 @@ assert not any(r.status == "failed" for r in results), "a CUDA source does not c
 # %%
 # The installed package
 # ---------------------
-# ``setup.py`` adds ``csrc/*.cu`` to the extension when torch has CUDA and a
+# ``setup.py`` adds the ``.cu`` files of ``csrc/`` to the extension when torch has CUDA and a
 # toolkit is found (``USE_CUDA=1`` insists, ``USE_CUDA=0`` refuses;
 # ``TORCH_CUDA_ARCH_LIST="9.0"`` targets H100/H200). ``opguide.rms_norm`` then
 # reaches the CUDA kernel for CUDA tensors through the dispatcher. On a GPU the

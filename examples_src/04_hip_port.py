@@ -27,7 +27,7 @@ What changes on AMD GPUs
   memory) silently computes wrong sums on a 64-wide wavefront. The device code
   takes the width from the compiler, and the host takes it from the device:
 
-  .. literalinclude:: /../csrc/device_common.cuh
+  .. literalinclude:: /../csrc/common/platform.cuh
      :language: cuda
      :start-after: // [portability]
      :end-before: // [portability-end]
@@ -35,9 +35,9 @@ What changes on AMD GPUs
 * **Warp intrinsics.** ``__shfl_xor_sync(mask, v, lane)`` takes a mask of the
   threads taking part; HIP's ``__shfl_xor(v, lane)`` takes none (the masked
   form arrived only in recent ROCm releases). One function, ``shfl_xor``, covers
-  both, in the header every kernel shares (``csrc/device_common.cuh``).
+  both, in the header every kernel shares (``csrc/common/platform.cuh``).
 * **Sources and names.** hipify renames ``x.cu`` to ``x.hip`` and headers that
-  hold CUDA code (``rms_norm.cuh`` becomes ``rms_norm_hip.cuh``), rewrites
+  hold CUDA code (``rms_norm_forward.cuh`` becomes ``rms_norm_forward_hip.cuh``), rewrites
   ``cuda*`` calls and types to ``hip*`` and ``<<<grid, block, 0, stream>>>``
   launches to ``hipLaunchKernelGGL``. torch's own headers are mapped too:
   ``c10/cuda/CUDAGuard.h`` becomes ``c10/hip/HIPGuard.h``. In ROCm builds of
@@ -68,7 +68,8 @@ from guidekit.compile_checks import source_root  # noqa: E402
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 CSRC = ROOT / "csrc"
 scratch = Path(tempfile.mkdtemp(prefix="opguide-hipify-"))
-sources = [CSRC / "rms_norm_cuda.cu", CSRC / "device_checks" / "rms_norm.cu"]
+WRAPPER = CSRC / "rms_norm" / "rms_norm_cuda.cu"
+sources = [WRAPPER, CSRC / "device_checks" / "rms_norm.cu"]
 mapping = compile_checks.hipify(sources, scratch, root=CSRC)
 for original, hipified in sorted(mapping.items()):
     print(f"{original.relative_to(ROOT)!s:36} -> {hipified.relative_to(scratch)}")
@@ -90,12 +91,13 @@ def show_diff(original: Path, hipified: Path, context: int = 0) -> None:
 # %%
 # The device header: its includes (the bfloat16 header among them) and the
 # CUDA error and stream types of its launch functions.
-show_diff(CSRC / "rms_norm.cuh", mapping[CSRC / "rms_norm.cuh"])
+FORWARD = CSRC / "rms_norm" / "rms_norm_forward.cuh"
+show_diff(FORWARD, mapping[FORWARD])
 
 # %%
 # The torch wrapper: torch's CUDA headers map to their HIP twins, the
 # attribute query to HIP's name. Everything about tensors is unchanged.
-show_diff(CSRC / "rms_norm_cuda.cu", mapping[CSRC / "rms_norm_cuda.cu"])
+show_diff(WRAPPER, mapping[WRAPPER])
 
 # %%
 # Compile-checking the device code with hipcc
@@ -164,7 +166,7 @@ print("not run: anything on an AMD GPU (none was available to build this site)")
 # Building on a ROCm machine
 # --------------------------
 # Nothing in ``setup.py`` is CUDA-specific: with a ROCm build of torch,
-# ``torch.version.hip`` is set, ``CUDAExtension`` hipifies ``csrc/*.cu`` into
+# ``torch.version.hip`` is set, ``CUDAExtension`` hipifies the ``.cu`` files into
 # the build tree and compiles them with hipcc, and ``PYTORCH_ROCM_ARCH``
 # (for example ``"gfx90a;gfx942"``) plays the part of ``TORCH_CUDA_ARCH_LIST``.
 # The same ``pip install --no-build-isolation .`` builds it.

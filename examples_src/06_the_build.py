@@ -29,8 +29,9 @@ fresh Python process.
 
 ``setup.py``
 ------------
-One extension, ``opguide._C``, built from every ``csrc/*.cpp`` (and
-``csrc/*.cu`` when CUDA is built). The whole file:
+One extension, ``opguide._C``, built from ``csrc/opguide.cpp`` and the
+``.cpp`` files of ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/`` (and
+their ``.cu`` files when CUDA is built). The whole file:
 
 .. literalinclude:: /../setup.py
    :language: python

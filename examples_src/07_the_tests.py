@@ -59,7 +59,7 @@ What each group guards against:
     compares the backward with finite differences. Finite differences need
     float64: in float32 their rounding error would swamp the comparison.
     Both fail if the backward formula is broken (try removing one factor of
-    ``r`` in ``csrc/rms_norm_backward_cpu.cpp``).
+    ``r`` in ``csrc/rms_norm/rms_norm_backward_cpu.cpp``).
 
 ``test_backward_is_deterministic``
     ``grad_weight`` sums over all rows; the kernel sums in a fixed order,

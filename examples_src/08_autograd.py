@@ -55,10 +55,10 @@ it. A training pair sits beside it:
 
 Every backend implements the same contract, written down next to the shared
 argument checks (the CUDA file of :doc:`step 3 <03_cuda_kernel>`,
-``csrc/rms_norm_cuda.cu``, registers kernels for these same two operators with
+``csrc/rms_norm/rms_norm_cuda.cu``, registers kernels for these same two operators with
 ``TORCH_LIBRARY_IMPL(opguide, CUDA, m)``):
 
-.. literalinclude:: /../csrc/rms_norm.h
+.. literalinclude:: /../csrc/rms_norm/rms_norm.h
    :language: cpp
    :start-after: // [backward-contract]
    :end-before: inline at::ScalarType rms_norm_acc_type
@@ -68,7 +68,7 @@ stores ``inv_rms`` for the row when asked to (``inv_rms_out`` is ``nullptr``
 for the inference op). The host functions of both forward operators share one
 implementation:
 
-.. literalinclude:: /../csrc/rms_norm_cpu.cpp
+.. literalinclude:: /../csrc/rms_norm/rms_norm_cpu.cpp
    :language: cpp
    :start-after: at::Tensor rms_norm_cpu(const at::Tensor& x
    :end-before: // [cpu-host-end]
@@ -80,7 +80,7 @@ adds this row's terms of ``grad_weight``; the second loop finds the row in
 cache. As in the forward, sixteen partial sums keep the reduction
 vectorisable:
 
-.. literalinclude:: /../csrc/rms_norm_backward_cpu.cpp
+.. literalinclude:: /../csrc/rms_norm/rms_norm_backward_cpu.cpp
    :language: cpp
    :start-after: // [cpu-backward-kernel]
    :end-before: // [cpu-backward-kernel-end]
@@ -92,12 +92,12 @@ fixed-size chunk of rows owns a row of partial sums; the chunk size depends
 only on the shape, and the chunks are added in order at the end. The result
 is the same for any number of threads:
 
-.. literalinclude:: /../csrc/rms_norm_backward_cpu.cpp
+.. literalinclude:: /../csrc/rms_norm/rms_norm_backward_cpu.cpp
    :language: cpp
    :start-after: // [cpu-backward-host]
    :end-before: // [cpu-backward-host-end]
 
-.. literalinclude:: /../csrc/rms_norm_backward_cpu.cpp
+.. literalinclude:: /../csrc/rms_norm/rms_norm_backward_cpu.cpp
    :language: cpp
    :start-after: // [cpu-backward-register]
    :end-before: // [cpu-backward-register-end]
@@ -108,9 +108,9 @@ Autograd attaches to the operator, by name, as its kernel for the
 ``Autograd`` dispatch key, which every device shares. The library registers
 it in C++:
 
-.. literalinclude:: /../csrc/rms_norm_autograd.cpp
+.. literalinclude:: /../csrc/rms_norm/rms_norm_autograd.cpp
    :language: cpp
-   :caption: csrc/rms_norm_autograd.cpp
+   :caption: csrc/rms_norm/rms_norm_autograd.cpp
 
 ``forward`` runs below autograd (``Function::apply`` sees to it) and keeps
 what ``backward`` needs. ``x`` and ``weight`` are inputs, so saving them
@@ -129,7 +129,7 @@ call") measures both. Start with ``Function``: the node relies on headers
 outside the documented C++ API, which change between releases. A caller of
 ``torch.ops.opguide.rms_norm`` from Python or C++ gets the same backward as
 ``opguide.rms_norm``. The file builds with the others (``setup.py`` compiles
-every ``csrc/*.cpp``). Python's :func:`torch.library.register_autograd` is
+every ``.cpp`` of ``csrc/rms_norm/``). Python's :func:`torch.library.register_autograd` is
 the shorter way to register the same formula; the section "The formula in
 Python" below shows it and measures what each way costs per call.
 """
@@ -465,7 +465,7 @@ print("autograd.Function gives the same gradients:", all(map(torch.equal, g1, g2
 # What's next
 # -----------
 # The GPU kernels for ``rms_norm_fwd`` and ``rms_norm_backward`` are in
-# ``csrc/rms_norm_cuda.cu`` (shown whole in :doc:`step 3 <03_cuda_kernel>`),
+# ``csrc/rms_norm/rms_norm_cuda.cu`` (shown whole in :doc:`step 3 <03_cuda_kernel>`),
 # registered against the same schemas and contract. The tests of
 # :doc:`step 7 <07_the_tests>` run on the CPU; ``tests/test_rms_norm_cuda.py``
 # checks the CUDA kernels, forward and backward, against the same references
@@ -478,8 +478,8 @@ print("autograd.Function gives the same gradients:", all(map(torch.equal, g1, g2
 # The page above showed parts of these files; here each one is whole, as it
 # is compiled and run.
 #
-# .. dropdown:: csrc/rms_norm_backward_cpu.cpp
+# .. dropdown:: csrc/rms_norm/rms_norm_backward_cpu.cpp
 #
-#    .. literalinclude:: /../csrc/rms_norm_backward_cpu.cpp
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_cpu.cpp
 #       :language: cpp
-#       :caption: csrc/rms_norm_backward_cpu.cpp
+#       :caption: csrc/rms_norm/rms_norm_backward_cpu.cpp

@@ -441,9 +441,9 @@ counts = [
     ("Triton backward kernels, opguide/triton/backward.py", code_lines(triton_dir / "backward.py")),
 ]
 for name, what in [
-    ("rms_norm.cuh", "CUDA forward kernel"),
-    ("rms_norm_backward.cuh", "CUDA backward kernels"),
-    ("rms_norm_cuda.cu", "forward and backward wrappers"),
+    ("rms_norm/rms_norm_forward.cuh", "CUDA forward kernel"),
+    ("rms_norm/rms_norm_backward.cuh", "CUDA backward kernels"),
+    ("rms_norm/rms_norm_cuda.cu", "forward and backward wrappers"),
 ]:
     if (ROOT / "csrc" / name).exists():
         counts.append((f"{what}, csrc/{name}", code_lines(ROOT / "csrc" / name)))
@@ -456,7 +456,7 @@ for label, lines_of_code in counts:
 # compile for AMD GPUs with a ROCm build of PyTorch, with no source change
 # (only the launch rules may deserve a second look, since a wavefront is
 # 64 lanes on CDNA GPUs). CUDA C++ reaches ROCm through hipify plus the small
-# shims that ``csrc/device_common.cuh`` carries for every CUDA kernel (warp
+# shims that ``csrc/common/platform.cuh`` carries for every CUDA kernel (warp
 # width, shuffles), and each architecture is compiled ahead of time.
 #
 # **Speed.** Hand-written CUDA gives more control (vector widths, shared

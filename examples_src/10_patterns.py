@@ -59,7 +59,7 @@ The CPU kernel
 The row loop stores the updated residual and accumulates its squares in the
 same pass; the second pass finds the row in cache:
 
-.. literalinclude:: /../csrc/fused_add_rms_norm_cpu.cpp
+.. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cpu.cpp
    :language: cpp
    :start-after: // [cpu-fused-kernel]
    :end-before: // [cpu-fused-kernel-end]
@@ -70,21 +70,21 @@ the residual and the output) are dispatched, and a strided residual is
 updated through a dense copy that is written back, so the caller always sees
 the update in the tensor they passed:
 
-.. literalinclude:: /../csrc/fused_add_rms_norm_cpu.cpp
+.. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cpu.cpp
    :language: cpp
    :start-after: // [cpu-fused-host]
    :end-before: // [cpu-fused-host-end]
 
 The checks, shared with CUDA, name the argument and what was expected:
 
-.. literalinclude:: /../csrc/fused_add_rms_norm_checks.cpp
+.. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_checks.cpp
    :language: cpp
    :start-after: // [fused-checks]
    :end-before: // [fused-checks-end]
 
 The CUDA kernel
 ---------------
-The device code lives in a torch-free header (``csrc/fused_add_rms_norm.cuh``)
+The device code lives in a torch-free header (``csrc/fused_add_rms_norm/fused_add_rms_norm.cuh``)
 that compiles alone with ``nvcc`` and, after hipify, with ``hipcc``. A row
 gets one thread per 16-byte vector (up to 1024 threads; short rows share a
 block). Rows that are not whole 16-byte vectors take 8- or 4-byte accesses
@@ -97,10 +97,10 @@ second pass re-reads the residual elements the thread itself wrote in the
 first. :doc:`Step 11 <11_performance>` ("Lessons") measures the choices.
 Rows longer still (more than 4096 vectors, 32768 bfloat16 elements) go to a
 kernel that splits each row over a thread-block cluster on Hopper and later
-GPUs (``[cluster-fused]`` in ``csrc/rms_norm_long.cuh``; step 11, "Long
+GPUs (``csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh``; step 11, "Long
 rows"), which the host wrapper below tries first:
 
-.. literalinclude:: /../csrc/fused_add_rms_norm.cuh
+.. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm.cuh
    :language: cpp
    :start-after: // [kernel]
    :end-before: // [kernel-end]
@@ -108,7 +108,7 @@ rows"), which the host wrapper below tries first:
 The host wrapper picks the vector width, checks alignment, and launches on
 PyTorch's current stream:
 
-.. literalinclude:: /../csrc/fused_add_rms_norm_cuda.cu
+.. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cuda.cu
    :language: cpp
    :start-after: // [cuda-launch]
    :end-before: // [cuda-launch-end]
@@ -385,9 +385,9 @@ except RuntimeError as error:
 # PyTorch's own words. Under :func:`torch.no_grad` (an optimizer's update) every
 # input is accepted, as ``add_`` accepts it:
 #
-# .. literalinclude:: /../csrc/fused_add_rms_norm_autograd.cpp
+# .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_autograd.cpp
 #    :language: cpp
-#    :caption: csrc/fused_add_rms_norm_autograd.cpp
+#    :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_autograd.cpp
 for name in ("x", "residual"):
     args = dict(x=torch.randn(2, 8), residual=torch.randn(2, 8), weight=torch.ones(8))
     args[name].requires_grad_()
@@ -836,7 +836,7 @@ for fullgraph, capture in [(True, False), (False, False), (False, True)]:
 #   block reduction.
 # * **Portability**: the Triton kernel runs on AMD GPUs through Triton's ROCm
 #   backend as it is. The CUDA kernel needs hipify plus the shim in
-#   ``device_common.cuh`` (wavefront width, shuffles without a lane mask).
+#   ``csrc/common/platform.cuh`` (wavefront width, shuffles without a lane mask).
 # * **Limits**: rows longer than 16384 elements take the Triton kernel for long
 #   rows, which reads each row twice; the C++ and CUDA kernels loop over any
 #   row length. Float64 is C++/CUDA only.
@@ -849,35 +849,53 @@ for fullgraph, capture in [(True, False), (False, False), (False, True)]:
 # The page above showed parts of these files; here each one is whole, as it
 # is compiled and run.
 #
-# .. dropdown:: csrc/fused_add_rms_norm.h
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm.h
 #
-#    .. literalinclude:: /../csrc/fused_add_rms_norm.h
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm.h
 #       :language: cpp
-#       :caption: csrc/fused_add_rms_norm.h
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm.h
 #
-# .. dropdown:: csrc/fused_add_rms_norm_checks.cpp
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_checks.cpp
 #
-#    .. literalinclude:: /../csrc/fused_add_rms_norm_checks.cpp
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_checks.cpp
 #       :language: cpp
-#       :caption: csrc/fused_add_rms_norm_checks.cpp
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_checks.cpp
 #
-# .. dropdown:: csrc/fused_add_rms_norm_cpu.cpp
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_cpu.cpp
 #
-#    .. literalinclude:: /../csrc/fused_add_rms_norm_cpu.cpp
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cpu.cpp
 #       :language: cpp
-#       :caption: csrc/fused_add_rms_norm_cpu.cpp
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_cpu.cpp
 #
-# .. dropdown:: csrc/fused_add_rms_norm.cuh
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm.cuh
 #
-#    .. literalinclude:: /../csrc/fused_add_rms_norm.cuh
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm.cuh
 #       :language: cuda
-#       :caption: csrc/fused_add_rms_norm.cuh
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm.cuh
 #
-# .. dropdown:: csrc/fused_add_rms_norm_cuda.cu
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_config.h
 #
-#    .. literalinclude:: /../csrc/fused_add_rms_norm_cuda.cu
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_config.h
 #       :language: cuda
-#       :caption: csrc/fused_add_rms_norm_cuda.cu
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_config.h
+#
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_planner.cuh
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_planner.cuh
+#       :language: cuda
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_planner.cuh
+#
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_launch.cuh
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_launch.cuh
+#       :language: cuda
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_launch.cuh
+#
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_cuda.cu
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cuda.cu
+#       :language: cuda
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_cuda.cu
 #
 # .. dropdown:: opguide/fused_add_rms_norm.py
 #

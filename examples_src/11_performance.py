@@ -293,21 +293,52 @@ print(
 # block holds its slice of the row and the blocks exchange their partial
 # sums, so the row is read once. Forward rows over 32 KiB take clusters,
 # where they are faster. On older GPUs, and for long rows that are not whole
-# 16-byte vectors, the kernels read the row twice. All of it is in ``csrc/rms_norm_long.cuh``.
+# 16-byte vectors, the kernels read the row twice. The kernels are in
+# ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``, one family a file.
 # The simplest exchange publishes each block's total in its shared memory
 # and, after a cluster barrier, reads all of them (the kernels use a faster
 # one, in a lesson below):
 #
-# .. literalinclude:: /../csrc/rms_norm_long.cuh
+# .. literalinclude:: /../csrc/common/cluster.cuh
 #    :language: cuda
 #    :start-after: // [cluster-sum]
 #    :end-before: // [cluster-sum-end]
 #
-# .. dropdown:: csrc/rms_norm_long.cuh (the long-row kernels and their launchers)
+# .. dropdown:: csrc/common/cluster.cuh (the cluster sums)
 #
-#    .. literalinclude:: /../csrc/rms_norm_long.cuh
+#    .. literalinclude:: /../csrc/common/cluster.cuh
 #       :language: cuda
-#       :caption: csrc/rms_norm_long.cuh
+#       :caption: csrc/common/cluster.cuh
+#
+# .. dropdown:: csrc/rms_norm/rms_norm_forward_cluster.cuh (the cluster forward)
+#
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_forward_cluster.cuh
+#       :language: cuda
+#       :caption: csrc/rms_norm/rms_norm_forward_cluster.cuh
+#
+# .. dropdown:: csrc/rms_norm/rms_norm_backward_cluster.cuh (the cluster backward)
+#
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_cluster.cuh
+#       :language: cuda
+#       :caption: csrc/rms_norm/rms_norm_backward_cluster.cuh
+#
+# .. dropdown:: csrc/rms_norm/rms_norm_backward_two_pass.cuh (the two-pass backward)
+#
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_two_pass.cuh
+#       :language: cuda
+#       :caption: csrc/rms_norm/rms_norm_backward_two_pass.cuh
+#
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh (fused, clusters)
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh
+#       :language: cuda
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh
+#
+# .. dropdown:: csrc/rms_norm/rms_norm_planner.cuh (the planner that chooses among them)
+#
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_planner.cuh
+#       :language: cuda
+#       :caption: csrc/rms_norm/rms_norm_planner.cuh
 #
 # Triton has no clusters: its long rows are split over programs that meet
 # through global memory (``opguide/triton/split.py``,
@@ -344,7 +375,7 @@ if faster:
 # and the backward
 # (``tools/sweep_rms_norm_forward_cluster.cu``, ``..._backward_cluster.cu``):
 #
-# .. literalinclude:: /../csrc/rms_norm_long.cuh
+# .. literalinclude:: /../csrc/common/cluster.cuh
 #    :language: cuda
 #    :start-after: // [cluster-push]
 #    :end-before: // [cluster-push-end]
@@ -424,7 +455,7 @@ show(long_rows.triton_long_row_lines(BY_DTYPE, sweep["ns"]))
 # access that the row length, the stride and every pointer allow, with more
 # accesses per thread the narrower they are:
 #
-# .. literalinclude:: /../csrc/rms_norm.cuh
+# .. literalinclude:: /../csrc/rms_norm/rms_norm_planner.cuh
 #    :language: cuda
 #    :start-after: // [vector-width]
 #    :end-before: // [vector-width-end]
@@ -490,10 +521,10 @@ show(eager.node_lines(EAGER))
 #   Function; this node saves three tensors and has one output. The
 #   output's last line measures it:
 #
-#   .. literalinclude:: /../csrc/rms_norm_autograd.cpp
+#   .. literalinclude:: /../csrc/rms_norm/rms_norm_autograd.cpp
 #      :language: cpp
-#      :start-after: // [autograd-node]
-#      :end-before: // [autograd-node-end]
+#      :start-after: // [autograd-rms-norm]
+#      :end-before: // [autograd-rms-norm-end]
 #
 # * **Checks once, in C++.** For plain tensors the wrapper calls the operator
 #   at once; the operator's C++ checks raise the same errors as the Python
@@ -551,7 +582,7 @@ show(lessons.register_cap_lines(uncapped, capped))
 # loads are in flight together; ``tests/test_compile_checks.py`` checks the
 # order in the machine code:
 #
-# .. literalinclude:: /../csrc/rms_norm.cuh
+# .. literalinclude:: /../csrc/rms_norm/rms_norm_forward.cuh
 #    :language: cuda
 #    :start-at: // All loads first
 #    :end-before: if constexpr (kLongRows)
@@ -574,7 +605,7 @@ print("gain: {:+.1f} to {:+.1f} points".format(*fixed_shapes.gain_range(gains)))
 # pipelined kernel keeps the next rows (``kStages``) in shared memory and
 # queues their copies with ``cp.async``, which returns at once:
 #
-# .. literalinclude:: /../csrc/rms_norm_backward.cuh
+# .. literalinclude:: /../csrc/rms_norm/rms_norm_backward.cuh
 #    :language: cuda
 #    :start-after: // [pipelined-backward-kernel]
 #    :end-before: // [pipelined-backward-kernel-end]
@@ -628,7 +659,7 @@ print(f"without them, the backward's largest change: {most.points:+.1f} points, 
 # untouched. That saves a fixed time per launch, which matters only for short
 # kernels:
 #
-# .. literalinclude:: /../csrc/launch.cuh
+# .. literalinclude:: /../csrc/common/launch.cuh
 #    :language: cuda
 #    :start-after: // [pdl-device]
 #    :end-before: // [pdl-device-end]
@@ -647,7 +678,7 @@ show(lessons.pdl_lines([c.points for c in pdl], pdl_on.get("clean_l2")))
 # this page is built, next to ``copy_`` (the floor) and ``clone`` (a copy
 # into new memory, which an operator that returns a new tensor also pays).
 # ``opguide into existing y`` times the loop alone. The operator asks for
-# transparent huge pages for large outputs (``csrc/rms_norm_cpu.cpp``). The
+# transparent huge pages for large outputs (``csrc/rms_norm/rms_norm_cpu.cpp``). The
 # implementations take turns; medians count:
 cpu = benchmark.run_cpu_kernel()
 for r in cpu["rows"]:

@@ -3,7 +3,7 @@
 A CPU-only machine cannot run the CUDA kernels, but it can still compile them:
 
 * :func:`nvcc_check` compiles a ``.cu`` file with ``nvcc -c``. For the host
-  wrapper (``csrc/rms_norm_cuda.cu``) it uses the installed torch's headers,
+  wrapper (``csrc/rms_norm/rms_norm_cuda.cu``) it uses the installed torch's headers,
   with the flags torch's own extension builds use.
 * :func:`hipify` runs torch's hipify on CUDA sources, as a ROCm build of torch
   does before compiling them, and :func:`hipcc_check` compiles the hipified
@@ -98,7 +98,7 @@ def source_root() -> Path:
     """
     here = Path.cwd().resolve()
     for candidate in [here, *here.parents, Path(__file__).resolve().parent.parent]:
-        if (candidate / "csrc" / "rms_norm.cuh").is_file():
+        if (candidate / "csrc" / "opguide.cpp").is_file():
             return candidate
     raise FileNotFoundError("opguide: no csrc/ folder found above the current directory")
 
@@ -457,7 +457,7 @@ def _main(argv: Sequence[str]) -> int:
     root = source_root()
     results = [
         nvcc_check(root / "csrc" / "device_checks" / "rms_norm.cu", with_torch=False),
-        nvcc_check(root / "csrc" / "rms_norm_cuda.cu", with_torch=True),
+        nvcc_check(root / "csrc" / "rms_norm" / "rms_norm_cuda.cu", with_torch=True),
     ]
     with tempfile.TemporaryDirectory() as tmp:
         mapping = hipify([root / "csrc" / "device_checks" / "rms_norm.cu"], tmp, root / "csrc")

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.cpu
 ROOT = compile_checks.source_root()
 CSRC = ROOT / "csrc"
 DEVICE_CHECKS = sorted((CSRC / "device_checks").glob("*.cu"))
-EXTENSION_SOURCES = sorted(CSRC.glob("*.cu"))
+OPERATOR_FOLDERS = ("rms_norm", "fused_add_rms_norm")
+EXTENSION_SOURCES = sorted(p for f in OPERATOR_FOLDERS for p in (CSRC / f).glob("*.cu"))
 
 
 def _require(result):
@@ -63,8 +64,8 @@ def test_nvcc_catches_a_broken_kernel(tmp_path):
 # What the compiler makes of the CUDA forward kernel (step 11, "Lessons"): the
 # speed of a memory-bound kernel depends on details that no output check sees.
 FORWARD_KERNELS = """
-#include "rms_norm.cuh"
-using namespace opguide::cuda;
+#include "rms_norm/rms_norm_forward.cuh"
+using namespace opguide;
 void* kernels[] = {
     (void*)rms_norm_forward_kernel<__nv_bfloat16, 8, kForwardRegVecs, false>,
     (void*)rms_norm_forward_kernel<__half, 8, kForwardRegVecs, false>,
@@ -122,8 +123,10 @@ def test_without_keep_packed_bfloat16_spills():
 
 
 CLUSTER_KERNELS = """
-#include "rms_norm_long.cuh"
-using namespace opguide::cuda;
+#include "fused_add_rms_norm/fused_add_rms_norm_cluster.cuh"
+#include "rms_norm/rms_norm_backward_cluster.cuh"
+#include "rms_norm/rms_norm_forward_cluster.cuh"
+using namespace opguide;
 void* kernels[] = {
     (void*)rms_norm_forward_cluster_kernel<__nv_bfloat16, 8, kClusterForwardThreads,
                                            kClusterForwardVecs>,
@@ -136,11 +139,11 @@ void* kernels[] = {
     (void*)rms_norm_backward_cluster_kernel<__nv_bfloat16, 8, kClusterBackwardRegVecsLong>,
     (void*)rms_norm_backward_cluster_kernel<float, 4, kClusterBackwardRegVecsLong>,
     (void*)fused_add_rms_norm_cluster_kernel<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 8,
-                                             kClusterForwardThreads, kClusterForwardVecs>,
+                                             kFusedClusterThreads, kFusedClusterVecs>,
     (void*)fused_add_rms_norm_cluster_kernel<__nv_bfloat16, float, float, 4,
-                                             kClusterForwardThreads, kClusterForwardVecs>,
-    (void*)fused_add_rms_norm_cluster_kernel<float, float, float, 4, kClusterForwardThreads,
-                                             kClusterForwardVecs>,
+                                             kFusedClusterThreads, kFusedClusterVecs>,
+    (void*)fused_add_rms_norm_cluster_kernel<float, float, float, 4, kFusedClusterThreads,
+                                             kFusedClusterVecs>,
 };
 """
 
@@ -181,7 +184,7 @@ def test_cluster_forward_fits_eight_blocks_per_multiprocessor():
 def _fused_machine_code():
     _skip_without_machine_code_tools()
     source = CSRC / "device_checks" / "fused_add_rms_norm.cu"
-    # Every instantiation the extension launches; "../fused_add_rms_norm.cuh"
+    # Every instantiation the extension launches; "../fused_add_rms_norm/..."
     # resolves through the -I folder.
     kernels = compile_checks.kernel_machine_code(source.read_text(), include_dirs=[source.parent])
     fused = {k: v for k, v in kernels.items() if "fused_add_rms_norm_kernel" in k}

@@ -190,13 +190,6 @@ def fused_args(out_dtypes: tuple[torch.dtype, ...], row_lengths=ROW_LENGTHS):
     return build
 
 
-def rms_norm_into_args(draw, device, dtype):
-    x, weight, eps = rms_norm_args(draw, device, dtype)
-    # The kernel writes y as one dense block; a view mid-storage is fine.
-    y = draw(strided(tuple(x.shape), dtype, device, dense=True))
-    return x, weight, eps, y
-
-
 # ---------------------------------------------------------------------------
 # The table: one case per operator of the namespace.
 
@@ -227,7 +220,6 @@ CASES: dict[str, Case] = {
     "rms_norm_fwd": Case(CPP_DEVICES, FLOATING, rms_norm_args),
     "rms_norm_backward": Case(CPP_DEVICES, FLOATING, rms_norm_backward_args(acc_dtype)),
     "fused_add_rms_norm_": Case(FUSED_DEVICES, FLOATING, fused_args(FLOATING)),
-    "_rms_norm_into": Case(("cpu",), FLOATING, rms_norm_into_args),
     "rms_norm_triton": Case(TRITON_DEVICES, TRITON_DTYPES, rms_norm_args),
     "rms_norm_fwd_triton": Case(TRITON_DEVICES, TRITON_DTYPES, rms_norm_args),
     "rms_norm_backward_triton": Case(

@@ -263,7 +263,8 @@ def test_compile_forward_and_backward():
     torch.testing.assert_close(gw, rw)
 
 
-# Long rows (csrc/rms_norm_long.cuh): past one block's registers the forward
+# Long rows (csrc/rms_norm/*_cluster.cuh, rms_norm_backward_two_pass.cuh): past
+# one block's registers the forward
 # and backward split a row over a thread-block cluster (sm_90+), or take the
 # two-pass kernels (older GPUs, odd N, misaligned rows). Shapes: every cluster
 # size (2 to 16 blocks for bfloat16), more rows than clusters fit on the GPU

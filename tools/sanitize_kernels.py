@@ -6,7 +6,8 @@
 
 ``--fused-only`` runs the fused kernel alone (CUDA and Triton), on a few
 shapes: racecheck is slow, and this run reaches its summary in minutes.
-``--long-rows`` runs the long-row kernels alone (csrc/rms_norm_long.cuh:
+``--long-rows`` runs the long-row kernels alone (csrc/rms_norm/*_cluster.cuh,
+csrc/rms_norm/rms_norm_backward_two_pass.cuh, csrc/fused_add_rms_norm/*_cluster.cuh:
 clusters and two passes; the Triton split and chunked kernels), forward,
 backward and fused (the CUDA fused kernel with a float32 residual too);
 add ``--cpp`` to run the CUDA C++ kernels alone (racecheck is much slower

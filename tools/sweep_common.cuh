@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "rms_norm.cuh"
-#include "rms_norm_backward.cuh"
+#include "rms_norm/rms_norm_launch.cuh"
+#include "rms_norm/rms_norm_backward.cuh"
 
 #define CHECK(x)                                                              \
   do {                                                                        \
@@ -35,7 +35,7 @@ __global__ void fill(T* p, int64_t n, unsigned seed) {
        i += (int64_t)gridDim.x * blockDim.x) {
     unsigned h = (unsigned)i * 2654435761u + seed * 97u;
     h ^= h >> 13;
-    p[i] = opguide::cuda::from_acc<T>(((h & 0xffff) / 32768.0f) - 1.0f);
+    p[i] = opguide::from_acc<T>(((h & 0xffff) / 32768.0f) - 1.0f);
   }
 }
 

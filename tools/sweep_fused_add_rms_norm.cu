@@ -1,4 +1,4 @@
-// Times the fused residual-add + RMSNorm kernel of csrc/fused_add_rms_norm.cuh
+// Times the fused residual-add + RMSNorm kernel of csrc/fused_add_rms_norm/fused_add_rms_norm.cuh
 // with 0 (both passes read memory) or 1 vector per thread held in registers
 // and 1 to 8 rows per block, for bfloat16 and float16, on one GPU without
 // torch. (Two vectors per thread do not fit the kernel's 32 registers.)
@@ -10,7 +10,7 @@
 // "library" is the launch the extension makes. Batches are queued behind an
 // L2 clean and a spin kernel; launches use PDL as the library does. The
 // shapes run twice, to show the run-to-run spread.
-#include "fused_add_rms_norm.cuh"
+#include "fused_add_rms_norm/fused_add_rms_norm_launch.cuh"
 #include "sweep_common.cuh"
 
 using namespace opguide;
@@ -30,12 +30,12 @@ template <typename T, int kRegVecs>
 void sweep_reg_vecs(const char* dtype, int64_t m, int64_t n, const Buffers<T>& b, double bytes,
                     double copy_bw) {
   constexpr int kVec = 16 / sizeof(T);
-  auto kernel = fused::fused_add_rms_norm_kernel<T, T, T, float, kVec, kRegVecs>;
+  auto kernel = fused_add_rms_norm_kernel<T, T, T, float, kVec, kRegVecs>;
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, kernel));
   // kRegVecs == 0 re-reads the row, with one vector per thread per step.
-  const fused::FusedConfig one_row =
-      fused::fused_config(m, n, kVec, kRegVecs > 0 ? kRegVecs : 1, 32, 0);
+  const FusedConfig one_row =
+      fused_config(m, n, kVec, kRegVecs > 0 ? kRegVecs : 1, 32, 0);
   if (kRegVecs > 0 && one_row.long_rows) return;  // rows too long to hold
   const unsigned per_row = one_row.block.x;
   for (unsigned rows_per_block : {1u, 2u, 3u, 4u, 6u, 8u}) {
@@ -49,7 +49,7 @@ void sweep_reg_vecs(const char* dtype, int64_t m, int64_t n, const Buffers<T>& b
     const float us = time_us(
         [&](int i) {
           const int s = i % nbuf;
-          CHECK(cuda::launch_kernel(kernel, grid, block, 0, 0, true,
+          CHECK(launch_kernel(kernel, grid, block, 0, 0, true,
                                     static_cast<const T*>(b.x[s]), b.residual[s],
                                     static_cast<const T*>(b.weight), b.out[s], b.inv_rms, m, n,
                                     1e-6f));
@@ -88,14 +88,14 @@ void run(const char* dtype, int64_t m, int64_t n, double copy_bw, size_t l2) {
   const float us = time_us(
       [&](int i) {
         const int s = i % nbuf;
-        CHECK((fused::launch_fused_add_rms_norm<T, T, T, float>(
+        CHECK((launch_fused_add_rms_norm<T, T, T, float>(
             b.x[s], b.residual[s], b.weight, b.out[s], b.inv_rms, m, n, 1e-6f, true, 32, 0,
             true)));
       },
       kCalls, kBatches);
   printf("  %-4s %6lldx%-5lld library (vecs/thr %d, blocks of %d threads)%*s %7.2f us %5.1f%%\n",
-         dtype, static_cast<long long>(m), static_cast<long long>(n), fused::kFusedRegVecs,
-         fused::kFusedBlockThreads, 29, "", us, 100.0 * moved / (us * 1e-6) / copy_bw);
+         dtype, static_cast<long long>(m), static_cast<long long>(n), kFusedRegVecs,
+         kFusedBlockThreads, 29, "", us, 100.0 * moved / (us * 1e-6) / copy_bw);
   sweep_reg_vecs<T, 0>(dtype, m, n, b, moved, copy_bw);
   sweep_reg_vecs<T, 1>(dtype, m, n, b, moved, copy_bw);
 

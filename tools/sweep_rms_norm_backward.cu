@@ -1,20 +1,230 @@
-// Sweeps variants of the RMSNorm backward kernels (csrc/rms_norm_backward.cuh,
-// every knob a template parameter in sweep_rms_norm_backward_variants.cuh)
+// Sweeps the RMSNorm backward kernels (csrc/rms_norm/rms_norm_backward.cuh)
 // on one GPU, without torch, and prints achieved bandwidth against a large
 // device-to-device copy. Build and run (on a GPU machine):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_backward.cu -o /tmp/sweep_bwd
 //   /tmp/sweep_bwd [bf16] [pipelined]
-// "bf16" skips float16; "pipelined" sweeps the cp.async kernel
-// (backward_pipelined_kernel) against the register-prefetch one.
-// Times are per call of both kernels (rows, then the grad_w partial sums),
-// each batch queued behind a spin kernel so launch latency is not counted.
-// Bytes: read x and dy, write dx (3 M N s), as in guidekit.benchmark.
+// "bf16" skips float16; "pipelined" sweeps the library's cp.async kernel
+// (rms_norm_backward_pipelined_kernel, its knobs given as SweepKnobs) against
+// the register-prefetch one. Times are per call of both kernels (rows, then
+// the grad_w partial sums), each batch queued behind a spin kernel so launch
+// latency is not counted. Bytes: read x and dy, write dx (3 M N s), as in
+// guidekit.benchmark.
 #include <string>
 
+#include "rms_norm/rms_norm_launch.cuh"  // -Icsrc, as the sweeps are built
 #include "sweep_common.cuh"
-#include "sweep_rms_norm_backward_variants.cuh"
 
-using namespace opguide::sweep;
+using namespace opguide;
+
+// The pipelined kernel's knobs, other values than the library's PipelinedKnobs.
+template <int kStagesValue, int kMinBlocksValue>
+struct SweepKnobs {
+  static constexpr int kStages = kStagesValue;
+  static constexpr int kMinBlocks = kMinBlocksValue;
+};
+
+// The register-prefetch backward with its knobs as template parameters:
+// kPrefetch (load the next row before reducing this one), kMinBlocks (the
+// second argument of __launch_bounds__), kDwShared (grad_w sums in shared
+// memory instead of registers), kWRegs (the weight slice in registers, or
+// re-read from L1 each row). A copy, not the library's kernel: prefetch off,
+// grad_w in shared memory and the weight re-read are other code paths that
+// the library does not ship; with (true, 1, false, true) it compiles to
+// rms_norm_backward_kernel.
+template <typename T, int kVec, int kRegVecs, bool kPrefetch, int kMinBlocks, bool kDwShared,
+          bool kWRegs>
+__global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) backward_kernel(
+    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
+    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
+    typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+  using Acc = typename AccType<T>::type;
+  using V = Vec<T, kVec>;
+  // Two buffers: iteration i reduces in shared[i % 2], so a fast warp that
+  // starts the next row cannot overwrite what a slow warp is still reading.
+  __shared__ Acc shared[2][kMaxWarpsPerBlock];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  wait_for_previous_grid();  // see launch.cuh
+  allow_next_grid();
+  const int64_t nvec = cols / kVec;
+  const V* wv = reinterpret_cast<const V*>(weight);
+  // kDwShared: this slot's grad_w sums live in shared memory, element e of
+  // vector i at e * nvec + i (neighbouring threads, neighbouring banks).
+  Acc* dw_s = reinterpret_cast<Acc*>(dynamic_shared) + threadIdx.y * cols;
+
+  V w[kRegVecs];
+  Acc dw[kDwShared ? 1 : kRegVecs][kVec];
+#pragma unroll
+  for (int k = 0; k < kRegVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (kWRegs && i < nvec) w[k] = wv[i];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      if constexpr (kDwShared) {
+        if (i < nvec) dw_s[e * nvec + i] = 0;
+      } else {
+        dw[k][e] = 0;
+      }
+    }
+  }
+
+  // Every thread of the block runs the same number of iterations (row_sum
+  // synchronises the block); a slot past the last row just idles.
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  V g[kRegVecs], xv[kRegVecs];
+  if (kPrefetch && row < rows) {
+    load_row_slice(reinterpret_cast<const V*>(grad_y + row * cols), nvec, g);
+    load_row_slice(reinterpret_cast<const V*>(x + row * cols), nvec, xv);
+  }
+  int parity = 0;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.y; base < rows;
+       base += stride, row += stride, parity ^= 1) {
+    const bool active = row < rows;
+    if (!kPrefetch && active) {
+      load_row_slice(reinterpret_cast<const V*>(grad_y + row * cols), nvec, g);
+      load_row_slice(reinterpret_cast<const V*>(x + row * cols), nvec, xv);
+    }
+    const Acc r = active ? inv_rms[row] : Acc(0);
+    Acc dot = 0;
+    if (active) {
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+          const V wk = kWRegs ? w[k] : wv[i];
+#pragma unroll
+          for (int e = 0; e < kVec; ++e)
+            dot += to_acc(g[k].val[e]) * to_acc(wk.val[e]) * to_acc(xv[k].val[e]);
+        }
+      }
+    }
+    // The next row's loads go out now and arrive while this row is reduced.
+    V g_next[kRegVecs], x_next[kRegVecs];
+    if (kPrefetch && row + stride < rows) {
+      load_row_slice(reinterpret_cast<const V*>(grad_y + (row + stride) * cols), nvec, g_next);
+      load_row_slice(reinterpret_cast<const V*>(x + (row + stride) * cols), nvec, x_next);
+    }
+    dot = row_sum(dot, shared[parity]);
+    if (active) {
+      const Acc c = dot * r * r * r / static_cast<Acc>(cols);
+      V* dxr = reinterpret_cast<V*>(grad_x + row * cols);
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+        if (i < nvec) {
+          const V wk = kWRegs ? w[k] : wv[i];
+          V out;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            const Acc gv = to_acc(g[k].val[e]);
+            const Acc xe = to_acc(xv[k].val[e]);
+            out.val[e] = from_acc<T>(r * gv * to_acc(wk.val[e]) - c * xe);
+            if constexpr (kDwShared) {
+              dw_s[e * nvec + i] += gv * xe * r;
+            } else {
+              dw[k][e] += gv * xe * r;
+            }
+          }
+          store_streaming(dxr + i, out);
+        }
+      }
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < kRegVecs; ++k) {
+        g[k] = g_next[k];
+        xv[k] = x_next[k];
+      }
+    }
+  }
+
+  // The block's partial grad_w row: the slots' sums added in slot order.
+  Acc* partial = grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols;
+  if constexpr (kDwShared) {
+    __syncthreads();
+    const int threads = blockDim.x * blockDim.y;
+    for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < cols; j += threads) {
+      const int64_t at = (j % kVec) * nvec + j / kVec;
+      Acc total = 0;
+      for (int slot = 0; slot < static_cast<int>(blockDim.y); ++slot)
+        total += reinterpret_cast<Acc*>(dynamic_shared)[slot * cols + at];
+      partial[j] = total;
+    }
+  } else {
+    store_partial_grad_w<kVec>(dw, nvec, partial, reinterpret_cast<Acc*>(dynamic_shared));
+  }
+}
+
+template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwShared, bool kWRegs>
+BackwardConfig backward_config_for(int64_t rows, int64_t cols, int warp_size,
+                                            int sm_count, int min_threads) {
+  constexpr int kVec = 16 / sizeof(T);
+  using Acc = typename AccType<T>::type;
+  BackwardConfig cfg;
+  cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
+  const int64_t slots = cfg.block.y;
+  cfg.shared_bytes = kDwShared ? static_cast<size_t>(slots * cols) * sizeof(Acc)
+                              : (slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0);
+  const int per_sm = blocks_per_sm(
+      backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
+      static_cast<int>(cfg.block.x * cfg.block.y), cfg.shared_bytes);
+  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
+  return cfg;
+}
+
+template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwShared, bool kWRegs>
+cudaError_t launch_backward_for(const T* grad_y, const T* x, const T* weight,
+                                         const typename AccType<T>::type* inv_rms, T* grad_x,
+                                         typename AccType<T>::type* grad_w_partial, T* grad_w,
+                                         int64_t rows, int64_t cols, const BackwardConfig& cfg,
+                                         cudaStream_t stream, bool pdl = false) {
+  constexpr int kVec = 16 / sizeof(T);
+  return launch_backward_pair(backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>, grad_y, x, weight, inv_rms,
+                              grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
+}
+
+// The launch shape of a pipelined backward instance: like the one above, with
+// the stage buffers in dynamic shared memory. Past 48 KiB (static and
+// dynamic together) a kernel must be allowed more shared memory before it is
+// launched, which this does.
+template <typename T, int kRegs, int kStages, int kMinBlocks>
+BackwardConfig backward_pipelined_config_for(int64_t rows, int64_t cols, int warp_size,
+                                                      int sm_count, int min_threads,
+                                                      int max_blocks_per_sm = 0,
+                                                      size_t max_shared_bytes = 227 * 1024) {
+  constexpr int kVec = 16 / sizeof(T);
+  using Acc = typename AccType<T>::type;
+  auto kernel = rms_norm_backward_pipelined_kernel<T, kVec, kRegs, SweepKnobs<kStages, kMinBlocks>>;
+  BackwardConfig cfg;
+  cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
+  const int64_t slots = cfg.block.y;
+  const int64_t threads = static_cast<int64_t>(cfg.block.x) * cfg.block.y;
+  const size_t stages = static_cast<size_t>(kStages * 2 * kRegs * threads) * 16;
+  const size_t sums = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
+  cfg.shared_bytes = stages > sums ? stages : sums;
+  // The 48 KiB default covers static and dynamic shared memory together.
+  const size_t static_bytes = sizeof(Acc) * 2 * kMaxWarpsPerBlock;
+  if (cfg.shared_bytes + static_bytes > max_shared_bytes) {
+    cfg.blocks = 0;  // more than one block may have on this GPU
+    return cfg;
+  }
+  if (cfg.shared_bytes + static_bytes > 48 * 1024) allow_shared_bytes(kernel, cfg.shared_bytes);
+  int per_sm = blocks_per_sm(kernel, static_cast<int>(threads), cfg.shared_bytes);
+  if (max_blocks_per_sm > 0 && per_sm > max_blocks_per_sm) per_sm = max_blocks_per_sm;
+  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
+  return cfg;
+}
+
+template <typename T, int kRegs, int kStages, int kMinBlocks>
+cudaError_t launch_backward_pipelined_for(
+    const T* grad_y, const T* x, const T* weight, const typename AccType<T>::type* inv_rms,
+    T* grad_x, typename AccType<T>::type* grad_w_partial, T* grad_w, int64_t rows, int64_t cols,
+    const BackwardConfig& cfg, cudaStream_t stream, bool pdl = false) {
+  constexpr int kVec = 16 / sizeof(T);
+  return launch_backward_pair(rms_norm_backward_pipelined_kernel<T, kVec, kRegs, SweepKnobs<kStages, kMinBlocks>>, grad_y, x, weight, inv_rms,
+                              grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
+}
+
 
 // Timed batches per measurement.
 constexpr int kBatches = 11;
@@ -71,7 +281,8 @@ void run_pipelined(const char* dtype, int64_t M, int64_t N, int sms, double copy
     CHECK((launch_backward_pipelined_for<T, kRegs, kStages, kMinBlocks>(
         gs[s], xs[s], w, (const Acc*)rs[s], dxs[s], partial, dw, M, N, cfg, 0, pdl)));
   }, 20, kBatches);
-  auto kernel = backward_pipelined_kernel<T, 16 / sizeof(T), kRegs, kStages, kMinBlocks>;
+  auto kernel = rms_norm_backward_pipelined_kernel<T, 16 / sizeof(T), kRegs,
+                                                   SweepKnobs<kStages, kMinBlocks>>;
   float us_rows = time_us([&](int i) {
     const int s = i % nbuf;
     kernel<<<(unsigned)cfg.blocks, cfg.block, cfg.shared_bytes>>>(gs[s], xs[s], w, rs[s], dxs[s],

@@ -1,4 +1,4 @@
-// Sweeps the cluster backward (csrc/rms_norm_long.cuh) for long rows on one
+// Sweeps the cluster backward (csrc/rms_norm/rms_norm_forward_cluster.cuh) for long rows on one
 // GPU, without torch: the library's kernel at several block widths, vectors
 // per thread, pipeline stages and blocks per multiprocessor, with and
 // without pushing the next row's partial sum before waiting for this row's
@@ -10,10 +10,10 @@
 //   /tmp/bc
 #include <cmath>
 
-#include "rms_norm_long.cuh"
+#include "rms_norm/rms_norm_launch.cuh"
 #include "sweep_common.cuh"
 
-using namespace opguide::cuda;
+using namespace opguide;
 
 constexpr int kBatches = 11;
 

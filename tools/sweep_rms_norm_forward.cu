@@ -2,14 +2,15 @@
 // one GPU, without torch, and prints achieved bandwidth against a large
 // device-to-device copy. Build and run (on a GPU machine):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_forward.cu -o /tmp/sweep && /tmp/sweep
-// The variants here are experiments; what wins moves into csrc/rms_norm.cuh.
+// The variants here are experiments; what wins becomes a knob value in
+// csrc/rms_norm/rms_norm_config.h.
 #include <cstdio>
 #include <vector>
 #include <algorithm>
 
-#include "rms_norm.cuh"
+#include "rms_norm/rms_norm_launch.cuh"
 
-using namespace opguide::cuda;
+using namespace opguide;
 using bf16 = __nv_bfloat16;
 
 #define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); exit(1);} } while (0)

@@ -1,4 +1,4 @@
-// Sweeps the cluster forward (csrc/rms_norm_long.cuh) for long rows on one
+// Sweeps the cluster forward (csrc/rms_norm/rms_norm_forward_cluster.cuh) for long rows on one
 // GPU, without torch, in bfloat16 and float16: the library's kernel (one row
 // per cluster, each block's slice staged in shared memory with cp.async,
 // "one row") at several block widths and vectors per thread (together the
@@ -17,10 +17,10 @@
 // Bytes: read x, write y (2 M N s) at M N = 2^26, as in guidekit.benchmark.
 #include <cstring>
 
-#include "rms_norm_long.cuh"
+#include "rms_norm/rms_norm_launch.cuh"
 #include "sweep_common.cuh"
 
-using namespace opguide::cuda;
+using namespace opguide;
 
 // The library's kernel before the one-row-per-cluster one: persistent
 // clusters, cluster c normalising rows c, c + C, c + 2C, ... (C clusters, as

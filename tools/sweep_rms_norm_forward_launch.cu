@@ -1,4 +1,4 @@
-// Variants of the one-block RMSNorm forward (csrc/rms_norm.cuh), for
+// Variants of the one-block RMSNorm forward (csrc/rms_norm/rms_norm_forward.cuh), for
 // tools/sweep_rms_norm_forward_launch.py, which builds this torch-free file
 // into a shared library with nvcc, loads it with ctypes and times every variant in the benchmark's round robin, next to
 // the library and the other libraries. A variant is the library's kernel
@@ -11,11 +11,11 @@
 //   kFastInv     1/rms from rsqrtf (one MUFU instruction) instead of
 //                1 / sqrt() with its IEEE slow path
 // and the launch's threads per row and rows per block.
-#include "rms_norm.cuh"
+#include "rms_norm/rms_norm_launch.cuh"
 
 namespace {
 
-using namespace opguide::cuda;
+using namespace opguide;
 
 template <typename V>
 __device__ __forceinline__ V load_plain(const V* p) {

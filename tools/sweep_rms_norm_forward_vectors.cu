@@ -1,4 +1,4 @@
-// Times the RMSNorm forward kernel of csrc/rms_norm.cuh with 1, 2 or 4
+// Times the RMSNorm forward kernel of csrc/rms_norm/rms_norm_forward.cuh with 1, 2 or 4
 // vectors per thread and several block sizes, for bfloat16 and float16, on
 // one GPU without torch.
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_forward_vectors.cu -o /tmp/sweep_vec
@@ -8,7 +8,7 @@
 // kernel, launches use PDL as the library does.
 #include "sweep_common.cuh"
 
-using namespace opguide::cuda;
+using namespace opguide;
 
 // Timed batches per measurement.
 constexpr int kBatches = 15;

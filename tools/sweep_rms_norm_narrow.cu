@@ -9,7 +9,7 @@
 // guidekit.benchmark.
 #include "sweep_common.cuh"
 
-using namespace opguide::cuda;
+using namespace opguide;
 using bf16 = __nv_bfloat16;
 
 constexpr int kBatches = 11;

@@ -1,11 +1,8 @@
-// keep_packed: a device helper that both kernel headers (rms_norm.cuh and
-// fused_add_rms_norm.cuh) use. Torch-free, like them.
+
 #pragma once
 
 namespace opguide {
-namespace cuda {
 
-// [keep-packed]
 // Returns v unchanged, through an empty asm statement that the compiler must
 // treat as a new value. A kernel that holds 16-bit values in registers
 // across a row's reduction converts each of them to float twice: once for
@@ -14,11 +11,11 @@ namespace cuda {
 // first conversion alive across the reduction, twice the registers of the
 // packed values. In the forward kernel, with the weight held too, that is
 // more than the 64 registers per thread that __launch_bounds__(1024) allows:
-// spills, and a kernel far from the copy (step 11, "Lessons", measures it; a
-// test in tests/test_compile_checks.py watches for it). The fused kernel
-// (fused_add_rms_norm.cuh) holds h and the weight the same way; with one
-// vector each per thread it needs it less, but with two it spilled. OPGUIDE_KEEP_PACKED=0 turns it off for
-// comparisons; HIP returns v as it is.
+// spills, and a kernel far from the copy (tests/test_compile_checks.py
+// checks the spill without keep_packed). The fused kernel
+// (fused_add_rms_norm/fused_add_rms_norm.cuh) holds h and the weight the same way; with
+// one vector each per thread it needs it less, but with two it spilled.
+// OPGUIDE_KEEP_PACKED=0 turns it off for comparisons; HIP returns v as it is.
 #ifndef OPGUIDE_KEEP_PACKED
 #define OPGUIDE_KEEP_PACKED 1
 #endif
@@ -26,7 +23,8 @@ namespace cuda {
 template <typename V>
 __device__ __forceinline__ V keep_packed(V v) {
 #if OPGUIDE_KEEP_PACKED && !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__)
-  if constexpr (sizeof(V) % 4 == 0) {  // whole registers; single 16-bit elements pass as they are
+  if constexpr (sizeof(V) % 4 ==
+                0) {  // whole registers; single 16-bit elements pass as they are
     unsigned words[sizeof(V) / 4];
     __builtin_memcpy(words, &v, sizeof(V));
 #pragma unroll
@@ -36,7 +34,5 @@ __device__ __forceinline__ V keep_packed(V v) {
 #endif
   return v;
 }
-// [keep-packed-end]
 
-}  // namespace cuda
 }  // namespace opguide

@@ -22,10 +22,11 @@ namespace {
 // Rows [row_begin, row_end): writes their grad_x and adds their share of
 // grad_weight into grad_w_partial (n values owned by this chunk of rows).
 template <typename scalar_t>
-void rms_norm_backward_rows(const scalar_t* grad_y, const scalar_t* x, const scalar_t* weight,
+void rms_norm_backward_rows(const scalar_t* grad_y, const scalar_t* x,
+                            const scalar_t* weight,
                             const at::opmath_type<scalar_t>* inv_rms, scalar_t* grad_x,
-                            at::opmath_type<scalar_t>* grad_w_partial, int64_t row_begin,
-                            int64_t row_end, int64_t n) {
+                            at::opmath_type<scalar_t>* grad_w_partial,
+                            int64_t row_begin, int64_t row_end, int64_t n) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int64_t kLanes = 16;  // independent sums, as in the forward kernel
   for (int64_t row = row_begin; row < row_end; ++row) {
@@ -38,13 +39,14 @@ void rms_norm_backward_rows(const scalar_t* grad_y, const scalar_t* x, const sca
     int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes) {
       for (int64_t l = 0; l < kLanes; ++l) {
-        partial[l] += static_cast<acc_t>(gr[i + l]) * static_cast<acc_t>(weight[i + l]) *
-                      static_cast<acc_t>(xr[i + l]);
+        partial[l] += static_cast<acc_t>(gr[i + l]) *
+                      static_cast<acc_t>(weight[i + l]) * static_cast<acc_t>(xr[i + l]);
       }
     }
     acc_t dot = 0;
     for (; i < n; ++i) {
-      dot += static_cast<acc_t>(gr[i]) * static_cast<acc_t>(weight[i]) * static_cast<acc_t>(xr[i]);
+      dot += static_cast<acc_t>(gr[i]) * static_cast<acc_t>(weight[i]) *
+             static_cast<acc_t>(xr[i]);
     }
     for (int64_t l = 0; l < kLanes; ++l) dot += partial[l];
     const acc_t c = dot * r * r * r / static_cast<acc_t>(n);
@@ -83,7 +85,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_
   // chunk size depends only on the shape (at most kMaxChunks chunks).
   constexpr int64_t kMaxChunks = 64;
   const int64_t grain_rows = std::max<int64_t>(1, at::internal::GRAIN_SIZE / n);
-  const int64_t rows_per_chunk = std::max(grain_rows, (m + kMaxChunks - 1) / kMaxChunks);
+  const int64_t rows_per_chunk =
+      std::max(grain_rows, (m + kMaxChunks - 1) / kMaxChunks);
   const int64_t chunks = (m + rows_per_chunk - 1) / rows_per_chunk;
   const at::ScalarType acc = rms_norm_acc_type(xc.scalar_type());
   at::Tensor partials = at::zeros({chunks, n}, xc.options().dtype(acc));
@@ -112,7 +115,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_
                          [&](int64_t begin, int64_t end) {
                            for (int64_t j = begin; j < end; ++j) {
                              acc_t sum = 0;
-                             for (int64_t c = 0; c < chunks; ++c) sum += p_ptr[c * n + j];
+                             for (int64_t c = 0; c < chunks; ++c)
+                               sum += p_ptr[c * n + j];
                              gw_ptr[j] = static_cast<scalar_t>(sum);
                            }
                          });
@@ -124,5 +128,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_
 }  // namespace opguide
 
 // [cpu-backward-register]
-TORCH_LIBRARY_IMPL(opguide, CPU, m) { m.impl("rms_norm_backward", &opguide::rms_norm_backward_cpu); }
+TORCH_LIBRARY_IMPL(opguide, CPU, m) {
+  m.impl("rms_norm_backward", &opguide::rms_norm_backward_cpu);
+}
 // [cpu-backward-register-end]

@@ -2,24 +2,27 @@
 // grad_weight for rows held in registers (two kernels: one that prefetches
 // the next row into registers, one that pipelines rows through shared memory
 // with cp.async), and the deterministic sum of the partials. Torch-free like
-// the forward (rms_norm.cuh); rms_norm_cuda.cu calls it through
-// rms_norm_long.cuh, which adds the kernels for longer rows.
+// the forward (rms_norm_forward.cuh); rms_norm_launch.cuh launches them.
 #pragma once
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+// OPGUIDE_NO_BF16 leaves bfloat16 out, for toolchains that predate its header
+// (ROCm before 5.7 has no hip_bf16.h). Normal builds never set it.
 #if !defined(OPGUIDE_NO_BF16)
 #include <cuda_bf16.h>
 #endif
 
 #include <cstdint>
 
-#include "device_common.cuh"
-#include "keep_packed.cuh"
-#include "launch.cuh"
+#include "../common/async_copy.cuh"
+#include "../common/keep_packed.cuh"
+#include "../common/launch.cuh"
+#include "../common/reduce.cuh"
+#include "../common/vec.cuh"
+#include "rms_norm_config.h"
 
 namespace opguide {
-namespace cuda {
 
 // [backward-kernel]
 // Backward, per row with r = inv_rms[row]:
@@ -36,26 +39,6 @@ namespace cuda {
 // slot order); a second kernel sums the partials in a fixed order, so the
 // result does not depend on timing.
 
-// [backward-config]
-// The backward's settings, in one place. tools/sweep_rms_norm_backward.cu
-// measures the alternatives with its own copy of the kernels, in which each
-// of these is a template parameter; step 11 of the guide shows the sweeps.
-constexpr int kBwdMaxThreads = 512;  // threads per block, at most
-// The pipelined kernel (cp.async): rows in flight per row slot, blocks of at
-// least this many threads (two rows at a time for rows of 4096 bf16
-// elements: twice the data per barrier), and the row length (in 16-byte
-// vectors) past which a thread takes 4 vectors instead of 2, which keeps two
-// rows per block there too.
-constexpr int kBwdStages = 3;
-constexpr int kBwdPipelineMinThreads = 512;
-constexpr int64_t kBwdWideRow = 512;
-// The register kernel, used where the pipeline's shared memory does not fit:
-// vectors per thread and the least threads per block. It prefetches the next
-// row into registers and keeps the weight slice and the grad_w sums there.
-constexpr int kBwdRegVecs = 2;
-constexpr int kBwdMinThreads = 256;
-// [backward-config-end]
-
 template <typename T, int kVec, int kRegs>
 __device__ __forceinline__ void load_row_slice(const Vec<T, kVec>* row, int64_t nvec,
                                                Vec<T, kVec> (&out)[kRegs]) {
@@ -66,7 +49,6 @@ __device__ __forceinline__ void load_row_slice(const Vec<T, kVec>* row, int64_t 
   }
 }
 
-// [backward-row]
 // The arithmetic of one row that every backward kernel shares, over the
 // `count` vectors of the row that this thread's slice holds (vector k of the
 // slice is vector threadIdx.x + k * blockDim.x).
@@ -89,7 +71,8 @@ __device__ __forceinline__ void start_slice(const Vec<T, kVec>* wv, int64_t coun
 // copy_slice_async queues the copies of a row slice (gr, xr: its first
 // vectors); read_stage reads a stage back into registers.
 template <typename T, int kVec, int kRegVecs>
-__device__ __forceinline__ void copy_slice_async(const Vec<T, kVec>* gr, const Vec<T, kVec>* xr,
+__device__ __forceinline__ void copy_slice_async(const Vec<T, kVec>* gr,
+                                                 const Vec<T, kVec>* xr,
                                                  Vec<T, kVec>* dst, int64_t count) {
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
@@ -102,7 +85,8 @@ __device__ __forceinline__ void copy_slice_async(const Vec<T, kVec>* gr, const V
 }
 
 template <typename T, int kVec, int kRegVecs>
-__device__ __forceinline__ void read_stage(const Vec<T, kVec>* src, Vec<T, kVec> (&g)[kRegVecs],
+__device__ __forceinline__ void read_stage(const Vec<T, kVec>* src,
+                                           Vec<T, kVec> (&g)[kRegVecs],
                                            Vec<T, kVec> (&xv)[kRegVecs]) {
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
@@ -113,10 +97,9 @@ __device__ __forceinline__ void read_stage(const Vec<T, kVec>* src, Vec<T, kVec>
 
 // row_dot: this thread's part of sum_k(g_k * w_k * x_k).
 template <typename T, int kVec, int kRegVecs>
-__device__ __forceinline__ typename AccType<T>::type row_dot(const Vec<T, kVec> (&g)[kRegVecs],
-                                                             const Vec<T, kVec> (&w)[kRegVecs],
-                                                             const Vec<T, kVec> (&xv)[kRegVecs],
-                                                             int64_t count) {
+__device__ __forceinline__ typename AccType<T>::type row_dot(
+    const Vec<T, kVec> (&g)[kRegVecs], const Vec<T, kVec> (&w)[kRegVecs],
+    const Vec<T, kVec> (&xv)[kRegVecs], int64_t count) {
   typename AccType<T>::type dot = 0;
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
@@ -135,8 +118,8 @@ __device__ __forceinline__ typename AccType<T>::type row_dot(const Vec<T, kVec> 
 template <typename T, int kVec, int kRegVecs, typename Acc>
 __device__ __forceinline__ void store_grad_x(const Vec<T, kVec> (&g)[kRegVecs],
                                              const Vec<T, kVec> (&w)[kRegVecs],
-                                             const Vec<T, kVec> (&xv)[kRegVecs], Acc r, Acc c,
-                                             int64_t count, Vec<T, kVec>* dxr,
+                                             const Vec<T, kVec> (&xv)[kRegVecs], Acc r,
+                                             Acc c, int64_t count, Vec<T, kVec>* dxr,
                                              Acc (&dw)[kRegVecs][kVec]) {
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
@@ -154,9 +137,7 @@ __device__ __forceinline__ void store_grad_x(const Vec<T, kVec> (&g)[kRegVecs],
     }
   }
 }
-// [backward-row-end]
 
-// [partial-grad-w]
 // Writes the block's partial grad_w row from each thread's register sums
 // dw[k][e] (element e of its vector k of the row). Thread x of every row
 // slot holds sums for the same columns, so the slots are added: slots
@@ -168,7 +149,8 @@ __device__ __forceinline__ void store_grad_x(const Vec<T, kVec> (&g)[kRegVecs],
 // Every thread of the block must call it.
 template <int kVec, int kRegVecs, typename Acc>
 __device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][kVec],
-                                                     int64_t nvec, Acc* partial, Acc* shared) {
+                                                     int64_t nvec, Acc* partial,
+                                                     Acc* shared) {
   const int slots = static_cast<int>(blockDim.y);
   for (int slot = slots - 1; slot >= 1; --slot) {
     if (static_cast<int>(threadIdx.y) == slot) {
@@ -198,20 +180,23 @@ __device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][k
     }
   }
 }
-// [partial-grad-w-end]
 
 template <typename T, int kVec, int kRegVecs>
 __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
-    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
-    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
-    typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+    const T* __restrict__ grad_y,                            // [rows, cols], dense
+    const T* __restrict__ x,                                 // [rows, cols], dense
+    const T* __restrict__ weight,                            // [cols]
+    const typename AccType<T>::type* __restrict__ inv_rms,   // [rows]
+    T* __restrict__ grad_x,                                  // [rows, cols], dense
+    typename AccType<T>::type* __restrict__ grad_w_partial,  // [blocks, cols]
+    int64_t rows, int64_t cols) {
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
   // Two buffers: iteration i reduces in shared[i % 2], so a fast warp that
   // starts the next row cannot overwrite what a slow warp is still reading.
   __shared__ Acc shared[2][kMaxWarpsPerBlock];
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  wait_for_previous_grid();  // see launch.cuh
+  wait_for_previous_grid();  // see common/launch.cuh
   allow_next_grid();
   const int64_t nvec = cols / kVec;
   const V* wv = reinterpret_cast<const V*>(weight);
@@ -238,8 +223,10 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
     // The next row's loads go out now and arrive while this row is reduced.
     V g_next[kRegVecs], x_next[kRegVecs];
     if (row + stride < rows) {
-      load_row_slice(reinterpret_cast<const V*>(grad_y + (row + stride) * cols), nvec, g_next);
-      load_row_slice(reinterpret_cast<const V*>(x + (row + stride) * cols), nvec, x_next);
+      load_row_slice(reinterpret_cast<const V*>(grad_y + (row + stride) * cols), nvec,
+                     g_next);
+      load_row_slice(reinterpret_cast<const V*>(x + (row + stride) * cols), nvec,
+                     x_next);
     }
     dot = row_sum(dot, shared[parity]);
     if (active) {
@@ -254,12 +241,13 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
   }
 
   // The block's partial grad_w row: the slots' sums added in slot order.
-  store_partial_grad_w<kVec>(dw, nvec, grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
+  store_partial_grad_w<kVec>(dw, nvec,
+                             grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
                              reinterpret_cast<Acc*>(dynamic_shared));
 }
 
 // [pipelined-backward-kernel]
-// The same backward with a deeper pipeline: each row slot keeps kBwdStages rows
+// The same backward with a deeper pipeline: each row slot keeps kStages rows
 // of g and x in shared memory and has the next kStages - 1 rows' copies in
 // flight while it computes one (cp.async, above). Each thread copies only the
 // vectors it later reads itself, so waiting for its own copies is enough; no
@@ -267,24 +255,31 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
 // grad_w sums, as in the kernel above.
 // Shared memory: kStages x slots x 2 tensors x kRegVecs x blockDim.x vectors,
 // laid out so that neighbouring threads read neighbouring 16-byte vectors.
-template <typename T, int kVec, int kRegVecs>
-__global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_pipelined_kernel(
-    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
-    const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
-    typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
-  constexpr int kStages = kBwdStages;
+// Knobs: kStages and kMinBlocks (PipelinedKnobs in rms_norm_config.h).
+template <typename T, int kVec, int kRegVecs, typename Knobs = PipelinedKnobs>
+__global__ void __launch_bounds__(kBwdMaxThreads, Knobs::kMinBlocks)
+    rms_norm_backward_pipelined_kernel(
+        const T* __restrict__ grad_y,                            // [rows, cols], dense
+        const T* __restrict__ x,                                 // [rows, cols], dense
+        const T* __restrict__ weight,                            // [cols]
+        const typename AccType<T>::type* __restrict__ inv_rms,   // [rows]
+        T* __restrict__ grad_x,                                  // [rows, cols], dense
+        typename AccType<T>::type* __restrict__ grad_w_partial,  // [blocks, cols]
+        int64_t rows, int64_t cols) {
+  constexpr int kStages = Knobs::kStages;
   static_assert(kStages >= 2, "a pipeline needs two stages or more");
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
   __shared__ Acc shared[2][kMaxWarpsPerBlock];
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  wait_for_previous_grid();  // see launch.cuh
+  wait_for_previous_grid();  // see common/launch.cuh
   allow_next_grid();
   const int64_t nvec = cols / kVec;
   const V* wv = reinterpret_cast<const V*>(weight);
   // This thread's vector k of tensor t (0: g, 1: x) in stage s.
   V* const buffers = reinterpret_cast<V*>(dynamic_shared);
-  const int per_stage = static_cast<int>(blockDim.y) * 2 * kRegVecs * static_cast<int>(blockDim.x);
+  const int per_stage =
+      static_cast<int>(blockDim.y) * 2 * kRegVecs * static_cast<int>(blockDim.x);
   V* const mine = buffers + threadIdx.y * 2 * kRegVecs * blockDim.x + threadIdx.x;
 
   V w[kRegVecs];
@@ -335,22 +330,18 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_pipelined
   copy_async_wait<0>();
   __syncthreads();
 
-  store_partial_grad_w<kVec>(dw, nvec, grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
+  store_partial_grad_w<kVec>(dw, nvec,
+                             grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
                              reinterpret_cast<Acc*>(dynamic_shared));
 }
 // [pipelined-backward-kernel-end]
 
-// grad_w[j] = sum of the blocks' partial rows. A block takes 32 columns; its
-// 32 rows of threads each sum every 32nd partial (four running sums, so four
-// loads are in flight at once), then one row of threads adds the 32 sums.
-// The order of every addition is fixed, so the result is deterministic.
-constexpr int kGradWCols = 32;
-constexpr int kGradWLanes = 32;
-
 template <typename T>
-__global__ void __launch_bounds__(kGradWCols * kGradWLanes) rms_norm_backward_grad_w_kernel(
-    const typename AccType<T>::type* __restrict__ partial, int64_t parts, int64_t cols,
-    T* __restrict__ grad_w) {
+__global__ void __launch_bounds__(kGradWCols* kGradWLanes)
+    rms_norm_backward_grad_w_kernel(
+        const typename AccType<T>::type* __restrict__ partial,  // [parts, cols]
+        int64_t parts, int64_t cols,
+        T* __restrict__ grad_w) {  // [cols]
   using Acc = typename AccType<T>::type;
   __shared__ Acc sums[kGradWLanes][kGradWCols + 1];
   wait_for_previous_grid();  // the partials are the previous kernel's output
@@ -376,158 +367,4 @@ __global__ void __launch_bounds__(kGradWCols * kGradWLanes) rms_norm_backward_gr
 }
 // [backward-kernel-end]
 
-// [backward-launch]
-struct BackwardConfig {
-  dim3 block;           // (threads per row, row slots per block)
-  int64_t blocks;       // also the number of partial grad_w rows; 0: does not fit
-  size_t shared_bytes;  // dynamic shared memory per block
-  int kernel = 0;       // rms_norm_backward_config: 0 register prefetch, else pipelined
-                        // with this many vectors per thread; rms_norm_backward_plan
-                        // (rms_norm_long.cuh) adds kBwdKernelCluster and kBwdKernelTwoPass
-  int cluster = 0;      // blocks per cluster (cluster kernel)
-  int64_t grid = 0;     // blocks of the first kernel (cluster and two-pass kernels)
-};
-
-// The block of both backward kernels for rows of `nvec` vectors: enough
-// threads per row (a whole number of warps) for kRegs vectors each, and as
-// many row slots (a power of two) as give at least `min_threads` threads,
-// within kBwdMaxThreads.
-inline dim3 backward_block(int64_t nvec, int regs, int warp_size, int min_threads) {
-  int64_t per_row = (nvec + regs - 1) / regs;
-  per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
-  int64_t slots = 1;
-  while (per_row * slots * 2 <= min_threads && per_row * slots * 2 <= kBwdMaxThreads) slots *= 2;
-  return dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(slots));
-}
-
-// As many blocks as fit on the GPU at once (`per_sm` per multiprocessor, at
-// least one), and no more than there are groups of `slots` rows.
-inline int64_t backward_grid(int64_t rows, int64_t slots, int per_sm, int sm_count) {
-  const int64_t fit = static_cast<int64_t>(per_sm < 1 ? 1 : per_sm) * sm_count;
-  const int64_t needed = (rows + slots - 1) / slots;
-  return needed < fit ? (needed > 0 ? needed : 1) : fit;
-}
-
-// The launch shape of a backward kernel instance: threads enough for
-// kRegs vectors each per row, row slots so that a block has at least
-// `min_threads` threads, and as many blocks as fit on the GPU at once (each
-// walks many rows), at most one row slot per row. kVec: elements per access.
-template <typename T, int kRegs, int kVec = 16 / sizeof(T)>
-BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp_size,
-                                            int sm_count, int min_threads) {
-  using Acc = typename AccType<T>::type;
-  BackwardConfig cfg;
-  cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
-  const int64_t slots = cfg.block.y;
-  cfg.shared_bytes = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
-  const int per_sm = blocks_per_sm(rms_norm_backward_kernel<T, kVec, kRegs>,
-                                   static_cast<int>(cfg.block.x * cfg.block.y), cfg.shared_bytes);
-  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
-  return cfg;
-}
-
-// The grad_w sum: grad_w from the `parts` partial rows that a backward
-// kernel wrote.
-template <typename T>
-cudaError_t launch_grad_w_sum(const typename AccType<T>::type* partial, int64_t parts,
-                              int64_t cols, T* grad_w, cudaStream_t stream, bool pdl) {
-  return launch_kernel(rms_norm_backward_grad_w_kernel<T>,
-                       dim3(static_cast<unsigned>((cols + kGradWCols - 1) / kGradWCols)),
-                       dim3(kGradWCols, kGradWLanes), 0, stream, pdl, partial, parts, cols,
-                       grad_w);
-}
-
-// A backward kernel of the shape `cfg` over the rows (none when there are no
-// rows), then the grad_w sum of the cfg.blocks partial rows it wrote.
-template <typename T>
-cudaError_t launch_backward_pair(void (*kernel)(const T*, const T*, const T*,
-                                                const typename AccType<T>::type*, T*,
-                                                typename AccType<T>::type*, int64_t, int64_t),
-                                 const T* grad_y, const T* x, const T* weight,
-                                 const typename AccType<T>::type* inv_rms, T* grad_x,
-                                 typename AccType<T>::type* grad_w_partial, T* grad_w,
-                                 int64_t rows, int64_t cols, const BackwardConfig& cfg,
-                                 cudaStream_t stream, bool pdl) {
-  if (rows > 0) {
-    const cudaError_t err =
-        launch_kernel(kernel, dim3(static_cast<unsigned>(cfg.blocks)), cfg.block,
-                      cfg.shared_bytes, stream, pdl, grad_y, x, weight, inv_rms, grad_x,
-                      grad_w_partial, rows, cols);
-    if (err != cudaSuccess) return err;
-  }
-  return launch_grad_w_sum(grad_w_partial, rows > 0 ? cfg.blocks : int64_t{0}, cols, grad_w,
-                           stream, pdl);
-}
-
-// The launch shape of a pipelined backward instance (cfg.kernel: kRegs): like
-// rms_norm_backward_config_for, with the stage buffers in dynamic shared
-// memory. Past 48 KiB (static and dynamic together) a kernel must be allowed
-// more shared memory before it is launched, which this does.
-template <typename T, int kRegs>
-BackwardConfig rms_norm_backward_pipelined_config(int64_t rows, int64_t cols, int warp_size,
-                                                  int sm_count, size_t max_shared_bytes) {
-  constexpr int kVec = 16 / sizeof(T);
-  using Acc = typename AccType<T>::type;
-  auto kernel = rms_norm_backward_pipelined_kernel<T, kVec, kRegs>;
-  BackwardConfig cfg;
-  cfg.kernel = kRegs;
-  cfg.block = backward_block(cols / kVec, kRegs, warp_size, kBwdPipelineMinThreads);
-  const int64_t slots = cfg.block.y;
-  const int64_t threads = static_cast<int64_t>(cfg.block.x) * cfg.block.y;
-  const size_t stages = static_cast<size_t>(kBwdStages * 2 * kRegs * threads) * 16;
-  const size_t sums = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
-  cfg.shared_bytes = stages > sums ? stages : sums;
-  // The 48 KiB default covers static and dynamic shared memory together.
-  const size_t static_bytes = sizeof(Acc) * 2 * kMaxWarpsPerBlock;
-  if (cfg.shared_bytes + static_bytes > max_shared_bytes) {
-    cfg.blocks = 0;  // more than one block may have on this GPU
-    return cfg;
-  }
-  if (cfg.shared_bytes + static_bytes > 48 * 1024) allow_shared_bytes(kernel, cfg.shared_bytes);
-  const int per_sm = blocks_per_sm(kernel, static_cast<int>(threads), cfg.shared_bytes);
-  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
-  return cfg;
-}
-
-// The launch configuration of the backward for this GPU: the pipelined
-// kernel when its stages fit in `max_shared_bytes` (the most shared memory a
-// block may have), the register-prefetch kernel otherwise.
-template <typename T>
-BackwardConfig rms_norm_backward_config(int64_t rows, int64_t cols, int warp_size, int sm_count,
-                                        size_t max_shared_bytes) {
-  const int64_t nvec = cols / (16 / static_cast<int64_t>(sizeof(T)));
-  const BackwardConfig cfg =
-      nvec > kBwdWideRow
-          ? rms_norm_backward_pipelined_config<T, 4>(rows, cols, warp_size, sm_count,
-                                                     max_shared_bytes)
-          : rms_norm_backward_pipelined_config<T, 2>(rows, cols, warp_size, sm_count,
-                                                     max_shared_bytes);
-  if (cfg.blocks > 0) return cfg;
-  BackwardConfig fallback = rms_norm_backward_config_for<T, kBwdRegVecs>(
-      rows, cols, warp_size, sm_count, kBwdMinThreads);
-  fallback.kernel = 0;
-  return fallback;
-}
-
-// Launches both backward kernels on `stream`, as `cfg` (from
-// rms_norm_backward_config) says. grad_w_partial must hold `cfg.blocks *
-// cols` accumulators. All pointers must be 16-byte aligned and cols a
-// multiple of 16 / sizeof(T): rms_norm_backward_plan (rms_norm_long.cuh)
-// checks both and sends other rows to the two-pass kernels.
-template <typename T>
-cudaError_t launch_rms_norm_backward(const T* grad_y, const T* x, const T* weight,
-                                     const typename AccType<T>::type* inv_rms, T* grad_x,
-                                     typename AccType<T>::type* grad_w_partial, T* grad_w,
-                                     int64_t rows, int64_t cols, const BackwardConfig& cfg,
-                                     cudaStream_t stream, bool pdl = false) {
-  constexpr int kVec = 16 / sizeof(T);
-  const auto kernel = cfg.kernel == 4   ? rms_norm_backward_pipelined_kernel<T, kVec, 4>
-                      : cfg.kernel == 2 ? rms_norm_backward_pipelined_kernel<T, kVec, 2>
-                                        : rms_norm_backward_kernel<T, kVec, kBwdRegVecs>;
-  return launch_backward_pair(kernel, grad_y, x, weight, inv_rms, grad_x, grad_w_partial, grad_w,
-                              rows, cols, cfg, stream, pdl);
-}
-// [backward-launch-end]
-
-}  // namespace cuda
 }  // namespace opguide

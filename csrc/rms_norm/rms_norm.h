@@ -28,7 +28,7 @@ std::string number_str(double v);
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // CUDA builds only (rms_norm_cuda.cu): whether kernels launch with
-// programmatic dependent launch on the current GPU (see csrc/launch.cuh),
+// programmatic dependent launch on the current GPU (see csrc/common/launch.cuh),
 // and the current GPU's warp size (64 on AMD CDNA GPUs).
 bool cuda_use_pdl();
 int cuda_warp_size();
@@ -36,7 +36,7 @@ int cuda_warp_size();
 int cuda_max_cluster();
 
 // [backward-contract]
-// rms_norm_fwd and rms_norm_backward (the training pair, step 8) share this
+// rms_norm_fwd and rms_norm_backward (the training pair) share this
 // contract on every backend:
 //   inv_rms: 1 / sqrt(mean(x**2, -1) + eps), shape x.shape[:-1], dtype
 //            float32 for float32/float16/bfloat16 x and float64 for float64 x;
@@ -50,10 +50,10 @@ inline at::ScalarType rms_norm_acc_type(at::ScalarType t) {
 // Defined in rms_norm_checks.cpp, next to check_rms_norm_args.
 void check_rms_norm_backward_args(const at::Tensor& grad_y, const at::Tensor& x,
                                   const at::Tensor& weight, const at::Tensor& inv_rms);
-// [backward-contract-end]
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
-                                                    const at::Tensor& weight, double eps);
+                                                    const at::Tensor& weight,
+                                                    double eps);
 std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_y,
                                                          const at::Tensor& x,
                                                          const at::Tensor& weight,

@@ -16,6 +16,7 @@
 // On older GPUs, on ROCm, and with OPGUIDE_NO_PDL defined, the helpers do
 // nothing and kernels launch with <<<...>>>.
 #pragma once
+#pragma once
 
 #include <cuda_runtime.h>
 
@@ -37,8 +38,9 @@
 #define OPGUIDE_HAVE_PDL 0
 #endif
 
+#include "cluster.cuh"
+
 namespace opguide {
-namespace cuda {
 
 // [pdl-device]
 // Waits until the grid this kernel depends on has completed (a no-op when the
@@ -59,7 +61,6 @@ __device__ __forceinline__ void allow_next_grid() {
 }
 // [pdl-device-end]
 
-// [launch-config]
 // The configuration of one cudaLaunchKernelEx: its attributes are a cluster
 // dimension along x (when `cluster` > 1) and programmatic stream
 // serialisation (when `pdl`). The attributes live in the object, so it is
@@ -93,14 +94,13 @@ struct LaunchEx {
   LaunchEx& operator=(const LaunchEx&) = delete;
 };
 #endif
-// [launch-config-end]
 
-// [pdl-launch]
 // Launches kernel<<<grid, block, shared_bytes, stream>>>(args...), with PDL
 // when `pdl` is true and the toolchain has it. Returns the launch's error.
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                          cudaStream_t stream, bool pdl, Args... args) {
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block,
+                          size_t shared_bytes, cudaStream_t stream, bool pdl,
+                          Args... args) {
 #if OPGUIDE_HAVE_PDL
   if (pdl) {
     LaunchEx launch(grid, block, shared_bytes, stream, 1, true);
@@ -112,17 +112,15 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   kernel<<<grid, block, shared_bytes, stream>>>(static_cast<Params>(args)...);
   return cudaGetLastError();
 }
-// [pdl-launch-end]
 
-// [cluster-launch]
 // Launches `kernel` in thread-block clusters of `cluster` blocks along x
 // (sm_90 and later; grid.x must be a multiple of `cluster`), with PDL when
 // `pdl` is true. Clusters of more than 8 blocks must be allowed for the
 // kernel first (cudaFuncAttributeNonPortableClusterSizeAllowed).
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block,
-                                      size_t shared_bytes, cudaStream_t stream, bool pdl,
-                                      int cluster, Args... args) {
+                                      size_t shared_bytes, cudaStream_t stream,
+                                      bool pdl, int cluster, Args... args) {
 #if OPGUIDE_HAVE_PDL
   LaunchEx launch(grid, block, shared_bytes, stream, cluster, pdl);
   return cudaLaunchKernelEx(&launch.config, kernel, static_cast<Params>(args)...);
@@ -133,13 +131,12 @@ cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3
   return cudaErrorNotSupported;
 #endif
 }
-// [cluster-launch-end]
 
-// [host-cache]
 // An occupancy query or a function attribute costs a driver call of a few
 // microseconds: more than the whole host side of a small call. Both depend
 // only on the kernel, its block and the device, so each is asked once per
-// device and remembered (step 11, "The eager call").
+// device and remembered (guidekit/benchmark.py times the eager call;
+// docs/recorded/eager_bf16_h100.json).
 inline int current_device_index() {
   int device = 0;
   (void)cudaGetDevice(&device);
@@ -150,14 +147,15 @@ template <typename Kernel>
 int blocks_per_sm(Kernel kernel, int threads, size_t shared_bytes) {
   static std::mutex mutex;
   static std::map<std::tuple<int, const void*, int, size_t>, int> cache;
-  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel),
-                                   threads, shared_bytes);
+  const auto key =
+      std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel),
+                      threads, shared_bytes);
   const std::lock_guard<std::mutex> lock(mutex);
   const auto found = cache.find(key);
   if (found != cache.end()) return found->second;
   int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared_bytes) !=
-      cudaSuccess) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads,
+                                                    shared_bytes) != cudaSuccess) {
     (void)cudaGetLastError();
     blocks = 1;
   }
@@ -171,7 +169,8 @@ template <typename Kernel>
 void allow_shared_bytes(Kernel kernel, size_t bytes) {
   static std::mutex mutex;
   static std::map<std::tuple<int, const void*>, size_t> allowed;
-  const auto key = std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel));
+  const auto key =
+      std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel));
   const std::lock_guard<std::mutex> lock(mutex);
   size_t& done = allowed[key];
   if (bytes <= done) return;
@@ -183,12 +182,106 @@ void allow_shared_bytes(Kernel kernel, size_t bytes) {
     (void)cudaGetLastError();
   }
 }
-// [host-cache-end]
 
 inline bool is_aligned(const void* p, int bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(bytes) == 0;
 }
 
+// The number of blocks per cluster that gives each block of `threads`
+// threads at most `reg_vecs` vectors each of a row of `nvec` vectors: a power
+// of two, at least 2; 0 when more than `max_cluster` would be needed.
+inline int cluster_size_for(int64_t nvec, int max_cluster, int threads, int reg_vecs) {
+  const int64_t per_block = static_cast<int64_t>(threads) * reg_vecs;
+  int size = 2;
+  while (size * per_block < nvec) size *= 2;
+  return size <= max_cluster ? size : 0;
+}
 
-}  // namespace cuda
+// Clusters of more than 8 blocks must be allowed per kernel, once.
+template <typename Kernel>
+void allow_cluster_size(Kernel kernel, int cluster) {
+#if OPGUIDE_HAVE_CLUSTERS
+  if (cluster <= 8) return;
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*>, bool> done;
+  const auto key =
+      std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel));
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (done[key]) return;
+  if (cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                           cudaFuncAttributeNonPortableClusterSizeAllowed,
+                           1) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  done[key] = true;
+#else
+  (void)kernel, (void)cluster;
+#endif
+}
+
+// How many clusters of `cluster` blocks fit on the GPU at once (cached).
+template <typename Kernel>
+int active_clusters(Kernel kernel, int cluster, int threads, size_t shared_bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, int, int, size_t>, int> cache;
+  const auto key =
+      std::make_tuple(current_device_index(), reinterpret_cast<const void*>(kernel),
+                      cluster, threads, shared_bytes);
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  int count = 0;
+#if OPGUIDE_HAVE_CLUSTERS
+  const LaunchEx launch(dim3(static_cast<unsigned>(cluster)),
+                        dim3(static_cast<unsigned>(threads)), shared_bytes, nullptr,
+                        cluster, false);
+  if (cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config) != cudaSuccess) {
+    (void)cudaGetLastError();
+    count = 0;
+  }
+#else
+  (void)kernel, (void)threads, (void)shared_bytes;
+#endif
+  cache.emplace(key, count);
+  return count;
+}
+
+// The launch of a one-row-per-cluster kernel: blocks of `threads` threads,
+// or twice that for rows too long for 16 such blocks, each thread taking
+// `vecs` vectors. `cluster` is 0 when neither fits the row, or when the
+// grid's x dimension cannot hold rows * cluster blocks.
+struct RowClusters {
+  int cluster;
+  int threads;
+};
+
+inline RowClusters row_clusters(int64_t nvec, int64_t rows, int max_cluster,
+                                int block_threads, int vecs) {
+  for (const int threads : {block_threads, 2 * block_threads}) {
+    const int cluster = cluster_size_for(nvec, max_cluster, threads, vecs);
+    if (cluster > 0) return {rows <= 0x7fffffff / cluster ? cluster : 0, threads};
+  }
+  return {0, 0};
+}
+
+// Launches `kernel` with one cluster of rc.cluster blocks per row. Returns
+// cudaErrorNotSupported, with the error cleared, when no such cluster fits
+// on this GPU: the caller then launches a kernel that needs none.
+template <typename... Params, typename... Args>
+cudaError_t launch_rows_in_clusters(void (*kernel)(Params...), RowClusters rc,
+                                    int64_t rows, size_t shared_bytes,
+                                    cudaStream_t stream, bool pdl, Args... args) {
+  allow_shared_bytes(kernel, shared_bytes);
+  allow_cluster_size(kernel, rc.cluster);
+  cudaError_t err = cudaErrorNotSupported;
+  if (active_clusters(kernel, rc.cluster, rc.threads, shared_bytes) > 0) {
+    err = launch_kernel_in_clusters(kernel,
+                                    dim3(static_cast<unsigned>(rows * rc.cluster)),
+                                    dim3(static_cast<unsigned>(rc.threads)),
+                                    shared_bytes, stream, pdl, rc.cluster, args...);
+  }
+  if (err == cudaErrorNotSupported) (void)cudaGetLastError();
+  return err;
+}
+
 }  // namespace opguide

@@ -1,5 +1,6 @@
 // RMSNorm forward on CUDA (and on ROCm after hipify): the torch side.
-// The kernels and their launcher are in the torch-free rms_norm.cuh.
+// The kernels, their planner and launchers are torch-free headers of this
+// folder; rms_norm_launch.cuh is the one this file includes.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAException.h>
@@ -13,32 +14,40 @@
 #include <limits>
 #include <tuple>
 
-#include "rms_norm_long.cuh"
 #include "rms_norm.h"
+#include "rms_norm_launch.cuh"
 
 namespace opguide {
 namespace {
 
-// [cuda-types]
 // at::Half and at::BFloat16 have the bit layout of CUDA's __half and
 // __nv_bfloat16; the kernels are written against the CUDA types.
-template <typename scalar_t> struct CudaType { using type = scalar_t; };
-template <> struct CudaType<at::Half> { using type = __half; };
-template <> struct CudaType<at::BFloat16> { using type = __nv_bfloat16; };
-// [cuda-types-end]
+template <typename scalar_t>
+struct CudaType {
+  using type = scalar_t;
+};
+template <>
+struct CudaType<at::Half> {
+  using type = __half;
+};
+template <>
+struct CudaType<at::BFloat16> {
+  using type = __nv_bfloat16;
+};
 
 // An attribute of the current device, such as its warp size (64 on AMD CDNA
 // GPUs) or its number of multiprocessors. The CUDA runtime answers from its
 // own per-device table, so asking on every call costs next to nothing.
 int current_device_attribute(cudaDeviceAttr attribute) {
   int value = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, c10::cuda::current_device()));
+  C10_CUDA_CHECK(
+      cudaDeviceGetAttribute(&value, attribute, c10::cuda::current_device()));
   return value;
 }
 
 }  // namespace
 
-// Whether to launch with programmatic dependent launch (csrc/launch.cuh): on
+// Whether to launch with programmatic dependent launch (csrc/common/launch.cuh): on
 // GPUs of compute capability 9.0 (Hopper) and later, unless the environment
 // sets OPGUIDE_PDL=0 (read once per process), for example to compare timings.
 bool cuda_use_pdl() {
@@ -52,9 +61,9 @@ bool cuda_use_pdl() {
 int cuda_warp_size() { return current_device_attribute(cudaDevAttrWarpSize); }
 
 // The most blocks per thread-block cluster the long-row kernels may use
-// (csrc/rms_norm_long.cuh): 16 on compute capability 9.0 and later, 0 (no
-// clusters) before, on ROCm, or when the environment sets OPGUIDE_CLUSTERS=0
-// (read once per process), for example to compare timings.
+// (rms_norm_forward_cluster.cuh, rms_norm_backward_cluster.cuh): 16 on compute
+// capability 9.0 and later, 0 (no clusters) before, on ROCm, or when the environment
+// sets OPGUIDE_CLUSTERS=0 (read once per process), for example to compare timings.
 int cuda_max_cluster() {
 #if OPGUIDE_HAVE_CLUSTERS
   static const bool enabled = [] {
@@ -62,17 +71,16 @@ int cuda_max_cluster() {
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return enabled && current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9
-             ? cuda::kMaxClusterBlocks
+             ? kMaxClusterBlocks
              : 0;
 #else
   return 0;
 #endif
 }
 
-// [cuda-host]
 // Writes y (and inv_rms when it is defined) for x and weight on x's GPU.
-void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor& y,
-                        const at::Tensor& inv_rms) {
+void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double eps,
+                        at::Tensor& y, const at::Tensor& inv_rms) {
   // Rows may be strided (a slice x[:, :n] of a wider matrix): the kernel takes
   // a row stride. Anything else that is not dense is copied once.
   const int64_t cols = x.size(-1);
@@ -91,43 +99,49 @@ void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double ep
   // may be a side stream, or a stream being captured into a CUDA graph).
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const int warp_size = cuda_warp_size();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_cuda", [&] {
-    using T = typename CudaType<scalar_t>::type;
-    using Acc = typename cuda::AccType<T>::type;
-    Acc* inv_rms_ptr = inv_rms.defined() ? inv_rms.mutable_data_ptr<Acc>() : nullptr;
-    const cudaError_t err = cuda::launch_rms_norm_forward_any<T>(
-        reinterpret_cast<const T*>(xk.const_data_ptr<scalar_t>()),
-        reinterpret_cast<const T*>(wk.const_data_ptr<scalar_t>()),
-        reinterpret_cast<T*>(y.mutable_data_ptr<scalar_t>()), inv_rms_ptr, rows, cols,
-        row_stride, static_cast<float>(eps), warp_size, cuda_max_cluster(), stream,
-        cuda_use_pdl());
-    C10_CUDA_CHECK(err);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_cuda", [&] {
+        using T = typename CudaType<scalar_t>::type;
+        using Acc = typename AccType<T>::type;
+        Acc* inv_rms_ptr =
+            inv_rms.defined() ? inv_rms.mutable_data_ptr<Acc>() : nullptr;
+        const cudaError_t err = launch_rms_norm_forward_any<T>(
+            reinterpret_cast<const T*>(xk.const_data_ptr<scalar_t>()),
+            reinterpret_cast<const T*>(wk.const_data_ptr<scalar_t>()),
+            reinterpret_cast<T*>(y.mutable_data_ptr<scalar_t>()), inv_rms_ptr, rows,
+            cols, row_stride, static_cast<float>(eps), warp_size, cuda_max_cluster(),
+            stream, cuda_use_pdl());
+        C10_CUDA_CHECK(err);
+      });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double eps) {
   check_rms_norm_args(x, weight, eps);
-  TORCH_CHECK(x.is_cuda(), "rms_norm_cuda: x must be a CUDA tensor, got ", x.device().str());
+  TORCH_CHECK(x.is_cuda(), "rms_norm_cuda: x must be a CUDA tensor, got ",
+              x.device().str());
   // Run on x's GPU (and allocate there) whatever the current device is.
   const c10::cuda::CUDAGuard device_guard(x.device());
-  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor y =
+      at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   rms_norm_cuda_into(x, weight, eps, y, at::Tensor());
   return y;
 }
-// [cuda-host-end]
 
-// [cuda-training]
 std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cuda(const at::Tensor& x,
-                                                     const at::Tensor& weight, double eps) {
+                                                     const at::Tensor& weight,
+                                                     double eps) {
   check_rms_norm_args(x, weight, eps);
-  TORCH_CHECK(x.is_cuda(), "rms_norm_fwd_cuda: x must be a CUDA tensor, got ", x.device().str());
+  TORCH_CHECK(x.is_cuda(), "rms_norm_fwd_cuda: x must be a CUDA tensor, got ",
+              x.device().str());
   const c10::cuda::CUDAGuard device_guard(x.device());
-  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor y =
+      at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   at::Tensor inv_rms = at::empty(x.sizes().slice(0, x.dim() - 1),
                                  x.options().dtype(rms_norm_acc_type(x.scalar_type())));
   if (x.size(-1) == 0) {
-    inv_rms.fill_(std::numeric_limits<double>::quiet_NaN());  // mean of nothing, as on the CPU
+    inv_rms.fill_(
+        std::numeric_limits<double>::quiet_NaN());  // mean of nothing, as on the CPU
     return {y, inv_rms};
   }
   rms_norm_cuda_into(x, weight, eps, y, inv_rms);
@@ -150,55 +164,55 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   // The largest power of two, at most 16, that divides every input's address
   // (a slice may start anywhere): the lowest bit set in any of them.
-  const std::uintptr_t addresses = reinterpret_cast<std::uintptr_t>(g.const_data_ptr()) |
-                                   reinterpret_cast<std::uintptr_t>(xc.const_data_ptr()) |
-                                   reinterpret_cast<std::uintptr_t>(wc.const_data_ptr()) | 16;
+  const std::uintptr_t addresses =
+      reinterpret_cast<std::uintptr_t>(g.const_data_ptr()) |
+      reinterpret_cast<std::uintptr_t>(xc.const_data_ptr()) |
+      reinterpret_cast<std::uintptr_t>(wc.const_data_ptr()) | 16;
   const int aligned_bytes = static_cast<int>(addresses & (~addresses + 1));
   if (cols == 0) {
     // Nothing to normalise: grad_x is empty and grad_w a sum over no element.
-    return {at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)),
-            at::zeros({0}, weight.options())};
+    return {
+        at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)),
+        at::zeros({0}, weight.options())};
   }
-  at::Tensor grad_x = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor grad_x =
+      at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   at::Tensor grad_w = at::empty({cols}, weight.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const int warp_size = cuda_warp_size();
   const int sm_count = current_device_attribute(cudaDevAttrMultiProcessorCount);
-  const size_t max_shared =
-      static_cast<size_t>(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
+  const size_t max_shared = static_cast<size_t>(
+      current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_backward_cuda", [&] {
         using T = typename CudaType<scalar_t>::type;
-        using Acc = typename cuda::AccType<T>::type;
+        using Acc = typename AccType<T>::type;
         // Which kernels run depends on the row: see rms_norm_backward_plan.
-        const cuda::BackwardConfig cfg = cuda::rms_norm_backward_plan<T>(
-            rows, cols, aligned_bytes, warp_size, sm_count,
-            max_shared, cuda_max_cluster());
+        const BackwardConfig cfg =
+            rms_norm_backward_plan<T>(rows, cols, aligned_bytes, warp_size, sm_count,
+                                      max_shared, cuda_max_cluster());
         // One partial grad_w row per block, summed by the second kernel.
-        at::Tensor partial =
-            at::empty({cfg.blocks, cols}, x.options().dtype(rms_norm_acc_type(x.scalar_type())));
-        const cudaError_t err = cuda::launch_rms_norm_backward_any<T>(
+        at::Tensor partial = at::empty(
+            {cfg.blocks, cols}, x.options().dtype(rms_norm_acc_type(x.scalar_type())));
+        const cudaError_t err = launch_rms_norm_backward_any<T>(
             reinterpret_cast<const T*>(g.const_data_ptr<scalar_t>()),
             reinterpret_cast<const T*>(xc.const_data_ptr<scalar_t>()),
             reinterpret_cast<const T*>(wc.const_data_ptr<scalar_t>()),
             rc.const_data_ptr<Acc>(),
             reinterpret_cast<T*>(grad_x.mutable_data_ptr<scalar_t>()),
             partial.mutable_data_ptr<Acc>(),
-            reinterpret_cast<T*>(grad_w.mutable_data_ptr<scalar_t>()), rows, cols, cfg, stream,
-            cuda_use_pdl());
+            reinterpret_cast<T*>(grad_w.mutable_data_ptr<scalar_t>()), rows, cols, cfg,
+            stream, cuda_use_pdl());
         C10_CUDA_CHECK(err);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {grad_x, grad_w};
 }
-// [cuda-training-end]
 
 }  // namespace opguide
 
-// [cuda-register]
 TORCH_LIBRARY_IMPL(opguide, CUDA, m) {
   m.impl("rms_norm", &opguide::rms_norm_cuda);
   m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_cuda);
   m.impl("rms_norm_backward", &opguide::rms_norm_backward_cuda);
 }
-// [cuda-register-end]

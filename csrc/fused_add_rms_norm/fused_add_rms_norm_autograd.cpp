@@ -34,7 +34,6 @@ namespace {
 
 using Pair = std::tuple<at::Tensor, at::Tensor>;
 
-// [inplace-call]
 // The operator itself, through the dispatcher: called below a guard, the call
 // goes on to the next key (ADInplaceOrView, then CPU or CUDA).
 Pair call_fused(const at::Tensor& x, at::Tensor& residual,
@@ -47,19 +46,7 @@ Pair call_fused(const at::Tensor& x, at::Tensor& residual,
                       double, std::optional<at::ScalarType>)>();
   return op.call(x, residual, weight, eps, out_dtype);
 }
-// [inplace-call-end]
 
-void call_into(const at::Tensor& x, const at::Tensor& weight, double eps,
-               const at::Tensor& y) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("opguide::_rms_norm_into", "")
-          .typed<void(const at::Tensor&, const at::Tensor&, double,
-                      const at::Tensor&)>();
-  op.call(x, weight, eps, y);
-}
-
-// [inplace-refuse]
 // Raises when grad mode is on and `t` requires grad. `op` names the operator,
 // `written` says whether the operator writes `t`, `instead` is the
 // differentiable form to use.
@@ -78,9 +65,7 @@ void refuse_grad(const char* op, const char* name, const at::Tensor& t, bool wri
               "torch.no_grad(), or use the differentiable ",
               instead);
 }
-// [inplace-refuse-end]
 
-// [inplace-autograd]
 Pair fused_add_rms_norm_autograd(const at::Tensor& x, at::Tensor& residual,
                                  const std::optional<at::Tensor>& weight, double eps,
                                  std::optional<at::ScalarType> out_dtype) {
@@ -95,9 +80,7 @@ Pair fused_add_rms_norm_autograd(const at::Tensor& x, at::Tensor& residual,
   at::AutoDispatchBelowAutograd guard;
   return call_fused(x, residual, weight, eps, out_dtype);
 }
-// [inplace-autograd-end]
 
-// [inplace-version]
 Pair fused_add_rms_norm_inplace_or_view(const at::Tensor& x, at::Tensor& residual,
                                         const std::optional<at::Tensor>& weight,
                                         double eps,
@@ -111,39 +94,14 @@ Pair fused_add_rms_norm_inplace_or_view(const at::Tensor& x, at::Tensor& residua
   torch::autograd::increment_version(residual);
   return result;
 }
-// [inplace-version-end]
-
-void rms_norm_into_autograd(const at::Tensor& x, const at::Tensor& weight, double eps,
-                            const at::Tensor& y) {
-  const char* op = "_rms_norm_into";
-  const char* instead = "y = opguide.rms_norm(x, weight, eps)";
-  refuse_grad(op, "y", y, /*written=*/true, instead);
-  refuse_grad(op, "x", x, /*written=*/false, instead);
-  refuse_grad(op, "weight", weight, /*written=*/false, instead);
-  at::AutoDispatchBelowAutograd guard;
-  call_into(x, weight, eps, y);
-}
-
-void rms_norm_into_inplace_or_view(const at::Tensor& x, const at::Tensor& weight,
-                                   double eps, const at::Tensor& y) {
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    call_into(x, weight, eps, y);
-  }
-  torch::autograd::increment_version(y);
-}
 
 }  // namespace
 }  // namespace opguide
 
-// [inplace-register]
 TORCH_LIBRARY_IMPL(opguide, Autograd, m) {
   m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_autograd);
-  m.impl("_rms_norm_into", &opguide::rms_norm_into_autograd);
 }
 
 TORCH_LIBRARY_IMPL(opguide, ADInplaceOrView, m) {
   m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_inplace_or_view);
-  m.impl("_rms_norm_into", &opguide::rms_norm_into_inplace_or_view);
 }
-// [inplace-register-end]

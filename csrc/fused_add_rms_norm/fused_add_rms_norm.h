@@ -6,11 +6,11 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
-#include <optional>
 
+#include <optional>
 #include <tuple>
 
-#include "rms_norm.h"
+#include "../rms_norm/rms_norm.h"
 
 namespace opguide {
 
@@ -30,10 +30,12 @@ inline at::ScalarType fused_acc_dtype(const at::Tensor& residual) {
 // shape of x, in out_dtype or the dtype of x) and inv_rms (one value per
 // row, in fused_acc_dtype).
 inline std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_outputs(
-    const at::Tensor& x, const at::Tensor& residual, std::optional<at::ScalarType> out_dtype) {
-  at::Tensor out = at::empty(x.sizes(), x.options().dtype(out_dtype.value_or(x.scalar_type())));
-  at::Tensor inv_rms =
-      at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(fused_acc_dtype(residual)));
+    const at::Tensor& x, const at::Tensor& residual,
+    std::optional<at::ScalarType> out_dtype) {
+  at::Tensor out =
+      at::empty(x.sizes(), x.options().dtype(out_dtype.value_or(x.scalar_type())));
+  at::Tensor inv_rms = at::empty(x.sizes().slice(0, x.dim() - 1),
+                                 x.options().dtype(fused_acc_dtype(residual)));
   return {out, inv_rms};
 }
 

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/EmptyTensor.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -21,63 +20,11 @@
 #endif
 
 #include "rms_norm.h"
+#include "rms_norm_cpu.h"
 
 namespace opguide {
 namespace {
 
-// [cpu-kernel]
-// A wheel is built for the oldest x86-64 CPUs, whose vectors are 4 floats
-// wide (SSE2). With GCC on x86-64 Linux, target_clones compiles the function
-// a second time for AVX2 (8 floats) and the loader picks the copy that the
-// CPU running it supports. Elsewhere (and with Clang, which does not accept
-// it on templates) the attribute is left out.
-#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define OPGUIDE_CPU_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define OPGUIDE_CPU_CLONES
-#endif
-
-template <typename scalar_t>
-OPGUIDE_CPU_CLONES void rms_norm_rows(const scalar_t* x, const scalar_t* weight, scalar_t* y,
-                                      at::opmath_type<scalar_t>* inv_rms_out,
-                                      int64_t row_begin, int64_t row_end, int64_t n,
-                                      double eps) {
-  // float for float/half/bfloat16, double for double.
-  using acc_t = at::opmath_type<scalar_t>;
-  // Independent partial sums let the compiler keep several SIMD lanes busy;
-  // a single accumulator would serialise every add on the previous one.
-  constexpr int64_t kLanes = 16;
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    const scalar_t* xr = x + row * n;
-    scalar_t* yr = y + row * n;
-    acc_t partial[kLanes] = {};
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-      for (int64_t l = 0; l < kLanes; ++l) {
-        const acc_t v = static_cast<acc_t>(xr[i + l]);
-        partial[l] += v * v;
-      }
-    }
-    acc_t sum_sq = 0;
-    for (; i < n; ++i) {  // the tail when n is not a multiple of kLanes
-      const acc_t v = static_cast<acc_t>(xr[i]);
-      sum_sq += v * v;
-    }
-    for (int64_t l = 0; l < kLanes; ++l) sum_sq += partial[l];
-    const acc_t inv_rms =
-        acc_t(1) / std::sqrt(sum_sq / static_cast<acc_t>(n) + static_cast<acc_t>(eps));
-    // rms_norm_fwd keeps the statistic for the backward pass (step 8).
-    if (inv_rms_out != nullptr) inv_rms_out[row] = inv_rms;
-    // The row was just read, so this second loop reads it from L1/L2, not DRAM.
-    for (int64_t j = 0; j < n; ++j) {
-      yr[j] = static_cast<scalar_t>(static_cast<acc_t>(xr[j]) * inv_rms *
-                                    static_cast<acc_t>(weight[j]));
-    }
-  }
-}
-// [cpu-kernel-end]
-
-// [huge-pages]
 // A fresh output of many MiB comes straight from the operating system
 // (glibc's malloc maps allocations this large), and the first write to each
 // 4 KiB page traps into the kernel, which zeroes and maps it: for a 64 MiB
@@ -97,8 +44,8 @@ struct HugePageAllocator final : c10::Allocator {
     void* p = nullptr;
     if (nbytes > 0) {
       const int failed = posix_memalign(&p, kHugePage, nbytes);
-      TORCH_CHECK(!failed, "rms_norm_cpu: out of memory allocating ", std::to_string(nbytes),
-                  " bytes");
+      TORCH_CHECK(!failed, "rms_norm_cpu: out of memory allocating ",
+                  std::to_string(nbytes), " bytes");
       // Only advice: where THP is "never" the pages are ordinary ones.
       (void)madvise(p, nbytes, MADV_HUGEPAGE);
     }
@@ -124,11 +71,9 @@ at::Tensor empty_output(const at::Tensor& x) {
 #endif
   return at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
 }
-// [huge-pages-end]
 
 }  // namespace
 
-// [cpu-host]
 // Writes y (and inv_rms when it is defined) for x and weight. y must be a
 // contiguous tensor of the shape and dtype of x.
 void rms_norm_cpu_kernel(const at::Tensor& x, const at::Tensor& weight, double eps,
@@ -152,7 +97,8 @@ void rms_norm_cpu_kernel(const at::Tensor& x, const at::Tensor& weight, double e
         scalar_t* y_ptr = y.mutable_data_ptr<scalar_t>();
         acc_t* r_ptr = inv_rms.defined() ? inv_rms.mutable_data_ptr<acc_t>() : nullptr;
         at::parallel_for(0, m, grain_rows, [&](int64_t begin, int64_t end) {
-          rms_norm_rows<scalar_t>(x_ptr, w_ptr, y_ptr, r_ptr, begin, end, n, eps);
+          rms_norm_rows<scalar_t, acc_t>(x_ptr, w_ptr, y_ptr, r_ptr, begin, end, n,
+                                         eps);
         });
       });
 }
@@ -166,7 +112,8 @@ at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double ep
 }
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
-                                                    const at::Tensor& weight, double eps) {
+                                                    const at::Tensor& weight,
+                                                    double eps) {
   check_rms_norm_args(x, weight, eps);
   // One statistic per row, in the accumulation type: shape x.shape[:-1].
   at::Tensor inv_rms = at::empty(x.sizes().slice(0, x.dim() - 1),
@@ -179,33 +126,9 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
 }
 // [cpu-host-end]
 
-// [cpu-into]
-// _rms_norm_into: the same kernel writing into an existing tensor, so that a
-// benchmark can time the loop apart from allocating (and first touching) the
-// output. y must be a contiguous CPU tensor of x's shape and dtype that does
-// not overlap x or weight.
-void rms_norm_into_cpu(const at::Tensor& x, const at::Tensor& weight, double eps,
-                       const at::Tensor& y) {
-  check_rms_norm_args(x, weight, eps);
-  TORCH_CHECK(y.device().is_cpu(), "_rms_norm_into: y must be a CPU tensor, got ",
-              y.device().str());
-  TORCH_CHECK_TYPE(y.scalar_type() == x.scalar_type(), "_rms_norm_into: y must have the dtype of x (",
-                   dtype_name(x.scalar_type()), "), got ", dtype_name(y.scalar_type()));
-  TORCH_CHECK_VALUE(y.sizes() == x.sizes(), "_rms_norm_into: y must have the shape of x ",
-                    shape_str(x.sizes()), ", got ", shape_str(y.sizes()));
-  TORCH_CHECK_VALUE(y.is_contiguous(), "_rms_norm_into: y must be contiguous");
-  at::assert_no_overlap(y, x);
-  at::assert_no_overlap(y, weight);
-  rms_norm_cpu_kernel(x, weight, eps, y, at::Tensor());
-}
-// [cpu-into-end]
-
 }  // namespace opguide
 
-// [cpu-register]
 TORCH_LIBRARY_IMPL(opguide, CPU, m) {
   m.impl("rms_norm", &opguide::rms_norm_cpu);
   m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_cpu);
-  m.impl("_rms_norm_into", &opguide::rms_norm_into_cpu);
 }
-// [cpu-register-end]

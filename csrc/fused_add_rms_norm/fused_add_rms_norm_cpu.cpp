@@ -17,8 +17,8 @@ namespace {
 // arithmetic is in acc_t (float, or double for a float64 residual).
 template <typename scalar_t, typename res_t, typename out_t, typename acc_t>
 void fused_add_rms_norm_rows(const scalar_t* x, res_t* residual, const scalar_t* weight,
-                             out_t* out, acc_t* inv_rms, int64_t row_begin, int64_t row_end,
-                             int64_t n, double eps) {
+                             out_t* out, acc_t* inv_rms, int64_t row_begin,
+                             int64_t row_end, int64_t n, double eps) {
   constexpr int64_t kLanes = 8;
   for (int64_t row = row_begin; row < row_end; ++row) {
     const scalar_t* xr = x + row * n;
@@ -72,33 +72,35 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cpu(
 
   const auto x_type = x.scalar_type();
   const auto out_type = out.scalar_type();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_type, "fused_add_rms_norm", [&] {
-    using x_t = scalar_t;
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out_type, "fused_add_rms_norm", [&] {
-      using out_t = scalar_t;
-      auto run = [&](auto res_tag, auto acc_tag) {
-        using res_t = decltype(res_tag);
-        using acc_t = decltype(acc_tag);
-        const x_t* x_ptr = xc.const_data_ptr<x_t>();
-        res_t* r_ptr = rc.mutable_data_ptr<res_t>();
-        const x_t* w_ptr = wc.defined() ? wc.const_data_ptr<x_t>() : nullptr;
-        out_t* y_ptr = out.mutable_data_ptr<out_t>();
-        acc_t* inv_ptr = inv_rms.mutable_data_ptr<acc_t>();
-        at::parallel_for(0, m, grain_rows, [&](int64_t begin, int64_t end) {
-          fused_add_rms_norm_rows<x_t, res_t, out_t, acc_t>(x_ptr, r_ptr, w_ptr, y_ptr,
-                                                            inv_ptr, begin, end, n, eps);
-        });
-      };
-      // The residual is either the dtype of x or float32 (checked above).
-      if (acc_dtype == at::kDouble) {
-        run(double{}, double{});
-      } else if (residual.scalar_type() == at::kFloat) {
-        run(float{}, float{});
-      } else {
-        run(x_t{}, float{});
-      }
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, x_type, "fused_add_rms_norm", [&] {
+        using x_t = scalar_t;
+        AT_DISPATCH_FLOATING_TYPES_AND2(
+            at::kHalf, at::kBFloat16, out_type, "fused_add_rms_norm", [&] {
+              using out_t = scalar_t;
+              auto run = [&](auto res_tag, auto acc_tag) {
+                using res_t = decltype(res_tag);
+                using acc_t = decltype(acc_tag);
+                const x_t* x_ptr = xc.const_data_ptr<x_t>();
+                res_t* r_ptr = rc.mutable_data_ptr<res_t>();
+                const x_t* w_ptr = wc.defined() ? wc.const_data_ptr<x_t>() : nullptr;
+                out_t* y_ptr = out.mutable_data_ptr<out_t>();
+                acc_t* inv_ptr = inv_rms.mutable_data_ptr<acc_t>();
+                at::parallel_for(0, m, grain_rows, [&](int64_t begin, int64_t end) {
+                  fused_add_rms_norm_rows<x_t, res_t, out_t, acc_t>(
+                      x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, begin, end, n, eps);
+                });
+              };
+              // The residual is either the dtype of x or float32 (checked above).
+              if (acc_dtype == at::kDouble) {
+                run(double{}, double{});
+              } else if (residual.scalar_type() == at::kFloat) {
+                run(float{}, float{});
+              } else {
+                run(x_t{}, float{});
+              }
+            });
+      });
   if (!rc.is_same(residual)) residual.copy_(rc);
   return {out, inv_rms};
 }
@@ -106,6 +108,6 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cpu(
 
 }  // namespace opguide
 
-// [cpu-fused-register]
-TORCH_LIBRARY_IMPL(opguide, CPU, m) { m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_cpu); }
-// [cpu-fused-register-end]
+TORCH_LIBRARY_IMPL(opguide, CPU, m) {
+  m.impl("fused_add_rms_norm_", &opguide::fused_add_rms_norm_cpu);
+}
