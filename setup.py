@@ -27,7 +27,7 @@ import os
 import sys
 
 import torch
-from setuptools import setup
+from setuptools import find_packages, setup
 from torch.utils.cpp_extension import (
     CUDA_HOME,
     ROCM_HOME,
@@ -64,6 +64,8 @@ DEFAULT_ARCH_LIST = "8.0;9.0+PTX"
 # and build information) needs a checkout, so an editable install
 # (pip install -e .) installs it next to opguide and a wheel leaves it out.
 EDITABLE = "editable_wheel" in sys.argv or "develop" in sys.argv
+# The library's packages: opguide, its Triton kernels and the opt-in experiments.
+PACKAGES = ["opguide", "opguide.*"]
 
 
 def _flag(name: str) -> bool | None:
@@ -163,7 +165,7 @@ def make_extension():
 
 
 setup(
-    packages=["opguide", "guidekit"] if EDITABLE else ["opguide"],
+    packages=find_packages(include=PACKAGES + (["guidekit", "guidekit.*"] if EDITABLE else [])),
     ext_modules=[make_extension()],
     cmdclass={"build_ext": BuildExtension},
     options={"bdist_wheel": {"py_limited_api": LIMITED_API_TAG}},

@@ -494,9 +494,9 @@ for other in ("F.rms_norm", "opguide triton"):  # behind: by more than 2 points 
 # :func:`opguide.rms_norm` with its argument checks. Training calls the norm
 # and then ``backward``. Its ``parts`` table times pieces of such a call:
 # the forward and backward operators without autograd (``ops``; ``F ops``
-# are the ATen operators under ``F.rms_norm``), the C++ operators under the
-# node ``torch::autograd::Function`` builds (``Function``), and autograd
-# around a Python Function that launches nothing (``empty Fn``):
+# are the ATen operators under ``F.rms_norm``), ``opguide::rms_norm_fwd``
+# under its ``torch::autograd::Function`` of two outputs (``Function``), and
+# autograd around a Python Function that launches nothing (``empty Fn``):
 eager_file = recorded("eager_bf16_h100.json")
 EAGER = eager_file["eager"]["rows"]
 show(eager.tables(EAGER))
@@ -513,13 +513,12 @@ show(eager.node_lines(EAGER))
 # At these sizes the host sets the time, and every layer of a call counts.
 # What the library does about each:
 #
-# * **Autograd in C++, with a node built by hand.** The formula is a C++
-#   kernel at the ``Autograd`` key (:doc:`step 8 <08_autograd>`): registered
-#   from Python it re-entered the interpreter on every call. Its graph node
-#   is built as PyTorch builds its own: ``torch::autograd::Function`` keeps a
-#   context, records each input's shape and wraps each output, for any
-#   Function; this node saves three tensors and has one output. The
-#   output's last line measures it:
+# * **Autograd in C++.** The formula is a C++ kernel at the ``Autograd`` key
+#   (:doc:`step 8 <08_autograd>`): registered from Python it would re-enter
+#   the interpreter on every call. Its ``torch::autograd::Function`` returns
+#   y alone and keeps ``inv_rms`` as a saved tensor, where
+#   ``opguide::rms_norm_fwd``'s returns both; autograd wraps every output.
+#   The output's last line measures that:
 #
 #   .. literalinclude:: /../csrc/rms_norm/rms_norm_autograd.cpp
 #      :language: cpp
@@ -706,7 +705,8 @@ if f_rms > 2 * mine:
         f"Surprising: F.rms_norm takes {f_rms / mine:.1f}x the operator's time. On the CPU it "
         f"goes through {len(aten)} ATen operators ({', '.join(aten)}), not one kernel."
     )
-cuda_kernel = torch._C._dispatch_has_kernel_for_dispatch_key("opguide::rms_norm", "CUDA")
+rms_norm_op = torch.ops.opguide.rms_norm.default
+cuda_kernel = rms_norm_op.has_kernel_for_dispatch_key(torch.DispatchKey.CUDA)
 print(
     f"This build of opguide has CUDA kernels: {cuda_kernel}; "
     f"a CUDA GPU here: {torch.cuda.is_available()}"

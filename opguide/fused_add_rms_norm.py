@@ -29,7 +29,7 @@ def _check_fused_add_rms_norm_args(
     eps: float,
     out_dtype: torch.dtype | None,
 ) -> None:
-    """Raises the errors of ``csrc/fused_add_rms_norm.h``, worded the same."""
+    """Raises the errors of ``csrc/fused_add_rms_norm/fused_add_rms_norm.h``, worded the same."""
     for name, t in (("x", x), ("residual", residual)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{_OP}{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -87,7 +87,9 @@ _INSTEAD = "out = opguide.rms_norm(residual + x, weight, eps)"
 
 
 def _refuse_grad(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None) -> None:
-    """Raises the errors of ``csrc/fused_add_rms_norm_autograd.cpp``, worded the same.
+    """Raises the refusals of the C++ Autograd kernel, worded the same.
+
+    That kernel is ``csrc/fused_add_rms_norm/fused_add_rms_norm_autograd.cpp``.
 
     The compiled operator refuses inputs that need grad in its Autograd kernel.
     The Triton operator is a ``custom_op`` with ``mutates_args``: it bumps the

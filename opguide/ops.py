@@ -19,7 +19,7 @@ def _check_rms_norm_args(
 ) -> None:
     """Raises a clear error for arguments the kernels do not accept.
 
-    The wording matches the C++ checks in ``csrc/rms_norm.h``, so an error
+    The wording matches the C++ checks in ``csrc/rms_norm/rms_norm.h``, so an error
     reads the same in eager mode, under ``torch.compile`` and from
     ``torch.ops.opguide.rms_norm`` called directly. With ``autocast=True``,
     when an autocast region is active on the device of ``x``, ``x`` and
@@ -157,8 +157,8 @@ def _rms_norm_backward_fake(grad_y, x, weight, inv_rms):
 
 
 # Autograd: the formula is registered in C++, at the Autograd key, by
-# csrc/rms_norm_autograd.cpp (step 8 shows it, and the same formula registered
-# from Python with torch.library.register_autograd).
+# csrc/rms_norm/rms_norm_autograd.cpp (the same formula can be registered from
+# Python with torch.library.register_autograd).
 
 
 # [vmap-rms-norm]

@@ -322,3 +322,21 @@ def test_eager_times_the_default_and_the_experimental_triton_paths(monkeypatch):
     assert ("training", kernels[benchmark.TRITON_EXPERIMENTAL]) in rows
     # Per mode: the first call, two warm-up rounds and one timed round.
     assert len(entered) == 2 * 4
+
+
+def test_into_existing_y_runs_the_librarys_row_loop():
+    """The CPU row 'opguide into existing y' writes what the operator returns."""
+    from guidekit.benchmark import cpu
+
+    x, w = torch.randn(37, 300), torch.randn(300)
+    assert cpu._into_existing_y(x, w) is not None  # builds rms_norm_into.cpp once
+    into = torch.ops.opguide_benchmark.rms_norm_into.default
+    y = torch.full_like(x, float("nan"))
+    version = y._version
+    into(x, w, 1e-6, y)
+    assert y._version > version
+    torch.testing.assert_close(y, torch.ops.opguide.rms_norm.default(x, w, 1e-6))
+    with pytest.raises(RuntimeError, match="y must not require grad"):
+        into(x, w, 1e-6, torch.empty_like(x, requires_grad=True))
+    with pytest.raises(RuntimeError, match="float32 tensors only"):
+        into(x.double(), w.double(), 1e-6, y.double())

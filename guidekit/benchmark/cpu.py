@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+from torch.utils import cpp_extension
 
 # Loads the compiled library: the torch.ops.opguide operators timed here.
 import opguide
@@ -96,14 +98,37 @@ def run_cpu_overhead(
 CPU_KERNEL_TARGET = 2.5
 
 
-def _into_existing_y(x: torch.Tensor, w: torch.Tensor) -> Callable[[], object]:
+_INTO: Callable | None = None
+
+
+def _into_existing_y(x: torch.Tensor, w: torch.Tensor) -> Callable[[], object] | None:
     """The row ``opguide into existing y``: the kernel's loop alone, without allocating.
 
-    Runs the C++ kernel into a tensor made once, here, so that the row times
-    the loop and not fresh memory.
+    Builds ``rms_norm_into.cpp`` beside this file on first use (the library's
+    CPU row loop from ``csrc/rms_norm/rms_norm_cpu.h``, run into a tensor
+    made once here), so that the row times the loop and not fresh memory.
+    Returns None, after saying why, where it cannot be built (no C++ compiler,
+    or no source tree).
     """
-    into = torch.empty_like(x)
-    return lambda: torch.ops.opguide._rms_norm_into.default(x, w, EPS, into)
+    global _INTO
+    if _INTO is None:
+        here = Path(__file__).resolve().parent
+        header_dir = here.parents[1] / "csrc" / "rms_norm"
+        try:
+            cpp_extension.load(
+                name="opguide_benchmark_into",
+                sources=[str(here / "rms_norm_into.cpp")],
+                extra_include_paths=[str(header_dir)],
+                extra_cflags=["-O3", "-fopenmp"],
+                extra_ldflags=["-fopenmp"],
+                is_python_module=False,
+            )
+        except Exception as err:  # a missing row must not stop the others
+            print(f"-- no 'opguide into existing y' row: {type(err).__name__}: {err}")
+            return None
+        _INTO = torch.ops.opguide_benchmark.rms_norm_into.default
+    into, fn = torch.empty_like(x), _INTO
+    return lambda: fn(x, w, EPS, into)
 
 
 def run_cpu_kernel(shape: tuple[int, int] = (4096, 4096), *, rounds: int = 15) -> dict:
@@ -130,9 +155,11 @@ def run_cpu_kernel(shape: tuple[int, int] = (4096, 4096), *, rounds: int = 15) -
         "copy_ (memory floor)": lambda: dst.copy_(x),
         "clone (copy + new memory)": lambda: x.clone(),
         "opguide (C++ kernel)": lambda: torch.ops.opguide.rms_norm.default(x, w, EPS),
-        "opguide into existing y": _into_existing_y(x, w),
         "F.rms_norm": lambda: torch.nn.functional.rms_norm(x, (n,), w, EPS),
     }
+    into = _into_existing_y(x, w)
+    if into is not None:
+        fns["opguide into existing y"] = into
     seconds = time_interleaved(fns, rounds=rounds, calls_per_round=1, warmup=1)
     floor = seconds["copy_ (memory floor)"]
     rows = []

@@ -87,9 +87,10 @@ def eager_implementations(mode: str, device: torch.device | None = None) -> dict
 #: path a plain call takes.
 TRITON_EXPERIMENTAL = "opguide triton, experimental eager"
 
-#: The training mode's row of the same operators under a graph node that
-#: ``torch::autograd::Function`` builds (``opguide::rms_norm_fwd``'s autograd
-#: kernel), where ``opguide`` has the node ``opguide::rms_norm`` builds by hand.
+#: The training mode's row of ``opguide::rms_norm_fwd`` under autograd: the
+#: same kernels as ``opguide``, under a ``torch::autograd::Function`` that
+#: returns two outputs (y and inv_rms) where ``opguide::rms_norm``'s returns y
+#: alone and keeps inv_rms as a saved tensor.
 FUNCTION_NODE = "opguide, autograd::Function"
 
 #: The training mode's row of a Python ``autograd.Function`` that launches no

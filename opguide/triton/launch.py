@@ -280,7 +280,7 @@ def warps(config: Split) -> int:
     return 1 if INTERPRET else config.num_warps
 
 
-# Programmatic dependent launch (PDL), as for the CUDA kernels (csrc/launch.cuh):
+# Programmatic dependent launch (PDL), as for the CUDA kernels (csrc/common/launch.cuh):
 # a kernel launched with launch_pdl=True may be scheduled while the previous
 # kernel on the stream drains, and GDC=True compiles prologue.pdl_prologue's
 # two instructions into the kernel. Hopper and later GPUs only, and only for

@@ -8,16 +8,17 @@ from .prologue import aligned
 
 # Rows too long for one program, split over S programs that meet through
 # global memory, the role a thread-block cluster plays for the CUDA kernels
-# (csrc/rms_norm_long.cuh). Each program holds SEG columns of a row in
-# registers, writes its part of the row's sum to its slot, slots[row, s]
-# (zeroed for each call), and waits until all S slots of the row are
-# written; then it adds the S parts in one fixed order, so every segment of a
-# row uses the same total and the result is the same on every run. A slot
-# holds its part and the mark that says it was written, in one 64-bit
-# store: a count of the parts written next to them would need a fence
+# (csrc/rms_norm/rms_norm_forward_cluster.cuh). Each program holds SEG
+# columns of a row in registers, writes its part of the row's sum to its
+# slot, slots[row, s] (zeroed for each call), and waits until all S slots of
+# the row are written; then it adds the S parts in one fixed order, so every
+# segment of a row uses the same total and the result is the same on every
+# run. A slot holds its part and the mark that says it was written, in one
+# 64-bit store: a count of the parts written next to them would need a fence
 # between part and count, which waits for every store the program has in
-# flight (``tools/sweep_triton.py split``, docs/recorded/sweep_triton_split_h100.txt
-# against docs/recorded/sweep_triton_split_fenced_h100.txt).
+# flight (``tools/sweep_triton.py split``,
+# docs/recorded/sweep_triton_split_h100.txt against
+# docs/recorded/sweep_triton_split_fenced_h100.txt).
 #
 # Nothing in CUDA promises that the S programs of a row run at the same time.
 # The GPU starts programs in the order of their index, and those of a row are
