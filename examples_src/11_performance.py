@@ -279,6 +279,14 @@ print(
 )
 
 # %%
+# How much of this is the run? The same sweep recorded a second time, on the
+# same kind of GPU with the same versions, with opguide's kernels and the copy
+# alone (both 16-bit types, every pass), against the run above, in points of
+# the copy:
+again_file = recorded("sweep_opguide_h100.json")
+show(sweeps.rerun_lines(sweeps.rerun_changes(ALL_ROWS, again_file["sweep"]["rows"])))
+
+# %%
 # Long rows
 # ---------
 # A block of the CUDA forward holds at most 1024 threads × 4 vectors × 8
@@ -502,6 +510,10 @@ EAGER = eager_file["eager"]["rows"]
 show(eager.tables(EAGER))
 EAGER_FP16 = recorded("eager_fp16_h100.json")["eager"]["rows"]
 show(eager.target_lines({"bf16": EAGER, "fp16": EAGER_FP16}))
+# The Triton backend's default path goes through its custom operators and a
+# plain Triton launch (``kernel[grid](...)``), as Liger's kernels do; the
+# target above is its opt-in direct launch's:
+show(eager.plain_launch_lines({"bf16": EAGER, "fp16": EAGER_FP16}))
 print(eager.wrapper_line(EAGER))
 show(eager.batch_lines(EAGER, AT))
 # Where a training call's time goes: the operators alone, and the rest

@@ -239,3 +239,36 @@ def slower_than_fastest_peer(rows_by_dtype: dict) -> tuple[list[str], int]:
         if rows_by_dtype[(d, p, "opguide", n)]["vs_copy"] < max(peers):
             slow.append(f"{d} {p} {n}")
     return slow, compared
+
+
+def rerun_changes(first: Iterable[dict], again: Iterable[dict]) -> dict[tuple, list]:
+    """{(impl, pass): [(dtype, N, change in points of the copy)]} between two sweeps.
+
+    Only the implementations and points both runs timed count; the copy, the
+    yardstick of both, is left out.
+    """
+    before = {(r["impl"], r["pass"], r["dtype"], r["n"]): r["vs_copy"] for r in first
+              if r.get("vs_copy")}  # fmt: skip
+    changes: dict[tuple, list] = {}
+    for r in again:
+        key = (r["impl"], r["pass"], r["dtype"], r["n"])
+        if r["impl"] == SAME_SIZE_COPY or key not in before or not r.get("vs_copy"):
+            continue
+        change = 100 * (r["vs_copy"] - before[key])
+        changes.setdefault((r["impl"], r["pass"]), []).append((r["dtype"], r["n"], change))
+    return changes
+
+
+def rerun_lines(changes: dict[tuple, list], limit: float = 2.0) -> list[str]:
+    """Each implementation and pass's range of changes, then the points past ``limit``."""
+    lines = []
+    for (impl, pass_name), found in sorted(changes.items()):
+        moved = [c for _, _, c in found]
+        lines.append(f"{impl:15} {pass_name:9} {min(moved):+5.1f} to {max(moved):+5.1f} points")
+    past = [(impl, p, d, n, c) for (impl, p), found in sorted(changes.items())
+            for d, n, c in found if abs(c) > limit]  # fmt: skip
+    lines.append(
+        f"Points that moved by more than {limit:g}: "
+        + ("; ".join(f"{i} {p} {d} N = {n} ({c:+.1f})" for i, p, d, n, c in past) or "none")
+    )
+    return lines
