@@ -164,7 +164,14 @@ def make_extension():
     )
 
 
+# The classic C++ API gives no binary compatibility across torch releases: the
+# built library loads only into the torch minor release it was compiled with,
+# so the wheel says so (a wheel that said torch>=2.11 would install beside
+# another torch and fail at import with an undefined symbol).
+TORCH_RELEASE = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+
 setup(
+    install_requires=[f"torch=={TORCH_RELEASE}.*"],
     packages=find_packages(include=PACKAGES + (["guidekit", "guidekit.*"] if EDITABLE else [])),
     ext_modules=[make_extension()],
     cmdclass={"build_ext": BuildExtension},

