@@ -83,6 +83,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
+from guidekit import wheels  # noqa: E402
 from guidekit.compile_checks import source_root, without_machine_paths  # noqa: E402
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/06.png"
@@ -143,11 +144,13 @@ print(without_machine_paths(out))  # <repo>, <venv>, <tmp> for this machine's fo
 # build took on this machine.
 workdir = Path(tempfile.mkdtemp(prefix="opguide-step6-"))
 start = time.perf_counter()
-status, log = run(
-    [sys.executable, "-m", *"pip wheel -v --no-build-isolation --no-deps -w".split()]
-    + [str(workdir / "dist"), str(ROOT)],
-    env={"MAX_JOBS": "2"},
-)
+# The lock keeps two builds of this tree (two test processes) out of build/ at once.
+with wheels.build_lock(ROOT):
+    status, log = run(
+        [sys.executable, "-m", *"pip wheel -v --no-build-isolation --no-deps -w".split()]
+        + [str(workdir / "dist"), str(ROOT)],
+        env={"MAX_JOBS": "2"},
+    )
 elapsed = time.perf_counter() - start
 if status != 0:
     print(log[-4000:])

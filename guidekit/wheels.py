@@ -42,6 +42,7 @@ __all__ = [
     "needed_libraries",
     "repair",
     "tools_missing",
+    "torch_exclusions",
     "torch_provided",
     "wheel_tags",
 ]
@@ -175,6 +176,18 @@ def torch_provided() -> dict[str, str]:
         for path in sorted(folder.glob("*.so*")):
             provided[path.name] = str(path.relative_to(site))
     return provided
+
+
+def torch_exclusions(wheel: Path) -> list[str]:
+    """The libraries ``wheel``'s extensions load that the installed torch provides.
+
+    These are what ``auditwheel repair --exclude`` must leave out: bundled,
+    they would be a second copy of torch's libraries (or of its OpenMP
+    runtime) in the process, and a library that auditwheel cannot find
+    (``libc10.so`` is on no system path) stops the repair.
+    """
+    provided = torch_provided()
+    return sorted({n for libs in needed_libraries(wheel).values() for n in libs} & set(provided))
 
 
 def repair(
