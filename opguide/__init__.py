@@ -34,4 +34,7 @@ if TRITON_INSTALLED:
 
         backends.TRITON_UNUSABLE = str(error)
         warnings.warn(f"{error}; the Triton backend is off", RuntimeWarning, stacklevel=2)
+# FLOP formulas for torch.utils.flop_counter, for every operator defined above.
+from . import flops  # noqa: E402, F401
+
 __version__ = "0.1.0"
