@@ -20,7 +20,9 @@ In this step you will learn:
   ``out``;
 * capturing the operators in a CUDA graph, by hand and with
   ``torch.compile(mode="reduce-overhead")``, and what ``cudagraph_unsafe``
-  is for.
+  is for;
+* how ``FlopCounterMode`` counts the operator's FLOPs, and the bytes it must
+  move at the least.
 
 On a machine with a CUDA GPU the GPU sections run live; without one they show
 the output recorded on a GPU, with its device and date.
@@ -457,6 +459,63 @@ else:
     )
 
 # %%
+# Counting FLOPs and bytes
+# ------------------------
+# :class:`~torch.utils.flop_counter.FlopCounterMode` counts the FLOPs of the
+# operators it has a formula for, and an operator of your own has none until
+# you register one with ``register_flop_formula``: a function of the shapes of
+# the operator's arguments and outputs. The library registers one for each of
+# its operators, and gives the bytes each must read and write at the least:
+#
+# .. literalinclude:: /../opguide/flops.py
+#    :language: python
+#    :caption: opguide/flops.py
+#
+# The fused op has no backward, so a training step takes its differentiable
+# form. The table counts its forward and backward, by module; operators without
+# a formula (the add, the square, the mean) are not counted:
+from torch.utils.benchmark import Timer
+from torch.utils.flop_counter import FlopCounterMode
+
+
+class TrainingBlock(Block):
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        h = opguide.rms_norm(x, self.w1)
+        return opguide.rms_norm(residual + self.proj(h), self.w2)
+
+
+block = TrainingBlock(64)
+block.load_state_dict(model.state_dict())
+with FlopCounterMode(display=False) as counter:
+    block(x, residual).square().mean().backward()
+print(counter.get_table())
+
+# %%
+# A call takes at least its bytes over the device's bandwidth, and at least
+# its FLOPs over the device's FLOP rate; FLOPs per byte says which is larger
+# (the roofline). The bytes over a call's measured time give the bandwidth the
+# kernel reached:
+device = "cuda" if HAVE_GPU else "cpu"
+xb = torch.randn(4096, 1024, device=device)
+wb = torch.rand(1024, device=device) + 0.5
+with FlopCounterMode(display=False) as counter:
+    opguide.rms_norm(xb, wb)
+flop = counter.get_total_flops()
+read, written = opguide.flops.min_bytes(torch.ops.opguide.rms_norm, xb, wb, 1e-6)
+timer = Timer("opguide.rms_norm(xb, wb)", globals=globals())
+seconds = timer.blocked_autorange(min_run_time=0.3).median
+moved = read + written
+print(
+    f"opguide.rms_norm on {tuple(xb.shape)} {str(xb.dtype)[6:]}, {device}: "
+    f"{flop / 1e6:.1f} MFLOP, {read / 1e6:.1f} MB read and {written / 1e6:.1f} MB "
+    f"written at the least: {flop / moved:.2f} FLOP per byte"
+)
+print(
+    f"one call: {seconds * 1e3:.2f} ms, {moved / seconds / 1e9:.1f} GB/s, "
+    f"{flop / seconds / 1e9:.1f} GFLOP/s"
+)
+
+# %%
 # What to take to your own operator
 # ---------------------------------
 # * For a Python-free deployment, define the op in C++ and ship the library;
@@ -468,3 +527,5 @@ else:
 #   if the op need not go through AOTInductor (torch 2.13 to 2.15).
 # * Launch on the current stream, allocate with PyTorch, never synchronise:
 #   then CUDA graphs, by hand or through ``reduce-overhead``, just work.
+# * Register a FLOP formula for each operator that computes, and write down
+#   the bytes it must move: the two give its roofline.

@@ -15,6 +15,9 @@ C++, CUDA and Triton kernels of one operator share its formula.
 
 :func:`min_bytes` gives the other half of a roofline: the bytes an operator
 must read and write at the least.
+
+Inside FlopCounterMode, ``torch.compile`` runs a function eagerly (Dynamo does
+not compile while a dispatch mode is active): the counts are the eager calls'.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ def rms_norm_flop(x_shape, weight_shape, *args, out_shape=None, **kwargs) -> int
     arithmetic.
 
     Args:
-        x_shape, weight_shape: the shapes of ``x`` and ``weight``.
+        x_shape: the shape of ``x``.
+        weight_shape: the shape of ``weight``.
 
     Returns:
         ``4 * x.numel()``.
@@ -66,7 +70,8 @@ def rms_norm_backward_flop(grad_shape, x_shape, *args, out_shape=None, **kwargs)
     over the rows (2).
 
     Args:
-        grad_shape, x_shape: the shapes of ``grad_y`` and ``x``.
+        grad_shape: the shape of ``grad_y``.
+        x_shape: the shape of ``x``.
 
     Returns:
         ``9 * x.numel()``.
@@ -84,8 +89,9 @@ def fused_add_rms_norm_flop(
     sum (4), less the multiply by ``weight`` when ``weight`` is None.
 
     Args:
-        x_shape, residual_shape, weight_shape: the shapes of ``x``,
-            ``residual`` and ``weight`` (``None`` for no weight).
+        x_shape: the shape of ``x``.
+        residual_shape: the shape of ``residual``.
+        weight_shape: the shape of ``weight``, ``None`` for no weight.
 
     Returns:
         ``5 * x.numel()``, or ``4 * x.numel()`` when ``weight`` is None.
@@ -140,7 +146,7 @@ _BYTES = {
 
 
 def min_bytes(op, *args, **kwargs) -> tuple[int, int]:
-    """The bytes an operator must read and write at the least: its memory roofline.
+    r"""The bytes an operator must read and write at the least: its memory roofline.
 
     Every input read once, every output and every input it writes written
     once. A memory-bound kernel's time is at least this over the bandwidth.
@@ -148,8 +154,9 @@ def min_bytes(op, *args, **kwargs) -> tuple[int, int]:
     Args:
         op: an opguide operator, e.g. ``torch.ops.opguide.rms_norm`` or its
             ``.default``.
-        *args, **kwargs: the operator's arguments. Only shapes and dtypes
-            are read: ``meta`` tensors will do.
+        \*args: the operator's arguments (and \*\*kwargs its keyword
+            arguments). Only shapes and dtypes are read: ``meta`` tensors
+            will do.
 
     Returns:
         ``(read, written)``, in bytes.
