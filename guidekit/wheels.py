@@ -40,6 +40,7 @@ __all__ = [
     "build_wheel",
     "bundled_libraries",
     "needed_libraries",
+    "platform_constraint",
     "repair",
     "tools_missing",
     "torch_exclusions",
@@ -220,6 +221,20 @@ def repair(
     proc = subprocess.run([*command, str(wheel)], capture_output=True, text=True, env=env)
     repaired = sorted(dest.glob("*.whl"))
     return proc, (repaired[0] if proc.returncode == 0 and repaired else None)
+
+
+def platform_constraint(wheel: Path) -> str | None:
+    """The newest ``manylinux`` tag ``auditwheel show`` says ``wheel``'s libraries allow.
+
+    It comes from the glibc and libstdc++ symbol versions the libraries ask
+    for, that is from the machine that built them. None where auditwheel
+    states no such tag (a pure-Python wheel), or is missing.
+    """
+    if _bin("auditwheel") is None:
+        return None
+    proc = subprocess.run([_bin("auditwheel"), "show", str(wheel)], capture_output=True, text=True)
+    found = re.search(r'constrains the platform tag to\s+"([^"]+)"', proc.stdout)
+    return found[1] if found else None
 
 
 def bundled_libraries(wheel: Path) -> list[str]:

@@ -30,6 +30,7 @@ DIAGRAMS: dict[str, tuple[list[str], str]] = {
     "16": (["export", "vmap,\nautocast", "CUDA\ngraphs"], "across PyTorch"),
     "17": (["shard 0\nGPU 0", "shard 1\nGPU 1"], "DTensor and many GPUs"),
     "18": (["template", "your_op/", "tests pass"], "your own operator"),
+    "19": (["wheel", "auditwheel\nrepair", "fresh venv\ntests pass"], "ship your operator"),
 }
 
 
