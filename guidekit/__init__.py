@@ -17,6 +17,9 @@ own; this package holds what the guide needs around it:
   launch configurations it picks, compiled for AMD and NVIDIA GPUs without a
   GPU, with its registers, spills and shared memory
   (``python -m guidekit.triton_targets``).
+* :mod:`guidekit.wheels`: a wheel built, its needed libraries read, repaired
+  with ``auditwheel`` (torch's libraries left out), installed into a fresh
+  virtual environment and tested there.
 
 It works in a checkout of the repository: ``setup.py`` installs it with an
 editable install (``pip install -e .``) and leaves it out of a wheel, which
