@@ -58,9 +58,11 @@ extensions = [
 # Notebooks are MyST Markdown (tutorials/*.md); the .ipynb files that
 # sphinx-gallery writes for download must not be executed a second time.
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb"}
-# myst-nb registers .ipynb itself; the gallery's download copies are excluded here.
+# myst-nb registers .ipynb itself; the gallery's download copies, and the
+# notebooks and archive generated for download (_generated), are excluded here.
 exclude_patterns = [
     "_build",
+    "_generated",
     "Thumbs.db",
     ".DS_Store",
     "**.ipynb_checkpoints",

@@ -8,7 +8,9 @@ skip, saying so.
   shows ``OPGUIDE_LIBRARY``: shown code registers with plain ``TORCH_LIBRARY``;
 * steps 2 and 3 show a complete minimal kernel file, includes first;
 * the downloadable notebooks carry the code their pages show, never a
-  ``literalinclude`` directive;
+  ``literalinclude`` directive, and their Markdown holds no reST (no role,
+  no directive): its links reach the pages they name;
+* the MyST notebook page offers itself as a valid Jupyter notebook;
 * the source archive offered on the landing page holds the project.
 """
 
@@ -103,6 +105,77 @@ def test_downloaded_notebooks_carry_code_not_directives():
     step2 = next(n for n in notebooks if n.name == "02_cpp_cpu_kernel.ipynb")
     text = step2.read_text()
     assert "TORCH_LIBRARY(opguide_minimal, m)" in text, "step 2's notebook lacks the shown file"
+
+
+FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
+REST_LEFT = re.compile(r":[a-z][\w-]*:`|^[ \t]*\.\. [A-Za-z][\w:-]*::", re.MULTILINE)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def download_notebooks() -> list[Path]:
+    return sorted((SITE / "_downloads").rglob("*.ipynb"))
+
+
+def markdown_prose(notebook: Path) -> str:
+    """The text of a notebook's Markdown cells outside fenced code and ``literals``."""
+    prose, fence = [], None
+    for cell in json.loads(notebook.read_text())["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        for line in "".join(cell["source"]).split("\n"):
+            opened = FENCE.match(line)
+            if fence is None and opened:
+                fence = opened[1]
+            elif fence is not None:
+                if opened and opened[1].startswith(fence) and not line.strip().strip(fence[0]):
+                    fence = None
+            else:
+                prose.append(line)
+    return re.sub(r"``.+?``", "", "\n".join(prose), flags=re.DOTALL)
+
+
+def test_downloaded_notebooks_hold_no_rest():
+    # Jupyter shows a reST role or directive as raw text.
+    leftovers = []
+    for notebook in download_notebooks():
+        for line in markdown_prose(notebook).split("\n"):
+            if REST_LEFT.search(line):
+                leftovers.append(f"{notebook.name}: {line.strip()}")
+    assert not leftovers, "reST in the notebooks' Markdown:\n" + "\n".join(leftovers[:20])
+
+
+def test_downloaded_notebooks_link_to_pages_that_exist():
+    broken, links = [], 0
+    for notebook in download_notebooks():
+        for url in LINK.findall(markdown_prose(notebook)):
+            if "://" in url or url.startswith(("#", "mailto:")):
+                continue
+            links += 1
+            if not (notebook.parent / url.split("#")[0]).resolve().is_file():
+                broken.append(f"{notebook.name}: {url}")
+    assert not broken, f"links to no page: {broken[:20]}"
+    assert links >= 20, f"the roles of the steps became only {links} links to pages"
+    step2 = next(n for n in download_notebooks() if n.name == "02_cpp_cpu_kernel.ipynb")
+    text = markdown_prose(step2)
+    assert "(../../auto_examples/01_first_operator.html)" in text, "step 2 links no step 1"
+    assert "https://docs.pytorch.org/docs/stable/cpp_extension.html" in text, "no intersphinx link"
+
+
+def test_the_myst_notebook_is_offered_as_a_jupyter_notebook():
+    import jupytext
+    import nbformat
+
+    page = SITE / "tutorials" / "rms_norm_in_one_sitting.html"
+    offered = re.findall(r'href="([^"]+\.ipynb)"', page.read_text())
+    assert offered, "the one-sitting page offers no .ipynb download"
+    path = (page.parent / offered[0]).resolve()
+    assert path.is_file(), f"the offered notebook {offered[0]} is not in the site"
+    notebook = nbformat.read(path, as_version=nbformat.NO_CONVERT)
+    nbformat.validate(notebook)
+    source = jupytext.read(ROOT / "tutorials" / "rms_norm_in_one_sitting.md")
+    code = [c.source for c in notebook.cells if c.cell_type == "code"]
+    assert code == [c.source for c in source.cells if c.cell_type == "code"]
+    assert not REST_LEFT.search(markdown_prose(path))
 
 
 def test_source_archive_holds_the_project():

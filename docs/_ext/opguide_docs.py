@@ -3,10 +3,16 @@
 * ``literalinclude`` drops the marker comments (``// [name]``, ``# [name-end]``)
   that ``:start-after:``/``:end-before:`` use, so a reader never sees them,
   whether a file is shown whole or in part.
-* The notebooks that sphinx-gallery writes for download carry the code that the
-  page shows: each ``.. literalinclude::`` becomes a code block with the file's
-  text (read with Sphinx's own reader, so the options mean what they mean on
-  the page), and a ``.. dropdown::`` becomes a bold title over its body.
+* The notebooks that sphinx-gallery writes for download read as Markdown
+  (notebook_markdown.py): a role becomes a link to what it names on this site
+  or in Python's and PyTorch's documentation (resolved as the page resolves
+  it), each ``.. literalinclude::`` a code block with the code that the page
+  shows (read with Sphinx's own reader, so the options mean what they mean
+  there), a ``.. list-table::`` a Markdown table, and other directives their
+  title over their body.
+* Every MyST notebook page (tutorials/*.md) ends with its downloads, as a
+  gallery page does: the Jupyter notebook (jupytext's conversion, under
+  ``_generated/notebooks/``) and the MyST file.
 * viewcode's pages of opguide's modules show marker lines as blank lines.
 * ``_generated/opguide-source.tar.gz``: an archive of this source tree made at
   build time, offered on the landing page.
@@ -19,13 +25,15 @@ import json
 import re
 import subprocess
 import tarfile
-import textwrap
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from docutils import nodes
+from notebook_markdown import to_markdown
+from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.directives.code import LiteralInclude, LiteralIncludeReader
+from sphinx.errors import ExtensionError, NoUri
 
 # A line that holds nothing but a marker comment: "// [cpu-kernel]", "# [fake-end]".
 MARKER_LINE = re.compile(r"^[ \t]*(?://|#)[ \t]*\[[A-Za-z0-9_-]+\][ \t]*$")
@@ -57,85 +65,166 @@ class MarkerFreeLiteralInclude(LiteralInclude):
 
 
 # ---------------------------------------------------------------- notebooks --
-DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\.\. (?P<name>[a-z-]+)::[ \t]*(?P<arg>.*)$")
-OPTION = re.compile(r"^[ \t]+:(?P<key>[a-z-]+):[ \t]*(?P<value>.*)$")
-
-
-def _block(lines: list[str], start: int, indent: str) -> int:
-    """Index just past the body of the directive on line ``start``."""
-    end = start + 1
-    while end < len(lines):
-        line = lines[end]
-        if line.strip() and not line.startswith(indent + " "):
-            break
-        end += 1
-    while end > start + 1 and not lines[end - 1].strip():
-        end -= 1
-    return end
-
-
-def _included_code(arg: str, options: dict[str, str], srcdir: Path, config) -> tuple[str, str]:
+def _included_code(arg: str, options: dict[str, str], base: Path, app: Sphinx) -> tuple[str, str]:
     """(language, text) that ``.. literalinclude:: arg`` with ``options`` shows."""
-    path = srcdir / arg.lstrip("/") if arg.startswith("/") else srcdir / "auto_examples" / arg
+    srcdir = Path(app.srcdir)
+    path = srcdir / arg.lstrip("/") if arg.startswith("/") else base / arg
     reader_options = {k: (True if v == "" else v) for k, v in options.items()}
-    text, _ = LiteralIncludeReader(str(path.resolve()), reader_options, config).read()
+    text, _ = LiteralIncludeReader(str(path.resolve()), reader_options, app.config).read()
     return options.get("language", ""), strip_markers(text)
 
 
-def markdown_with_code(markdown: str, srcdir: Path, config) -> str:
-    """Replaces the literalinclude and dropdown directives of a notebook cell."""
-    lines = markdown.split("\n")
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        found = DIRECTIVE.match(lines[i])
-        if not found or found["name"] not in ("literalinclude", "dropdown"):
-            out.append(lines[i])
-            i += 1
-            continue
-        indent, name, arg = found["indent"], found["name"], found["arg"].strip()
-        end = _block(lines, i, indent)
-        options: dict[str, str] = {}
-        j = i + 1
-        while j < end and OPTION.match(lines[j]):
-            option = OPTION.match(lines[j])
-            options[option["key"]] = option["value"].strip()
-            j += 1
-        if name == "dropdown":
-            body = textwrap.dedent("\n".join(lines[j:end]))
-            body = markdown_with_code(body, srcdir, config)  # directives inside it
-            out += [f"{indent}**{arg}**", ""]
-            out += [indent + line if line else line for line in body.split("\n")]
-        else:
-            language, code = _included_code(arg, options, srcdir, config)
-            caption = options.get("caption")
-            if caption:
-                out += [f"{indent}`{caption}`:", ""]
-            out += [f"{indent}```{language}"]
-            out += [indent + line if line else line for line in code.rstrip("\n").split("\n")]
-            out += [f"{indent}```"]
-        i = end
-    return "\n".join(out)
+def _site_root_from_download(app: Sphinx, path: Path) -> str:
+    """The site's root URL, relative to the folder that serves ``path`` as a download.
+
+    Sphinx serves a download from ``_downloads/<digest>/``; with
+    ``html_baseurl`` set, the site's absolute URL is used instead.
+    """
+    if app.config.html_baseurl:
+        return app.config.html_baseurl.rstrip("/") + "/"
+    relative = path.relative_to(app.srcdir).as_posix()
+    served = next(
+        (dest for src, (_, dest) in app.env.dlfiles.items() if Path(src).as_posix() == relative),
+        f"{'0' * 32}/{path.name}",
+    )
+    return "../" * (len(PurePosixPath("_downloads", str(served)).parts) - 1)
 
 
-def rewrite_gallery_notebooks(app: Sphinx) -> None:
-    """Puts the shown code into the gallery's download notebooks (and their zips)."""
-    gallery = Path(app.srcdir) / "auto_examples"
-    for ipynb in sorted(gallery.glob("*.ipynb")):
-        notebook = json.loads(ipynb.read_text())
-        for cell in notebook["cells"]:
-            if cell["cell_type"] != "markdown":
-                continue
+def _linker(app: Sphinx, refdoc: str, root: str):
+    """``link(domain, role, target)`` for :func:`notebook_markdown.to_markdown`.
+
+    A target resolves the way Sphinx resolves it on the page ``refdoc``: in its
+    domain (opguide's API, the pages), then through ``missing-reference``
+    (intersphinx: Python's and PyTorch's online documentation). A link inside
+    the site is prefixed with ``root``, the site's root seen from the download.
+    """
+    env = app.env
+    py_roles = env.get_domain("py").roles
+    root_doc = app.config.root_doc
+    root_uri = app.builder.get_target_uri(root_doc)
+
+    def link(domain_name: str, role: str, target: str) -> tuple[str, str | None] | None:
+        domain_name = domain_name or ("py" if role in py_roles else "std")
+        try:
+            domain = env.get_domain(domain_name)
+        except ExtensionError:
+            return None
+        node = addnodes.pending_xref(
+            "", refdomain=domain_name, reftype=role, reftarget=target, refdoc=refdoc
+        )
+        node["refexplicit"] = node["refwarn"] = False
+        contnode = nodes.literal(target, target)
+        try:
+            found = domain.resolve_xref(env, root_doc, app.builder, role, target, node, contnode)
+            if found is None:
+                found = app.events.emit_firstresult(
+                    "missing-reference", env, node, contnode, allowed_exceptions=(NoUri,)
+                )
+        except NoUri:
+            return None
+        if not isinstance(found, nodes.reference):
+            return None  # unknown, or a builtin that Sphinx does not link
+        uri = found.get("refuri") or f"{root_uri}#{found.get('refid', '')}"
+        if "://" not in uri:
+            uri = root + uri
+        return uri, found.astext()
+
+    return link
+
+
+def markdown_cells_converted(app: Sphinx, path: Path, refdoc: str) -> None:
+    """Rewrites the Markdown cells of the notebook ``path`` (see notebook_markdown.py).
+
+    ``refdoc`` is the page the notebook belongs to: relative targets of
+    ``:doc:`` and ``literalinclude`` are read from its folder.
+    """
+    notebook = json.loads(path.read_text())
+    link = _linker(app, refdoc, _site_root_from_download(app, path))
+    base = Path(app.srcdir) / PurePosixPath(refdoc).parent
+
+    def include(arg: str, options: dict[str, str]) -> tuple[str, str]:
+        return _included_code(arg, options, base, app)
+
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "markdown":
             source = "".join(cell["source"])
-            if ".. literalinclude::" in source or ".. dropdown::" in source:
-                new = markdown_with_code(source, Path(app.srcdir), app.config)
-                cell["source"] = new.splitlines(True)
-        ipynb.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+            cell["source"] = to_markdown(source, link, include).splitlines(True)
+    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+
+
+def rewrite_gallery_notebooks(app: Sphinx, env) -> None:
+    """Converts the gallery's download notebooks (and their zips) to Markdown that reads well.
+
+    Runs once every page is read, so that every target a role names is known,
+    and before the downloads are copied into the site.
+    """
+    if app.builder.format != "html":
+        return
+    srcdir = Path(app.srcdir)
+    gallery = srcdir / "auto_examples"
+    for ipynb in sorted(gallery.glob("*.ipynb")):
+        markdown_cells_converted(app, ipynb, ipynb.relative_to(srcdir).with_suffix("").as_posix())
         archive = ipynb.with_suffix(".zip")
         if archive.exists():
             with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
                 for member in (ipynb.with_suffix(".py"), ipynb):
                     zf.write(member, member.name)
+    for docname in sorted(getattr(env, "opguide_notebooks", ())):
+        markdown_cells_converted(app, _notebook_download(app, docname), docname)
+
+
+# The MyST notebooks (tutorials/*.md) offered as Jupyter notebooks.
+NOTEBOOKS = "_generated/notebooks"
+
+
+def _notebook_download(app: Sphinx, docname: str) -> Path:
+    return Path(app.srcdir) / NOTEBOOKS / f"{docname}.ipynb"
+
+
+def write_notebook_downloads(app: Sphinx, env, docnames: list[str]) -> None:
+    """Writes a Jupyter notebook (jupytext's conversion) of every MyST notebook page."""
+    import jupytext
+    from myst_nb.core.read import is_myst_markdown_notebook
+
+    env.opguide_notebooks = set()
+    for docname in sorted(env.found_docs):
+        source = Path(env.doc2path(docname))
+        if source.suffix != ".md":
+            continue
+        text = source.read_text()
+        if not is_myst_markdown_notebook(text):
+            continue
+        target = _notebook_download(app, docname)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        notebook = jupytext.reads(text, fmt="md:myst")
+        target.write_text(jupytext.writes(notebook, fmt="ipynb"))
+        env.opguide_notebooks.add(docname)
+
+
+def _download_button(kind: str, label: str, reftarget: str, docname: str) -> nodes.container:
+    """One download button, as sphinx-gallery draws its own."""
+    name = PurePosixPath(reftarget).name
+    reference = addnodes.download_reference(
+        "", "", reftarget=reftarget, refdoc=docname, refexplicit=True
+    )
+    reference += nodes.literal(name, f"{label}: {name}", classes=["xref", "download"])
+    classes = ["sphx-glr-download", f"sphx-glr-download-{kind}"]
+    return nodes.container("", nodes.paragraph("", "", reference), classes=classes)
+
+
+def add_notebook_downloads(app: Sphinx, doctree: nodes.document) -> None:
+    """Ends a MyST notebook page with its downloads: the Jupyter notebook and the MyST file."""
+    docname = app.env.docname
+    if docname not in getattr(app.env, "opguide_notebooks", ()):
+        return
+    source = Path(app.env.doc2path(docname)).relative_to(app.srcdir).as_posix()
+    footer = nodes.container(classes=["sphx-glr-footer", "sphx-glr-footer-example"])
+    footer += _download_button(
+        "jupyter", "Download Jupyter notebook", f"/{NOTEBOOKS}/{docname}.ipynb", docname
+    )
+    footer += _download_button("python", "Download MyST notebook", f"/{source}", docname)
+    sections = list(doctree.findall(nodes.section))
+    (sections[0] if sections else doctree).append(footer)
 
 
 # ------------------------------------------------------------ source archive --
@@ -191,7 +280,9 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("literalinclude", MarkerFreeLiteralInclude, override=True)
     app.setup_extension("sphinx.ext.viewcode")  # defines the event connected here
     app.connect("viewcode-find-source", viewcode_source)
-    # After sphinx-gallery (priority 500) has written the notebooks.
-    app.connect("builder-inited", rewrite_gallery_notebooks, priority=900)
+    app.connect("env-before-read-docs", write_notebook_downloads)
+    # Before Sphinx collects the page's downloads (priority 500).
+    app.connect("doctree-read", add_notebook_downloads, priority=400)
+    app.connect("env-updated", rewrite_gallery_notebooks)
     app.connect("builder-inited", write_source_archive, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
