@@ -375,7 +375,7 @@ if faster:
 # %%
 # **Push the sums; do not wait at a barrier.** With ``cluster_sum`` above,
 # every row stops the whole cluster at a barrier, then reads the other
-# blocks' totals, a second round trip. The kernels now push: each warp stores
+# blocks' totals, a second round trip. The kernels push instead: each warp stores
 # its partial sum into every block's shared memory with ``st.async``, which
 # counts the bytes on that block's *mbarrier*, and a block waits only until
 # its own slots are full. The backward pushes its partial of the next row
@@ -416,10 +416,10 @@ print(
 )
 
 # %%
-# **One row per cluster, many small blocks.** The forward cluster kernel was
-# persistent: one block of 512 threads per multiprocessor, looping over rows
-# with its slice in registers; a block waiting for its cluster's sum left
-# one row of loads in flight. Now each cluster takes one row, in small
+# **One row per cluster, many small blocks.** A persistent cluster kernel
+# runs one block of 512 threads per multiprocessor, looping over rows with
+# its slice in registers; a block waiting for its cluster's sum leaves one
+# row of loads in flight. The library gives each cluster one row, in small
 # blocks (128 threads, a 16 KiB slice staged with ``cp.async``): eight or
 # more share a multiprocessor, and while one waits the others load. The same
 # tool times both, and at 16384 the one-block kernel against a cluster of two:
@@ -431,17 +431,17 @@ show(lessons.per_row_cluster_lines(VARIANT_FRACTION, LIBRARY_FRACTION)[0])
 show(lessons.staged_lines(VARIANT_FRACTION, LIBRARY_FRACTION))
 
 # %%
-# **Wait without a fence.** The Triton split kernels first wrote a part, then
-# counted it in with an atomic add. The count must not be seen before the
-# part, so a release fence stood between them, and a fence waits until every
-# store the program has in flight has landed. Now the part and the mark that
-# it was written travel in one 64-bit store, which needs no fence. The
-# backward also waits one row late: it writes its part of the next row before
-# it waits for this row's total. Last, it loads two rows ahead, not one: the
-# loads it waited on behind each total had only just started. Two runs of
-# ``tools/sweep_triton.py split``,
-# one with every split kernel fenced and one as built, each variant at the
-# best of its launch parameters, in % of the 1 GiB copy:
+# **Wait without a fence.** A split kernel that writes a part, then counts it
+# in with an atomic add, needs a release fence between the two (the count
+# must not be seen before the part), and a fence waits until every store the
+# program has in flight has landed. The Triton split kernels send the part
+# and its mark in one 64-bit store, which needs no fence. The backward also
+# waits one row late: it writes its part of the next row before it waits for
+# this row's total. Last, it loads two rows ahead, not one: the loads it
+# waited on behind each total had only just started. Two runs of
+# ``tools/sweep_triton.py split``, one with every split kernel fenced and one
+# as built, each variant at the best of its launch parameters, in % of the
+# 1 GiB copy:
 fenced = tool_outputs.split_sweep(recorded_text("sweep_triton_split_fenced_h100.txt", 1))
 slots = tool_outputs.split_sweep(recorded_text("sweep_triton_split_h100.txt", 1))
 split_backward = triton_launch.SPLIT_BACKWARD
@@ -649,7 +649,7 @@ for pass_name in ("forward", "fused"):
 print("without the hints: {:+.1f} to {:+.1f} points".format(*fixed_shapes.gain_range(hints)))
 
 # %%
-# The forward kernels no longer use hints; the backward keeps ``.cs`` on its
+# The library's forward kernels use no hints; the backward keeps ``.cs`` on its
 # ``dx`` stores, where the same runs measured:
 dx = compare(
     "backward",

@@ -317,8 +317,8 @@ print(child.stderr)
 
 # %%
 # The CPU entry of ``aten::neg`` is ATen's ``RegisterCPU`` again, no ``neg``
-# call is logged, and ``add`` is still overridden. (The warning now names
-# ``add``: it is the first override this time.)
+# call is logged, and ``add`` is still overridden. (This time the warning
+# names ``add``: it is the first override in this process.)
 #
 # Calling the operator you override
 # ---------------------------------

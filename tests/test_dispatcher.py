@@ -226,7 +226,7 @@ def _log_lines(stderr: str, op: str) -> int:
 def test_cpu_override_warns_logs_each_call_and_matches_aten(libs):
     proc = _ok(_run(libs, CPU_OVERRIDE_PROGRAM, OPGUIDE_LOG_OVERRIDES="1"))
     # torch warns about the override, in words that change between releases
-    # (2.15 no longer says "Overriding a previously registered kernel"); the
+    # (2.15's does not say "Overriding a previously registered kernel"); the
     # dispatcher's own table below is what this test checks.
     assert "aten::neg overridden:CPU: registered at" in proc.stdout
     assert "cpu_override.cpp" in proc.stdout.splitlines()[0]
