@@ -2,12 +2,11 @@ r"""
 Step 11: Performance
 ====================
 
-RMSNorm reads each element once, does a few operations on it and writes it
-once. That makes it memory-bound: its time is set by the bytes it moves, and
-a copy of the same bytes is the yardstick. A kernel at the copy's speed has
-little left to gain. This step measures how close opguide's kernels come to
-that floor at every row length, what a call costs as a user makes it, and
-which optimisations mattered most.
+RMSNorm reads each element once and writes it once: it is memory-bound, its
+time set by the bytes it moves, and a copy of the same bytes is the
+yardstick. This step measures how close opguide's kernels come to that floor
+at every row length, what a call costs as a user makes it, and which
+optimisations mattered most.
 
 In this step you will learn:
 
@@ -19,12 +18,11 @@ In this step you will learn:
 * what rows that are not whole 16-byte vectors cost;
 * five optimisations, each with its before and after.
 
-The GPU numbers on this page are recorded: it reads result files from
-``docs/recorded/``, written on a GPU by ``python -m guidekit.benchmark``, and
-prints the device and date of each. Every sentence about a measurement is
-computed from those files, by :mod:`guidekit.recorded` (tested in
-``tests/test_recorded.py``). The CPU measurement at the end runs live, and so
-does a two-point GPU check where the page is built on a GPU.
+The GPU numbers on this page are recorded in ``docs/recorded/`` by ``python
+-m guidekit.benchmark`` on a GPU; the page prints the device and date of
+each, and :mod:`guidekit.recorded` (tested in ``tests/test_recorded.py``)
+computes what it says of them. The CPU measurement at the end runs live, and
+so does a two-point GPU check where the page is built on a GPU.
 """
 
 # %%
@@ -67,11 +65,10 @@ print("training  the forward's bytes plus the backward's")
 # .. literalinclude:: /../guidekit/benchmark/passes.py
 #    :pyobject: bytes_moved
 #
-# Which bandwidth to divide by? Not the data sheet's: no kernel reaches it. In
-# the same run as the kernels, the benchmark times ``copy (same bytes)``, a
-# ``copy_`` that moves exactly the pass's bytes, and reports each
-# implementation as the copy's time over its own: 100% runs at the copy's
-# speed, and a kernel can come out slightly above it. A copy of one
+# Which bandwidth to divide by? Not the data sheet's, which no kernel
+# reaches. In the same run, the benchmark times ``copy (same bytes)``, a
+# ``copy_`` of exactly the pass's bytes, and reports each implementation as
+# the copy's time over its own: 100% is the copy's speed. A copy of one
 # gigabyte is timed too, as the device's bandwidth.
 
 
@@ -157,15 +154,12 @@ print(f"  with three:   {listed(sweeps.behind_peer(THREE, one_set['ns']))}")
 # ----------------
 # The sweep keeps ``M * N`` fixed, so every point moves the same bytes and
 # only the row length ``N`` changes. It times four passes: the forward; the
-# backward (``dx`` and ``dweight`` from ``dy``, after an untimed forward);
-# training (the forward, then the backward through autograd, as a training
-# step calls the norm); and the fused residual add + RMSNorm. Next to
+# backward (``dx`` and ``dweight`` from ``dy``); training (forward, then
+# backward through autograd); and the fused residual add + RMSNorm. Next to
 # opguide's CUDA and Triton kernels it times ``F.rms_norm``,
-# ``torch.compile`` of the Python reference, and two other libraries:
-# Liger-Kernel (Triton) and Quack (CuTe DSL). It was written by
-# ``python -m guidekit.benchmark --sweep``, once for bfloat16 and once for
-# float16 (the plots show bfloat16; the last line compares float16 with it).
-# A peer that did not import is named:
+# ``torch.compile`` of the Python reference, Liger-Kernel (Triton) and Quack
+# (CuTe DSL). ``python -m guidekit.benchmark --sweep`` wrote it for bfloat16
+# and float16 (the plots show bfloat16). A peer that did not import is named:
 print(f"{sweep['dtypes']}, M * N = {sweep['elements']} elements, N = {sweep['ns']}")
 print(f"Triton {sweep_file['triton']}, CUDA {sweep_file['cuda']}")
 for name, why in sweep["peers_missing"].items():
@@ -279,10 +273,9 @@ print(
 )
 
 # %%
-# How much of this is the run? The same sweep recorded a second time, on the
-# same kind of GPU with the same versions, with opguide's kernels and the copy
-# alone (both 16-bit types, every pass), against the run above, in points of
-# the copy:
+# How much of this is the run? The same sweep of opguide's kernels and the
+# copy, recorded again on the same kind of GPU with the same versions, against
+# the run above, in points of the copy:
 again_file = recorded("sweep_opguide_h100.json")
 show(sweeps.rerun_lines(sweeps.rerun_changes(ALL_ROWS, again_file["sweep"]["rows"])))
 
