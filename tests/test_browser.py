@@ -10,11 +10,18 @@ with no network), and must:
   are not followed);
 * render its math: a page whose source has math carries MathJax's output;
 * show no code block (or inline code) with a marker comment or an en-dash,
-  which is what ``--`` becomes when typography runs over a command line.
+  which is what ``--`` becomes when typography runs over a command line;
+* need no sideways scrolling: in a 1280px window no ``pre`` block (code,
+  program output, included file) is wider than its box, and in a 420px
+  window (a phone) no table is wider than its container or sticks out of the
+  page. No table may rely on a scrolling wrapper: on a phone its thin
+  scrollbar is the only sign that columns are hidden.
 
-The checks live in :class:`SiteCheck`; ``test_the_checks_catch_a_broken_page``
-feeds them a page with a missing image and a dangling anchor, so that a check
-that could not fail would show. Skipped, saying why, when the site is not
+The checks live in :class:`SiteCheck` and :func:`sideways`;
+``test_the_checks_catch_a_broken_page`` feeds them a page with a missing image
+and a dangling anchor, ``test_the_width_check_catches_wide_blocks`` one with a
+code line and a table too wide for it, so that a check that could not fail
+would show. Skipped, saying why, when the site is not
 built or Selenium, Chromium or chromedriver is missing (``.ci/run`` installs
 Debian's ``chromium`` and ``chromium-driver``; the README lists them).
 """
@@ -159,6 +166,65 @@ class SiteCheck:
         return str(page.relative_to(self.site)) if page.is_relative_to(self.site) else str(page)
 
 
+# The window widths of the width check: a laptop for code blocks, a phone for tables.
+LAPTOP, PHONE = 1280, 420
+
+# Blocks of a loaded page that need sideways scrolling, read in the page.
+# Dropdowns are opened first, so that the blocks inside them are measured too.
+SIDEWAYS_JS = """
+const [checkPre, checkTables] = arguments;
+document.querySelectorAll('details').forEach(d => { d.open = true; });
+const right = document.documentElement.clientWidth + 1;  // the window, less its scrollbar
+const out = [];
+if (checkPre) {
+  document.querySelectorAll('pre').forEach((p, i) => {
+    if (p.scrollWidth > p.clientWidth + 1 || p.getBoundingClientRect().right > right) {
+      const caption = p.closest('.literal-block-wrapper')?.querySelector('.caption-text');
+      out.push(`pre block ${i}` + (caption ? ` (${caption.innerText})` : '') +
+               ` scrolls sideways (${p.scrollWidth}px of text in ${p.clientWidth}px): ` +
+               JSON.stringify(p.innerText.slice(0, 80)));
+    }
+  });
+}
+if (checkTables) {
+  document.querySelectorAll('table').forEach((t, i) => {
+    const box = t.parentElement.clientWidth;
+    if (t.offsetWidth > box + 1 || t.getBoundingClientRect().right > right) {
+      out.push(`table ${i} is ${t.offsetWidth}px wide in ${box}px: ` +
+               JSON.stringify(t.innerText.replace(/\\s+/g, ' ').slice(0, 80)));
+    }
+  });
+}
+return out;
+"""
+
+
+def sideways(driver, page: Path, site: Path) -> list[str]:
+    """The blocks of ``page`` a reader would have to scroll sideways to read.
+
+    At :data:`LAPTOP` width every ``pre`` block must fit its box; at
+    :data:`PHONE` width every table must fit its container and the page.
+
+    Args:
+        driver: a Selenium driver of Chromium.
+        page: the HTML file to open.
+        site: the site's root, for the page names in the problems.
+
+    Returns:
+        One line per block, naming the page, the width, the block's index
+        among the page's blocks of its kind and the start of its text.
+    """
+    problems = []
+    for width, pre, tables in ((LAPTOP, True, False), (PHONE, False, True)):
+        driver.set_window_size(width, 900)
+        driver.get(page.as_uri())
+        name = page.relative_to(site) if page.is_relative_to(site) else page
+        problems += [
+            f"{name} at {width}px: {p}" for p in driver.execute_script(SIDEWAYS_JS, pre, tables)
+        ]
+    return problems
+
+
 def test_every_page_loads_clean_in_chromium(browser):
     check = SiteCheck(browser, SITE)
     read = pages()
@@ -185,3 +251,40 @@ def test_the_checks_catch_a_broken_page(browser, tmp_path):
     problems = check.read(index) + check.anchors()
     assert any("no-such-image.png" in p for p in problems), problems
     assert any("anchor #no-such-anchor not found" in p for p in problems), problems
+
+
+def test_nothing_needs_sideways_scrolling(browser):
+    size = browser.get_window_size()
+    try:
+        read = pages()
+        problems = [problem for page in read for problem in sideways(browser, page, SITE)]
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+    print(f"{len(read)} pages read at {LAPTOP}px and {PHONE}px")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_width_check_catches_wide_blocks(browser, tmp_path):
+    # The landing page with the site's style sheets (through <base>), plus a
+    # code line of 200 columns and a table of 20 numeric columns: the width
+    # check must report both.
+    text = (SITE / "index.html").read_text()
+    code = "x = " + " + ".join(["1"] * 66)
+    cells = "".join(f"<td>{i}.12345</td>" for i in range(20))
+    wide = (
+        f'<div class="highlight-python notranslate"><div class="highlight"><pre>{code}</pre>'
+        f'</div></div><table class="docutils"><tbody><tr>{cells}</tr></tbody></table>'
+    )
+    page = tmp_path / "index.html"
+    page.write_text(
+        text.replace("<head>", f'<head><base href="{SITE.as_uri()}/">', 1).replace(
+            "</article>", wide + "</article>", 1
+        )
+    )
+    size = browser.get_window_size()
+    try:
+        problems = sideways(browser, page, tmp_path)
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+    assert any("at 1280px: pre block" in p and code[:40] in p for p in problems), problems
+    assert any("at 420px: table" in p and "0.12345" in p for p in problems), problems
