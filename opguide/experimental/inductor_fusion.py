@@ -116,6 +116,7 @@ def _fused_op(backend: str) -> torch._ops.OpOverload:
 # sum (the next residual) and the inverse RMS (saved for the backward).
 
 
+# [search-llama]
 def _llama_rms_norm(h, weight, eps, dtype):
     # transformers' LlamaRMSNorm.forward, with the inverse RMS kept.
     h32 = h.to(torch.float32)
@@ -130,6 +131,9 @@ def _search_llama(dtype):
         return out, h, inv_rms
 
     return search
+
+
+# [search-llama-end]
 
 
 def _search_functional(x, residual, weight, eps):
@@ -157,6 +161,7 @@ def _search_opguide_inference(x, residual, weight, eps):
 # --- what it puts instead ----------------------------------------------------
 
 
+# [replace]
 def _replace(backend: str, inv_rms_shape: str):
     from torch._higher_order_ops.auto_functionalize import auto_functionalized
 
@@ -173,6 +178,9 @@ def _replace(backend: str, inv_rms_shape: str):
         return out, h, inv_rms
 
     return replace
+
+
+# [replace-end]
 
 
 # Ops that make a view of their first argument, as Inductor's graphs hold them.
@@ -306,7 +314,7 @@ def _make_pass_class():
     from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
     class FusedAddRMSNormPass(CustomGraphPass):
-        """Replaces ``h = x + residual`` and an RMSNorm of ``h`` by the fused operator."""
+        """Puts the fused operator where ``h = x + residual`` and a norm of ``h`` are."""
 
         def __init__(self, backend: str) -> None:
             self.backend = backend

@@ -1,0 +1,410 @@
+r"""
+Step 20: Your operator in a real model
+======================================
+
+Step 11 timed opguide's kernels on their own. Someone with a model asks
+another question: does my model get faster? This step puts the operator into
+a Hugging Face Llama without editing the model's code, and times a training
+step and an inference forward, eager and compiled, against the model's own
+norm and ``torch.nn.functional.rms_norm``.
+
+In this step you will learn:
+
+* how to give every RMSNorm of a model your operator, from outside the model;
+* how to time a model step so that a comparison means something: the
+  variants interleaved, each repeated, the spread shown;
+* how to find your operator's rows in the profiler's table, eager and
+  compiled;
+* what ``torch.compile`` does around an operator it cannot see into;
+* how an Inductor pattern pass puts the fused residual-add + RMSNorm of
+  :doc:`step 10 <10_patterns>` into the compiled graph, still without
+  editing the model.
+
+The model here is small and runs live on the CPU. The same comparison on a
+GPU, with a larger model in bfloat16, is recorded by
+``tools/record_model_step.py``; the last section reads that record.
+"""
+
+# %%
+# A small Llama
+# -------------
+# ``transformers`` builds a Llama from a configuration alone, with random
+# weights: nothing is downloaded. One decoder layer is enough to hold every
+# place a norm sits: before attention, before the MLP, and at the end.
+import copy
+import functools
+import json
+import re
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from torch._inductor.utils import run_and_get_code
+
+from guidekit import model_step
+from guidekit.compile_checks import source_root
+from opguide.experimental import inductor_fusion
+
+# sphinx_gallery_parallel = False  # it times a model on the CPU: runs alone
+CONFIG = dict(
+    vocab_size=512,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
+BATCH, SEQ, ROUNDS = 2, 128, 15
+# One thread: the machine's other jobs then disturb the timings less.
+torch.set_num_threads(1)
+base = model_step.llama(CONFIG, torch.float32, "cpu")
+ids = model_step.token_ids(CONFIG, BATCH, SEQ, "cpu")
+print(f"{sum(p.numel() for p in base.parameters()) / 1e6:.2f} M parameters, float32")
+print(f"tokens per step: {BATCH} x {SEQ}")
+
+# %%
+# Swapping the norm
+# -----------------
+# Every norm of the model is a ``LlamaRMSNorm`` module with a ``weight`` and a
+# ``variance_epsilon``. Giving each of those modules another ``forward``
+# changes the kernel and nothing else: the weights, the state dict and the
+# model's code stay as they are.
+#
+# .. literalinclude:: /../guidekit/model_step.py
+#    :language: python
+#    :start-after: [use-norm]
+#    :end-before: [use-norm-end]
+#
+# The replacements:
+#
+# .. literalinclude:: /../guidekit/model_step.py
+#    :language: python
+#    :start-after: [norm-forwards]
+#    :end-before: [norm-forwards-end]
+#
+# Three copies of one model, then, each with its norm, and a check that they
+# compute the same logits:
+NORMS = {
+    "model's own": None,
+    "F.rms_norm": model_step.f_rms_norm,
+    "opguide.rms_norm": model_step.opguide_cpp,
+}
+models = {}
+for name, forward in NORMS.items():
+    models[name] = copy.deepcopy(base)
+    if forward is not None:
+        changed = model_step.use_norm(models[name], forward)
+        print(f"{name}: {changed} norms given another forward")
+logits = {name: model_step.inference_forward(m, ids) for name, m in models.items()}
+for name, value in logits.items():
+    gap = (value - logits["model's own"]).abs().max().item()
+    print(f"{name:17} largest difference from the model's own logits: {gap:.1e}")
+    torch.testing.assert_close(value, logits["model's own"], atol=1e-4, rtol=1e-4)
+
+# %%
+# Timing a step
+# -------------
+# Each model is timed eager and under ``torch.compile``, in a training step
+# (forward, loss, backward) and an inference forward:
+#
+# .. literalinclude:: /../guidekit/model_step.py
+#    :language: python
+#    :start-after: [steps]
+#    :end-before: [steps-end]
+#
+# The first call of a compiled model compiles it, so it is timed apart. The
+# CPU that runs this page may be shared with other jobs (the machine that
+# builds the site is), and its speed drifts:
+# the variants take turns, round after round, so that a slow moment falls on
+# all of them, and each result is a median with its quartiles. The code
+# Inductor generates at the first call is kept for a later section.
+STEPS = {
+    "training step": model_step.training_step,
+    "inference forward": model_step.inference_forward,
+}
+# Dynamo compiles the model's forward once per variant and step, and by
+# default sends a function back to eager after 8 compiles: this page needs 8.
+torch._dynamo.config.recompile_limit = 16
+compiled = {name: torch.compile(m) for name, m in models.items()}
+generated = {}
+for name, model in compiled.items():
+    for step_name, step in STEPS.items():
+        start = time.perf_counter()
+        _, code = run_and_get_code(step, model, ids)
+        seconds = time.perf_counter() - start
+        generated[name, step_name] = "\n".join(code)
+        print(f"compiled, {name}: first {step_name} (it compiles) {seconds:.1f} s")
+
+calls = {}
+for mode, family in (("eager", models), ("compiled", compiled)):
+    for step_name, step in STEPS.items():
+        for name, model in family.items():
+            calls[mode, step_name, name] = functools.partial(step, model, ids)
+times = model_step.time_interleaved(calls, ROUNDS)
+stats = {key: model_step.summary(value) for key, value in times.items()}
+
+print(f"milliseconds per call, median (quartiles) of {ROUNDS} interleaved rounds")
+for mode in ("eager", "compiled"):
+    for step_name in STEPS:
+        cells = []
+        for name in NORMS:
+            s = stats[mode, step_name, name]
+            cells.append(f"{name} {s['median']:.2f} ({s['q1']:.2f}-{s['q3']:.2f})")
+        print(f"{mode:8} {step_name:17} " + ";  ".join(cells))
+
+
+# %%
+# What the numbers say, computed from them: the fastest norm of each row, and
+# whether its lead is larger than the spread.
+def verdict(mode: str, step_name: str, names) -> str:
+    ranked = sorted(names, key=lambda n: stats[mode, step_name, n]["median"])
+    best, runner_up = ranked[0], ranked[1]
+    b, r = stats[mode, step_name, best], stats[mode, step_name, runner_up]
+    lead = (r["median"] - b["median"]) / r["median"] * 100
+    clear = b["q3"] < r["q1"]
+    said = f"{mode} {step_name}: {best} is fastest here, "
+    said += f"{lead:.1f}% ahead of {runner_up}; "
+    if clear:
+        return said + "their quartiles do not overlap."
+    return said + "their quartiles overlap, so this run cannot tell them apart."
+
+
+for mode in ("eager", "compiled"):
+    for step_name in STEPS:
+        print(verdict(mode, step_name, NORMS))
+
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+for ax, step_name in zip(axes, STEPS, strict=True):
+    for i, name in enumerate(NORMS):
+        xs = [j + (i - 1) * 0.27 for j in range(2)]
+        rows = [stats[mode, step_name, name] for mode in ("eager", "compiled")]
+        med = [s["median"] for s in rows]
+        below = [s["median"] - s["q1"] for s in rows]
+        above = [s["q3"] - s["median"] for s in rows]
+        err = [below, above]
+        ax.bar(xs, med, width=0.27, yerr=err, capsize=3, label=name)
+    ax.set_xticks(range(2), ["eager", "torch.compile"])
+    ax.set_title(f"{step_name} (CPU, float32)")
+    ax.set_ylabel("ms per call, median and quartiles")
+axes[0].legend(fontsize=8)
+fig.tight_layout()
+
+# %%
+# These are CPU times of a small model in float32. On a GPU a norm's share of
+# a step, and the kernels it competes with, are different: this run says
+# nothing about which variant wins there.
+#
+# Where the time goes
+# -------------------
+# The profiler's table for one training step, trimmed to the rows of the
+# norm: ATen's ``pow``, ``mean`` and ``rsqrt`` and their backward nodes for
+# the model's own norm, and the operators ``opguide::rms_norm_fwd`` and
+# ``opguide::rms_norm_backward``.
+NORM_ROW = re.compile(r"rms_norm|rsqrt|pow|mean", re.IGNORECASE)
+
+
+def norm_rows(model) -> list[tuple[str, int, float]]:
+    model_step.training_step(model, ids)
+    cpu = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=cpu) as prof:
+        model_step.training_step(model, ids)
+    rows = [
+        (e.key, e.count, e.self_cpu_time_total / 1e3)
+        for e in prof.key_averages()
+        if NORM_ROW.search(e.key)
+    ]
+    return sorted(rows, key=lambda row: -row[2])
+
+
+profiled = {}
+for mode, family in (("eager", models), ("compiled", compiled)):
+    for name in ("model's own", "opguide.rms_norm"):
+        profiled[mode, name] = norm_rows(family[name])
+        print(f"\n{mode}, {name}: calls, self CPU ms")
+        for key, count, ms in profiled[mode, name]:
+            print(f"  {key[:60]:60} {count:3d} {ms:7.3f}")
+        if not profiled[mode, name]:
+            print("  (no row of the norm)")
+
+# %%
+# Inductor's CPU kernels run inside the row of the compiled graph and have no
+# row of their own (``torch.compile``'s option ``cpp.enable_kernel_profile``
+# gives them one, at the price of a slower compile; on a GPU the profiler
+# lists every kernel by name). The generated code names them instead, after
+# every operation fused into each.
+#
+# What Inductor does with each norm
+# ---------------------------------
+# Compiled, the model's own norm is no longer a chain of ATen calls: Inductor
+# generates kernels for it, and may put into them the operations around it,
+# such as the residual add in front of the norm. ``opguide.rms_norm`` is
+# opaque to Inductor, which can fuse nothing into it. The sum and norm of one
+# block, compiled on their own with each norm, show which happened here
+# (Inductor names a kernel after the graph nodes it serves, so the kernel of
+# an add that feeds the operator may carry the operator's name):
+KERNEL = re.compile(r"^(cpp_fused_\w+) = async_compile", re.MULTILINE)
+OPGUIDE_CALL = re.compile(r"torch\.ops\.opguide\.(\w+)\.default\(")
+norm_module = base.model.norm
+hidden, residual = torch.randn(2, BATCH * SEQ, CONFIG["hidden_size"])
+pieces = {}
+for name, forward in NORMS.items():
+    norm = copy.deepcopy(norm_module)
+    if forward is not None:
+        model_step.use_norm(norm, forward)
+
+    def add_then_norm(hidden, residual, norm=norm):
+        return norm(residual + hidden)
+
+    with torch.no_grad():
+        _, code = run_and_get_code(torch.compile(add_then_norm), hidden, residual)
+    code = "\n".join(code)
+    pieces[name] = KERNEL.findall(code), OPGUIDE_CALL.findall(code)
+    kernels, calls_made = pieces[name]
+    print(f"{name}: generated kernels {kernels}, opguide operators {calls_made}")
+own_kernels = pieces["model's own"][0]
+op_kernels, op_calls = pieces["opguide.rms_norm"]
+if len(own_kernels) == 1 and op_calls:
+    print(
+        "The model's own norm: one generated kernel does the add and the norm. "
+        f"opguide.rms_norm: {len(op_kernels)} generated kernel(s) for the add, then "
+        "the operator, which reads the sum back from memory."
+    )
+else:
+    print("Here Inductor did not put the add and the model's own norm in one kernel.")
+
+# %%
+# The fused operator, through a pattern pass
+# ------------------------------------------
+# :func:`opguide.fused_add_rms_norm_` does the add and the norm in one pass,
+# but a model that writes ``residual + hidden_states`` never calls it. The
+# experimental module ``opguide.experimental.inductor_fusion`` teaches Inductor
+# to: a pattern pass, run on the graphs Inductor compiles, finds the sum and
+# the norm of the sum, in the forms they take once traced (the Llama norm as
+# written, ``F.rms_norm``, ``opguide.rms_norm``), and puts the fused operator
+# in their place. It uses private Inductor APIs, so it is opt-in and lives
+# apart from the library (:doc:`step 11 <11_performance>` has the other
+# experiment). The pattern is the model's code; the replacement calls the
+# operator in its functional form, which Inductor then runs in place:
+#
+# .. literalinclude:: /../opguide/experimental/inductor_fusion.py
+#    :language: python
+#    :start-after: [search-llama]
+#    :end-before: [search-llama-end]
+#
+# .. literalinclude:: /../opguide/experimental/inductor_fusion.py
+#    :language: python
+#    :start-after: [replace]
+#    :end-before: [replace-end]
+#
+# .. dropdown:: opguide/experimental/inductor_fusion.py, the whole file
+#
+#    .. literalinclude:: /../opguide/experimental/inductor_fusion.py
+#       :language: python
+#       :caption: opguide/experimental/inductor_fusion.py
+#
+# The pass runs on the forward graph after AOTAutograd has split off the
+# backward, so training works although the fused operator has no backward:
+# the backward graph stays Inductor's, and reads the sum and the inverse RMS
+# that the fused operator returns. The operator writes the sum into one
+# operand of the add; where both are still needed (in training, saved for the
+# backward), it would need a copy, and the pass leaves that place alone.
+#
+# It is turned on for one model, the unmodified one, through
+# ``torch.compile``'s options:
+options = inductor_fusion.compile_options()
+fused = torch.compile(models["model's own"], options=options)
+sums = 2 * CONFIG["num_hidden_layers"]  # every norm but the first follows an add
+FUSED_CALL = "torch.ops.opguide.fused_add_rms_norm_.default("
+fused_calls = {}
+for step_name, step in STEPS.items():
+    want = step(models["model's own"], ids)
+    got, code = run_and_get_code(step, fused, ids)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    fused_calls[step_name] = "\n".join(code).count(FUSED_CALL)
+    print(
+        f"{step_name}: the compiled graph calls the fused operator "
+        f"{fused_calls[step_name]} times, for {sums} norms that follow an add"
+    )
+    if fused_calls[step_name] < sums:
+        print(
+            f"  {sums - fused_calls[step_name]} left as Inductor compiled them: the "
+            "pass replaces only sums that the fused operator can write in place"
+        )
+
+pass_calls = {}
+for step_name, step in STEPS.items():
+    pass_calls[step_name, "compiled"] = calls["compiled", step_name, "model's own"]
+    pass_calls[step_name, "compiled + pass"] = functools.partial(step, fused, ids)
+pass_stats = {
+    key: model_step.summary(value)
+    for key, value in model_step.time_interleaved(pass_calls, ROUNDS).items()
+}
+for step_name in STEPS:
+    a, b = pass_stats[step_name, "compiled"], pass_stats[step_name, "compiled + pass"]
+    change = (b["median"] - a["median"]) / a["median"] * 100
+    overlap = not (b["q3"] < a["q1"] or a["q3"] < b["q1"])
+    print(
+        f"{step_name}: compiled {a['median']:.2f} ms, "
+        f"with the pass {b['median']:.2f} ms "
+        f"({change:+.1f}%); "
+        + ("within the spread of this run" if overlap else "outside the spread")
+    )
+
+# %%
+# On the CPU the fused operator competes with a kernel that Inductor also
+# fused; whether one pass over memory in opguide's kernel beats Inductor's own
+# is a question for the GPU, where the bytes set the time.
+#
+# On a GPU
+# --------
+# ``tools/record_model_step.py`` runs the same comparison on a GPU: a Llama of
+# hidden size 2048 with four layers, batch 4 by 2048 tokens, bfloat16; both
+# opguide backends, Liger and Quack where they import, and the pass. It
+# writes ``docs/recorded/model_step_<gpu>.json`` with the device, the
+# versions and the date.
+RECORDED = sorted((source_root() / "docs" / "recorded").glob("model_step_*.json"))
+if not RECORDED:
+    print(
+        "No GPU record is present (docs/recorded/model_step_<gpu>.json): this page "
+        "shows no GPU result. `python tools/record_model_step.py` on a GPU writes one."
+    )
+for path in RECORDED:
+    record = json.loads(path.read_text())
+    print(
+        f"{path.name}: recorded on {record['device']}, torch {record['torch']}, "
+        f"CUDA {record['cuda']}, triton {record['triton']}, {record['date']}; "
+        f"{record['dtype']}, batch {record['batch']} x {record['seq']} tokens"
+    )
+    for name, why in record["missing"].items():
+        print(f"  not measured: {name} ({why})")
+    by_row = {}
+    for row in record["results"]:
+        by_row.setdefault((row["mode"], row["step"]), []).append(row)
+    for (mode, step_name), rows in by_row.items():
+        own = next((r for r in rows if r["variant"] == "model's own"), None)
+        print(f"  {mode} {step_name}: ms, median (quartiles), against the model's own")
+        for row in sorted(rows, key=lambda r: r["median"]):
+            spread = f"({row['q1']:.2f}-{row['q3']:.2f})"
+            versus = ""
+            if own is not None and row is not own:
+                versus = f"{(row['median'] / own['median'] - 1) * 100:+6.1f}%"
+            print(f"    {row['variant']:34} {row['median']:8.2f} {spread:15} {versus}")
+    for entry in record["fused_calls"]:
+        if entry["count"]:
+            print(
+                f"  {entry['variant']}, {entry['step']}: "
+                f"{entry['count']} calls of the fused operator"
+            )
+    for failure in record["failed"]:
+        print(
+            f"  failed: {failure['mode']} {failure['step']} {failure['variant']}: "
+            f"{failure['error']}"
+        )
+
+# %%
+# What to take from this step: measure the model, not only the kernel; time
+# compiled as well as eager, because Inductor's fusions change what your
+# operator competes with; and when an opaque operator loses a fusion, fuse it
+# yourself, either in the model's code or, without touching it, in the
+# compiler.

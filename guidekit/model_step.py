@@ -1,0 +1,199 @@
+"""A Hugging Face Llama with its RMSNorm swapped, and a model step timed fairly.
+
+Step 20 runs this on the CPU with a small model; ``tools/record_model_step.py``
+runs it on a GPU with a larger one and records the result in
+``docs/recorded/model_step_<gpu>.json``, which step 20 reads.
+
+* :data:`NORMS` and :func:`use_norm`: every ``LlamaRMSNorm`` of a model given
+  another ``forward``, without editing the model's code;
+* :func:`llama`: a Llama with random weights built from a config (no download);
+* :func:`training_step` and :func:`inference_forward`: the two steps timed;
+* :func:`time_interleaved`: the variants timed in turns, round after round, so
+  that a machine that slows down or speeds up does so for all of them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import types
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+import opguide
+
+
+# [norm-forwards]
+def f_rms_norm(self, hidden_states):
+    w, eps = self.weight, self.variance_epsilon
+    return F.rms_norm(hidden_states, w.shape, w, eps)
+
+
+def opguide_cpp(self, hidden_states):
+    w, eps = self.weight, self.variance_epsilon
+    return opguide.rms_norm(hidden_states, w, eps, backend="cpp")
+
+
+def opguide_triton(self, hidden_states):
+    w, eps = self.weight, self.variance_epsilon
+    return opguide.rms_norm(hidden_states, w, eps, backend="triton")
+
+
+# [norm-forwards-end]
+
+
+def _liger():
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    def liger(self, hidden_states):
+        # casting_mode "llama": LlamaRMSNorm's roundings; not in place.
+        return LigerRMSNormFunction.apply(
+            hidden_states, self.weight, self.variance_epsilon, 0.0, "llama", False
+        )
+
+    return liger
+
+
+def _quack():
+    from quack.rmsnorm import rmsnorm
+
+    def quack(self, hidden_states):
+        return rmsnorm(hidden_states, self.weight, eps=self.variance_epsilon)
+
+    return quack
+
+
+#: The norms a model can be given: a name, then the ``forward`` that replaces
+#: ``LlamaRMSNorm.forward`` (``None``: the model's own), or a function that
+#: imports a peer library and returns its ``forward``.
+NORMS: dict[str, Callable | None] = {
+    "model's own": None,
+    "F.rms_norm": f_rms_norm,
+    "opguide (cpp)": opguide_cpp,
+    "opguide (triton)": opguide_triton,
+}
+PEERS: dict[str, Callable[[], Callable]] = {"Liger": _liger, "Quack": _quack}
+
+
+# [use-norm]
+def use_norm(model: torch.nn.Module, forward) -> int:
+    """Gives every LlamaRMSNorm of ``model`` another ``forward(self, hidden_states)``.
+
+    Returns:
+        How many modules were changed.
+    """
+    changed = 0
+    for module in model.modules():
+        if type(module).__name__ == "LlamaRMSNorm":
+            module.forward = types.MethodType(forward, module)
+            changed += 1
+    return changed
+
+
+# [use-norm-end]
+
+
+def peer_norms() -> tuple[dict[str, Callable], dict[str, str]]:
+    """The peer libraries' norms that import here, and why each other one did not.
+
+    Returns:
+        ``({name: forward}, {name: reason})``.
+    """
+    found, missing = {}, {}
+    for name, load in PEERS.items():
+        try:
+            found[name] = load()
+        except Exception as err:  # noqa: BLE001  (any import failure leaves it out)
+            lines = str(err).strip().splitlines()
+            missing[name] = f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
+    return found, missing
+
+
+def llama(config: dict, dtype: torch.dtype, device: str, seed: int = 0):
+    """A ``LlamaForCausalLM`` with random weights, built from ``config`` (no download).
+
+    Args:
+        config: keyword arguments of ``transformers.LlamaConfig``.
+        dtype, device: where its weights live.
+        seed: the seed of the weights: one seed, the same weights.
+
+    Returns:
+        The model, in training mode.
+
+    Raises:
+        ImportError: ``transformers`` is not installed.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**config)).to(device=device, dtype=dtype)
+
+
+def token_ids(config: dict, batch: int, seq: int, device: str) -> torch.Tensor:
+    """Random token ids, the same on every call."""
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, config["vocab_size"], (batch, seq), generator=gen)
+    return ids.to(device)
+
+
+# [steps]
+def training_step(model, ids):
+    """Forward, the language-model loss, and backward; no optimizer step."""
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return loss.detach()
+
+
+def inference_forward(model, ids):
+    """The forward alone, without autograd."""
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+# [steps-end]
+
+
+def time_interleaved(
+    calls: dict,
+    rounds: int,
+    sync: Callable[[], None] = lambda: None,
+    warmup: int = 1,
+) -> dict:
+    """Times each call once per round, in an order that turns each round.
+
+    Args:
+        calls: ``{name: call}``; each call runs once per round.
+        rounds: how many rounds are timed.
+        sync: waits for queued work (``torch.cuda.synchronize`` on a GPU).
+        warmup: rounds run first and not timed.
+
+    Returns:
+        ``{name: [milliseconds, one per timed round]}``.
+
+    Raises:
+        ValueError: ``rounds`` is less than 1.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    names = list(calls)
+    for _ in range(warmup):
+        for name in names:
+            calls[name]()
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            sync()
+            start = time.perf_counter()
+            calls[name]()
+            sync()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    """Median and quartiles of a list of times."""
+    q1, median, q3 = statistics.quantiles(times, n=4) if len(times) > 1 else times * 3
+    return {"median": median, "q1": q1, "q3": q3}

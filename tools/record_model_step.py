@@ -1,0 +1,229 @@
+"""Records step 20's comparison on a GPU: a Llama step with each RMSNorm, eager and compiled.
+
+On a machine with a CUDA GPU, from the repository root::
+
+    python tools/record_model_step.py
+
+builds a ``LlamaForCausalLM`` with random weights (hidden size 2048,
+intermediate size 5632, 4 layers, 16 heads, 4 key-value heads; bfloat16),
+and times a training step (forward, loss, backward) and an inference forward
+on 4 sequences of 2048 tokens, eager and under ``torch.compile``, with:
+
+* the model's own ``LlamaRMSNorm``, ``F.rms_norm``, ``opguide.rms_norm``
+  with its ``cpp`` and ``triton`` backends, Liger and Quack where they import
+  (see :mod:`guidekit.model_step`);
+* compiled only: the model's own norm with the pass of
+  ``opguide.experimental.inductor_fusion``, calling the fused residual-add +
+  RMSNorm of each backend.
+
+Every variant is timed in turns with the others, round after round
+(:func:`guidekit.model_step.time_interleaved`). It writes
+``docs/recorded/model_step_<gpu>.json`` (``<gpu>`` from the device's name,
+e.g. ``h100``) with the device, the torch, CUDA, Triton and transformers
+versions, the date, the configuration, every round's time, each first call's
+compile time, how many times each compiled graph calls the fused operator,
+and each variant that failed with its error. Step 20 reads it.
+
+``--device cpu --small --out FILE`` runs the same code on the CPU with
+step 20's small model, to check the tool without a GPU; it never writes into
+``docs/recorded/`` on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import functools
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # guidekit, from the checkout this tool lives in
+
+from guidekit import model_step  # noqa: E402
+
+GPU_CONFIG = dict(
+    vocab_size=32000,
+    hidden_size=2048,
+    intermediate_size=5632,
+    num_hidden_layers=4,
+    num_attention_heads=16,
+    num_key_value_heads=4,
+    max_position_embeddings=4096,
+)
+GPU_BATCH, GPU_SEQ = 4, 2048
+# Step 20's model and tokens.
+SMALL_CONFIG = dict(
+    vocab_size=512,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
+SMALL_BATCH, SMALL_SEQ = 2, 128
+STEPS = {
+    "training step": model_step.training_step,
+    "inference forward": model_step.inference_forward,
+}
+FUSED_CALL = re.compile(r"torch\.ops\.opguide\.fused_add_rms_norm_(?:triton_)?\.default\(")
+
+
+def short_gpu_name(device_name: str) -> str:
+    """``"NVIDIA H100 80GB HBM3"`` -> ``"h100"``: the first word of letters then digits."""
+    found = re.search(r"\b([A-Za-z]+\d+[A-Za-z]*)\b", device_name.replace("NVIDIA", ""))
+    if found:
+        return found.group(1).lower()
+    return re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_")
+
+
+def variants(device: str) -> tuple[dict, dict]:
+    """``{name: (norm forward or None, fusion pass backend or None)}``, and those left out."""
+    found = {
+        "model's own": (None, None),
+        "F.rms_norm": (model_step.f_rms_norm, None),
+        "opguide.rms_norm (cpp)": (model_step.opguide_cpp, None),
+    }
+    missing = {}
+    from opguide.backends import TRITON_INSTALLED
+
+    if not TRITON_INSTALLED:
+        missing["opguide.rms_norm (triton)"] = "triton is not installed"
+    elif device == "cpu":
+        missing["opguide.rms_norm (triton)"] = "on the CPU it runs in Triton's interpreter"
+    else:
+        found["opguide.rms_norm (triton)"] = (model_step.opguide_triton, None)
+    peers, peers_missing = model_step.peer_norms()
+    if device == "cpu":
+        peers_missing.update({name: "GPU only" for name in peers})
+        peers = {}
+    found.update({name: (forward, None) for name, forward in peers.items()})
+    missing.update(peers_missing)
+    found["model's own + fusion pass (cpp)"] = (None, "cpp")
+    if "opguide.rms_norm (triton)" in found:
+        found["model's own + fusion pass (triton)"] = (None, "triton")
+    return found, missing
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="the JSON file (default docs/recorded/model_step_<gpu>.json)")
+    parser.add_argument("--rounds", type=int, default=20, help="timed rounds (default 20)")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--small", action="store_true", help="step 20's small model")
+    args = parser.parse_args()
+
+    from torch._inductor.utils import run_and_get_code
+
+    from opguide.experimental import inductor_fusion
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("no CUDA GPU is visible (use --device cpu --small --out FILE to check)")
+    if args.device == "cpu" and not args.out:
+        parser.error("--device cpu needs --out: a CPU run is no GPU record")
+    config = SMALL_CONFIG if args.small else GPU_CONFIG
+    batch, seq = (SMALL_BATCH, SMALL_SEQ) if args.small else (GPU_BATCH, GPU_SEQ)
+    dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({args.device})"
+    out = Path(
+        args.out or ROOT / "docs" / "recorded" / f"model_step_{short_gpu_name(device_name)}.json"
+    )
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    # Each variant is a model of its own, and Dynamo compiles the shared
+    # forward once per variant and step; the default limit (8) would send the
+    # later ones back to eager.
+    torch._dynamo.config.recompile_limit = 64
+
+    found, missing = variants(args.device)
+    base = model_step.llama(config, dtype, args.device)
+    ids = model_step.token_ids(config, batch, seq, args.device)
+    models, compiled = {}, {}
+    for name, (forward, fusion) in found.items():
+        model = copy.deepcopy(base)
+        if forward is not None:
+            model_step.use_norm(model, forward)
+        if fusion is None:
+            models[name] = model
+            compiled[name] = torch.compile(model)
+        else:
+            compiled[name] = torch.compile(model, options=inductor_fusion.compile_options(fusion))
+    del base
+
+    failed, compile_seconds, fused_calls = [], [], []
+    calls = {}
+    for mode, family in (("eager", models), ("compiled", compiled)):
+        for step_name, step in STEPS.items():
+            for name, model in family.items():
+                start = time.perf_counter()
+                try:
+                    _, code = run_and_get_code(step, model, ids)
+                    sync()
+                except Exception as err:  # noqa: BLE001  (recorded, and the others go on)
+                    lines = str(err).strip().splitlines()
+                    error = f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
+                    failed.append(dict(mode=mode, step=step_name, variant=name, error=error))
+                    print(f"FAILED {mode} {step_name} {name}: {error}", flush=True)
+                    continue
+                seconds = time.perf_counter() - start
+                if mode == "compiled":
+                    compile_seconds.append(dict(variant=name, step=step_name, seconds=seconds))
+                    count = len(FUSED_CALL.findall("\n".join(code)))
+                    fused_calls.append(dict(variant=name, step=step_name, count=count))
+                    print(f"compiled {name}, {step_name}: {seconds:.1f} s, fused calls {count}")
+                calls[mode, step_name, name] = functools.partial(step, model, ids)
+
+    results = []
+    for mode in ("eager", "compiled"):
+        for step_name in STEPS:
+            group = {k: v for k, v in calls.items() if k[:2] == (mode, step_name)}
+            if not group:
+                continue
+            times = model_step.time_interleaved(group, args.rounds, sync=sync, warmup=2)
+            for (_, _, name), ms in times.items():
+                row = dict(mode=mode, step=step_name, variant=name, **model_step.summary(ms))
+                results.append({**row, "ms": ms})
+                print(f"{mode:8} {step_name:17} {name:36} {row['median']:9.3f} ms", flush=True)
+
+    import transformers
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    record = {
+        "format": 1,
+        "device": device_name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton_version,
+        "transformers": transformers.__version__,
+        "date": datetime.date.today().isoformat(),
+        "command": "python tools/record_model_step.py " + " ".join(sys.argv[1:]),
+        "config": config,
+        "batch": batch,
+        "seq": seq,
+        "dtype": str(dtype).removeprefix("torch."),
+        "rounds": args.rounds,
+        "missing": missing,
+        "results": results,
+        "compile_seconds": compile_seconds,
+        "fused_calls": fused_calls,
+        "failed": failed,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
