@@ -19,7 +19,10 @@ own; this package holds what the guide needs around it:
   (``python -m guidekit.triton_targets``).
 * :mod:`guidekit.wheels`: a wheel built, its needed libraries read, repaired
   with ``auditwheel`` (torch's libraries left out), installed into a fresh
-  virtual environment and tested there.
+  virtual environment and tested there;
+* :mod:`guidekit.model_step`: a Hugging Face Llama with its RMSNorm swapped,
+  and a model step timed in interleaved rounds (step 20, and
+  ``tools/record_model_step.py`` on a GPU).
 
 It works in a checkout of the repository: ``setup.py`` installs it with an
 editable install (``pip install -e .``) and leaves it out of a wheel, which

@@ -81,6 +81,10 @@ PEERS: dict[str, Callable[[], Callable]] = {"Liger": _liger, "Quack": _quack}
 def use_norm(model: torch.nn.Module, forward) -> int:
     """Gives every LlamaRMSNorm of ``model`` another ``forward(self, hidden_states)``.
 
+    Args:
+        model: a transformers model; it is changed in place.
+        forward: the new ``forward``, bound to each norm module.
+
     Returns:
         How many modules were changed.
     """
@@ -132,7 +136,7 @@ def llama(config: dict, dtype: torch.dtype, device: str, seed: int = 0):
 
 
 def token_ids(config: dict, batch: int, seq: int, device: str) -> torch.Tensor:
-    """Random token ids, the same on every call."""
+    """Random token ids, shape ``(batch, seq)``, the same on every call."""
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, config["vocab_size"], (batch, seq), generator=gen)
     return ids.to(device)
@@ -140,7 +144,10 @@ def token_ids(config: dict, batch: int, seq: int, device: str) -> torch.Tensor:
 
 # [steps]
 def training_step(model, ids):
-    """Forward, the language-model loss, and backward; no optimizer step."""
+    """Forward, the language-model loss, and backward; no optimizer step.
+
+    Returns the loss, detached.
+    """
     model.zero_grad(set_to_none=True)
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
@@ -148,7 +155,7 @@ def training_step(model, ids):
 
 
 def inference_forward(model, ids):
-    """The forward alone, without autograd."""
+    """The forward alone, without autograd. Returns the logits."""
     with torch.no_grad():
         return model(input_ids=ids).logits
 
@@ -194,6 +201,6 @@ def time_interleaved(
 
 
 def summary(times: list[float]) -> dict[str, float]:
-    """Median and quartiles of a list of times."""
+    """``{"median", "q1", "q3"}`` of a list of times (one time: all three equal it)."""
     q1, median, q3 = statistics.quantiles(times, n=4) if len(times) > 1 else times * 3
     return {"median": median, "q1": q1, "q3": q3}
