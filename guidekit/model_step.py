@@ -60,7 +60,10 @@ def _quack():
     from quack.rmsnorm import rmsnorm
 
     def quack(self, hidden_states):
-        return rmsnorm(hidden_states, self.weight, eps=self.variance_epsilon)
+        # Quack's kernels take rows: (tokens, hidden).
+        rows = hidden_states.reshape(-1, hidden_states.shape[-1])
+        out = rmsnorm(rows, self.weight, eps=self.variance_epsilon)
+        return out.view(hidden_states.shape)
 
     return quack
 

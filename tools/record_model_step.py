@@ -24,6 +24,9 @@ versions, the date, the configuration, every round's time, each first call's
 compile time, how many times each compiled graph calls the fused operator,
 and each variant that failed with its error. Step 20 reads it.
 
+Most of its time goes to compiling: every variant is compiled for both
+steps. ``--only`` times a subset (each in turn with the others named).
+
 ``--device cpu --small --out FILE`` runs the same code on the CPU with
 step 20's small model, to check the tool without a GPU; it never writes into
 ``docs/recorded/`` on its own.
@@ -118,6 +121,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20, help="timed rounds (default 20)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--small", action="store_true", help="step 20's small model")
+    parser.add_argument(
+        "--only", nargs="+", metavar="VARIANT", help="time these variants alone (names as listed)"
+    )
     args = parser.parse_args()
 
     from torch._inductor.utils import run_and_get_code
@@ -142,6 +148,12 @@ def main() -> int:
     torch._dynamo.config.recompile_limit = 64
 
     found, missing = variants(args.device)
+    if args.only:
+        unknown = sorted(set(args.only) - set(found) - set(missing))
+        if unknown:
+            parser.error(f"--only: unknown variants {unknown}; known: {sorted(found)}")
+        found = {name: v for name, v in found.items() if name in args.only}
+        missing = {name: why for name, why in missing.items() if name in args.only}
     base = model_step.llama(config, dtype, args.device)
     ids = model_step.token_ids(config, batch, seq, args.device)
     models, compiled = {}, {}
