@@ -237,7 +237,8 @@ print("vmap over x, and over x and weight: equal to a loop over the batch")
 # library registers (:doc:`step 8 <08_autograd>`), is not, and neither is the Python one that
 # ``register_autograd`` builds. A per-example gradient needs a
 # ``torch.autograd.Function`` of your own, with ``setup_context`` and a
-# ``vmap`` method. The attempt below prints what this torch says:
+# ``vmap`` method. The cell asks this torch for per-example gradients,
+# ``vmap(grad)``, and checks them against ``F.rms_norm``'s where it gives them:
 wr = w.clone().requires_grad_()
 torch.vmap(lambda a: opguide.rms_norm(a, wr))(xs).square().sum().backward()
 via_vmap = wr.grad.clone()
@@ -245,11 +246,29 @@ wr.grad = None
 sum(opguide.rms_norm(xs[i], wr).square().sum() for i in range(5)).backward()
 torch.testing.assert_close(via_vmap, wr.grad)
 print("backward through vmap: the weight's gradient equals the loop's")
+
+
+def loss(a, norm):
+    return norm(a).square().sum()
+
+
+def ours(a):
+    return opguide.rms_norm(a, w)
+
+
+def torchs(a):
+    return torch.nn.functional.rms_norm(a, (64,), w, 1e-6)
+
+
 try:
-    torch.func.grad(lambda a: opguide.rms_norm(a, w).sum())(xs[0].requires_grad_())
-    print("torch.func.grad: worked")
+    per_example = torch.vmap(torch.func.grad(lambda a: loss(a, ours)))(xs)
 except RuntimeError as error:
-    print("torch.func.grad:", str(error).split(". For more")[0] + ".")
+    print("vmap(torch.func.grad):", str(error).split(". For more")[0] + ".")
+    print("so a per-example gradient through opguide.rms_norm needs a Function of your own")
+else:
+    expected = torch.vmap(torch.func.grad(lambda a: loss(a, torchs)))(xs)
+    torch.testing.assert_close(per_example, expected)
+    print("vmap(torch.func.grad): worked, equal to F.rms_norm's per-example gradients")
 
 
 # %%
