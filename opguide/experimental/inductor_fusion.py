@@ -314,7 +314,7 @@ def _make_pass_class():
     from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
     class FusedAddRMSNormPass(CustomGraphPass):
-        """Puts the fused operator where ``h = x + residual`` and a norm of ``h`` are."""
+        """Puts the fused operator where a sum and a norm of the sum are."""
 
         def __init__(self, backend: str) -> None:
             self.backend = backend
