@@ -27,8 +27,9 @@ length ``N``, ``y = x / sqrt(mean(x**2) + eps) * weight``.
 # ``custom_op`` turns a type-annotated Python function into an operator of the
 # PyTorch dispatcher, here ``torch.ops.opguide_step1.rms_norm``. The schema is
 # inferred from the annotations; ``mutates_args=()`` promises that no input is
-# written to. The body computes in float32 whatever the input dtype, as the
-# compiled kernels of the later steps do.
+# written to. The body computes in float32 for float32 and the 16-bit types,
+# as the compiled kernels of the later steps do (they keep double for double;
+# this first version does not).
 import time
 
 import torch
