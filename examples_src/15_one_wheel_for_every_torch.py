@@ -371,8 +371,10 @@ print(
 #   shim functions of 2.11 and loads into 2.11 and later, not into 2.10.
 # * **The API surface.** ``torch/csrc/stable/ops.h`` wraps a small set of ATen
 #   operators (``empty_like``, ``contiguous``, ``copy_``, ``sum``, ``matmul``,
-#   ...). Others can be called by name through ``torch_call_dispatcher``; the
-#   library above needs none.
+#   ...). Most of those wrappers are inline calls of
+#   ``torch_call_dispatcher`` (or ``aoti_torch_call_dispatcher``), which
+#   calls any operator by name; the list of shim functions the library calls,
+#   printed above, shows which of them it uses.
 # * **The Python side.** The fake kernel is registered from Python
 #   (``torch.library``), as for the classic library
 #   (:doc:`step 5 <05_bindings_and_registration>`). The stable ABI has no autograd API: an
