@@ -837,9 +837,11 @@ for fullgraph, capture in [(True, False), (False, False), (False, True)]:
 # * **Portability**: the Triton kernel runs on AMD GPUs through Triton's ROCm
 #   backend as it is. The CUDA kernel needs hipify plus the shim in
 #   ``csrc/common/platform.cuh`` (wavefront width, shuffles without a lane mask).
-# * **Limits**: rows longer than 16384 elements take the Triton kernel for long
-#   rows, which reads each row twice; the C++ and CUDA kernels loop over any
-#   row length. Float64 is C++/CUDA only.
+# * **Limits**: forward rows longer than 16384 elements (backward rows longer
+#   than 8192) are split over several Triton programs, one segment each, and
+#   rows of more segments than the GPU has SMs take the chunked kernels,
+#   which read each row twice (``opguide/triton/launch.py`` decides); the C++
+#   and CUDA kernels take any row length. Float64 is C++/CUDA only.
 # * **Speed**: measured on a GPU by the performance chapter; on CPU the Triton
 #   route is the interpreter, a correctness tool.
 
