@@ -198,6 +198,12 @@ for path in sorted(PROJECT.rglob("*")):
 #    * - ``tools/check_cuda_compiles.py``
 #      - nothing: it compiles every ``csrc/*.cu``
 #      - :doc:`step 3 <03_cuda_kernel>`
+#    * - ``tools/check_triton_targets.py``
+#      - ``launches()``, when a Triton kernel's arguments or launch change
+#      - :doc:`step 9 <09_triton_kernel>`
+#    * - ``.github/workflows/ci.yml``
+#      - nothing: its jobs run the README's commands
+#      - :doc:`step 19 <19_ship_your_operator>`
 #
 # The key files, whole
 # --------------------
@@ -281,6 +287,14 @@ for path in sorted(PROJECT.rglob("*")):
 #       :language: python
 #       :caption: myops/tools/check_cuda_compiles.py
 #
+#    .. literalinclude:: /../build/your_own_operator/myops/tools/check_triton_targets.py
+#       :language: python
+#       :caption: myops/tools/check_triton_targets.py
+#
+#    .. literalinclude:: /../build/your_own_operator/myops/.github/workflows/ci.yml
+#       :language: yaml
+#       :caption: myops/.github/workflows/ci.yml
+#
 #    .. literalinclude:: /../build/your_own_operator/myops/README.md
 #       :language: markdown
 #       :caption: myops/README.md
@@ -330,6 +344,31 @@ output = run(
     echo=True,
 )
 assert "FAILED" not in output
+
+# %%
+# Its CI
+# ------
+# ``.github/workflows/ci.yml`` runs the README's commands on GitHub Actions for
+# every push and pull request, on fresh Ubuntu runners with torch's CPU
+# build: the install and the tests; ``tools/check_triton_targets.py``,
+# which compiles the Triton kernels for AMD and NVIDIA GPUs and fails on a
+# spill or a kernel over a GPU's register or shared-memory budget; the nvcc
+# check, with nvcc from PyPI; the wheel, built and repaired as
+# :doc:`step 19 <19_ship_your_operator>` does, then tested as installed. A
+# ``gpu`` job runs the tests on a self-hosted GPU runner once the repository
+# variable ``GPU_RUNNER`` names it. This guide's suite runs those commands on
+# generated projects and lints every variant's workflow with actionlint. The
+# jobs, and the commands they run:
+import yaml  # noqa: E402
+
+workflow = yaml.safe_load((PROJECT / ".github" / "workflows" / "ci.yml").read_text())
+for job_id, job in workflow["jobs"].items():
+    print(f"{job_id}: {job['name']}" + (f"  (if: {job['if']})" if "if" in job else ""))
+    for step in job["steps"]:
+        continued = False  # the line before ended with a backslash
+        for line in step.get("run", "").splitlines():
+            print("   " if continued else "    $", line.split("  #")[0].rstrip())
+            continued = line.endswith("\\")
 
 # %%
 # Using it
