@@ -62,6 +62,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -273,6 +274,16 @@ def check_wheel(venv: ReaderVenv, route: str) -> Path:
     for lib in from_torch:
         assert any(fnmatch.fnmatch(lib, p) for p in excludes), f"{lib} is not excluded"
     assert wheels.bundled_libraries(repaired[0]) == [], "the repair bundled libraries"
+    # A classic-API wheel requires the torch release it was built against; a
+    # stable-ABI one, a floor.
+    with zipfile.ZipFile(repaired[0]) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        requires = re.findall(r"^Requires-Dist: (torch\S*)", archive.read(name).decode(), re.M)
+    minor = ".".join(TORCH_RELEASE.split(".")[:2])
+    classic = "STABLE_TORCH_LIBRARY" not in "".join(
+        p.read_text() for p in (venv.project / "csrc").glob("*.cpp")
+    )
+    assert requires == ([f"torch=={minor}.*"] if classic else ["torch>=2.11"]), requires
     print(f"{built[0].name} -> {repaired[0].name}; torch's, excluded: {sorted(from_torch)}")
     return repaired[0]
 
