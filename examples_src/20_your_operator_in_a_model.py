@@ -73,15 +73,21 @@ print(f"tokens per step: {BATCH} x {SEQ}")
 #
 # .. literalinclude:: /../guidekit/model_step.py
 #    :language: python
-#    :start-after: [use-norm]
-#    :end-before: [use-norm-end]
+#    :pyobject: use_norm
 #
 # The replacements:
 #
 # .. literalinclude:: /../guidekit/model_step.py
 #    :language: python
-#    :start-after: [norm-forwards]
-#    :end-before: [norm-forwards-end]
+#    :pyobject: f_rms_norm
+#
+# .. literalinclude:: /../guidekit/model_step.py
+#    :language: python
+#    :pyobject: opguide_cpp
+#
+# .. literalinclude:: /../guidekit/model_step.py
+#    :language: python
+#    :pyobject: opguide_triton
 #
 # Three copies of one model, then, each with its norm, and a check that they
 # compute the same logits:
@@ -110,8 +116,11 @@ for name, value in logits.items():
 #
 # .. literalinclude:: /../guidekit/model_step.py
 #    :language: python
-#    :start-after: [steps]
-#    :end-before: [steps-end]
+#    :pyobject: training_step
+#
+# .. literalinclude:: /../guidekit/model_step.py
+#    :language: python
+#    :pyobject: inference_forward
 #
 # The first call of a compiled model compiles it, so it is timed apart. The
 # CPU that runs this page may be shared with other jobs (the machine that

@@ -25,7 +25,6 @@ import torch.nn.functional as F
 import opguide
 
 
-# [norm-forwards]
 def f_rms_norm(self, hidden_states):
     w, eps = self.weight, self.variance_epsilon
     return F.rms_norm(hidden_states, w.shape, w, eps)
@@ -39,9 +38,6 @@ def opguide_cpp(self, hidden_states):
 def opguide_triton(self, hidden_states):
     w, eps = self.weight, self.variance_epsilon
     return opguide.rms_norm(hidden_states, w, eps, backend="triton")
-
-
-# [norm-forwards-end]
 
 
 def _liger():
@@ -80,7 +76,6 @@ NORMS: dict[str, Callable | None] = {
 PEERS: dict[str, Callable[[], Callable]] = {"Liger": _liger, "Quack": _quack}
 
 
-# [use-norm]
 def use_norm(model: torch.nn.Module, forward) -> int:
     """Gives every LlamaRMSNorm of ``model`` another ``forward(self, hidden_states)``.
 
@@ -97,9 +92,6 @@ def use_norm(model: torch.nn.Module, forward) -> int:
             module.forward = types.MethodType(forward, module)
             changed += 1
     return changed
-
-
-# [use-norm-end]
 
 
 def peer_norms() -> tuple[dict[str, Callable], dict[str, str]]:
@@ -145,7 +137,6 @@ def token_ids(config: dict, batch: int, seq: int, device: str) -> torch.Tensor:
     return ids.to(device)
 
 
-# [steps]
 def training_step(model, ids):
     """Forward, the language-model loss, and backward; no optimizer step.
 
@@ -161,9 +152,6 @@ def inference_forward(model, ids):
     """The forward alone, without autograd. Returns the logits."""
     with torch.no_grad():
         return model(input_ids=ids).logits
-
-
-# [steps-end]
 
 
 def time_interleaved(
