@@ -65,12 +65,10 @@ for name, axes in counts.items():
 # into a scratch folder, so that the build leaves the source tree as it was,
 # and builds the wheel against the installed torch. ``USE_CUDA=0`` keeps this
 # build to the CPU kernel, which needs no toolkit:
-import re
 import shutil
 import subprocess
 import sys
 import time
-import zipfile
 
 import torch
 
@@ -210,10 +208,7 @@ elif wheel is not None:
 # repository's ``setup.py`` does it from the torch it builds with; the pin of
 # the stable-ABI project is a floor:
 if wheel is not None:
-    with zipfile.ZipFile(wheel) as archive:
-        name = next(n for n in archive.namelist() if n.endswith("METADATA"))
-        meta = archive.read(name).decode()
-    print("opguide-stable requires:", re.findall(r"^Requires-Dist: (.+)$", meta, re.M))
+    print("opguide-stable requires:", wheels.requirements(wheel))
 setup_py = (ROOT / "setup.py").read_text().splitlines()
 pin = next(line for line in setup_py if "install_requires" in line)
 print("opguide (classic) setup.py:", pin.strip())

@@ -42,6 +42,7 @@ __all__ = [
     "needed_libraries",
     "platform_constraint",
     "repair",
+    "requirements",
     "tools_missing",
     "torch_exclusions",
     "torch_provided",
@@ -133,6 +134,13 @@ def wheel_tags(wheel: Path) -> Tags:
     if len(parts) not in (5, 6) or not Path(wheel).name.endswith(".whl"):
         raise ValueError(f"{Path(wheel).name} is not a wheel file name")
     return Tags(parts[0], parts[1], *parts[-3:])
+
+
+def requirements(wheel: Path) -> list[str]:
+    """The ``Requires-Dist`` lines of ``wheel``'s metadata, as written there."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        return re.findall(r"^Requires-Dist: (.+)$", archive.read(name).decode(), re.M)
 
 
 def _elf_needed(data: bytes) -> list[str]:
@@ -277,16 +285,13 @@ class FreshVenv:
 
     def distributions(self) -> dict[str, str]:
         """What is installed here: normalised name to version."""
-        code = (
-            "import json, re; from importlib import metadata as m; print(json.dumps("
-            "{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version "
-            "for d in m.distributions()}))"
-        )
-        import json
+        from importlib import metadata
 
-        proc = self.run(self.python, "-c", code)
-        proc.check_returncode()
-        return json.loads(proc.stdout)
+        site = next((self.path / "lib").glob("python*/site-packages"))
+        return {
+            re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version
+            for d in metadata.distributions(path=[str(site)])
+        }
 
     def pytest(self, tests: Path, cwd: Path) -> subprocess.CompletedProcess:
         """Runs pytest on ``tests`` from ``cwd`` (a folder with no copy of the package in it)."""

@@ -62,7 +62,6 @@ import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -276,9 +275,7 @@ def check_wheel(venv: ReaderVenv, route: str) -> Path:
     assert wheels.bundled_libraries(repaired[0]) == [], "the repair bundled libraries"
     # A classic-API wheel requires the torch release it was built against; a
     # stable-ABI one, a floor.
-    with zipfile.ZipFile(repaired[0]) as archive:
-        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        requires = re.findall(r"^Requires-Dist: (torch\S*)", archive.read(name).decode(), re.M)
+    requires = [r for r in wheels.requirements(repaired[0]) if re.match(r"torch\b", r)]
     minor = ".".join(TORCH_RELEASE.split(".")[:2])
     classic = "STABLE_TORCH_LIBRARY" not in "".join(
         p.read_text() for p in (venv.project / "csrc").glob("*.cpp")

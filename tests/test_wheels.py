@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -39,20 +38,13 @@ def built(tmp_path_factory) -> Path:
     return wheels.build_wheel(ROOT, tmp_path_factory.mktemp("dist"))
 
 
-def _requires(wheel: Path) -> list[str]:
-    with zipfile.ZipFile(wheel) as archive:
-        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        text = archive.read(name).decode()
-    return re.findall(r"^Requires-Dist: (.+)$", text, re.M)
-
-
 def test_wheel_tags_and_its_torch_pin(built):
     tags = wheels.wheel_tags(built)
     assert (tags.name, tags.python, tags.abi) == ("opguide", "cp310", "abi3"), tags
     assert tags.platform.startswith("linux_"), "a fresh build is not yet tagged manylinux"
     # Classic C++ API: the library loads only into the torch minor release it was built with.
     minor = ".".join(TORCH_RELEASE.split(".")[:2])
-    unconditional = [r for r in _requires(built) if "extra ==" not in r]
+    unconditional = [r for r in wheels.requirements(built) if "extra ==" not in r]
     assert unconditional == [f"torch=={minor}.*"], unconditional
 
 
