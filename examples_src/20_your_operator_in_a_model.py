@@ -46,16 +46,9 @@ from guidekit.compile_checks import source_root
 from opguide.experimental import inductor_fusion
 
 # sphinx_gallery_parallel = False  # it times a model on the CPU: runs alone
-CONFIG = dict(
-    vocab_size=512,
-    hidden_size=256,
-    intermediate_size=512,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
-)
-BATCH, SEQ, ROUNDS = 2, 128, 15
+CONFIG = model_step.SMALL_CONFIG  # the GPU record's tool runs it with --small
+BATCH, SEQ, ROUNDS = model_step.SMALL_BATCH, model_step.SMALL_SEQ, 15
+print("config:", ", ".join(f"{k}={v}" for k, v in CONFIG.items()))
 # One thread: the machine's other jobs then disturb the timings less.
 torch.set_num_threads(1)
 base = model_step.llama(CONFIG, torch.float32, "cpu")

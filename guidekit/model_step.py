@@ -24,6 +24,19 @@ import torch.nn.functional as F
 
 import opguide
 
+#: Step 20's model and tokens, small enough to train on a CPU
+#: (``tools/record_model_step.py --small`` runs the same).
+SMALL_CONFIG = dict(
+    vocab_size=512,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
+SMALL_BATCH, SMALL_SEQ = 2, 128
+
 
 def f_rms_norm(self, hidden_states):
     w, eps = self.weight, self.variance_epsilon

@@ -61,17 +61,6 @@ GPU_CONFIG = dict(
     max_position_embeddings=4096,
 )
 GPU_BATCH, GPU_SEQ = 4, 2048
-# Step 20's model and tokens.
-SMALL_CONFIG = dict(
-    vocab_size=512,
-    hidden_size=256,
-    intermediate_size=512,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
-)
-SMALL_BATCH, SMALL_SEQ = 2, 128
 STEPS = {
     "training step": model_step.training_step,
     "inference forward": model_step.inference_forward,
@@ -134,8 +123,10 @@ def main() -> int:
         parser.error("no CUDA GPU is visible (use --device cpu --small --out FILE to check)")
     if args.device == "cpu" and not args.out:
         parser.error("--device cpu needs --out: a CPU run is no GPU record")
-    config = SMALL_CONFIG if args.small else GPU_CONFIG
-    batch, seq = (SMALL_BATCH, SMALL_SEQ) if args.small else (GPU_BATCH, GPU_SEQ)
+    if args.small:
+        config, batch, seq = model_step.SMALL_CONFIG, model_step.SMALL_BATCH, model_step.SMALL_SEQ
+    else:
+        config, batch, seq = GPU_CONFIG, GPU_BATCH, GPU_SEQ
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({args.device})"
     out = Path(
