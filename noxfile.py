@@ -103,7 +103,7 @@ def _install(session: nox.Session, extra: str) -> None:
     if stamp.exists() and stamp.read_text() == fingerprint:
         session.log("opguide: sources, build files and torch unchanged; reusing opguide/_C")
         return
-    _pip(session, "-q", "setuptools>=64", "wheel", "ninja")
+    _pip(session, "-q", "setuptools>=77", "wheel", "ninja")
     # No build isolation: the extension is compiled against the torch above.
     session.log("opguide: compiling the C++ extension (a minute or two on 2 cores)")
     start = time.perf_counter()

@@ -161,6 +161,45 @@ def main() -> int:
 
     failed, compile_seconds, fused_calls = [], [], []
     calls = {}
+    import transformers
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    results = []
+
+    def write(complete: bool) -> None:
+        record = {
+            "format": 1,
+            "device": device_name,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "triton": triton_version,
+            "transformers": transformers.__version__,
+            "date": datetime.date.today().isoformat(),
+            "command": "python tools/record_model_step.py " + " ".join(sys.argv[1:]),
+            "config": config,
+            "batch": batch,
+            "seq": seq,
+            "dtype": str(dtype).removeprefix("torch."),
+            "rounds": args.rounds,
+            # False while groups are still to be timed: a run stopped early
+            # leaves the groups it finished.
+            "complete": complete,
+            "missing": missing,
+            "results": results,
+            "compile_seconds": compile_seconds,
+            "fused_calls": fused_calls,
+            "failed": failed,
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(record, indent=1) + "\n")
+
+    # Eager first, then compiled; for each step, every variant's first call
+    # (under torch.compile, the compile), then the rounds, then the file.
     for mode, family in (("eager", models), ("compiled", compiled)):
         for step_name, step in STEPS.items():
             for name, model in family.items():
@@ -181,10 +220,6 @@ def main() -> int:
                     fused_calls.append(dict(variant=name, step=step_name, count=count))
                     print(f"compiled {name}, {step_name}: {seconds:.1f} s, fused calls {count}")
                 calls[mode, step_name, name] = functools.partial(step, model, ids)
-
-    results = []
-    for mode in ("eager", "compiled"):
-        for step_name in STEPS:
             group = {k: v for k, v in calls.items() if k[:2] == (mode, step_name)}
             if not group:
                 continue
@@ -193,37 +228,8 @@ def main() -> int:
                 row = dict(mode=mode, step=step_name, variant=name, **model_step.summary(ms))
                 results.append({**row, "ms": ms})
                 print(f"{mode:8} {step_name:17} {name:36} {row['median']:9.3f} ms", flush=True)
-
-    import transformers
-
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
-    record = {
-        "format": 1,
-        "device": device_name,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "triton": triton_version,
-        "transformers": transformers.__version__,
-        "date": datetime.date.today().isoformat(),
-        "command": "python tools/record_model_step.py " + " ".join(sys.argv[1:]),
-        "config": config,
-        "batch": batch,
-        "seq": seq,
-        "dtype": str(dtype).removeprefix("torch."),
-        "rounds": args.rounds,
-        "missing": missing,
-        "results": results,
-        "compile_seconds": compile_seconds,
-        "fused_calls": fused_calls,
-        "failed": failed,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n")
+            write(complete=False)
+    write(complete=True)
     print(f"wrote {out}")
     return 0
 
