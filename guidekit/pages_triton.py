@@ -1,0 +1,173 @@
+"""The recorded GPU sweep as steps 9 and 10 show it: each kernel in % of a copy of its bytes.
+
+A sweep record (``python -m guidekit.benchmark --sweep``, e.g.
+``docs/recorded/sweep_opguide_h100.json``) holds one row per pass,
+implementation, dtype and row length N, each with ``vs_copy``: the time of a
+copy of the same bytes over the kernel's (1.0: as fast as the copy). The
+functions here pick the rows a page talks about, say where they were
+measured, print their ranges and plot them; ``tests/test_pages_triton.py``
+runs them on a small synthetic record and on the recorded file.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+
+#: The two implementations that steps 9 and 10 compare: Triton and CUDA.
+TRITON, CUDA = "opguide triton", "opguide"
+#: How the pages name them.
+LABELS = {TRITON: "Triton", CUDA: "CUDA"}
+#: The 16-bit types of the sweep, and how the pages name them.
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+#: The colours of step 11's plots for the two implementations.
+COLOURS = {CUDA: "C0", TRITON: "C1"}
+
+
+def measured_on(record: dict) -> str:
+    """``"device, torch X, Triton Y, CUDA Z, date"``: where and when a sweep was recorded."""
+    parts = [record["device"], f"torch {record['torch']}"]
+    if record.get("triton"):
+        parts.append(f"Triton {record['triton']}")
+    if record.get("cuda"):
+        parts.append(f"CUDA {record['cuda']}")
+    parts.append(record["date"][:10])
+    return ", ".join(parts)
+
+
+def series(
+    rows: Iterable[dict], pass_name: str, impl: str, dtype: str, longer_than: int = 0
+) -> list[tuple[int, float]]:
+    """``[(N, % of the copy)]`` of one pass, implementation and dtype, by N.
+
+    Args:
+        rows: the sweep's rows.
+        pass_name: ``"forward"``, ``"backward"``, ``"fused"`` or ``"training"``.
+        impl: the implementation, e.g. :data:`TRITON`.
+        dtype: ``"bf16"`` or ``"fp16"``.
+        longer_than: keep only the row lengths above this one.
+    """
+    return sorted(
+        (r["n"], 100 * r["vs_copy"])
+        for r in rows
+        if (r["pass"], r["impl"], r["dtype"]) == (pass_name, impl, dtype) and r["n"] > longer_than
+    )
+
+
+def range_lines(
+    rows: Sequence[dict],
+    passes: Sequence[str],
+    impls: Sequence[str] = (TRITON, CUDA),
+    longer_than: int | dict[str, int] = 0,
+) -> list[str]:
+    """Per pass, dtype and implementation: the lowest, median and highest % of the copy.
+
+    Args:
+        rows: the sweep's rows.
+        passes: the passes to report.
+        impls: the implementations to report.
+        longer_than: only rows longer than this (one number, or one per pass).
+
+    Returns:
+        One line each, ``"forward  bfloat16 Triton  90.1% at N = 131072 ... median 101.0%"``.
+    """
+    lines = []
+    for pass_name in passes:
+        floor = longer_than if isinstance(longer_than, int) else longer_than[pass_name]
+        for dtype, dtype_name in DTYPES.items():
+            for impl in impls:
+                found = series(rows, pass_name, impl, dtype, floor)
+                if not found:
+                    continue
+                low, high = min(found, key=lambda p: p[1]), max(found, key=lambda p: p[1])
+                lines.append(
+                    f"{pass_name:8} {dtype_name:8} {LABELS.get(impl, impl):6} "
+                    f"{low[1]:5.1f}% (N = {low[0]}) to {high[1]:5.1f}% (N = {high[0]}), "
+                    f"median {statistics.median(v for _, v in found):5.1f}%"
+                )
+    return lines
+
+
+def head_to_head(
+    rows: Iterable[dict], pass_name: str, longer_than: int = 0
+) -> tuple[int, int, float]:
+    """Triton against CUDA at each (dtype, N) of one pass.
+
+    Returns:
+        ``(points where Triton is at least as fast, points, largest gap)``;
+        the gap is CUDA's % of the copy minus Triton's, in points, at the
+        point where CUDA leads most (negative where Triton leads everywhere).
+    """
+    rows = list(rows)
+    ahead, total, gap = 0, 0, None
+    for dtype in DTYPES:
+        triton = dict(series(rows, pass_name, TRITON, dtype, longer_than))
+        cuda = dict(series(rows, pass_name, CUDA, dtype, longer_than))
+        for n in sorted(triton.keys() & cuda.keys()):
+            total += 1
+            ahead += triton[n] >= cuda[n]
+            gap = cuda[n] - triton[n] if gap is None else max(gap, cuda[n] - triton[n])
+    return ahead, total, 0.0 if gap is None else gap
+
+
+def plot_fractions(
+    record: dict,
+    passes: Sequence[str],
+    impls: Sequence[str] = (TRITON, CUDA),
+    limits: dict[str, int] | None = None,
+):
+    """One panel per pass: each implementation in % of the copy against N, both 16-bit types.
+
+    Solid lines are bfloat16, dashed float16; a grey line marks 100% (the
+    copy's speed) and, where ``limits`` gives one for the pass, a dotted
+    vertical line the longest row one Triton program holds. The figure is
+    white with dark text, legible on light and dark pages alike.
+
+    Args:
+        record: a sweep record.
+        passes: the passes to plot, one panel each.
+        impls: the implementations to plot.
+        limits: ``{pass: N}`` to mark, e.g. ``sweeps.TRITON_BLOCK``.
+
+    Returns:
+        The matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    rows = record["sweep"]["rows"]
+    ns = record["sweep"]["ns"]
+    fig, axes = plt.subplots(
+        1,
+        len(passes),
+        figsize=(4.6 * len(passes) + 0.6, 3.8),
+        layout="constrained",
+        facecolor="white",
+        squeeze=False,
+    )
+    for ax, pass_name in zip(axes[0], passes, strict=True):
+        ax.set_facecolor("white")
+        for impl in impls:
+            for dtype, style in zip(DTYPES, ("-", "--"), strict=True):
+                found = series(rows, pass_name, impl, dtype)
+                if found:
+                    ax.plot(
+                        *zip(*found, strict=True),
+                        marker="o",
+                        markersize=3,
+                        linestyle=style,
+                        color=COLOURS.get(impl),
+                        label=f"{LABELS.get(impl, impl)}, {DTYPES[dtype]}",
+                    )
+        ax.axhline(100, color="grey", linewidth=0.8)
+        if limits and pass_name in limits:
+            ax.axvline(limits[pass_name], color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns], rotation=45, color="black", fontsize=8)
+        ax.tick_params(colors="black")
+        ax.set_title(pass_name, color="black")
+        ax.set_xlabel("N (row length)", color="black")
+        ax.set_ylabel("% of a copy of the same bytes", color="black")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8, facecolor="white", labelcolor="black")
+    fig.suptitle(f"Recorded on {measured_on(record)}", color="black", fontsize=10)
+    return fig

@@ -1,0 +1,94 @@
+"""guidekit.pages_triton: the recorded sweep as steps 9 and 10 show it, on a small
+synthetic record and on the recorded file itself."""
+
+from __future__ import annotations
+
+import matplotlib
+
+from guidekit import pages_triton
+from guidekit.recorded import load
+
+matplotlib.use("Agg")
+
+
+def row(pass_name, impl, n, vs_copy, dtype="bf16"):
+    """A sweep row with the fields the functions read."""
+    return {"pass": pass_name, "impl": impl, "n": n, "dtype": dtype, "vs_copy": vs_copy}
+
+
+def record(rows):
+    return {
+        "device": "GPU X",
+        "torch": "2.0",
+        "triton": "3.0",
+        "cuda": "12.0",
+        "date": "2026-01-02T03:04:05+00:00",
+        "sweep": {"ns": sorted({r["n"] for r in rows}), "rows": rows},
+    }
+
+
+ROWS = [
+    row("forward", "opguide triton", 1024, 1.0),
+    row("forward", "opguide triton", 32768, 0.9),
+    row("forward", "opguide", 1024, 0.95),
+    row("forward", "opguide", 32768, 0.99),
+    row("forward", "opguide triton", 1024, 0.98, "fp16"),
+    row("forward", "opguide", 1024, 0.97, "fp16"),
+    row("forward", "copy (same bytes)", 1024, 1.0),
+]
+
+
+def test_measured_on_names_device_versions_and_day():
+    assert pages_triton.measured_on(record(ROWS)) == (
+        "GPU X, torch 2.0, Triton 3.0, CUDA 12.0, 2026-01-02"
+    )
+
+
+def test_series_by_n_and_longer_than():
+    assert pages_triton.series(ROWS, "forward", "opguide triton", "bf16") == [
+        (1024, 100.0),
+        (32768, 90.0),
+    ]
+    assert pages_triton.series(ROWS, "forward", "opguide triton", "bf16", 16384) == [(32768, 90.0)]
+    assert pages_triton.series(ROWS, "backward", "opguide", "bf16") == []
+
+
+def test_range_lines():
+    lines = pages_triton.range_lines(ROWS, ["forward"])
+    assert len(lines) == 4  # two types, two implementations
+    assert "Triton" in lines[0] and "90.0% (N = 32768) to 100.0% (N = 1024)" in lines[0]
+    assert "median  95.0%" in lines[0]
+    assert (
+        pages_triton.range_lines(ROWS, ["forward"], longer_than={"forward": 16384})[0].count(
+            "N = 32768"
+        )
+        == 2
+    )
+
+
+def test_head_to_head():
+    ahead, total, gap = pages_triton.head_to_head(ROWS, "forward")
+    assert (ahead, total) == (2, 3)  # at 1024 in both types; not at 32768
+    assert round(gap, 6) == 9.0  # 99% against 90% at 32768
+    assert pages_triton.head_to_head(ROWS, "backward") == (0, 0, 0.0)
+
+
+def test_plot_has_a_panel_per_pass_and_says_recorded():
+    fig = pages_triton.plot_fractions(record(ROWS), ["forward"], limits={"forward": 16384})
+    assert len(fig.axes) == 1
+    assert fig.get_facecolor()[:3] == (1.0, 1.0, 1.0)
+    assert "Recorded on GPU X" in fig._suptitle.get_text()
+    assert len(fig.axes[0].get_lines()) == 4 + 2  # four series, 100% and the limit
+
+
+def test_on_the_recorded_sweep():
+    data = load("sweep_opguide_h100.json")
+    rows = data["sweep"]["rows"]
+    for pass_name in ("forward", "backward", "fused"):
+        for dtype in pages_triton.DTYPES:
+            for impl in (pages_triton.TRITON, pages_triton.CUDA):
+                assert len(pages_triton.series(rows, pass_name, impl, dtype)) == len(
+                    data["sweep"]["ns"]
+                )
+    fig = pages_triton.plot_fractions(data, ["forward", "backward"])
+    assert len(fig.axes) == 2
