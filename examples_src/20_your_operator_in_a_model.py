@@ -35,6 +35,7 @@ import copy
 import functools
 import json
 import re
+import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -199,10 +200,11 @@ fig.tight_layout()
 #
 # Where the time goes
 # -------------------
-# The profiler's table for one training step, trimmed to the rows of the
-# norm: ATen's ``pow``, ``mean`` and ``rsqrt`` and their backward nodes for
-# the model's own norm, and the operators ``opguide::rms_norm_fwd`` and
-# ``opguide::rms_norm_backward``.
+# The profiler's table for one training step on the CPU, trimmed to the rows
+# of the norm: ATen's ``pow``, ``mean`` and ``rsqrt`` and their backward nodes
+# for the model's own norm, and the operators ``opguide::rms_norm_fwd`` and
+# ``opguide::rms_norm_backward``. This section runs on the CPU only: the GPU
+# record of the last section holds times, not a profile.
 NORM_ROW = re.compile(r"rms_norm|rsqrt|pow|mean", re.IGNORECASE)
 
 
@@ -238,7 +240,7 @@ for mode, family in (("eager", models), ("compiled", compiled)):
 #
 # What Inductor does with each norm
 # ---------------------------------
-# Compiled, the model's own norm is no longer a chain of ATen calls: Inductor
+# Compiled, the model's own norm is not a chain of ATen calls: Inductor
 # generates kernels for it, and may put into them the operations around it,
 # such as the residual add in front of the norm. ``opguide.rms_norm`` is
 # opaque to Inductor, which can fuse nothing into it. The sum and norm of one
@@ -364,7 +366,9 @@ for step_name in STEPS:
 # hidden size 2048 with four layers, batch 4 by 2048 tokens, bfloat16; both
 # opguide backends, Liger and Quack where they import, and the pass. It
 # writes ``docs/recorded/model_step_<gpu>.json`` with the device, the
-# versions and the date.
+# versions and the date. This page reads it: a table, then sentences computed
+# from it, then a plot of each variant's median divided by the median of the
+# model's own norm in the same mode and step, with the quartiles as error bars.
 RECORDED = sorted((source_root() / "docs" / "recorded").glob("model_step_*.json"))
 if not RECORDED:
     print(
@@ -373,36 +377,19 @@ if not RECORDED:
     )
 for path in RECORDED:
     record = json.loads(path.read_text())
-    print(
-        f"{path.name}: recorded on {record['device']}, torch {record['torch']}, "
-        f"CUDA {record['cuda']}, triton {record['triton']}, {record['date']}; "
+    about = (
+        f"{path.name}: recorded on {record['device']}, {record['date']}; torch "
+        f"{record['torch']}, CUDA {record['cuda']}, triton {record['triton']}; "
         f"{record['dtype']}, batch {record['batch']} x {record['seq']} tokens"
     )
-    for name, why in record["missing"].items():
-        print(f"  not measured: {name} ({why})")
-    by_row = {}
-    for row in record["results"]:
-        by_row.setdefault((row["mode"], row["step"]), []).append(row)
-    for (mode, step_name), rows in by_row.items():
-        own = next((r for r in rows if r["variant"] == "model's own"), None)
-        print(f"  {mode} {step_name}: ms, median (quartiles), against the model's own")
-        for row in sorted(rows, key=lambda r: r["median"]):
-            spread = f"({row['q1']:.2f}-{row['q3']:.2f})"
-            versus = ""
-            if own is not None and row is not own:
-                versus = f"{(row['median'] / own['median'] - 1) * 100:+6.1f}%"
-            print(f"    {row['variant']:34} {row['median']:8.2f} {spread:15} {versus}")
+    print(textwrap.fill(about, 80))
+    print("\n".join(model_step.record_table(record)))
     for entry in record["fused_calls"]:
         if entry["count"]:
-            print(
-                f"  {entry['variant']}, {entry['step']}: "
-                f"{entry['count']} calls of the fused operator"
-            )
-    for failure in record["failed"]:
-        print(
-            f"  failed: {failure['mode']} {failure['step']} {failure['variant']}: "
-            f"{failure['error']}"
-        )
+            print(f"{entry['variant']}, {entry['step']}: {entry['count']} fused calls")
+    for sentence in model_step.record_findings(record):
+        print("\n" + textwrap.fill(sentence, 80))
+    model_step.plot_record(record)
 
 # %%
 # What to take from this step: measure the model, not only the kernel; time

@@ -62,3 +62,83 @@ def test_record_tool_names_its_file_after_the_gpu():
     assert tool.short_gpu_name("NVIDIA H100 80GB HBM3") == "h100"
     assert tool.short_gpu_name("NVIDIA H200") == "h200"
     assert tool.short_gpu_name("NVIDIA A100-SXM4-80GB") == "a100"
+
+
+def synthetic_record(compiled_op: float, fused: float) -> dict:
+    """A record of two groups: eager training and compiled inference, in ms."""
+
+    def row(mode, step, variant, median):
+        return dict(
+            mode=mode,
+            step=step,
+            variant=variant,
+            median=median,
+            q1=median - 0.1,
+            q3=median + 0.1,
+            ms=[median],
+        )
+
+    own = model_step.OWN
+    return {
+        "device": "GPU X",
+        "dtype": "bfloat16",
+        "date": "2000-01-01",
+        "missing": {"Quack": "ModuleNotFoundError: No module named 'quack'"},
+        "failed": [],
+        "results": [
+            row("eager", "training step", own, 40.0),
+            row("eager", "training step", "opguide.rms_norm (cpp)", 32.0),
+            row("eager", "training step", "opguide.rms_norm (triton)", 36.0),
+            row("compiled", "inference forward", own, 10.0),
+            row("compiled", "inference forward", "opguide.rms_norm (cpp)", compiled_op),
+            row("compiled", "inference forward", own + " + fusion pass (cpp)", fused),
+        ],
+    }
+
+
+def test_record_rows_are_relative_to_the_models_own_norm():
+    groups = model_step.record_rows(synthetic_record(10.5, 9.5))
+    assert list(groups) == [("eager", "training step"), ("compiled", "inference forward")]
+    cpp = groups["eager", "training step"][1]
+    assert cpp["variant"] == "opguide.rms_norm (cpp)"
+    assert cpp["ratio"] == pytest.approx(0.8)
+    assert (cpp["ratio_q1"], cpp["ratio_q3"]) == pytest.approx((31.9 / 40, 32.1 / 40))
+    lines = model_step.record_table(synthetic_record(10.5, 9.5))
+    assert lines[1].split()[:2] == ["opguide.rms_norm", "(cpp)"]  # fastest first
+    assert lines[1].endswith("-20.0%")
+    assert max(map(len, lines)) <= 80
+
+
+def test_record_findings_branch_on_the_record():
+    # The operator loses under compile, the pass wins the gap back.
+    said = model_step.record_findings(synthetic_record(10.5, 9.5))
+    assert len(said) == 4
+    assert "opguide.rms_norm (cpp) takes 32.00 ms" in said[0]
+    assert "1.25x as fast, 20.0% less time" in said[0]
+    assert "cpp 32.00 ms (-20.0%), triton 36.00 ms (-10.0%)" in said[0]
+    assert "5.0% slower" in said[1] and "opaque" in said[1]
+    assert "do not overlap" in said[1]
+    assert "wins back the gap" in said[2] and "-5.0%" in said[2]
+    assert said[3].startswith("Not measured on that machine: Quack")
+    # The pass recovers part of the gap; then none of it.
+    assert "part of the gap" in model_step.record_findings(synthetic_record(10.5, 10.2))[2]
+    assert "does not win back" in model_step.record_findings(synthetic_record(10.5, 10.8))[2]
+    # The operator ahead under compile, within the spread.
+    faster = model_step.record_findings(synthetic_record(9.95, 9.9))
+    assert "faster than with the model's own norm" in faster[1]
+    assert "overlap, so the record cannot tell" in faster[1]
+    assert "faster too" in faster[2]
+
+
+def test_plot_record_has_a_panel_per_group():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = model_step.plot_record(synthetic_record(10.5, 9.5))
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == [
+        "eager, training step",
+        "compiled, inference forward",
+    ]
+    assert [t.get_text() for t in shown[0].get_yticklabels()][0] == model_step.OWN
