@@ -53,19 +53,8 @@ else:
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _shape_only(t: torch.Tensor) -> bool:
-    """A fake tensor: the body runs to derive output shapes, and launches nothing.
-
-    DTensor derives the global output shapes of an operator this way, with
-    fake tensors on the CPU whatever the device of the real ones.
-    """
-    from torch._subclasses.fake_tensor import is_fake
-
-    return is_fake(t)
-
-
 def _check_input(op: str, name: str, t: torch.Tensor) -> None:
-    if t.device.type == "cpu" and not INTERPRET and not _shape_only(t):
+    if t.device.type == "cpu" and not INTERPRET:
         raise RuntimeError(
             f"{op}: the Triton backend runs CPU tensors only in Triton's interpreter "
             f"(TRITON_INTERPRET=1, set by opguide when no GPU is visible); {name} is on cpu"
@@ -315,28 +304,34 @@ def fused_add_rms_norm_triton_(
     return fused_add_rms_norm(x, residual, weight, eps, out_dtype)
 
 
-if INTERPRET:
-    # custom_op needs to be told what its outputs look like; triton_op works
-    # that out by running its body on fake tensors.
+# Fake kernels for both routes. custom_op needs them; triton_op would run its
+# body on fake tensors instead, but DTensor derives output shapes with fake
+# CPU tensors, which the body refuses on a GPU machine: a fake kernel never
+# runs the body.
 
-    # [fake-kernels]
-    @rms_norm_triton.register_fake
-    def _(x, weight, eps):
-        _check_rms_norm_args(x, weight, eps)
-        return x.new_empty(x.shape)
 
-    @rms_norm_fwd_triton.register_fake
-    def _(x, weight, eps):
-        _check_rms_norm_args(x, weight, eps)
-        return x.new_empty(x.shape), x.new_empty(x.shape[:-1], dtype=torch.float32)
+# [fake-kernels]
+@rms_norm_triton.register_fake
+def _(x, weight, eps):
+    _check_rms_norm_args(x, weight, eps)
+    return x.new_empty(x.shape)
 
-    @rms_norm_backward_triton.register_fake
-    def _(grad, x, weight, inv_rms):
-        return x.new_empty(x.shape), torch.empty_like(weight)
 
-    @fused_add_rms_norm_triton_.register_fake
-    def _(x, residual, weight, eps, out_dtype=None):
-        out = x.new_empty(x.shape, dtype=x.dtype if out_dtype is None else out_dtype)
-        return out, x.new_empty(x.shape[:-1], dtype=torch.float32)
+@rms_norm_fwd_triton.register_fake
+def _(x, weight, eps):
+    _check_rms_norm_args(x, weight, eps)
+    return x.new_empty(x.shape), x.new_empty(x.shape[:-1], dtype=torch.float32)
 
-    # [fake-kernels-end]
+
+@rms_norm_backward_triton.register_fake
+def _(grad, x, weight, inv_rms):
+    return x.new_empty(x.shape), torch.empty_like(weight)
+
+
+@fused_add_rms_norm_triton_.register_fake
+def _(x, residual, weight, eps, out_dtype=None):
+    out = x.new_empty(x.shape, dtype=x.dtype if out_dtype is None else out_dtype)
+    return out, x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+
+# [fake-kernels-end]
