@@ -16,12 +16,10 @@ It finds the norm in the forms it takes once traced:
 * ``opguide.rms_norm``.
 
 Training works: the pass runs on the forward graph after AOTAutograd has
-split forward from backward, so the backward graph is Inductor's own and
-reads the sum and the per-row inverse RMS that the fused operator returns.
-The fused operator itself has no backward, and needs none here. Its arithmetic
+split off the backward, which stays Inductor's own and reads the sum and the
+per-row inverse RMS the fused operator returns (it needs no backward). It
 rounds once where the Hugging Face norm rounds twice (before and after the
-weight), so in bfloat16 and float16 the outputs may differ from the model's by
-one rounding of the output dtype.
+weight): in bfloat16 and float16 outputs may differ by one rounding.
 
 The operator writes its sum into ``residual``; the pass hands it the operand
 of the ``+`` that nothing else reads (a fresh matmul output, typically), so
@@ -43,16 +41,9 @@ It depends on private torch APIs, any of which a torch release may change:
 ``tests/test_inductor_fusion.py`` fails, naming the attribute, when one of
 them is missing (:func:`missing_private_apis`).
 
-Use::
-
-    from opguide.experimental import inductor_fusion
-
-    compiled = torch.compile(model, options=inductor_fusion.compile_options())
-
-or, around the first call of a compiled model (where it compiles)::
-
-    with inductor_fusion.enabled():
-        out = compiled(x)
+Use ``torch.compile(model, options=inductor_fusion.compile_options())``, or
+``with inductor_fusion.enabled():`` around a compiled model's first call
+(where it compiles).
 
 :func:`replacements` says how many sums and norms the pass has replaced.
 """
@@ -93,11 +84,10 @@ def missing_private_apis() -> list[str]:
     missing = []
     for module_name, attribute in _PRIVATE_APIS:
         try:
-            module = importlib.import_module(module_name)
+            found = hasattr(importlib.import_module(module_name), attribute)
         except ImportError:
-            missing.append(f"{module_name}.{attribute}")
-            continue
-        if not hasattr(module, attribute):
+            found = False
+        if not found:
             missing.append(f"{module_name}.{attribute}")
     return missing
 
@@ -219,9 +209,7 @@ def _fits_fused_op(match) -> bool:
     x, residual, weight, eps = (vals.get(k) for k in ("x", "residual", "weight", "eps"))
     if not all(isinstance(t, torch.Tensor) for t in (x, residual, weight)):
         return False
-    # The fused operator writes the sum into one operand of the +. Where
-    # both are read again it would copy one first, and move more bytes than
-    # Inductor's own kernel for the + and the norm: leave those alone.
+    # Writing into an operand read again needs a copy: see the module's docstring.
     readers = set(match.nodes)
     writable = _writable(x_node, readers) or _writable(residual_node, readers)
     return (
@@ -286,8 +274,8 @@ def replacements() -> int:
     """Counts the sums and norms replaced by the fused operator in this process.
 
     Returns:
-        The number of replacements the pass has made since the process
-        started (or since :func:`reset_replacements`), over every graph it saw.
+        The replacements made, over every graph, since the process started or
+        since :func:`reset_replacements`.
     """
     return _REPLACED["count"]
 
