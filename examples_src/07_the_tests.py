@@ -23,6 +23,7 @@ The test module
 ---------------
 .. literalinclude:: /../tests/test_rms_norm.py
    :language: python
+   :caption: tests/test_rms_norm.py
 
 What each group guards against:
 
@@ -83,6 +84,7 @@ and prints it.
 
 .. literalinclude:: /../tests/test_rms_norm_properties.py
    :language: python
+   :caption: tests/test_rms_norm_properties.py
 """
 
 # %%
@@ -141,21 +143,3 @@ for key, count in counts.items():
 # -----------
 # :doc:`Step 8 <08_autograd>` builds the backward kernel and the autograd registration that the
 # gradient tests above check.
-
-# %%
-# The files of this step, whole
-# -----------------------------
-# The page above showed parts of these files; here each one is whole, as it
-# is run by the test suite.
-#
-# .. dropdown:: tests/test_rms_norm.py
-#
-#    .. literalinclude:: /../tests/test_rms_norm.py
-#       :language: python
-#       :caption: tests/test_rms_norm.py
-#
-# .. dropdown:: tests/test_rms_norm_properties.py
-#
-#    .. literalinclude:: /../tests/test_rms_norm_properties.py
-#       :language: python
-#       :caption: tests/test_rms_norm_properties.py

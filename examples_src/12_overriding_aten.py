@@ -57,7 +57,7 @@ print(header.relative_to(Path(torch.__file__).parent))
 print(next(line for line in header.read_text().splitlines() if " add(" in line))
 
 # %%
-# Which kernel does the dispatcher run for each key today? The dispatch table
+# Which kernel does the dispatcher run for each key? The dispatch table
 # answers (a debugging aid, private API). For ``aten::neg`` the CPU entry is
 # ATen's generated registration. ``PrivateUse1`` only has a generic default
 # kernel, which forwards to ``aten::neg.out``, and that has no ``PrivateUse1``
@@ -144,7 +144,6 @@ for key in ("CPU:", "PrivateUse1:"):
 # questions. This page shares its process with the other steps, so the
 # backend is built, loaded and used in child processes, and the page prints
 # what they print.
-# sphinx-gallery runs this script from examples_src/; so does the test suite.
 from guidekit.compile_checks import source_root, without_machine_paths  # noqa: E402
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
