@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import opguide  # noqa: F401  (loads the operators)
+import opguide.reference
 from guidekit import benchmark
 from guidekit.benchmark import fixed_shapes, sweep, timing
 
@@ -191,7 +192,7 @@ def test_sweep_rows_cover_every_n_and_pass_with_copy_ratio():
         assert r["m"] == 2**12 // r["n"] and r["seconds"] > 0 and r["vs_copy"] > 0
     # Peers that are not installed are named with the reason, not dropped silently.
     for name, why in result["peers_missing"].items():
-        assert name in ("liger", "quack") and why
+        assert name in ("liger", "quack", *benchmark.FUSED_PEERS) and why
     report = benchmark.format_sweep_report({**benchmark.environment(torch.device("cpu")),
                                             "sweep": result})  # fmt: skip
     assert "training fp32" in report and "256" in report
@@ -345,3 +346,87 @@ def test_into_existing_y_runs_the_librarys_row_loop():
         into(x, w, 1e-6, torch.empty_like(x, requires_grad=True))
     with pytest.raises(RuntimeError, match="float32 tensors only"):
         into(x.double(), w.double(), 1e-6, y.double())
+
+
+def _fused_peer_stand_ins(monkeypatch) -> None:
+    """Liger, Quack and vLLM modules whose fused functions compute opguide's reference."""
+    import sys
+    import types
+
+    from opguide.reference import fused_add_rms_norm_reference as ref
+
+    def module(name, **attrs):
+        mod = types.ModuleType(name)
+        mod.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, mod)
+
+    def liger_apply(x, r, w, eps, offset, casting_mode, in_place):
+        assert (offset, casting_mode, in_place) == (0.0, "llama", False)
+        out, _, h = ref(x, r, w, eps)
+        return out, h
+
+    def quack_fwd(x, w, residual, eps):
+        out, _, h = ref(x, residual, w, eps)
+        return out, h, None
+
+    def vllm_fused(x, r, w, eps):
+        out, _, h = ref(x, r, w, eps)
+        r.copy_(h)
+        x.copy_(out)
+
+    for name in ("liger_kernel", "liger_kernel.ops", "quack", "vllm"):
+        module(name)
+    function = types.SimpleNamespace(apply=liger_apply)
+    module("liger_kernel.ops.fused_add_rms_norm", LigerFusedAddRMSNormFunction=function)
+    module("quack.rmsnorm", rmsnorm_fwd=quack_fwd)
+    module("vllm._custom_ops", fused_add_rms_norm=vllm_fused)
+
+
+def test_fused_pass_peers_take_x_residual_weight(monkeypatch):
+    _fused_peer_stand_ins(monkeypatch)
+    peers, missing = benchmark.peer_implementations("fused")
+    assert set(peers) == set(benchmark.FUSED_PEERS) and not missing
+    x, r, w = torch.randn(4, 32), torch.randn(4, 32), torch.randn(32)
+    out, _, h = opguide.reference.fused_add_rms_norm_reference(x, r, w, benchmark.EPS)
+    for name in ("liger (fused)", "quack (residual)"):
+        got = peers[name](x, r, w)
+        torch.testing.assert_close((got[0], got[1]), (out, h), msg=name)
+    x2, r2 = x.clone(), r.clone()
+    peers["vllm"](x2, r2, w)  # in place: the norm into x, the sum into residual
+    torch.testing.assert_close((x2, r2), (out, h))
+
+
+def test_fused_pass_names_missing_peers_with_the_reason(monkeypatch):
+    import sys
+
+    for name in ("liger_kernel", "quack", "vllm"):
+        monkeypatch.setitem(sys.modules, name, None)  # import fails: ImportError
+    peers, missing = benchmark.peer_implementations("fused")
+    assert not peers and set(missing) == set(benchmark.FUSED_PEERS)
+    assert all(why.startswith(("ImportError", "ModuleNotFoundError")) for why in missing.values())
+    # The fixed-shape fused pass records each as skipped at every shape.
+    result = benchmark.measure(
+        torch.device("cpu"), passes=["fused"], shapes=[(4, 32)], dtypes=["fp32"],
+        only=["opguide", *benchmark.FUSED_PEERS], copy_bytes=2**20,
+    )  # fmt: skip
+    skipped = {s["impl"]: s for s in result["skipped"]}
+    for name in benchmark.FUSED_PEERS:
+        assert skipped[name]["m"] is None and skipped[name]["reason"] == missing[name]
+    assert {r["impl"] for r in result["fused"]} == {"opguide"}
+
+
+def test_fused_pass_times_the_peers_and_the_compiled_in_place_reference(monkeypatch):
+    _fused_peer_stand_ins(monkeypatch)
+    name = "compile(residual += x; F.rms_norm)"
+    x, r, w = torch.randn(4, 32), torch.randn(4, 32), torch.randn(32)
+    out, _, h = opguide.reference.fused_add_rms_norm_reference(x, r, w, benchmark.EPS)
+    got = benchmark.fused_implementations(torch.device("cpu"))[name](x, r.clone(), w)
+    torch.testing.assert_close(got, (out, h))
+    result = benchmark.run_sweep(
+        torch.device("cpu"), dtypes=["fp32"], ns=[64], elements=2**10, passes=["fused"],
+        only=["opguide", name, *benchmark.FUSED_PEERS],
+    )  # fmt: skip
+    timed = {row["impl"] for row in result["rows"]}
+    expected = {"opguide", name, *benchmark.FUSED_PEERS, benchmark.SAME_SIZE_COPY}
+    assert timed == expected, result["skipped"]
+    assert not result["peers_missing"]

@@ -20,7 +20,8 @@ What one run measures:
 * on a GPU, three passes at each shape and dtype: ``forward`` (``y`` from
   ``x`` and ``weight``), ``backward`` (``dx`` and ``dweight`` from ``dy``) and
   ``fused`` (residual add + RMSNorm), for opguide's compiled and Triton
-  kernels and for the PyTorch reference points;
+  kernels and for the PyTorch reference points, and the peer libraries'
+  kernels where they import (Liger, Quack; vLLM's for the fused pass);
 * on any machine (``cpu``): the cost of calling an operator on a tiny input
   (the ``TORCH_LIBRARY`` op, ``torch.rms_norm``, the Python wrapper, a Python
   ``custom_op``), and the C++ CPU kernel on a large float32 input next to a
@@ -60,6 +61,7 @@ from .eager import (
 )
 from .fixed_shapes import measure, run_backward, run_forward, run_fused
 from .implementations import (
+    FUSED_PEERS,
     backward_implementations,
     forward_implementations,
     fused_implementations,
@@ -96,6 +98,7 @@ __all__ = [
     "EMPTY_FUNCTION",
     "EPS",
     "FORMAT",
+    "FUSED_PEERS",
     "FUNCTION_NODE",
     "GPU_PASSES",
     "MIN_SETS",

@@ -22,6 +22,7 @@ from .implementations import (
     backward_implementations,
     forward_implementations,
     fused_implementations,
+    peer_implementations,
 )
 from .passes import (
     BYTES_MODEL,
@@ -131,6 +132,10 @@ def _run_pass(
         impls = backward_implementations(device)
     else:
         impls = fused_implementations(device)
+        peers, missing = peer_implementations("fused")
+        impls.update(peers)
+        skips += [Skip(pass_name, name, None, None, None, why) for name, why in missing.items()
+                  if only is None or name in only]  # fmt: skip
     impls = _select(impls, only)
     triton_missing = _triton_available(device)
     if triton_missing is not None and (only is None or "opguide triton" in only):

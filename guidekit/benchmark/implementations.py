@@ -4,7 +4,7 @@ Each pass has opguide's compiled kernels (``backend="cpp"``), its Triton
 kernels where they can be timed, and PyTorch's reference points
 (``F.rms_norm``, ``torch.compile`` of the Python reference, the eager
 reference); :func:`peer_implementations` adds Liger-Kernel and Quack when
-they import.
+they import, and for the fused pass vLLM as well.
 """
 
 from __future__ import annotations
@@ -30,6 +30,14 @@ def _unfused_reference(
     # What a model writes without the fused operator: the add, then RMSNorm.
     h = residual + x
     return _reference(h, w, eps), h
+
+
+def _add_then_norm_in_place(
+    x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # The fused operator's contract in plain torch: the sum written into residual.
+    residual += x
+    return torch.nn.functional.rms_norm(residual, (x.shape[-1],), w, eps), residual
 
 
 def _triton_available(device: torch.device | None = None) -> str | None:
@@ -121,9 +129,11 @@ def fused_implementations(device: torch.device | None = None) -> dict[str, Calla
     """The residual-add + RMSNorm implementations to compare, by name."""
 
     compiled = torch.compile(_unfused_reference, dynamic=False)
+    in_place = torch.compile(_add_then_norm_in_place, dynamic=False)
     impls = {
         "opguide": lambda x, r, w: opguide.fused_add_rms_norm_(x, r, w, EPS, backend="cpp"),
         "compile(unfused reference)": lambda x, r, w: compiled(x, r, w, EPS),
+        "compile(residual += x; F.rms_norm)": lambda x, r, w: in_place(x, r, w, EPS),
         "eager add + F.rms_norm": lambda x, r, w: torch.nn.functional.rms_norm(
             r + x, (x.shape[-1],), w, EPS
         ),
@@ -139,17 +149,57 @@ def _select(impls: dict, only: Sequence[str] | None) -> dict:
     return impls if only is None else {k: v for k, v in impls.items() if k in only}
 
 
+def _liger_fused() -> Callable:
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+
+    # Returns the norm and the sum, in new tensors; casting mode of LlamaRMSNorm.
+    return lambda x, r, w: LigerFusedAddRMSNormFunction.apply(x, r, w, EPS, 0.0, "llama", False)
+
+
+def _quack_fused() -> Callable:
+    from quack.rmsnorm import rmsnorm_fwd
+
+    # Returns the norm, the sum and no inverse RMS (store_rstd=False), in new tensors.
+    return lambda x, r, w: rmsnorm_fwd(x, w, residual=r, eps=EPS)
+
+
+def _vllm_fused() -> Callable:
+    from vllm._custom_ops import fused_add_rms_norm
+
+    # In place: the sum into r, the norm into x (a value change only: the
+    # work of the next call, on the same buffers, is the same).
+    return lambda x, r, w: fused_add_rms_norm(x, r, w, EPS)
+
+
+#: The other libraries' residual-add + RMSNorm: a name, then a function that
+#: imports the library and returns ``fn(x, residual, w)``.
+FUSED_PEERS: dict[str, Callable[[], Callable]] = {
+    "liger (fused)": _liger_fused,
+    "quack (residual)": _quack_fused,
+    "vllm": _vllm_fused,
+}
+
+
 def peer_implementations(pass_name: str) -> tuple[dict[str, Callable], dict[str, str]]:
     """Other libraries' RMSNorm for ``pass_name``, and why each missing one is missing.
 
     Liger-Kernel (``liger_kernel``, Triton) and Quack (``quack``, CuTe DSL)
     are optional: a library that does not import is left out, with the
-    reason. Forward and fused entries take the pass's inputs; backward
-    entries prepare a call (see :func:`backward_implementations`); training
-    entries run forward and backward (see :func:`training_implementations`).
+    reason. Forward entries take the pass's inputs; backward entries prepare
+    a call (see :func:`backward_implementations`); training entries run
+    forward and backward (see :func:`training_implementations`). The fused
+    pass takes :data:`FUSED_PEERS`: Liger's and Quack's norm with a residual,
+    and vLLM's ``fused_add_rms_norm``.
     """
     impls: dict[str, Callable] = {}
     missing: dict[str, str] = {}
+    if pass_name == "fused":
+        for name, load in FUSED_PEERS.items():
+            try:
+                impls[name] = load()
+            except Exception as err:  # ImportError, or a broken install
+                missing[name] = _reason(err)
+        return impls, missing
     try:
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
