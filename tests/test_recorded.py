@@ -1,4 +1,4 @@
-"""guidekit.recorded: the analysis that step 11 prints, on small synthetic records
+"""guidekit.recorded: the analysis that step 11's pages print, on small synthetic records
 and on the recorded files of ``docs/recorded/``.
 
 The claims the page makes about the recorded files ("no misses", "faster at
@@ -9,6 +9,9 @@ rather than leaving the page's prose behind.
 
 from __future__ import annotations
 
+import json
+
+import matplotlib.pyplot as plt
 import pytest
 
 from guidekit.recorded import (
@@ -19,6 +22,8 @@ from guidekit.recorded import (
     listed,
     load,
     long_rows,
+    pages,
+    plots,
     recorded_dir,
     sweeps,
     tool_outputs,
@@ -83,7 +88,8 @@ def test_targets_misses_expected_and_not():
 def test_target_table_says_missed_and_could_not_run():
     at = sweeps.at([row("forward", "opguide", 256, 0.5), row("forward", "liger", 256, 0.6)])
     line = next(x for x in sweeps.target_lines(at, [256]) if x.startswith("forward"))
-    assert "MISSED" in line and "could not run" in line and "liger  60.0%: slower" in line
+    assert "MISSED" in line and "could not run" in line and "liger  60.0%" in line
+    assert line.endswith("NO")  # opguide is slower than the fastest peer there
 
 
 def test_one_input_set_gains_and_peers():
@@ -286,4 +292,133 @@ def test_recorded_lessons():
     on, off = load("pdl_on.json"), load("pdl_off.json")
     pdl = [c.points for p in ("forward", "backward")
            for c in fixed_shapes.compare(p, ["opguide"], off, on)]  # fmt: skip
-    assert lessons.pdl_lines(pdl, on.get("clean_l2"))[-1] == "PDL stays on: the median point gains."
+    verdict = lessons.pdl_lines(pdl, on.get("clean_l2"))[-1]
+    assert verdict == "A small change either way: PDL stays on for the median point's gain."
+
+
+# The pages' helpers and figures --------------------------------------------------
+
+
+def test_page_readers_say_where_and_wrap(tmp_path, capsys):
+    meta = {"device": "NVIDIA X", "date": "2026-01-02T03:04", "torch": "2.0"}
+    (tmp_path / "r.json").write_text(json.dumps({**meta, "value": 1}))
+    (tmp_path / "t.txt").write_text(
+        "NVIDIA X, 1 SMs\n  bf16  8x64  regs  40 blocks/SM  2    1.0 us  90.0%\n"
+    )
+    assert pages.recorded("r.json", tmp_path)["value"] == 1
+    assert pages.tool_sweep("t.txt", tmp_path)[0]["regs"] == 40
+    assert pages.recorded_text("t.txt", directory=tmp_path).startswith("NVIDIA X")
+    pages.show(["short", "word " * 30])
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == ["r.json: NVIDIA X, 2026-01-02, torch 2.0", "t.txt: NVIDIA X, 1 SMs",
+                       "t.txt: NVIDIA X, 1 SMs"]  # fmt: skip
+    assert out[3] == "short" and len(out) > 5  # the long line wrapped
+    assert all(len(line) <= pages.WIDTH for line in out)
+
+
+def test_sweep_rows_adds_a_missing_peer_from_its_own_run(tmp_path, capsys):
+    meta = {"device": "NVIDIA X", "date": "2026-01-02", "torch": "2.0", "command": "run quack"}
+    own = [row("forward", "opguide", 256, 1.0, seconds=1.0),
+           row("forward", "quack", 256, 0.9, seconds=1.1)]  # fmt: skip
+    (tmp_path / "sweep_quack_h100.json").write_text(json.dumps({**meta, "sweep": {"rows": own}}))
+    sweep_file = {
+        "sweep": {
+            "rows": [row("forward", "opguide", 256, 1.0)],
+            "peers_missing": {"quack": "ImportError", "liger": "ImportError"},
+        }
+    }
+    rows = pages.sweep_rows(sweep_file, tmp_path)  # fmt: skip
+    assert [r["impl"] for r in rows] == ["opguide", "quack"]
+    out = capsys.readouterr().out
+    assert (
+        "did not import when recorded: liger" in out
+        and "at least as fast as quack at 1 of 1" in out
+    )
+
+
+def test_cpu_lines_and_the_live_check():
+    def cpu(f_rms):
+        rows = [
+            {"impl": "opguide (C++ kernel)", "seconds": 0.02, "GBps": 5.0, "vs_copy": 1.5},
+            {"impl": "F.rms_norm", "seconds": 0.1, "GBps": 1.0, "vs_copy": f_rms},
+        ]
+        return {"threads": 2, "target_vs_copy": 2.5, "rows": rows}  # fmt: skip
+
+    lines = pages.cpu_lines(cpu(2.0))
+    assert lines[-1].endswith("the target of at most 2.5x is met.")
+    assert pages.cpu_lines(cpu(6.0))[-1].startswith("Surprising: F.rms_norm takes 4.0x")
+    live = pages.live_forward_lines()
+    assert live and all(line.startswith(("SKIPPED", "LIVE")) for line in live)
+
+
+def test_figures_draw_from_synthetic_records():
+    rows = [row(p, i, n, 0.9 if i == "opguide" else 1.0)
+            for p in ("forward", "backward", "training", "fused")
+            for i in ("opguide", "copy (same bytes)") for n in (8192, 16384)]  # fmt: skip
+    assert len(plots.sweep_figure(rows, [8192, 16384], "t").axes) == 4
+    assert len(plots.long_rows_figure(sweeps.at(rows), [8192, 16384], "t").axes) == 4
+    odd = {("bf16", p, "opguide", 2049): 0.5 for p in ("forward", "backward", "training", "fused")}
+    assert len(plots.odd_rows_figure({}, odd, [2049], "t").axes) == 4
+    eager_rows = [{"mode": m, "impl": i, "m": 1, "n": 64, "seconds": 1e-5}
+                  for m in ("forward", "training") for i in ("opguide", "F.rms_norm")]  # fmt: skip
+    assert len(plots.eager_figure(eager_rows, "t").axes) == 2
+    fig = plots.gains_figure({"small": [1.0, -1.0], "large": [5.0]}, "t")
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["large", "small"]
+    plt.close("all")
+
+
+def test_batch_lines_state_every_row_length():
+    rows = [{"mode": "forward", "impl": "F.rms_norm", "m": m, "n": n, "seconds": t}
+            for (m, n), t in {(1, 64): 10e-6, (8, 64): 9e-6, (1, 128): 10e-6,
+                              (8, 128): 30e-6}.items()]  # fmt: skip
+    rows.append({"mode": "training", "impl": "F.rms_norm", "m": 8, "n": 128, "seconds": 60e-6})
+    at = {("training", "F.rms_norm", 128): {"seconds": 1e-6, "bytes": 2**20}}
+    lines = eager.batch_lines(rows, at, m=8, n=128)
+    assert lines[0].endswith("0.90x the time at N = 64, 3.00x the time at N = 128")
+    assert not any("the host sets it" in line for line in lines)  # 3x at N = 128
+    assert lines[-1].startswith("A training call of F.rms_norm at 8x128 takes 60 us, 2.0x")
+
+
+def test_gains_and_their_ranking():
+    assert lessons.ranking_lines({"a": [1.0, -1.0], "b": [5.0]})[-2:] == [
+        "Most: b; least: a.",
+        "Lose at some point: a.",
+    ]
+    assert lessons.pdl_lines([1.0, 2.0], True)[-1] == "PDL gains at every point: it stays on."
+    assert lessons.pdl_lines([-1.0, 0.5, -2.0], True)[-1].startswith("PDL does not pay")
+    packed = [
+        {"dtype": "bf16", "shape": "8x64", "vecs/thr": 4, "pct": p, "section": s}
+        for s, p in (("OPGUIDE_KEEP_PACKED=1", 95.0), ("OPGUIDE_KEEP_PACKED=0", 60.0))
+    ]
+    assert lessons.keep_packed_gains(packed) == [35.0]  # fmt: skip
+
+
+def test_recorded_pages_claims():
+    bf16 = load("eager_bf16_h100.json")["eager"]["rows"]
+    rows = [r for r in load("sweep_h100.json")["sweep"]["rows"] if r["dtype"] == "bf16"]
+    lines = eager.batch_lines(bf16, sweeps.at(rows))
+    assert "at N = 4096" in lines[0] and "at N = 8192" in lines[0]  # every N, not one
+    assert "the host sets it" in lines[1]
+    # Step 11.3: every long-row change gains at every point it was measured.
+    text = (recorded_dir() / "sweep_rms_norm_forward_cluster_h100.txt").read_text()
+    forward = tool_outputs.cluster_sweep(text, "loop 1024 x 4, barrier", after="loop 512 x 4, push")
+    backward = tool_outputs.cluster_sweep(
+        (recorded_dir() / "sweep_rms_norm_backward_cluster_h100.txt").read_text(),
+        "512 x 4, 3 stages",
+    )
+    per_row = lessons.per_row_cluster_lines(*tool_outputs.cluster_variants(text))[1]
+    fenced, slots = (
+        tool_outputs.split_sweep((recorded_dir() / f"sweep_triton_split{s}_h100.txt").read_text())
+        for s in ("_fenced", "")
+    )
+    gains = long_rows.change_gains(forward, backward, per_row, fenced, slots)
+    assert all(found and min(found) > 0 for found in gains.values()), gains
+    # Step 11.4: PDL ranks last and is the one change that loses somewhere.
+    on, off = load("pdl_on.json"), load("pdl_off.json")
+    pdl = [c.points for p in ("forward", "backward")
+           for c in fixed_shapes.compare(p, ["opguide"], off, on)]  # fmt: skip
+    packed = tool_outputs.read_sweep(
+        (recorded_dir() / "sweep_rms_norm_forward_keep_packed_h200.txt").read_text()
+    )[1]
+    ranking = lessons.ranking_lines({"PDL": pdl, "keep_packed": lessons.keep_packed_gains(packed)})
+    assert ranking[-2:] == ["Most: keep_packed; least: PDL.", "Lose at some point: PDL."]

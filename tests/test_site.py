@@ -250,7 +250,11 @@ def gallery_prose_words(script: Path) -> int:
     return words
 
 
-def test_performance_step_fits_one_sitting():
-    # Step 11 is read in one sitting: at most 2 500 words of prose.
-    words = gallery_prose_words(ROOT / "examples_src" / "11_performance.py")
-    assert 500 < words <= 2500, f"step 11 has {words} words of prose"
+GALLERY_PAGES = sorted((ROOT / "examples_src").glob("[0-9][0-9]_*.py"))
+
+
+@pytest.mark.parametrize("script", GALLERY_PAGES, ids=lambda p: p.name)
+def test_every_gallery_page_fits_one_sitting(script):
+    # A page is read in one sitting: at most 2 000 words of prose.
+    words = gallery_prose_words(script)
+    assert 100 < words <= 2000, f"{script.name} has {words} words of prose"

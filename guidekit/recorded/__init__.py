@@ -1,18 +1,24 @@
-"""The recorded GPU results that step 11 prints, read and analysed.
+"""The recorded GPU results that step 11's pages print, read, analysed and plotted.
 
 ``docs/recorded/`` holds result files written on a GPU: JSON files of
 ``python -m guidekit.benchmark`` and text files of the ``tools/sweep_*``
 programs. The functions here turn them into the tables and the counts that
-the performance page prints (targets met or missed, points behind a peer,
+the performance pages print (targets met or missed, points behind a peer,
 gains of an optimisation), so that every claim the page makes comes out of a
 function that ``tests/test_recorded.py`` runs on small synthetic records and
 on the recorded files themselves.
 
 * :mod:`.fixed_shapes`: two fixed-shape runs side by side, in % of the copy;
 * :mod:`.sweeps`: the sweep over the row length: floors, targets, misses,
-  peers, long rows and odd row lengths;
+  peers;
+* :mod:`.long_rows`: long rows split over blocks or programs, and odd row
+  lengths;
 * :mod:`.tool_outputs`: the text that the ``tools/sweep_*`` programs print;
-* :mod:`.eager`: wall-clock times per call, and the parts of a training call.
+* :mod:`.lessons`: the tuning changes measured before and after, ranked;
+* :mod:`.eager`: wall-clock times per call, and the parts of a training call;
+* :mod:`.pages`: what a page calls in one line: read a file and print its
+  device and date, print computed lines, report what a page measures live;
+* :mod:`.plots`: the pages' figures, drawn from the same records.
 
 Functions that return ``list[str]`` return lines to print; the others return
 the numbers that those lines state.

@@ -161,7 +161,7 @@ def training_parts(rows: Sequence[dict]) -> tuple[dict, list[str]]:
         if tri[2] - cpp[2] > tri[1] - cpp[1]:
             lines.append(
                 "Surprising: the Python autograd Function around the Triton launches costs more "
-                "than the launches' own extra time; we have not found where that time goes."
+                "than the launches' own extra time."
             )
     return parts, lines
 
@@ -182,24 +182,30 @@ def node_lines(rows: Sequence[dict]) -> list[str]:
 
 
 def batch_lines(rows: Sequence[dict], at_: dict, m: int = 1024, n: int = 8192) -> list[str]:
-    """F.rms_norm's forward at ``m`` rows against one row, and its training call at ``m``
-    rows against what its kernels take at the bandwidth the sweep measured.
+    """F.rms_norm's forward at ``m`` rows against one row at every recorded N, and its
+    training call at ``m`` x ``n`` against what its kernels take at the sweep's bandwidth.
 
     Args:
         rows: the eager rows.
         at_: the bfloat16 sweep's rows by ``(pass, impl, N)``.
         m, n: the shape of the batch.
     """
-    one, big = (
-        seconds(rows, "F.rms_norm", "forward")[(1, n)],
-        seconds(rows, "F.rms_norm", "forward")[(m, n)],
-    )
+    forward = seconds(rows, "F.rms_norm", "forward")
+    times = {k[1]: forward[k] / forward[(1, k[1])] for k in sorted(forward)
+             if k[0] == m and (1, k[1]) in forward}  # fmt: skip
+    lines = [
+        f"F.rms_norm forward, {m} rows against 1 ({m}x the work): "
+        + ", ".join(f"{t:.2f}x the time at N = {k}" for k, t in times.items())
+    ]
+    if max(times.values()) < 2:
+        lines.append(f"At every N, {m}x the work costs less than twice the time: the host sets it.")
     train = seconds(rows, "F.rms_norm", "training")[(m, n)]
     moved = bytes_moved("forward", m, n, 2) + bytes_moved("backward", m, n, 2)
     gpu = at_[("training", "F.rms_norm", n)]  # its GPU time in the sweep, at the same N
-    return [
-        f"F.rms_norm forward, {m} rows against 1: {big / one:.2f}x the time for {m}x the work",
-        f"Surprising: a training call of F.rms_norm at {m}x{n} takes {train * 1e6:.0f} us, "
-        f"{train / big:.1f}x its forward call; at the bandwidth the sweep measured for it, its "
-        f"kernels take about {gpu['seconds'] * moved / gpu['bytes'] * 1e6:.0f} us.",
-    ]
+    kernels = gpu["seconds"] * moved / gpu["bytes"]
+    lines.append(
+        f"A training call of F.rms_norm at {m}x{n} takes {train * 1e6:.0f} us, "
+        f"{train / forward[(m, n)]:.1f}x its forward call; at the bandwidth the sweep measured "
+        f"for it, its kernels take about {kernels * 1e6:.0f} us."
+    )
+    return lines

@@ -165,9 +165,13 @@ def keep_packed_lines(packed: list[dict]) -> list[str]:
     return lines
 
 
-def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> list[str]:
-    """The fused kernel at float16 4096x8192 without and with its register cap."""
-    lines = []
+def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> tuple[list[str], float]:
+    """The fused kernel at float16 4096x8192 without and with its register cap.
+
+    Returns:
+        ``(lines, gain)``: the lines, and the points the cap gains.
+    """
+    lines, pct = [], []
     for label, found in (("no cap", uncapped), ("cap", capped)):
         r = best(found, dtype="fp16", shape="4096x8192", **{"vecs/thr": 1, "rows/blk": 1})
         lines.append(
@@ -175,7 +179,8 @@ def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> list[str]:
             f"({2 * 1024 * r['regs']} for two blocks), "
             f"{r['blocks/SM']} block(s) per SM: {r['pct']}% of the copy"
         )
-    return lines
+        pct.append(r["pct"])
+    return lines, pct[1] - pct[0]
 
 
 def pipeline_lines(pipelined: list[dict]) -> tuple[list[str], list[float]]:
@@ -224,18 +229,44 @@ def spill_lines(registers: dict) -> tuple[list[str], list[int]]:
 
 def pdl_lines(changes: Sequence[float], clean_l2: bool) -> list[str]:
     """The verdict on programmatic dependent launch from its changes in points."""
-    median = statistics.median(changes)
+    median, lost = statistics.median(changes), sum(g < 0 for g in changes)
     lines = [
         f"PDL on: median {median:+.1f} points, from {min(changes):+.1f} "
-        f"to {max(changes):+.1f}; {sum(g < 0 for g in changes)} of {len(changes)} points lost"
+        f"to {max(changes):+.1f}; {lost} of {len(changes)} points lost"
     ]
     if not clean_l2:
-        lines.append(
-            "These two runs did not clean L2 before each batch: single points are less certain."
-        )
-    lines.append(
-        "PDL stays on: the median point gains."
-        if median > 0
-        else "PDL does not pay here: the median point does not gain."
-    )
+        lines.append("These two runs did not clean L2 before each batch: single points are less")
+        lines.append("  certain.")
+    if lost and median > 0:
+        lines.append("A small change either way: PDL stays on for the median point's gain.")
+    elif median > 0:
+        lines.append("PDL gains at every point: it stays on.")
+    else:
+        lines.append("PDL does not pay here: the median point does not gain.")
+    return lines
+
+
+def keep_packed_gains(packed: list[dict]) -> list[float]:
+    """Points gained by ``keep_packed`` at four vectors per thread, at each bfloat16 shape."""
+    gains = []
+    for shape in dict.fromkeys(r["shape"] for r in packed):
+        want = {"dtype": "bf16", "shape": shape, "vecs/thr": 4}
+        on = best(packed, section="OPGUIDE_KEEP_PACKED=1", **want)
+        off = best(packed, section="OPGUIDE_KEEP_PACKED=0", **want)
+        if on and off:
+            gains.append(on["pct"] - off["pct"])
+    return gains
+
+
+def ranking_lines(gains: dict[str, Sequence[float]]) -> list[str]:
+    """The changes ranked by their median gain, and which of them lose somewhere."""
+    order = sorted(gains, key=lambda k: statistics.median(gains[k]), reverse=True)
+    lines = [
+        f"{name:26} median {statistics.median(gains[name]):+5.1f}, "
+        f"{min(gains[name]):+5.1f} to {max(gains[name]):+5.1f} ({len(gains[name])} points)"
+        for name in order
+    ]
+    lines.append(f"Most: {order[0]}; least: {order[-1]}.")
+    both = [name for name in order if min(gains[name]) < 0]
+    lines.append(f"Lose at some point: {', '.join(both) or 'none'}.")
     return lines

@@ -150,3 +150,36 @@ def behind_lines(odd: dict, other: str) -> list[str]:
         where = ", ".join(point for p, point in found if p == pass_name)
         lines.append(textwrap.fill(f"{pass_name}: {where or 'none'}", 78, subsequent_indent="    "))
     return lines
+
+
+def change_gains(
+    forward_push: dict, backward_push: dict, per_row: dict, fenced: tuple, slots: tuple
+) -> dict[str, list[float]]:
+    """The long-row changes' gains in points of the copy, by change, for a plot.
+
+    Args:
+        forward_push, backward_push: :func:`.tool_outputs.cluster_sweep` of the
+            barrier (or each row waited for) against pushed sums.
+        per_row: {dtype: [fractions gained]} of
+            :func:`.lessons.per_row_cluster_lines`.
+        fenced, slots: :func:`.tool_outputs.split_sweep` of the Triton split
+            kernels fenced and as built.
+    """
+    gains = {
+        "push, forward": [100 * (new - old) for n, (old, new) in forward_push.items()
+                          if n > ONE_BLOCK["forward"]],
+        "push, backward": [100 * (new - old) for n, (old, new) in backward_push.items()
+                           if n > ONE_BLOCK["backward"]],
+        "one row per cluster": [100 * g for found in per_row.values() for g in found],
+    }  # fmt: skip
+    (fenced_best, _), (slots_best, _) = fenced, slots
+    for pass_name, variant, name in (
+        ("forward", "row at a time", "Triton forward: slots"),
+        ("backward", "two rows ahead", "Triton backward: slots, late, ahead"),
+    ):
+        gains[name] = [
+            pct - fenced_best[(pass_name, "row at a time", n)][0]
+            for (p, v, n), (pct, _) in slots_best.items()
+            if (p, v) == (pass_name, variant) and (pass_name, "row at a time", n) in fenced_best
+        ]
+    return gains

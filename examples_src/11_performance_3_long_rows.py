@@ -1,0 +1,207 @@
+r"""
+Step 11.3: Rows longer than a block
+===================================
+
+A kernel that holds a row in registers reads it once. Past a certain length
+no block holds the row, and a kernel that reads it twice moves more bytes
+than the floor of :doc:`11_performance` counts. This page answers one
+question: how are rows too long for one block split, and what does each way
+of splitting cost?
+
+In this step you will learn:
+
+* how a thread-block cluster shares a row between blocks (CUDA, Hopper);
+* how Triton programs share a row through global memory instead;
+* why the blocks of a row should push their sums rather than wait at a
+  barrier, and why a Triton program should not fence.
+
+The GPU numbers are **recorded** in ``docs/recorded/`` by ``python -m
+guidekit.benchmark --sweep`` and by the ``tools/sweep_*`` programs; the page
+prints each file's device and date. Previous page:
+:doc:`11_performance_2_eager`; next: :doc:`11_performance_4_tuning`.
+"""
+
+# %%
+# Clusters
+# --------
+# A block of the CUDA forward holds at most 1024 threads × 4 vectors × 8
+# bfloat16 elements of a row in registers: 32768. The backward, which holds
+# ``x`` and ``dy``, holds 512 threads' worth: 16384. A longer row would have
+# to be read twice, once for its sum and again for the output, the second
+# time from L2 or from memory.
+#
+# On Hopper (``sm_90`` and later) the kernel splits such a row over a
+# *thread-block cluster*: a group of blocks that run at the same time on
+# neighbouring multiprocessors and can read each other's shared memory. Each
+# block holds its slice of the row and the blocks exchange their partial
+# sums, so the row is read once. On older GPUs, and for long rows that are
+# not whole 16-byte vectors, the kernels read the row twice. The planner
+# sends rows longer than these to clusters (elements, bfloat16):
+from guidekit.recorded import lessons, listed, long_rows, plots, sweeps, tool_outputs
+from guidekit.recorded.pages import recorded, recorded_text, say, show
+from opguide.triton import launch as triton_launch
+
+say(f"CUDA, one block, by pass: {sweeps.ONE_BLOCK}")
+say(f"Triton, one program, by pass: {sweeps.TRITON_BLOCK}")
+
+# %%
+# The kernels are in ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``, one
+# family a file. The simplest exchange publishes each block's total in its
+# shared memory and, after a cluster barrier, reads all of them:
+#
+# .. literalinclude:: /../csrc/common/cluster.cuh
+#    :language: cuda
+#    :start-after: // [cluster-sum]
+#    :end-before: // [cluster-sum-end]
+#
+# .. dropdown:: csrc/common/cluster.cuh (the cluster sums)
+#
+#    .. literalinclude:: /../csrc/common/cluster.cuh
+#       :language: cuda
+#       :caption: csrc/common/cluster.cuh
+#
+# .. dropdown:: csrc/rms_norm/rms_norm_forward_cluster.cuh (the cluster forward)
+#
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_forward_cluster.cuh
+#       :language: cuda
+#       :caption: csrc/rms_norm/rms_norm_forward_cluster.cuh
+#
+# .. dropdown:: csrc/rms_norm/rms_norm_backward_cluster.cuh (the cluster backward)
+#
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_cluster.cuh
+#       :language: cuda
+#       :caption: csrc/rms_norm/rms_norm_backward_cluster.cuh
+#
+# .. dropdown:: csrc/rms_norm/rms_norm_backward_two_pass.cuh (the two-pass backward)
+#
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_two_pass.cuh
+#       :language: cuda
+#       :caption: csrc/rms_norm/rms_norm_backward_two_pass.cuh
+#
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh (fused, clusters)
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh
+#       :language: cuda
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh
+#
+# .. dropdown:: csrc/rms_norm/rms_norm_planner.cuh (the planner that chooses among them)
+#
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_planner.cuh
+#       :language: cuda
+#       :caption: csrc/rms_norm/rms_norm_planner.cuh
+#
+# Triton has no clusters: its long rows are split over programs that meet
+# through global memory (``opguide/triton/split.py``,
+# :doc:`step 9 <09_triton_kernel>`), each writing its part of the row's sum
+# into a slot and waiting for the others. The Triton backward splits rows
+# sooner than the forward: its register kernel holds ``x``, ``dy``, the
+# weight and its gradient, and the compiler's report on it says where that
+# stops fitting:
+show(lessons.spill_lines(recorded("triton_registers_h100.json"))[0])
+
+# %%
+# The long rows of the sweep of :doc:`11_performance`, bfloat16, next to
+# Quack and Liger (``-``: could not run):
+sweep_file = recorded("sweep_h100.json")
+sweep = sweep_file["sweep"]
+ALL_ROWS = sweep["rows"]
+AT = sweeps.at(r for r in ALL_ROWS if r["dtype"] == "bf16")
+lines, behind = long_rows.cluster_lines(AT, sweep["ns"])
+show(lines)
+say("cluster rows where Quack is faster: " + ("; ".join(behind) or "none"))
+show(long_rows.triton_split_lines(AT, sweep["ns"]))
+faster = long_rows.triton_fused_faster(AT, sweep["ns"])
+say(f"Triton fused faster than the CUDA cluster kernel by a point at: {listed(faster)}")
+title = f"Long rows, bfloat16: {sweep_file['device']} (recorded)"
+_ = plots.long_rows_figure(AT, sweep["ns"], title)
+
+# %%
+# Right of the dotted line, the CUDA kernels split the row over a cluster;
+# the dashed line is the pass's target. The lines above name any cluster
+# row where Quack is faster. Both of opguide's kernels at the rows they
+# split, in both 16-bit types, against the targets:
+show(long_rows.triton_long_row_lines(sweeps.by_dtype(ALL_ROWS), sweep["ns"]))
+
+# %%
+# Push the sums; do not wait at a barrier
+# ---------------------------------------
+# With ``cluster_sum`` above, every row stops the whole cluster at a barrier,
+# then reads the other blocks' totals, a second round trip. The kernels push
+# instead: each warp stores its partial sum into every block's shared memory
+# with ``st.async``, which counts the bytes on that block's *mbarrier*, and a
+# block waits only until its own slots are full. The backward pushes its
+# partial of the next row before it waits for this row's total:
+#
+# .. literalinclude:: /../csrc/common/cluster.cuh
+#    :language: cuda
+#    :start-after: // [cluster-push]
+#    :end-before: // [cluster-push-end]
+#
+# Both ways, timed by ``tools/sweep_rms_norm_forward_cluster.cu`` and
+# ``..._backward_cluster.cu``; the tool's forward variants both loop over
+# rows in persistent clusters:
+forward_push = tool_outputs.cluster_sweep(
+    recorded_text("sweep_rms_norm_forward_cluster_h100.txt"),
+    "loop 1024 x 4, barrier",
+    after="loop 512 x 4, push",
+)
+backward_push = tool_outputs.cluster_sweep(
+    recorded_text("sweep_rms_norm_backward_cluster_h100.txt"), "512 x 4, 3 stages"
+)
+lines, waiting = lessons.push_lines(forward_push, backward_push, AT)
+show(lines)
+say(
+    f"The sweep's backward is closer to the waiting variant at {', '.join(waiting)}."
+    if waiting
+    else "The sweep's long backward rows are closer to the pushing variant."
+)
+
+# %%
+# One row per cluster, many small blocks
+# --------------------------------------
+# A persistent cluster kernel runs one block of 512 threads per
+# multiprocessor, looping over rows with its slice in registers; a block
+# waiting for its cluster's sum leaves one row of loads in flight. The
+# library gives each cluster one row, in small blocks (128 threads, a 16 KiB
+# slice staged with ``cp.async``): several share a multiprocessor, and while
+# one waits the others load. The same tool times both, and at 16384 the
+# one-block kernel against a cluster of two:
+FORWARD_CLUSTER = recorded_text("sweep_rms_norm_forward_cluster_h100.txt")
+VARIANTS, LIBRARY = tool_outputs.cluster_variants(FORWARD_CLUSTER)
+lines, per_row = lessons.per_row_cluster_lines(VARIANTS, LIBRARY)
+show(lines)
+# The tool also stages x one to three rows ahead inside the persistent loop
+# ("staged"), which keeps more bytes in flight too:
+show(lessons.staged_lines(VARIANTS, LIBRARY))
+
+# %%
+# Wait without a fence
+# --------------------
+# A split kernel that writes a part, then counts it in with an atomic add,
+# needs a release fence between the two (the count must not be seen before
+# the part), and a fence waits until every store the program has in flight
+# has landed. The Triton split kernels send the part and its mark in one
+# 64-bit store, which needs no fence. The backward also waits one row late:
+# it writes its part of the next row before it waits for this row's total.
+# And it loads two rows ahead, not one, so that the loads it waits on have
+# had time to land. Two runs of ``tools/sweep_triton.py split``, one with
+# every split kernel fenced and one as built, each variant at the best of its
+# launch parameters (segment, warps), in % of the 1 GiB copy:
+fenced_text = recorded_text("sweep_triton_split_fenced_h100.txt", 1)
+fenced = tool_outputs.split_sweep(fenced_text)
+slots = tool_outputs.split_sweep(recorded_text("sweep_triton_split_h100.txt", 1))
+b = triton_launch.SPLIT_BACKWARD  # the library's launch of the split backward
+built = f"SEG {b.seg} warps {b.num_warps} per SM {b.per_sm}"
+show(lessons.split_lines(fenced, slots, built))
+
+# %%
+# The forward's lines name its best launch each way: with the fence, and with
+# slots. Every change on this page, in points of the copy at each point it
+# was measured:
+gains = long_rows.change_gains(forward_push, backward_push, per_row, fenced, slots)
+_ = plots.gains_figure(gains, "Long-row changes (recorded)")
+show(lessons.ranking_lines(gains))
+
+# %%
+# Next: :doc:`11_performance_4_tuning`, the changes that hold for rows of
+# every length.

@@ -1,0 +1,191 @@
+r"""
+Step 11.4: Which tuning changes moved the kernels
+=================================================
+
+The kernels of :doc:`11_performance` reach the copy's speed only with a
+handful of changes that no first version has. This page answers one
+question: which of those changes move the kernels, and by how much? Each is
+measured before and after on the same machine, and the plot at the end
+ranks them by what they gain.
+
+In this step you will learn:
+
+* why registers are a budget, and how to read it from the compiler;
+* why every load should be issued before the arithmetic that needs it;
+* how a pipeline in shared memory keeps the backward's loads in flight;
+* when cache hints and programmatic dependent launch pay, and when not.
+
+The numbers are **recorded** in ``docs/recorded/``: fixed-shape runs of
+``python -m guidekit.benchmark`` (in % of its 1 GiB copy) and the output of
+the ``tools/sweep_*`` programs, torch-free programs that time variants of a
+kernel against a copy. The page prints each file's device and date.
+Previous page: :doc:`11_performance_3_long_rows`.
+"""
+
+# %%
+# Hold the row in registers, and count the registers
+# --------------------------------------------------
+# Each thread loads its vectors of ``x`` and of the weight once and keeps them
+# until it writes the output, so ``x`` is read once. The more vectors per
+# thread, the fewer threads a row needs, but the more registers each one
+# uses; past what ``__launch_bounds__`` allows, the compiler spills to
+# memory. In bfloat16, the floats of a first conversion take twice the
+# registers of the packed values; ``keep_packed`` (:doc:`step 3
+# <03_cuda_kernel>`) keeps the packed values alive across the reduction
+# instead. The forward, by vectors per thread, with and without
+# ``keep_packed``:
+from guidekit.recorded import fixed_shapes, lessons, plots
+from guidekit.recorded.pages import compare, recorded, say, show, tool_sweep
+
+packed = tool_sweep("sweep_rms_norm_forward_keep_packed_h200.txt")
+show(lessons.keep_packed_lines(packed))
+
+# %%
+# A test reads the machine code (``tests/test_compile_checks.py``) and fails
+# if the forward spills. Registers also set how many blocks fit on a
+# multiprocessor, which has 65536 of them. The fused kernel runs rows of 1024
+# threads; ``__launch_bounds__(1024, 2)`` caps it at 32 registers per thread,
+# so that two such blocks fit. Without the cap and with the cap:
+uncapped = tool_sweep("sweep_fused_add_rms_norm_uncapped_h100.txt")
+capped = tool_sweep("sweep_fused_add_rms_norm_h100.txt")
+lines, cap_gain = lessons.register_cap_lines(uncapped, capped)
+show(lines)
+
+# %%
+# All loads before the arithmetic
+# -------------------------------
+# A thread needs eight 16-byte vectors (four of ``x``, four of the weight).
+# Written as one loop that loads a vector and adds its squares, the compiler
+# makes each load wait for the previous sum. Written as all the loads first,
+# then the sums, the eight loads are in flight together;
+# ``tests/test_compile_checks.py`` checks the order in the machine code:
+#
+# .. literalinclude:: /../csrc/rms_norm/rms_norm_forward.cuh
+#    :language: cuda
+#    :start-at: // All loads first
+#    :end-before: if constexpr (kLongRows)
+#
+# The CUDA forward, interleaved and then loads first:
+loads = compare(
+    "forward",
+    ["opguide"],
+    recorded("cuda_forward_loads_interleaved_h200.json"),
+    recorded("cuda_forward_loads_first_h200.json"),
+    ("interleaved", "loads first"),
+)
+say("gain: {:+.1f} to {:+.1f} points".format(*fixed_shapes.gain_range(loads)))
+
+# %%
+# The backward: a pipeline in shared memory
+# -----------------------------------------
+# The backward reads ``x`` and ``dy`` for a row, reduces across the block,
+# then writes ``dx``; a barrier per row makes every warp wait for the slowest
+# load. Prefetching the next row into registers keeps one row of loads in
+# flight. The pipelined kernel keeps the next rows (``kStages``) in shared
+# memory and queues their copies with ``cp.async``, which returns at once:
+#
+# .. literalinclude:: /../csrc/rms_norm/rms_norm_backward.cuh
+#    :language: cuda
+#    :start-after: // [pipelined-backward-kernel]
+#    :end-before: // [pipelined-backward-kernel-end]
+#
+# The register-prefetch kernel against the best pipelined layout, per shape:
+lines, pipeline_gains = lessons.pipeline_lines(
+    tool_sweep("sweep_rms_norm_backward_pipelined_h200.txt")
+)
+show(lines)
+
+# %%
+# Cache hints, and what L2 holds
+# ------------------------------
+# A CUDA load or store can carry a ``.cs`` ("streaming") hint, and a Triton
+# load an ``eviction_policy="evict_first"``: the same request, to let L2
+# drop these lines first, as ``x`` and ``y`` are touched once. But when L2 is
+# full of lines nobody marked, as a model or the benchmark's clean leaves it,
+# marked lines lose to all of them. The CUDA forward with and without the
+# hints, then the Triton kernels with and without ``evict_first``:
+hints_on, hints_off = (
+    recorded("cuda_forward_hints_on_h200.json"),
+    recorded("cuda_forward_hints_off_h200.json"),
+)
+hints = compare("forward", ["opguide"], hints_on, hints_off, ("hints", "no hints"))
+evict_on, evict_off = (
+    recorded("triton_evict_first_on_h200.json"),
+    recorded("triton_evict_first_off_h200.json"),
+)
+evict = [
+    change
+    for pass_name in ("forward", "fused")
+    for change in compare(
+        pass_name,
+        ["opguide triton"],
+        evict_on,
+        evict_off,
+        ("evict", "none"),
+    )
+]
+low, high = fixed_shapes.gain_range(hints + evict)
+say(f"without the hints: {low:+.1f} to {high:+.1f} points")
+
+# %%
+# The library's forward kernels use no hints. The backward keeps ``.cs`` on
+# its ``dx`` stores; the same runs measured it both ways:
+dx = compare("backward", ["opguide"], hints_on, hints_off, ("hints", "no hints"))
+most = fixed_shapes.largest(dx)
+say(f"without them, the backward's largest change: {most.points:+.1f} at {most.where}")
+
+# %%
+# Programmatic dependent launch
+# -----------------------------
+# The next kernel's blocks normally start only when the last block of this
+# one ends, so the GPU drains and fills again at every launch. On Hopper, a
+# kernel launched with the programmatic stream serialization attribute may
+# start while the previous one drains; it waits (``griddepcontrol.wait``)
+# before it reads memory, so results are untouched. That saves a fixed time
+# per launch, which matters only for short kernels:
+#
+# .. literalinclude:: /../csrc/common/launch.cuh
+#    :language: cuda
+#    :start-after: // [pdl-device]
+#    :end-before: // [pdl-device-end]
+#
+# The CUDA kernels with ``OPGUIDE_PDL=0`` and ``=1``:
+pdl_off, pdl_on = recorded("pdl_off.json"), recorded("pdl_on.json")
+pdl = [
+    change
+    for pass_name in ("forward", "backward")
+    for change in compare(
+        pass_name,
+        ["opguide"],
+        pdl_off,
+        pdl_on,
+        ("PDL off", "PDL on"),
+    )
+]
+show(lessons.pdl_lines([c.points for c in pdl], pdl_on.get("clean_l2")))
+
+# %%
+# The ranking
+# -----------
+# Every change on this page, in points of the copy gained at each point it
+# was measured (for the hints: what leaving them out gains). The runs are not
+# all on one GPU: each file's device line above says which.
+gains = {
+    "keep_packed": lessons.keep_packed_gains(packed),
+    "register cap": [cap_gain],
+    "loads first": [c.points for c in loads],
+    "shared-memory pipeline": pipeline_gains,
+    "no .cs hints (CUDA)": [c.points for c in hints],
+    "no evict_first (Triton)": [c.points for c in evict],
+    "PDL": [c.points for c in pdl],
+}
+_ = plots.gains_figure(gains, "Tuning changes, before and after (recorded)")
+show(lessons.ranking_lines(gains))
+
+# %%
+# The printed ranking is the page's conclusion: the changes at the top are
+# the ones to make first in a kernel of your own, and a change whose points
+# fall on both sides of zero is one to measure on your own GPU before you
+# keep it.
+#
+# Back to the start of the step: :doc:`11_performance`.
