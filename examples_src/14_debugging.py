@@ -226,8 +226,9 @@ torch.testing.assert_close(normalise_then_gate_fixed(x, w), normalise_then_gate(
 # compiles the programs shown here and runs each one under its tool.
 #
 # **CUDA_LAUNCH_BLOCKING=1.** Kernel launches return before the kernel runs, so
-# a failing kernel is reported by a later call that waits for the GPU, with a
-# Python traceback that points at the wrong line. Setting
+# a failing kernel is reported by whichever later CUDA call first checks for
+# errors: the next launch, or a call that waits for the GPU such as
+# ``.item()``. The Python traceback then points at the wrong line. Setting
 # ``CUDA_LAUNCH_BLOCKING=1`` makes every launch wait: slow, but the error is
 # raised by the call that launched the failing kernel. The program:
 #
@@ -238,7 +239,9 @@ torch.testing.assert_close(normalise_then_gate_fixed(x, w), normalise_then_gate(
 # ``compute-sanitizer --tool memcheck`` finds out-of-bounds and misaligned
 # accesses, and reports the kernel, the thread, and the source line (compile
 # with ``-lineinfo``). This kernel forgets its bounds check; without the tool
-# it usually runs "fine":
+# it usually runs "fine". ``x[i] *= s`` reads ``x[i]`` before it writes it, so
+# the first bad access of each stray thread is a read, and that is what
+# memcheck reports:
 #
 # .. literalinclude:: /../tools/gpu_debug/oob_write.cu
 #    :language: cuda
@@ -311,6 +314,25 @@ else:
         f"No recording is present yet: {RECORDING.relative_to(ROOT)} does not exist, so\n"
         "there are no GPU outputs to show. Run tools/record_gpu_debug.py on a GPU machine."
     )
+
+# %%
+# What the recording says about the two demonstrations, read from it:
+# where each traceback of ``async_error.py`` points, and the kind of access
+# memcheck reported first.
+if RECORDING.is_file():
+    program = (ROOT / "tools" / "gpu_debug" / "async_error.py").read_text().splitlines()
+    for run in record["runs"]:
+        if "async_error.py" in run["command"]:
+            where = re.findall(r'async_error\.py", line (\d+)', run["output"])
+            if where:
+                line = int(where[-1])
+                print(f"{run['command']}\n  raised at line {line}: {program[line - 1].strip()}")
+                if "BLOCKING" not in run["command"] and ".item()" not in program[line - 1]:
+                    print("  a launch after the failing one reported it, before .item() waited")
+        elif "memcheck" in run["command"]:
+            first = re.search(r"Invalid __global__ (\w+) of size (\d+)", run["output"])
+            if first:
+                print(f"{run['command']}\n  first report: a {first[1]} of {first[2]} bytes")
 
 # %%
 # The library's own kernels under the sanitizer

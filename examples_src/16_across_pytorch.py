@@ -390,6 +390,10 @@ else:
 # operator that cannot follow them carries the ``cudagraph_unsafe`` tag
 # (``torch.Tag.cudagraph_unsafe``): Inductor then splits the graph around it
 # and replays the rest.
+#
+# The cell runs these on a GPU, or shows a recorded GPU run when there is none
+# here; its first line is the AOTInductor package of the block above, loaded
+# in a fresh process on the GPU, and its last line says how that went.
 RECORD = ROOT / "docs" / "recorded" / "across_pytorch_gpu.json"
 
 
@@ -457,9 +461,30 @@ def _gpu_section() -> dict:
     }
 
 
+def aoti_verdict(lines: list[str], where: str) -> str:
+    """One sentence on the AOTInductor line of a GPU run (its first line)."""
+    first = lines[0] if lines else ""
+    if first.startswith("ran "):
+        return f"AOTInductor {where}: the package ran in a fresh process and matched eager mode."
+    if "FAILED" in first:
+        plain = "crashes there too" in first
+        return (
+            f"AOTInductor {where}: the package did NOT run; the fresh process failed"
+            + (
+                ", and so did a package of a plain nn.Linear, so that torch could not "
+                "load any AOTInductor package there"
+                if plain
+                else ", while a plain nn.Linear package ran there"
+            )
+            + ". The lines after it (autocast, CUDA graphs) ran."
+        )
+    return f"AOTInductor {where}: no result in this run."
+
+
 if HAVE_GPU:
     result = gpu_section()
     print("\n".join(result["lines"]))
+    print(aoti_verdict(result["lines"], "on this GPU"))
     if os.environ.get("OPGUIDE_RECORD_GPU") == "1":
         RECORD.write_text(json.dumps(result, indent=2) + "\n")
         print(f"recorded to docs/recorded/{RECORD.name}")
@@ -470,6 +495,7 @@ elif RECORD.exists():
         f"{recorded['date']}:"
     )
     print("\n".join(recorded["lines"]))
+    print(aoti_verdict(recorded["lines"], f"in the recorded run ({recorded['device']})"))
 else:
     print(
         "SKIPPED: no GPU here, and no recorded GPU run of this section "
