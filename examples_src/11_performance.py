@@ -98,15 +98,16 @@ say(f"Moved by more than a point: {listed(sorted({c.impl for c in moved}))}")
 say(f"The largest change: {max(l2, key=lambda c: abs(c.points)).points:+.1f} points")
 
 # %%
-# Why three input sets? The sweep's ``x`` alone is 128 MiB in bfloat16, more
-# than twice L2, yet a call that reads the set the call before it read finds
-# part of it there, and how much depends on the kernel. The bfloat16 forward
-# of the sweep below, recorded in the same run with one set
+# Why three input sets? The sweep's ``x`` alone is larger than L2 (its size
+# is printed below), yet a call that reads the set the call before it read
+# may find part of it there, and how much depends on the kernel. The
+# bfloat16 forward of the sweep below, recorded in the same run with one set
 # (``--min-sets 1``), against three:
 one_set = recorded("sweep_one_input_set_h100.json")["sweep"]
 ONE = sweeps.fractions(one_set["rows"])
 FORWARD = [r for r in sweep["rows"] if (r["dtype"], r["pass"]) == ("bf16", "forward")]
 THREE = sweeps.fractions(FORWARD)
+say(f"x in bfloat16: {sweep['elements'] * 2 / 2**20:.0f} MiB per input set")
 say(f"sets: {one_set['min_sets']} against {sweep['min_sets']}")
 show(sweeps.one_set_lines(sweeps.one_set_gains(ONE, THREE)))
 say("the CUDA forward slower than Liger or Quack at N =")
@@ -141,7 +142,7 @@ title = f"RMSNorm, bfloat16, GPU time: {sweep_file['device']} (recorded)"
 _ = plots.sweep_figure(ROWS, sweep["ns"], title)
 
 # %%
-# The targets, in % of the same-size copy, hold for both of opguide's
+# The targets, in % of the same-size copy, apply to both of opguide's
 # kernels; the CUDA kernel should also be at least as fast as the fastest of
 # Liger, Quack, ``F.rms_norm`` and ``torch.compile`` in the forward and in
 # training. bfloat16, every point:
@@ -180,8 +181,8 @@ show(sweeps.rerun_lines(sweeps.rerun_changes(ALL_ROWS, again_file["sweep"]["rows
 #
 # Odd row lengths
 # ---------------
-# A row of 4104 bfloat16 elements is not a whole number of 16-byte vectors,
-# and a slice may start anywhere. The CUDA kernels then take the widest
+# A row of 12300 bfloat16 elements (24600 bytes) is not a whole number of
+# 16-byte vectors, and a slice may start anywhere. The CUDA kernels then take the widest
 # access that the row length, the stride and every pointer allow, with more
 # accesses per thread the narrower they are:
 #

@@ -2,11 +2,12 @@ r"""
 Step 11.4: Which tuning changes moved the kernels
 =================================================
 
-The kernels of :doc:`11_performance` reach the copy's speed only with a
-handful of changes that no first version has. This page answers one
-question: which of those changes move the kernels, and by how much? Each is
-measured before and after on the same machine, and the plot at the end
-ranks them by what they gain.
+A kernel that is correct still has choices left that move its speed: how
+many registers it holds, in which order it loads, what it asks of the
+cache, how it is launched. This page answers one question: which of the
+changes in opguide's kernels move them, and by how much? Each is measured
+before and after on the same machine, and the plot at the end ranks them by
+what they gain.
 
 In this step you will learn:
 
