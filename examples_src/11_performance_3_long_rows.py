@@ -41,8 +41,9 @@ from guidekit.recorded import lessons, listed, long_rows, plots, sweeps, tool_ou
 from guidekit.recorded.pages import recorded, recorded_text, say, show
 from opguide.triton import launch as triton_launch
 
-say(f"CUDA, one block, by pass: {sweeps.ONE_BLOCK}")
-say(f"Triton, one program, by pass: {sweeps.TRITON_BLOCK}")
+LONGEST = {"CUDA block": sweeps.ONE_BLOCK, "Triton program": sweeps.TRITON_BLOCK}
+for who, longest in LONGEST.items():
+    say(f"one {who}: " + ", ".join(f"{p} {n}" for p, n in longest.items()))
 
 # %%
 # The kernels are in ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``, one
