@@ -6,46 +6,26 @@ The C++ and CUDA kernels of the earlier steps are one way to give
 ``opguide.rms_norm`` a fast body. `Triton <https://triton-lang.org>`_ is
 another: GPU kernels written in Python, over blocks of elements rather than
 single threads, compiled at run time. This step writes RMSNorm (forward and
-backward) in Triton and registers it so that ``torch.compile`` traces it like
-any other operator.
+backward) in Triton, registers it so that ``torch.compile`` traces it like
+any other operator, and lets users pick it with one keyword.
 
 In this step you will learn:
 
-* how to write a row-wise reduction kernel in Triton, and its backward with a
-  two-stage reduction for ``dweight``;
-* how to choose ``ROWS``, ``num_warps`` and pipeline stages: with
-  :func:`triton.autotune`, keyed on the row length, and, where the best
-  choice depends on more than the key, with rules taken from a sweep;
+* how to write a row-wise reduction kernel in Triton, and how its launch
+  knobs are chosen;
 * the two ways to register a Triton kernel: :func:`torch.library.custom_op`
   (opaque to the compiler) and :func:`torch.library.triton_op` with
-  :func:`torch.library.wrap_triton` (transparent to Inductor), and when each
-  is right;
+  :func:`torch.library.wrap_triton` (transparent to Inductor), and why
+  ``triton_op`` is the one to use on a GPU;
+* how users choose a backend: ``opguide.rms_norm(x, w, backend="triton")``;
+* how to write the backward, with a two-stage reduction for ``dweight``;
 * how the same kernels run on a machine without a GPU, in Triton's
-  interpreter;
-* how users choose a backend: ``opguide.rms_norm(x, w, backend="triton")``.
+  interpreter, and how fast they run on one (recorded).
 
-All the code shown is in the package ``opguide/triton/``, one module per
-role: ``interpreter.py`` (the interpreter on machines without a GPU),
-``prologue.py`` (the first lines of every kernel), the kernels by family
-(``forward.py``, ``backward.py``, ``split.py``, ``fused.py``), ``launch.py``
-(each kernel's knobs, chosen by one planner per operator), ``ops.py`` (the
-operators) and ``autograd.py``.
-
-Running without a GPU
----------------------
-Triton compiles for GPUs. Its interpreter (``TRITON_INTERPRET=1``) runs the
-same kernels with NumPy on CPU tensors, which is how this page and the test
-suite check them on machines without one. Triton reads the variable when
-``@triton.jit`` runs, so it must be set before ``triton`` is imported; every
-module of the package imports this one first:
-
-.. literalinclude:: /../opguide/triton/interpreter.py
-   :language: python
-   :caption: opguide/triton/interpreter.py
-
-The test suite (``conftest.py``) and the site (``docs/conf.py``) set it too, as
-early as possible, because ``torch.compile`` may import ``triton`` before
-``opguide`` does.
+Rows too long for one program are split over several:
+:doc:`step 9.2 <09_triton_kernel_2_long_rows>` takes them. The code shown is
+in ``opguide/triton/``: kernels by family (``forward.py``, ``backward.py``),
+their knobs (``launch.py``), the operators (``ops.py``, ``autograd.py``).
 
 The forward kernel
 ------------------
@@ -67,14 +47,13 @@ machine code as its lines written in place:
    :language: python
    :caption: opguide/triton/prologue.py
 
-``ROWS`` and ``num_warps`` (and, for the backward below, the number of
-programs and of pipeline stages) are the fields of a frozen dataclass, which
-one function per operator fills in from the number of rows, the row length,
-the dtype and the device. The rules were found with ``tools/sweep_triton.py``,
-which times every config on a GPU: about 2048 elements per program and 16 per
-thread for the forward. Under the interpreter they give one program per row
-and one warp. A tool that times another configuration passes it as
-``forced=``; nothing in the module is overwritten:
+``ROWS`` and ``num_warps`` are the fields of a frozen dataclass, which one
+function per operator fills in from the number of rows, the row length, the
+dtype and the device. The rules come from ``tools/sweep_triton.py``, which
+times every config on a GPU: about 2048 elements per program and 16 per
+thread. Under the interpreter they give one program per row and one warp. A
+tool that times another configuration passes it as ``forced=``; nothing in
+the module is overwritten:
 
 .. literalinclude:: /../opguide/triton/launch.py
    :language: python
@@ -84,81 +63,10 @@ and one warp. A tool that times another configuration passes it as
    :language: python
    :pyobject: forward_config
 
-Why a rule and not :func:`triton.autotune`: on the first call for a new
-value of its ``key`` (here the row length ``N``), the autotuner times every
-config and keeps the fastest. That is the right tool when the best config
-depends on the key alone. Here it also depends on the number of rows, and an
+Why a rule and not :func:`triton.autotune`: the autotuner times every config
+on the first call for each new value of its ``key`` (here ``N``) and keeps
+the fastest. The best config here also depends on the number of rows, and an
 autotuner keyed on ``N`` keeps whatever suited the first ``M`` it saw.
-
-A row longer than 16384 elements does not fit in one program's registers.
-Such a row is split over ``S`` programs, each holding ``SEG`` columns of it,
-which meet through global memory: each writes its part of the row's sum
-into a slot of its own, marked as written in the same 64-bit store, and
-waits until all the row's slots are marked. Then each adds all the parts in
-the same order, so every segment uses the same total, the same on every run. This is
-what a thread-block cluster does for the CUDA kernels (:doc:`step 11
-<11_performance>`, "Long rows"), without the cluster's guarantee that the
-programs run at the same time; the comment says why the wait still ends.
-The forward and fused kernels run one program per segment, the backward
-one per segment of a group of rows (more on it below):
-
-.. literalinclude:: /../opguide/triton/split.py
-   :language: python
-   :caption: opguide/triton/split.py
-
-A row of more segments than the GPU has multiprocessors (over two million
-elements on an H100) is not split: one program walks it in chunks of
-``BLOCK_N``, twice, once for the sum of squares and once to write the
-output. That kernel uses the autotuner, with a single config under the
-interpreter, where timing means nothing and costs a lot:
-
-.. literalinclude:: /../opguide/triton/forward.py
-   :language: python
-   :pyobject: _long_row_configs
-
-.. literalinclude:: /../opguide/triton/forward.py
-   :language: python
-   :pyobject: _rms_norm_fwd_long_kernel
-
-The backward kernels
---------------------
-With ``x_hat = x * inv_rms`` and ``g = dy * weight``, the gradients are
-``dx = inv_rms * (g - x_hat * mean(g * x_hat))`` per row, and
-``dweight = sum over rows of dy * x_hat``. The second is a reduction *across*
-rows: each program sums the rows it owns into its own row of a small float32
-buffer, and a second kernel (``_dw_sum_kernel``) adds up that buffer's rows
-in a fixed order and writes ``dweight`` in its dtype. No two programs write
-the same address, so no atomics are needed, and the result is the same on
-every run. ``inv_rms`` comes from the forward, which saved it
-(``opguide::rms_norm_fwd_triton`` returns it next to ``y``): the Triton
-backward takes the same arguments as the C++ one of :doc:`step 8
-<08_autograd>`, so either backend's backward serves either forward.
-
-There are only as many programs as fit on the GPU at once, each looping over
-its rows with ``tl.range``, whose ``num_stages`` argument lets Triton
-load the next rows while it computes the current ones (``STAGES``, three
-where they fit in shared memory). Short rows come ``ROWS`` at a time, so that
-each step of the loop has a few thousand elements to work on. The ``GDC``
-flag turns on programmatic dependent launch (``pdl_prologue`` above and
-``launch.pdl_options``; :doc:`step 11 <11_performance>`, "Lessons", measures
-it for the CUDA kernels).
-
-The register kernel holds ``x``, ``dy``, the weight and its share of
-``dweight`` for a whole row; past ``MAX_REGISTER_ROW_BACKWARD`` (8192
-elements) that no longer fits and Triton spills to memory. Longer rows take
-``_rms_norm_bwd_split_kernel`` of the split kernels above: program ``(g, s)``
-takes segment ``s`` of the rows ``g``, ``g + G``, ``g + 2G``, ..., adds its
-segment of ``dweight`` over them into row ``g`` of the buffer, and waits one
-row late: it writes its part of the next row's sum before it waits for this
-row's total, and it has already started the loads of the row after that.
-``_dw_sum_kernel`` sums the buffer as above. Rows of more segments than
-multiprocessors take two chunked kernels: one program per row walks it
-twice, for the row's sum and for ``dx``, and ``dweight`` is summed over
-strips of columns. The whole file:
-
-.. literalinclude:: /../opguide/triton/backward.py
-   :language: python
-   :caption: opguide/triton/backward.py
 
 custom_op or triton_op?
 -----------------------
@@ -174,33 +82,22 @@ differ in what the compiler can see:
   :func:`torch.library.wrap_triton` becomes a node of the graph, and Inductor
   launches the compiled kernel from its own generated code: no Python
   dispatch per call, and the launch takes part in CUDA graphs and in
-  Inductor's autotuning. The body itself serves as the fake kernel. It needs
-  real, compiled Triton kernels; with the interpreter ``opcheck`` fails.
+  Inductor's autotuning. It needs real, compiled Triton kernels; with the
+  interpreter ``opcheck`` fails.
 
-So ``opguide`` picks one per process: ``triton_op`` when a GPU is there,
-``custom_op`` under the interpreter. The kernels and the operator bodies are
-the same code:
+So on a GPU ``triton_op`` is the right choice: the compiled graph launches the
+kernel itself. Without a GPU only ``custom_op`` works. ``opguide`` picks one
+per process; the kernels and the operator bodies are the same code:
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
    :start-after: # [register-choice]
    :end-before: # [register-choice-end]
 
-Every launch runs under a device guard. Triton launches on the *current*
-GPU and requires every pointer argument to live there, so, as the CUDA
-wrappers of :doc:`step 3 <03_cuda_kernel>` make the input's GPU current, the
-Triton operators do (the last section of this page shows what happens
-without it):
-
-.. literalinclude:: /../opguide/triton/launch.py
-   :language: python
-   :pyobject: on_device_of
-
-The forward operators (``rms_norm_triton`` for inference,
-``rms_norm_fwd_triton`` for training, which also returns ``inv_rms``), and
-the backward one, which returns two tensors, are thin: each calls a launch
-function, which takes the planner's configuration (or a ``forced=`` one) and
-launches the kernel it names:
+The forward operators, ``rms_norm_triton`` for inference and
+``rms_norm_fwd_triton`` for training (it also returns ``inv_rms``), are thin:
+each calls a launch function, which takes the planner's configuration (or a
+``forced=`` one) and launches the kernel it names:
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
@@ -214,18 +111,18 @@ launches the kernel it names:
    :language: python
    :pyobject: rms_norm_fwd_triton
 
-.. literalinclude:: /../opguide/triton/ops.py
+Every launch runs under a device guard. Triton launches on the *current*
+GPU and requires every pointer argument to live there, so, as the CUDA
+wrappers of :doc:`step 3 <03_cuda_kernel>` make the input's GPU current, the
+Triton operators do (a section below shows what happens without it):
+
+.. literalinclude:: /../opguide/triton/launch.py
    :language: python
-   :pyobject: rms_norm_backward_triton
+   :pyobject: on_device_of
 
-:meth:`~torch.library.CustomOpDef.register_autograd` connects them, and
-``rms_norm`` is what ``opguide.rms_norm(..., backend="triton")`` runs:
-
-.. literalinclude:: /../opguide/triton/autograd.py
-   :language: python
-   :caption: opguide/triton/autograd.py
-
-Under the interpreter the ``custom_op`` versions also need fake kernels:
+Both routes register fake kernels: ``custom_op`` needs them, and with
+``triton_op`` they spare a tracer (DTensor's, for one) from running the
+body:
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
@@ -243,17 +140,34 @@ input's device, otherwise Triton:
 .. literalinclude:: /../opguide/backends.py
    :language: python
    :pyobject: resolve_backend
+
+Running without a GPU
+---------------------
+Triton compiles for GPUs. Its interpreter (``TRITON_INTERPRET=1``) runs the
+same kernels with NumPy on CPU tensors, which is how this page and the test
+suite check them on machines without one. Triton reads the variable when
+``@triton.jit`` runs, so it must be set before ``triton`` is imported; every
+module of the package imports this one first (the test suite and the site
+set it too, as early as possible, because ``torch.compile`` may import
+``triton`` before ``opguide`` does):
+
+.. literalinclude:: /../opguide/triton/interpreter.py
+   :language: python
+   :caption: opguide/triton/interpreter.py
 """
 
 # %%
 # Which registration is in use here
 # ---------------------------------
 import os
+import textwrap
 import time
 
 import torch
 
 import opguide
+from guidekit import pages_triton
+from guidekit.recorded import load
 from opguide import rms_norm_reference
 from opguide import triton as triton_ops
 
@@ -265,7 +179,6 @@ register_op = triton_ops.ops.register_op
 print("registered with:", register_op.__module__ + "." + register_op.__name__)
 print(torch.ops.opguide.rms_norm_triton.default._schema)
 print(torch.ops.opguide.rms_norm_fwd_triton.default._schema)
-print(torch.ops.opguide.rms_norm_backward_triton.default._schema)
 
 device = "cuda" if torch.cuda.is_available() and not triton_ops.INTERPRET else "cpu"
 
@@ -289,10 +202,53 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
         print(f"{str(dtype):15} {str(shape):10} max |error| = {err:.2e}")
 
 # %%
-# And the backward
-# ----------------
+# The backward kernel
+# -------------------
+# With ``x_hat = x * inv_rms`` and ``g = dy * weight``, the gradients are
+# ``dx = inv_rms * (g - x_hat * mean(g * x_hat))`` per row, and
+# ``dweight = sum over rows of dy * x_hat``. The second is a reduction *across*
+# rows: each program sums the rows it owns into its own row of a small float32
+# buffer, and a second kernel (``_dw_sum_kernel``) adds up that buffer's rows
+# in a fixed order and writes ``dweight`` in its dtype. No two programs write
+# the same address, so no atomics are needed, and the result is the same on
+# every run. ``inv_rms`` comes from the forward, which saved it.
+#
+# There are only as many programs as fit on the GPU at once, each looping over
+# its rows with ``tl.range``, whose ``num_stages`` argument lets Triton
+# load the next rows while it computes the current ones (``STAGES``). Short
+# rows come ``ROWS`` at a time, so that each step of the loop has a few
+# thousand elements to work on. The ``GDC`` flag turns on programmatic
+# dependent launch (``pdl_prologue`` above; :doc:`step 11 <11_performance>`,
+# "Lessons", measures it for the CUDA kernels):
+#
+# .. literalinclude:: /../opguide/triton/backward.py
+#    :language: python
+#    :pyobject: _rms_norm_bwd_kernel
+#
+# .. literalinclude:: /../opguide/triton/backward.py
+#    :language: python
+#    :pyobject: _dw_sum_kernel
+#
+# ``launch.backward_config`` chooses the programs, ``ROWS`` and ``STAGES``
+# (shown whole at the end of the page). The backward operator returns two
+# tensors and takes the same arguments as the C++ one of :doc:`step 8
+# <08_autograd>`, so either backend's backward serves either forward;
+# :meth:`~torch.library.CustomOpDef.register_autograd` connects it to the
+# forward, and ``rms_norm`` is what ``opguide.rms_norm(..., backend="triton")``
+# runs:
+#
+# .. literalinclude:: /../opguide/triton/ops.py
+#    :language: python
+#    :pyobject: rms_norm_backward_triton
+#
+# .. literalinclude:: /../opguide/triton/autograd.py
+#    :language: python
+#    :caption: opguide/triton/autograd.py
+#
 # The gradients of the Triton operator against those that autograd computes
 # through the reference (float32, so the comparison is tight):
+schema = str(torch.ops.opguide.rms_norm_backward_triton.default._schema)
+print(textwrap.fill(schema, 88, subsequent_indent="    "))
 x = torch.randn(37, 96, device=device, requires_grad=True)
 w = torch.randn(96, device=device, requires_grad=True)
 grad = torch.randn(37, 96, device=device)
@@ -313,12 +269,17 @@ print("max |dweight - reference| =", (dw - w.grad).abs().max().item())
 # grad) and for the backward:
 x = torch.randn(5, 24, device=device, requires_grad=True)
 w = torch.randn(24, device=device, requires_grad=True)
-print(torch.library.opcheck(torch.ops.opguide.rms_norm_triton.default, (x, w, 1e-6)))
-print(torch.library.opcheck(torch.ops.opguide.rms_norm_fwd_triton.default, (x, w, 1e-6)))
 g = torch.randn(5, 24, device=device)
 _, inv_rms = torch.ops.opguide.rms_norm_fwd_triton.default(x.detach(), w.detach(), 1e-6)
-args = (g, x.detach(), w.detach(), inv_rms)
-print(torch.library.opcheck(torch.ops.opguide.rms_norm_backward_triton.default, args))
+checks = {
+    "rms_norm_triton": (x, w, 1e-6),
+    "rms_norm_fwd_triton": (x, w, 1e-6),
+    "rms_norm_backward_triton": (g, x.detach(), w.detach(), inv_rms),
+}
+for name, args in checks.items():
+    result = torch.library.opcheck(getattr(torch.ops.opguide, name).default, args)
+    line = ", ".join(f"{test.removeprefix('test_')} {v}" for test, v in result.items())
+    print(textwrap.fill(f"{name}: {line}", 88, subsequent_indent="    "))
 
 # %%
 # ``torch.compile(fullgraph=True)`` raises at the first graph break, so a
@@ -337,33 +298,38 @@ y = compiled(x, w)
 print(f"compiled and ran in {time.perf_counter() - start:.1f} s")
 torch.testing.assert_close(y, rms_norm_reference(x, w) * 2)
 y.sum().backward()
-print("compiled forward and backward match the reference; dweight[:4] =", w.grad[:4])
+print("compiled forward and backward match the reference")
+print("dweight[:4] =", w.grad[:4])
 
 # %%
-# What Inductor sees (GPU only)
-# -----------------------------
-# With ``triton_op``, Inductor's generated code compiles ``_rms_norm_fwd_kernel``
-# (``async_compile.triton``) and launches it itself (``.run``). With
-# ``custom_op`` it would only call the operator. The two lines of the generated
-# code that show it:
-if device == "cuda":
-    from torch._inductor.utils import run_and_get_code
+# What Inductor receives
+# ----------------------
+# A backend that records the graph that AOTAutograd hands to Inductor shows
+# the difference between the two registrations: a ``custom_op`` stays one
+# call to the operator; a ``triton_op`` arrives as the kernel launch itself
+# (``triton_kernel_wrapper_functional``), which Inductor compiles into its
+# own code.
+from functorch.compile import make_boxed_func  # noqa: E402
+from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 
-    torch._dynamo.reset()
-    xc = torch.randn(32, 1024, device="cuda", dtype=torch.float16)
-    wc = torch.randn(1024, device="cuda", dtype=torch.float16)
-    _, code = run_and_get_code(torch.compile(norm_then_scale, fullgraph=True), xc, wc)
-    lines = [
-        line.strip()
-        for line in "\n".join(code).splitlines()
-        if "_rms_norm_fwd_kernel" in line and ("async_compile.triton(" in line or ".run(" in line)
-    ]
-    print("\n".join(lines[:4]))
-else:
-    print(
-        "skipped: no GPU here, so the operator is a custom_op running in Triton's "
-        "interpreter; Inductor treats it as an opaque call."
-    )
+seen = []
+
+
+def record_graph(gm, example_inputs):
+    seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+    return make_boxed_func(gm.forward)
+
+
+torch._dynamo.reset()
+with torch.no_grad():
+    torch.compile(norm_then_scale, backend=aot_autograd(fw_compiler=record_graph))(x, w)
+print("the graph Inductor would receive:", ", ".join(seen))
+launches = [op for op in seen if "triton_kernel_wrapper" in op]
+print(
+    f"{len(launches)} kernel launch(es) in the graph: Inductor launches the kernel"
+    if launches
+    else "no kernel launch in the graph: Inductor calls the operator, an opaque box"
+)
 
 # %%
 # The device guard at work
@@ -389,12 +355,17 @@ if torch.cuda.device_count() >= 2:
         [*pytest, "tests/test_two_gpus.py"], cwd=ROOT, capture_output=True, text=True
     )
     command = "python -m pytest -q tests/test_two_gpus.py"
-    print(f"{torch.cuda.device_count()} GPUs here. Run live, with the guard: $ {command}")
+    print(
+        f"{torch.cuda.device_count()} GPUs here. Run live, with the guard: $ {command}"
+    )
     print("   ", run.stdout.strip().splitlines()[-1])
     print(f"Recorded on {machine}, {record['date']}:")
     labels = ["without_guard"]  # the run made live above is the one with the guard
 else:
-    print(f"{torch.cuda.device_count()} GPU(s) here. Recorded on {machine}, {record['date']}:")
+    print(
+        f"{torch.cuda.device_count()} GPU(s) here. "
+        f"Recorded on {machine}, {record['date']}:"
+    )
     labels = ["with_guard", "without_guard"]
 for label in labels:
     recorded_run = record[label]
@@ -419,6 +390,39 @@ print(
 # pass either way.
 
 # %%
+# How fast, on a GPU (recorded)
+# -----------------------------
+# ``python -m guidekit.benchmark --sweep`` times each kernel at ten row
+# lengths with the same bytes in all (``M * N`` fixed), next to a copy of
+# those bytes. The recorded sweep, read from ``docs/recorded/``: the Triton
+# kernels of this page and the CUDA kernels of :doc:`step 3 <03_cuda_kernel>`
+# in % of the copy, both 16-bit types. The dotted line is the longest row one
+# Triton program holds; longer rows are split (:doc:`step 9.2
+# <09_triton_kernel_2_long_rows>`).
+sweep_record = load("sweep_opguide_h100.json")
+print("recorded on", pages_triton.measured_on(sweep_record))
+LIMITS = {
+    "forward": triton_ops.launch.MAX_REGISTER_ROW,
+    "backward": triton_ops.launch.MAX_REGISTER_ROW_BACKWARD,
+}
+fig = pages_triton.plot_fractions(sweep_record, list(LIMITS), limits=LIMITS)
+# The rows this page's register kernels take: N up to each pass's limit.
+short = [r for r in sweep_record["sweep"]["rows"] if r["n"] <= LIMITS.get(r["pass"], 0)]
+for line in pages_triton.range_lines(short, list(LIMITS)):
+    print(line)
+for pass_name, limit in LIMITS.items():
+    ahead, total, gap = pages_triton.head_to_head(short, pass_name)
+    print(
+        f"{pass_name}, N <= {limit}: Triton at least as fast as CUDA at {ahead} of "
+        f"{total} points"
+        + (
+            f";\n    CUDA ahead by {gap:.1f} points of the copy at most"
+            if gap > 0
+            else ""
+        )
+    )
+
+# %%
 # Trade-offs: Triton or CUDA C++?
 # -------------------------------
 # **Effort.** The Triton kernels are a few dozen lines of Python each, with no
@@ -428,28 +432,26 @@ print(
 # counted whole):
 
 
-def code_lines(path, start=None, end=None):
+def code_lines(path):
     text = path.read_text().splitlines()
-    if start is not None:
-        text = text[text.index(start) + 1 : text.index(end)]
-    return sum(1 for line in text if line.strip() and not line.strip().startswith(("#", "//")))
+    return sum(
+        1 for line in text if line.strip() and not line.strip().startswith(("#", "//"))
+    )
 
 
 triton_dir = ROOT / "opguide" / "triton"
 counts = [
-    ("Triton forward kernels, opguide/triton/forward.py", code_lines(triton_dir / "forward.py")),
-    ("Triton backward kernels, opguide/triton/backward.py", code_lines(triton_dir / "backward.py")),
+    ("Triton forward kernels, opguide/triton/forward.py", triton_dir / "forward.py"),
+    ("Triton backward kernels, opguide/triton/backward.py", triton_dir / "backward.py"),
+    ("CUDA forward kernel, csrc/rms_norm/rms_norm_forward.cuh", None),
+    ("CUDA backward kernels, csrc/rms_norm/rms_norm_backward.cuh", None),
+    ("their wrappers, csrc/rms_norm/rms_norm_cuda.cu", None),
 ]
-for name, what in [
-    ("rms_norm/rms_norm_forward.cuh", "CUDA forward kernel"),
-    ("rms_norm/rms_norm_backward.cuh", "CUDA backward kernels"),
-    ("rms_norm/rms_norm_cuda.cu", "forward and backward wrappers"),
-]:
-    if (ROOT / "csrc" / name).exists():
-        counts.append((f"{what}, csrc/{name}", code_lines(ROOT / "csrc" / name)))
+counts = [(label, path or ROOT / label.split(", ")[1]) for label, path in counts]
 width = max(len(label) for label, _ in counts)
-for label, lines_of_code in counts:
-    print(f"{label:{width}} {lines_of_code:4} lines")
+for label, path in counts:
+    if path.exists():
+        print(f"{label:{width}} {code_lines(path):4} lines")
 
 # %%
 # **Portability to ROCm.** Triton has an AMD backend: the same Python kernels
@@ -461,11 +463,10 @@ for label, lines_of_code in counts:
 #
 # **Speed.** Hand-written CUDA gives more control (vector widths, shared
 # memory, launch bounds, persistent kernels); Triton gets much of it from its
-# compiler and a few launch parameters. How close the two come depends on the
-# GPU and the shape, so the cell below measures them where a GPU is present,
-# and :doc:`step 11 <11_performance>` over every row length. The interpreter
-# is a correctness tool, not a fast path: where it runs, the cell times it
-# next to the C++ kernel.
+# compiler and a few launch parameters. The recorded sweep above compares the
+# two on one GPU; :doc:`step 11 <11_performance>` compares them with other
+# libraries. The interpreter is a correctness tool, not a fast path: where it
+# runs, the cell times it next to the C++ kernel on the CPU.
 import statistics  # noqa: E402
 
 
@@ -492,90 +493,24 @@ if cpp_ms > 5 * one_ms:
     # machine, not the kernel.
     ref_ms = median_ms(lambda: torch.nn.functional.rms_norm(x, (1024,), w))
     print(
-        f"Surprising: on one thread the same call takes {one_ms:.3f} ms, and F.rms_norm "
-        f"{ref_ms:.3f} ms on {threads}. OpenMP threads spin while they wait for work; when "
-        "something else keeps the cores busy (torch.compile can leave compile worker "
-        "processes running), each parallel region waits for a thread that lost its core. "
-        "OMP_WAIT_POLICY=PASSIVE or fewer threads (torch.set_num_threads) avoid it."
+        f"Surprising: on one thread the same call takes {one_ms:.3f} ms, and "
+        f"F.rms_norm {ref_ms:.3f} ms on {threads}.\nOpenMP threads spin while they "
+        "wait for work; when something else keeps the cores busy\n(torch.compile can "
+        "leave compile worker processes running), each parallel region waits\nfor a "
+        "thread that lost its core. OMP_WAIT_POLICY=PASSIVE or fewer threads\n"
+        "(torch.set_num_threads) avoid it."
     )
 if triton_ops.INTERPRET:
     interp_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="triton"))
-    print(f"Triton interpreter, same input:        {interp_ms:8.3f} ms ({interp_ms / cpp_ms:.0f}x)")
+    print(
+        f"Triton interpreter, same input:        {interp_ms:8.3f} ms "
+        f"({interp_ms / cpp_ms:.0f}x)"
+    )
 else:
     print(
-        "Triton interpreter: not timed (TRITON_INTERPRET is off here: Triton compiles for the GPU)"
+        "Triton interpreter: not timed "
+        "(TRITON_INTERPRET is off: Triton compiles for the GPU)"
     )
-
-
-def cuda_ms(fn, repeat=50):
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeat):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / repeat
-
-
-if device == "cuda":
-    xc = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    wc = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
-    moved = 2 * xc.numel() * xc.element_size()  # read x, write y
-    gpu_ms = {}
-    for backend in ("cpp", "triton"):
-        ms = gpu_ms[backend] = cuda_ms(lambda b=backend: opguide.rms_norm(xc, wc, backend=b))
-        print(
-            f"{backend:7} (4096, 4096) bfloat16 on {torch.cuda.get_device_name()}: "
-            f"{ms:.3f} ms, {moved / ms / 1e6:.0f} GB/s"
-        )
-    print(f"Triton's time is {gpu_ms['triton'] / gpu_ms['cpp']:.2f}x the C++ kernel's here")
-else:
-    print("GPU timing skipped: no GPU visible (the performance chapter measures on one)")
-
-# %%
-# Compiled for seven GPUs, run on none of them
-# ---------------------------------------------
-# Triton compiles for any GPU it is told about, not only the one present:
-# ``triton.compile`` with a ``GPUTarget`` goes down to AMD's ``hsaco`` or
-# NVIDIA's ``cubin`` on a machine with no GPU at all.
-# ``guidekit/triton_targets.py`` does so for every launch configuration the
-# library's launch code chooses (it calls the operators on fake CUDA tensors
-# and records their launches), and reads registers, spills and shared memory
-# from the machine code. Here, the forward kernel, at the extremes of its
-# configurations, on each target:
-from guidekit import triton_targets  # noqa: E402
-
-results = triton_targets.check(kernels=["_rms_norm_fwd_kernel"])
-print(f"{'target':8} {'x':8} {'launch':44} {'regs':>4} {'spill':>5} {'shared':>6} {'budget':>9}")
-for u in results:
-    launch = " ".join(
-        w for w in u.config.split() if w.startswith(("BLOCK_N", "ROWS", "num_w", "GDC"))
-    )
-    print(
-        f"{u.target:8} {u.dtypes:8} {launch:44} {u.regs:>4} {u.spills + u.sgpr_spills:>5} "
-        f"{u.shared:>6} {u.reg_budget:>4}r/{u.smem_budget // 1024}K  {u.status}"
-    )
-print(triton_targets.summary(results))
-for name, target in triton_targets.TARGETS.items():
-    mine = [u for u in results if u.target == name]
-    fit, refused = sum(u.ok for u in mine), sum(u.status == "error" for u in mine)
-    print(f"{name:8} ({target.gpu}): {fit} of {len(mine)} fit without spilling, {refused} refused")
-print("GPU on this machine:", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
-
-# %%
-# What this shows: the kernel compiles for these GPUs, and each compile
-# marked ``ok`` fits the GPU's registers and shared memory without
-# spilling (the ``budget`` column: registers per thread for that many
-# warps, and shared memory per block). A line marked ``error`` is a launch
-# the library would make there that Triton refuses. What it does not show:
-# none of these kernels ran on those GPUs, so it says nothing about their
-# results or speed there; correctness on AMD GPUs is not tested by this.
-# ``tests/test_triton_targets.py`` runs the same check for every kernel and
-# fails on any spill outside a short list of known ones, each with its reason
-# (``KNOWN_SPILLS``); ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every
-# configuration, not only the extremes.
 
 # %%
 # The files of this step, whole
@@ -594,6 +529,12 @@ print("GPU on this machine:", torch.cuda.get_device_name() if torch.cuda.is_avai
 #    .. literalinclude:: /../opguide/triton/forward.py
 #       :language: python
 #       :caption: opguide/triton/forward.py
+#
+# .. dropdown:: opguide/triton/backward.py
+#
+#    .. literalinclude:: /../opguide/triton/backward.py
+#       :language: python
+#       :caption: opguide/triton/backward.py
 #
 # .. dropdown:: opguide/triton/launch.py
 #

@@ -115,6 +115,7 @@ def plot_fractions(
     passes: Sequence[str],
     impls: Sequence[str] = (TRITON, CUDA),
     limits: dict[str, int] | None = None,
+    longer_than: dict[str, int] | None = None,
 ):
     """One panel per pass: each implementation in % of the copy against N, both 16-bit types.
 
@@ -128,6 +129,7 @@ def plot_fractions(
         passes: the passes to plot, one panel each.
         impls: the implementations to plot.
         limits: ``{pass: N}`` to mark, e.g. ``sweeps.TRITON_BLOCK``.
+        longer_than: ``{pass: N}``: plot only the row lengths above N.
 
     Returns:
         The matplotlib figure.
@@ -136,6 +138,7 @@ def plot_fractions(
 
     rows = record["sweep"]["rows"]
     ns = record["sweep"]["ns"]
+    longer_than = longer_than or {}
     fig, axes = plt.subplots(
         1,
         len(passes),
@@ -148,7 +151,7 @@ def plot_fractions(
         ax.set_facecolor("white")
         for impl in impls:
             for dtype, style in zip(DTYPES, ("-", "--"), strict=True):
-                found = series(rows, pass_name, impl, dtype)
+                found = series(rows, pass_name, impl, dtype, longer_than.get(pass_name, 0))
                 if found:
                     ax.plot(
                         *zip(*found, strict=True),
@@ -162,7 +165,8 @@ def plot_fractions(
         if limits and pass_name in limits:
             ax.axvline(limits[pass_name], color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
-        ax.set_xticks(ns, [str(n) for n in ns], rotation=45, color="black", fontsize=8)
+        shown = [n for n in ns if n > longer_than.get(pass_name, 0)]
+        ax.set_xticks(shown, [str(n) for n in shown], rotation=45, color="black", fontsize=8)
         ax.tick_params(colors="black")
         ax.set_title(pass_name, color="black")
         ax.set_xlabel("N (row length)", color="black")

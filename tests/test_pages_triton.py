@@ -79,6 +79,8 @@ def test_plot_has_a_panel_per_pass_and_says_recorded():
     assert fig.get_facecolor()[:3] == (1.0, 1.0, 1.0)
     assert "Recorded on GPU X" in fig._suptitle.get_text()
     assert len(fig.axes[0].get_lines()) == 4 + 2  # four series, 100% and the limit
+    fig = pages_triton.plot_fractions(record(ROWS), ["forward"], longer_than={"forward": 2048})
+    assert len(fig.axes[0].get_lines()) == 2 + 1  # bfloat16 at 32768, twice; 100%
 
 
 def test_on_the_recorded_sweep():

@@ -1,0 +1,252 @@
+r"""
+Step 9.2: Rows too long for one program
+=======================================
+
+The Triton kernels of :doc:`step 9 <09_triton_kernel>` hold whole rows in
+registers, up to ``launch.MAX_REGISTER_ROW`` elements in the forward and
+``launch.MAX_REGISTER_ROW_BACKWARD`` in the backward (the first cell prints
+both). A longer row does not fit in one program's registers. This step takes
+such rows: split over several programs that meet through global memory, and,
+past what a GPU can run at once, walked in chunks by one program.
+
+In this step you will learn:
+
+* how to split a row over programs that exchange their partial sums, and
+  why waiting for one another ends, without a cluster's guarantees;
+* how the backward splits its rows, and waits one row late;
+* what takes a row of more segments than the GPU has multiprocessors;
+* how fast the split kernels run on a GPU, against the CUDA kernels'
+  clusters (recorded);
+* how to compile the kernels for GPUs you do not have, and read their
+  registers and spills.
+
+Split rows
+----------
+A row too long for one program is split over ``S`` programs, each holding
+``SEG`` columns of it, which meet through global memory: each writes its part
+of the row's sum into a slot of its own, marked as written in the same 64-bit
+store, and waits until all the row's slots are marked. Then each adds all the
+parts in the same order, so every segment uses the same total, the same on
+every run. This is what a thread-block cluster does for the CUDA kernels
+(:doc:`step 11 <11_performance>`, "Long rows"), without the cluster's
+guarantee that the programs run at the same time; the comment says why the
+wait still ends. The forward and fused kernels run one program per segment,
+the backward one per segment of a group of rows:
+
+.. literalinclude:: /../opguide/triton/split.py
+   :language: python
+   :caption: opguide/triton/split.py
+
+In the backward, program ``(g, s)`` takes segment ``s`` of the rows ``g``,
+``g + G``, ``g + 2G``, ..., adds its segment of ``dweight`` over them into
+row ``g`` of the buffer that ``_dw_sum_kernel`` sums (:doc:`step 9
+<09_triton_kernel>`), and waits one row late: it writes its part of the next
+row's sum before it waits for this row's total, and it has already started
+the loads of the row after that.
+
+Each planner of ``launch.py`` chooses a split only while the row's segments
+fit on the GPU at once, one per multiprocessor (SM) at most:
+
+.. literalinclude:: /../opguide/triton/launch.py
+   :language: python
+   :pyobject: Split
+
+.. literalinclude:: /../opguide/triton/launch.py
+   :language: python
+   :pyobject: _split_or_chunked
+
+Rows longer still: chunks
+-------------------------
+A row of more segments than the GPU has SMs is not split: one program walks
+it in chunks of ``BLOCK_N``, twice, once for the sum of squares and once to
+write the output. That kernel uses the autotuner, with a single config under
+the interpreter, where timing means nothing and costs a lot:
+
+.. literalinclude:: /../opguide/triton/launch.py
+   :language: python
+   :pyobject: Chunked
+
+.. literalinclude:: /../opguide/triton/forward.py
+   :language: python
+   :pyobject: _long_row_configs
+
+.. literalinclude:: /../opguide/triton/forward.py
+   :language: python
+   :pyobject: _rms_norm_fwd_long_kernel
+
+The backward's chunked kernels do the same: one program per row walks it
+twice, for the row's sum and for ``dx``, and ``dweight`` is summed over
+strips of columns:
+
+.. literalinclude:: /../opguide/triton/backward.py
+   :language: python
+   :pyobject: _rms_norm_bwd_long_kernel
+
+.. literalinclude:: /../opguide/triton/backward.py
+   :language: python
+   :pyobject: _dw_columns_kernel
+"""
+
+# %%
+# Which kernel takes which row
+# ----------------------------
+# The planners' choice at a few row lengths, on this machine. Under the
+# interpreter, programs run one after another, so a split row has one
+# segment, and the chunked kernels start past ``2**17`` elements:
+import torch
+
+import opguide
+from guidekit import pages_triton
+from guidekit.recorded import load
+from opguide import rms_norm_reference
+from opguide import triton as triton_ops
+from opguide.testing import TOLERANCES as TOL
+
+launch = triton_ops.launch
+print("MAX_REGISTER_ROW =", launch.MAX_REGISTER_ROW)
+print("MAX_REGISTER_ROW_BACKWARD =", launch.MAX_REGISTER_ROW_BACKWARD)
+device = torch.device("cuda" if not triton_ops.INTERPRET else "cpu")
+for n in (8192, 8193, 16385, 2**17, 2**17 + 3):
+    forward = launch.forward_config(8, n, torch.float32, device)
+    backward = launch.backward_config(8, n, torch.float32, device)
+    kinds = f"forward {type(forward).__name__:9} backward {type(backward).__name__}"
+    print(f"N = {n:6}: {kinds}")
+
+# %%
+# Checking the long rows
+# ----------------------
+# A split row (20000 elements) and a chunked one (``2**17 + 3``), forward,
+# backward and the fused operator of :doc:`step 10 <10_patterns>`, against
+# the reference, in float32:
+torch.manual_seed(0)
+for n in (20000, 2**17 + 3):
+    x = torch.randn(2, n, device=device, requires_grad=True)
+    w = torch.randn(n, device=device, requires_grad=True)
+    grad = torch.randn(2, n, device=device)
+    y = opguide.rms_norm(x, w, backend="triton")
+    torch.testing.assert_close(y, rms_norm_reference(x, w), **TOL[torch.float32])
+    y.backward(grad)
+    dx, dw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    rms_norm_reference(x, w).backward(grad)
+    torch.testing.assert_close(dx, x.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(dw, w.grad, atol=1e-4, rtol=1e-4)
+    residual = torch.randn(2, n, device=device)
+    h = x.detach() + residual
+    out, _ = opguide.fused_add_rms_norm_(
+        x.detach(), residual, w.detach(), 1e-6, backend="triton"
+    )
+    torch.testing.assert_close(residual, h)
+    torch.testing.assert_close(
+        out, rms_norm_reference(h, w.detach()), **TOL[torch.float32]
+    )
+    err = (y - rms_norm_reference(x, w)).abs().max().item()
+    print(f"N = {n}: forward, backward and fused match; max |y error| = {err:.1e}")
+
+# %%
+# How fast, on a GPU (recorded)
+# -----------------------------
+# The recorded sweep of :doc:`step 9 <09_triton_kernel>`, at the row lengths
+# past each pass's register kernel only: the split kernels of this page
+# against the CUDA kernels, which split a long row over a thread-block cluster
+# (:doc:`step 11 <11_performance>`, "Long rows"), in % of a copy of the same
+# bytes, both 16-bit types. The segments of the sweep's longest row, computed
+# from the launch rules, say which kernel ran: the split one wherever the
+# GPU has at least that many SMs.
+record = load("sweep_opguide_h100.json")
+print("recorded on", pages_triton.measured_on(record))
+rows = record["sweep"]["rows"]
+longest = max(record["sweep"]["ns"])
+# The fused kernel's limit depends on the dtype: the longest 16-bit row it
+# keeps in registers, asked of its planner.
+fused_registers = [
+    n
+    for n in (2**k for k in range(8, 20))
+    if isinstance(
+        launch.fused_config(1, n, torch.bfloat16, torch.device("cpu")), launch.Registers
+    )
+]
+LONGER_THAN = {
+    "forward": launch.MAX_REGISTER_ROW,
+    "backward": launch.MAX_REGISTER_ROW_BACKWARD,
+    "fused": max(fused_registers),
+}
+SPLITS = {
+    "forward": launch.SPLIT_FORWARD,
+    "backward": launch.SPLIT_BACKWARD,
+    "fused": launch.SPLIT_FUSED,
+}
+for pass_name, split in SPLITS.items():
+    print(
+        f"{pass_name:8} N > {LONGER_THAN[pass_name]:5}: split; N = {longest} is "
+        f"{split.segments(longest)} segments of {split.seg}"
+    )
+fig = pages_triton.plot_fractions(record, list(LONGER_THAN), longer_than=LONGER_THAN)
+for line in pages_triton.range_lines(rows, list(LONGER_THAN), longer_than=LONGER_THAN):
+    print(line)
+for pass_name, floor in LONGER_THAN.items():
+    ahead, total, gap = pages_triton.head_to_head(rows, pass_name, floor)
+    print(
+        f"{pass_name}, N > {floor}: Triton at least as fast as CUDA at {ahead} of "
+        f"{total} points"
+        + (
+            f";\n    CUDA ahead by {gap:.1f} points of the copy at most"
+            if gap > 0
+            else ""
+        )
+    )
+# %%
+# Compiled for seven GPUs, run on none of them
+# ---------------------------------------------
+# Registers set where a row stops fitting in one program, and they differ
+# from GPU to GPU. Triton compiles for any GPU it is told about, not only the
+# one present: ``triton.compile`` with a ``GPUTarget`` goes down to AMD's
+# ``hsaco`` or NVIDIA's ``cubin`` on a machine with no GPU at all.
+# ``guidekit/triton_targets.py`` does so for every launch configuration the
+# library's launch code chooses (it calls the operators on fake CUDA tensors
+# and records their launches), and reads registers, spills and shared memory
+# from the machine code. Here, the forward's split kernel, at the extremes of
+# its configurations, on each target:
+from guidekit import triton_targets  # noqa: E402
+
+results = triton_targets.check(kernels=["_rms_norm_fwd_split_kernel"])
+print(
+    f"{'target':8} {'x':8} {'launch':24} {'regs':>4} {'spill':>5} {'shared':>6} budget"
+)
+for u in results:
+    knobs = " ".join(
+        w for w in u.config.split() if w.startswith(("BLOCK_N", "ROWS", "SEG", "num_w"))
+    )
+    print(
+        f"{u.target:8} {u.dtypes[:7]:8} {knobs:24} {u.regs:>4} "
+        f"{u.spills + u.sgpr_spills:>5} {u.shared:>6} "
+        f"{u.reg_budget}r/{u.smem_budget // 1024}K {u.status}"
+    )
+print(triton_targets.summary(results))
+for name, target in triton_targets.TARGETS.items():
+    mine = [u for u in results if u.target == name]
+    fit, refused = sum(u.ok for u in mine), sum(u.status == "error" for u in mine)
+    print(f"{name:8} ({target.gpu}): {fit} of {len(mine)} fit, {refused} refused")
+print(
+    "GPU on this machine:",
+    torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+)
+
+# %%
+# What this shows: the kernel compiles for these GPUs, and each compile
+# marked ``ok`` fits the GPU's registers and shared memory without
+# spilling (the ``budget`` column: registers per thread for that many
+# warps, and shared memory per block). A line marked ``error`` is a launch
+# the library would make there that Triton refuses. What it does not show:
+# none of these kernels ran on those GPUs, so it says nothing about their
+# results or speed there; correctness on AMD GPUs is not tested by this.
+# ``tests/test_triton_targets.py`` runs the same check for every kernel and
+# fails on any spill outside a short list of known ones, each with its reason
+# (``KNOWN_SPILLS``); ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every
+# configuration, not only the extremes.
+
+# %%
+# What's next
+# -----------
+# :doc:`Step 10 <10_patterns>` writes an operator that updates one of its
+# inputs and returns two tensors, in C++, CUDA and Triton.
