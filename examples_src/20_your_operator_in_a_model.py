@@ -31,6 +31,7 @@ GPU, with a larger model in bfloat16, is recorded by
 # ``transformers`` builds a Llama from a configuration alone, with random
 # weights: nothing is downloaded. One decoder layer is enough to hold every
 # place a norm sits: before attention, before the MLP, and at the end.
+import contextlib
 import copy
 import functools
 import json
@@ -360,6 +361,87 @@ for step_name in STEPS:
 # fused; whether one pass over memory in opguide's kernel beats Inductor's own
 # is a question for the GPU, where the bytes set the time.
 #
+# Keeping the gain under compile: the Triton route
+# ------------------------------------------------
+# An operator made with :func:`torch.library.triton_op` is not opaque:
+# ``torch.compile`` traces into it and launches its Triton kernels from the
+# code it generates (:doc:`step 9 <09_triton_kernel>` registers opguide's
+# Triton kernels with it). Inductor still writes a kernel of its own for the
+# pointwise operation after it, unless the private option ``torch._inductor.config.epilogue_fusion_user_defined_triton_kernel``
+# (torch 2.12 and later, off by default) is on: then Inductor puts that
+# operation into the user kernel's store, and the output is written once.
+# Inductor's source states what it needs of the kernel: one output tensor,
+# written by the only ``tl.store`` of the kernel's source and never read by
+# it, allocated empty inside the operator; and what it needs of the
+# operation: pointwise, reading that tensor alone, with its size and strides.
+#
+# opguide's Triton forward stores ``y`` and the inverse RMS, two stores, so
+# it does not qualify. The experimental module
+# ``opguide.experimental.triton_epilogue`` has an inference forward with one
+# store:
+#
+# .. literalinclude:: /../opguide/experimental/triton_epilogue.py
+#    :language: python
+#    :start-after: [kernel]
+#    :end-before: [kernel-end]
+#
+# .. dropdown:: opguide/experimental/triton_epilogue.py, the whole file
+#
+#    .. literalinclude:: /../opguide/experimental/triton_epilogue.py
+#       :language: python
+#       :caption: opguide/experimental/triton_epilogue.py
+#
+# The option fuses what follows the kernel, not what precedes it: the
+# residual add in front of the norm still needs the fused operator, or the
+# pass above. What follows a norm in a quantised model is a scale, then a
+# cast; here a scale, compiled with the option off and on:
+GPU = "cuda" if torch.cuda.is_available() else "cpu"
+skipped = None
+try:
+    from opguide.experimental import triton_epilogue
+
+    skipped = triton_epilogue.why_not(GPU)
+except ImportError as err:  # no triton
+    skipped = f"opguide.experimental.triton_epilogue does not import: {err}"
+if skipped:
+    print(textwrap.fill(f"Skipped: {skipped}.", 80))
+else:
+    rows_, hidden_ = 8192, 4096
+    x = torch.randn(rows_, hidden_, device=GPU, dtype=torch.bfloat16)
+    w = torch.randn(hidden_, device=GPU, dtype=torch.bfloat16)
+
+    def norm_then_scale(x, w):
+        return triton_epilogue.rms_norm_y(x, w, 1e-6) * 0.5
+
+    def norm_then_scale_fused(x, w):  # its own code object: its own compile
+        return triton_epilogue.rms_norm_y(x, w, 1e-6) * 0.5
+
+    want = norm_then_scale(x, w)
+    options = {"option off": (norm_then_scale, contextlib.nullcontext())}
+    options["option on"] = (norm_then_scale_fused, triton_epilogue.enabled())
+    epilogue_calls = {}
+    for name, (fn, context) in options.items():
+        with context:
+            fn = torch.compile(fn)
+            got, code = run_and_get_code(fn, x, w)
+        torch.testing.assert_close(got, want)
+        inductors, users = triton_epilogue.kernels("\n".join(code))
+        print(f"{name}: your kernel {users}, Inductor's kernels {inductors}")
+        epilogue_calls[name] = functools.partial(fn, x, w)
+    e = model_step.time_per_call(epilogue_calls, ROUNDS, sync=torch.cuda.synchronize)
+    off, on = e["option off"], e["option on"]
+    for name, st in e.items():
+        print(f"{name}: {st['median']:.1f} us per call ({st['q1']:.1f}-{st['q3']:.1f})")
+    change = (on["median"] / off["median"] - 1) * 100
+    apart = on["q3"] < off["q1"] or off["q3"] < on["q1"]
+    print(
+        f"With the option on, a call takes {abs(change):.1f}% "
+        f"{'less' if change < 0 else 'more'} time than with it off; "
+        + ("their quartiles do not overlap." if apart else "within this run's spread.")
+    )
+    model_step.plot_per_call(e, f"norm then scale, {rows_} x {hidden_} bfloat16")
+
+# %%
 # On a GPU
 # --------
 # ``tools/record_model_step.py`` runs the same comparison on a GPU: a Llama of

@@ -12,7 +12,8 @@ runs it on a GPU with a larger one and records the result in
   that a machine that slows down or speeds up does so for all of them;
 * :func:`record_rows`, :func:`record_table`, :func:`record_findings` and
   :func:`plot_record`: a GPU record read, as ratios to the model's own norm,
-  a table, sentences computed from it, and a plot.
+  a table, sentences computed from it, and a plot;
+* :func:`time_per_call` and :func:`plot_per_call`: short calls timed and drawn.
 """
 
 from __future__ import annotations
@@ -435,4 +436,53 @@ def plot_record(record: dict):
         "left of 1 is faster; error bars are the quartiles",
         fontsize=10,
     )
+    return fig
+
+
+def time_per_call(
+    calls: dict, rounds: int, sync: Callable[[], None] = lambda: None, reps: int = 50
+) -> dict[str, dict[str, float]]:
+    """Microseconds per call of short calls, each timed ``reps`` times in a row, interleaved.
+
+    Args:
+        calls: ``{name: call}``.
+        rounds: timed rounds (:func:`time_interleaved`).
+        sync: waits for queued work (``torch.cuda.synchronize`` on a GPU).
+        reps: calls per timing, so that a timing is much longer than the timer's step.
+
+    Returns:
+        ``{name: {"median", "q1", "q3"}}`` in microseconds per call.
+    """
+
+    def repeated(call):
+        def run():
+            for _ in range(reps):
+                call()
+
+        return run
+
+    times = time_interleaved({k: repeated(c) for k, c in calls.items()}, rounds, sync=sync)
+    return {k: summary([t * 1e3 / reps for t in v]) for k, v in times.items()}
+
+
+def plot_per_call(stats: dict[str, dict[str, float]], title: str):
+    """A bar per name: the median time per call, the quartiles as error bars.
+
+    Returns:
+        The matplotlib figure (white, dark text).
+    """
+    import matplotlib.pyplot as plt
+
+    names = list(stats)
+    med = [stats[n]["median"] for n in names]
+    err = [[m - stats[n]["q1"] for n, m in zip(names, med, strict=True)],
+           [stats[n]["q3"] - m for n, m in zip(names, med, strict=True)]]  # fmt: skip
+    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.4 * len(names)), facecolor="white")
+    ax.set_facecolor("white")
+    colours = ["#7f7f7f"] + ["#1f77b4"] * (len(names) - 1)
+    ax.barh(names, med, xerr=err, color=colours, capsize=3, height=0.6)
+    ax.invert_yaxis()
+    ax.set_xlabel("us per call, median and quartiles")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
     return fig

@@ -142,3 +142,17 @@ def test_plot_record_has_a_panel_per_group():
         "compiled, inference forward",
     ]
     assert [t.get_text() for t in shown[0].get_yticklabels()][0] == model_step.OWN
+
+
+def test_time_per_call_and_its_plot():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    count = {"a": 0, "b": 0}
+    calls = {k: (lambda k=k: count.__setitem__(k, count[k] + 1)) for k in count}
+    stats = model_step.time_per_call(calls, rounds=3, reps=4)
+    assert count == {"a": (3 + 1) * 4, "b": (3 + 1) * 4}  # one warm-up round
+    assert set(stats) == {"a", "b"} and all(s["median"] > 0 for s in stats.values())
+    fig = model_step.plot_per_call(stats, "t")
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["a", "b"]
