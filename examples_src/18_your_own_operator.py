@@ -399,10 +399,32 @@ print("torch.compile(fullgraph=True): same values")
 # ``csrc/silu_mul_cpu.cpp``, ``csrc/silu_mul.cuh`` and
 # ``myops/triton_silu_mul.py`` (forward and backward), and the schema,
 # checks and fake kernels if the arguments change. The tests fail until every
-# kernel agrees with the reference: this guide's own test suite checks that
-# they do, by breaking the CPU kernel's formula in a generated project and
-# watching its tests fail.
-#
+# kernel agrees with the reference. The cell drops the factor ``gate`` from
+# the Triton kernel's forward, runs the tests that compare values with the
+# reference, prints the first failure and pytest's summary line, and puts the
+# factor back (this guide's suite does the same to the C++ kernel):
+kernels = PROJECT / "myops" / "triton_silu_mul.py"
+source = kernels.read_text()
+right = "(x * sigmoid * gate)"
+assert source.count(right) == 1, "the generated Triton forward changed"
+kernels.write_text(source.replace(right, "(x * sigmoid)"))
+try:
+    print("$ python -m pytest -q -k 'matches_reference and triton'")
+    pytest_command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    broken = subprocess.run(
+        [*pytest_command, "-k", "matches_reference and triton"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+    )
+finally:
+    kernels.write_text(source)
+failures = [line for line in broken.stdout.splitlines() if line.startswith("FAILED")]
+print(shown(failures[0])[:88] if failures else "(no test failed)")
+print(broken.stdout.strip().splitlines()[-1])
+assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stderr[-2000:]
+
+# %%
 # The generated kernels are the simple ones, a thread per element or a block
 # per row; :doc:`step 11 <11_performance>` measures
 # what makes RMSNorm's kernels fast, when your operator needs that.
