@@ -400,7 +400,7 @@ print(
 # Triton program holds; longer rows are split (:doc:`step 9.2
 # <09_triton_kernel_2_long_rows>`).
 sweep_record = load("sweep_opguide_h100.json")
-print("recorded on", pages_triton.measured_on(sweep_record))
+print("recorded:", pages_triton.measured_on(sweep_record))
 LIMITS = {
     "forward": triton_ops.launch.MAX_REGISTER_ROW,
     "backward": triton_ops.launch.MAX_REGISTER_ROW_BACKWARD,

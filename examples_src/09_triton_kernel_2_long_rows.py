@@ -154,7 +154,7 @@ for n in (20000, 2**17 + 3):
 # from the launch rules, say which kernel ran: the split one wherever the
 # GPU has at least that many SMs.
 record = load("sweep_opguide_h100.json")
-print("recorded on", pages_triton.measured_on(record))
+print("recorded:", pages_triton.measured_on(record))
 rows = record["sweep"]["rows"]
 longest = max(record["sweep"]["ns"])
 # The fused kernel's limit depends on the dtype: the longest 16-bit row it

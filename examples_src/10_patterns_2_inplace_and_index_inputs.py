@@ -1,0 +1,578 @@
+r"""
+Step 10.2: The in-place contract, and index inputs
+==================================================
+
+Two things that an operator's schema does not settle alone. An operator that
+writes an input, like ``opguide::fused_add_rms_norm_`` of :doc:`step 10
+<10_patterns>`, must also tell eager autograd that it did. And an operator
+that takes an index must check values that only its kernel sees.
+
+In this step you will learn:
+
+* what eager autograd needs from an operator that writes an input (the
+  version counter, the ``ADInplaceOrView`` and ``Autograd`` kernels), what
+  ``custom_op`` does for you, and the test that checks it, since ``opcheck``
+  does not;
+* where the checks of an index input go: metadata in the wrapper and the
+  fake kernel, values (an index out of range) in the kernel;
+* what a value check in Python costs: a failed ``fullgraph=True`` compile, a
+  graph break, and on a GPU a wait for the device;
+* how to write a fake kernel for an output whose size depends on the data.
+"""
+
+# %%
+# In place, and autograd
+# ----------------------
+# ``(a!)`` tells ``torch.compile`` which input a kernel writes. Eager autograd
+# learns it another way: every tensor carries a *version counter*, which each
+# in-place write increments; a tensor that autograd saves for a backward
+# remembers the version it saw, and ``backward()`` refuses to use it if the
+# version moved. A ``TORCH_LIBRARY`` kernel writes through a raw pointer, so the
+# dispatcher's call of the CPU or CUDA kernel increments nothing. Below, the
+# operator is entered under the guard that skips its version-counter kernel
+# (``torch._C._AutoDispatchBelowADInplaceOrView``, a private switch used here
+# only to show the operator without that kernel). Autograd saves ``residual``
+# to differentiate ``residual * a``; the operator then overwrites it:
+import textwrap
+import warnings
+
+import torch
+
+import opguide
+from opguide import triton as triton_ops
+
+# sphinx_gallery_thumbnail_path = "_thumbnails/10.png"
+# The operators that write an input: the C++ one, and the Triton one where
+# its kernels run in this process's interpreter.
+ops = {"cpp": torch.ops.opguide.fused_add_rms_norm_.default}
+if triton_ops.INTERPRET:
+    ops["triton"] = torch.ops.opguide.fused_add_rms_norm_triton_.default
+
+
+def gradient_after_overwrite(skip_version_kernel: bool) -> torch.Tensor:
+    torch.manual_seed(0)
+    a = torch.randn(4, 64, requires_grad=True)
+    residual = torch.randn(4, 64)
+    before = residual.clone()
+    saved = residual * a  # d(saved)/da = residual, as it is now
+    op = torch.ops.opguide.fused_add_rms_norm_.default
+    if skip_version_kernel:
+        with torch._C._AutoDispatchBelowADInplaceOrView():
+            op(torch.randn(4, 64), residual, None, 1e-6, None)
+    else:
+        op(torch.randn(4, 64), residual, None, 1e-6, None)
+    print("residual version:", residual._version)
+    saved.sum().backward()
+    return a.grad, before, residual
+
+
+grad, before, after = gradient_after_overwrite(skip_version_kernel=True)
+print("a.grad equals the residual autograd saved:   ", torch.equal(grad, before))
+print("a.grad equals the overwritten residual:      ", torch.equal(grad, after))
+assert torch.equal(grad, after) and not torch.equal(grad, before)
+
+# %%
+# No error, and a gradient computed from values that are no longer the ones
+# the forward used. With the operator's version-counter kernel, the same code
+# stops at ``backward()``:
+try:
+    gradient_after_overwrite(skip_version_kernel=False)
+    raise AssertionError("backward ran through an overwritten tensor")
+except RuntimeError as error:
+    print(textwrap.fill(f"RuntimeError: {error}", 88))
+
+# %%
+# The two kernels that keep the contract are C++, registered once for every
+# device. A call enters the dispatcher at the highest key its tensors carry:
+# ``Autograd``, then ``ADInplaceOrView``, then ``CPU`` or ``CUDA``. The
+# ``ADInplaceOrView`` kernel calls on below its own key and then increments the
+# version of what was written (PyTorch's own in-place operators have the same
+# kernel, generated). The ``Autograd`` kernel decides what an input that
+# requires grad gets: this operator has no backward, so with grad mode on it is
+# refused before anything is written, and the message names the differentiable
+# way to compute the same thing. A leaf that requires grad is refused in
+# PyTorch's own words. Under :func:`torch.no_grad` (an optimizer's update) every
+# input is accepted, as ``add_`` accepts it:
+#
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_autograd.cpp
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_autograd.cpp
+#       :language: cpp
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_autograd.cpp
+for name in ("x", "residual"):
+    args = dict(x=torch.randn(2, 8), residual=torch.randn(2, 8), weight=torch.ones(8))
+    args[name].requires_grad_()
+    try:
+        opguide.fused_add_rms_norm_(**args)
+        raise AssertionError(f"{name} requires grad and was accepted")
+    except RuntimeError as error:
+        print(textwrap.fill(f"{name} requires grad -> RuntimeError: {error}", 88))
+    with torch.no_grad():
+        opguide.fused_add_rms_norm_(**args)
+    print(f"{name} requires grad, under torch.no_grad(): accepted")
+
+
+# %%
+# What ``custom_op`` does for you
+# -------------------------------
+# A Python :func:`torch.library.custom_op` with ``mutates_args`` registers the
+# ``ADInplaceOrView`` kernel itself: the Triton operator's ``residual`` gets a
+# new version with no code of ours. Two things it does not do.
+# :func:`torch.library.register_autograd` refuses an operator that mutates, and
+# the body cannot refuse inputs in its place: it runs below autograd, with grad
+# mode off whether or not the caller trained, and under ``torch.compile`` it
+# receives the compiled graph's tensors, which require no grad. A probe that
+# prints what the body sees:
+@torch.library.custom_op("opguide_demo::add_", mutates_args=("y",))
+def add_(x: torch.Tensor, y: torch.Tensor) -> None:
+    print(
+        f"    body sees: grad mode {torch.is_grad_enabled()}, "
+        f"x.requires_grad {x.requires_grad}"
+    )
+    y.add_(x)
+
+
+@add_.register_fake
+def _(x, y):
+    return None
+
+
+def add_then_double(x, y):
+    add_(x, y)
+    return y * 2
+
+
+if "triton" in ops:
+    residual = torch.randn(2, 8)
+    ops["triton"](torch.randn(2, 8), residual, None, 1e-6, None)
+    print("the Triton operator, called directly: residual version", residual._version)
+x, y = torch.randn(3, requires_grad=True), torch.randn(3)
+print("eager call, grad mode on:")
+add_(x, y)
+print("eager call under torch.no_grad():")
+with torch.no_grad():
+    add_(x, y)
+print("compiled call:")
+torch.compile(add_then_double, fullgraph=True)(x.detach(), y)
+try:
+    torch.library.register_autograd(
+        "opguide_demo::add_", lambda ctx, grad: (grad, grad)
+    )
+except RuntimeError as error:
+    print(
+        textwrap.fill("register_autograd: " + str(error).split(" with schema")[0], 88)
+    )
+
+# %%
+# So the Triton operator's refusal lives in :func:`opguide.fused_add_rms_norm_`,
+# the function users call, where grad mode and ``requires_grad`` are those of
+# the caller (``torch.compile`` traces that check as well):
+#
+# .. literalinclude:: /../opguide/fused_add_rms_norm.py
+#    :language: python
+#    :start-after: # [refuse-grad]
+#    :end-before: # [refuse-grad-end]
+#
+# ``opcheck`` does not catch any of this
+# --------------------------------------
+# :func:`torch.library.opcheck` checks the schema, the fake kernel and the
+# tracing, not the version counter. An operator defined with ``(a!)`` and a
+# kernel that writes its input, and nothing else, passes every one of its tests:
+demo = torch.library.Library("opguide_demo", "FRAGMENT")
+demo.define("add_one_(Tensor(a!) x) -> ()")
+
+
+def add_one_kernel(x: torch.Tensor) -> None:
+    # .data has a version counter of its own: the write reaches x's memory
+    # and leaves x's counter alone, as a C++ kernel's raw pointer does.
+    x.data.add_(1)
+
+
+demo.impl("add_one_", add_one_kernel, "CPU")
+t = torch.randn(8)
+result = torch.library.opcheck(torch.ops.opguide_demo.add_one_.default, (t,))
+print(textwrap.fill("opcheck: " + ", ".join(f"{k} {v}" for k, v in result.items()), 88))
+before = t.clone()
+torch.ops.opguide_demo.add_one_.default(t)
+print("written:", not torch.equal(t, before), "| version after the write:", t._version)
+
+# %%
+# The test that does is ``tests/test_inplace_contract.py`` (shown whole at the
+# end of this page). It finds every operator of the ``opguide`` namespace whose
+# schema writes an argument, so a new one without a case fails; for each, on
+# every backend and device, it checks the version bump, the saved-tensor error
+# above, the refusal of each input that requires grad, and that a
+# ``torch.no_grad()`` call is accepted. Its last test runs those checks on the
+# ``add_one_`` operator above and expects each to fail.
+
+# %%
+# Index inputs and value checks
+# -----------------------------
+# An operator that takes an index tensor gets two kinds of input to check:
+# its metadata (dtype, shape, device), which a tracer and a fake kernel see,
+# and its values (is each index in range?), which only the kernel sees. A
+# small demo library shows where each check goes. It is built on its own from
+# ``csrc/index_inputs/gather_rows.cpp`` (not part of ``opguide._C``) and
+# defines two operators in the namespace ``opguide_index``:
+# ``gather_rows(table, index)`` returns ``table[index]``, the rows of a 2-D
+# ``table`` picked by an int64 ``index`` of any shape (what an embedding
+# lookup does), and ``unique_indices(index)`` returns the distinct values of
+# an index, sorted.
+#
+# .. dropdown:: csrc/index_inputs/gather_rows.cpp
+#
+#    .. literalinclude:: /../csrc/index_inputs/gather_rows.cpp
+#       :language: cpp
+#       :caption: csrc/index_inputs/gather_rows.cpp
+import subprocess
+import sys
+import time
+
+from torch.utils.cpp_extension import load
+
+from guidekit.compile_checks import source_root
+
+ROOT = source_root()  # the opguide source tree, wherever this script runs from
+index_build = ROOT / "build" / "jit" / "opguide_index"
+index_build.mkdir(parents=True, exist_ok=True)
+start = time.perf_counter()
+load(
+    name="opguide_index",
+    sources=[str(ROOT / "csrc" / "index_inputs" / "gather_rows.cpp")],
+    extra_cflags=["-O2"],
+    build_directory=str(index_build),
+    is_python_module=False,
+)
+print(f"built and loaded opguide_index in {time.perf_counter() - start:.1f} s")
+index_ops = torch.ops.opguide_index
+
+# Some builds of torch end the process with a signal, not an error, when an
+# extension built by cpp_extension.load throws a C++ exception. A child
+# process throws once first; where it dies, the cells below that raise from
+# the kernel say so and skip.
+throw_once = (
+    "import torch; "
+    f"torch.ops.load_library({str(next(index_build.glob('opguide_index*.so')))!r}); "
+    "torch.ops.opguide_index.gather_rows(torch.zeros(1, 1), torch.tensor([1]))"
+)
+child = subprocess.run(
+    [sys.executable, "-c", throw_once], capture_output=True, text=True
+)
+KERNEL_ERRORS = child.returncode == 1 and "IndexError" in child.stderr
+SKIP_KERNEL_ERRORS = (
+    f"skipped: a C++ exception from this library ends a process here with code "
+    f"{child.returncode}, not with an IndexError"
+)
+print("a kernel's C++ exception reaches Python here:", KERNEL_ERRORS)
+print(index_ops.gather_rows.default._schema)
+print(index_ops.unique_indices.default._schema)
+
+# %%
+# The kernel checks every index value with ``TORCH_CHECK_INDEX``, which
+# Python sees as :class:`IndexError`; the message names the value, where it
+# is in the index, and the valid range:
+table = torch.arange(15.0).reshape(5, 3)
+index = torch.tensor([[0, 4], [2, 2]])
+rows = index_ops.gather_rows(table, index)
+assert torch.equal(rows, table[index])
+print("gather_rows(table, index) == table[index], shape", tuple(rows.shape))
+for bad_index in (torch.tensor([1, 5]), torch.tensor([[0, 1], [-1, 2]])):
+    if not KERNEL_ERRORS:
+        print(SKIP_KERNEL_ERRORS)
+        break
+    try:
+        index_ops.gather_rows(table, bad_index)
+    except IndexError as err:
+        print(textwrap.fill(f"IndexError: {err}", 88, subsequent_indent="    "))
+
+
+# %%
+# The metadata checks go in one Python function that the wrapper users call
+# and the fake kernel both run. Under ``torch.compile`` they run once, while
+# tracing, on fake tensors whose dtype, shape and device are known; the
+# compiled graph holds no check. The kernel repeats them in C++ for callers
+# that use ``torch.ops`` directly.
+def check_gather_rows_args(table: torch.Tensor, index: torch.Tensor) -> None:
+    """Checks what is known without reading values: dtype, dimensions, device.
+
+    Raises:
+        TypeError: if ``index`` is not int64.
+        ValueError: if ``table`` is not 2-D, or the two are on different devices.
+    """
+    if table.dim() != 2:
+        raise ValueError(
+            f"gather_rows: table must be 2-D (rows, columns), got {table.dim()}-D"
+        )
+    if index.dtype != torch.int64:
+        raise TypeError(f"gather_rows: index must be int64, got {index.dtype}")
+    if index.device != table.device:
+        raise ValueError(
+            f"gather_rows: index must be on {table.device} like table, "
+            f"got {index.device}"
+        )
+
+
+@torch.library.register_fake("opguide_index::gather_rows")
+def _(table, index):
+    check_gather_rows_args(table, index)
+    return table.new_empty((*index.shape, table.shape[1]))
+
+
+def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[index]``: the rows of a 2-D ``table`` picked by an int64 ``index``.
+
+    Raises:
+        TypeError, ValueError: from :func:`check_gather_rows_args`.
+        IndexError: from the kernel, for an index value outside ``[0, table.shape[0])``.
+    """
+    check_gather_rows_args(table, index)
+    return index_ops.gather_rows(table, index)
+
+
+for args in [(table, index.int()), (table.flatten(), index), (table, index.to("meta"))]:
+    try:
+        gather_rows(*args)
+    except (TypeError, ValueError) as err:
+        print(
+            textwrap.fill(f"{type(err).__name__}: {err}", 88, subsequent_indent="    ")
+        )
+try:
+    if not KERNEL_ERRORS:
+        raise TypeError(SKIP_KERNEL_ERRORS)
+    index_ops.gather_rows(table, index.int())
+except TypeError as err:
+    print(f"the kernel, called directly: TypeError: {err}")
+
+
+def graphs_of(
+    fn, *args, fullgraph: bool = True, capture: bool = False
+) -> list[list[str]]:
+    """The operators of each graph ``torch.compile`` makes of ``fn(*args)``.
+
+    ``capture`` sets Dynamo's ``capture_dynamic_output_shape_ops`` for the compile.
+    """
+    graphs = []
+
+    def record(graph_module, example_inputs):
+        nodes = [
+            n
+            for n in graph_module.graph.nodes
+            if n.op in ("call_function", "call_method")
+        ]
+        graphs.append([str(getattr(n.target, "__name__", n.target)) for n in nodes])
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=capture):
+        torch.compile(fn, fullgraph=fullgraph, backend=record)(*args)
+    return graphs
+
+
+gather_rows_graphs = graphs_of(gather_rows, table, index)
+print("graphs of gather_rows, compiled:", gather_rows_graphs)
+assert gather_rows_graphs == [["gather_rows"]]
+
+
+# %%
+# A value check in Python, compiled
+# ---------------------------------
+# A check of the values in the wrapper works in eager mode. The version below
+# raises an :class:`IndexError` of its own before calling the kernel:
+def check_index_values(table: torch.Tensor, index: torch.Tensor) -> None:
+    """Raises IndexError if a value of ``index`` is outside ``[0, table.shape[0])``."""
+    if ((index < 0) | (index >= table.shape[0])).any():  # reads the values
+        raise IndexError(f"gather_rows: index values must be in [0, {table.shape[0]})")
+
+
+def gather_rows_checked_in_python(
+    table: torch.Tensor, index: torch.Tensor
+) -> torch.Tensor:
+    """:func:`gather_rows`, index values checked in Python (the pattern to avoid)."""
+    check_gather_rows_args(table, index)
+    check_index_values(table, index)
+    return index_ops.gather_rows(table, index)
+
+
+try:
+    gather_rows_checked_in_python(table, torch.tensor([1, 5]))
+except IndexError as err:
+    print(
+        textwrap.fill(
+            f"eager, check in Python: IndexError: {err}", 88, subsequent_indent="    "
+        )
+    )
+
+# %%
+# Under ``torch.compile(fullgraph=True)`` the ``if`` needs a value that exists
+# only when the graph runs, so tracing fails. The wrapper that leaves the
+# value check to the kernel compiles, and its compiled form raises the
+# kernel's :class:`IndexError` at run time:
+compile_results = {}
+for fn in (gather_rows_checked_in_python, gather_rows):
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True)
+    try:
+        good = compiled(table, index)
+        assert torch.equal(good, table[index])
+        if not KERNEL_ERRORS:
+            print(
+                f"{fn.__name__}: compiled and ran; "
+                f"the out-of-range call {SKIP_KERNEL_ERRORS}"
+            )
+            continue
+        compiled(table, torch.tensor([[0, 1], [2, 7]]))
+    except Exception as err:
+        compile_results[fn.__name__] = type(err)
+        name = f"{type(err).__module__}.{type(err).__name__}"
+        first = str(err).splitlines()[0]
+        print(
+            textwrap.fill(
+                f"{fn.__name__}: {name}: {first}", 88, subsequent_indent="    "
+            )
+        )
+assert compile_results.get("gather_rows", IndexError) is IndexError
+assert compile_results["gather_rows_checked_in_python"] is not IndexError
+# %%
+# Without ``fullgraph=True``, Dynamo splits the function at the ``if`` (a
+# graph break): every call runs the comparison in one graph, reads the result
+# on the host, and enters a second graph for the kernel:
+python_check_graphs = graphs_of(
+    gather_rows_checked_in_python, table, index, fullgraph=False
+)
+print("graphs:", python_check_graphs)
+assert len(python_check_graphs) == 2
+
+# %%
+# A value check in Python, on a GPU
+# ---------------------------------
+# Reading ``bool(tensor)`` (or ``.item()``) of a CUDA tensor copies the value
+# to the host, so the host waits for every kernel queued before it. The
+# demo library has no CUDA kernel, so the timing below uses
+# :func:`torch.nn.functional.embedding`, the same gather, which checks its
+# indices on the device. ``torch.cuda.set_sync_debug_mode("error")`` turns
+# such a wait into an error, which finds them in a program (the mode is a
+# prototype and does not detect every synchronizing operation).
+if torch.cuda.is_available():
+    gpu_table = torch.randn(100_000, 256, device="cuda")
+    gpu_index = torch.randint(0, 100_000, (4096,), device="cuda")
+
+    def embedding_checked_in_python(table, index):
+        check_index_values(table, index)
+        return torch.nn.functional.embedding(index, table)
+
+    def embedding_unchecked(table, index):
+        return torch.nn.functional.embedding(index, table)
+
+    def microseconds_per_call(fn, calls=500):
+        """Host time per call of ``fn``, the GPU's queue drained before and after."""
+        for _ in range(20):
+            fn(gpu_table, gpu_index)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(gpu_table, gpu_index)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / calls * 1e6
+
+    print(torch.cuda.get_device_name(), "| table 100000 x 256 float32, 4096 indices")
+    unchecked_us = microseconds_per_call(embedding_unchecked)
+    checked_us = microseconds_per_call(embedding_checked_in_python)
+    print(f"without the Python check: {unchecked_us:.1f} us per call")
+    ratio = checked_us / unchecked_us
+    print(f"with the Python check:    {checked_us:.1f} us per call ({ratio:.2f}x)")
+
+    # The mode warns that it is a prototype that misses some synchronizing calls.
+    warnings.filterwarnings(
+        "ignore", message="Synchronization debug mode is a prototype"
+    )
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        embedding_unchecked(gpu_table, gpu_index)
+        print("sync debug mode 'error', without the check: no error")
+        try:
+            embedding_checked_in_python(gpu_table, gpu_index)
+        except RuntimeError as err:
+            first_line = str(err).splitlines()[0]
+            print("sync debug mode 'error', with the check: RuntimeError:", first_line)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+else:
+    print(
+        "skipped: no CUDA device here (torch.cuda.is_available() is False).\nThe cost"
+        " is the host waiting for the GPU's queue, and the values of a CPU tensor\nare"
+        " in host memory: nothing waits, so there is nothing to time or to flag."
+    )
+
+
+# %%
+# An output whose size depends on the values
+# ------------------------------------------
+# ``unique_indices`` returns as many values as the index holds distinct ones.
+# Its fake kernel cannot know that number: it asks
+# :func:`torch.library.get_ctx` for a new symbolic size, an unbacked
+# ``SymInt`` (``u0``) whose value is known only when the graph runs. Later
+# operators get it as a shape like any other, here ``gather_rows``:
+@torch.library.register_fake("opguide_index::unique_indices")
+def _(index):
+    if index.dtype != torch.int64:
+        raise TypeError(f"unique_indices: index must be int64, got {index.dtype}")
+    count = torch.library.get_ctx().new_dynamic_size()  # min=0, no max: any count
+    return index.new_empty((count,))
+
+
+def rows_used(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The rows of ``table`` that ``index`` refers to, once each, in row order."""
+    return gather_rows(table, index_ops.unique_indices(index))
+
+
+def graph_shapes(graph_module: torch.fx.GraphModule, example_inputs) -> object:
+    """A torch.compile backend: prints each operator's output shape, runs the graph."""
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and "opguide_index" in str(node.target):
+            print(f"{node.target}: shape {tuple(node.meta['example_value'].shape)}")
+    return graph_module.forward
+
+
+index = torch.tensor([[0, 4], [2, 4], [4, 0]])
+expected = table[torch.unique(index)]
+torch._dynamo.reset()
+traced = torch.compile(rows_used, fullgraph=True, backend=graph_shapes)(table, index)
+torch._dynamo.reset()
+compiled = torch.compile(rows_used, fullgraph=True)(table, index)
+assert torch.equal(traced, expected) and torch.equal(compiled, expected)
+print("compiled == eager == table[torch.unique(index)], shape", tuple(expected.shape))
+
+
+# %%
+# The compile above has ``fullgraph=True``, which lets Dynamo trace operators
+# whose output shape depends on the data. Without it, that takes the
+# configuration flag ``capture_dynamic_output_shape_ops``; with the flag off,
+# the graph breaks at ``unique_indices``, which then runs eagerly. The
+# operators in each graph, for each setting (``sym_size``, ``ge`` and
+# ``_assert_scalar`` check at run time that ``u0 >= 0``, the fake kernel's
+# ``min``):
+capture_default = torch._dynamo.config.capture_dynamic_output_shape_ops
+print("capture_dynamic_output_shape_ops, by default:", capture_default)
+for fullgraph, capture in [(True, False), (False, False), (False, True)]:
+    graphs = graphs_of(rows_used, table, index, fullgraph=fullgraph, capture=capture)
+    print(
+        f"fullgraph={fullgraph!s:5} capture_dynamic_output_shape_ops={capture!s:5} ->"
+    )
+    print(
+        textwrap.fill(str(graphs), 88, initial_indent="    ", subsequent_indent="    ")
+    )
+    one_graph = len(graphs) == 1 and "unique_indices" in graphs[0]
+    assert one_graph == (fullgraph or capture), graphs
+
+
+# %%
+# The files of this step, whole
+# -----------------------------
+# The test that checks the in-place contract of every operator that writes an
+# input, whole, as it is run:
+#
+# .. dropdown:: tests/test_inplace_contract.py
+#
+#    .. literalinclude:: /../tests/test_inplace_contract.py
+#       :language: python
+#       :caption: tests/test_inplace_contract.py
