@@ -367,7 +367,8 @@ for step_name in STEPS:
 # ``torch.compile`` traces into it and launches its Triton kernels from the
 # code it generates (:doc:`step 9 <09_triton_kernel>` registers opguide's
 # Triton kernels with it). Inductor still writes a kernel of its own for the
-# pointwise operation after it, unless the private option ``torch._inductor.config.epilogue_fusion_user_defined_triton_kernel``
+# pointwise operation after it, unless the private option
+# ``torch._inductor.config.epilogue_fusion_user_defined_triton_kernel``
 # (torch 2.12 and later, off by default) is on: then Inductor puts that
 # operation into the user kernel's store, and the output is written once.
 # Inductor's source states what it needs of the kernel: one output tensor,
@@ -429,17 +430,77 @@ else:
         print(f"{name}: your kernel {users}, Inductor's kernels {inductors}")
         epilogue_calls[name] = functools.partial(fn, x, w)
     e = model_step.time_per_call(epilogue_calls, ROUNDS, sync=torch.cuda.synchronize)
-    off, on = e["option off"], e["option on"]
     for name, st in e.items():
         print(f"{name}: {st['median']:.1f} us per call ({st['q1']:.1f}-{st['q3']:.1f})")
-    change = (on["median"] / off["median"] - 1) * 100
-    apart = on["q3"] < off["q1"] or off["q3"] < on["q1"]
-    print(
-        f"With the option on, a call takes {abs(change):.1f}% "
-        f"{'less' if change < 0 else 'more'} time than with it off; "
-        + ("their quartiles do not overlap." if apart else "within this run's spread.")
-    )
+    print(textwrap.fill(model_step.versus(e, "option on", "option off"), 80))
     model_step.plot_per_call(e, f"norm then scale, {rows_} x {hidden_} bfloat16")
+
+# %%
+# Shipping the model: AOTInductor and a C shim
+# --------------------------------------------
+# ``torch.export`` and AOTInductor (:doc:`16_across_pytorch`) compile a model
+# into a package that runs without Python. ``opguide.rms_norm`` is not an ATen
+# operator, so the package's generated C++ calls it through the proxy
+# executor, which boxes the arguments and calls the operator by name at every
+# call. Two private options of ``torch._inductor.config`` give the package a
+# direct call instead: ``aot_inductor.custom_ops_to_c_shims`` declares a C
+# function per operator, named ``aoti_torch_<device>_<operator>``, and
+# ``aot_inductor.custom_op_libs`` links the library that defines it. The
+# function takes handles, not tensors, and returns an error code, not an
+# exception:
+#
+# .. literalinclude:: /../opguide/experimental/aoti_shim.cpp
+#    :language: cpp
+#    :caption: opguide/experimental/aoti_shim.cpp
+#
+# .. dropdown:: opguide/experimental/aoti_shim.py, the whole file
+#
+#    .. literalinclude:: /../opguide/experimental/aoti_shim.py
+#       :language: python
+#       :caption: opguide/experimental/aoti_shim.py
+#
+# The module's ``build`` compiles the
+# shim and loads it into the process, where a package that links it finds it.
+# A stack of four linear layers, each followed by the small Llama's norm with
+# opguide's forward, compiled both ways on the CPU, each package's calls
+# counted in its generated code, then the two timed in turns:
+import tempfile
+from pathlib import Path
+
+from opguide.experimental import aoti_shim
+
+hidden_size = CONFIG["hidden_size"]
+norm_cpp = copy.deepcopy(base.model.norm)
+model_step.use_norm(norm_cpp, model_step.opguide_cpp)
+layers = [
+    module
+    for _ in range(4)
+    for module in (torch.nn.Linear(hidden_size, hidden_size), copy.deepcopy(norm_cpp))
+]
+stack = torch.nn.Sequential(*layers).eval()
+tokens = torch.randn(4, hidden_size)
+folder = Path(tempfile.mkdtemp())
+exported = torch.export.export(stack, (tokens,))
+shim_library = aoti_shim.build(folder / "shim")
+packages = {
+    "proxy executor": aoti_shim.compile_package(exported, folder / "proxy.pt2", None),
+    "C shim": aoti_shim.compile_package(exported, folder / "shim.pt2", shim_library),
+}
+with torch.no_grad():
+    want = stack(tokens)
+aoti_calls = {}
+for name, path in packages.items():
+    package = torch._inductor.aoti_load_package(path)
+    torch.testing.assert_close(package(tokens), want)
+    print(f"{name} package, calls in its generated C++: {aoti_shim.calls(path)}")
+    aoti_calls[name] = functools.partial(package, tokens)
+a = model_step.time_per_call(aoti_calls, rounds=3 * ROUNDS, reps=200)
+for name, st in a.items():
+    print(f"{name}: {st['median']:.1f} us per call ({st['q1']:.1f}-{st['q3']:.1f})")
+print(textwrap.fill(model_step.versus(a, "C shim", "proxy executor"), 80))
+_ = model_step.plot_per_call(
+    a, f"AOTInductor package, 4 norms, CPU, {tokens.shape[0]} rows"
+)
 
 # %%
 # On a GPU

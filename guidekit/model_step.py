@@ -13,7 +13,8 @@ runs it on a GPU with a larger one and records the result in
 * :func:`record_rows`, :func:`record_table`, :func:`record_findings` and
   :func:`plot_record`: a GPU record read, as ratios to the model's own norm,
   a table, sentences computed from it, and a plot;
-* :func:`time_per_call` and :func:`plot_per_call`: short calls timed and drawn.
+* :func:`time_per_call`, :func:`versus` and :func:`plot_per_call`: short
+  calls timed, compared in a sentence, and drawn.
 """
 
 from __future__ import annotations
@@ -486,3 +487,18 @@ def plot_per_call(stats: dict[str, dict[str, float]], title: str):
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def versus(stats: dict[str, dict[str, float]], new: str, base: str) -> str:
+    """A sentence: ``new``'s median time against ``base``'s, and whether the spread separates them.
+
+    Args:
+        stats: ``{name: {"median", "q1", "q3"}}``, as :func:`time_per_call` returns.
+        new, base: two of its names.
+    """
+    change, overlap = _compare(stats[new], stats[base])
+    more = "less" if change < 0 else "more"
+    said = f"{new} takes {abs(change):.1f}% {more} time per call than {base}; "
+    if overlap:
+        return said + "their quartiles overlap, so this run cannot tell them apart."
+    return said + "their quartiles do not overlap."

@@ -156,3 +156,16 @@ def test_time_per_call_and_its_plot():
     assert set(stats) == {"a", "b"} and all(s["median"] > 0 for s in stats.values())
     fig = model_step.plot_per_call(stats, "t")
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["a", "b"]
+
+
+def test_versus_branches_on_the_spread():
+    stats = {
+        "a": {"median": 10.0, "q1": 9.9, "q3": 10.1},
+        "b": {"median": 8.0, "q1": 7.9, "q3": 8.1},
+        "c": {"median": 10.05, "q1": 9.8, "q3": 10.3},
+    }
+    assert model_step.versus(stats, "b", "a") == (
+        "b takes 20.0% less time per call than a; their quartiles do not overlap."
+    )
+    assert model_step.versus(stats, "c", "a").startswith("c takes 0.5% more time")
+    assert "cannot tell them apart" in model_step.versus(stats, "c", "a")
