@@ -318,3 +318,45 @@ elif not HAVE_GPU:
     print(
         "SKIPPED: no CUDA GPU, nothing to run. The performance chapter shows recorded GPU numbers."
     )
+
+# %%
+# The simple kernel, timed on a GPU
+# ---------------------------------
+# ``tools/record_minimal_cuda.py`` builds the simple kernel as this page does
+# and times it on a GPU beside ``y.copy_(x)`` (the same bytes, no arithmetic),
+# ``F.rms_norm`` and ``opguide.rms_norm``, on rows x N = 2**24 elements, and
+# writes ``docs/recorded/minimal_cuda_<gpu>.json``. The cell shows each such
+# record: every speed as a fraction of the copy's (1.00 is as fast as copying
+# the bytes; the bars' lines span the middle half of the rounds).
+import importlib.util  # noqa: E402
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+TOOL = ROOT / "tools" / "record_minimal_cuda.py"
+spec = importlib.util.spec_from_file_location("record_minimal_cuda", TOOL)
+recorder = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(recorder)
+records = sorted((ROOT / "docs" / "recorded").glob("minimal_cuda_*.json"))
+if not records:
+    print(
+        "No recorded GPU timing of the simple kernel: docs/recorded/ has no\n"
+        "minimal_cuda_<gpu>.json. `python tools/record_minimal_cuda.py` on a CUDA GPU\n"
+        "writes one."
+    )
+for path in records:
+    data = recorder.read_record(path)
+    print(f"RECORDED on {data['device']}, torch {data['torch']}, CUDA {data['cuda']},")
+    print(f"{data['date']} (not run while this page was built):")
+    print(recorder.header())
+    for result in data["results"]:
+        print(recorder.line(result))
+    simple = [recorder.fractions(r)[recorder.MINIMAL][0] for r in data["results"]]
+    library = [recorder.fractions(r)[recorder.LIBRARY][0] for r in data["results"]]
+    print(
+        f"The simple kernel reaches {min(simple):.2f} to {max(simple):.2f} of the copy's "
+        f"speed there, opguide.rms_norm {min(library):.2f} to {max(library):.2f}."
+    )
+    if max(simple + library) > 1:
+        print("Above 1.00, a kernel moved its bytes faster than y.copy_(x) did.")
+    fig, ax = plt.subplots(figsize=(9, 3.6), layout="constrained")
+    recorder.plot(data, ax)

@@ -179,6 +179,7 @@ def record(device: str, numel: int, rounds: int, command: str) -> dict:
     """Builds, checks and times every case; returns the record (see the module's docstring)."""
     build_minimal(device)
     results = []
+    print(header())
     for dtype_name in DTYPES:
         dtype = getattr(torch, dtype_name)
         for n in ROW_LENGTHS:
@@ -234,12 +235,21 @@ def fractions(result: dict) -> dict[str, tuple[float, float, float]]:
     }
 
 
+SHORT = {MINIMAL: "minimal", TORCH: "F.rms_norm", LIBRARY: "opguide"}
+
+
+def header() -> str:
+    """The column heads of :func:`line`."""
+    heads = "".join(f"{SHORT[name]:>11}" for name in SHORT)
+    return f"{'dtype':8} {'rows x N':>13} {'copy us':>8}{heads}"
+
+
 def line(result: dict) -> str:
-    """One result as a line: its case, the copy's time and each candidate's fraction."""
-    head = f"{result['dtype']:8} {result['rows']:>6} x {result['n']:<5}"
+    """One result: its case, the copy's time, and each candidate's speed over the copy's."""
+    case = f"{result['rows']} x {result['n']}"
     copy = result["ms"][COPY]["median"] * 1e3
-    parts = [f"{name} {f[0]:.2f}" for name, f in fractions(result).items()]
-    return f"{head} copy {copy:7.1f} us; of its speed: " + ", ".join(parts)
+    cells = "".join(f"{f[0]:>11.2f}" for f in fractions(result).values())
+    return f"{result['dtype']:8} {case:>13} {copy:8.1f}{cells}"
 
 
 def read_record(path: Path | str) -> dict:
@@ -282,7 +292,7 @@ def plot(data: dict, ax) -> None:
     ax.set_xticks(range(len(cases)), labels)
     ax.set_ylabel("speed / copy's speed")
     ax.set_title(f"{data['device']}, recorded {data['date'][:10]}")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
 def main(argv: list[str] | None = None) -> None:
