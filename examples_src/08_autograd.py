@@ -93,9 +93,8 @@ def setup_context(ctx, inputs, output):
 
 def backward(ctx, grad_y, _grad_inv_rms):
     x, weight, inv_rms = ctx.saved_tensors
-    grad_x, grad_weight = torch.ops.opguide.rms_norm_backward(
-        grad_y, x, weight, inv_rms
-    )
+    backward_op = torch.ops.opguide.rms_norm_backward
+    grad_x, grad_weight = backward_op(grad_y, x, weight, inv_rms)
     return (
         grad_x if ctx.needs_input_grad[0] else None,
         grad_weight if ctx.needs_input_grad[1] else None,
@@ -124,9 +123,8 @@ def register_python_formula() -> torch.library.Library:
     """
     lib = torch.library.Library("opguide", "FRAGMENT")
     with warnings.catch_warnings():
-        warnings.simplefilter(
-            "ignore"
-        )  # "Overriding a previously registered kernel": intended
+        # "Overriding a previously registered kernel": intended here.
+        warnings.simplefilter("ignore")
         torch.library.register_autograd(
             "opguide::rms_norm_fwd", backward, setup_context=setup_context, lib=lib
         )
@@ -171,9 +169,8 @@ def _setup(ctx, inputs, output):
 def _wrong_backward(ctx, grad_y):
     x, weight = ctx.saved_tensors
     r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
-    return grad_y * weight * r, (grad_y * x * r).sum(
-        0
-    )  # grad_x misses -r^3/N x sum(...)
+    # grad_x misses its second term, -r^3/N x sum(...):
+    return grad_y * weight * r, (grad_y * x * r).sum(0)
 
 
 rms_norm_wrong_grad.register_autograd(_wrong_backward, setup_context=_setup)
@@ -247,7 +244,8 @@ print(
 print(
     "gradcheck torch.ops.opguide.rms_norm:",
     torch.autograd.gradcheck(
-        lambda a, b: torch.ops.opguide.rms_norm(a, b, 1e-6), (x64, w64)
+        lambda a, b: torch.ops.opguide.rms_norm(a, b, 1e-6),
+        (x64, w64),
     ),
 )
 
@@ -270,9 +268,8 @@ w = torch.randn(512, dtype=torch.bfloat16, requires_grad=True)
 with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
     y = opguide.rms_norm(x, w)
 for t in saved:
-    print(
-        f"saved {str(tuple(t.shape)):14} {t.dtype}  is x: {t is x}  is weight: {t is w}"
-    )
+    shape = str(tuple(t.shape))
+    print(f"saved {shape:14} {t.dtype}  is x: {t is x}  is weight: {t is w}")
 print(f"saved bytes beyond the inputs: {saved[-1].nbytes} (y has {y.nbytes})")
 
 # %%
@@ -343,10 +340,8 @@ for _ in range(3):  # the two interleaved, so that a slow spell of the machine h
     for name, fn in backwards.items():
         times[name].append(median_ms(fn, repeat=3))
 for name, runs in times.items():
-    print(
-        f"{name:28} {statistics.median(runs):7.2f} ms"
-        f" (runs {min(runs):.2f}-{max(runs):.2f})"
-    )
+    spread = f"(runs {min(runs):.2f}-{max(runs):.2f})"
+    print(f"{name:28} {statistics.median(runs):7.2f} ms {spread}")
 kernel, python_ops = (statistics.median(runs) for runs in times.values())
 print(
     f"The C++ backward takes {kernel / python_ops:.2f}x the time of autograd's\n"
@@ -368,9 +363,8 @@ graphs = {}
 
 def recorder(kind):
     def compiler(gm, example_inputs):
-        graphs[kind] = [
-            str(n.target) for n in gm.graph.nodes if n.op == "call_function"
-        ]
+        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+        graphs[kind] = [str(n.target) for n in calls]
         return make_boxed_func(gm.forward)
 
     return compiler
@@ -383,7 +377,8 @@ def loss_fn(x, w):
 x = torch.randn(8, 64, requires_grad=True)
 w = torch.randn(64, requires_grad=True)
 backend = aot_autograd(
-    fw_compiler=recorder("forward"), bw_compiler=recorder("backward")
+    fw_compiler=recorder("forward"),
+    bw_compiler=recorder("backward"),
 )
 torch._dynamo.reset()
 torch.compile(loss_fn, backend=backend, fullgraph=True)(x, w).backward()
@@ -448,9 +443,7 @@ cost = {
     name: tuple(statistics.median(r[i] for r in found) for i in range(2))
     for name, found in runs.items()
 }
-print(
-    f"{'autograd kernel':28} {'no grad':>9} {'fwd+bwd':>9}   (us per call, median of 3)"
-)
+print(f"{'autograd kernel':28} {'no grad':>9} {'fwd+bwd':>9}   (us a call, median)")
 for name, (no_grad, train) in cost.items():
     print(f"{name:28} {no_grad:9.1f} {train:9.1f}")
 (c_ng, c_tr), (p_ng, p_tr) = cost.values()
@@ -496,9 +489,8 @@ class RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, weight, inv_rms = ctx.saved_tensors
-        grad_x, grad_weight = torch.ops.opguide.rms_norm_backward(
-            grad_y, x, weight, inv_rms
-        )
+        backward_op = torch.ops.opguide.rms_norm_backward
+        grad_x, grad_weight = backward_op(grad_y, x, weight, inv_rms)
         return grad_x, grad_weight, None
 
 

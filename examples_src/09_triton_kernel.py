@@ -86,8 +86,9 @@ differ in what the compiler can see:
   interpreter ``opcheck`` fails.
 
 So on a GPU ``triton_op`` is the right choice: the compiled graph launches the
-kernel itself. Without a GPU only ``custom_op`` works. ``opguide`` picks one
-per process; the kernels and the operator bodies are the same code:
+kernel itself. Under the interpreter only ``custom_op`` passes ``opcheck``.
+``opguide`` picks one per process; the kernels and the operator bodies are the
+same code:
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
@@ -355,17 +356,14 @@ if torch.cuda.device_count() >= 2:
         [*pytest, "tests/test_two_gpus.py"], cwd=ROOT, capture_output=True, text=True
     )
     command = "python -m pytest -q tests/test_two_gpus.py"
-    print(
-        f"{torch.cuda.device_count()} GPUs here. Run live, with the guard: $ {command}"
-    )
+    gpus = torch.cuda.device_count()
+    print(f"{gpus} GPUs here. Run live, with the guard: $ {command}")
     print("   ", run.stdout.strip().splitlines()[-1])
     print(f"Recorded on {machine}, {record['date']}:")
     labels = ["without_guard"]  # the run made live above is the one with the guard
 else:
-    print(
-        f"{torch.cuda.device_count()} GPU(s) here. "
-        f"Recorded on {machine}, {record['date']}:"
-    )
+    gpus = torch.cuda.device_count()
+    print(f"{gpus} GPU(s) here. Recorded on {machine}, {record['date']}:")
     labels = ["with_guard", "without_guard"]
 for label in labels:
     recorded_run = record[label]
@@ -415,11 +413,7 @@ for pass_name, limit in LIMITS.items():
     print(
         f"{pass_name}, N <= {limit}: Triton at least as fast as CUDA at {ahead} of "
         f"{total} points"
-        + (
-            f";\n    CUDA ahead by {gap:.1f} points of the copy at most"
-            if gap > 0
-            else ""
-        )
+        + (f";\n    CUDA ahead by {gap:.1f} points of the copy at most" * (gap > 0))
     )
 
 # %%
@@ -434,9 +428,8 @@ for pass_name, limit in LIMITS.items():
 
 def code_lines(path):
     text = path.read_text().splitlines()
-    return sum(
-        1 for line in text if line.strip() and not line.strip().startswith(("#", "//"))
-    )
+    code = [line.strip() for line in text if line.strip()]
+    return sum(1 for line in code if not line.startswith(("#", "//")))
 
 
 triton_dir = ROOT / "opguide" / "triton"
@@ -502,15 +495,10 @@ if cpp_ms > 5 * one_ms:
     )
 if triton_ops.INTERPRET:
     interp_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="triton"))
-    print(
-        f"Triton interpreter, same input:        {interp_ms:8.3f} ms "
-        f"({interp_ms / cpp_ms:.0f}x)"
-    )
+    times = f"{interp_ms:8.3f} ms ({interp_ms / cpp_ms:.0f}x)"
+    print(f"Triton interpreter, same input:        {times}")
 else:
-    print(
-        "Triton interpreter: not timed "
-        "(TRITON_INTERPRET is off: Triton compiles for the GPU)"
-    )
+    print("Triton interpreter: not timed (TRITON_INTERPRET is off: Triton compiles)")
 
 # %%
 # The files of this step, whole

@@ -133,13 +133,11 @@ for n in (20000, 2**17 + 3):
     torch.testing.assert_close(dw, w.grad, atol=1e-4, rtol=1e-4)
     residual = torch.randn(2, n, device=device)
     h = x.detach() + residual
-    out, _ = opguide.fused_add_rms_norm_(
-        x.detach(), residual, w.detach(), 1e-6, backend="triton"
-    )
+    fused = opguide.fused_add_rms_norm_
+    out, _ = fused(x.detach(), residual, w.detach(), 1e-6, backend="triton")
     torch.testing.assert_close(residual, h)
-    torch.testing.assert_close(
-        out, rms_norm_reference(h, w.detach()), **TOL[torch.float32]
-    )
+    expected = rms_norm_reference(h, w.detach())
+    torch.testing.assert_close(out, expected, **TOL[torch.float32])
     err = (y - rms_norm_reference(x, w)).abs().max().item()
     print(f"N = {n}: forward, backward and fused match; max |y error| = {err:.1e}")
 
@@ -159,12 +157,11 @@ rows = record["sweep"]["rows"]
 longest = max(record["sweep"]["ns"])
 # The fused kernel's limit depends on the dtype: the longest 16-bit row it
 # keeps in registers, asked of its planner.
+cpu = torch.device("cpu")
 fused_registers = [
     n
     for n in (2**k for k in range(8, 20))
-    if isinstance(
-        launch.fused_config(1, n, torch.bfloat16, torch.device("cpu")), launch.Registers
-    )
+    if isinstance(launch.fused_config(1, n, torch.bfloat16, cpu), launch.Registers)
 ]
 LONGER_THAN = {
     "forward": launch.MAX_REGISTER_ROW,
@@ -189,11 +186,7 @@ for pass_name, floor in LONGER_THAN.items():
     print(
         f"{pass_name}, N > {floor}: Triton at least as fast as CUDA at {ahead} of "
         f"{total} points"
-        + (
-            f";\n    CUDA ahead by {gap:.1f} points of the copy at most"
-            if gap > 0
-            else ""
-        )
+        + (f";\n    CUDA ahead by {gap:.1f} points of the copy at most" * (gap > 0))
     )
 # %%
 # Compiled for seven GPUs, run on none of them
@@ -210,9 +203,8 @@ for pass_name, floor in LONGER_THAN.items():
 from guidekit import triton_targets  # noqa: E402
 
 results = triton_targets.check(kernels=["_rms_norm_fwd_split_kernel"])
-print(
-    f"{'target':8} {'x':8} {'launch':24} {'regs':>4} {'spill':>5} {'shared':>6} budget"
-)
+header = f"{'target':8} {'x':8} {'launch':24} {'regs':>4} {'spill':>5} {'shared':>6}"
+print(header, "budget")
 for u in results:
     knobs = " ".join(
         w for w in u.config.split() if w.startswith(("BLOCK_N", "ROWS", "SEG", "num_w"))

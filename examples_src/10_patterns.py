@@ -196,9 +196,8 @@ storage = residual.data_ptr()
 out, inv_rms = opguide.fused_add_rms_norm_(x, residual, weight)
 print("same storage:", residual.data_ptr() == storage)
 print("residual == before + x:", torch.equal(residual, before + x))
-print(
-    "out", tuple(out.shape), out.dtype, "| inv_rms", tuple(inv_rms.shape), inv_rms.dtype
-)
+print("out", tuple(out.shape), out.dtype)
+print("inv_rms", tuple(inv_rms.shape), inv_rms.dtype)
 
 # %%
 # Checking every backend against the reference
@@ -240,9 +239,8 @@ for device, backend in devices:
         ref_out, ref_inv, ref_residual = fused_add_rms_norm_reference(
             x, before, weight, 1e-6, out_dtype
         )
-        truncated = (
-            backend == "triton" and device == "cpu" and res_dtype == torch.bfloat16
-        )
+        interpreted = backend == "triton" and device == "cpu"
+        truncated = interpreted and res_dtype == torch.bfloat16
         exact = dict(atol=0, rtol=2**-7 if truncated else 0)
         torch.testing.assert_close(residual, ref_residual, **exact)
         torch.testing.assert_close(out, ref_out, **TOL[out.dtype])
@@ -362,9 +360,7 @@ for bad in [
     try:
         opguide.fused_add_rms_norm_(**bad)
     except (TypeError, ValueError, RuntimeError) as err:
-        print(
-            textwrap.fill(f"{type(err).__name__}: {err}", 88, subsequent_indent="    ")
-        )
+        print(textwrap.fill(f"{type(err).__name__}: {err}", 88, subsequent_indent=" "))
 
 # %%
 # How fast, on a GPU (recorded)
@@ -376,15 +372,14 @@ for bad in [
 # the longest row that one Triton program holds in a 16-bit type; longer rows
 # are split over programs (:doc:`step 9.2 <09_triton_kernel_2_long_rows>`).
 from opguide.triton import launch  # noqa: E402
+from opguide.triton.launch import Registers  # noqa: E402
 
 
 def longest_register_row(planner, dtype: torch.dtype) -> int:
     """The longest power-of-two row ``planner`` keeps in one program's registers."""
     cpu = torch.device("cpu")
     fits = [2**k for k in range(4, 20)]
-    return max(
-        n for n in fits if isinstance(planner(1, n, dtype, cpu), launch.Registers)
-    )
+    return max(n for n in fits if isinstance(planner(1, n, dtype, cpu), Registers))
 
 
 record = load("sweep_opguide_h100.json")

@@ -125,10 +125,8 @@ for name in ("x", "residual"):
 # prints what the body sees:
 @torch.library.custom_op("opguide_demo::add_", mutates_args=("y",))
 def add_(x: torch.Tensor, y: torch.Tensor) -> None:
-    print(
-        f"    body sees: grad mode {torch.is_grad_enabled()}, "
-        f"x.requires_grad {x.requires_grad}"
-    )
+    grad_mode = torch.is_grad_enabled()
+    print(f"    body sees: grad mode {grad_mode}, x.requires_grad {x.requires_grad}")
     y.add_(x)
 
 
@@ -155,13 +153,10 @@ with torch.no_grad():
 print("compiled call:")
 torch.compile(add_then_double, fullgraph=True)(x.detach(), y)
 try:
-    torch.library.register_autograd(
-        "opguide_demo::add_", lambda ctx, grad: (grad, grad)
-    )
+    torch.library.register_autograd("opguide_demo::add_", lambda ctx, g: (g, g))
 except RuntimeError as error:
-    print(
-        textwrap.fill("register_autograd: " + str(error).split(" with schema")[0], 88)
-    )
+    refusal = str(error).split(" with schema")[0]
+    print(textwrap.fill(f"register_autograd: {refusal}", 88))
 
 # %%
 # So the Triton operator's refusal lives in :func:`opguide.fused_add_rms_norm_`,
@@ -256,7 +251,9 @@ throw_once = (
     "torch.ops.opguide_index.gather_rows(torch.zeros(1, 1), torch.tensor([1]))"
 )
 child = subprocess.run(
-    [sys.executable, "-c", throw_once], capture_output=True, text=True
+    [sys.executable, "-c", throw_once],
+    capture_output=True,
+    text=True,
 )
 KERNEL_ERRORS = child.returncode == 1 and "IndexError" in child.stderr
 SKIP_KERNEL_ERRORS = (
@@ -300,16 +297,13 @@ def check_gather_rows_args(table: torch.Tensor, index: torch.Tensor) -> None:
         ValueError: if ``table`` is not 2-D, or the two are on different devices.
     """
     if table.dim() != 2:
-        raise ValueError(
-            f"gather_rows: table must be 2-D (rows, columns), got {table.dim()}-D"
-        )
+        got = f"got {table.dim()}-D"
+        raise ValueError(f"gather_rows: table must be 2-D (rows, columns), {got}")
     if index.dtype != torch.int64:
         raise TypeError(f"gather_rows: index must be int64, got {index.dtype}")
     if index.device != table.device:
-        raise ValueError(
-            f"gather_rows: index must be on {table.device} like table, "
-            f"got {index.device}"
-        )
+        where = f"on {table.device} like table, got {index.device}"
+        raise ValueError(f"gather_rows: index must be {where}")
 
 
 @torch.library.register_fake("opguide_index::gather_rows")
@@ -333,9 +327,7 @@ for args in [(table, index.int()), (table.flatten(), index), (table, index.to("m
     try:
         gather_rows(*args)
     except (TypeError, ValueError) as err:
-        print(
-            textwrap.fill(f"{type(err).__name__}: {err}", 88, subsequent_indent="    ")
-        )
+        print(textwrap.fill(f"{type(err).__name__}: {err}", 88, subsequent_indent=" "))
 try:
     if not KERNEL_ERRORS:
         raise TypeError(SKIP_KERNEL_ERRORS)
@@ -345,7 +337,10 @@ except TypeError as err:
 
 
 def graphs_of(
-    fn, *args, fullgraph: bool = True, capture: bool = False
+    fn,
+    *args,
+    fullgraph: bool = True,
+    capture: bool = False,
 ) -> list[list[str]]:
     """The operators of each graph ``torch.compile`` makes of ``fn(*args)``.
 
@@ -354,11 +349,8 @@ def graphs_of(
     graphs = []
 
     def record(graph_module, example_inputs):
-        nodes = [
-            n
-            for n in graph_module.graph.nodes
-            if n.op in ("call_function", "call_method")
-        ]
+        calls = ("call_function", "call_method")
+        nodes = [n for n in graph_module.graph.nodes if n.op in calls]
         graphs.append([str(getattr(n.target, "__name__", n.target)) for n in nodes])
         return graph_module.forward
 
@@ -385,7 +377,8 @@ def check_index_values(table: torch.Tensor, index: torch.Tensor) -> None:
 
 
 def gather_rows_checked_in_python(
-    table: torch.Tensor, index: torch.Tensor
+    table: torch.Tensor,
+    index: torch.Tensor,
 ) -> torch.Tensor:
     """:func:`gather_rows`, index values checked in Python (the pattern to avoid)."""
     check_gather_rows_args(table, index)
@@ -396,11 +389,8 @@ def gather_rows_checked_in_python(
 try:
     gather_rows_checked_in_python(table, torch.tensor([1, 5]))
 except IndexError as err:
-    print(
-        textwrap.fill(
-            f"eager, check in Python: IndexError: {err}", 88, subsequent_indent="    "
-        )
-    )
+    message = f"eager, check in Python: IndexError: {err}"
+    print(textwrap.fill(message, 88, subsequent_indent="    "))
 
 # %%
 # Under ``torch.compile(fullgraph=True)`` the ``if`` needs a value that exists
@@ -415,21 +405,16 @@ for fn in (gather_rows_checked_in_python, gather_rows):
         good = compiled(table, index)
         assert torch.equal(good, table[index])
         if not KERNEL_ERRORS:
-            print(
-                f"{fn.__name__}: compiled and ran; "
-                f"the out-of-range call {SKIP_KERNEL_ERRORS}"
-            )
+            skip = SKIP_KERNEL_ERRORS
+            print(f"{fn.__name__}: compiled and ran; the out-of-range call {skip}")
             continue
         compiled(table, torch.tensor([[0, 1], [2, 7]]))
     except Exception as err:
         compile_results[fn.__name__] = type(err)
         name = f"{type(err).__module__}.{type(err).__name__}"
         first = str(err).splitlines()[0]
-        print(
-            textwrap.fill(
-                f"{fn.__name__}: {name}: {first}", 88, subsequent_indent="    "
-            )
-        )
+        message = f"{fn.__name__}: {name}: {first}"
+        print(textwrap.fill(message, 88, subsequent_indent="    "))
 assert compile_results.get("gather_rows", IndexError) is IndexError
 assert compile_results["gather_rows_checked_in_python"] is not IndexError
 # %%
@@ -437,7 +422,10 @@ assert compile_results["gather_rows_checked_in_python"] is not IndexError
 # graph break): every call runs the comparison in one graph, reads the result
 # on the host, and enters a second graph for the kernel:
 python_check_graphs = graphs_of(
-    gather_rows_checked_in_python, table, index, fullgraph=False
+    gather_rows_checked_in_python,
+    table,
+    index,
+    fullgraph=False,
 )
 print("graphs:", python_check_graphs)
 assert len(python_check_graphs) == 2
@@ -482,9 +470,8 @@ if torch.cuda.is_available():
     print(f"with the Python check:    {checked_us:.1f} us per call ({ratio:.2f}x)")
 
     # The mode warns that it is a prototype that misses some synchronizing calls.
-    warnings.filterwarnings(
-        "ignore", message="Synchronization debug mode is a prototype"
-    )
+    prototype = "Synchronization debug mode is a prototype"
+    warnings.filterwarnings("ignore", message=prototype)
     torch.cuda.set_sync_debug_mode("error")
     try:
         embedding_unchecked(gpu_table, gpu_index)
@@ -555,12 +542,12 @@ capture_default = torch._dynamo.config.capture_dynamic_output_shape_ops
 print("capture_dynamic_output_shape_ops, by default:", capture_default)
 for fullgraph, capture in [(True, False), (False, False), (False, True)]:
     graphs = graphs_of(rows_used, table, index, fullgraph=fullgraph, capture=capture)
-    print(
-        f"fullgraph={fullgraph!s:5} capture_dynamic_output_shape_ops={capture!s:5} ->"
-    )
-    print(
-        textwrap.fill(str(graphs), 88, initial_indent="    ", subsequent_indent="    ")
-    )
+    flag = f"capture_dynamic_output_shape_ops={capture!s:5}"
+    setting = f"fullgraph={fullgraph!s:5} {flag}"
+    print(setting, "->")
+    indent = "    "
+    lines = textwrap.wrap(str(graphs), 84)
+    print("\n".join(indent + line for line in lines))
     one_graph = len(graphs) == 1 and "unique_indices" in graphs[0]
     assert one_graph == (fullgraph or capture), graphs
 

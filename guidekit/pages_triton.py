@@ -173,5 +173,7 @@ def plot_fractions(
         ax.set_ylabel("% of a copy of the same bytes", color="black")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8, facecolor="white", labelcolor="black")
-    fig.suptitle(f"Recorded on {measured_on(record)}", color="black", fontsize=10)
+    # Two lines: one panel is too narrow for the device, versions and date on one.
+    device, rest = measured_on(record).split(", ", 1)
+    fig.suptitle(f"Recorded on {device}\n{rest}", color="black", fontsize=10)
     return fig
