@@ -18,7 +18,9 @@ In this step you will learn:
 * what ``torch.compile`` does around an operator it cannot see into;
 * how an Inductor pattern pass puts the fused residual-add + RMSNorm of
   :doc:`step 10 <10_patterns>` into the compiled graph, still without
-  editing the model.
+  editing the model;
+* what Inductor needs of a Triton kernel to fuse the operation after it;
+* how an AOTInductor package calls your operator directly, through a C shim.
 
 The model here is small and runs live on the CPU. The same comparison on a
 GPU, with a larger model in bfloat16, is recorded by

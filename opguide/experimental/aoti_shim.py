@@ -54,9 +54,14 @@ def build(build_dir: str | Path | None = None) -> Path:
         lists it among its needed libraries finds the copy loaded here.
 
     Raises:
+        FileNotFoundError: ``aoti_shim.cpp`` is not installed beside this file
+            (a wheel carries no C++ source; a checkout does).
         RuntimeError: the compiler failed.
     """
     from torch.utils import cpp_extension
+
+    if not SOURCE.is_file():
+        raise FileNotFoundError(f"{SOURCE} is not installed; build the shim from a checkout")
 
     folder = Path(build_dir or Path(tempfile.gettempdir()) / LIBRARY / torch.__version__)
     folder.mkdir(parents=True, exist_ok=True)
