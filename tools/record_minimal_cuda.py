@@ -308,7 +308,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--device cpu needs --out FILE: a CPU run is no GPU record")
     numel = args.numel or (2**24 if args.device == "cuda" else 2**16)
     rounds = args.rounds or (100 if args.device == "cuda" else 5)
-    given = sys.argv[1:] if argv is None else argv
+    given = list(sys.argv[1:] if argv is None else argv)
+    for i, arg in enumerate(given[:-1]):
+        if arg == "--out":  # the record names no folder of the machine it ran on
+            given[i + 1] = Path(given[i + 1]).name
     command = shlex.join(["python", "tools/record_minimal_cuda.py", *given])
     sys.path.insert(0, str(ROOT))  # opguide from this checkout when it is not installed
     data = record(args.device, numel, rounds, command)
