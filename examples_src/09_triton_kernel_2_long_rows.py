@@ -106,7 +106,7 @@ launch = triton_ops.launch
 print("MAX_REGISTER_ROW =", launch.MAX_REGISTER_ROW)
 print("MAX_REGISTER_ROW_BACKWARD =", launch.MAX_REGISTER_ROW_BACKWARD)
 device = torch.device("cuda" if not triton_ops.INTERPRET else "cpu")
-for n in (8192, 8193, 16385, 2**17, 2**17 + 3):
+for n in (8192, 8193, 16385, 20000, 2**17, 2**17 + 3):
     forward = launch.forward_config(8, n, torch.float32, device)
     backward = launch.backward_config(8, n, torch.float32, device)
     kinds = f"forward {type(forward).__name__:9} backward {type(backward).__name__}"
@@ -115,9 +115,10 @@ for n in (8192, 8193, 16385, 2**17, 2**17 + 3):
 # %%
 # Checking the long rows
 # ----------------------
-# A split row (20000 elements) and a chunked one (``2**17 + 3``), forward,
-# backward and the fused operator of :doc:`step 10 <10_patterns>`, against
-# the reference, in float32:
+# Two long rows, of 20000 and ``2**17 + 3`` elements (the cell above says
+# which kernels take them here), through the forward, the backward and the
+# fused operator of :doc:`step 10 <10_patterns>`, against the reference, in
+# float32:
 torch.manual_seed(0)
 for n in (20000, 2**17 + 3):
     x = torch.randn(2, n, device=device, requires_grad=True)
