@@ -62,6 +62,11 @@ def test_record_tool_names_its_file_after_the_gpu():
     assert tool.short_gpu_name("NVIDIA H100 80GB HBM3") == "h100"
     assert tool.short_gpu_name("NVIDIA H200") == "h200"
     assert tool.short_gpu_name("NVIDIA A100-SXM4-80GB") == "a100"
+    # The record names its file, not the folder of the machine that wrote it.
+    assert tool.command_line(["--rounds", "15", "--out", "/tmp/x/model_step_h100.json"]) == (
+        "python tools/record_model_step.py --rounds 15 --out model_step_h100.json"
+    )
+    assert tool.command_line(["--out=/tmp/y.json"]).endswith(" --out=y.json")
 
 
 def synthetic_record(compiled_op: float, fused: float) -> dict:

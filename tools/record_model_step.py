@@ -76,6 +76,19 @@ def short_gpu_name(device_name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_")
 
 
+def command_line(argv: list[str]) -> str:
+    """The command as the record states it: ``--out``'s folder left out (it names a machine)."""
+    shown, after_out = [], False
+    for arg in argv:
+        if after_out:
+            arg = Path(arg).name
+        elif arg.startswith("--out="):
+            arg = "--out=" + Path(arg.removeprefix("--out=")).name
+        after_out = arg == "--out"
+        shown.append(arg)
+    return " ".join(["python tools/record_model_step.py", *shown])
+
+
 def variants(device: str) -> tuple[dict, dict]:
     """``{name: (norm forward or None, fusion pass backend or None)}``, and those left out."""
     found = {
@@ -180,7 +193,7 @@ def main() -> int:
             "triton": triton_version,
             "transformers": transformers.__version__,
             "date": datetime.date.today().isoformat(),
-            "command": "python tools/record_model_step.py " + " ".join(sys.argv[1:]),
+            "command": command_line(sys.argv[1:]),
             "config": config,
             "batch": batch,
             "seq": seq,
