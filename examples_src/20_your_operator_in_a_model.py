@@ -330,8 +330,8 @@ for step_name, step in STEPS.items():
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     fused_calls[step_name] = "\n".join(code).count(FUSED_CALL)
     print(
-        f"{step_name}: the compiled graph calls the fused operator "
-        f"{fused_calls[step_name]} times, for {sums} norms that follow an add"
+        f"{step_name}: calls of the fused operator in the compiled graph: "
+        f"{fused_calls[step_name]}, for {sums} norms that follow an add"
     )
     if fused_calls[step_name] < sums:
         print(
