@@ -41,7 +41,7 @@ import torch
 import opguide
 from opguide import triton as triton_ops
 
-# sphinx_gallery_thumbnail_path = "_thumbnails/10.png"
+# sphinx_gallery_thumbnail_path = "_thumbnails/10.2.png"
 # The operators that write an input: the C++ one, and the Triton one where
 # its kernels run in this process's interpreter.
 ops = {"cpp": torch.ops.opguide.fused_add_rms_norm_.default}

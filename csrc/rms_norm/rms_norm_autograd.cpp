@@ -3,7 +3,7 @@
 // shares. A C++ autograd kernel costs less per call than one registered from
 // Python with torch.library.register_autograd, which re-enters the
 // interpreter on every call, with or without gradients
-// (guidekit/benchmark.py times both; docs/recorded/eager_bf16_h100.json).
+// (guidekit/benchmark/ times both; docs/recorded/eager_bf16_h100.json).
 // Both operators build their graph with torch::autograd::Function, the
 // public C++ API.
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -20,9 +20,10 @@ DIAGRAMS: dict[str, tuple[list[str], str]] = {
     "05": (["schema", "dispatcher", "CPU, CUDA,\nMeta,\nAutograd"], "TORCH_LIBRARY registers"),
     "06": (["csrc/", "setup.py", "wheel\n_C.abi3.so"], "the build"),
     "07": (["reference", "opcheck", "gradcheck", "compile"], "tests for every claim"),
-    "08": (["forward\nsaves inv_rms", "backward\ndx, dweight"], "autograd in C++"),
+    "08": (["formula\nin Python", "C++\nFunction"], "autograd: Python, then C++"),
     "09": (["@triton.jit", "triton_op", "Inductor\nsees it"], "a Triton kernel as an operator"),
     "10": (["in place", "two outputs", "optional\nweight"], "schemas for real operators"),
+    "10.2": (["version\ncounter", "autograd\nrefuses", "index\nchecks"], "the in-place contract"),
     "12": (["aten op", "your kernel\nfor one key"], "overriding ATen"),
     "13": (["namespace", "fragment", "loaded\nlibraries"], "many libraries, one dispatcher"),
     "14": (["error", "sanitizer\nexplain", "file:line"], "debugging"),
@@ -49,7 +50,7 @@ def write_thumbnails(target: Path) -> None:
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.axis("off")
-        ax.text(0.05, 0.88, f"Step {int(step)}", fontsize=15, weight="bold", color="#333")
+        ax.text(0.05, 0.88, f"Step {step.lstrip('0')}", fontsize=15, weight="bold", color="#333")
         count = len(boxes)
         width = 0.86 / count - 0.05
         for i, label in enumerate(boxes):
