@@ -1,4 +1,4 @@
-// A kernel with a planted out-of-bounds write, for compute-sanitizer memcheck.
+// A kernel with a planted out-of-bounds access, for compute-sanitizer memcheck.
 // Run without the tool it usually reports no error at all: the stray writes
 // land in the slack of the allocation. That is the point of the demo.
 #include <cstdio>
@@ -9,7 +9,7 @@
 __global__ void scale(float* x, int n, float s) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   // BUG (planted): no `if (i < n)`. The grid is rounded up to whole blocks
-  // of 256 threads, so threads n..1023 write past the end of x.
+  // of 256 threads, so threads n..1023 read, then write, past the end of x.
   x[i] *= s;
 }
 // [kernel-end]
