@@ -1,8 +1,9 @@
 """Tests of opguide.experimental.triton_epilogue: a pointwise operation fused into a Triton kernel.
 
 The kernel must compute RMSNorm (on a GPU, or in Triton's interpreter) and
-keep the one store that the fusion needs; the module must say why the fusion
-cannot run where it cannot. On a GPU with torch 2.12 or later, compiling the
+keep the one store that the fusion needs, as Inductor's own analysis of the
+kernel finds (run here for an sm_90 target, without a GPU); the module must
+say why the fusion cannot run where it cannot. On a GPU with torch 2.12 or later, compiling the
 norm followed by a scale leaves no kernel of Inductor's own when the option
 is on, and one when it is off.
 """
@@ -12,6 +13,10 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
+import json
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -51,6 +56,54 @@ def test_the_kernel_has_one_store():
         if isinstance(node, ast.Call) and ast.unparse(node.func) == "tl.store"
     ]
     assert len(stores) == 1
+
+
+# Inductor's analysis of a user kernel (private APIs), on an sm_90 target named
+# by a stand-in driver: Triton generates TTIR without a GPU. It runs in a
+# process of its own, with Triton's interpreter off.
+ANALYSIS = """
+import json, torch, triton
+import opguide
+from triton.backends.compiler import GPUTarget
+from torch._higher_order_ops.triton_kernel_wrap import identify_accessed_tensors
+from opguide.experimental.triton_epilogue import _rms_norm_y_kernel
+from opguide.triton.forward import _rms_norm_fwd_kernel
+
+class Hopper:
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+triton.runtime.driver.set_active(Hopper())
+x, w, y, inv = torch.randn(4, 64), torch.randn(64), torch.empty(4, 64), torch.empty(4)
+found = {}
+for name, kernel, kwargs in [
+    ("one store", _rms_norm_y_kernel,
+     dict(x_ptr=x, w_ptr=w, y_ptr=y, N=64, eps=1e-6, BLOCK_N=64)),
+    ("opguide forward", _rms_norm_fwd_kernel,
+     dict(x_ptr=x, w_ptr=w, y_ptr=y, inv_rms_ptr=inv, M=4, N=64, eps=1e-6, BLOCK_N=64,
+          ROWS=1, STORE_INV=True, GDC=False, ALIGN=16)),
+]:
+    got = identify_accessed_tensors(kernel, kwargs, {})
+    found[name] = [got.can_fuse_epilogue, sorted(d.name for d in got.read_writes.writes)]
+print(json.dumps(found))
+"""
+
+
+def test_inductor_allows_an_epilogue_here_and_not_in_the_two_store_kernel():
+    from torch._higher_order_ops import triton_kernel_wrap
+
+    if not hasattr(triton_kernel_wrap, "identify_accessed_tensors"):
+        pytest.skip(f"torch {torch.__version__} has no epilogue analysis of user kernels")
+    # Compiled mode (no interpreter): the kernels and their helpers are JITFunctions.
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", ANALYSIS], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["one store"] == [True, ["y_ptr"]], done.stderr[-3000:]
+    # opguide's forward with the inverse RMS: two tensors written, no epilogue.
+    assert found["opguide forward"] == [False, ["inv_rms_ptr", "y_ptr"]]
 
 
 def test_why_not_names_the_reason(monkeypatch):
