@@ -541,4 +541,6 @@ for path in RECORDED:
 # compiled as well as eager, because Inductor's fusions change what your
 # operator competes with; and when an opaque operator loses a fusion, fuse it
 # yourself, either in the model's code or, without touching it, in the
-# compiler.
+# compiler. A Triton operator with one store lets Inductor fuse what follows
+# it, and an AOTInductor package can call a C++ operator through a C shim
+# instead of its proxy executor.
