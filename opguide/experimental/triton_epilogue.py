@@ -101,7 +101,7 @@ def why_not(device: torch.device | str) -> str | None:
     from torch._inductor import config
 
     if not hasattr(config, OPTION):
-        return f"torch {torch.__version__} has no torch._inductor.config.{OPTION} (2.12 adds it)"
+        return f"torch {torch.__version__} has no torch._inductor.config.{OPTION}"
     if torch.device(device).type != "cuda":
         return (
             f"the tensors are on {torch.device(device).type}: Inductor compiles a user "
