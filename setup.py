@@ -173,6 +173,8 @@ TORCH_RELEASE = ".".join(torch.__version__.split("+")[0].split(".")[:2])
 setup(
     install_requires=[f"torch=={TORCH_RELEASE}.*"],
     packages=find_packages(include=PACKAGES + (["guidekit", "guidekit.*"] if EDITABLE else [])),
+    # The C shim the AOTInductor experiment compiles when it is first used.
+    package_data={"opguide.experimental": ["aoti_shim.cpp"]},
     ext_modules=[make_extension()],
     cmdclass={"build_ext": BuildExtension},
     options={"bdist_wheel": {"py_limited_api": LIMITED_API_TAG}},
