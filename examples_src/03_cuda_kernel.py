@@ -169,7 +169,7 @@ else:
 # -------------------------
 # ``opguide.rms_norm`` runs a kernel with the same contract, written for
 # speed. What it adds to the simple kernel, each measured in
-# :doc:`step 11 <11_performance>`:
+# :doc:`step 11.4 <11_performance_4_tuning>`:
 #
 # * **16-byte loads**: eight bfloat16 (or four float32) elements per load
 #   instruction when the row length and the pointers allow, and the widest

@@ -219,8 +219,8 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # load the next rows while it computes the current ones (``STAGES``). Short
 # rows come ``ROWS`` at a time, so that each step of the loop has a few
 # thousand elements to work on. The ``GDC`` flag turns on programmatic
-# dependent launch (``pdl_prologue`` above; :doc:`step 11 <11_performance>`,
-# "Lessons", measures it for the CUDA kernels):
+# dependent launch (``pdl_prologue`` above;
+# :doc:`step 11.4 <11_performance_4_tuning>` measures it for the CUDA kernels):
 #
 # .. literalinclude:: /../opguide/triton/backward.py
 #    :language: python

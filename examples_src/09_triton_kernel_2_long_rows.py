@@ -28,7 +28,7 @@ of the row's sum into a slot of its own, marked as written in the same 64-bit
 store, and waits until all the row's slots are marked. Then each adds all the
 parts in the same order, so every segment uses the same total, the same on
 every run. This is what a thread-block cluster does for the CUDA kernels
-(:doc:`step 11 <11_performance>`, "Long rows"), without the cluster's
+(:doc:`step 11.3 <11_performance_3_long_rows>`), without the cluster's
 guarantee that the programs run at the same time; the comment says why the
 wait still ends. The forward and fused kernels run one program per segment,
 the backward one per segment of a group of rows:
@@ -148,7 +148,7 @@ for n in (20000, 2**17 + 3):
 # The recorded sweep of :doc:`step 9 <09_triton_kernel>`, at the row lengths
 # past each pass's register kernel only: the split kernels of this page
 # against the CUDA kernels, which split a long row over a thread-block cluster
-# (:doc:`step 11 <11_performance>`, "Long rows"), in % of a copy of the same
+# (:doc:`step 11.3 <11_performance_3_long_rows>`), in % of a copy of the same
 # bytes, both 16-bit types. The segments of the sweep's longest row, computed
 # from the launch rules, say which kernel ran: the split one wherever the
 # GPU has at least that many SMs.

@@ -92,7 +92,7 @@ output share a dtype, and single elements otherwise (:doc:`step 11
 + residual`` and of the weight in registers, so the second pass writes the
 output without reading memory. Rows too long for the registers loop over the
 row in both passes, and the second pass re-reads the residual elements the
-thread itself wrote in the first. :doc:`Step 11 <11_performance>` ("Lessons")
+thread itself wrote in the first. :doc:`Step 11.4 <11_performance_4_tuning>`
 measures the choices. Rows longer still (more than 4096 vectors, 32768
 bfloat16 elements) go to a kernel that splits each row over a thread-block
 cluster on Hopper and later GPUs

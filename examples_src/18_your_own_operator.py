@@ -426,7 +426,7 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 
 # %%
 # The generated kernels are the simple ones, a thread per element or a block
-# per row; :doc:`step 11 <11_performance>` measures
+# per row; :doc:`step 11.4 <11_performance_4_tuning>` measures
 # what makes RMSNorm's kernels fast, when your operator needs that.
 #
 # In-place operators
@@ -467,7 +467,8 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # pair of ``x[t, h]`` (``x`` of shape ``[num_tokens, num_heads, head_size]``)
 # by the angles of ``positions[t]``, an int64 index into ``cos_sin_cache``
 # (``[max_position, head_size]``: the cosines, then the sines), in NeoX or
-# GPT-J style. The checks split as :doc:`step 10 <10_patterns>` explains:
+# GPT-J style. The checks split as
+# :doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>` explains:
 # dtypes, shapes and devices in the Python wrapper and the fake kernel, which
 # see metadata only; each position's value where the kernel reads it. The C++
 # CPU kernel raises ``IndexError`` (``TORCH_CHECK_INDEX``; ``RuntimeError`` on

@@ -290,8 +290,8 @@ else:
 # the norm of the sum, in the forms they take once traced (the Llama norm as
 # written, ``F.rms_norm``, ``opguide.rms_norm``), and puts the fused operator
 # in their place. It uses private Inductor APIs, so it is opt-in and lives
-# apart from the library (:doc:`step 11 <11_performance>` has the other
-# experiment). The pattern is the model's code; the replacement calls the
+# apart from the library (:doc:`step 11.2 <11_performance_2_eager>` has the
+# other experiment). The pattern is the model's code; the replacement calls the
 # operator in its functional form, which Inductor then runs in place:
 #
 # .. literalinclude:: /../opguide/experimental/inductor_fusion.py
