@@ -231,7 +231,16 @@ for other_impl in ("F.rms_norm", "opguide triton"):
 # ``opguide into existing y`` times the loop alone. The operator asks for
 # transparent huge pages for large outputs (``csrc/rms_norm/rms_norm_cpu.cpp``).
 # The implementations take turns; medians count:
-show(cpu_lines(benchmark.run_cpu_kernel()))
+cpu = benchmark.run_cpu_kernel()
+show(cpu_lines(cpu))
+_ = plots.timings_figure(
+    {
+        f"float32 {tuple(cpu['shape'])}: ms a call, median of {cpu['rounds']} rounds": {
+            r["impl"]: [1e3 * r["seconds"]] for r in cpu["rows"]
+        }
+    },
+    f"The C++ CPU kernel, {cpu['threads']} thread(s) (measured live)",
+)
 
 # %%
 # Run it yourself

@@ -70,8 +70,8 @@ show(eager.plain_launch_lines({"bf16": EAGER, "fp16": EAGER_FP16}))
 
 # %%
 # A plain Triton launch binds its arguments in Python on every call; a C++
-# operator's launch does that in C++. The wrapper's checks, against the bare
-# operator:
+# operator's launch does that in C++. The checked wrapper (``opguide``) against
+# the bare operator (``torch.ops.opguide.rms_norm.default``), shape by shape:
 say(eager.wrapper_line(EAGER))
 
 # %%

@@ -24,26 +24,37 @@ prints each file's device and date. Previous page:
 # %%
 # Clusters
 # --------
-# A block of the CUDA forward holds at most 1024 threads × 4 vectors × 8
-# bfloat16 elements of a row in registers: 32768. The backward, which holds
-# ``x`` and ``dy``, holds 512 threads' worth: 16384. A longer row would have
-# to be read twice, once for its sum and again for the output, the second
-# time from L2 or from memory.
+# A block of the CUDA forward keeps its row in registers, a few 16-byte
+# vectors a thread; the backward, which holds ``x`` and ``dy``, keeps fewer.
+# A row longer than a block holds would have to be read twice, once for its
+# sum and again for the output, the second time from L2 or from memory.
 #
-# On Hopper (``sm_90`` and later) the kernel splits such a row over a
+# On Hopper (``sm_90`` and later) the kernels can split a row over a
 # *thread-block cluster*: a group of blocks that run at the same time on
 # neighbouring multiprocessors and can read each other's shared memory. Each
 # block holds its slice of the row and the blocks exchange their partial
 # sums, so the row is read once. On older GPUs, and for long rows that are
-# not whole 16-byte vectors, the kernels read the row twice. The planner
-# sends rows longer than these to clusters (elements, bfloat16):
+# not whole 16-byte vectors, the kernels read the row twice.
+#
+# Where the planner sends rows to clusters is a measured choice, not only
+# where a row stops fitting. The lines below read the constants of
+# ``csrc/rms_norm/rms_norm_config.h`` and its fused twin. The forward's
+# threshold is where clusters become the faster kernel (one block is as
+# fast up to it), as the configuration records from
+# ``tools/sweep_rms_norm_forward_cluster.cu``
+# (``docs/recorded/sweep_rms_norm_forward_cluster_h100.txt``; its lines at
+# the shortest row it times are further down). The fused operator's
+# one-block kernel re-reads a long row from L2 up to its threshold, and
+# clusters take the rows whose second read would come from memory. Then the
+# longest row each kernel family gives one block or one program:
 from guidekit.recorded import lessons, listed, long_rows, plots, sweeps, tool_outputs
 from guidekit.recorded.pages import recorded, recorded_text, say, show
 from opguide.triton import launch as triton_launch
 
+show(long_rows.planner_lines())
 LONGEST = {"CUDA block": sweeps.ONE_BLOCK, "Triton program": sweeps.TRITON_BLOCK}
 for who, longest in LONGEST.items():
-    say(f"one {who}: " + ", ".join(f"{p} {n}" for p, n in longest.items()))
+    say(f"longest row of one {who}: " + ", ".join(f"{p} {n}" for p, n in longest.items()))
 
 # %%
 # The kernels are in ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``, one

@@ -364,6 +364,13 @@ def test_figures_draw_from_synthetic_records():
     assert len(plots.eager_figure(eager_rows, "t").axes) == 2
     fig = plots.gains_figure({"small": [1.0, -1.0], "large": [5.0]}, "t")
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["large", "small"]
+    fig = plots.timings_figure(
+        {"a, ms": {"x": [1.0, 2.0, 4.0], "y": [3.0]}, "b, us": {"z": [1]}}, "t"
+    )
+    assert len(fig.axes) == 2
+    assert fig.get_facecolor()[:3] == (1.0, 1.0, 1.0)
+    bars = fig.axes[0].patches
+    assert [b.get_width() for b in bars] == [2.0, 3.0]  # the medians
     plt.close("all")
 
 
@@ -422,3 +429,44 @@ def test_recorded_pages_claims():
     )[1]
     ranking = lessons.ranking_lines({"PDL": pdl, "keep_packed": lessons.keep_packed_gains(packed)})
     assert ranking[-2:] == ["Most: keep_packed; least: PDL.", "Lose at some point: PDL."]
+
+
+def test_wrapper_line_follows_the_sign_at_every_shape():
+    def rows(gaps_us):
+        out = []
+        for n, gap in enumerate(gaps_us):
+            for impl, t in (("torch.ops.opguide.rms_norm", 10e-6), ("opguide", 10e-6 + gap * 1e-6),
+                            ("F.rms_norm", 12e-6)):  # fmt: skip
+                out.append({"mode": "forward", "impl": impl, "m": 1, "n": n, "seconds": t,
+                            "vs_F.rms_norm": t / 12e-6})  # fmt: skip
+        return out
+
+    assert "was 0.4-1.0 us faster than the bare call at every shape (2 of 2)" in (
+        eager.wrapper_line(rows([-0.4, -1.0]))
+    )
+    assert "adds 0.5-2.0 us at every shape (2 of 2)" in eager.wrapper_line(rows([0.5, 2.0]))
+    assert "slower at 1 of 2 shapes" in eager.wrapper_line(rows([0.5, -0.5]))
+
+
+def test_planner_limits_match_the_tables_of_the_pages():
+    got = long_rows.planner_limits()
+    assert sweeps.ONE_BLOCK["forward"] == got["forward_cluster"]
+    assert sweeps.ONE_BLOCK["fused"] == got["fused_cluster"]
+    assert sweeps.ONE_BLOCK["backward"] == sweeps.ONE_BLOCK["training"] == got["backward_holds"]
+    lines = long_rows.planner_lines()
+    assert lines[-1].startswith("The forward takes clusters") and len(lines) == 5
+
+
+def test_triton_block_matches_the_launch_rules():
+    launch = pytest.importorskip("opguide.triton.launch")
+    assert sweeps.TRITON_BLOCK["forward"] == launch.MAX_REGISTER_ROW
+    assert sweeps.TRITON_BLOCK["backward"] == launch.MAX_REGISTER_ROW_BACKWARD
+
+
+def test_triton_split_lines_split_each_pass_past_its_own_limit():
+    ns = [16384, 32768, 65536]
+    at_ = sweeps.at(row(p, "opguide triton", n, 0.9) for p in ("forward", "fused") for n in ns)
+    forward, fused = long_rows.triton_split_lines(at_, ns)
+    assert forward.startswith("Triton split forward at N = 32768, 65536:")
+    assert fused.startswith("Triton split fused   at N = 65536:")
+    assert fused.endswith(f"(one program: N <= {sweeps.TRITON_BLOCK['fused']})")

@@ -131,9 +131,18 @@ def split_lines(fenced: tuple[dict, dict], slots: tuple[dict, dict], built: str)
         "the best launch at each N"
     )
     late = [v[0] for k, v in slots_best.items() if k[:2] == ("forward", "one row late")]
-    lines.append(
-        f"the forward one row late, with slots, at its best: {min(late):.1f}-{max(late):.1f}%"
-    )
+    each = [v[0] for k, v in slots_best.items() if k[:2] == ("forward", "row at a time")]
+    if late and each:
+        verdict = (
+            "below the forward that waits for each row (the library's)"
+            if max(late) < min(each)
+            else "not below the forward that waits for each row (the library's) at every N"
+        )
+        lines.append(
+            f"the backward's way tried on the forward (persistent programs that count in "
+            f"the next row before they wait, one row late), at its best: "
+            f"{min(late):.1f}-{max(late):.1f}%; {verdict} ({min(each):.1f}-{max(each):.1f}%)"
+        )
     return lines
 
 

@@ -8,12 +8,73 @@ or over programs that meet through memory (Triton); rows that are not whole
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 
 from guidekit.benchmark.passes import SWEEP_PASSES
 
 from .sweeps import ONE_BLOCK, TARGETS, TRITON_BLOCK
+
+#: The repository's C++ sources, next to this package.
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
+
+
+def constants(header: str) -> dict[str, int]:
+    """The integer ``constexpr`` constants of a C++ header: ``{name: value}``."""
+    return {
+        name: int(value)
+        for name, value in re.findall(r"constexpr\s+\w+\s+(k\w+)\s*=\s*(\d+)\s*;", header)
+    }
+
+
+def planner_limits(csrc: Path = CSRC) -> dict[str, int]:
+    """The row lengths (bfloat16 elements, 8 to a 16-byte vector) of the CUDA planners.
+
+    Returns:
+        ``forward_holds``: the longest row one forward block keeps in
+        registers (its most threads x vectors per thread x 8);
+        ``forward_cluster``: the longest row the forward gives one block
+        (clusters past it); ``fused_cluster``: the same for the fused kernel;
+        ``backward_holds``: the longest row one backward block keeps (its most
+        threads x the 4 vectors a thread takes in the pipelined kernel).
+    """
+    rms = constants((csrc / "rms_norm" / "rms_norm_config.h").read_text())
+    fused = constants((csrc / "fused_add_rms_norm" / "fused_add_rms_norm_config.h").read_text())
+    planner = (csrc / "rms_norm" / "rms_norm_planner.cuh").read_text()
+    backward_vecs = int(re.search(r"\(kBwdMaxThreads\) \* (\d+)\)", planner)[1])
+    return {
+        "forward_holds": rms["kMaxThreadsPerRow"] * rms["kForwardRegVecs"] * 8,
+        "forward_cluster": rms["kClusterForwardMinVecs"] * 8,
+        "fused_cluster": fused["kFusedClusterMinVecs"] * 8,
+        "backward_holds": rms["kBwdMaxThreads"] * backward_vecs * 8,
+    }
+
+
+def planner_lines(csrc: Path = CSRC) -> list[str]:
+    """Where the CUDA planners send rows to clusters, against what one block holds."""
+    rms = constants((csrc / "rms_norm" / "rms_norm_config.h").read_text())
+    fused = constants((csrc / "fused_add_rms_norm" / "fused_add_rms_norm_config.h").read_text())
+    got = planner_limits(csrc)
+    return [
+        f"forward: one block holds {rms['kMaxThreadsPerRow']} threads x "
+        f"{rms['kForwardRegVecs']} vectors x 8 = {got['forward_holds']} elements",
+        f"forward: clusters past {rms['kClusterForwardMinVecs']} vectors = "
+        f"{got['forward_cluster']} elements",
+        f"fused:   clusters past {fused['kFusedClusterMinVecs']} vectors = "
+        f"{got['fused_cluster']} elements",
+        f"backward: one block holds {rms['kBwdMaxThreads']} threads x "
+        f"{got['backward_holds'] // rms['kBwdMaxThreads'] // 8} vectors x 8 = "
+        f"{got['backward_holds']} elements; clusters past it",
+        (
+            f"The forward takes clusters for rows longer than {got['forward_cluster']} "
+            f"that one block could still hold (up to {got['forward_holds']} elements): "
+            "there clusters are the faster kernel."
+            if got["forward_cluster"] < got["forward_holds"]
+            else "The forward takes clusters only for rows one block cannot hold."
+        ),
+    ]
 
 
 def cluster_lines(at_: dict, ns: Sequence[int]) -> tuple[list[str], list[str]]:
@@ -48,14 +109,21 @@ def cluster_lines(at_: dict, ns: Sequence[int]) -> tuple[list[str], list[str]]:
 
 
 def triton_split_lines(at_: dict, ns: Sequence[int]) -> list[str]:
-    """The Triton forward and fused kernels at the row lengths where both split rows."""
-    split_ns = [n for n in ns if n > TRITON_BLOCK["fused"]]
+    """The Triton forward and fused kernels at the row lengths where each splits rows.
+
+    Each pass splits the rows longer than one program holds (:data:`.TRITON_BLOCK`),
+    so a row length can be split in one pass and not in the other; each line
+    says up to where one program holds the row.
+    """
     lines = []
     for pass_name in ("forward", "fused"):
+        split_ns = [n for n in ns if n > TRITON_BLOCK[pass_name]
+                    and (pass_name, "opguide triton", n) in at_]  # fmt: skip
         fractions = [at_[(pass_name, "opguide triton", n)]["vs_copy"] for n in split_ns]
         lines.append(
             f"Triton split {pass_name:7} at N = {', '.join(map(str, split_ns))}: "
             + ", ".join(f"{100 * f:.1f}%" for f in fractions)
+            + f" (one program: N <= {TRITON_BLOCK[pass_name]})"
         )
     return lines
 

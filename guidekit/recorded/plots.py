@@ -80,8 +80,8 @@ def sweep_figure(rows: Sequence[dict], ns: Sequence[int], title: str):
 def long_rows_figure(at_: Mapping, ns: Sequence[int], title: str, shortest: int = 8192):
     """% of the same-size copy at rows of ``shortest`` and more, with each pass's target.
 
-    A dotted line marks the longest row one CUDA block holds (:data:`.ONE_BLOCK`);
-    longer rows are split over a cluster.
+    A dotted line marks the longest row the CUDA planner gives one block
+    (:data:`.ONE_BLOCK`); it sends longer rows to a cluster.
 
     Args:
         at_: one dtype's sweep rows by ``(pass, impl, N)`` (:func:`.sweeps.at`).
@@ -100,7 +100,9 @@ def long_rows_figure(at_: Mapping, ns: Sequence[int], title: str, shortest: int 
                 ax.plot(*zip(*points, strict=True), marker="o", markersize=4,
                         color=COLORS[impl], label=impl)  # fmt: skip
         ax.axhline(100 * TARGETS[pass_name], color="grey", linestyle="--", label="target")
-        ax.axvline(ONE_BLOCK[pass_name], color="grey", linestyle=":", label="one CUDA block")
+        ax.axvline(
+            ONE_BLOCK[pass_name], color="grey", linestyle=":", label="CUDA: clusters past this"
+        )
         _row_length_axis(ax, long_ns)
         ax.set_ylim(0, 110)
         ax.set_title(pass_name)
@@ -194,4 +196,35 @@ def gains_figure(gains: Mapping[str, Sequence[float]], title: str):
     ax.invert_yaxis()
     ax.set_xlabel("points of the copy gained (after - before)")
     ax.set_title(title)
+    return fig
+
+
+def timings_figure(panels: Mapping[str, Mapping[str, Sequence[float]]], title: str):
+    """Timings side by side: per panel, one bar per implementation.
+
+    A bar is the median of its runs; with more than one run a whisker spans
+    the fastest to the slowest and dots mark the single runs.
+
+    Args:
+        panels: {panel title (its unit in it): {implementation: [time of each run]}}.
+        title: the figure's title.
+    """
+    fig, axes = _figure(len(panels), 1, (9, sum(0.5 * len(p) + 1.2 for p in panels.values())))
+    for ax, (panel, runs) in zip(axes.flat, panels.items(), strict=True):
+        names = list(runs)
+        mid = [statistics.median(runs[k]) for k in names]
+        spread = [
+            [m - min(runs[k]) for m, k in zip(mid, names, strict=True)],
+            [max(runs[k]) - m for m, k in zip(mid, names, strict=True)],
+        ]
+        ax.barh(range(len(names)), mid, xerr=spread, capsize=3, alpha=0.5,
+                color=[f"C{i}" for i in range(len(names))])  # fmt: skip
+        for y, k in enumerate(names):
+            if len(runs[k]) > 1:
+                ax.plot(runs[k], [y] * len(runs[k]), "o", color="black", markersize=3)
+        ax.set_yticks(range(len(names)), names)
+        ax.invert_yaxis()
+        ax.set_xlim(left=0)
+        ax.set_title(panel, fontsize=10)
+    fig.suptitle(title)
     return fig

@@ -27,9 +27,14 @@ PEERS = ("liger", "quack", "F.rms_norm", "compile(reference)")
 SHORT_PEER = {"compile(reference)": "compile"}
 #: opguide's two kernel families.
 OURS = ("opguide", "opguide triton")
-#: The longest row one block (CUDA) holds, by pass; longer rows are split.
+#: The longest row (bfloat16 elements) that the CUDA planner gives one block,
+#: by pass; it sends longer rows to a thread-block cluster. This is where
+#: clusters are chosen, not where a row stops fitting one block: the forward
+#: goes to clusters where they are faster (:func:`.long_rows.planner_lines`
+#: reads the configuration headers, and a test checks these against them).
 ONE_BLOCK = {"forward": 16384, "fused": 32768, "backward": 16384, "training": 16384}
-#: The longest row one Triton program holds, by pass.
+#: The longest row (bfloat16 elements) one Triton program holds, by pass
+#: (``opguide/triton/launch.py``; a test checks these against it).
 TRITON_BLOCK = {"forward": 16384, "fused": 32768, "backward": 8192, "training": 8192}
 
 
