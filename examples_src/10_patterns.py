@@ -96,8 +96,8 @@ thread itself wrote in the first. :doc:`Step 11.4 <11_performance_4_tuning>`
 measures the choices. Rows longer still (more than 4096 vectors, 32768
 bfloat16 elements) go to a kernel that splits each row over a thread-block
 cluster on Hopper and later GPUs
-(``csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh``; step 11, "Long
-rows"), which the host wrapper below tries first:
+(``csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh``; :doc:`step 11.3
+<11_performance_3_long_rows>`), which the host wrapper below tries first:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm.cuh
    :language: cpp
