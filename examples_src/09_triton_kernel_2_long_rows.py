@@ -179,7 +179,8 @@ for pass_name, split in SPLITS.items():
         f"{pass_name:8} N > {LONGER_THAN[pass_name]:5}: split; N = {longest} is "
         f"{split.segments(longest)} segments of {split.seg}"
     )
-fig = pages_triton.plot_fractions(record, list(LONGER_THAN), longer_than=LONGER_THAN)
+PASSES = list(LONGER_THAN)
+fig = pages_triton.plot_fractions(record, PASSES, longer_than=LONGER_THAN, columns=2)
 for line in pages_triton.range_lines(rows, list(LONGER_THAN), longer_than=LONGER_THAN):
     print(line)
 for pass_name, floor in LONGER_THAN.items():
@@ -199,23 +200,29 @@ for pass_name, floor in LONGER_THAN.items():
 # ``guidekit/triton_targets.py`` does so for every launch configuration the
 # library's launch code chooses (it calls the operators on fake CUDA tensors
 # and records their launches), and reads registers, spills and shared memory
-# from the machine code. Here, the forward's split kernel, at the extremes of
-# its configurations, on each target:
+# from the machine code. Here, the forward's split kernel, in each launch
+# configuration and dtype the library's launch code gives it (counted below
+# the table), on each target:
 from guidekit import triton_targets  # noqa: E402
 
 results = triton_targets.check(kernels=["_rms_norm_fwd_split_kernel"])
 header = f"{'target':8} {'x':8} {'launch':24} {'regs':>4} {'spill':>5} {'shared':>6}"
 print(header, "budget")
 for u in results:
-    knobs = " ".join(
-        w for w in u.config.split() if w.startswith(("BLOCK_N", "ROWS", "SEG", "num_w"))
-    )
+    knobs = pages_triton.launch_knobs(u.config)
     print(
         f"{u.target:8} {u.dtypes[:7]:8} {knobs:24} {u.regs:>4} "
         f"{u.spills + u.sgpr_spills:>5} {u.shared:>6} "
         f"{u.reg_budget}r/{u.smem_budget // 1024}K {u.status}"
     )
-print(triton_targets.summary(results))
+for line in pages_triton.compile_lines(results):
+    print(line)
+launches = sorted({pages_triton.launch_knobs(u.config) for u in results})
+print(
+    f"One launch configuration, {launches[0]}: the launch code makes no other."
+    if len(launches) == 1
+    else f"{len(launches)} launch configurations: {'; '.join(launches)}."
+)
 for name, target in triton_targets.TARGETS.items():
     mine = [u for u in results if u.target == name]
     fit, refused = sum(u.ok for u in mine), sum(u.status == "error" for u in mine)

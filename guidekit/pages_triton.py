@@ -116,6 +116,7 @@ def plot_fractions(
     impls: Sequence[str] = (TRITON, CUDA),
     limits: dict[str, int] | None = None,
     longer_than: dict[str, int] | None = None,
+    columns: int | None = None,
 ):
     """One panel per pass: each implementation in % of the copy against N, both 16-bit types.
 
@@ -130,6 +131,9 @@ def plot_fractions(
         impls: the implementations to plot.
         limits: ``{pass: N}`` to mark, e.g. ``sweeps.TRITON_BLOCK``.
         longer_than: ``{pass: N}``: plot only the row lengths above N.
+        columns: panels per row of the figure (default: all in one row); fewer
+            make a narrower figure of several rows, whose labels stay legible
+            in a page's content column.
 
     Returns:
         The matplotlib figure.
@@ -139,15 +143,19 @@ def plot_fractions(
     rows = record["sweep"]["rows"]
     ns = record["sweep"]["ns"]
     longer_than = longer_than or {}
+    cols = min(columns or len(passes), len(passes))
+    nrows = -(-len(passes) // cols)
     fig, axes = plt.subplots(
-        1,
-        len(passes),
-        figsize=(4.6 * len(passes) + 0.6, 3.8),
+        nrows,
+        cols,
+        figsize=(4.6 * cols + 0.6, 3.8 * nrows),
         layout="constrained",
         facecolor="white",
         squeeze=False,
     )
-    for ax, pass_name in zip(axes[0], passes, strict=True):
+    for ax in axes.flat[len(passes) :]:
+        ax.remove()  # the empty cells of the last row
+    for ax, pass_name in zip(axes.flat, passes, strict=False):
         ax.set_facecolor("white")
         for impl in impls:
             for dtype, style in zip(DTYPES, ("-", "--"), strict=True):
@@ -177,3 +185,44 @@ def plot_fractions(
     device, rest = measured_on(record).split(", ", 1)
     fig.suptitle(f"Recorded on {device}\n{rest}", color="black", fontsize=10)
     return fig
+
+
+def launch_knobs(config: str) -> str:
+    """The words of a compiled variant's configuration that set its launch shape.
+
+    ``BLOCK_N``, ``ROWS``, ``SEG`` and ``num_warps`` (as :mod:`guidekit.triton_targets`
+    writes a configuration: ``K=v`` words).
+    """
+    return " ".join(w for w in config.split() if w.startswith(("BLOCK_N", "ROWS", "SEG", "num_w")))
+
+
+def compile_lines(results: Sequence) -> list[str]:
+    """How many compiles, as the product of all its factors, and how they fared.
+
+    Args:
+        results: :func:`guidekit.triton_targets.check`'s usages (``kernel``,
+            ``config``, ``dtypes``, ``target``, ``ok``, ``status``).
+
+    Returns:
+        Two lines: the count with its factors (kernels, launch configurations,
+        dtypes, targets), and the count of each status.
+    """
+    factors = {
+        "kernel": {u.kernel for u in results},
+        "launch": {launch_knobs(u.config) for u in results},
+        "dtype": {u.dtypes for u in results},
+        "target": {u.target for u in results},
+    }
+    product = 1
+    for found in factors.values():
+        product *= len(found)
+    words = " x ".join(f"{len(v)} {k}{'s' * (len(v) != 1)}" for k, v in factors.items())
+    count = (
+        f"{len(results)} compiles = {words}"
+        if product == len(results)
+        else f"{len(results)} compiles of the {product} combinations of {words}"
+    )
+    statuses = {
+        s: sum(u.status == s for u in results) for s in ("ok", "spill", "over budget", "error")
+    }
+    return [count, ", ".join(f"{v} {k}" for k, v in statuses.items())]

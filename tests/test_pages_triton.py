@@ -94,3 +94,27 @@ def test_on_the_recorded_sweep():
                 )
     fig = pages_triton.plot_fractions(data, ["forward", "backward"])
     assert len(fig.axes) == 2
+
+
+def test_plot_in_two_columns_wraps_into_rows():
+    rows = [row(p, "opguide triton", n, 0.9) for p in ("forward", "backward", "fused")
+            for n in (1024, 32768)]  # fmt: skip
+    fig = pages_triton.plot_fractions(record(rows), ["forward", "backward", "fused"], columns=2)
+    assert len(fig.axes) == 3  # two rows of two, the empty cell removed
+    assert fig.get_size_inches()[0] < 4.6 * 3  # narrower than three in a row
+
+
+def test_compile_lines_state_every_factor():
+    from types import SimpleNamespace
+
+    def usage(target, dtypes, status="ok"):
+        return SimpleNamespace(kernel="k", config="SEG=4096 num_warps=2 GDC=1", dtypes=dtypes,
+                               target=target, status=status)  # fmt: skip
+
+    results = [usage(t, d) for t in ("sm_80", "sm_90") for d in ("float32", "float16")]
+    count, statuses = pages_triton.compile_lines(results)
+    assert count == "4 compiles = 1 kernel x 1 launch x 2 dtypes x 2 targets"
+    assert statuses == "4 ok, 0 spill, 0 over budget, 0 error"
+    assert pages_triton.launch_knobs("SEG=4096 num_warps=2 GDC=1") == "SEG=4096 num_warps=2"
+    count, _ = pages_triton.compile_lines(results[:3])
+    assert count.startswith("3 compiles of the 4 combinations of 1 kernel x")
