@@ -304,3 +304,4 @@ ax.barh(
 )
 ax.invert_yaxis()  # the fastest of this run on top
 ax.set_xlabel("ms per call (2048 x 4096 float32, CPU): median and middle half")
+plt.show()

@@ -168,12 +168,12 @@ else:
 # The library's CUDA kernel
 # -------------------------
 # ``opguide.rms_norm`` runs a kernel with the same contract, written for
-# speed. What it adds to the simple kernel, each measured in
-# :doc:`step 11.4 <11_performance_4_tuning>`:
+# speed. What it adds to the simple kernel:
 #
 # * **16-byte loads**: eight bfloat16 (or four float32) elements per load
 #   instruction when the row length and the pointers allow, and the widest
-#   narrower access otherwise (step 11, "Odd row lengths");
+#   narrower access otherwise (measured in :doc:`step 11 <11_performance>`,
+#   "Odd row lengths");
 # * **the row held in registers**: each thread loads its part of ``x`` and of
 #   the weight once, before the reduction, and scales the values it holds, so
 #   ``x`` is read from memory once;
@@ -182,9 +182,10 @@ else:
 # * **warp shuffles** for the reduction inside each warp, then one value per
 #   warp through shared memory, added in a loop;
 # * ``keep_packed``, an empty ``asm`` statement that stops the compiler from
-#   keeping 32 converted floats alive where 16 packed bfloat16 registers do;
+#   keeping 32 converted floats alive where 16 packed bfloat16 registers do
+#   (measured in :doc:`step 11.4 <11_performance_4_tuning>`);
 # * **programmatic dependent launch** on Hopper (``common/launch.cuh``), so a
-#   kernel's start overlaps the end of the one before it.
+#   kernel's start overlaps the end of the one before it (measured in step 11.4).
 #
 # The same four duties (guard, stream, dispatch, checks) are in its wrapper.
 # The files, whole:

@@ -485,9 +485,10 @@ if torch.cuda.is_available():
         torch.cuda.set_sync_debug_mode("default")
 else:
     print(
-        "skipped: no CUDA device here (torch.cuda.is_available() is False).\nThe cost"
-        " is the host waiting for the GPU's queue, and the values of a CPU tensor\nare"
-        " in host memory: nothing waits, so there is nothing to time or to flag."
+        "skipped: no CUDA device here (torch.cuda.is_available() is False), and no"
+        "\nGPU run of this cell is recorded: its cost is not measured on this page."
+        "\nThe values of a CPU tensor are in host memory: nothing waits, so there is"
+        "\nnothing to time or to flag here."
     )
 
 

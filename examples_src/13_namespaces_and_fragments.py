@@ -183,6 +183,15 @@ except RuntimeError as err:
 # .. literalinclude:: /../guidekit/buildinfo.py
 #    :pyobject: build_config
 print(without_machine_paths(format_build_config()))
+others = [
+    Path(lib).name
+    for lib in sorted(torch.ops.loaded_libraries)
+    if "opguide_mm" not in lib and not Path(lib).is_relative_to(ROOT / "opguide")
+]
+if others:
+    # The site builds its pages in a few processes: a page built earlier in
+    # this one may have loaded a library too.
+    print(f"loaded by other code in this process, not by this page: {', '.join(others)}")
 
 # %%
 # ``TORCH_EXTENSIONS_DIR`` is where ``load`` keeps builds it names itself; this

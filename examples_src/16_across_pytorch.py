@@ -11,8 +11,9 @@ section below runs it.
 In this step you will learn:
 
 * how a model that calls the operator goes through ``torch.export`` and
-  AOTInductor into a package that runs without Python's ``opguide``, and why
-  a Python-only ``custom_op`` cannot;
+  AOTInductor into a package that runs without Python's ``opguide`` (on the
+  CPU here; the last cell says what the recorded GPU run gave), and why a
+  Python-only ``custom_op`` cannot;
 * how to give an operator a ``vmap`` rule, and where ``torch.func`` stops;
 * what the operator does under ``torch.autocast``, and how that is registered;
 * the ``out`` tag, which lets Inductor hand the kernel a buffer of its own
@@ -36,6 +37,7 @@ the output recorded on a GPU, with its device and date.
 # ``residual`` in place.
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -392,8 +394,8 @@ else:
 # and replays the rest.
 #
 # The cell runs these on a GPU, or shows a recorded GPU run when there is none
-# here; its first line is the AOTInductor package of the block above, loaded
-# in a fresh process on the GPU, and its last line says how that went.
+# here; its last line says how the AOTInductor package of the block above did
+# when loaded in a fresh process on the GPU.
 RECORD = ROOT / "docs" / "recorded" / "across_pytorch_gpu.json"
 
 
@@ -468,22 +470,24 @@ def aoti_verdict(lines: list[str], where: str) -> str:
         return f"AOTInductor {where}: the package ran in a fresh process and matched eager mode."
     if "FAILED" in first:
         plain = "crashes there too" in first
+        code = re.search(r"exit code (-?\d+)", first)
         return (
             f"AOTInductor {where}: the package did NOT run; the fresh process failed"
+            + (f" (exit code {code[1]})" if code else "")
             + (
                 ", and so did a package of a plain nn.Linear, so that torch could not "
                 "load any AOTInductor package there"
                 if plain
                 else ", while a plain nn.Linear package ran there"
             )
-            + ". The lines after it (autocast, CUDA graphs) ran."
+            + ". The lines above (autocast, CUDA graphs) ran."
         )
     return f"AOTInductor {where}: no result in this run."
 
 
 if HAVE_GPU:
     result = gpu_section()
-    print("\n".join(result["lines"]))
+    print("\n".join(result["lines"][1:]))
     print(aoti_verdict(result["lines"], "on this GPU"))
     if os.environ.get("OPGUIDE_RECORD_GPU") == "1":
         RECORD.write_text(json.dumps(result, indent=2) + "\n")
@@ -494,7 +498,7 @@ elif RECORD.exists():
         f"No GPU here. Recorded on {recorded['device']} with torch {recorded['torch']}, "
         f"{recorded['date']}:"
     )
-    print("\n".join(recorded["lines"]))
+    print("\n".join(recorded["lines"][1:]))
     print(aoti_verdict(recorded["lines"], f"in the recorded run ({recorded['device']})"))
 else:
     print(

@@ -437,7 +437,7 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # with it, because the in-place operator has none. The schema says what it
 # writes, ``silu_mul_(Tensor(a!) x, Tensor gate) -> ()``, and the project
 # keeps the contract of PyTorch's own in-place operators
-# (:doc:`step 8 <08_autograd>`):
+# (:doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>`):
 #
 # * it bumps ``x``'s version counter, so a tensor that autograd saved and the
 #   operator overwrote makes ``backward()`` raise "modified by an inplace
@@ -486,12 +486,10 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # LibTorch stable ABI of :doc:`step 15 <15_one_wheel_for_every_torch>`: the
 # C++ files include only ``torch/csrc/stable`` and ``torch/headeronly``
 # headers, register with ``STABLE_TORCH_LIBRARY``, and ``setup.py`` builds
-# with ``TORCH_TARGET_VERSION`` set to torch 2.11. The torch-free CUDA
-# kernels are the same; of the other files, the package differs in a
-# docstring, the tests in one expectation (every C++ check raises
-# ``RuntimeError``: the stable ABI's ``STD_TORCH_CHECK`` has no ``TypeError``
-# or ``ValueError``), the nvcc check in two defines, ``pyproject.toml`` in the
-# torch it needs. The files that differ:
+# with ``TORCH_TARGET_VERSION`` set to torch 2.11. Every C++ check raises
+# ``RuntimeError`` there (the stable ABI's ``STD_TORCH_CHECK`` has no
+# ``TypeError`` or ``ValueError``), so the tests expect that. The files that
+# differ from the classic project's, and those only this one has:
 STABLE = WORK / "myops_stable"
 if STABLE.exists():
     shutil.rmtree(STABLE)
@@ -513,7 +511,9 @@ for path in sorted(STABLE.rglob("*")):
         same = twin.is_file() and twin.read_text() == path.read_text().replace(
             "myops_stable", "myops"
         )
-        if not same:
+        if not twin.is_file():
+            print(f"  {rel:40} only in the stable project")
+        elif not same:
             print(f"  {rel:40} differs")
 
 # %%

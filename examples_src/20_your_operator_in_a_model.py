@@ -40,6 +40,7 @@ import json
 import re
 import textwrap
 import time
+import warnings
 
 import matplotlib.pyplot as plt
 import torch
@@ -371,8 +372,9 @@ for step_name in STEPS:
 # Triton kernels with it). Inductor still writes a kernel of its own for the
 # pointwise operation after it, unless the private option
 # ``torch._inductor.config.epilogue_fusion_user_defined_triton_kernel``
-# (torch 2.12 and later, off by default) is on: then Inductor puts that
-# operation into the user kernel's store, and the output is written once.
+# (torch 2.12 and later, off by default) is on: then, by Inductor's source,
+# it puts that operation into the user kernel's store, so the output is
+# written once (the cell below checks this where it can run, on a GPU).
 # Inductor's source states what it needs of the kernel: one output tensor,
 # written by the only ``tl.store`` of the kernel's source and never read by
 # it, allocated empty inside the operator; and what it needs of the
@@ -482,6 +484,9 @@ layers = [
 stack = torch.nn.Sequential(*layers).eval()
 tokens = torch.randn(4, hidden_size)
 folder = Path(tempfile.mkdtemp())
+# torch's own pytree code warns, while packages are made and loaded, about a
+# deprecation inside torch; nothing here calls it.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 exported = torch.export.export(stack, (tokens,))
 shim_library = aoti_shim.build(folder / "shim")
 packages = {
@@ -500,9 +505,8 @@ a = model_step.time_per_call(aoti_calls, rounds=3 * ROUNDS, reps=200)
 for name, st in a.items():
     print(f"{name}: {st['median']:.1f} us per call ({st['q1']:.1f}-{st['q3']:.1f})")
 print(textwrap.fill(model_step.versus(a, "C shim", "proxy executor"), 80))
-_ = model_step.plot_per_call(
-    a, f"AOTInductor package, 4 norms, CPU, {tokens.shape[0]} rows"
-)
+title = f"AOTInductor package, 4 norms, CPU, {tokens.shape[0]} rows"
+_ = model_step.plot_per_call(a, title)
 
 # %%
 # On a GPU

@@ -414,10 +414,10 @@ def plot_record(record: dict):
             ax.annotate(
                 f"{(r['ratio'] - 1) * 100:+.1f}%",
                 (r["ratio_q3"], y),
-                xytext=(4, 0),
+                xytext=(6, 0),
                 textcoords="offset points",
                 va="center",
-                fontsize=7,
+                fontsize=8,
                 color="black",
             )
         ax.axvline(1.0, color="black", linewidth=0.8)

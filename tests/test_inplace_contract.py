@@ -2,7 +2,7 @@
 
 ``torch.library.opcheck`` checks that a kernel writes only what its schema
 says, but not what eager autograd needs from an operator that writes an input
-(step 10, "In place, and autograd"). This file does, for every backend and
+(step 10.2, "In place, and autograd"). This file does, for every backend and
 every device here:
 
 * the version counter of each written tensor grows, and its storage is the same;

@@ -1,4 +1,4 @@
-// A demo library of gallery step 10, "Index inputs and value checks": two CPU
+// A demo library of gallery step 10.2, "Index inputs and value checks": two CPU
 // operators that take an int64 index tensor, in the namespace opguide_index.
 // It is not part of opguide._C (setup.py compiles only csrc/*.cpp); the page
 // and tests/test_index_inputs.py build it with torch.utils.cpp_extension.load.
