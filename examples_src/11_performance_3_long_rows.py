@@ -54,7 +54,8 @@ from opguide.triton import launch as triton_launch
 show(long_rows.planner_lines())
 LONGEST = {"CUDA block": sweeps.ONE_BLOCK, "Triton program": sweeps.TRITON_BLOCK}
 for who, longest in LONGEST.items():
-    say(f"longest row of one {who}: " + ", ".join(f"{p} {n}" for p, n in longest.items()))
+    upto = ", ".join(f"{p} {n}" for p, n in longest.items())
+    say(f"rows given one {who}, up to: {upto}")
 
 # %%
 # The kernels are in ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``, one

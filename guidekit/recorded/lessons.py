@@ -133,15 +133,16 @@ def split_lines(fenced: tuple[dict, dict], slots: tuple[dict, dict], built: str)
     late = [v[0] for k, v in slots_best.items() if k[:2] == ("forward", "one row late")]
     each = [v[0] for k, v in slots_best.items() if k[:2] == ("forward", "row at a time")]
     if late and each:
+        each_range = f"{min(each):.1f}-{max(each):.1f}%"
         verdict = (
-            "below the forward that waits for each row (the library's)"
+            f"below the library's forward, which waits for each row ({each_range})"
             if max(late) < min(each)
-            else "not below the forward that waits for each row (the library's) at every N"
+            else f"not below the library's forward (each row waited for) at every N ({each_range})"
         )
         lines.append(
             f"the backward's way tried on the forward (persistent programs that count in "
             f"the next row before they wait, one row late), at its best: "
-            f"{min(late):.1f}-{max(late):.1f}%; {verdict} ({min(each):.1f}-{max(each):.1f}%)"
+            f"{min(late):.1f}-{max(late):.1f}%; {verdict}"
         )
     return lines
 
