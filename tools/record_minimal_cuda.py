@@ -36,8 +36,6 @@ import argparse
 import datetime
 import json
 import math
-import re
-import shlex
 import statistics
 import sys
 import time
@@ -46,6 +44,10 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # guidekit and opguide from the checkout this tool lives in
+
+from guidekit.recorded import short_gpu_name, tool_command  # noqa: E402
+
 SOURCES = ROOT / "csrc" / "minimal"
 COPY, MINIMAL, TORCH, LIBRARY = (
     "y.copy_(x)",
@@ -58,14 +60,6 @@ ROW_LENGTHS = (1024, 4096, 16384)
 DTYPES = ("float32", "bfloat16")
 SPIN_CYCLES = 200_000  # about 0.1 ms at an H100's 1.98 GHz, longer than queueing four calls
 RECORD_KEYS = ("device", "torch", "cuda", "date", "command", "method", "results")
-
-
-def short_gpu_name(device_name: str) -> str:
-    """``"NVIDIA H100 80GB HBM3"`` -> ``"h100"``: the first word of letters then digits."""
-    found = re.search(r"\b([A-Za-z]+\d+[A-Za-z]*)\b", device_name.replace("NVIDIA", ""))
-    if found:
-        return found.group(1).lower()
-    return re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_")
 
 
 def build_minimal(device: str) -> None:
@@ -308,12 +302,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--device cpu needs --out FILE: a CPU run is no GPU record")
     numel = args.numel or (2**24 if args.device == "cuda" else 2**16)
     rounds = args.rounds or (100 if args.device == "cuda" else 5)
-    given = list(sys.argv[1:] if argv is None else argv)
-    for i, arg in enumerate(given[:-1]):
-        if arg == "--out":  # the record names no folder of the machine it ran on
-            given[i + 1] = Path(given[i + 1]).name
-    command = shlex.join(["python", "tools/record_minimal_cuda.py", *given])
-    sys.path.insert(0, str(ROOT))  # opguide from this checkout when it is not installed
+    given = sys.argv[1:] if argv is None else argv
+    command = tool_command("tools/record_minimal_cuda.py", given)
     data = record(args.device, numel, rounds, command)
     out = args.out
     if out is None:

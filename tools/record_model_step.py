@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # guidekit, from the checkout this tool lives in
 
 from guidekit import model_step  # noqa: E402
+from guidekit.recorded import short_gpu_name, tool_command  # noqa: E402
 
 GPU_CONFIG = dict(
     vocab_size=32000,
@@ -68,25 +69,9 @@ STEPS = {
 FUSED_CALL = re.compile(r"torch\.ops\.opguide\.fused_add_rms_norm_(?:triton_)?\.default\(")
 
 
-def short_gpu_name(device_name: str) -> str:
-    """``"NVIDIA H100 80GB HBM3"`` -> ``"h100"``: the first word of letters then digits."""
-    found = re.search(r"\b([A-Za-z]+\d+[A-Za-z]*)\b", device_name.replace("NVIDIA", ""))
-    if found:
-        return found.group(1).lower()
-    return re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_")
-
-
 def command_line(argv: list[str]) -> str:
     """The command as the record states it: ``--out``'s folder left out (it names a machine)."""
-    shown, after_out = [], False
-    for arg in argv:
-        if after_out:
-            arg = Path(arg).name
-        elif arg.startswith("--out="):
-            arg = "--out=" + Path(arg.removeprefix("--out=")).name
-        after_out = arg == "--out"
-        shown.append(arg)
-    return " ".join(["python tools/record_model_step.py", *shown])
+    return tool_command("tools/record_model_step.py", argv)
 
 
 def variants(device: str) -> tuple[dict, dict]:

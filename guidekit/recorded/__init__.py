@@ -27,10 +27,51 @@ the numbers that those lines state.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+import shlex
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["describe", "listed", "load", "recorded_dir"]
+__all__ = ["describe", "listed", "load", "recorded_dir", "short_gpu_name", "tool_command"]
+
+
+def short_gpu_name(device_name: str) -> str:
+    """The GPU's part of a record's file name: ``"NVIDIA H100 80GB HBM3"`` -> ``"h100"``.
+
+    Args:
+        device_name: as ``torch.cuda.get_device_name()`` gives it.
+
+    Returns:
+        The first word of letters then digits, lower case; the whole name in
+        lower case with ``_`` between words when there is none.
+    """
+    found = re.search(r"\b([A-Za-z]+\d+[A-Za-z]*)\b", device_name.replace("NVIDIA", ""))
+    if found:
+        return found.group(1).lower()
+    return re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_")
+
+
+def tool_command(tool: str, argv: Sequence[str]) -> str:
+    """The command line a record states: ``--out``'s folder left out (it names a machine).
+
+    Args:
+        tool: the tool's path from the repository root, e.g.
+            ``"tools/record_model_step.py"``.
+        argv: the tool's arguments, as ``sys.argv[1:]`` holds them.
+
+    Returns:
+        ``python <tool> <arguments>``, with only the file name of ``--out FILE``
+        or ``--out=FILE``.
+    """
+    shown, after_out = [], False
+    for arg in argv:
+        if after_out:
+            arg = Path(arg).name
+        elif arg.startswith("--out="):
+            arg = "--out=" + Path(arg.removeprefix("--out=")).name
+        after_out = arg == "--out"
+        shown.append(arg)
+    return shlex.join(["python", tool, *shown])
 
 
 def recorded_dir() -> Path:
