@@ -167,8 +167,7 @@ import time
 import torch
 
 import opguide
-from guidekit import pages_triton
-from guidekit.recorded import load
+from guidekit.recorded import load, triton_vs_cuda
 from opguide import rms_norm_reference
 from opguide import triton as triton_ops
 
@@ -398,18 +397,18 @@ print(
 # Triton program holds; longer rows are split (:doc:`step 9.2
 # <09_triton_kernel_2_long_rows>`).
 sweep_record = load("sweep_opguide_h100.json")
-print("recorded:", pages_triton.measured_on(sweep_record))
+print("recorded:", triton_vs_cuda.measured_on(sweep_record))
 LIMITS = {
     "forward": triton_ops.launch.MAX_REGISTER_ROW,
     "backward": triton_ops.launch.MAX_REGISTER_ROW_BACKWARD,
 }
-fig = pages_triton.plot_fractions(sweep_record, list(LIMITS), limits=LIMITS)
+fig = triton_vs_cuda.plot_fractions(sweep_record, list(LIMITS), limits=LIMITS)
 # The rows this page's register kernels take: N up to each pass's limit.
 short = [r for r in sweep_record["sweep"]["rows"] if r["n"] <= LIMITS.get(r["pass"], 0)]
-for line in pages_triton.range_lines(short, list(LIMITS)):
+for line in triton_vs_cuda.range_lines(short, list(LIMITS)):
     print(line)
 for pass_name, limit in LIMITS.items():
-    ahead, total, gap = pages_triton.head_to_head(short, pass_name)
+    ahead, total, gap = triton_vs_cuda.head_to_head(short, pass_name)
     print(
         f"{pass_name}, N <= {limit}: Triton at least as fast as CUDA at {ahead} of "
         f"{total} points"

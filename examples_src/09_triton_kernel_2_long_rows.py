@@ -96,8 +96,7 @@ strips of columns:
 import torch
 
 import opguide
-from guidekit import pages_triton
-from guidekit.recorded import load
+from guidekit.recorded import load, triton_vs_cuda
 from opguide import rms_norm_reference
 from opguide import triton as triton_ops
 from opguide.testing import TOLERANCES as TOL
@@ -153,7 +152,7 @@ for n in (20000, 2**17 + 3):
 # from the launch rules, say which kernel ran: the split one wherever the
 # GPU has at least that many SMs.
 record = load("sweep_opguide_h100.json")
-print("recorded:", pages_triton.measured_on(record))
+print("recorded:", triton_vs_cuda.measured_on(record))
 rows = record["sweep"]["rows"]
 longest = max(record["sweep"]["ns"])
 # The fused kernel's limit depends on the dtype: the longest 16-bit row it
@@ -180,11 +179,12 @@ for pass_name, split in SPLITS.items():
         f"{split.segments(longest)} segments of {split.seg}"
     )
 PASSES = list(LONGER_THAN)
-fig = pages_triton.plot_fractions(record, PASSES, longer_than=LONGER_THAN, columns=2)
-for line in pages_triton.range_lines(rows, list(LONGER_THAN), longer_than=LONGER_THAN):
+fig = triton_vs_cuda.plot_fractions(record, PASSES, longer_than=LONGER_THAN, columns=2)
+ranges = triton_vs_cuda.range_lines(rows, PASSES, longer_than=LONGER_THAN)
+for line in ranges:
     print(line)
 for pass_name, floor in LONGER_THAN.items():
-    ahead, total, gap = pages_triton.head_to_head(rows, pass_name, floor)
+    ahead, total, gap = triton_vs_cuda.head_to_head(rows, pass_name, floor)
     print(
         f"{pass_name}, N > {floor}: Triton at least as fast as CUDA at {ahead} of "
         f"{total} points"
@@ -209,15 +209,15 @@ results = triton_targets.check(kernels=["_rms_norm_fwd_split_kernel"])
 header = f"{'target':8} {'x':8} {'launch':24} {'regs':>4} {'spill':>5} {'shared':>6}"
 print(header, "budget")
 for u in results:
-    knobs = pages_triton.launch_knobs(u.config)
+    knobs = triton_vs_cuda.launch_knobs(u.config)
     print(
         f"{u.target:8} {u.dtypes[:7]:8} {knobs:24} {u.regs:>4} "
         f"{u.spills + u.sgpr_spills:>5} {u.shared:>6} "
         f"{u.reg_budget}r/{u.smem_budget // 1024}K {u.status}"
     )
-for line in pages_triton.compile_lines(results):
+for line in triton_vs_cuda.compile_lines(results):
     print(line)
-launches = sorted({pages_triton.launch_knobs(u.config) for u in results})
+launches = sorted({triton_vs_cuda.launch_knobs(u.config) for u in results})
 print(
     f"One launch configuration, {launches[0]}: the launch code makes no other."
     if len(launches) == 1

@@ -171,8 +171,7 @@ import warnings
 import torch
 
 import opguide
-from guidekit import pages_triton
-from guidekit.recorded import load
+from guidekit.recorded import load, triton_vs_cuda
 from opguide import fused_add_rms_norm_reference
 from opguide import triton as triton_ops
 
@@ -384,13 +383,13 @@ def longest_register_row(planner, dtype: torch.dtype) -> int:
 
 record = load("sweep_opguide_h100.json")
 rows = record["sweep"]["rows"]
-print("recorded:", pages_triton.measured_on(record))
+print("recorded:", triton_vs_cuda.measured_on(record))
 print(textwrap.fill("bytes per call: " + record["bytes_model"]["fused"], 88))
 fused_limit = longest_register_row(launch.fused_config, torch.bfloat16)
-fig = pages_triton.plot_fractions(record, ["fused"], limits={"fused": fused_limit})
-for line in pages_triton.range_lines(rows, ["fused"]):
+fig = triton_vs_cuda.plot_fractions(record, ["fused"], limits={"fused": fused_limit})
+for line in triton_vs_cuda.range_lines(rows, ["fused"]):
     print(line)
-ahead, total, gap = pages_triton.head_to_head(rows, "fused")
+ahead, total, gap = triton_vs_cuda.head_to_head(rows, "fused")
 print(
     f"Triton at least as fast as CUDA at {ahead} of {total} points"
     + (f";\n    CUDA ahead by {gap:.1f} points of the copy at most" if gap > 0 else "")

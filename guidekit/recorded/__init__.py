@@ -1,4 +1,4 @@
-"""The recorded GPU results that step 11's pages print, read, analysed and plotted.
+"""The recorded GPU results that the pages print, read, analysed and plotted.
 
 ``docs/recorded/`` holds result files written on a GPU: JSON files of
 ``python -m guidekit.benchmark`` and text files of the ``tools/sweep_*``
@@ -19,6 +19,8 @@ on the recorded files themselves.
 * :mod:`.pages`: what a page calls in one line: read a file and print its
   device and date, print computed lines, report what a page measures live;
 * :mod:`.plots`: the pages' figures, drawn from the same records.
+* :mod:`.triton_vs_cuda`: steps 9 and 10's view of a sweep, the Triton kernels
+  beside the CUDA ones in % of the copy.
 
 Functions that return ``list[str]`` return lines to print; the others return
 the numbers that those lines state.

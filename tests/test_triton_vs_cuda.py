@@ -1,12 +1,11 @@
-"""guidekit.pages_triton: the recorded sweep as steps 9 and 10 show it, on a small
+"""guidekit.recorded.triton_vs_cuda: the recorded sweep as steps 9 and 10 show it, on a small
 synthetic record and on the recorded file itself."""
 
 from __future__ import annotations
 
 import matplotlib
 
-from guidekit import pages_triton
-from guidekit.recorded import load
+from guidekit.recorded import load, triton_vs_cuda
 
 matplotlib.use("Agg")
 
@@ -39,27 +38,28 @@ ROWS = [
 
 
 def test_measured_on_names_device_versions_and_day():
-    assert pages_triton.measured_on(record(ROWS)) == (
+    assert triton_vs_cuda.measured_on(record(ROWS)) == (
         "GPU X, torch 2.0, Triton 3.0, CUDA 12.0, 2026-01-02"
     )
 
 
 def test_series_by_n_and_longer_than():
-    assert pages_triton.series(ROWS, "forward", "opguide triton", "bf16") == [
+    assert triton_vs_cuda.series(ROWS, "forward", "opguide triton", "bf16") == [
         (1024, 100.0),
         (32768, 90.0),
     ]
-    assert pages_triton.series(ROWS, "forward", "opguide triton", "bf16", 16384) == [(32768, 90.0)]
-    assert pages_triton.series(ROWS, "backward", "opguide", "bf16") == []
+    longer = triton_vs_cuda.series(ROWS, "forward", "opguide triton", "bf16", 16384)
+    assert longer == [(32768, 90.0)]
+    assert triton_vs_cuda.series(ROWS, "backward", "opguide", "bf16") == []
 
 
 def test_range_lines():
-    lines = pages_triton.range_lines(ROWS, ["forward"])
+    lines = triton_vs_cuda.range_lines(ROWS, ["forward"])
     assert len(lines) == 4  # two types, two implementations
     assert "Triton" in lines[0] and "90.0% (N = 32768) to 100.0% (N = 1024)" in lines[0]
     assert "median  95.0%" in lines[0]
     assert (
-        pages_triton.range_lines(ROWS, ["forward"], longer_than={"forward": 16384})[0].count(
+        triton_vs_cuda.range_lines(ROWS, ["forward"], longer_than={"forward": 16384})[0].count(
             "N = 32768"
         )
         == 2
@@ -67,19 +67,19 @@ def test_range_lines():
 
 
 def test_head_to_head():
-    ahead, total, gap = pages_triton.head_to_head(ROWS, "forward")
+    ahead, total, gap = triton_vs_cuda.head_to_head(ROWS, "forward")
     assert (ahead, total) == (2, 3)  # at 1024 in both types; not at 32768
     assert round(gap, 6) == 9.0  # 99% against 90% at 32768
-    assert pages_triton.head_to_head(ROWS, "backward") == (0, 0, 0.0)
+    assert triton_vs_cuda.head_to_head(ROWS, "backward") == (0, 0, 0.0)
 
 
 def test_plot_has_a_panel_per_pass_and_says_recorded():
-    fig = pages_triton.plot_fractions(record(ROWS), ["forward"], limits={"forward": 16384})
+    fig = triton_vs_cuda.plot_fractions(record(ROWS), ["forward"], limits={"forward": 16384})
     assert len(fig.axes) == 1
     assert fig.get_facecolor()[:3] == (1.0, 1.0, 1.0)
     assert "Recorded on GPU X" in fig._suptitle.get_text()
     assert len(fig.axes[0].get_lines()) == 4 + 2  # four series, 100% and the limit
-    fig = pages_triton.plot_fractions(record(ROWS), ["forward"], longer_than={"forward": 2048})
+    fig = triton_vs_cuda.plot_fractions(record(ROWS), ["forward"], longer_than={"forward": 2048})
     assert len(fig.axes[0].get_lines()) == 2 + 1  # bfloat16 at 32768, twice; 100%
 
 
@@ -87,19 +87,19 @@ def test_on_the_recorded_sweep():
     data = load("sweep_opguide_h100.json")
     rows = data["sweep"]["rows"]
     for pass_name in ("forward", "backward", "fused"):
-        for dtype in pages_triton.DTYPES:
-            for impl in (pages_triton.TRITON, pages_triton.CUDA):
-                assert len(pages_triton.series(rows, pass_name, impl, dtype)) == len(
+        for dtype in triton_vs_cuda.DTYPES:
+            for impl in (triton_vs_cuda.TRITON, triton_vs_cuda.CUDA):
+                assert len(triton_vs_cuda.series(rows, pass_name, impl, dtype)) == len(
                     data["sweep"]["ns"]
                 )
-    fig = pages_triton.plot_fractions(data, ["forward", "backward"])
+    fig = triton_vs_cuda.plot_fractions(data, ["forward", "backward"])
     assert len(fig.axes) == 2
 
 
 def test_plot_in_two_columns_wraps_into_rows():
     rows = [row(p, "opguide triton", n, 0.9) for p in ("forward", "backward", "fused")
             for n in (1024, 32768)]  # fmt: skip
-    fig = pages_triton.plot_fractions(record(rows), ["forward", "backward", "fused"], columns=2)
+    fig = triton_vs_cuda.plot_fractions(record(rows), ["forward", "backward", "fused"], columns=2)
     assert len(fig.axes) == 3  # two rows of two, the empty cell removed
     assert fig.get_size_inches()[0] < 4.6 * 3  # narrower than three in a row
 
@@ -112,9 +112,9 @@ def test_compile_lines_state_every_factor():
                                target=target, status=status)  # fmt: skip
 
     results = [usage(t, d) for t in ("sm_80", "sm_90") for d in ("float32", "float16")]
-    count, statuses = pages_triton.compile_lines(results)
+    count, statuses = triton_vs_cuda.compile_lines(results)
     assert count == "4 compiles = 1 kernel x 1 launch x 2 dtypes x 2 targets"
     assert statuses == "4 ok, 0 spill, 0 over budget, 0 error"
-    assert pages_triton.launch_knobs("SEG=4096 num_warps=2 GDC=1") == "SEG=4096 num_warps=2"
-    count, _ = pages_triton.compile_lines(results[:3])
+    assert triton_vs_cuda.launch_knobs("SEG=4096 num_warps=2 GDC=1") == "SEG=4096 num_warps=2"
+    count, _ = triton_vs_cuda.compile_lines(results[:3])
     assert count.startswith("3 compiles of the 4 combinations of 1 kernel x")

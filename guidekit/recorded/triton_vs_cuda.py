@@ -5,7 +5,7 @@ A sweep record (``python -m guidekit.benchmark --sweep``, e.g.
 implementation, dtype and row length N, each with ``vs_copy``: the time of a
 copy of the same bytes over the kernel's (1.0: as fast as the copy). The
 functions here pick the rows a page talks about, say where they were
-measured, print their ranges and plot them; ``tests/test_pages_triton.py``
+measured, print their ranges and plot them; ``tests/test_triton_vs_cuda.py``
 runs them on a small synthetic record and on the recorded file.
 """
 
