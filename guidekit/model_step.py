@@ -277,9 +277,9 @@ def _backend(variant: str) -> str:
     return inside if "(" in variant else variant
 
 
-def _spread(overlap: bool) -> str:
+def _spread(overlap: bool, source: str = "the record") -> str:
     if overlap:
-        return "their quartiles overlap, so the record cannot tell them apart"
+        return f"their quartiles overlap, so {source} cannot tell them apart"
     return "their quartiles do not overlap"
 
 
@@ -499,6 +499,4 @@ def versus(stats: dict[str, dict[str, float]], new: str, base: str) -> str:
     change, overlap = _compare(stats[new], stats[base])
     more = "less" if change < 0 else "more"
     said = f"{new} takes {abs(change):.1f}% {more} time per call than {base}; "
-    if overlap:
-        return said + "their quartiles overlap, so this run cannot tell them apart."
-    return said + "their quartiles do not overlap."
+    return said + _spread(overlap, "this run") + "."
