@@ -81,6 +81,30 @@ def browser():
     driver.quit()
 
 
+def open_page(driver, page: Path, timeout: float = 60) -> None:
+    """Opens ``page`` and returns once Chromium shows it, fully loaded.
+
+    ``driver.get`` can return while the window still shows the page before
+    (seen on a loaded machine), and a check that read it then would report
+    that page's links and ids as this one's. So this waits, in the page, until
+    the document is ``page`` itself and its load event has fired.
+
+    Raises:
+        selenium.common.exceptions.TimeoutException: not shown in ``timeout`` s.
+    """
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url = page.as_uri()
+    driver.get(url)
+    WebDriverWait(driver, timeout).until(
+        lambda d: d.execute_script(
+            "return document.readyState === 'complete' && "
+            "location.href.split('#')[0] === arguments[0];",
+            url,
+        )
+    )
+
+
 # What a loaded page reports about itself, read in the page.
 PAGE_FACTS_JS = """
 const done = arguments[arguments.length - 1];
@@ -118,7 +142,7 @@ class SiteCheck:
     def read(self, page: Path) -> list[str]:
         """Opens ``page`` and returns its problems, one line each."""
         self.driver.get_log("browser")  # drop what an earlier page logged
-        self.driver.get(page.as_uri())
+        open_page(self.driver, page)
         facts = self.driver.execute_async_script(PAGE_FACTS_JS)
         problems = [
             f"console error: {entry['message']}"
@@ -217,7 +241,7 @@ def sideways(driver, page: Path, site: Path) -> list[str]:
     problems = []
     for width, pre, tables in ((LAPTOP, True, False), (PHONE, False, True)):
         driver.set_window_size(width, 900)
-        driver.get(page.as_uri())
+        open_page(driver, page)
         name = page.relative_to(site) if page.is_relative_to(site) else page
         problems += [
             f"{name} at {width}px: {p}" for p in driver.execute_script(SIDEWAYS_JS, pre, tables)

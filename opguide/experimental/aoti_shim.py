@@ -88,10 +88,13 @@ def compile_package(exported, package_path: str | Path, shim: Path | None) -> st
     Returns:
         The package's path.
     """
-    configs = {}
+    # The shim options are not all part of Inductor's cache key: with the caches
+    # on, a package compiled earlier from the same graph, with or without the
+    # shim, has been handed back for the other choice. Compile without them.
+    configs = {"force_disable_caches": True}
     if shim is not None:
         op = torch.ops.opguide.rms_norm.default
-        configs = {
+        configs |= {
             "aot_inductor.custom_ops_to_c_shims": {op: DECLARATIONS},
             # "-l:NAME" links the file NAME, found in LIBRARY_PATH.
             "aot_inductor.custom_op_libs": [f":{shim.name}"],
@@ -115,11 +118,15 @@ _PROXY_CALL = re.compile(r"CHECK\(aoti_torch_proxy_executor_call_function\(")
 
 
 def calls(package_path: str | Path) -> dict[str, int]:
-    """``{"C shim": n, "proxy executor": m}``: the calls in a package's generated C++."""
+    """``{"C shim": n, "proxy executor": m}``: the calls in a package's generated C++.
+
+    Every C++ source of the package is read: the file that holds the wrapper
+    is named ``*.wrapper.cpp`` by some torch releases and ``*.cpp`` by others.
+    """
     found = {"C shim": 0, "proxy executor": 0}
     with zipfile.ZipFile(package_path) as package:
         for name in package.namelist():
-            if name.endswith(".wrapper.cpp"):
+            if name.endswith(".cpp"):
                 code = package.read(name).decode()
                 found["C shim"] += len(_SHIM_CALL.findall(code))
                 found["proxy executor"] += len(_PROXY_CALL.findall(code))
