@@ -206,9 +206,11 @@ def backward_config(
         return forced
     if cols <= MAX_REGISTER_ROW_BACKWARD:
         block = triton.next_power_of_2(cols)
-        # At most 2048 rows a step: 4096 rows of one element spill 132 B of
-        # float32 on sm_80/90/100 with Triton 3.6 (tests/test_triton_targets.py).
-        per_step = max(1, min(4096 // block, 2048))
+        # At most 1024 rows a step: 4096 rows of one element spill 132 B of
+        # float32 on sm_80/90/100 with Triton 3.6, and 2048 rows 7 VGPRs on
+        # gfx1100 with Triton 3.7 (tests/test_triton_targets.py). Only rows of
+        # one or two elements take so many rows a step.
+        per_step = max(1, min(4096 // block, 1024))
         if INTERPRET or device.type != "cuda":  # programs run one after another
             return Registers(block, per_step, 1, programs=max(1, min(4, rows)), stages=1)
         props = torch.cuda.get_device_properties(device)
@@ -232,8 +234,8 @@ def fused_config(
 ) -> Config:
     """The kernel and knobs of ``fused_add_rms_norm_``: rows of up to 64 KiB in registers.
 
-    Few warps, many elements each (64 at 4096 and above): the fastest in
-    ``tools/sweep_triton.py fused``.
+    Few warps, many elements each (64 of 16 bits or 32 of float32 per thread at 4096
+    and above): the fastest in ``tools/sweep_triton.py fused``.
 
     Args:
         rows: the number of rows (M).
@@ -252,7 +254,10 @@ def fused_config(
         if INTERPRET:
             return Registers(block, 1, 1)
         per_program = max(1, 2048 // block)  # short rows, several
-        return Registers(block, per_program, max(2, min(per_program * block // 2048, 16)))
+        # 4 KiB of each row per warp: 64 elements of 16 bits per thread on a
+        # 32-lane warp, 32 of float32, whose 64 spill on gfx1100 (Triton 3.7).
+        warps = max(2, min(per_program * block * dtype.itemsize // 4096, 16))
+        return Registers(block, per_program, warps)
     split = _split_or_chunked(cols, device, SPLIT_FUSED)
     if split is not None:
         return split
