@@ -16,6 +16,8 @@ Environment switches:
     (``docs``) at once, default 2 (1 on a one-core machine). ``tests`` hands out
     whole files (``--dist loadfile``), so a notebook's cells stay in order.
 
+``docs`` and ``tests`` share one virtual environment, ``.nox/opguide``, with
+both extras: torch is installed and the C++ library compiled once for the two.
 Compiled extensions, Triton and Inductor caches are kept under ``build/``.
 """
 
@@ -25,6 +27,7 @@ import hashlib
 import os
 import pathlib
 import shutil
+import sys
 import time
 
 import nox
@@ -36,6 +39,8 @@ SYSTEM_TORCH = os.environ.get("OPGUIDE_SYSTEM_TORCH", "") == "1"
 WHEELHOUSE = os.environ.get("OPGUIDE_WHEELHOUSE", "")
 # With OPGUIDE_SYSTEM_TORCH=1 the sessions run in the interpreter that runs nox.
 VENV_BACKEND = "none" if SYSTEM_TORCH else None
+# The environment that docs and tests share (nox gives each session its own).
+SHARED_VENV = ROOT / ".nox" / "opguide"
 
 JOBS = int(os.environ.get("OPGUIDE_JOBS", min(2, os.cpu_count() or 1)))
 
@@ -53,25 +58,44 @@ CACHE_ENV = {
 }
 
 
-def _pip(session: nox.Session, *args: str) -> None:
+def _python(session: nox.Session) -> str:
+    """The interpreter the docs and tests sessions run: the shared venv's, made on first use.
+
+    With ``OPGUIDE_SYSTEM_TORCH=1``, the interpreter that runs nox.
+    """
+    if SYSTEM_TORCH:
+        return "python"
+    python = SHARED_VENV / "bin" / "python"
+    if not python.exists():
+        session.run(sys.executable, "-m", "venv", str(SHARED_VENV), external=True)
+    session.env["VIRTUAL_ENV"] = str(SHARED_VENV)
+    session.env["PATH"] = os.pathsep.join([str(SHARED_VENV / "bin"), os.environ.get("PATH", "")])
+    return str(python)
+
+
+def _pip(session: nox.Session, *args: str, python: str = "python") -> None:
     extra = ["--no-index", "--find-links", WHEELHOUSE] if WHEELHOUSE else []
-    session.run("python", "-m", "pip", "install", *extra, *args, external=SYSTEM_TORCH)
+    session.run(python, "-m", "pip", "install", *extra, *args, external=True)
 
 
-def _build_fingerprint(session: nox.Session, extra: str) -> str:
+# Both sessions install both extras, so that one install serves the two.
+EXTRAS = "docs,test"
+
+
+def _build_fingerprint(session: nox.Session, python: str) -> str:
     """Hashes what the compiled library depends on: sources, build files, torch."""
-    digest = hashlib.sha256(extra.encode())
+    digest = hashlib.sha256(EXTRAS.encode())
     inputs = sorted(ROOT.glob("csrc/**/*")) + [ROOT / "setup.py", ROOT / "pyproject.toml"]
     inputs += sorted(ROOT.glob("opguide/_C.*"))  # a library rebuilt by another session
     for path in inputs:
         if path.is_file():
             digest.update(str(path.relative_to(ROOT)).encode() + path.read_bytes())
     torch_version = session.run(
-        "python",
+        python,
         "-c",
         "import torch; print(torch.__version__, torch.version.cuda)",
         silent=True,
-        external=SYSTEM_TORCH,
+        external=True,
     )
     digest.update(str(torch_version).encode())
     for name in ("USE_CUDA", "DEBUG", "TORCH_CUDA_ARCH_LIST"):
@@ -79,44 +103,50 @@ def _build_fingerprint(session: nox.Session, extra: str) -> str:
     return digest.hexdigest()
 
 
-def _install(session: nox.Session, extra: str) -> None:
-    """Installs torch (unless reused), the build tools, then opguide with ``extra``.
+def _install(session: nox.Session) -> str:
+    """Installs torch (unless reused), the build tools, then opguide with both extras.
 
     opguide is installed in editable mode, so the compiled library lands in
     opguide/ next to the Python sources. The install (and its compile) is
-    skipped when nothing it depends on changed since the last one.
+    skipped when nothing it depends on changed since the last one, whichever
+    of the two sessions made it.
+
+    Returns:
+        The interpreter to run the session's commands with.
     """
     session.env.update(CACHE_ENV)
+    python = _python(session)
     if SYSTEM_TORCH:
         session.run(
-            "python",
+            python,
             "-c",
             "import torch; print('using torch', torch.__version__, "
             "'cuda', torch.version.cuda, 'at', torch.__file__)",
             external=True,
         )
     else:
-        _pip(session, "-q", TORCH_SPEC)
-    stamp_dir = BUILD if SYSTEM_TORCH else pathlib.Path(session.virtualenv.location)
-    stamp = stamp_dir / f"opguide-{session.name}.stamp"
-    fingerprint = _build_fingerprint(session, extra)
+        _pip(session, "-q", TORCH_SPEC, python=python)
+    stamp_dir = BUILD if SYSTEM_TORCH else SHARED_VENV
+    stamp = stamp_dir / "opguide.stamp"
+    fingerprint = _build_fingerprint(session, python)
     if stamp.exists() and stamp.read_text() == fingerprint:
         session.log("opguide: sources, build files and torch unchanged; reusing opguide/_C")
-        return
-    _pip(session, "-q", "setuptools>=77", "wheel", "ninja")
+        return python
+    _pip(session, "-q", "setuptools>=77", "wheel", "ninja", python=python)
     # No build isolation: the extension is compiled against the torch above.
     session.log("opguide: compiling the C++ extension (a minute or two on 2 cores)")
     start = time.perf_counter()
-    _pip(session, "--no-build-isolation", "-e", f".[{extra}]")
+    _pip(session, "--no-build-isolation", "-e", f".[{EXTRAS}]", python=python)
     session.log(f"opguide: installed in {time.perf_counter() - start:.0f} s")
     stamp_dir.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(_build_fingerprint(session, extra))
+    stamp.write_text(_build_fingerprint(session, python))
+    return python
 
 
-@nox.session(venv_backend=VENV_BACKEND)
+@nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """Runs pytest over tests/, the gallery scripts and the notebooks."""
-    _install(session, "test")
+    python = _install(session)
     # Most items wait on a compiler or a child process on one core: two
     # processes take about 40% off the suite on a 2-core machine. Arguments
     # that choose the processes themselves (-n, -p no:xdist) win.
@@ -124,22 +154,16 @@ def tests(session: nox.Session) -> None:
     chosen = chosen or "no:xdist" in session.posargs
     workers = ["-n", str(JOBS), "--dist", "loadfile"] if JOBS > 1 and not chosen else []
     session.run(
-        "python",
-        "-m",
-        "pytest",
-        "--nbval-current-env",
-        *workers,
-        *session.posargs,
-        external=SYSTEM_TORCH,
+        python, "-m", "pytest", "--nbval-current-env", *workers, *session.posargs, external=True
     )
 
 
-@nox.session(venv_backend=VENV_BACKEND)
+@nox.session(venv_backend="none")
 def docs(session: nox.Session) -> None:
     """Builds the site into docs/_build/html, warnings as errors, running every example."""
-    _install(session, "docs")
+    python = _install(session)
     session.run(
-        "python",
+        python,
         "-m",
         "sphinx",
         "-W",
@@ -149,7 +173,7 @@ def docs(session: nox.Session) -> None:
         "docs",
         "docs/_build/html",
         *session.posargs,
-        external=SYSTEM_TORCH,
+        external=True,
     )
     session.log(f"site: {ROOT / 'docs/_build/html/index.html'}")
 
@@ -162,7 +186,7 @@ CLANG_FORMAT_DIRS = ("common", "rms_norm", "fused_add_rms_norm")
 @nox.session(venv_backend=VENV_BACKEND)
 def lint(session: nox.Session) -> None:
     """Runs ruff on the Python sources and clang-format on the library's C++/CUDA."""
-    _pip(session, "-q", "ruff>=0.6")
+    _pip(session, "-q", "ruff>=0.6", python="python")
     session.run("python", "-m", "ruff", "check", ".", external=SYSTEM_TORCH)
     session.run("python", "-m", "ruff", "format", "--check", ".", external=SYSTEM_TORCH)
     clang_format = shutil.which("clang-format")
