@@ -4,6 +4,9 @@
   the script into an empty temporary folder and runs it there in a fresh
   interpreter, as a reader runs the site's download of it once opguide is
   installed (nothing in a script may depend on the folder it runs from);
+  when the docs build of this checkout already ran a script to the end on
+  exactly the same inputs (:mod:`guidekit.gallery_runs`), the item takes that
+  result instead of running the script a second time;
 * every ``tutorials/*.md`` MyST notebook is converted with jupytext and run by
   nbval, one item per cell;
 * markers ``cpu``, ``cuda`` and ``rocm`` say which device an item needs. An item
@@ -100,6 +103,12 @@ class GalleryScript(pytest.Item):
     """Runs one gallery script as a reader runs its download: alone, in an empty folder."""
 
     def runtest(self) -> None:
+        if _docs_build_passed(self.path.name):
+            self.add_report_section(
+                "call", "script output", "run by the docs build, on the same inputs"
+            )
+            print(f"{self.path.name}: ok in the docs build of these same sources")
+            return
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="opguide-download-") as empty:
             script = Path(empty) / self.path.name
@@ -125,6 +134,20 @@ class GalleryScript(pytest.Item):
 
     def reportinfo(self):
         return self.path, 0, f"gallery script {self.path.name}"
+
+
+_DOCS_KEY: list = []  # guidekit.gallery_runs.key(), computed once per process
+
+
+def _docs_build_passed(script: str) -> bool:
+    """Whether the docs build ran ``script`` to the end on exactly these inputs."""
+    try:
+        from guidekit import gallery_runs
+    except ImportError:  # guidekit is not installed: every script runs
+        return False
+    if not _DOCS_KEY:
+        _DOCS_KEY.append(gallery_runs.key())
+    return gallery_runs.passed_in_docs_build(script, current_key=_DOCS_KEY[0])
 
 
 class GalleryFile(pytest.File):

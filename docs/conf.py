@@ -177,5 +177,20 @@ def _always_rerun_notebooks(app, env, added, changed, removed):
     return [name for name in env.found_docs if name.startswith("tutorials/")]
 
 
+def _record_gallery_runs(app, exception):
+    """Writes which gallery scripts ran to the end (guidekit.gallery_runs), after a good build."""
+    if exception is not None:
+        return
+    from guidekit import gallery_runs
+
+    conf = app.config.sphinx_gallery_conf
+    if conf.get("failing_examples"):
+        return
+    gallery_runs.write([Path(p).name for p in conf.get("passing_examples", [])])
+
+
 def setup(app):
     app.connect("env-get-outdated", _always_rerun_notebooks)
+    # After sphinx-gallery's own build-finished handler, which fails the build
+    # on a failing script.
+    app.connect("build-finished", _record_gallery_runs, priority=900)
