@@ -16,14 +16,15 @@ Environment switches:
     (``docs``) at once, default 2 (1 on a one-core machine). ``tests`` hands out
     whole files (``--dist loadfile``), so a notebook's cells stay in order.
 
-``docs`` and ``tests`` share one virtual environment, ``.nox/opguide``, with
-both extras: torch is installed and the C++ library compiled once for the two.
+``docs`` and ``tests`` share one virtual environment, ``.nox/opguide``: torch
+is installed and the C++ library compiled once for the two.
 Compiled extensions, Triton and Inductor caches are kept under ``build/``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -78,13 +79,9 @@ def _pip(session: nox.Session, *args: str, python: str = "python") -> None:
     session.run(python, "-m", "pip", "install", *extra, *args, external=True)
 
 
-# Both sessions install both extras, so that one install serves the two.
-EXTRAS = "docs,test"
-
-
 def _build_fingerprint(session: nox.Session, python: str) -> str:
     """Hashes what the compiled library depends on: sources, build files, torch."""
-    digest = hashlib.sha256(EXTRAS.encode())
+    digest = hashlib.sha256()
     inputs = sorted(ROOT.glob("csrc/**/*")) + [ROOT / "setup.py", ROOT / "pyproject.toml"]
     inputs += sorted(ROOT.glob("opguide/_C.*"))  # a library rebuilt by another session
     for path in inputs:
@@ -103,13 +100,15 @@ def _build_fingerprint(session: nox.Session, python: str) -> str:
     return digest.hexdigest()
 
 
-def _install(session: nox.Session) -> str:
-    """Installs torch (unless reused), the build tools, then opguide with both extras.
+def _install(session: nox.Session, extra: str) -> str:
+    """Installs torch (unless reused), the build tools, then opguide with ``extra``.
 
     opguide is installed in editable mode, so the compiled library lands in
     opguide/ next to the Python sources. The install (and its compile) is
-    skipped when nothing it depends on changed since the last one, whichever
-    of the two sessions made it.
+    skipped when nothing it depends on changed since the last one and that
+    one brought ``extra``'s packages, whichever of the two sessions made it;
+    the other session's extra then costs an install without a compile (ninja
+    finds its objects up to date in build/).
 
     Returns:
         The interpreter to run the session's commands with.
@@ -126,27 +125,33 @@ def _install(session: nox.Session) -> str:
         )
     else:
         _pip(session, "-q", TORCH_SPEC, python=python)
-    stamp_dir = BUILD if SYSTEM_TORCH else SHARED_VENV
-    stamp = stamp_dir / "opguide.stamp"
+    stamp = (BUILD if SYSTEM_TORCH else SHARED_VENV) / "opguide.stamp"
     fingerprint = _build_fingerprint(session, python)
-    if stamp.exists() and stamp.read_text() == fingerprint:
+    try:
+        done = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        done = {}
+    extras = set(done.get("extras", [])) if done.get("fingerprint") == fingerprint else set()
+    if extra in extras:
         session.log("opguide: sources, build files and torch unchanged; reusing opguide/_C")
         return python
     _pip(session, "-q", "setuptools>=77", "wheel", "ninja", python=python)
     # No build isolation: the extension is compiled against the torch above.
     session.log("opguide: compiling the C++ extension (a minute or two on 2 cores)")
     start = time.perf_counter()
-    _pip(session, "--no-build-isolation", "-e", f".[{EXTRAS}]", python=python)
+    _pip(session, "--no-build-isolation", "-e", f".[{extra}]", python=python)
     session.log(f"opguide: installed in {time.perf_counter() - start:.0f} s")
-    stamp_dir.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(_build_fingerprint(session, python))
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    extras.add(extra)
+    record = {"fingerprint": _build_fingerprint(session, python), "extras": sorted(extras)}
+    stamp.write_text(json.dumps(record))
     return python
 
 
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """Runs pytest over tests/, the gallery scripts and the notebooks."""
-    python = _install(session)
+    python = _install(session, "test")
     # Most items wait on a compiler or a child process on one core: two
     # processes take about 40% off the suite on a 2-core machine. Arguments
     # that choose the processes themselves (-n, -p no:xdist) win.
@@ -161,7 +166,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def docs(session: nox.Session) -> None:
     """Builds the site into docs/_build/html, warnings as errors, running every example."""
-    python = _install(session)
+    python = _install(session, "docs")
     session.run(
         python,
         "-m",
