@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch._inductor.utils import run_and_get_code
 
-from guidekit import model_step
+from guidekit import model_record, model_step
 from guidekit.compile_checks import source_root
 from opguide.experimental import inductor_fusion
 
@@ -532,13 +532,13 @@ for path in RECORDED:
         f"{record['dtype']}, batch {record['batch']} x {record['seq']} tokens"
     )
     print(textwrap.fill(about, 80))
-    print("\n".join(model_step.record_table(record)))
+    print("\n".join(model_record.record_table(record)))
     for entry in record["fused_calls"]:
         if entry["count"]:
             print(f"{entry['variant']}, {entry['step']}: {entry['count']} fused calls")
-    for sentence in model_step.record_findings(record):
+    for sentence in model_record.record_findings(record):
         print("\n" + textwrap.fill(sentence, 80))
-    model_step.plot_record(record)
+    model_record.plot_record(record)
 
 # %%
 # What to take from this step: measure the model, not only the kernel; time
