@@ -145,7 +145,12 @@ def record_findings(record: dict) -> list[str]:
             continue
         best = min(ops, key=lambda r: r["median"])
         change, overlap = compare(best, base)
-        if change > 0:
+        if overlap:
+            verdict = (
+                "no measurable difference from the model's own norm "
+                f"({change:+.1f}% by the medians; their quartiles overlap)"
+            )
+        elif change > 0:
             verdict = (
                 f"{change:.1f}% slower than with the model's own norm ({spread(overlap)}). "
                 "Inductor can fuse the model's own norm with the add in front of it; "
@@ -166,7 +171,9 @@ def record_findings(record: dict) -> list[str]:
             continue
         win = min(fused, key=lambda r: r["median"])
         change, overlap = compare(win, base)
-        if change <= 0 and best["median"] > base["median"]:
+        if overlap:
+            verdict = "no measurable difference"
+        elif change <= 0 and best["median"] > base["median"]:
             verdict = "by the medians, the pass wins back the gap"
         elif change <= 0:
             verdict = "by the medians, the step with the pass is faster too"

@@ -128,12 +128,18 @@ def test_record_findings_branch_on_the_record():
     assert said[3].endswith("not recorded.")
     assert said[4].startswith("Not measured on that machine: Quack")
     # The pass recovers part of the gap; then none of it.
-    assert "part of the gap" in model_record.record_findings(synthetic_record(10.5, 10.2))[2]
+    assert "part of the gap" in model_record.record_findings(synthetic_record(10.5, 10.3))[2]
     assert "does not win back" in model_record.record_findings(synthetic_record(10.5, 10.8))[2]
-    # The operator ahead under compile, within the spread.
-    faster = model_record.record_findings(synthetic_record(9.95, 9.9))
-    assert "faster than with the model's own norm" in faster[1]
-    assert "overlap, so the record cannot tell" in faster[1]
+    # The operator ahead under compile, within the spread, and the pass too.
+    close = model_record.record_findings(synthetic_record(9.95, 9.9))
+    assert "9.95 ms: no measurable difference from the model's own norm (-0.5%" in close[1]
+    assert "opaque" not in close[1]
+    assert close[2].endswith("(their quartiles overlap, so the record cannot tell them apart): "
+                             "no measurable difference. Each backend of the pass: cpp 9.90 ms "
+                             "(-1.0%).")  # fmt: skip
+    # The operator ahead under compile, beyond the spread.
+    faster = model_record.record_findings(synthetic_record(9.5, 9.0))
+    assert "5.0% faster than with the model's own norm" in faster[1]
     assert "faster too" in faster[2]
 
 

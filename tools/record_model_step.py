@@ -33,7 +33,9 @@ operator, the support the kernelized rows used and the ``forward`` their
 norms ran, and each variant that failed with its error. Step 20 reads it.
 
 Most of its time goes to compiling: every variant is compiled for both
-steps. ``--only`` times a subset (each in turn with the others named).
+steps. ``--variants`` times a subset (each in turn with the others named).
+(Not ``--only``: Inductor reads an ``--only`` of the command line as a
+benchmark's name and writes it, quotes and all, into its generated code.)
 
 ``--device cpu --small --out FILE`` runs the same code on the CPU with
 step 20's small model, to check the tool without a GPU; it never writes into
@@ -196,7 +198,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--small", action="store_true", help="step 20's small model")
     parser.add_argument(
-        "--only", nargs="+", metavar="VARIANT", help="time these variants alone (names as listed)"
+        "--variants", nargs="+", metavar="VARIANT", help="time these alone (names as listed)"
     )
     parser.add_argument(
         "--support-from",
@@ -228,12 +230,12 @@ def main() -> int:
     torch._dynamo.config.recompile_limit = 64
 
     found, missing = variants(args.device)
-    if args.only:
-        unknown = sorted(set(args.only) - set(found) - set(missing))
+    if args.variants:
+        unknown = sorted(set(args.variants) - set(found) - set(missing))
         if unknown:
-            parser.error(f"--only: unknown variants {unknown}; known: {sorted(found)}")
-        found = {name: v for name, v in found.items() if name in args.only}
-        missing = {name: why for name, why in missing.items() if name in args.only}
+            parser.error(f"--variants: unknown {unknown}; known: {sorted(found)}")
+        found = {name: v for name, v in found.items() if name in args.variants}
+        missing = {name: why for name, why in missing.items() if name in args.variants}
     # The support the kernelized rows declare: decided from the record that
     # this run replaces, read before it is overwritten.
     support_from = Path(args.support_from) if args.support_from else out
