@@ -84,10 +84,11 @@ print(f"tokens per step: {BATCH} x {SEQ}")
 # A layer declares the modes it runs in: ``has_backward`` for
 # ``Mode.TRAINING``, ``can_torch_compile`` for ``Mode.TORCH_COMPILE``. In a
 # mode a layer does not declare, ``kernelize`` leaves the model's own
-# ``forward``. What opguide's layers declare is not typed in: it is decided
-# from the GPU record that the last section reads, a flag for each mode in
-# which the record shows the layer faster than the model's own code, beyond
-# the spread of the rounds:
+# ``forward``; ``kernels`` has no flag for eager inference, where a mapped
+# layer always runs. What opguide's layers declare is not typed in: it is
+# decided from the GPU record that the last section reads, a flag for each
+# mode in which the record shows the layer faster than the model's own code,
+# beyond the spread of the rounds:
 #
 # .. literalinclude:: /../guidekit/model_swap.py
 #    :language: python
