@@ -175,3 +175,34 @@ def test_layer_repository_keeps_one_folder_per_support(tmp_path):
         "has_backward": True,
         "can_torch_compile": True,
     }
+
+
+def test_record_tool_kernelizes_each_group_for_its_mode(kernels_mode, base, tmp_path, monkeypatch):
+    import importlib.util
+
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    spec = importlib.util.spec_from_file_location(
+        "record_model_step", ROOT / "tools" / "record_model_step.py"
+    )
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    found, missing = tool.variants("cpu")
+    name = "kernelized opguide.rms_norm (cpp)"
+    assert found[name] == ("OpguideRMSNorm", "kernelize")
+    # On the CPU the Triton route is not measured, nor is its kernelized model.
+    assert "kernelized opguide.rms_norm (triton)" in missing
+    support = {"OpguideRMSNorm": {"has_backward": False, "can_torch_compile": True}}
+    forwards = []
+    groups = tool.group_models({name: found[name]}, base, support, forwards)
+    assert set(groups) == set(tool.KERNELS_MODES)
+    assert all(list(models) == [name] for models in groups.values())
+    runs = {(f["mode"], f["step"]): f["forward"] for f in forwards}
+    assert runs == {
+        ("eager", "training step"): "LlamaRMSNorm.forward",
+        ("eager", "inference forward"): "OpguideRMSNorm.forward",
+        ("compiled", "training step"): "LlamaRMSNorm.forward",
+        ("compiled", "inference forward"): "OpguideRMSNorm.forward",
+    }
