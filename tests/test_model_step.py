@@ -1,4 +1,4 @@
-"""Tests of ``guidekit.model_step`` (step 20 and ``tools/record_model_step.py``).
+"""Tests of ``guidekit.model_step`` and ``guidekit.model_record`` (step 20 and its record tool).
 
 The norm swap must reach every ``LlamaRMSNorm`` and keep the model's logits;
 the timer must give every call its turn in every position; the tool must name
