@@ -4,13 +4,17 @@ Step 20: Your operator in a real model
 
 Step 11 timed opguide's kernels on their own. Someone with a model asks
 another question: does my model get faster? This step puts the operator into
-a Hugging Face Llama without editing the model's code, and times a training
-step and an inference forward, eager and compiled, against the model's own
-norm and ``torch.nn.functional.rms_norm``.
+a Hugging Face Llama without editing the model's code, the way Hugging Face
+users put a kernel into a model, and times a training step and an inference
+forward, eager and compiled, against the model's own norm and
+``torch.nn.functional.rms_norm``.
 
 In this step you will learn:
 
-* how to give every RMSNorm of a model your operator, from outside the model;
+* how to give every RMSNorm of a model your operator with the ``kernels``
+  package: a local layer repository and ``kernels.kernelize``;
+* how a layer declares the modes it runs in (training, ``torch.compile``),
+  and how to decide that from measurements instead of claiming it;
 * how to time a model step so that a comparison means something: the
   variants interleaved, each repeated, the spread shown;
 * how to find your operator's rows in the profiler's table, eager and
@@ -46,7 +50,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch._inductor.utils import run_and_get_code
 
-from guidekit import model_step
+from guidekit import model_record, model_step
 from guidekit.compile_checks import source_root
 from opguide.experimental import inductor_fusion
 
@@ -62,44 +66,123 @@ print(f"{sum(p.numel() for p in base.parameters()) / 1e6:.2f} M parameters, floa
 print(f"tokens per step: {BATCH} x {SEQ}")
 
 # %%
-# Swapping the norm
-# -----------------
-# Every norm of the model is a ``LlamaRMSNorm`` module with a ``weight`` and a
-# ``variance_epsilon``. Giving each of those modules another ``forward``
-# changes the kernel and nothing else: the weights, the state dict and the
-# model's code stay as they are.
+# Swapping the norm the way Hugging Face users do
+# -----------------------------------------------
+# A Hugging Face model marks the modules that a kernel may replace:
+# transformers decorates ``LlamaRMSNorm`` with
+# ``use_kernel_forward_from_hub("RMSNorm")``. The ``kernels`` package (PyPI)
+# then gives every marked module the ``forward`` of a layer class from a
+# kernel repository, on the Hub or in a local folder:
+# ``kernels.kernelize(model, mode=...)``. The weights, the state dict and the
+# model's code stay as they are. opguide's layers, the file that a kernel
+# repository holds as its ``layers.py``:
 #
-# .. literalinclude:: /../guidekit/model_step.py
+# .. literalinclude:: /../guidekit/kernel_layers.py
 #    :language: python
-#    :pyobject: use_norm
+#    :caption: guidekit/kernel_layers.py
 #
-# The replacements:
+# A layer declares the modes it runs in: ``has_backward`` for
+# ``Mode.TRAINING``, ``can_torch_compile`` for ``Mode.TORCH_COMPILE``. In a
+# mode a layer does not declare, ``kernelize`` leaves the model's own
+# ``forward``; ``kernels`` has no flag for eager inference, where a mapped
+# layer always runs. What opguide's layers declare is not typed in: it is
+# decided from the GPU record that the last section reads, a flag for each
+# mode in which the record shows the layer faster than the model's own code,
+# beyond the spread of the rounds:
 #
-# .. literalinclude:: /../guidekit/model_step.py
+# .. literalinclude:: /../guidekit/model_swap.py
 #    :language: python
-#    :pyobject: f_rms_norm
+#    :pyobject: measured_support
 #
-# .. literalinclude:: /../guidekit/model_step.py
+# The repository is a folder in the layout that
+# ``kernels.LocalLayerRepository`` loads, with those flags written beside
+# the layers; ``kernelize`` runs under a mapping from ``"RMSNorm"`` to one of
+# its layers (the class is marked first where the installed transformers
+# leaves it unmarked):
+#
+# .. literalinclude:: /../guidekit/model_swap.py
 #    :language: python
-#    :pyobject: opguide_cpp
+#    :pyobject: layer_repository
 #
-# .. literalinclude:: /../guidekit/model_step.py
+# .. literalinclude:: /../guidekit/model_swap.py
 #    :language: python
-#    :pyobject: opguide_triton
+#    :pyobject: marked_norm
 #
-# Three copies of one model, then, each with its norm, and a check that they
-# compute the same logits:
+# .. literalinclude:: /../guidekit/model_swap.py
+#    :language: python
+#    :pyobject: kernelized
+#
+# What the record decides:
+import tempfile
+from pathlib import Path
+
+from kernels import Mode
+
+from guidekit import model_swap
+
+RECORDED = sorted((source_root() / "docs" / "recorded").glob("model_step_*.json"))
+decided_from = json.loads(RECORDED[0].read_text()) if RECORDED else None
+support = model_swap.measured_support(decided_from)
+if RECORDED:
+    print(f"decided from {RECORDED[0].name} ({decided_from['device']})")
+else:
+    print("No GPU record is present: no layer declares a flag.")
+for layer, declared in support.items():
+    for flag in model_swap.FLAGS:
+        said = f"{layer}.{flag} = {declared[flag]}: {declared['why'][flag]}"
+        print(textwrap.fill(said, 80, subsequent_indent="    "))
+folder = Path(tempfile.mkdtemp())
+measured = model_swap.layer_repository(folder, support)
+
+# %%
+# The model kernelized in each mode, from that repository: which ``forward``
+# its norms run, and how many calls of opguide's operators a training step
+# makes (counted by a ``TorchDispatchMode``, :class:`guidekit.model_swap.OpguideCalls`).
+# The loss is the model's own in every mode.
+MODES = {
+    "TRAINING": Mode.TRAINING,
+    "INFERENCE": Mode.INFERENCE,
+    "TRAINING | TORCH_COMPILE": Mode.TRAINING | Mode.TORCH_COMPILE,
+    "INFERENCE | TORCH_COMPILE": Mode.INFERENCE | Mode.TORCH_COMPILE,
+}
+want = model_step.training_step(copy.deepcopy(base), ids)
+runs_opguide = {}
+for mode_name, mode in MODES.items():
+    model = model_swap.kernelized(copy.deepcopy(base), measured, "OpguideRMSNorm", mode)
+    with model_swap.OpguideCalls() as counted:
+        loss = model_step.training_step(model, ids)
+    torch.testing.assert_close(loss, want, atol=1e-5, rtol=1e-5)
+    forwards = ", ".join(f"{n} x {f}" for f, n in model_swap.norm_forwards(model).items())
+    runs_opguide[mode_name] = counted.total > 0
+    print(f"{mode_name:26} norms: {forwards}; opguide calls: {counted.total}")
+ours = [name for name, used in runs_opguide.items() if used]
+own_code = [name for name, used in runs_opguide.items() if not used]
+print(
+    textwrap.fill(
+        f"opguide's operator runs in {', '.join(ours) or 'no mode'}; the model's own "
+        f"code in {', '.join(own_code) or 'no mode'}.",
+        80,
+    )
+)
+
+# %%
+# To measure every norm in every mode, the comparisons below use a second
+# repository whose layers declare every flag (``model_swap.EVERY_MODE``),
+# one of them PyTorch's ``F.rms_norm``. Three copies of one model, then, each
+# with its norm, and a check that they compute the same logits:
+everywhere = model_swap.layer_repository(folder, model_swap.EVERY_MODE)
+EVERY = Mode.TRAINING | Mode.TORCH_COMPILE  # with every flag, the layer in any mode
 NORMS = {
     "model's own": None,
-    "F.rms_norm": model_step.f_rms_norm,
-    "opguide.rms_norm": model_step.opguide_cpp,
+    "F.rms_norm": "TorchRMSNorm",
+    "opguide.rms_norm": "OpguideRMSNorm",
 }
 models = {}
-for name, forward in NORMS.items():
+for name, layer in NORMS.items():
     models[name] = copy.deepcopy(base)
-    if forward is not None:
-        changed = model_step.use_norm(models[name], forward)
-        print(f"{name}: {changed} norms given another forward")
+    if layer is not None:
+        model_swap.kernelized(models[name], everywhere, layer, EVERY)
+        print(f"{name}: norms run {dict(model_swap.norm_forwards(models[name]))}")
 logits = {name: model_step.inference_forward(m, ids) for name, m in models.items()}
 for name, value in logits.items():
     gap = (value - logits["model's own"]).abs().max().item()
@@ -256,10 +339,10 @@ OPGUIDE_CALL = re.compile(r"torch\.ops\.opguide\.(\w+)\.default\(")
 norm_module = base.model.norm
 hidden, residual = torch.randn(2, BATCH * SEQ, CONFIG["hidden_size"])
 pieces = {}
-for name, forward in NORMS.items():
+for name, layer in NORMS.items():
     norm = copy.deepcopy(norm_module)
-    if forward is not None:
-        model_step.use_norm(norm, forward)
+    if layer is not None:
+        model_swap.kernelized(norm, everywhere, layer, EVERY)
 
     def add_then_norm(hidden, residual, norm=norm):
         return norm(residual + hidden)
@@ -468,14 +551,11 @@ else:
 # A stack of four linear layers, each followed by the small Llama's norm with
 # opguide's forward, compiled both ways on the CPU, each package's calls
 # counted in its generated code, then the two timed in turns:
-import tempfile
-from pathlib import Path
-
 from opguide.experimental import aoti_shim
 
 hidden_size = CONFIG["hidden_size"]
 norm_cpp = copy.deepcopy(base.model.norm)
-model_step.use_norm(norm_cpp, model_step.opguide_cpp)
+model_swap.kernelized(norm_cpp, everywhere, "OpguideRMSNorm", Mode.INFERENCE)
 layers = [
     module
     for _ in range(4)
@@ -513,12 +593,13 @@ _ = model_step.plot_per_call(a, title)
 # --------
 # ``tools/record_model_step.py`` runs the same comparison on a GPU: a Llama of
 # hidden size 2048 with four layers, batch 4 by 2048 tokens, bfloat16; both
-# opguide backends, Liger and Quack where they import, and the pass. It
-# writes ``docs/recorded/model_step_<gpu>.json`` with the device, the
-# versions and the date. This page reads it: a table, then sentences computed
-# from it, then a plot of each variant's median divided by the median of the
-# model's own norm in the same mode and step, with the quartiles as error bars.
-RECORDED = sorted((source_root() / "docs" / "recorded").glob("model_step_*.json"))
+# opguide backends, Liger and Quack where they import, the pass, and the
+# model kernelized in each group's mode with the support decided from the
+# record before it. It writes ``docs/recorded/model_step_<gpu>.json`` with
+# the device, the versions and the date. This page reads it: a table, the
+# fastest variant of each group, sentences computed from it, then a plot of
+# each variant's median divided by the median of the model's own norm in the
+# same mode and step, with the quartiles as error bars.
 if not RECORDED:
     print(
         "No GPU record is present (docs/recorded/model_step_<gpu>.json): this page "
@@ -532,19 +613,23 @@ for path in RECORDED:
         f"{record['dtype']}, batch {record['batch']} x {record['seq']} tokens"
     )
     print(textwrap.fill(about, 80))
-    print("\n".join(model_step.record_table(record)))
+    print("\n".join(model_record.record_table(record)))
     for entry in record["fused_calls"]:
         if entry["count"]:
             print(f"{entry['variant']}, {entry['step']}: {entry['count']} fused calls")
-    for sentence in model_step.record_findings(record):
+    for sentence in model_record.record_winners(record):
+        print(textwrap.fill(sentence, 80))
+    for sentence in model_record.record_findings(record):
         print("\n" + textwrap.fill(sentence, 80))
-    model_step.plot_record(record)
+    model_record.plot_record(record)
 
 # %%
 # What to take from this step: measure the model, not only the kernel; time
 # compiled as well as eager, because Inductor's fusions change what your
-# operator competes with; and when an opaque operator loses a fusion, fuse it
-# yourself, either in the model's code or, without touching it, in the
-# compiler. A Triton operator with one store lets Inductor fuse what follows
-# it, and an AOTInductor package can call a C++ operator through a C shim
-# instead of its proxy executor.
+# operator competes with; let a layer declare only the modes where it is
+# measured faster, so that ``kernelize`` leaves the model's own code
+# elsewhere; and when an opaque operator loses a fusion, fuse it yourself,
+# either in the model's code or, without touching it, in the compiler. A
+# Triton operator with one store lets Inductor fuse what follows it, and an
+# AOTInductor package can call a C++ operator through a C shim instead of its
+# proxy executor.

@@ -22,7 +22,10 @@ own; this package holds what the guide needs around it:
   virtual environment and tested there;
 * :mod:`guidekit.model_step`: a Hugging Face Llama with its RMSNorm swapped,
   and a model step timed in interleaved rounds (step 20, and
-  ``tools/record_model_step.py`` on a GPU).
+  ``tools/record_model_step.py`` on a GPU); :mod:`guidekit.model_swap`: the
+  swap made with ``kernels.kernelize`` and a local layer repository
+  (``guidekit/kernel_layers.py``), its layers declaring what a record
+  measured; :mod:`guidekit.model_record`: that GPU record read.
 
 It works in a checkout of the repository: ``setup.py`` installs it with an
 editable install (``pip install -e .``) and leaves it out of a wheel, which

@@ -2,17 +2,18 @@
 
 Step 20 runs this on the CPU with a small model; ``tools/record_model_step.py``
 runs it on a GPU with a larger one and records the result in
-``docs/recorded/model_step_<gpu>.json``, which step 20 reads.
+``docs/recorded/model_step_<gpu>.json``, which step 20 reads
+(:mod:`guidekit.model_record`). :mod:`guidekit.model_swap` makes the same swap
+the way Hugging Face users make it, through the ``kernels`` package.
 
 * :data:`NORMS` and :func:`use_norm`: every ``LlamaRMSNorm`` of a model given
-  another ``forward``, without editing the model's code;
+  another ``forward`` by hand, for the peers that no kernel repository holds;
 * :func:`llama`: a Llama with random weights built from a config (no download);
 * :func:`training_step` and :func:`inference_forward`: the two steps timed;
 * :func:`time_interleaved`: the variants timed in turns, round after round, so
   that a machine that slows down or speeds up does so for all of them;
-* :func:`record_rows`, :func:`record_table`, :func:`record_findings` and
-  :func:`plot_record`: a GPU record read, as ratios to the model's own norm,
-  a table, sentences computed from it, and a plot;
+* :func:`summary`, :func:`compare` and :func:`spread`: a median and its
+  quartiles, two of them compared, and the words for whether they overlap;
 * :func:`time_per_call`, :func:`versus` and :func:`plot_per_call`: short
   calls timed, compared in a sentence, and drawn.
 """
@@ -215,229 +216,24 @@ def summary(times: list[float]) -> dict[str, float]:
     return {"median": median, "q1": q1, "q3": q3}
 
 
-# The GPU record: docs/recorded/model_step_<gpu>.json, written by
-# tools/record_model_step.py and read by step 20.
-
-OWN = "model's own"
-OPGUIDE = "opguide.rms_norm"
-FUSION_PASS = "fusion pass"
-
-
-def record_rows(record: dict) -> dict[tuple[str, str], list[dict]]:
-    """A record's results by ``(mode, step)``, each relative to the model's own norm.
+def compare(a: dict, b: dict) -> tuple[float, bool]:
+    """``a``'s median as a percent change from ``b``'s, and whether their quartiles overlap.
 
     Args:
-        record: a ``model_step_<gpu>.json`` read with :func:`json.loads`.
+        a, b: ``{"median", "q1", "q3"}``, as :func:`summary` returns.
 
     Returns:
-        ``{(mode, step): [row, ...]}`` in the record's order; each row has
-        ``variant``, ``median``, ``q1``, ``q3`` (milliseconds) and ``ratio``,
-        ``ratio_q1``, ``ratio_q3``: those divided by the median of the model's
-        own norm in the same group (``None`` where the group has no such row).
+        ``(change, overlap)``: ``change`` is negative where ``a`` takes less time.
     """
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for row in record["results"]:
-        keep = {k: row[k] for k in ("variant", "median", "q1", "q3")}
-        groups.setdefault((row["mode"], row["step"]), []).append(keep)
-    for rows in groups.values():
-        own = next((r["median"] for r in rows if r["variant"] == OWN), None)
-        for r in rows:
-            for key in ("median", "q1", "q3"):
-                name = "ratio" if key == "median" else f"ratio_{key}"
-                r[name] = None if own is None else r[key] / own
-    return groups
-
-
-def record_table(record: dict) -> list[str]:
-    """The record as lines of text: each group's variants, fastest first, in ms.
-
-    Returns:
-        Lines of at most 80 columns: per group a heading, then per variant its
-        median, quartiles and change from the model's own norm.
-    """
-    lines = []
-    for (mode, step), rows in record_rows(record).items():
-        lines.append(f"{mode} {step}: ms, median (quartiles), change from the model's own")
-        for r in sorted(rows, key=lambda r: r["median"]):
-            spread = f"({r['q1']:.2f}-{r['q3']:.2f})"
-            change = "" if r["ratio"] is None else f"{(r['ratio'] - 1) * 100:+6.1f}%"
-            lines.append(f"  {r['variant'][:34]:34} {r['median']:7.2f} {spread:13} {change}")
-    return lines
-
-
-def _compare(a: dict, b: dict) -> tuple[float, bool]:
-    """``a``'s median as a percent change from ``b``'s, and whether their quartiles overlap."""
     change = (a["median"] / b["median"] - 1) * 100
     return change, not (a["q3"] < b["q1"] or b["q3"] < a["q1"])
 
 
-def _backend(variant: str) -> str:
-    """``"opguide.rms_norm (cpp)"`` -> ``"cpp"``: the last parenthesis, or the name."""
-    inside = variant.rpartition("(")[2].rstrip(")")
-    return inside if "(" in variant else variant
-
-
-def _spread(overlap: bool, source: str = "the record") -> str:
+def spread(overlap: bool, source: str = "the record") -> str:
+    """Words for two spreads: ``overlap`` from :func:`compare`; ``source``, what measured them."""
     if overlap:
         return f"their quartiles overlap, so {source} cannot tell them apart"
     return "their quartiles do not overlap"
-
-
-def record_findings(record: dict) -> list[str]:
-    """What a record says, as sentences computed from it.
-
-    The sentences cover: opguide's operator against the model's own norm in
-    the eager training step (the fastest backend, then each); the plain
-    operator under ``torch.compile``, training and inference; the model's own
-    norm with the fusion pass, against the same; the variants not measured.
-
-    Args:
-        record: a ``model_step_<gpu>.json`` read with :func:`json.loads`.
-
-    Returns:
-        The sentences, in that order; a comparison whose rows are absent
-        from the record is left out.
-    """
-    groups = record_rows(record)
-    said = []
-
-    def pick(mode, step, prefix):
-        return [r for r in groups.get((mode, step), []) if r["variant"].startswith(prefix)]
-
-    def own(mode, step):
-        return next((r for r in groups.get((mode, step), []) if r["variant"] == OWN), None)
-
-    def each(rows, base):
-        return ", ".join(
-            f"{_backend(r['variant'])} {r['median']:.2f} ms ({_compare(r, base)[0]:+.1f}%)"
-            for r in rows
-        )
-
-    base, ops = own("eager", "training step"), pick("eager", "training step", OPGUIDE)
-    if base and ops:
-        best = min(ops, key=lambda r: r["median"])
-        change, overlap = _compare(best, base)
-        less = "less" if change < 0 else "more"
-        said.append(
-            f"Eager, the training step with {best['variant']} takes {best['median']:.2f} ms "
-            f"against {base['median']:.2f} ms with the model's own norm: "
-            f"{base['median'] / best['median']:.2f}x as fast, {abs(change):.1f}% {less} "
-            f"time; {_spread(overlap)}. Each backend: {each(ops, base)}."
-        )
-    for step in ("training step", "inference forward"):
-        base, ops = own("compiled", step), pick("compiled", step, OPGUIDE)
-        if not (base and ops):
-            continue
-        best = min(ops, key=lambda r: r["median"])
-        change, overlap = _compare(best, base)
-        if change > 0:
-            verdict = (
-                f"{change:.1f}% slower than with the model's own norm ({_spread(overlap)}). "
-                "Inductor can fuse the model's own norm with the add in front of it; "
-                "the operator, opaque to Inductor, takes no part in that fusion, so "
-                "the sum goes to memory and is read back"
-            )
-        else:
-            verdict = (
-                f"{-change:.1f}% faster than with the model's own norm "
-                f"({_spread(overlap)}), although Inductor fuses nothing into the operator"
-            )
-        said.append(
-            f"Compiled, the {step} with {best['variant']} takes "
-            f"{best['median']:.2f} ms: {verdict}. Each backend: {each(ops, base)}."
-        )
-        fused = pick("compiled", step, OWN + " + " + FUSION_PASS)
-        if not fused:
-            continue
-        win = min(fused, key=lambda r: r["median"])
-        change, overlap = _compare(win, base)
-        if change <= 0 and best["median"] > base["median"]:
-            verdict = "by the medians, the pass wins back the gap"
-        elif change <= 0:
-            verdict = "by the medians, the step with the pass is faster too"
-        elif win["median"] < best["median"]:
-            verdict = "by the medians, the pass wins back part of the gap"
-        else:
-            verdict = "the pass does not win back the gap"
-        said.append(
-            f"Compiled with the fusion pass ({_backend(win['variant'])}), the {step} "
-            f"takes {win['median']:.2f} ms, {change:+.1f}% from the model's own norm "
-            f"without it ({_spread(overlap)}): {verdict}. "
-            f"Each backend of the pass: {each(fused, base)}."
-        )
-    for name, why in record.get("missing", {}).items():
-        said.append(f"Not measured on that machine: {name} ({why}).")
-    for f in record.get("failed", []):
-        said.append(f"Failed: {f['mode']} {f['step']} with {f['variant']} ({f['error']}).")
-    return said
-
-
-def _colour(variant: str) -> str:
-    """Blue for the fusion pass, red for opguide's operator, grey for the others."""
-    if FUSION_PASS in variant:
-        return "#1f77b4"
-    return "#d62728" if variant.startswith(OPGUIDE) else "#7f7f7f"
-
-
-def plot_record(record: dict):
-    """Each variant's median over the model's own norm's, per mode and step.
-
-    One panel per ``(mode, step)``; a point per variant, its error bar the
-    quartiles (also over the model's own median), its change in percent
-    beside it; a line at 1. The figure is
-    white with dark text, legible on light and dark pages alike.
-
-    Returns:
-        The matplotlib figure.
-    """
-    import matplotlib.pyplot as plt
-
-    groups = {k: v for k, v in record_rows(record).items() if v[0]["ratio"] is not None}
-    cols = 2
-    nrows = max(1, -(-len(groups) // cols))
-    tall = max(len(rows) for rows in groups.values()) if groups else 1
-    fig, axes = plt.subplots(
-        nrows,
-        cols,
-        figsize=(10, nrows * (0.9 + 0.32 * tall)),
-        layout="constrained",
-        facecolor="white",
-        squeeze=False,
-    )
-    for ax, ((mode, step), rows) in zip(axes.flat, groups.items(), strict=False):
-        ax.set_facecolor("white")
-        ys = range(len(rows))
-        for y, r in zip(ys, rows, strict=True):
-            below, above = r["ratio"] - r["ratio_q1"], r["ratio_q3"] - r["ratio"]
-            colour = _colour(r["variant"])
-            ax.errorbar(r["ratio"], y, xerr=[[below], [above]], fmt="o", color=colour, capsize=3)
-            ax.annotate(
-                f"{(r['ratio'] - 1) * 100:+.1f}%",
-                (r["ratio_q3"], y),
-                xytext=(6, 0),
-                textcoords="offset points",
-                va="center",
-                fontsize=8,
-                color="black",
-            )
-        ax.axvline(1.0, color="black", linewidth=0.8)
-        ax.set_yticks(list(ys), [r["variant"] for r in rows], fontsize=8)
-        low = min(r["ratio_q1"] for r in rows)
-        high = max(r["ratio_q3"] for r in rows)
-        pad = max(0.01, (high - low) * 0.12)
-        ax.set_xlim(low - pad, high + 2.5 * pad)
-        ax.set_ylim(len(rows) - 0.5, -0.5)
-        ax.set_title(f"{mode}, {step}", fontsize=10)
-        ax.set_xlabel("median time / model's own median", fontsize=8)
-        ax.grid(axis="x", alpha=0.3)
-    for ax in list(axes.flat)[len(groups) :]:
-        ax.set_visible(False)
-    fig.suptitle(
-        f"{record['device']}, {record['dtype']}, recorded {record['date']}: "
-        "left of 1 is faster; error bars are the quartiles",
-        fontsize=10,
-    )
-    return fig
 
 
 def time_per_call(
@@ -496,7 +292,7 @@ def versus(stats: dict[str, dict[str, float]], new: str, base: str) -> str:
         stats: ``{name: {"median", "q1", "q3"}}``, as :func:`time_per_call` returns.
         new, base: two of its names.
     """
-    change, overlap = _compare(stats[new], stats[base])
+    change, overlap = compare(stats[new], stats[base])
     more = "less" if change < 0 else "more"
     said = f"{new} takes {abs(change):.1f}% {more} time per call than {base}; "
-    return said + _spread(overlap, "this run") + "."
+    return said + spread(overlap, "this run") + "."

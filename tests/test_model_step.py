@@ -1,4 +1,4 @@
-"""Tests of ``guidekit.model_step`` (step 20 and ``tools/record_model_step.py``).
+"""Tests of ``guidekit.model_step`` and ``guidekit.model_record`` (step 20 and its record tool).
 
 The norm swap must reach every ``LlamaRMSNorm`` and keep the model's logits;
 the timer must give every call its turn in every position; the tool must name
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from guidekit import model_step
+from guidekit import model_record, model_step
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(
@@ -83,7 +83,7 @@ def synthetic_record(compiled_op: float, fused: float) -> dict:
             ms=[median],
         )
 
-    own = model_step.OWN
+    own = model_record.OWN
     return {
         "device": "GPU X",
         "dtype": "bfloat16",
@@ -102,13 +102,13 @@ def synthetic_record(compiled_op: float, fused: float) -> dict:
 
 
 def test_record_rows_are_relative_to_the_models_own_norm():
-    groups = model_step.record_rows(synthetic_record(10.5, 9.5))
+    groups = model_record.record_rows(synthetic_record(10.5, 9.5))
     assert list(groups) == [("eager", "training step"), ("compiled", "inference forward")]
     cpp = groups["eager", "training step"][1]
     assert cpp["variant"] == "opguide.rms_norm (cpp)"
     assert cpp["ratio"] == pytest.approx(0.8)
     assert (cpp["ratio_q1"], cpp["ratio_q3"]) == pytest.approx((31.9 / 40, 32.1 / 40))
-    lines = model_step.record_table(synthetic_record(10.5, 9.5))
+    lines = model_record.record_table(synthetic_record(10.5, 9.5))
     assert lines[1].split()[:2] == ["opguide.rms_norm", "(cpp)"]  # fastest first
     assert lines[1].endswith("-20.0%")
     assert max(map(len, lines)) <= 80
@@ -116,22 +116,30 @@ def test_record_rows_are_relative_to_the_models_own_norm():
 
 def test_record_findings_branch_on_the_record():
     # The operator loses under compile, the pass wins the gap back.
-    said = model_step.record_findings(synthetic_record(10.5, 9.5))
-    assert len(said) == 4
+    said = model_record.record_findings(synthetic_record(10.5, 9.5))
+    assert len(said) == 5
     assert "opguide.rms_norm (cpp) takes 32.00 ms" in said[0]
     assert "1.25x as fast, 20.0% less time" in said[0]
     assert "cpp 32.00 ms (-20.0%), triton 36.00 ms (-10.0%)" in said[0]
     assert "5.0% slower" in said[1] and "opaque" in said[1]
     assert "do not overlap" in said[1]
     assert "wins back the gap" in said[2] and "-5.0%" in said[2]
-    assert said[3].startswith("Not measured on that machine: Quack")
+    assert said[3].startswith("This record holds no row of the kernelized model")
+    assert said[3].endswith("not recorded.")
+    assert said[4].startswith("Not measured on that machine: Quack")
     # The pass recovers part of the gap; then none of it.
-    assert "part of the gap" in model_step.record_findings(synthetic_record(10.5, 10.2))[2]
-    assert "does not win back" in model_step.record_findings(synthetic_record(10.5, 10.8))[2]
-    # The operator ahead under compile, within the spread.
-    faster = model_step.record_findings(synthetic_record(9.95, 9.9))
-    assert "faster than with the model's own norm" in faster[1]
-    assert "overlap, so the record cannot tell" in faster[1]
+    assert "part of the gap" in model_record.record_findings(synthetic_record(10.5, 10.3))[2]
+    assert "does not win back" in model_record.record_findings(synthetic_record(10.5, 10.8))[2]
+    # The operator ahead under compile, within the spread, and the pass too.
+    close = model_record.record_findings(synthetic_record(9.95, 9.9))
+    assert "9.95 ms: no measurable difference from the model's own norm (-0.5%" in close[1]
+    assert "opaque" not in close[1]
+    assert close[2].endswith("(their quartiles overlap, so the record cannot tell them apart): "
+                             "no measurable difference. Each backend of the pass: cpp 9.90 ms "
+                             "(-1.0%).")  # fmt: skip
+    # The operator ahead under compile, beyond the spread.
+    faster = model_record.record_findings(synthetic_record(9.5, 9.0))
+    assert "5.0% faster than with the model's own norm" in faster[1]
     assert "faster too" in faster[2]
 
 
@@ -140,13 +148,13 @@ def test_plot_record_has_a_panel_per_group():
     import matplotlib
 
     matplotlib.use("Agg")
-    fig = model_step.plot_record(synthetic_record(10.5, 9.5))
+    fig = model_record.plot_record(synthetic_record(10.5, 9.5))
     shown = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in shown] == [
         "eager, training step",
         "compiled, inference forward",
     ]
-    assert [t.get_text() for t in shown[0].get_yticklabels()][0] == model_step.OWN
+    assert [t.get_text() for t in shown[0].get_yticklabels()][0] == model_record.OWN
 
 
 def test_time_per_call_and_its_plot():
@@ -174,3 +182,38 @@ def test_versus_branches_on_the_spread():
     )
     assert model_step.versus(stats, "c", "a").startswith("c takes 0.5% more time")
     assert "cannot tell them apart" in model_step.versus(stats, "c", "a")
+
+
+def test_record_winners_say_no_measurable_difference_where_quartiles_overlap():
+    said = model_record.record_winners(synthetic_record(10.5, 9.95))
+    assert said[0] == (
+        "Eager training step: opguide.rms_norm (cpp) is fastest, 32.00 ms; next "
+        "opguide.rms_norm (triton), 12.5% more time: their quartiles do not overlap."
+    )
+    # 9.95 against 10.0, each +-0.1: the quartiles overlap.
+    assert said[1].startswith("Compiled inference forward: model's own + fusion pass (cpp) is")
+    assert said[1].endswith("0.5% more time: no measurable difference.")
+
+
+def test_record_findings_read_the_kernelized_rows():
+    record = synthetic_record(10.5, 9.5)
+    row = dict(record["results"][3], variant="kernelized opguide.rms_norm (cpp)", median=10.02)
+    record["results"].append(row)
+    record["kernelized"] = {
+        "from": "model_step_x.json",
+        "forwards": [
+            dict(
+                mode="compiled",
+                step="inference forward",
+                variant=row["variant"],
+                forward="LlamaRMSNorm.forward",
+            )
+        ],
+    }
+    said = model_record.record_findings(record)
+    assert said[3] == (
+        "Compiled inference forward, kernelized opguide.rms_norm (cpp): its norms run "
+        "LlamaRMSNorm.forward; 10.02 ms, +0.2% from the model's own norm "
+        "(no measurable difference)."
+    )
+    assert said[4] == "The kernelized rows follow the support declared from model_step_x.json."

@@ -14,18 +14,28 @@ on 4 sequences of 2048 tokens, eager and under ``torch.compile``, with:
   (see :mod:`guidekit.model_step`);
 * compiled only: the model's own norm with the pass of
   ``opguide.experimental.inductor_fusion``, calling the fused residual-add +
-  RMSNorm of each backend.
+  RMSNorm of each backend;
+* ``kernelized opguide.rms_norm (cpp)`` and ``(triton)``: the model given
+  opguide's layer by ``kernels.kernelize`` in each group's mode
+  (``Mode.TRAINING``, ``Mode.INFERENCE``, each with ``Mode.TORCH_COMPILE``
+  when compiled), the layer declaring the support decided from the record
+  this run replaces (``--support-from``; see :mod:`guidekit.model_swap`), so
+  that each row is either opguide's operator or the model's own code,
+  whichever the layer declares.
 
 Every variant is timed in turns with the others, round after round
 (:func:`guidekit.model_step.time_interleaved`). It writes
 ``docs/recorded/model_step_<gpu>.json`` (``<gpu>`` from the device's name,
-e.g. ``h100``) with the device, the torch, CUDA, Triton and transformers
-versions, the date, the configuration, every round's time, each first call's
-compile time, how many times each compiled graph calls the fused operator,
-and each variant that failed with its error. Step 20 reads it.
+e.g. ``h100``) with the device, the torch, CUDA, Triton, transformers and
+kernels versions, the date, the configuration, every round's time, each first
+call's compile time, how many times each compiled graph calls the fused
+operator, the support the kernelized rows used and the ``forward`` their
+norms ran, and each variant that failed with its error. Step 20 reads it.
 
 Most of its time goes to compiling: every variant is compiled for both
-steps. ``--only`` times a subset (each in turn with the others named).
+steps. ``--variants`` times a subset (each in turn with the others named).
+(Not ``--only``: Inductor reads an ``--only`` of the command line as a
+benchmark's name and writes it, quotes and all, into its generated code.)
 
 ``--device cpu --small --out FILE`` runs the same code on the CPU with
 step 20's small model, to check the tool without a GPU; it never writes into
@@ -39,8 +49,10 @@ import copy
 import datetime
 import functools
 import json
+import operator
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +61,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # guidekit, from the checkout this tool lives in
 
-from guidekit import model_step  # noqa: E402
+from guidekit import model_step, model_swap  # noqa: E402
 from guidekit.recorded import short_gpu_name, tool_command  # noqa: E402
 
 GPU_CONFIG = dict(
@@ -66,6 +78,18 @@ STEPS = {
     "training step": model_step.training_step,
     "inference forward": model_step.inference_forward,
 }
+#: The kernels mode of each group of the record.
+KERNELS_MODES = {
+    ("eager", "training step"): "TRAINING",
+    ("eager", "inference forward"): "INFERENCE",
+    ("compiled", "training step"): "TRAINING|TORCH_COMPILE",
+    ("compiled", "inference forward"): "INFERENCE|TORCH_COMPILE",
+}
+#: The kernelized variants, by the layer each is given.
+KERNELIZED = {
+    "kernelized opguide.rms_norm (cpp)": "OpguideRMSNorm",
+    "kernelized opguide.rms_norm (triton)": "OpguideRMSNormTriton",
+}
 FUSED_CALL = re.compile(r"torch\.ops\.opguide\.fused_add_rms_norm_(?:triton_)?\.default\(")
 
 
@@ -75,7 +99,14 @@ def command_line(argv: list[str]) -> str:
 
 
 def variants(device: str) -> tuple[dict, dict]:
-    """``{name: (norm forward or None, fusion pass backend or None)}``, and those left out."""
+    """The variants and those left out.
+
+    Returns:
+        ``({name: (norm forward, fusion pass backend)}, {name: why left out})``:
+        a forward of ``None`` is the model's own; a kernelized variant has its
+        layer's name in place of the forward and ``"kernelize"`` in place of
+        the backend.
+    """
     found = {
         "model's own": (None, None),
         "F.rms_norm": (model_step.f_rms_norm, None),
@@ -99,7 +130,65 @@ def variants(device: str) -> tuple[dict, dict]:
     found["model's own + fusion pass (cpp)"] = (None, "cpp")
     if "opguide.rms_norm (triton)" in found:
         found["model's own + fusion pass (triton)"] = (None, "triton")
+    try:
+        import kernels  # noqa: F401
+    except ImportError as err:
+        missing.update({name: f"ImportError: {err}" for name in KERNELIZED})
+    else:
+        for name, layer in KERNELIZED.items():
+            route = model_swap.LAYERS[layer]
+            if route in found:
+                found[name] = (layer, "kernelize")
+            else:
+                missing[name] = f"{route} is not measured here"
     return found, missing
+
+
+def group_models(found: dict, base, support: dict, forwards: list) -> dict:
+    """The models of each ``(mode, step)``, from :func:`variants`' ``found``.
+
+    A variant with a norm ``forward`` or the fusion pass is one model per
+    mode (eager, and compiled), shared by both steps; a kernelized variant is
+    one model per group, kernelized for the group's mode from a local layer
+    repository with ``support``'s flags. ``forwards`` receives, per kernelized
+    model, the ``forward`` its norms run.
+
+    Returns:
+        ``{(mode, step): {name: model}}``, in ``found``'s order.
+    """
+    from opguide.experimental import inductor_fusion
+
+    groups = {key: {} for key in KERNELS_MODES}
+    repository = None
+    for name, (forward, how) in found.items():
+        if how == "kernelize":
+            import kernels
+
+            if repository is None:
+                folder = Path(tempfile.mkdtemp(prefix="layer-repository-"))
+                repository = model_swap.layer_repository(folder, support)
+            for (mode, step), kernels_mode in KERNELS_MODES.items():
+                flag = functools.reduce(
+                    operator.or_, (kernels.Mode[m] for m in kernels_mode.split("|"))
+                )
+                model = model_swap.kernelized(copy.deepcopy(base), repository, forward, flag)
+                runs = ", ".join(sorted(model_swap.norm_forwards(model)))
+                forwards.append(dict(mode=mode, step=step, variant=name, forward=runs))
+                groups[mode, step][name] = torch.compile(model) if mode == "compiled" else model
+            continue
+        model = copy.deepcopy(base)
+        if forward is not None:
+            model_step.use_norm(model, forward)
+        if how is None:
+            eager, compiled = model, torch.compile(model)
+        else:
+            eager = None
+            compiled = torch.compile(model, options=inductor_fusion.compile_options(how))
+        for step in STEPS:
+            if eager is not None:
+                groups["eager", step][name] = eager
+            groups["compiled", step][name] = compiled
+    return groups
 
 
 def main() -> int:
@@ -109,13 +198,17 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--small", action="store_true", help="step 20's small model")
     parser.add_argument(
-        "--only", nargs="+", metavar="VARIANT", help="time these variants alone (names as listed)"
+        "--variants", nargs="+", metavar="VARIANT", help="time these alone (names as listed)"
+    )
+    parser.add_argument(
+        "--support-from",
+        metavar="FILE",
+        help="the record whose measurements decide what the kernelized layers declare "
+        "(default: the --out file this run replaces; none there, nothing is declared)",
     )
     args = parser.parse_args()
 
     from torch._inductor.utils import run_and_get_code
-
-    from opguide.experimental import inductor_fusion
 
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA GPU is visible (use --device cpu --small --out FILE to check)")
@@ -137,29 +230,36 @@ def main() -> int:
     torch._dynamo.config.recompile_limit = 64
 
     found, missing = variants(args.device)
-    if args.only:
-        unknown = sorted(set(args.only) - set(found) - set(missing))
+    if args.variants:
+        unknown = sorted(set(args.variants) - set(found) - set(missing))
         if unknown:
-            parser.error(f"--only: unknown variants {unknown}; known: {sorted(found)}")
-        found = {name: v for name, v in found.items() if name in args.only}
-        missing = {name: why for name, why in missing.items() if name in args.only}
+            parser.error(f"--variants: unknown {unknown}; known: {sorted(found)}")
+        found = {name: v for name, v in found.items() if name in args.variants}
+        missing = {name: why for name, why in missing.items() if name in args.variants}
+    # The support the kernelized rows declare: decided from the record that
+    # this run replaces, read before it is overwritten.
+    support_from = Path(args.support_from) if args.support_from else out
+    previous = json.loads(support_from.read_text()) if support_from.exists() else None
+    support = model_swap.measured_support(previous)
+    kernelized = {
+        "from": support_from.name if previous else None,
+        "support": support,
+        "forwards": [],
+    }
     base = model_step.llama(config, dtype, args.device)
     ids = model_step.token_ids(config, batch, seq, args.device)
-    models, compiled = {}, {}
-    for name, (forward, fusion) in found.items():
-        model = copy.deepcopy(base)
-        if forward is not None:
-            model_step.use_norm(model, forward)
-        if fusion is None:
-            models[name] = model
-            compiled[name] = torch.compile(model)
-        else:
-            compiled[name] = torch.compile(model, options=inductor_fusion.compile_options(fusion))
+    groups = group_models(found, base, support, kernelized["forwards"])
     del base
-
     failed, compile_seconds, fused_calls = [], [], []
     calls = {}
     import transformers
+
+    try:
+        import kernels
+
+        kernels_version = kernels.__version__
+    except ImportError:
+        kernels_version = None
 
     try:
         import triton
@@ -177,6 +277,7 @@ def main() -> int:
             "cuda": torch.version.cuda,
             "triton": triton_version,
             "transformers": transformers.__version__,
+            "kernels": kernels_version,
             "date": datetime.date.today().isoformat(),
             "command": command_line(sys.argv[1:]),
             "config": config,
@@ -191,6 +292,7 @@ def main() -> int:
             "results": results,
             "compile_seconds": compile_seconds,
             "fused_calls": fused_calls,
+            "kernelized": kernelized,
             "failed": failed,
         }
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -198,9 +300,9 @@ def main() -> int:
 
     # Eager first, then compiled; for each step, every variant's first call
     # (under torch.compile, the compile), then the rounds, then the file.
-    for mode, family in (("eager", models), ("compiled", compiled)):
+    for mode in ("eager", "compiled"):
         for step_name, step in STEPS.items():
-            for name, model in family.items():
+            for name, model in groups[mode, step_name].items():
                 start = time.perf_counter()
                 try:
                     _, code = run_and_get_code(step, model, ids)

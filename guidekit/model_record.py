@@ -1,0 +1,299 @@
+"""Step 20's GPU record read: a table, sentences computed from it, and a plot.
+
+``tools/record_model_step.py`` writes ``docs/recorded/model_step_<gpu>.json``:
+per mode (eager, compiled) and step (training step, inference forward), each
+variant's times in interleaved rounds, with their median and quartiles.
+
+* :func:`record_rows` and :func:`record_table`: the results by group, as
+  ratios to the model's own norm, and as lines of text;
+* :func:`record_winners`: the fastest variant of each group, and whether the
+  record can tell it from the next;
+* :func:`record_findings`: opguide's operator, the fusion pass and the
+  kernelized model against the model's own norm, in sentences;
+* :func:`plot_record`: each variant's median over the model's own.
+"""
+
+from __future__ import annotations
+
+from guidekit.model_step import compare, spread
+
+OWN = "model's own"
+OPGUIDE = "opguide.rms_norm"
+FUSION_PASS = "fusion pass"
+#: The prefix of the rows of a model swapped by ``kernels.kernelize`` with the
+#: support its layers declare (:mod:`guidekit.model_swap`).
+KERNELIZED = "kernelized "
+
+
+def record_rows(record: dict) -> dict[tuple[str, str], list[dict]]:
+    """A record's results by ``(mode, step)``, each relative to the model's own norm.
+
+    Args:
+        record: a ``model_step_<gpu>.json`` read with :func:`json.loads`.
+
+    Returns:
+        ``{(mode, step): [row, ...]}`` in the record's order; each row has
+        ``variant``, ``median``, ``q1``, ``q3`` (milliseconds) and ``ratio``,
+        ``ratio_q1``, ``ratio_q3``: those divided by the median of the model's
+        own norm in the same group (``None`` where the group has no such row).
+    """
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in record["results"]:
+        keep = {k: row[k] for k in ("variant", "median", "q1", "q3")}
+        groups.setdefault((row["mode"], row["step"]), []).append(keep)
+    for rows in groups.values():
+        own = next((r["median"] for r in rows if r["variant"] == OWN), None)
+        for r in rows:
+            for key in ("median", "q1", "q3"):
+                name = "ratio" if key == "median" else f"ratio_{key}"
+                r[name] = None if own is None else r[key] / own
+    return groups
+
+
+def record_table(record: dict) -> list[str]:
+    """The record as lines of text: each group's variants, fastest first, in ms.
+
+    Returns:
+        Lines of at most 80 columns: per group a heading, then per variant its
+        median, quartiles and change from the model's own norm.
+    """
+    lines = []
+    for (mode, step), rows in record_rows(record).items():
+        lines.append(f"{mode} {step}: ms, median (quartiles), change from the model's own")
+        for r in sorted(rows, key=lambda r: r["median"]):
+            quartiles = f"({r['q1']:.2f}-{r['q3']:.2f})"
+            change = "" if r["ratio"] is None else f"{(r['ratio'] - 1) * 100:+6.1f}%"
+            lines.append(f"  {r['variant'][:34]:34} {r['median']:7.2f} {quartiles:13} {change}")
+    return lines
+
+
+def record_winners(record: dict) -> list[str]:
+    """Per group of the record, the fastest variant, and whether the record tells it from the next.
+
+    Args:
+        record: a ``model_step_<gpu>.json`` read with :func:`json.loads`.
+
+    Returns:
+        One sentence per ``(mode, step)``: the fastest variant by the median,
+        then the next; "no measurable difference" where their quartiles
+        overlap. A group of one variant names it alone.
+    """
+    said = []
+    for (mode, step), rows in record_rows(record).items():
+        first, *others = sorted(rows, key=lambda r: r["median"])
+        line = (
+            f"{mode.capitalize()} {step}: {first['variant']} is fastest, {first['median']:.2f} ms"
+        )
+        if others:
+            change, overlap = compare(others[0], first)
+            line += f"; next {others[0]['variant']}, {change:.1f}% more time: "
+            line += "no measurable difference" if overlap else "their quartiles do not overlap"
+        said.append(line + ".")
+    return said
+
+
+def _backend(variant: str) -> str:
+    """``"opguide.rms_norm (cpp)"`` -> ``"cpp"``: the last parenthesis, or the name."""
+    inside = variant.rpartition("(")[2].rstrip(")")
+    return inside if "(" in variant else variant
+
+
+def record_findings(record: dict) -> list[str]:
+    """What a record says, as sentences computed from it.
+
+    The sentences cover: opguide's operator against the model's own norm in
+    the eager training step (the fastest backend, then each); the plain
+    operator under ``torch.compile``, training and inference; the model's own
+    norm with the fusion pass, against the same; the variants not measured.
+
+    Args:
+        record: a ``model_step_<gpu>.json`` read with :func:`json.loads`.
+
+    Returns:
+        The sentences, in that order; a comparison whose rows are absent
+        from the record is left out.
+    """
+    groups = record_rows(record)
+    said = []
+
+    def pick(mode, step, prefix):
+        return [r for r in groups.get((mode, step), []) if r["variant"].startswith(prefix)]
+
+    def own(mode, step):
+        return next((r for r in groups.get((mode, step), []) if r["variant"] == OWN), None)
+
+    def each(rows, base):
+        return ", ".join(
+            f"{_backend(r['variant'])} {r['median']:.2f} ms ({compare(r, base)[0]:+.1f}%)"
+            for r in rows
+        )
+
+    base, ops = own("eager", "training step"), pick("eager", "training step", OPGUIDE)
+    if base and ops:
+        best = min(ops, key=lambda r: r["median"])
+        change, overlap = compare(best, base)
+        less = "less" if change < 0 else "more"
+        said.append(
+            f"Eager, the training step with {best['variant']} takes {best['median']:.2f} ms "
+            f"against {base['median']:.2f} ms with the model's own norm: "
+            f"{base['median'] / best['median']:.2f}x as fast, {abs(change):.1f}% {less} "
+            f"time; {spread(overlap)}. Each backend: {each(ops, base)}."
+        )
+    for step in ("training step", "inference forward"):
+        base, ops = own("compiled", step), pick("compiled", step, OPGUIDE)
+        if not (base and ops):
+            continue
+        best = min(ops, key=lambda r: r["median"])
+        change, overlap = compare(best, base)
+        if overlap:
+            verdict = (
+                "no measurable difference from the model's own norm "
+                f"({change:+.1f}% by the medians; their quartiles overlap)"
+            )
+        elif change > 0:
+            verdict = (
+                f"{change:.1f}% slower than with the model's own norm ({spread(overlap)}). "
+                "Inductor can fuse the model's own norm with the add in front of it; "
+                "the operator, opaque to Inductor, takes no part in that fusion, so "
+                "the sum goes to memory and is read back"
+            )
+        else:
+            verdict = (
+                f"{-change:.1f}% faster than with the model's own norm "
+                f"({spread(overlap)}), although Inductor fuses nothing into the operator"
+            )
+        said.append(
+            f"Compiled, the {step} with {best['variant']} takes "
+            f"{best['median']:.2f} ms: {verdict}. Each backend: {each(ops, base)}."
+        )
+        fused = pick("compiled", step, OWN + " + " + FUSION_PASS)
+        if not fused:
+            continue
+        win = min(fused, key=lambda r: r["median"])
+        change, overlap = compare(win, base)
+        if overlap:
+            verdict = "no measurable difference"
+        elif change <= 0 and best["median"] > base["median"]:
+            verdict = "by the medians, the pass wins back the gap"
+        elif change <= 0:
+            verdict = "by the medians, the step with the pass is faster too"
+        elif win["median"] < best["median"]:
+            verdict = "by the medians, the pass wins back part of the gap"
+        else:
+            verdict = "the pass does not win back the gap"
+        said.append(
+            f"Compiled with the fusion pass ({_backend(win['variant'])}), the {step} "
+            f"takes {win['median']:.2f} ms, {change:+.1f}% from the model's own norm "
+            f"without it ({spread(overlap)}): {verdict}. "
+            f"Each backend of the pass: {each(fused, base)}."
+        )
+    said += _kernelized_findings(record, groups)
+    for name, why in record.get("missing", {}).items():
+        said.append(f"Not measured on that machine: {name} ({why}).")
+    for f in record.get("failed", []):
+        said.append(f"Failed: {f['mode']} {f['step']} with {f['variant']} ({f['error']}).")
+    return said
+
+
+def _kernelized_findings(record: dict, groups: dict) -> list[str]:
+    """The kernelized rows of a record against the model's own norm, or that there are none."""
+    rows = [
+        (mode, step, r)
+        for (mode, step), group in groups.items()
+        for r in group
+        if r["variant"].startswith(KERNELIZED)
+    ]
+    if not rows:
+        return [
+            "This record holds no row of the kernelized model (kernels.kernelize with "
+            "the support its layers declare): not recorded."
+        ]
+    about = record.get("kernelized", {})
+    forwards = {
+        (f["mode"], f["step"], f["variant"]): f["forward"] for f in about.get("forwards", [])
+    }
+    said = []
+    for mode, step, r in rows:
+        base = next((o for o in groups[mode, step] if o["variant"] == OWN), None)
+        if base is None:
+            continue
+        change, overlap = compare(r, base)
+        runs = forwards.get((mode, step, r["variant"]), "an unrecorded forward")
+        said.append(
+            f"{mode.capitalize()} {step}, {r['variant']}: its norms run {runs}; "
+            f"{r['median']:.2f} ms, {change:+.1f}% from the model's own norm "
+            f"({'no measurable difference' if overlap else 'their quartiles do not overlap'})."
+        )
+    if "from" in about:
+        said.append(f"The kernelized rows follow the support declared from {about['from']}.")
+    return said
+
+
+def _colour(variant: str) -> str:
+    """Blue for the fusion pass, green for a kernelized model, red for opguide's operator."""
+    if FUSION_PASS in variant:
+        return "#1f77b4"
+    if variant.startswith(KERNELIZED):
+        return "#2ca02c"
+    return "#d62728" if variant.startswith(OPGUIDE) else "#7f7f7f"
+
+
+def plot_record(record: dict):
+    """Each variant's median over the model's own norm's, per mode and step.
+
+    One panel per ``(mode, step)``; a point per variant, its error bar the
+    quartiles (also over the model's own median), its change in percent
+    beside it; a line at 1. The figure is
+    white with dark text, legible on light and dark pages alike.
+
+    Returns:
+        The matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    groups = {k: v for k, v in record_rows(record).items() if v[0]["ratio"] is not None}
+    cols = 2
+    nrows = max(1, -(-len(groups) // cols))
+    tall = max(len(rows) for rows in groups.values()) if groups else 1
+    fig, axes = plt.subplots(
+        nrows,
+        cols,
+        figsize=(10, nrows * (0.9 + 0.32 * tall)),
+        layout="constrained",
+        facecolor="white",
+        squeeze=False,
+    )
+    for ax, ((mode, step), rows) in zip(axes.flat, groups.items(), strict=False):
+        ax.set_facecolor("white")
+        ys = range(len(rows))
+        for y, r in zip(ys, rows, strict=True):
+            below, above = r["ratio"] - r["ratio_q1"], r["ratio_q3"] - r["ratio"]
+            colour = _colour(r["variant"])
+            ax.errorbar(r["ratio"], y, xerr=[[below], [above]], fmt="o", color=colour, capsize=3)
+            ax.annotate(
+                f"{(r['ratio'] - 1) * 100:+.1f}%",
+                (r["ratio_q3"], y),
+                xytext=(6, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=8,
+                color="black",
+            )
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_yticks(list(ys), [r["variant"] for r in rows], fontsize=8)
+        low = min(r["ratio_q1"] for r in rows)
+        high = max(r["ratio_q3"] for r in rows)
+        pad = max(0.01, (high - low) * 0.12)
+        ax.set_xlim(low - pad, high + 2.5 * pad)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_title(f"{mode}, {step}", fontsize=10)
+        ax.set_xlabel("median time / model's own median", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    for ax in list(axes.flat)[len(groups) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        f"{record['device']}, {record['dtype']}, recorded {record['date']}: "
+        "left of 1 is faster; error bars are the quartiles",
+        fontsize=10,
+    )
+    return fig
