@@ -40,6 +40,10 @@ DEVICE_MARKERS = {
     "rocm": "needs an AMD GPU and a ROCm build of torch",
 }
 
+# One cache of each kind for the whole run. Inductor's and Triton's caches key
+# an entry by the graph or kernel source, the compiler's version and its
+# options; the options that Inductor's key leaves out (the AOTInductor C shim
+# of opguide/experimental/aoti_shim.py) are compiled with its caches off.
 for _name, _sub in (
     ("TORCH_EXTENSIONS_DIR", "torch_extensions"),
     ("TRITON_CACHE_DIR", "triton_cache"),
