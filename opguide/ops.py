@@ -9,50 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import _check_rms_norm_args
 from .backends import compiled_device_types, resolve_backend
-
-_FLOATING = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-
-
-def _check_rms_norm_args(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, *, autocast: bool = False
-) -> None:
-    """Raises a clear error for arguments the kernels do not accept.
-
-    The wording matches the C++ checks in ``csrc/rms_norm/rms_norm.h``, so an error
-    reads the same in eager mode, under ``torch.compile`` and from
-    ``torch.ops.opguide.rms_norm`` called directly. With ``autocast=True``,
-    when an autocast region is active on the device of ``x``, ``x`` and
-    ``weight`` may differ in floating dtype: the autocast kernel casts both to
-    float32 before any kernel runs.
-    """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"rms_norm: x must be a torch.Tensor, got {type(x).__name__}")
-    if not isinstance(weight, torch.Tensor):
-        raise TypeError(f"rms_norm: weight must be a torch.Tensor, got {type(weight).__name__}")
-    if x.dtype not in _FLOATING:
-        raise TypeError(
-            "rms_norm: x must be a floating-point tensor (float32, float16, bfloat16 "
-            f"or float64), got {x.dtype}"
-        )
-    mixed_ok = autocast and torch.is_autocast_enabled(x.device.type)
-    if weight.dtype != x.dtype and not (mixed_ok and weight.dtype in _FLOATING):
-        raise TypeError(
-            f"rms_norm: weight must have the dtype of x ({x.dtype}), got {weight.dtype}"
-        )
-    if x.dim() < 1:
-        raise ValueError("rms_norm: x must have at least one dimension")
-    if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
-        raise ValueError(
-            f"rms_norm: weight must have shape ({x.shape[-1]},) to match the last "
-            f"dimension of x, got {tuple(weight.shape)}"
-        )
-    if weight.device != x.device:
-        raise RuntimeError(
-            f"rms_norm: weight must be on the device of x ({x.device}), got {weight.device}"
-        )
-    if eps < 0:
-        raise ValueError(f"rms_norm: eps must be non-negative, got {eps}")
 
 
 def _register_dtensor_rules(x: object) -> None:

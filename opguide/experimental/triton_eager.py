@@ -242,7 +242,7 @@ def direct_call(x, weight, eps) -> bool:
     """Whether a call may launch the kernels directly: plain, valid arguments.
 
     Any other call, including one with invalid arguments, takes the checked
-    path, which raises the errors ``opguide.ops._check_rms_norm_args`` words.
+    path, which raises the errors ``opguide._checks._check_rms_norm_args`` words.
     """
     if type(x) not in _PLAIN or type(weight) not in _PLAIN or type(eps) is not float:
         return False

@@ -34,8 +34,6 @@ import re
 from collections.abc import Iterator
 
 import torch
-
-# Imported after opguide, whose package sets TRITON_INTERPRET=1 without a GPU.
 import triton
 import triton.language as tl
 

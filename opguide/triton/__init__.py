@@ -16,7 +16,7 @@ to them without a graph break:
 Users reach them through ``backend="triton"`` of :func:`opguide.rms_norm` and
 :func:`opguide.fused_add_rms_norm_`. The modules:
 
-* ``interpreter.py``: Triton's interpreter on a machine without a GPU;
+* ``interpreter.py``: whether the reader selected Triton's interpreter;
 * ``prologue.py``: the first lines of every kernel, as ``@triton.jit`` helpers;
 * ``forward.py``, ``backward.py``, ``split.py``, ``fused.py``: the kernels, by family;
 * ``launch.py``: each kernel's knobs as frozen dataclasses, one planner per operator;
@@ -24,7 +24,7 @@ Users reach them through ``backend="triton"`` of :func:`opguide.rms_norm` and
 * ``autograd.py``: ``register_autograd`` for the operators.
 """
 
-from .interpreter import INTERPRET  # first: it decides TRITON_INTERPRET before triton loads
+from .interpreter import INTERPRET
 
 # isort: split
 from .autograd import rms_norm

@@ -13,8 +13,7 @@ from typing import Optional
 import torch
 import triton
 
-from ..fused_add_rms_norm import _check_fused_add_rms_norm_args
-from ..ops import _check_rms_norm_args
+from .._checks import _check_fused_add_rms_norm_args, _check_rms_norm_args
 from . import launch
 from .backward import (
     _dw_columns_kernel,
@@ -24,7 +23,7 @@ from .backward import (
 )
 from .forward import _rms_norm_fwd_kernel, _rms_norm_fwd_long_kernel
 from .fused import _fused_add_rms_norm_kernel, _fused_add_rms_norm_long_kernel
-from .interpreter import INTERPRET
+from .interpreter import HOW_TO_INTERPRET, INTERPRET
 from .launch import Registers, Split
 from .split import (
     _fused_add_rms_norm_split_kernel,
@@ -33,7 +32,7 @@ from .split import (
 )
 
 # [register-choice]
-if INTERPRET:
+if INTERPRET or not torch.cuda.is_available():
     # An opaque operator: torch.compile records one call to it, and Inductor
     # calls this Python function at run time. The interpreter is happy.
     register_op = torch.library.custom_op
@@ -56,8 +55,8 @@ SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _check_input(op: str, name: str, t: torch.Tensor) -> None:
     if t.device.type == "cpu" and not INTERPRET:
         raise RuntimeError(
-            f"{op}: the Triton backend runs CPU tensors only in Triton's interpreter "
-            f"(TRITON_INTERPRET=1, set by opguide when no GPU is visible); {name} is on cpu"
+            f"{op}: the Triton backend runs CPU tensors only in Triton's interpreter, "
+            f"which is off in this process ({name} is on cpu): {HOW_TO_INTERPRET}"
         )
     if t.dtype not in SUPPORTED_DTYPES:
         raise TypeError(
