@@ -146,10 +146,14 @@ def test_opcheck_backward():
     torch.library.opcheck(torch.ops.opguide.rms_norm_fwd_triton.default, (x, w, 1e-6))
 
 
-@interpreter
-def test_registered_as_custom_op_under_the_interpreter():
-    assert isinstance(triton_ops.rms_norm_triton, torch.library.CustomOpDef)
-    assert triton_ops.ops.register_op is torch.library.custom_op
+def test_registered_with_library_define_and_impl():
+    """The operators are dispatcher operators (no custom_op wrapper), one kernel for all devices."""
+    for name in ("rms_norm_triton", "rms_norm_fwd_triton", "rms_norm_backward_triton"):
+        op = getattr(triton_ops, name)
+        assert op is getattr(torch.ops.opguide, name).default
+        assert not isinstance(op, torch.library.CustomOpDef)
+        assert op.has_kernel_for_dispatch_key(torch.DispatchKey.CompositeExplicitAutograd)
+    assert "grad_y" in str(torch.ops.opguide.rms_norm_backward_triton.default._schema)
 
 
 @interpreter

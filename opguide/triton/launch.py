@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 
 import torch
-import triton
 
 from .interpreter import INTERPRET
 
@@ -34,6 +34,19 @@ MAX_REGISTER_ROW = 16384
 #: Longest row (elements) that the backward keeps in registers; its register
 #: kernel spills past it, and longer rows take the split kernel.
 MAX_REGISTER_ROW_BACKWARD = 8192
+
+
+# Plain-int forms of triton.cdiv and triton.next_power_of_2. Those two are
+# also callable inside kernels, and on the host that costs microseconds a
+# call in some Triton releases; planning calls them on every launch.
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive ints."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two ``>= n`` (1 for n <= 1)."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +84,7 @@ class Split:
 
     def segments(self, n: int) -> int:
         """S, the programs that share a row of ``n`` elements."""
-        return triton.cdiv(n, self.seg)
+        return cdiv(n, self.seg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +160,7 @@ def _split_or_chunked(n: int, device: torch.device, split: Split) -> Split | Non
     kernels past 2**17 elements, so that both run on CPU.
     """
     if INTERPRET or device.type != "cuda":
-        return dataclasses.replace(split, seg=triton.next_power_of_2(n)) if n <= 2**17 else None
+        return dataclasses.replace(split, seg=next_power_of_2(n)) if n <= 2**17 else None
     return split if split.segments(n) <= sm_count(device) else None
 
 
@@ -171,7 +184,7 @@ def forward_config(
     if forced is not None:
         return forced
     if cols <= MAX_REGISTER_ROW:
-        block = triton.next_power_of_2(cols)
+        block = next_power_of_2(cols)
         if INTERPRET:
             return Registers(block, 1, 1)
         per_program = max(1, 2048 // block)
@@ -205,7 +218,7 @@ def backward_config(
     if forced is not None:
         return forced
     if cols <= MAX_REGISTER_ROW_BACKWARD:
-        block = triton.next_power_of_2(cols)
+        block = next_power_of_2(cols)
         # At most 2048 rows a step: 4096 rows of one element spill 132 B of
         # float32 on sm_80/90/100 with Triton 3.6 (tests/test_triton_targets.py).
         per_step = max(1, min(4096 // block, 2048))
@@ -248,7 +261,7 @@ def fused_config(
     if forced is not None:
         return forced
     if cols <= 65536 // dtype.itemsize:
-        block = triton.next_power_of_2(cols)
+        block = next_power_of_2(cols)
         if INTERPRET:
             return Registers(block, 1, 1)
         per_program = max(1, 2048 // block)  # short rows, several
@@ -270,7 +283,108 @@ def split_launch(config: Split, rows: int, cols: int, device: torch.device, grou
         programs = max(1, min(rows, config.per_sm * sm_count(device) // segments))
     else:
         programs = rows
-    return programs, segments, triton.next_power_of_2(segments)
+    return programs, segments, next_power_of_2(segments)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """One launch, worked out from the problem once: the configuration and its grid.
+
+    Attributes:
+        config: the planner's :class:`Registers`, :class:`Split` or :class:`Chunked`.
+        grid: the grid of the main kernel.
+        align: ALIGN of the kernels (:func:`align`).
+        programs: rows of the backward's grad_w partial sums; for a split
+            launch, also the programs per segment index.
+        segments: S, programs per row of a split launch (0 otherwise).
+        sp: SP, S rounded up to a power of two (0 otherwise).
+        grad_w_grid: the grid of the backward's second grad_w kernel(s):
+            ``(strips, programs)`` of the column kernel for chunked rows, else
+            the grid of the final sum.
+        sum_grid: the grid of the backward's final grad_w sum (``()`` elsewhere).
+    """
+
+    config: Config
+    grid: tuple[int, ...]
+    align: int = 16
+    programs: int = 0
+    segments: int = 0
+    sp: int = 0
+    grad_w_grid: tuple[int, ...] = ()
+    sum_grid: tuple[int, ...] = ()
+
+
+def _rows_plan(config: Config, rows: int, cols: int, device: torch.device) -> Plan:
+    # The forward and the fused operator: one program per ROWS rows, per
+    # segment of a row, or per row.
+    if isinstance(config, Registers):
+        return Plan(config, (cdiv(rows, config.rows),), align(cols))
+    if isinstance(config, Split):
+        programs, segments, sp = split_launch(config, rows, cols, device, groups=False)
+        return Plan(config, (programs * segments,), align(cols), programs, segments, sp)
+    return Plan(config, (rows,), align(cols))
+
+
+def _plan_forward(rows, cols, dtype, device, forced=None) -> Plan:
+    return _rows_plan(forward_config(rows, cols, dtype, device, forced), rows, cols, device)
+
+
+def _plan_fused(rows, cols, dtype, device, forced=None) -> Plan:
+    return _rows_plan(fused_config(rows, cols, dtype, device, forced), rows, cols, device)
+
+
+def _plan_backward(rows, cols, dtype, device, forced=None, dw_sum: DwSum = DW_SUM) -> Plan:
+    config = backward_config(rows, cols, dtype, device, forced)
+    a = align(cols)
+    sum_grid = (cdiv(cols, dw_sum.block_n),)
+    if isinstance(config, Registers):
+        # The whole row in registers, rows looped over by a grid that fits.
+        return Plan(config, (config.programs,), a, config.programs, sum_grid=sum_grid)
+    if isinstance(config, Split):
+        # Longer rows: each split over programs that meet through memory.
+        programs, segments, sp = split_launch(config, rows, cols, device, groups=True)
+        return Plan(config, (programs * segments,), a, programs, segments, sp, (), sum_grid)
+    # Rows too long to split: grad_x row by row, grad_w over column strips.
+    strips = cdiv(cols, config.block_n)
+    programs = max(1, min(rows, sm_count(device) * 4 // strips))
+    return Plan(config, (rows,), a, programs, 0, 0, (strips, programs), sum_grid)
+
+
+# The plans of eager calls, per (rows, cols, dtype, device): a model calls
+# the same few shapes again and again. A forced configuration, or a call on
+# tensors that are not real (a fake tensor under a tracer), is planned afresh.
+_CACHED = {
+    "forward": functools.lru_cache(maxsize=1024)(_plan_forward),
+    "backward": functools.lru_cache(maxsize=1024)(_plan_backward),
+    "fused": functools.lru_cache(maxsize=1024)(_plan_fused),
+}
+_PLANNERS = {"forward": _plan_forward, "backward": _plan_backward, "fused": _plan_fused}
+
+
+def plan(
+    op: str,
+    t: torch.Tensor,
+    rows: int,
+    cols: int,
+    forced: Config | None = None,
+    dw_sum: DwSum = DW_SUM,
+) -> Plan:
+    """The :class:`Plan` of ``op`` (``"forward"``, ``"backward"`` or ``"fused"``) on ``t``.
+
+    Args:
+        op: which operator's planner.
+        t: the input (its dtype and device; whether it is a real tensor).
+        rows, cols: M and N.
+        forced: a configuration to launch instead of the planner's.
+        dw_sum: the backward's grad_w sum configuration.
+
+    Returns:
+        The plan, from the cache when ``t`` is a plain tensor and nothing is forced.
+    """
+    extra = (dw_sum,) if op == "backward" else ()
+    if forced is None and dw_sum is DW_SUM and type(t) is torch.Tensor:
+        return _CACHED[op](rows, cols, t.dtype, t.device)
+    return _PLANNERS[op](rows, cols, t.dtype, t.device, forced, *extra)
 
 
 def row_slots(x: torch.Tensor, m: int, segments: int) -> torch.Tensor:
