@@ -18,7 +18,7 @@ In this step you will learn:
   :func:`torch.library.wrap_triton` (transparent to Inductor), and why
   ``triton_op`` is the one to use on a GPU;
 * how users choose a backend: ``opguide.rms_norm(x, w, backend="triton")``;
-* how to write the backward, with a two-stage reduction for ``dweight``;
+* how to write the backward, with a two-stage reduction for ``grad_w``;
 * how the same kernels run on a machine without a GPU, in Triton's
   interpreter, and how fast they run on one (recorded).
 
@@ -204,12 +204,12 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # %%
 # The backward kernel
 # -------------------
-# With ``x_hat = x * inv_rms`` and ``g = dy * weight``, the gradients are
-# ``dx = inv_rms * (g - x_hat * mean(g * x_hat))`` per row, and
-# ``dweight = sum over rows of dy * x_hat``. The second is a reduction *across*
+# With ``x_hat = x * inv_rms`` and ``g = grad_y * weight``, the gradients are
+# ``grad_x = inv_rms * (g - x_hat * mean(g * x_hat))`` per row, and
+# ``grad_w = sum over rows of grad_y * x_hat``. The second is a reduction *across*
 # rows: each program sums the rows it owns into its own row of a small float32
 # buffer, and a second kernel (``_dw_sum_kernel``) adds up that buffer's rows
-# in a fixed order and writes ``dweight`` in its dtype. No two programs write
+# in a fixed order and writes ``grad_w`` in its dtype. No two programs write
 # the same address, so no atomics are needed, and the result is the same on
 # every run. ``inv_rms`` comes from the forward, which saved it.
 #
@@ -253,13 +253,13 @@ x = torch.randn(37, 96, device=device, requires_grad=True)
 w = torch.randn(96, device=device, requires_grad=True)
 grad = torch.randn(37, 96, device=device)
 opguide.rms_norm(x, w, backend="triton").backward(grad)
-dx, dw = x.grad.clone(), w.grad.clone()
+grad_x, grad_w = x.grad.clone(), w.grad.clone()
 x.grad = w.grad = None
 rms_norm_reference(x, w).backward(grad)
-torch.testing.assert_close(dx, x.grad, atol=1e-4, rtol=1e-4)
-torch.testing.assert_close(dw, w.grad, atol=1e-4, rtol=1e-4)
-print("max |dx - reference| =", (dx - x.grad).abs().max().item())
-print("max |dweight - reference| =", (dw - w.grad).abs().max().item())
+torch.testing.assert_close(grad_x, x.grad, atol=1e-4, rtol=1e-4)
+torch.testing.assert_close(grad_w, w.grad, atol=1e-4, rtol=1e-4)
+print("max |grad_x - reference| =", (grad_x - x.grad).abs().max().item())
+print("max |grad_w - reference| =", (grad_w - w.grad).abs().max().item())
 
 # %%
 # opcheck and torch.compile
@@ -289,7 +289,9 @@ torch._dynamo.reset()
 
 
 def norm_then_scale(x, w):
-    return opguide.rms_norm(x, w, backend="triton") * 2
+    # compiled="kernel": the Triton operator itself in the graph (by default a
+    # traced call gives Inductor the plain-PyTorch form; see opguide.backends).
+    return opguide.rms_norm(x, w, backend="triton", compiled="kernel") * 2
 
 
 compiled = torch.compile(norm_then_scale, fullgraph=True)
@@ -299,7 +301,7 @@ print(f"compiled and ran in {time.perf_counter() - start:.1f} s")
 torch.testing.assert_close(y, rms_norm_reference(x, w) * 2)
 y.sum().backward()
 print("compiled forward and backward match the reference")
-print("dweight[:4] =", w.grad[:4])
+print("grad_w[:4] =", w.grad[:4])
 
 # %%
 # What Inductor receives

@@ -122,7 +122,7 @@ say(f"  with three:   {listed(sweeps.behind_peer(THREE, one_set['ns']))}")
 # ----------------
 # The sweep keeps ``M * N`` fixed, so every point moves the same bytes and
 # only the row length ``N`` changes. It times four passes: the forward; the
-# backward (``dx`` and ``dweight`` from ``dy``); training (forward, then
+# backward (``grad_x`` and ``grad_w`` from ``grad_y``); training (forward, then
 # backward through autograd); and the fused residual add + RMSNorm. Next to
 # opguide's CUDA and Triton kernels it times ``F.rms_norm``,
 # ``torch.compile`` of the Python reference, Liger-Kernel (Triton) and Quack

@@ -16,8 +16,9 @@ from __future__ import annotations
 import torch
 
 from ._checks import _OP, _check_fused_add_rms_norm_args
-from .backends import resolve_backend
+from .backends import native_under_compile, resolve_backend
 from .ops import _register_dtensor_rules
+from .reference import fused_add_rms_norm_reference
 
 # [refuse-grad]
 _INSTEAD = "out = opguide.rms_norm(residual + x, weight, eps)"
@@ -67,6 +68,7 @@ def fused_add_rms_norm_(
     out_dtype: torch.dtype | None = None,
     *,
     backend: str = "auto",
+    compiled: str = "native",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Adds ``x`` to ``residual`` in place, then RMS-normalises the result.
 
@@ -91,6 +93,10 @@ def fused_add_rms_norm_(
         backend: ``"auto"``, ``"cpp"`` or ``"triton"``; see
             :mod:`opguide.backends`. The Triton kernels handle float32, float16
             and bfloat16 only.
+        compiled: what ``torch.compile`` gets when it traces the call:
+            ``"native"`` (default), the plain-PyTorch form (the sum written
+            back into ``residual`` with ``copy_``); ``"kernel"``, opguide's
+            operator. Eager calls run the kernel either way.
 
     Returns:
         ``(out, inv_rms)``: ``out`` has the shape of ``x`` and dtype
@@ -101,7 +107,7 @@ def fused_add_rms_norm_(
         TypeError: a dtype is not accepted (``x``, ``residual``, ``weight``,
             ``out_dtype``).
         ValueError: a shape does not match, ``x`` is 0-d, ``eps < 0``, or
-            ``backend`` is unknown.
+            ``backend`` or ``compiled`` is unknown.
         RuntimeError: the tensors are on different devices, ``residual`` has
             elements that share memory, the backend is not available, or (with
             grad mode on) an input requires grad: this operator has no
@@ -116,6 +122,16 @@ def fused_add_rms_norm_(
         (torch.Size([4, 8]), torch.Size([4]))
     """
     _check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype)
+    if native_under_compile("fused_add_rms_norm_", compiled):
+        # The plain-PyTorch form for Inductor, with the operator's contract:
+        # inputs that need grad are refused, residual is written in place.
+        resolve_backend("fused_add_rms_norm_", "fused_add_rms_norm_", backend, x)
+        _refuse_grad(x, residual, weight)
+        out, inv_rms, new_residual = fused_add_rms_norm_reference(
+            x, residual, weight, eps, out_dtype
+        )
+        residual.copy_(new_residual)
+        return out, inv_rms
     _register_dtensor_rules(residual)
     if resolve_backend("fused_add_rms_norm_", "fused_add_rms_norm_", backend, x) == "triton":
         _refuse_grad(x, residual, weight)

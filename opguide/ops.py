@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from ._checks import _check_rms_norm_args
-from .backends import compiled_device_types, resolve_backend
+from .backends import compiled_device_types, native_under_compile, resolve_backend
+from .reference import rms_norm_reference
 
 
 def _register_dtensor_rules(x: object) -> None:
@@ -20,7 +21,12 @@ def _register_dtensor_rules(x: object) -> None:
 
 
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, backend: str = "auto"
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    backend: str = "auto",
+    compiled: str = "native",
 ) -> torch.Tensor:
     """Root-mean-square normalisation over the last dimension.
 
@@ -46,7 +52,7 @@ def rms_norm(
     Raises:
         TypeError: ``x`` is not floating point, or ``weight`` has another dtype.
         ValueError: ``weight`` is not of shape ``(N,)``, ``x`` is 0-d, ``eps < 0``,
-            or ``backend`` is unknown.
+            or ``backend`` or ``compiled`` is unknown.
         RuntimeError: ``x`` and ``weight`` are on different devices, or the
             backend is not available.
 
@@ -57,6 +63,12 @@ def rms_norm(
         >>> y.shape
         torch.Size([4, 8])
     """
+    if native_under_compile("rms_norm", compiled):
+        # What vLLM's CustomOp calls forward_native: Inductor's own code for
+        # the norm, fused with its neighbours, unless the caller asks for the kernel.
+        _check_rms_norm_args(x, weight, eps, autocast=True)
+        resolve_backend("rms_norm", "rms_norm", backend, x)
+        return rms_norm_reference(x, weight, eps)
     plain = type(x) in _PLAIN and type(weight) in _PLAIN and type(eps) is float
     if plain and (backend == "auto" or backend == "cpp"):
         if (x.is_cuda and _CPP_CUDA) or (x.is_cpu and _CPP_CPU):

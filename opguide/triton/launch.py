@@ -102,7 +102,7 @@ class Chunked:
 
 @dataclasses.dataclass(frozen=True)
 class DwSum:
-    """The dweight sum: ``block_p`` partial rows by ``block_n`` columns per step.
+    """The grad_w sum: ``block_p`` partial rows by ``block_n`` columns per step.
 
     Narrow column strips give many programs, tall ones few steps: (128, 32, 2)
     against (32, 64, 4) takes the whole backward from 82% to 88% of the copy
@@ -197,10 +197,10 @@ def forward_config(
 def backward_config(
     rows: int, cols: int, dtype: torch.dtype, device: torch.device, forced: Config | None = None
 ) -> Config:
-    """The kernel and knobs of ``rms_norm``'s backward (dx and the first dweight stage).
+    """The kernel and knobs of ``rms_norm``'s backward (grad_x and the first grad_w stage).
 
     Registers: short rows go several to a loop step, 4096 elements (or one
-    longer row) in at most 2048 rows; three stages of x and dy in shared
+    longer row) in at most 2048 rows; three stages of x and grad_y in shared
     memory when they fit, else fewer; two programs per SM for steps of up to
     4096 elements, one for larger ones (whose stages leave no room for a
     second program).
