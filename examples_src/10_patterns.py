@@ -163,6 +163,18 @@ arguments and picks the backend like :func:`opguide.rms_norm`.
 """
 
 # %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# %%
 # The operator in use
 # -------------------
 import textwrap

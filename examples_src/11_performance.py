@@ -31,6 +31,18 @@ the page is built on a GPU.
 """
 
 # %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# %%
 # The floor
 # ---------
 # Per element, the forward squares and sums, then multiplies by ``1/rms`` and

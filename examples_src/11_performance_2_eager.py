@@ -22,6 +22,18 @@ date. Previous page: :doc:`11_performance`; next:
 """
 
 # %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# %%
 # Eager time
 # ----------
 # **Eager time** is the wall clock of calls made as a user makes them, back to

@@ -22,6 +22,18 @@ prints each file's device and date. Previous page:
 """
 
 # %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# %%
 # Clusters
 # --------
 # A block of the CUDA forward keeps its row in registers, a few 16-byte

@@ -24,6 +24,18 @@ Previous page: :doc:`11_performance_3_long_rows`.
 """
 
 # %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# %%
 # Hold the row in registers, and count the registers
 # --------------------------------------------------
 # Each thread loads its vectors of ``x`` and of the weight once and keeps them

@@ -3,7 +3,7 @@
 Items without a device marker run the kernels on CPU tensors in Triton's
 interpreter (the suite's conftest.py selects it when no GPU is visible); they are kept small
 because the interpreter is slow. Items marked ``cuda`` run the compiled kernels
-on a GPU, where the operators are ``torch.library.triton_op`` operators.
+on a GPU.
 """
 
 from __future__ import annotations
