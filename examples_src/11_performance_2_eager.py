@@ -295,7 +295,7 @@ say(
 #    :language: python
 #    :pyobject: register_op
 #
-# .. literalinclude:: /../opguide/triton/launch.py
+# .. literalinclude:: /../opguide/triton/plans.py
 #    :language: python
 #    :pyobject: plan
 #

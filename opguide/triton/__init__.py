@@ -20,6 +20,7 @@ Users reach them through ``backend="triton"`` of :func:`opguide.rms_norm` and
 * ``prologue.py``: the first lines of every kernel, as ``@triton.jit`` helpers;
 * ``forward.py``, ``backward.py``, ``split.py``, ``fused.py``: the kernels, by family;
 * ``launch.py``: each kernel's knobs as frozen dataclasses, one planner per operator;
+* ``plans.py``: each planner's choice and its grid, cached per problem for eager calls;
 * ``ops.py``: the launch functions and the operators (``Library.define`` and ``impl``);
 * ``autograd.py``: ``register_autograd`` for the operators.
 """

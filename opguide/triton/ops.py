@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 
 from .._checks import _check_fused_add_rms_norm_args, _check_rms_norm_args
-from . import launch
+from . import launch, plans
 from .backward import (
     _dw_columns_kernel,
     _dw_sum_kernel,
@@ -128,7 +128,7 @@ def rms_norm_forward(
     store_inv = inv_rms is not None
     inv_arg = inv_rms if store_inv else y  # not written when STORE_INV is False
     wc = weight.contiguous()
-    p = launch.plan("forward", xc, m, n, forced)
+    p = plans.plan("forward", xc, m, n, forced)
     config = p.config
     with launch.on_device_of(xc):
         if isinstance(config, Registers):
@@ -186,7 +186,7 @@ def rms_norm_backward(
         return grad_x, torch.zeros_like(weight)
     grad_w = torch.empty_like(weight, memory_format=torch.contiguous_format)
     pdl = launch.pdl_options(xc)
-    p = launch.plan("backward", xc, m, n, forced, dw_sum)
+    p = plans.plan("backward", xc, m, n, forced, dw_sum)
     config = p.config
     # grad_w is a sum over rows: each program of the first stage writes its
     # own row of float32 partial sums, and _dw_sum_kernel adds them.
@@ -267,7 +267,7 @@ def fused_add_rms_norm(
     elif m > 0:
         w_arg = xc if weight is None else weight.contiguous()
         has_weight = weight is not None
-        p = launch.plan("fused", xc, m, n, forced)
+        p = plans.plan("fused", xc, m, n, forced)
         config = p.config
         with launch.on_device_of(xc):
             if isinstance(config, Registers):
