@@ -589,3 +589,20 @@ def test_interpreter_set_after_triton_was_imported_turns_only_triton_off():
     warned, refused = _run_cpu_only(code, interpret=None).strip().splitlines()
     assert "imported before TRITON_INTERPRET=1" in warned
     assert refused.startswith("refused: rms_norm: backend='triton' is off in this process")
+
+
+@interpreter
+def test_eager_calls_plan_each_problem_once():
+    """A second eager call of one shape takes its launch plan from the cache; a forced one not."""
+    from opguide.triton import plans
+
+    x, w = make_inputs((3, 48), torch.float32)
+    cached = plans._CACHED["forward"]
+    opguide.rms_norm(x, w, backend="triton")
+    before = cached.cache_info()
+    opguide.rms_norm(x, w, backend="triton")
+    after = cached.cache_info()
+    assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+    forced = launch.Registers(64, 1, 1)
+    triton_ops.ops.rms_norm_forward(x, w, 1e-6, forced=forced)
+    assert cached.cache_info() == after
