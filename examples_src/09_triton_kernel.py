@@ -15,10 +15,10 @@ In this step you will learn:
   knobs are chosen;
 * the two ways to register a Triton kernel: :func:`torch.library.custom_op`
   (opaque to the compiler) and :func:`torch.library.triton_op` with
-  :func:`torch.library.wrap_triton` (transparent to Inductor), and why
-  ``triton_op`` is the one to use on a GPU;
+  :func:`torch.library.wrap_triton` (transparent to Inductor), and the
+  cheaper ``Library.define`` and ``impl`` that opguide uses;
 * how users choose a backend: ``opguide.rms_norm(x, w, backend="triton")``;
-* how to write the backward, with a two-stage reduction for ``dweight``;
+* how to write the backward, with a two-stage reduction for ``grad_w``;
 * how the same kernels run on a machine without a GPU, in Triton's
   interpreter, and how fast they run on one (recorded).
 
@@ -85,10 +85,14 @@ differ in what the compiler can see:
   Inductor's autotuning. It needs real, compiled Triton kernels; with the
   interpreter ``opcheck`` fails.
 
-So on a GPU ``triton_op`` is the right choice: the compiled graph launches the
-kernel itself. Under the interpreter only ``custom_op`` passes ``opcheck``.
-``opguide`` picks one per process; the kernels and the operator bodies are the
-same code:
+Both wrap every eager call in Python layers of their own, which
+:doc:`step 11.2 <11_performance_2_eager>` measures. ``opguide`` takes a third
+way, the one under both: ``torch.library.Library``'s ``define`` (the schema
+inferred from the function, as ``custom_op`` infers it) and ``impl``, with a
+body that launches the kernels directly. Under ``torch.compile`` each operator
+is one opaque call, and only when the caller asks for it: by default a traced
+call gives Inductor the plain-PyTorch form (``compiled=``, see
+:mod:`opguide.backends`). The same code serves the GPU and the interpreter:
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
@@ -121,9 +125,8 @@ Triton operators do (a section below shows what happens without it):
    :language: python
    :pyobject: on_device_of
 
-Both routes register fake kernels: ``custom_op`` needs them, and with
-``triton_op`` they spare a tracer (DTensor's, for one) from running the
-body:
+The operators register fake kernels, which ``torch.compile``, ``opcheck`` and
+DTensor's shape propagation run instead of the body:
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
@@ -147,15 +150,28 @@ Running without a GPU
 Triton compiles for GPUs. Its interpreter (``TRITON_INTERPRET=1``) runs the
 same kernels with NumPy on CPU tensors, which is how this page and the test
 suite check them on machines without one. Triton reads the variable when
-``@triton.jit`` runs, so it must be set before ``triton`` is imported; every
-module of the package imports this one first (the test suite and the site
-set it too, as early as possible, because ``torch.compile`` may import
-``triton`` before ``opguide`` does):
+``@triton.jit`` runs, for every kernel of the process, so it is the
+program's choice, made before anything imports ``triton`` (this page's first
+cell makes it; the test suite and the site set it for their processes).
+``opguide`` only reads it: without it and without a GPU, the Triton
+operators refuse CPU tensors and name the variable:
 
 .. literalinclude:: /../opguide/triton/interpreter.py
    :language: python
    :caption: opguide/triton/interpreter.py
 """
+
+# %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 # %%
 # Which registration is in use here
@@ -204,12 +220,12 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # %%
 # The backward kernel
 # -------------------
-# With ``x_hat = x * inv_rms`` and ``g = dy * weight``, the gradients are
-# ``dx = inv_rms * (g - x_hat * mean(g * x_hat))`` per row, and
-# ``dweight = sum over rows of dy * x_hat``. The second is a reduction *across*
+# With ``x_hat = x * inv_rms`` and ``g = grad_y * weight``, the gradients are
+# ``grad_x = inv_rms * (g - x_hat * mean(g * x_hat))`` per row, and
+# ``grad_w = sum over rows of grad_y * x_hat``. The second is a reduction *across*
 # rows: each program sums the rows it owns into its own row of a small float32
 # buffer, and a second kernel (``_dw_sum_kernel``) adds up that buffer's rows
-# in a fixed order and writes ``dweight`` in its dtype. No two programs write
+# in a fixed order and writes ``grad_w`` in its dtype. No two programs write
 # the same address, so no atomics are needed, and the result is the same on
 # every run. ``inv_rms`` comes from the forward, which saved it.
 #
@@ -253,13 +269,13 @@ x = torch.randn(37, 96, device=device, requires_grad=True)
 w = torch.randn(96, device=device, requires_grad=True)
 grad = torch.randn(37, 96, device=device)
 opguide.rms_norm(x, w, backend="triton").backward(grad)
-dx, dw = x.grad.clone(), w.grad.clone()
+grad_x, grad_w = x.grad.clone(), w.grad.clone()
 x.grad = w.grad = None
 rms_norm_reference(x, w).backward(grad)
-torch.testing.assert_close(dx, x.grad, atol=1e-4, rtol=1e-4)
-torch.testing.assert_close(dw, w.grad, atol=1e-4, rtol=1e-4)
-print("max |dx - reference| =", (dx - x.grad).abs().max().item())
-print("max |dweight - reference| =", (dw - w.grad).abs().max().item())
+torch.testing.assert_close(grad_x, x.grad, atol=1e-4, rtol=1e-4)
+torch.testing.assert_close(grad_w, w.grad, atol=1e-4, rtol=1e-4)
+print("max |grad_x - reference| =", (grad_x - x.grad).abs().max().item())
+print("max |grad_w - reference| =", (grad_w - w.grad).abs().max().item())
 
 # %%
 # opcheck and torch.compile
@@ -289,7 +305,9 @@ torch._dynamo.reset()
 
 
 def norm_then_scale(x, w):
-    return opguide.rms_norm(x, w, backend="triton") * 2
+    # compiled="kernel": the Triton operator itself in the graph (by default a
+    # traced call gives Inductor the plain-PyTorch form; see opguide.backends).
+    return opguide.rms_norm(x, w, backend="triton", compiled="kernel") * 2
 
 
 compiled = torch.compile(norm_then_scale, fullgraph=True)
@@ -299,7 +317,7 @@ print(f"compiled and ran in {time.perf_counter() - start:.1f} s")
 torch.testing.assert_close(y, rms_norm_reference(x, w) * 2)
 y.sum().backward()
 print("compiled forward and backward match the reference")
-print("dweight[:4] =", w.grad[:4])
+print("grad_w[:4] =", w.grad[:4])
 
 # %%
 # What Inductor receives

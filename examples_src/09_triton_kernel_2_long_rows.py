@@ -38,7 +38,7 @@ the backward one per segment of a group of rows:
    :caption: opguide/triton/split.py
 
 In the backward, program ``(g, s)`` takes segment ``s`` of the rows ``g``,
-``g + G``, ``g + 2G``, ..., adds its segment of ``dweight`` over them into
+``g + G``, ``g + 2G``, ..., adds its segment of ``grad_w`` over them into
 row ``g`` of the buffer that ``_dw_sum_kernel`` sums (:doc:`step 9
 <09_triton_kernel>`), and waits one row late: it writes its part of the next
 row's sum before it waits for this row's total, and it has already started
@@ -75,7 +75,7 @@ the interpreter, where timing means nothing and costs a lot:
    :pyobject: _rms_norm_fwd_long_kernel
 
 The backward's chunked kernels do the same: one program per row walks it
-twice, for the row's sum and for ``dx``, and ``dweight`` is summed over
+twice, for the row's sum and for ``grad_x``, and ``grad_w`` is summed over
 strips of columns:
 
 .. literalinclude:: /../opguide/triton/backward.py
@@ -86,6 +86,18 @@ strips of columns:
    :language: python
    :pyobject: _dw_columns_kernel
 """
+
+# %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 # %%
 # Which kernel takes which row
@@ -126,11 +138,11 @@ for n in (20000, 2**17 + 3):
     y = opguide.rms_norm(x, w, backend="triton")
     torch.testing.assert_close(y, rms_norm_reference(x, w), **TOL[torch.float32])
     y.backward(grad)
-    dx, dw = x.grad.clone(), w.grad.clone()
+    grad_x, grad_w = x.grad.clone(), w.grad.clone()
     x.grad = w.grad = None
     rms_norm_reference(x, w).backward(grad)
-    torch.testing.assert_close(dx, x.grad, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(dw, w.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(grad_x, x.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(grad_w, w.grad, atol=1e-4, rtol=1e-4)
     residual = torch.randn(2, n, device=device)
     h = x.detach() + residual
     fused = opguide.fused_add_rms_norm_

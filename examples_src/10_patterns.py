@@ -163,6 +163,18 @@ arguments and picks the backend like :func:`opguide.rms_norm`.
 """
 
 # %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# %%
 # The operator in use
 # -------------------
 import textwrap
@@ -305,7 +317,9 @@ for backend, op in ops.items():
 
 class Block(torch.nn.Module):
     def forward(self, x, residual, weight):
-        out, _ = opguide.fused_add_rms_norm_(x, residual, weight)
+        # compiled="kernel": the operator itself in the graph (by default a
+        # traced call gives the plain-PyTorch form; see opguide.backends).
+        out, _ = opguide.fused_add_rms_norm_(x, residual, weight, compiled="kernel")
         return out
 
 
@@ -328,7 +342,7 @@ torch._dynamo.reset()
 
 
 def block_boundary(x, residual, weight, backend):
-    out, _ = opguide.fused_add_rms_norm_(x, residual, weight, backend=backend)
+    out, _ = opguide.fused_add_rms_norm_(x, residual, weight, backend=backend, compiled="kernel")
     return out * 2, residual + 0  # reads the residual after the update
 
 

@@ -21,6 +21,18 @@ In this step you will learn:
 """
 
 # %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# %%
 # In place, and autograd
 # ----------------------
 # ``(a!)`` tells ``torch.compile`` which input a kernel writes. Eager autograd

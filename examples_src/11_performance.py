@@ -31,6 +31,18 @@ the page is built on a GPU.
 """
 
 # %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# %%
 # The floor
 # ---------
 # Per element, the forward squares and sums, then multiplies by ``1/rms`` and
@@ -122,7 +134,7 @@ say(f"  with three:   {listed(sweeps.behind_peer(THREE, one_set['ns']))}")
 # ----------------
 # The sweep keeps ``M * N`` fixed, so every point moves the same bytes and
 # only the row length ``N`` changes. It times four passes: the forward; the
-# backward (``dx`` and ``dweight`` from ``dy``); training (forward, then
+# backward (``grad_x`` and ``grad_w`` from ``grad_y``); training (forward, then
 # backward through autograd); and the fused residual add + RMSNorm. Next to
 # opguide's CUDA and Triton kernels it times ``F.rms_norm``,
 # ``torch.compile`` of the Python reference, Liger-Kernel (Triton) and Quack

@@ -12,13 +12,26 @@ In this step you will learn:
 
 * how eager time differs from GPU time, and when the host sets it;
 * what each layer of a call (wrapper, operator, autograd) costs;
-* what the library does to keep each layer cheap.
+* what the library does to keep each layer cheap;
+* what each registration layer costs on this machine, and which to choose.
 
 The numbers are **recorded** on a GPU by ``python -m guidekit.benchmark
 --eager`` into ``docs/recorded/``; the page prints each file's device and
 date. Previous page: :doc:`11_performance`; next:
 :doc:`11_performance_3_long_rows`.
 """
+
+# %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 # %%
 # Eager time
@@ -111,5 +124,239 @@ show(eager.node_lines(EAGER))
 #   The ``triton exp`` rows above measure it.
 #
 # ``python -m guidekit.benchmark --eager`` records these tables on your GPU.
+
+# %%
+# Each layer's cost, measured here
+# --------------------------------
+# The tables above were recorded on a GPU. The registration layers cost host
+# time only, so they can be measured on the machine that builds this page.
+# Five ways to reach the same body, a function that allocates its output
+# and returns it (no kernel, so only the layer is timed): a direct Python
+# call; an operator defined with ``torch.library.Library``'s ``define`` (its
+# schema from :func:`torch.library.infer_schema`) and ``impl``; the same with a
+# backward from :func:`torch.library.register_autograd`; and
+# :func:`torch.library.custom_op`, without and with that backward. Each round
+# times every layer once, in turn, so that a busy moment of a shared machine
+# touches them all; the page reports the median over 15 rounds and the
+# quartiles in brackets.
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+
+def body(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def fake(x, weight, eps):
+    return torch.empty_like(x)
+
+
+def backward(ctx, grad):
+    return grad, None, None
+
+
+def no_context(ctx, inputs, output):
+    pass
+
+
+layers_lib = torch.library.Library("opguide_layers", "DEF")
+schema = torch.library.infer_schema(body, mutates_args=())
+for name in ("defined", "defined_autograd"):
+    layers_lib.define(name + schema)
+    layers_lib.impl(name, body, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"opguide_layers::{name}", fake, lib=layers_lib)
+torch.library.register_autograd(
+    "opguide_layers::defined_autograd", backward, setup_context=no_context, lib=layers_lib
+)
+plain_op = torch.library.custom_op("opguide_layers::custom", mutates_args=())(body)
+plain_op.register_fake(fake)
+grad_op = torch.library.custom_op("opguide_layers::custom_autograd", mutates_args=())(body)
+grad_op.register_fake(fake)
+grad_op.register_autograd(backward, setup_context=no_context)
+
+LAYERS = {
+    "direct call": body,
+    "define/impl": torch.ops.opguide_layers.defined.default,
+    "define/impl + register_autograd": torch.ops.opguide_layers.defined_autograd.default,
+    "custom_op": plain_op,
+    "custom_op + register_autograd": grad_op,
+}
+
+
+def per_call_us(fns: dict, args: tuple, rounds: int = 15, calls: int = 2000) -> dict:
+    """Microseconds per call of each function: one value per round, rounds interleaved."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():  # warm up
+        for _ in range(200):
+            fn(*args)
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn(*args)
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+    return times
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return q1, median, q3
+
+
+x_small, w_small = torch.randn(1, 4096), torch.randn(4096)
+layer_us = per_call_us(LAYERS, (x_small, w_small, 1e-6))
+for name, values in layer_us.items():
+    q1, median, q3 = quartiles(values)
+    print(f"{name:32} {median:6.2f} us per call [{q1:.2f}-{q3:.2f}]")
+
+# %%
+# The same as a plot: the median of each layer, the quartiles as a whisker.
+fig, ax = plt.subplots(figsize=(7, 2.8))
+names = list(layer_us)
+stats = [quartiles(layer_us[n]) for n in names]
+ax.barh(names, [m for _, m, _ in stats], color="#4c72b0")
+ax.errorbar(
+    [m for _, m, _ in stats],
+    names,
+    xerr=[[m - q1 for q1, m, _ in stats], [q3 - m for _, m, q3 in stats]],
+    fmt="none",
+    color="black",
+    capsize=3,
+)
+ax.invert_yaxis()
+ax.set_xlabel("microseconds per call (this machine's CPU)")
+ax.set_title("One call through each registration layer, same body")
+fig.tight_layout()
+
+# %%
+# What the numbers say, layer by layer. Two layers differ measurably only
+# where their quartile ranges do not overlap:
+
+
+def compare_layers(a: str, b: str) -> str:
+    """A sentence: what layer ``b`` costs against layer ``a``, from the measurements."""
+    qa, qb = quartiles(layer_us[a]), quartiles(layer_us[b])
+    if qb[0] > qa[2] or qa[0] > qb[2]:
+        diff = qb[1] - qa[1]
+        more = "more" if diff > 0 else "less"
+        return f"{b} costs {abs(diff):.1f} us a call {more} than {a}."
+    return f"{b} and {a}: no measurable difference here (their quartiles overlap)."
+
+
+for a, b in (
+    ("direct call", "define/impl"),
+    ("define/impl", "define/impl + register_autograd"),
+    ("define/impl + register_autograd", "custom_op + register_autograd"),
+    ("define/impl", "custom_op"),
+):
+    say(compare_layers(a, b))
+
+# %%
+# Which to choose. An operator is what ``torch.compile``, ``vmap``, dispatch
+# modes such as :class:`torch.utils.flop_counter.FlopCounterMode` and DTensor
+# see, so a library's kernels stay operators; the question is which layers
+# a call pays for.
+med = {name: quartiles(values)[1] for name, values in layer_us.items()}
+q = {name: quartiles(values) for name, values in layer_us.items()}
+custom_costs_more = q["custom_op + register_autograd"][0] > q["define/impl + register_autograd"][2]
+if custom_costs_more:
+    say(
+        "Here custom_op costs more than define/impl with the same backward "
+        f"({med['custom_op + register_autograd']:.1f} against "
+        f"{med['define/impl + register_autograd']:.1f} us): for an operator "
+        "called once per layer of a model, define it with Library.define and "
+        "impl, the schema from infer_schema, a fake kernel from register_fake "
+        "and the backward from register_autograd. That is what "
+        "opguide.triton.ops.register_op does for the Triton operators."
+    )
+else:
+    say(
+        "Here custom_op costs no measurably more than define/impl with the "
+        "same backward: either serves, and custom_op's single decorator is the "
+        "simpler. opguide.triton.ops.register_op uses define/impl, for the "
+        "machines where the difference shows."
+    )
+say(
+    f"A direct call costs {med['direct call']:.1f} us against "
+    f"{med['define/impl']:.1f} us for the cheapest operator; what a real call "
+    "adds beyond its layers is its body's own Python (argument checks, "
+    "planning, the launch)."
+)
+
+# %%
+# opguide's Triton operators are defined by this decorator; their body
+# launches the kernels as a plain Triton launch, with the launch plan
+# (configuration and grid) cached per shape, dtype and device:
 #
+# .. literalinclude:: /../opguide/triton/ops.py
+#    :language: python
+#    :pyobject: register_op
+#
+# .. literalinclude:: /../opguide/triton/plans.py
+#    :language: python
+#    :pyobject: plan
+#
+# On a GPU the page also times :func:`torch.library.triton_op` against a
+# direct launch of one small Triton kernel (``wrap_triton`` outside a traced
+# graph takes a higher-order operator on every call):
+from opguide import triton as triton_ops  # noqa: E402
+
+if torch.cuda.is_available() and not triton_ops.INTERPRET:
+    import triton  # noqa: E402
+    import triton.language as tl  # noqa: E402
+
+    @triton.jit
+    def copy_kernel(
+        x_ptr,  # [n] input
+        y_ptr,  # [n] output
+        n,
+        BLOCK: tl.constexpr,
+    ):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+    def direct_launch(x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(x)
+        copy_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+
+    def wrapped_launch(x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(x)
+        torch.library.wrap_triton(copy_kernel)[(triton.cdiv(x.numel(), 1024),)](
+            x, y, x.numel(), BLOCK=1024
+        )
+        return y
+
+    @torch.library.triton_op("opguide_layers::copy", mutates_args=())
+    def copy_op(x: torch.Tensor) -> torch.Tensor:
+        return wrapped_launch(x)
+
+    x_gpu = torch.randn(4096, device="cuda")
+    launch_us = per_call_us(
+        {
+            "direct launch": direct_launch,
+            "triton_op": copy_op,
+            "wrap_triton, eager": wrapped_launch,
+        },
+        (x_gpu,),
+        calls=500,
+    )
+    torch.cuda.synchronize()
+    for name, values in launch_us.items():
+        q1, median, q3 = quartiles(values)
+        print(f"{name:20} {median:6.2f} us per call [{q1:.2f}-{q3:.2f}]")
+    for a, b in (("direct launch", "triton_op"), ("direct launch", "wrap_triton, eager")):
+        qa, qb = quartiles(launch_us[a]), quartiles(launch_us[b])
+        if qb[0] > qa[2]:
+            say(f"{b} costs {qb[1] - qa[1]:.1f} us a call more than a {a}.")
+        else:
+            say(f"{b} and a {a}: no measurable difference here.")
+else:
+    print("No GPU here (or Triton's interpreter is on): triton_op against a direct launch")
+    print("is not measured on this machine.")
+
+# %%
 # Next: :doc:`11_performance_3_long_rows`, rows too long for one block.

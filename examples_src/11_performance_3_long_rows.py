@@ -22,10 +22,22 @@ prints each file's device and date. Previous page:
 """
 
 # %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# %%
 # Clusters
 # --------
 # A block of the CUDA forward keeps its row in registers, a few 16-byte
-# vectors a thread; the backward, which holds ``x`` and ``dy``, keeps fewer.
+# vectors a thread; the backward, which holds ``x`` and ``grad_y``, keeps fewer.
 # A row longer than a block holds would have to be read twice, once for its
 # sum and again for the output, the second time from L2 or from memory.
 #
@@ -107,7 +119,7 @@ for who, longest in LONGEST.items():
 # through global memory (``opguide/triton/split.py``,
 # :doc:`step 9 <09_triton_kernel>`), each writing its part of the row's sum
 # into a slot and waiting for the others. The Triton backward splits rows
-# sooner than the forward: its register kernel holds ``x``, ``dy``, the
+# sooner than the forward: its register kernel holds ``x``, ``grad_y``, the
 # weight and its gradient, and the compiler's report on it says where that
 # stops fitting:
 show(lessons.spill_lines(recorded("triton_registers_h100.json"))[0])

@@ -24,6 +24,18 @@ Previous page: :doc:`11_performance_3_long_rows`.
 """
 
 # %%
+# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
+# program selects it before anything imports ``triton`` (opguide only reads
+# the choice, in :mod:`opguide.triton.interpreter`):
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# %%
 # Hold the row in registers, and count the registers
 # --------------------------------------------------
 # Each thread loads its vectors of ``x`` and of the weight once and keeps them
@@ -79,8 +91,8 @@ say("gain: {:+.1f} to {:+.1f} points".format(*fixed_shapes.gain_range(loads)))
 # %%
 # The backward: a pipeline in shared memory
 # -----------------------------------------
-# The backward reads ``x`` and ``dy`` for a row, reduces across the block,
-# then writes ``dx``; a barrier per row makes every warp wait for the slowest
+# The backward reads ``x`` and ``grad_y`` for a row, reduces across the block,
+# then writes ``grad_x``; a barrier per row makes every warp wait for the slowest
 # load. Prefetching the next row into registers keeps one row of loads in
 # flight. The pipelined kernel keeps the next rows (``kStages``) in shared
 # memory and queues their copies with ``cp.async``, which returns at once:
@@ -130,9 +142,9 @@ say(f"without the hints: {low:+.1f} to {high:+.1f} points")
 
 # %%
 # The library's forward kernels use no hints. The backward keeps ``.cs`` on
-# its ``dx`` stores; the same runs measured it both ways:
-dx = compare("backward", ["opguide"], hints_on, hints_off, ("hints", "no hints"))
-most = fixed_shapes.largest(dx)
+# its ``grad_x`` stores; the same runs measured it both ways:
+grad_x = compare("backward", ["opguide"], hints_on, hints_off, ("hints", "no hints"))
+most = fixed_shapes.largest(grad_x)
 say(f"without them, the backward's largest change: {most.points:+.1f} at {most.where}")
 
 # %%

@@ -22,9 +22,8 @@ from .reference import fused_add_rms_norm_reference  # noqa: E402
 
 __all__ += ["fused_add_rms_norm_", "fused_add_rms_norm_reference"]
 if TRITON_INSTALLED:
-    # Registers the Triton operators (and, with no GPU visible, turns on
-    # Triton's interpreter); see opguide/triton/. When that cannot work in
-    # this process, the compiled operators still do.
+    # Registers the Triton operators; see opguide/triton/. When that cannot
+    # work in this process, the compiled operators still do.
     try:
         from . import triton  # noqa: E402, F401
     except ImportError as error:

@@ -15,6 +15,20 @@ Every operator of opguide that has a Triton twin takes ``backend=``:
 
 The choice is a keyword argument rather than a global switch so that it is
 visible at each call, and so that ``torch.compile`` sees a constant.
+
+A second keyword, ``compiled=``, says what a call gives ``torch.compile``
+when it traces it:
+
+``"native"`` (the default)
+    the operator's plain-PyTorch form (:func:`opguide.rms_norm_reference`,
+    :func:`opguide.fused_add_rms_norm_reference`), which Inductor fuses with
+    its neighbours and generates code for, so that a compiled model is never
+    slower for having called opguide;
+``"kernel"``
+    opguide's operator, as one call in the graph, running the kernel that
+    ``backend=`` chooses.
+
+Eager calls run opguide's kernels whatever ``compiled=`` says.
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ import importlib.util
 import torch
 
 BACKENDS = ("auto", "cpp", "triton")
+COMPILED = ("native", "kernel")
 TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 # Why the Triton operators could not be defined although triton is installed
 # (set by opguide/__init__.py), or None.
@@ -82,3 +97,21 @@ def resolve_backend(fn: str, op_name: str, backend: str, x: torch.Tensor) -> str
     if backend == "triton" and TRITON_UNUSABLE is not None:
         raise RuntimeError(f"{fn}: backend='triton' is off in this process: {TRITON_UNUSABLE}")
     return backend
+
+
+def native_under_compile(fn: str, compiled: str) -> bool:
+    """Whether a call of ``fn`` gives its plain-PyTorch form to the tracer now.
+
+    True only while ``torch.compile`` (or export) traces the call and
+    ``compiled`` is ``"native"``; eager calls always run opguide's kernels.
+
+    Args:
+        fn: the public function's name, for error messages.
+        compiled: ``"native"`` or ``"kernel"`` (see the module's docstring).
+
+    Raises:
+        ValueError: ``compiled`` is not one of the two names.
+    """
+    if compiled != "native" and compiled != "kernel":
+        raise ValueError(f"{fn}: compiled must be 'native' or 'kernel', got {compiled!r}")
+    return compiled == "native" and torch.compiler.is_compiling()

@@ -15,72 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from .backends import resolve_backend
+from ._checks import _OP, _check_fused_add_rms_norm_args
+from .backends import native_under_compile, resolve_backend
 from .ops import _register_dtensor_rules
-
-_FLOATING = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-_OP = "fused_add_rms_norm_: "
-
-
-def _check_fused_add_rms_norm_args(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor | None,
-    eps: float,
-    out_dtype: torch.dtype | None,
-) -> None:
-    """Raises the errors of ``csrc/fused_add_rms_norm/fused_add_rms_norm.h``, worded the same."""
-    for name, t in (("x", x), ("residual", residual)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{_OP}{name} must be a torch.Tensor, got {type(t).__name__}")
-    if weight is not None and not isinstance(weight, torch.Tensor):
-        raise TypeError(f"{_OP}weight must be a torch.Tensor or None, got {type(weight).__name__}")
-    if x.dtype not in _FLOATING:
-        raise TypeError(
-            f"{_OP}x must be a floating-point tensor (float32, float16, bfloat16 or "
-            f"float64), got {x.dtype}"
-        )
-    if x.dim() < 1:
-        raise ValueError(f"{_OP}x must have at least one dimension")
-    if residual.shape != x.shape:
-        raise ValueError(
-            f"{_OP}residual must have the shape of x {tuple(x.shape)}, got {tuple(residual.shape)}"
-        )
-    if residual.dtype not in (x.dtype, torch.float32):
-        raise TypeError(
-            f"{_OP}residual must have the dtype of x ({x.dtype}) or torch.float32, "
-            f"got {residual.dtype}"
-        )
-    if residual.device != x.device:
-        raise RuntimeError(
-            f"{_OP}residual must be on the device of x ({x.device}), got {residual.device}"
-        )
-    if weight is not None:
-        if weight.dtype != x.dtype:
-            raise TypeError(f"{_OP}weight must have the dtype of x ({x.dtype}), got {weight.dtype}")
-        if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
-            raise ValueError(
-                f"{_OP}weight must have shape ({x.shape[-1]},) to match the last dimension "
-                f"of x, got {tuple(weight.shape)}"
-            )
-        if weight.device != x.device:
-            raise RuntimeError(
-                f"{_OP}weight must be on the device of x ({x.device}), got {weight.device}"
-            )
-    if out_dtype is not None and out_dtype not in _FLOATING:
-        raise TypeError(
-            f"{_OP}out_dtype must be a floating-point dtype (float32, float16, bfloat16 "
-            f"or float64), got {out_dtype}"
-        )
-    if eps < 0:
-        raise ValueError(f"{_OP}eps must be non-negative, got {eps}")
-    # An expand()ed residual has several elements at one address (stride 0).
-    if any(s == 0 and n > 1 for s, n in zip(residual.stride(), residual.shape, strict=True)):
-        raise RuntimeError(
-            f"{_OP}residual must not have elements that share memory (e.g. an expand()ed "
-            "tensor); pass residual.clone()"
-        )
-
+from .reference import fused_add_rms_norm_reference
 
 # [refuse-grad]
 _INSTEAD = "out = opguide.rms_norm(residual + x, weight, eps)"
@@ -130,6 +68,7 @@ def fused_add_rms_norm_(
     out_dtype: torch.dtype | None = None,
     *,
     backend: str = "auto",
+    compiled: str = "native",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Adds ``x`` to ``residual`` in place, then RMS-normalises the result.
 
@@ -154,6 +93,10 @@ def fused_add_rms_norm_(
         backend: ``"auto"``, ``"cpp"`` or ``"triton"``; see
             :mod:`opguide.backends`. The Triton kernels handle float32, float16
             and bfloat16 only.
+        compiled: what ``torch.compile`` gets when it traces the call:
+            ``"native"`` (default), the plain-PyTorch form (the sum written
+            back into ``residual`` with ``copy_``); ``"kernel"``, opguide's
+            operator. Eager calls run the kernel either way.
 
     Returns:
         ``(out, inv_rms)``: ``out`` has the shape of ``x`` and dtype
@@ -164,7 +107,7 @@ def fused_add_rms_norm_(
         TypeError: a dtype is not accepted (``x``, ``residual``, ``weight``,
             ``out_dtype``).
         ValueError: a shape does not match, ``x`` is 0-d, ``eps < 0``, or
-            ``backend`` is unknown.
+            ``backend`` or ``compiled`` is unknown.
         RuntimeError: the tensors are on different devices, ``residual`` has
             elements that share memory, the backend is not available, or (with
             grad mode on) an input requires grad: this operator has no
@@ -179,6 +122,16 @@ def fused_add_rms_norm_(
         (torch.Size([4, 8]), torch.Size([4]))
     """
     _check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype)
+    if native_under_compile("fused_add_rms_norm_", compiled):
+        # The plain-PyTorch form for Inductor, with the operator's contract:
+        # inputs that need grad are refused, residual is written in place.
+        resolve_backend("fused_add_rms_norm_", "fused_add_rms_norm_", backend, x)
+        _refuse_grad(x, residual, weight)
+        out, inv_rms, new_residual = fused_add_rms_norm_reference(
+            x, residual, weight, eps, out_dtype
+        )
+        residual.copy_(new_residual)
+        return out, inv_rms
     _register_dtensor_rules(residual)
     if resolve_backend("fused_add_rms_norm_", "fused_add_rms_norm_", backend, x) == "triton":
         _refuse_grad(x, residual, weight)

@@ -1,9 +1,9 @@
 """Tests of the Triton RMSNorm (``backend="triton"``): forward, backward, registration.
 
 Items without a device marker run the kernels on CPU tensors in Triton's
-interpreter (opguide turns it on when no GPU is visible); they are kept small
+interpreter (the suite's conftest.py selects it when no GPU is visible); they are kept small
 because the interpreter is slow. Items marked ``cuda`` run the compiled kernels
-on a GPU, where the operators are ``torch.library.triton_op`` operators.
+on a GPU.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from opguide.testing import (
     reference_grads,
 )
 
-# opguide, not this file, imports triton first: it sets TRITON_INTERPRET before.
+# conftest.py selects Triton's interpreter (no GPU) before anything imports triton.
 triton_ops = pytest.importorskip(
     "opguide.triton", reason="the Triton backend needs the triton package"
 )
@@ -146,10 +146,14 @@ def test_opcheck_backward():
     torch.library.opcheck(torch.ops.opguide.rms_norm_fwd_triton.default, (x, w, 1e-6))
 
 
-@interpreter
-def test_registered_as_custom_op_under_the_interpreter():
-    assert isinstance(triton_ops.rms_norm_triton, torch.library.CustomOpDef)
-    assert triton_ops.ops.register_op is torch.library.custom_op
+def test_registered_with_library_define_and_impl():
+    """The operators are dispatcher operators (no custom_op wrapper), one kernel for all devices."""
+    for name in ("rms_norm_triton", "rms_norm_fwd_triton", "rms_norm_backward_triton"):
+        op = getattr(triton_ops, name)
+        assert op is getattr(torch.ops.opguide, name).default
+        assert not isinstance(op, torch.library.CustomOpDef)
+        assert op.has_kernel_for_dispatch_key(torch.DispatchKey.CompositeExplicitAutograd)
+    assert "grad_y" in str(torch.ops.opguide.rms_norm_backward_triton.default._schema)
 
 
 @interpreter
@@ -491,14 +495,85 @@ def test_cuda_cpu_tensor_needs_the_interpreter():
         opguide.rms_norm(x, w, backend="triton")
 
 
-def test_triton_imported_first_without_interpreter_turns_only_triton_off():
-    """triton imported before opguide on a CPU-only process: the C++ ops still work."""
+def _run_cpu_only(code: str, interpret: str | None) -> str:
+    """Runs ``code`` in a fresh CPU-only interpreter; TRITON_INTERPRET as given (None: unset)."""
     import os
     import subprocess
     import sys
+    import tempfile
 
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    if interpret is not None:
+        env["TRITON_INTERPRET"] = interpret
+    with tempfile.TemporaryDirectory() as folder:
+        # A file, not -c: @triton.jit reads the source of the function it decorates.
+        script = os.path.join(folder, "check.py")
+        with open(script, "w") as f:
+            f.write(code)
+        proc = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+# What a reader's own Triton kernel and the environment look like after `import opguide`.
+_IMPORT_LEAVES_PROCESS_ALONE = """
+import os, warnings
+before = dict(os.environ)
+import torch, triton, triton.language as tl
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import opguide
+print("warned:", [str(w.message) for w in caught if "Triton" in str(w.message)])
+print("environ unchanged:", dict(os.environ) == before)
+@triton.jit
+def reader_kernel(x_ptr, n):
+    pass
+print("reader kernel:", type(reader_kernel).__name__)
+print("opguide interprets:", opguide.triton.INTERPRET)
+x = torch.randn(3, 8)
+torch.testing.assert_close(
+    opguide.rms_norm(x, torch.ones(8)), opguide.rms_norm_reference(x, torch.ones(8))
+)
+try:
+    y = opguide.rms_norm(x, torch.ones(8), backend="triton")
+    torch.testing.assert_close(y, opguide.rms_norm_reference(x, torch.ones(8)))
+    print("triton on cpu: ran")
+except RuntimeError as error:
+    print("triton on cpu: refused:", error)
+"""
+
+
+def test_import_leaves_triton_interpret_and_other_kernels_alone():
+    """No GPU, no TRITON_INTERPRET: importing opguide sets nothing, a reader's kernel compiles.
+
+    The Triton operators are defined; on CPU tensors they refuse, naming the
+    variable that turns the interpreter on, and the compiled operators run.
+    """
+    out = _run_cpu_only(_IMPORT_LEAVES_PROCESS_ALONE, interpret=None).splitlines()
+    assert out[0] == "warned: []"
+    assert out[1] == "environ unchanged: True"
+    assert out[2] == "reader kernel: JITFunction"
+    assert out[3] == "opguide interprets: False"
+    assert out[4].startswith("triton on cpu: refused: rms_norm: the Triton backend runs CPU")
+    assert "TRITON_INTERPRET=1" in out[4]
+
+
+def test_interpreter_chosen_by_the_reader_runs_the_kernels_on_cpu():
+    """TRITON_INTERPRET=1 set by the reader: opguide's kernels and the reader's are interpreted."""
+    out = _run_cpu_only(_IMPORT_LEAVES_PROCESS_ALONE, interpret="1").splitlines()
+    assert out[0] == "warned: []"
+    assert out[1] == "environ unchanged: True"
+    assert out[2] == "reader kernel: InterpretedFunction"
+    assert out[3] == "opguide interprets: True"
+    assert out[4] == "triton on cpu: ran"
+
+
+def test_interpreter_set_after_triton_was_imported_turns_only_triton_off():
+    """TRITON_INTERPRET=1 set after triton loaded: the Triton backend is off, C++ ops work."""
     code = (
-        "import warnings, torch, triton.language\n"
+        "import os, warnings, torch, triton.language\n"
+        "os.environ['TRITON_INTERPRET'] = '1'\n"
         "with warnings.catch_warnings(record=True) as caught:\n"
         "    warnings.simplefilter('always')\n"
         "    import opguide\n"
@@ -511,10 +586,23 @@ def test_triton_imported_first_without_interpreter_turns_only_triton_off():
         "except RuntimeError as error:\n"
         "    print('refused:', error)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    warned, refused = proc.stdout.strip().splitlines()
+    warned, refused = _run_cpu_only(code, interpret=None).strip().splitlines()
     assert "imported before TRITON_INTERPRET=1" in warned
     assert refused.startswith("refused: rms_norm: backend='triton' is off in this process")
+
+
+@interpreter
+def test_eager_calls_plan_each_problem_once():
+    """A second eager call of one shape takes its launch plan from the cache; a forced one not."""
+    from opguide.triton import plans
+
+    x, w = make_inputs((3, 48), torch.float32)
+    cached = plans._CACHED["forward"]
+    opguide.rms_norm(x, w, backend="triton")
+    before = cached.cache_info()
+    opguide.rms_norm(x, w, backend="triton")
+    after = cached.cache_info()
+    assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+    forced = launch.Registers(64, 1, 1)
+    triton_ops.ops.rms_norm_forward(x, w, 1e-6, forced=forced)
+    assert cached.cache_info() == after

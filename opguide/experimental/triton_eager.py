@@ -183,7 +183,7 @@ def direct_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, training: 
 
 
 def direct_backward(grad, x, weight, inv_rms):
-    """The backward kernels launched directly: (dx, dweight).
+    """The backward kernels launched directly: (grad_x, grad_w).
 
     Args:
         grad: the gradient of y, shaped like x (made contiguous here).
@@ -191,36 +191,38 @@ def direct_backward(grad, x, weight, inv_rms):
         inv_rms: the float32 inv_rms of ``direct_forward(..., training=True)``.
 
     Returns:
-        (dx, dweight). Rows longer than ``MAX_REGISTER_ROW_BACKWARD``, x on
+        (grad_x, grad_w). Rows longer than ``MAX_REGISTER_ROW_BACKWARD``, x on
         another GPU than the current one, and pointers off 16-byte alignment
         go through ``opguide::rms_norm_backward_triton`` instead.
     """
     n = x.shape[-1]
     m = x.numel() // n
-    dy = grad.contiguous()
+    grad_y = grad.contiguous()
     if n > launch.MAX_REGISTER_ROW_BACKWARD or x.get_device() != torch._C._cuda_getDevice():
-        return rms_norm_backward_triton(dy, x, weight, inv_rms)  # through the operator
+        return rms_norm_backward_triton(grad_y, x, weight, inv_rms)  # through the operator
     plan = _plan(x, n)
     config = plan.backward_config
     programs = min(config.programs, m)
-    dx = torch.empty_like(x)
-    dweight = torch.empty_like(weight)
-    dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+    grad_x = torch.empty_like(x)
+    grad_w = torch.empty_like(weight)
+    grad_w_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
     pointers = (
-        dy.data_ptr(), x.data_ptr(), weight.data_ptr(), inv_rms.data_ptr(), dx.data_ptr(),
-        dw_partial.data_ptr(), dweight.data_ptr(),
+        grad_y.data_ptr(), x.data_ptr(), weight.data_ptr(), inv_rms.data_ptr(), grad_x.data_ptr(),
+        grad_w_partial.data_ptr(), grad_w.data_ptr(),
     )  # fmt: skip
     if functools.reduce(operator.or_, pointers) % 16:
-        return rms_norm_backward_triton(dy, x, weight, inv_rms)  # not a call kernels are kept for
+        return rms_norm_backward_triton(
+            grad_y, x, weight, inv_rms
+        )  # not a call kernels are kept for
     if plan.backward is not None and _Kept.works:
         try:
             stream = torch._C._cuda_getCurrentRawStream(x.get_device())
             plan.backward(programs, stream, *pointers[:6], m, n)
             plan.dw_sum(plan.dw_grid, stream, pointers[5], pointers[6], programs, n)
-            return dx, dweight
+            return grad_x, grad_w
         except TypeError:
             _Kept.works = False
-    main = (dy, x, weight, inv_rms, dx, dw_partial, m, n)
+    main = (grad_y, x, weight, inv_rms, grad_x, grad_w_partial, m, n)
     kw = dict(
         BLOCK_N=config.block_n,
         ROWS=config.rows,
@@ -233,16 +235,16 @@ def direct_backward(grad, x, weight, inv_rms):
     kw = dict(
         BLOCK_P=dw_sum.block_p, BLOCK_N=dw_sum.block_n, ALIGN=plan.align, num_warps=dw_sum.num_warps
     )
-    total = (dw_partial, dweight, programs, n)
+    total = (grad_w_partial, grad_w, programs, n)
     plan.dw_sum = _Kept(_dw_sum_kernel, plan.dw_grid, total, {**kw, **plan.pdl})
-    return dx, dweight
+    return grad_x, grad_w
 
 
 def direct_call(x, weight, eps) -> bool:
     """Whether a call may launch the kernels directly: plain, valid arguments.
 
     Any other call, including one with invalid arguments, takes the checked
-    path, which raises the errors ``opguide.ops._check_rms_norm_args`` words.
+    path, which raises the errors ``opguide._checks._check_rms_norm_args`` words.
     """
     if type(x) not in _PLAIN or type(weight) not in _PLAIN or type(eps) is not float:
         return False
@@ -285,9 +287,9 @@ class _DirectTraining(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, weight, inv_rms = ctx.saved_tensors
-        dx, dweight = direct_backward(grad, x, weight, inv_rms)
+        grad_x, grad_w = direct_backward(grad, x, weight, inv_rms)
         needs = ctx.needs_input_grad
-        return dx if needs[0] else None, dweight if needs[1] else None, None
+        return grad_x if needs[0] else None, grad_w if needs[1] else None, None
 
 
 # Function.apply is Python that binds default arguments (forward has none)

@@ -34,8 +34,6 @@ import re
 from collections.abc import Iterator
 
 import torch
-
-# Imported after opguide, whose package sets TRITON_INTERPRET=1 without a GPU.
 import triton
 import triton.language as tl
 
@@ -45,7 +43,14 @@ OPTION = "epilogue_fusion_user_defined_triton_kernel"
 
 # [kernel]
 @triton.jit
-def _rms_norm_y_kernel(x_ptr, w_ptr, y_ptr, N, eps, BLOCK_N: tl.constexpr):
+def _rms_norm_y_kernel(
+    x_ptr,  # [M, N] input, x's dtype
+    w_ptr,  # [N] weight, x's dtype
+    y_ptr,  # [M, N] output, x's dtype
+    N,
+    eps,
+    BLOCK_N: tl.constexpr,
+):
     # One row per program; the only store is y's, the one Inductor rewrites.
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)

@@ -7,7 +7,7 @@ to them without a graph break:
 * ``opguide::rms_norm_triton``: ``y = x / rms(x) * weight``; differentiable;
 * ``opguide::rms_norm_fwd_triton``: ``(y, inv_rms)``, the training forward,
   which keeps the per-row ``inv_rms`` for the backward;
-* ``opguide::rms_norm_backward_triton``: ``(dx, dweight)`` from ``dy``, ``x``,
+* ``opguide::rms_norm_backward_triton``: ``(grad_x, grad_w)`` from ``grad_y``, ``x``,
   ``weight`` and the saved ``inv_rms``, the contract of the C++
   ``opguide::rms_norm_backward``;
 * ``opguide::fused_add_rms_norm_triton_``: the Triton twin of
@@ -16,15 +16,16 @@ to them without a graph break:
 Users reach them through ``backend="triton"`` of :func:`opguide.rms_norm` and
 :func:`opguide.fused_add_rms_norm_`. The modules:
 
-* ``interpreter.py``: Triton's interpreter on a machine without a GPU;
+* ``interpreter.py``: whether the reader selected Triton's interpreter;
 * ``prologue.py``: the first lines of every kernel, as ``@triton.jit`` helpers;
 * ``forward.py``, ``backward.py``, ``split.py``, ``fused.py``: the kernels, by family;
 * ``launch.py``: each kernel's knobs as frozen dataclasses, one planner per operator;
-* ``ops.py``: the launch functions and the operators (``custom_op`` or ``triton_op``);
+* ``plans.py``: each planner's choice and its grid, cached per problem for eager calls;
+* ``ops.py``: the launch functions and the operators (``Library.define`` and ``impl``);
 * ``autograd.py``: ``register_autograd`` for the operators.
 """
 
-from .interpreter import INTERPRET  # first: it decides TRITON_INTERPRET before triton loads
+from .interpreter import INTERPRET
 
 # isort: split
 from .autograd import rms_norm

@@ -19,19 +19,21 @@ def _fwd_setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)  # no zeros allocated for inv_rms's gradient
 
 
-def _fwd_backward(ctx, grad, _grad_inv_rms):
-    if grad is None:  # y took no part in the loss
+def _fwd_backward(ctx, grad_y, _grad_inv_rms):
+    if grad_y is None:  # y took no part in the loss
         return None, None, None
     x, weight, inv_rms = ctx.saved_tensors
-    dx, dweight = rms_norm_backward_triton(grad, x, weight, inv_rms)
+    grad_x, grad_w = rms_norm_backward_triton(grad_y, x, weight, inv_rms)
     return (
-        dx if ctx.needs_input_grad[0] else None,
-        dweight if ctx.needs_input_grad[1] else None,
+        grad_x if ctx.needs_input_grad[0] else None,
+        grad_w if ctx.needs_input_grad[1] else None,
         None,  # no gradient for eps
     )
 
 
-rms_norm_fwd_triton.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+torch.library.register_autograd(
+    "opguide::rms_norm_fwd_triton", _fwd_backward, setup_context=_fwd_setup_context
+)
 
 
 # The inference operator keeps no inv_rms: called directly with inputs that
@@ -42,14 +44,14 @@ def _setup_context(ctx, inputs, output):
     ctx.eps = eps
 
 
-def _backward(ctx, grad):
+def _backward(ctx, grad_y):
     x, weight = ctx.saved_tensors
     _, inv_rms = rms_norm_fwd_triton(x, weight, ctx.eps)
-    dx, dweight = rms_norm_backward_triton(grad, x, weight, inv_rms)
-    return dx, dweight, None  # no gradient for eps
+    grad_x, grad_w = rms_norm_backward_triton(grad_y, x, weight, inv_rms)
+    return grad_x, grad_w, None  # no gradient for eps
 
 
-rms_norm_triton.register_autograd(_backward, setup_context=_setup_context)
+torch.library.register_autograd("opguide::rms_norm_triton", _backward, setup_context=_setup_context)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

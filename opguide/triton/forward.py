@@ -30,9 +30,12 @@ def _long_row_configs() -> list:
 # kernel serves every M.
 @triton.jit(do_not_specialize=["M"])
 def _rms_norm_fwd_kernel(
-    x_ptr, w_ptr, y_ptr, inv_rms_ptr, M, N, eps,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STORE_INV: tl.constexpr, GDC: tl.constexpr,
-    ALIGN: tl.constexpr,
+    x_ptr,  # [M, N] input, x's dtype
+    w_ptr,  # [N] weight, x's dtype
+    y_ptr,  # [M, N] output, x's dtype
+    inv_rms_ptr,  # [M] float32, one per row
+    M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STORE_INV: tl.constexpr,
+    GDC: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
     N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
     # One program normalises ROWS whole rows, held in registers as a
@@ -59,7 +62,14 @@ def _rms_norm_fwd_kernel(
 @triton.autotune(configs=_long_row_configs(), key=["N"])
 @triton.jit
 def _rms_norm_fwd_long_kernel(
-    x_ptr, w_ptr, y_ptr, inv_rms_ptr, N, eps, BLOCK_N: tl.constexpr, STORE_INV: tl.constexpr
+    x_ptr,  # [M, N] input, x's dtype
+    w_ptr,  # [N] weight, x's dtype
+    y_ptr,  # [M, N] output, x's dtype
+    inv_rms_ptr,  # [M] float32, one per row
+    N,
+    eps,
+    BLOCK_N: tl.constexpr,
+    STORE_INV: tl.constexpr,
 ):
     # Rows too long for registers: one program per row walks it in chunks of
     # BLOCK_N columns twice, once for the sum of squares, once to write y

@@ -13,9 +13,13 @@ from .prologue import aligned, pdl_prologue, row_block
 
 @triton.jit(do_not_specialize=["M"])  # M only bounds rows: one kernel for every M
 def _fused_add_rms_norm_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, M, N, eps,
-    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, GDC: tl.constexpr,
-    ALIGN: tl.constexpr,
+    x_ptr,  # [M, N] input, x's dtype
+    res_ptr,  # [M, N] residual, written in place
+    w_ptr,  # [N] weight, x's dtype
+    out_ptr,  # [M, N] output, out_dtype
+    inv_rms_ptr,  # [M] float32, one per row
+    M, N, eps, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+    GDC: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
     N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
     # One program takes ROWS whole rows, in registers, as the forward does:
@@ -41,8 +45,12 @@ def _fused_add_rms_norm_kernel(
 
 @triton.jit
 def _fused_add_rms_norm_long_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, N, eps,
-    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, GDC: tl.constexpr,
+    x_ptr,  # [M, N] input, x's dtype
+    res_ptr,  # [M, N] residual, written in place
+    w_ptr,  # [N] weight, x's dtype
+    out_ptr,  # [M, N] output, out_dtype
+    inv_rms_ptr,  # [M] float32, one per row
+    N, eps, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
     # Rows too long for registers: pass 1 adds, stores the residual and sums
     # squares chunk by chunk; pass 2 reads the new residual back (mostly from

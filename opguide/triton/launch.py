@@ -24,7 +24,6 @@ import dataclasses
 import os
 
 import torch
-import triton
 
 from .interpreter import INTERPRET
 
@@ -34,6 +33,19 @@ MAX_REGISTER_ROW = 16384
 #: Longest row (elements) that the backward keeps in registers; its register
 #: kernel spills past it, and longer rows take the split kernel.
 MAX_REGISTER_ROW_BACKWARD = 8192
+
+
+# Plain-int forms of triton.cdiv and triton.next_power_of_2. Those two are
+# also callable inside kernels, and on the host that costs microseconds a
+# call in some Triton releases; planning calls them on every launch.
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive ints."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two ``>= n`` (1 for n <= 1)."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +83,7 @@ class Split:
 
     def segments(self, n: int) -> int:
         """S, the programs that share a row of ``n`` elements."""
-        return triton.cdiv(n, self.seg)
+        return cdiv(n, self.seg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +101,7 @@ class Chunked:
 
 @dataclasses.dataclass(frozen=True)
 class DwSum:
-    """The dweight sum: ``block_p`` partial rows by ``block_n`` columns per step.
+    """The grad_w sum: ``block_p`` partial rows by ``block_n`` columns per step.
 
     Narrow column strips give many programs, tall ones few steps: (128, 32, 2)
     against (32, 64, 4) takes the whole backward from 82% to 88% of the copy
@@ -147,7 +159,7 @@ def _split_or_chunked(n: int, device: torch.device, split: Split) -> Split | Non
     kernels past 2**17 elements, so that both run on CPU.
     """
     if INTERPRET or device.type != "cuda":
-        return dataclasses.replace(split, seg=triton.next_power_of_2(n)) if n <= 2**17 else None
+        return dataclasses.replace(split, seg=next_power_of_2(n)) if n <= 2**17 else None
     return split if split.segments(n) <= sm_count(device) else None
 
 
@@ -171,7 +183,7 @@ def forward_config(
     if forced is not None:
         return forced
     if cols <= MAX_REGISTER_ROW:
-        block = triton.next_power_of_2(cols)
+        block = next_power_of_2(cols)
         if INTERPRET:
             return Registers(block, 1, 1)
         per_program = max(1, 2048 // block)
@@ -184,10 +196,10 @@ def forward_config(
 def backward_config(
     rows: int, cols: int, dtype: torch.dtype, device: torch.device, forced: Config | None = None
 ) -> Config:
-    """The kernel and knobs of ``rms_norm``'s backward (dx and the first dweight stage).
+    """The kernel and knobs of ``rms_norm``'s backward (grad_x and the first grad_w stage).
 
     Registers: short rows go several to a loop step, 4096 elements (or one
-    longer row) in at most 2048 rows; three stages of x and dy in shared
+    longer row) in at most 2048 rows; three stages of x and grad_y in shared
     memory when they fit, else fewer; two programs per SM for steps of up to
     4096 elements, one for larger ones (whose stages leave no room for a
     second program).
@@ -205,7 +217,7 @@ def backward_config(
     if forced is not None:
         return forced
     if cols <= MAX_REGISTER_ROW_BACKWARD:
-        block = triton.next_power_of_2(cols)
+        block = next_power_of_2(cols)
         # At most 1024 rows a step: 4096 rows of one element spill 132 B of
         # float32 on sm_80/90/100 with Triton 3.6, and 2048 rows 7 VGPRs on
         # gfx1100 with Triton 3.7 (tests/test_triton_targets.py). Only rows of
@@ -250,7 +262,7 @@ def fused_config(
     if forced is not None:
         return forced
     if cols <= 65536 // dtype.itemsize:
-        block = triton.next_power_of_2(cols)
+        block = next_power_of_2(cols)
         if INTERPRET:
             return Registers(block, 1, 1)
         per_program = max(1, 2048 // block)  # short rows, several
@@ -275,7 +287,7 @@ def split_launch(config: Split, rows: int, cols: int, device: torch.device, grou
         programs = max(1, min(rows, config.per_sm * sm_count(device) // segments))
     else:
         programs = rows
-    return programs, segments, triton.next_power_of_2(segments)
+    return programs, segments, next_power_of_2(segments)
 
 
 def row_slots(x: torch.Tensor, m: int, segments: int) -> torch.Tensor:

@@ -1,21 +1,21 @@
 """The Triton kernels as operators of the ``opguide`` namespace, and the functions that launch them.
 
-On a machine with a GPU the operators are :func:`torch.library.triton_op`
-operators (Inductor sees the kernels); without one, the kernels run in
-Triton's interpreter and the operators are :func:`torch.library.custom_op`
-operators, with fake kernels. The launch functions (:func:`rms_norm_forward`,
-:func:`rms_norm_backward`, :func:`fused_add_rms_norm`) take a ``forced=``
-configuration of :mod:`opguide.triton.launch`; the operators pass none.
+Each operator is defined with :class:`torch.library.Library` ``define`` (its
+schema inferred from the Python function by :func:`torch.library.infer_schema`)
+and ``impl``: one Python kernel for every device, which launches the Triton
+kernels directly. It gets a fake kernel (``register_fake``) and, where it is
+differentiable, a backward (``register_autograd``, in ``autograd.py``). The
+launch functions (:func:`rms_norm_forward`, :func:`rms_norm_backward`,
+:func:`fused_add_rms_norm`) take a ``forced=`` configuration of
+:mod:`opguide.triton.launch`; the operators pass none.
 """
 
 from typing import Optional
 
 import torch
-import triton
 
-from ..fused_add_rms_norm import _check_fused_add_rms_norm_args
-from ..ops import _check_rms_norm_args
-from . import launch
+from .._checks import _check_fused_add_rms_norm_args, _check_rms_norm_args
+from . import launch, plans
 from .backward import (
     _dw_columns_kernel,
     _dw_sum_kernel,
@@ -24,7 +24,7 @@ from .backward import (
 )
 from .forward import _rms_norm_fwd_kernel, _rms_norm_fwd_long_kernel
 from .fused import _fused_add_rms_norm_kernel, _fused_add_rms_norm_long_kernel
-from .interpreter import INTERPRET
+from .interpreter import HOW_TO_INTERPRET, INTERPRET
 from .launch import Registers, Split
 from .split import (
     _fused_add_rms_norm_split_kernel,
@@ -33,20 +33,44 @@ from .split import (
 )
 
 # [register-choice]
-if INTERPRET:
-    # An opaque operator: torch.compile records one call to it, and Inductor
-    # calls this Python function at run time. The interpreter is happy.
-    register_op = torch.library.custom_op
+# The operators of this module, defined on a fragment of the opguide namespace.
+_LIB = torch.library.Library("opguide", "FRAGMENT")
 
-    def launchable(kernel):
-        return kernel
 
-else:
-    # A transparent operator: Inductor traces the body, sees each kernel
-    # launch (wrap_triton makes it traceable) and calls the compiled kernels
-    # from its own generated code. It needs kernels compiled for a GPU.
-    register_op = torch.library.triton_op
-    launchable = torch.library.wrap_triton
+def register_op(name: str, *, mutates_args: tuple[str, ...]):
+    """Defines ``opguide::<name>`` from the decorated function; returns its overload.
+
+    ``Library.define`` with the schema :func:`torch.library.infer_schema` reads
+    from the annotations, and ``Library.impl`` of the function for every
+    device (``CompositeExplicitAutograd``): a call reaches the function through
+    the dispatcher alone, without :func:`torch.library.custom_op`'s Python
+    layers (step 11.2 measures each). The function launches the Triton
+    kernels as a plain Triton launch; under ``torch.compile`` the operator is
+    one opaque call, described by its fake kernel.
+
+    Args:
+        name: the operator's name in the ``opguide`` namespace.
+        mutates_args: the arguments the function writes. It must bump their
+            version counters itself (``torch.autograd.graph.increment_version``).
+
+    Returns:
+        A decorator that returns ``torch.ops.opguide.<name>.default``.
+    """
+
+    def define(fn):
+        schema = torch.library.infer_schema(fn, mutates_args=mutates_args)
+        _LIB.define(name + schema)
+        _LIB.impl(name, fn, "CompositeExplicitAutograd")
+        return getattr(torch.ops.opguide, name).default
+
+    return define
+
+
+def launchable(kernel):
+    """The kernel to launch: the kernel itself (``guidekit.triton_targets`` records through it)."""
+    return kernel
+
+
 # [register-choice-end]
 
 #: The dtypes the Triton kernels take.
@@ -56,8 +80,8 @@ SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _check_input(op: str, name: str, t: torch.Tensor) -> None:
     if t.device.type == "cpu" and not INTERPRET:
         raise RuntimeError(
-            f"{op}: the Triton backend runs CPU tensors only in Triton's interpreter "
-            f"(TRITON_INTERPRET=1, set by opguide when no GPU is visible); {name} is on cpu"
+            f"{op}: the Triton backend runs CPU tensors only in Triton's interpreter, "
+            f"which is off in this process ({name} is on cpu): {HOW_TO_INTERPRET}"
         )
     if t.dtype not in SUPPORTED_DTYPES:
         raise TypeError(
@@ -92,8 +116,8 @@ def rms_norm_forward(
     _check_input("rms_norm", "x", x)
     xc = x.contiguous()
     y = torch.empty_like(xc)
-    # Plain ints: while torch.compile traces a triton_op with dynamic shapes
-    # these are SymInts, which Triton's launcher and autotuner cannot hash.
+    # Plain ints: under a tracer with dynamic shapes these are SymInts, which
+    # Triton's launcher cannot hash.
     n = int(xc.shape[-1])
     m = int(xc.numel()) // n if n > 0 else 0
     if m == 0:
@@ -104,30 +128,30 @@ def rms_norm_forward(
     store_inv = inv_rms is not None
     inv_arg = inv_rms if store_inv else y  # not written when STORE_INV is False
     wc = weight.contiguous()
-    config = launch.forward_config(m, n, x.dtype, x.device, forced)
+    p = plans.plan("forward", xc, m, n, forced)
+    config = p.config
     with launch.on_device_of(xc):
         if isinstance(config, Registers):
-            launchable(_rms_norm_fwd_kernel)[(triton.cdiv(m, config.rows),)](
+            launchable(_rms_norm_fwd_kernel)[p.grid](
                 xc, wc, y, inv_arg, m, n, eps, BLOCK_N=config.block_n, ROWS=config.rows,
-                STORE_INV=store_inv, ALIGN=launch.align(n), num_warps=config.num_warps,
+                STORE_INV=store_inv, ALIGN=p.align, num_warps=config.num_warps,
                 **launch.pdl_options(xc),
             )  # fmt: skip
         elif isinstance(config, Split):
-            programs, segments, sp = launch.split_launch(config, m, n, xc.device, groups=False)
-            slots = launch.row_slots(xc, m, segments)
-            launchable(_rms_norm_fwd_split_kernel)[(programs * segments,)](
-                xc, wc, y, inv_arg, slots, n, eps, segments, SEG=config.seg, SP=sp,
-                STORE_INV=store_inv, ALIGN=launch.align(n), num_warps=launch.warps(config),
+            slots = launch.row_slots(xc, m, p.segments)
+            launchable(_rms_norm_fwd_split_kernel)[p.grid](
+                xc, wc, y, inv_arg, slots, n, eps, p.segments, SEG=config.seg, SP=p.sp,
+                STORE_INV=store_inv, ALIGN=p.align, num_warps=launch.warps(config),
             )  # fmt: skip
         else:
-            launchable(_rms_norm_fwd_long_kernel)[(m,)](
+            launchable(_rms_norm_fwd_long_kernel)[p.grid](
                 xc, wc, y, inv_arg, n, eps, STORE_INV=store_inv
             )
     return y
 
 
 def rms_norm_backward(
-    grad: torch.Tensor,
+    grad_y: torch.Tensor,
     x: torch.Tensor,
     weight: torch.Tensor,
     inv_rms: torch.Tensor,
@@ -135,70 +159,70 @@ def rms_norm_backward(
     forced: Optional[launch.Config] = None,  # noqa: UP045
     dw_sum: launch.DwSum = launch.DW_SUM,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx, dweight) from the output's gradient and the forward's saved ``inv_rms``.
+    """(grad_x, grad_w) from the output's gradient and the forward's saved ``inv_rms``.
 
     Args:
-        grad: the gradient of y, shaped like x.
+        grad_y: the gradient of y, shaped like x.
         x, weight: the forward's inputs.
         inv_rms: the training forward's per-row inverse RMS (float32).
-        forced: the configuration of the dx kernel, instead of
+        forced: the configuration of the grad_x kernel, instead of
             :func:`opguide.triton.launch.backward_config`'s choice.
-        dw_sum: the configuration of the kernel that adds dweight's partial rows.
+        dw_sum: the configuration of the kernel that adds grad_w's partial rows.
 
     Returns:
-        dx (contiguous, like x) and dweight (like weight).
+        grad_x (contiguous, like x) and grad_w (like weight).
     """
     _check_input("rms_norm", "x", x)
-    torch._check(grad.shape == x.shape, lambda: "rms_norm_backward: grad_y must match x")
+    if grad_y.shape != x.shape:  # real shapes: the fake kernel serves the tracers
+        raise RuntimeError("rms_norm_backward: grad_y must match x")
     xc = x.contiguous()
-    dy = grad.contiguous()
+    grad_yc = grad_y.contiguous()
     rc = inv_rms.contiguous()
     wc = weight.contiguous()
-    dx = torch.empty_like(xc)
+    grad_x = torch.empty_like(xc)
     n = int(xc.shape[-1])  # plain ints, as in rms_norm_forward
     m = int(xc.numel()) // n if n > 0 else 0
     if m == 0:
-        return dx, torch.zeros_like(weight)
-    dweight = torch.empty_like(weight, memory_format=torch.contiguous_format)
+        return grad_x, torch.zeros_like(weight)
+    grad_w = torch.empty_like(weight, memory_format=torch.contiguous_format)
     pdl = launch.pdl_options(xc)
-    config = launch.backward_config(m, n, x.dtype, x.device, forced)
+    p = plans.plan("backward", xc, m, n, forced, dw_sum)
+    config = p.config
+    # grad_w is a sum over rows: each program of the first stage writes its
+    # own row of float32 partial sums, and _dw_sum_kernel adds them.
+    grad_w_partial = torch.empty((p.programs, n), dtype=torch.float32, device=x.device)
     with launch.on_device_of(xc):
         if isinstance(config, Registers):
             # The whole row in registers, rows looped over by a grid that fits.
-            programs = config.programs
-            dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-            launchable(_rms_norm_bwd_kernel)[(programs,)](
-                dy, xc, wc, rc, dx, dw_partial, m, n, BLOCK_N=config.block_n, ROWS=config.rows,
-                STAGES=config.stages, ALIGN=launch.align(n), num_warps=config.num_warps, **pdl,
+            launchable(_rms_norm_bwd_kernel)[p.grid](
+                grad_yc, xc, wc, rc, grad_x, grad_w_partial, m, n, BLOCK_N=config.block_n,
+                ROWS=config.rows, STAGES=config.stages, ALIGN=p.align,
+                num_warps=config.num_warps, **pdl,
             )  # fmt: skip
         elif isinstance(config, Split):
             # Longer rows: each split over programs that meet through memory.
-            programs, segments, sp = launch.split_launch(config, m, n, xc.device, groups=True)
-            dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-            slots = launch.row_slots(xc, m, segments)
-            launchable(_rms_norm_bwd_split_kernel)[(programs * segments,)](
-                dy, xc, wc, rc, dx, dw_partial, slots, m, n, segments,
-                SEG=config.seg, SP=sp, ALIGN=launch.align(n), num_warps=launch.warps(config),
+            slots = launch.row_slots(xc, m, p.segments)
+            launchable(_rms_norm_bwd_split_kernel)[p.grid](
+                grad_yc, xc, wc, rc, grad_x, grad_w_partial, slots, m, n, p.segments,
+                SEG=config.seg, SP=p.sp, ALIGN=p.align, num_warps=launch.warps(config),
             )  # fmt: skip
         else:
-            # Rows too long to split: dx row by row in chunks, dweight over
+            # Rows too long to split: grad_x row by row in chunks, grad_w over
             # column strips.
             block = config.block_n
-            launchable(_rms_norm_bwd_long_kernel)[(m,)](
-                dy, xc, wc, rc, dx, n, BLOCK_N=block, num_warps=config.num_warps, **pdl
+            launchable(_rms_norm_bwd_long_kernel)[p.grid](
+                grad_yc, xc, wc, rc, grad_x, n, BLOCK_N=block, num_warps=config.num_warps, **pdl
             )  # fmt: skip
-            strips = triton.cdiv(n, block)
-            programs = max(1, min(m, launch.sm_count(xc.device) * 4 // strips))
-            dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-            launchable(_dw_columns_kernel)[(strips, programs)](
-                dy, xc, rc, dw_partial, m, n, BLOCK_N=block, num_warps=config.num_warps, **pdl,
+            launchable(_dw_columns_kernel)[p.grad_w_grid](
+                grad_yc, xc, rc, grad_w_partial, m, n, BLOCK_N=block,
+                num_warps=config.num_warps, **pdl,
             )  # fmt: skip
-        # The second stage of the dweight reduction: a sum over `programs` rows.
-        launchable(_dw_sum_kernel)[(triton.cdiv(n, dw_sum.block_n),)](
-            dw_partial, dweight, programs, n, BLOCK_P=dw_sum.block_p, BLOCK_N=dw_sum.block_n,
-            ALIGN=launch.align(n), num_warps=dw_sum.num_warps, **pdl,
+        # The second stage of the grad_w reduction: a sum over `programs` rows.
+        launchable(_dw_sum_kernel)[p.sum_grid](
+            grad_w_partial, grad_w, p.programs, n, BLOCK_P=dw_sum.block_p,
+            BLOCK_N=dw_sum.block_n, ALIGN=p.align, num_warps=dw_sum.num_warps, **pdl,
         )  # fmt: skip
-    return dx, dweight
+    return grad_x, grad_w
 
 
 def fused_add_rms_norm(
@@ -243,39 +267,43 @@ def fused_add_rms_norm(
     elif m > 0:
         w_arg = xc if weight is None else weight.contiguous()
         has_weight = weight is not None
-        config = launch.fused_config(m, n, x.dtype, x.device, forced)
+        p = plans.plan("fused", xc, m, n, forced)
+        config = p.config
         with launch.on_device_of(xc):
             if isinstance(config, Registers):
-                launchable(_fused_add_rms_norm_kernel)[(triton.cdiv(m, config.rows),)](
+                launchable(_fused_add_rms_norm_kernel)[p.grid](
                     xc, rc, w_arg, out, inv_rms, m, n, eps, HAS_WEIGHT=has_weight,
-                    BLOCK_N=config.block_n, ROWS=config.rows, ALIGN=launch.align(n),
+                    BLOCK_N=config.block_n, ROWS=config.rows, ALIGN=p.align,
                     num_warps=config.num_warps, **launch.pdl_options(xc),
                 )  # fmt: skip
             elif isinstance(config, Split):
-                programs, segments, sp = launch.split_launch(config, m, n, xc.device, False)
-                slots = launch.row_slots(xc, m, segments)
-                launchable(_fused_add_rms_norm_split_kernel)[(programs * segments,)](
-                    xc, rc, w_arg, out, inv_rms, slots, n, eps, segments,
-                    HAS_WEIGHT=has_weight, SEG=config.seg, SP=sp, ALIGN=launch.align(n),
+                slots = launch.row_slots(xc, m, p.segments)
+                launchable(_fused_add_rms_norm_split_kernel)[p.grid](
+                    xc, rc, w_arg, out, inv_rms, slots, n, eps, p.segments,
+                    HAS_WEIGHT=has_weight, SEG=config.seg, SP=p.sp, ALIGN=p.align,
                     num_warps=launch.warps(config),
                 )  # fmt: skip
             else:
-                launchable(_fused_add_rms_norm_long_kernel)[(m,)](
+                launchable(_fused_add_rms_norm_long_kernel)[p.grid](
                     xc, rc, w_arg, out, inv_rms, n, eps, HAS_WEIGHT=has_weight,
                     BLOCK_N=config.block_n, num_warps=config.num_warps,
                     **launch.pdl_options(xc),
                 )  # fmt: skip
     if not residual.is_contiguous():
         residual.copy_(rc)
+    # The kernel wrote residual's memory behind autograd's back: its version
+    # counter grows, so that a tensor saved before the write is refused by
+    # backward() (step 10.2).
+    torch.autograd.graph.increment_version(residual)
     return out, inv_rms
 
 
-@register_op("opguide::rms_norm_triton", mutates_args=())
+@register_op("rms_norm_triton", mutates_args=())
 def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return rms_norm_forward(x, weight, eps, None)
 
 
-@register_op("opguide::rms_norm_fwd_triton", mutates_args=())
+@register_op("rms_norm_fwd_triton", mutates_args=())
 def rms_norm_fwd_triton(
     x: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -284,14 +312,14 @@ def rms_norm_fwd_triton(
     return rms_norm_forward(x, weight, eps, inv_rms), inv_rms
 
 
-@register_op("opguide::rms_norm_backward_triton", mutates_args=())
+@register_op("rms_norm_backward_triton", mutates_args=())
 def rms_norm_backward_triton(
-    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, inv_rms: torch.Tensor
+    grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, inv_rms: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return rms_norm_backward(grad, x, weight, inv_rms)
+    return rms_norm_backward(grad_y, x, weight, inv_rms)
 
 
-@register_op("opguide::fused_add_rms_norm_triton_", mutates_args=("residual",))
+@register_op("fused_add_rms_norm_triton_", mutates_args=("residual",))
 def fused_add_rms_norm_triton_(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -304,31 +332,29 @@ def fused_add_rms_norm_triton_(
     return fused_add_rms_norm(x, residual, weight, eps, out_dtype)
 
 
-# Fake kernels for both routes. custom_op needs them; triton_op would run its
-# body on fake tensors instead, but DTensor derives output shapes with fake
-# CPU tensors, which the body refuses on a GPU machine: a fake kernel never
-# runs the body.
+# Fake kernels: they describe the outputs without running the kernels, for
+# torch.compile, export, opcheck and DTensor's shape propagation.
 
 
 # [fake-kernels]
-@rms_norm_triton.register_fake
+@torch.library.register_fake("opguide::rms_norm_triton")
 def _(x, weight, eps):
     _check_rms_norm_args(x, weight, eps)
     return x.new_empty(x.shape)
 
 
-@rms_norm_fwd_triton.register_fake
+@torch.library.register_fake("opguide::rms_norm_fwd_triton")
 def _(x, weight, eps):
     _check_rms_norm_args(x, weight, eps)
     return x.new_empty(x.shape), x.new_empty(x.shape[:-1], dtype=torch.float32)
 
 
-@rms_norm_backward_triton.register_fake
-def _(grad, x, weight, inv_rms):
+@torch.library.register_fake("opguide::rms_norm_backward_triton")
+def _(grad_y, x, weight, inv_rms):
     return x.new_empty(x.shape), torch.empty_like(weight)
 
 
-@fused_add_rms_norm_triton_.register_fake
+@torch.library.register_fake("opguide::fused_add_rms_norm_triton_")
 def _(x, residual, weight, eps, out_dtype=None):
     out = x.new_empty(x.shape, dtype=x.dtype if out_dtype is None else out_dtype)
     return out, x.new_empty(x.shape[:-1], dtype=torch.float32)

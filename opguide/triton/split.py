@@ -27,7 +27,13 @@ from .prologue import aligned
 # (``launch.split_config`` keeps S to at most the number of SMs). The interpreter runs
 # programs one after another: there S is 1.
 @triton.jit
-def _count_in(slots_ptr, row, s, part, S):
+def _count_in(
+    slots_ptr,  # [M * S] int64, one slot per segment of each row
+    row,
+    s,
+    part,
+    S,
+):
     """Writes this program's ``part`` of a row's sum into its slot, marked as written.
 
     A slot is 64 bits: the part's float32 bits below, 1 above (0 in a slot
@@ -39,7 +45,12 @@ def _count_in(slots_ptr, row, s, part, S):
 
 
 @triton.jit
-def _wait_total(slots_ptr, row, S, SP: tl.constexpr):
+def _wait_total(
+    slots_ptr,  # [M * S] int64, one slot per segment of each row
+    row,
+    S,
+    SP: tl.constexpr,
+):
     """The sum of a row's S parts once all S slots are written (SP: S up to a power of 2)."""
     k = tl.arange(0, SP)
     slots = slots_ptr + row * S + k
@@ -61,8 +72,12 @@ def _segment(S, N, SEG: tl.constexpr):
 
 @triton.jit
 def _rms_norm_fwd_split_kernel(
-    x_ptr, w_ptr, y_ptr, inv_rms_ptr, slots_ptr, N, eps, S,
-    SEG: tl.constexpr, SP: tl.constexpr, STORE_INV: tl.constexpr, ALIGN: tl.constexpr,
+    x_ptr,  # [M, N] input, x's dtype
+    w_ptr,  # [N] weight, x's dtype
+    y_ptr,  # [M, N] output, x's dtype
+    inv_rms_ptr,  # [M] float32, one per row
+    slots_ptr,  # [M * S] int64, one slot per segment of each row
+    N, eps, S, SEG: tl.constexpr, SP: tl.constexpr, STORE_INV: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
     N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
     # Program (row, s) normalises columns [s * SEG, (s + 1) * SEG) of a row,
@@ -80,54 +95,68 @@ def _rms_norm_fwd_split_kernel(
 
 @triton.jit
 def _rms_norm_bwd_split_kernel(
-    dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, slots_ptr, M, N, S,
-    SEG: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
+    grad_y_ptr,  # [M, N] gradient of y, x's dtype
+    x_ptr,  # [M, N] input, x's dtype
+    w_ptr,  # [N] weight, x's dtype
+    inv_rms_ptr,  # [M] float32, one per row
+    grad_x_ptr,  # [M, N] gradient of x, x's dtype
+    grad_w_partial_ptr,  # [P, N] float32, one row of partial sums per program
+    slots_ptr,  # [M * S] int64, one slot per segment of each row
+    M, N, S, SEG: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
     N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
     # Program (g, s) of G * S takes segment s of the rows g, g + G, g + 2G,
-    # ... (two programs per SM) and adds its segment of dweight over them
-    # into row g of dw_partial. It holds three rows: this one, whose total it
-    # waits for; the next, whose part of the sum, sum(dy * w * x_hat), it
+    # ... (two programs per SM) and adds its segment of grad_w over them
+    # into row g of grad_w_partial. It holds three rows: this one, whose total it
+    # waits for; the next, whose part of the sum, sum(grad_y * w * x_hat), it
     # counts in before that wait; and the one after, whose loads it starts
     # first, so that they have a whole row's work to arrive
     # (``tools/sweep_triton.py split``, docs/recorded/sweep_triton_split_h100.txt).
     G = tl.num_programs(0) // S
     g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    dw = tl.zeros([SEG], dtype=tl.float32)
+    grad_w = tl.zeros([SEG], dtype=tl.float32)
     # Rows g and g + G; masks are vectors, as the interpreter needs.
     x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
-    dy = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
+    grad_y = tl.load(grad_y_ptr + g * N + cols, mask=mask, other=0.0)
     inv_rms = tl.load(inv_rms_ptr + g)
     x_next = tl.load(x_ptr + (g + G) * N + cols, mask=mask & (g + G + 0 * cols < M), other=0.0)
-    dy_next = tl.load(dy_ptr + (g + G) * N + cols, mask=mask & (g + G + 0 * cols < M), other=0.0)
+    grad_y_next = tl.load(
+        grad_y_ptr + (g + G) * N + cols, mask=mask & (g + G + 0 * cols < M), other=0.0
+    )
     inv_next = tl.load(inv_rms_ptr + tl.minimum(g + G, M - 1))  # unused past the last row
-    part = tl.sum(dy.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
+    part = tl.sum(grad_y.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
     _count_in(slots_ptr, g, s, part, S)
     for row in range(g, M, G):
         ahead = row + 2 * G
         in_rows = mask & (ahead + 0 * cols < M)
         x_after = tl.load(x_ptr + ahead * N + cols, mask=in_rows, other=0.0)
-        dy_after = tl.load(dy_ptr + ahead * N + cols, mask=in_rows, other=0.0)
+        grad_y_after = tl.load(grad_y_ptr + ahead * N + cols, mask=in_rows, other=0.0)
         inv_after = tl.load(inv_rms_ptr + tl.minimum(ahead, M - 1))
         if row + G < M:
-            part = tl.sum(dy_next.to(tl.float32) * w * x_next.to(tl.float32), axis=0) * inv_next
+            part = tl.sum(grad_y_next.to(tl.float32) * w * x_next.to(tl.float32), axis=0) * inv_next
             _count_in(slots_ptr, row + G, s, part, S)
         total = _wait_total(slots_ptr, row, S, SP)
         x_hat = x.to(tl.float32) * inv_rms
-        gw = dy.to(tl.float32) * w
-        dx = inv_rms * (gw - x_hat * (total / N))
-        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        dw += dy.to(tl.float32) * x_hat
-        x, dy, inv_rms = x_next, dy_next, inv_next
-        x_next, dy_next, inv_next = x_after, dy_after, inv_after
-    tl.store(dw_partial_ptr + g * N + cols, dw, mask=mask)
+        gw = grad_y.to(tl.float32) * w
+        grad_x = inv_rms * (gw - x_hat * (total / N))
+        tl.store(grad_x_ptr + row * N + cols, grad_x.to(grad_x_ptr.dtype.element_ty), mask=mask)
+        grad_w += grad_y.to(tl.float32) * x_hat
+        x, grad_y, inv_rms = x_next, grad_y_next, inv_next
+        x_next, grad_y_next, inv_next = x_after, grad_y_after, inv_after
+    tl.store(grad_w_partial_ptr + g * N + cols, grad_w, mask=mask)
 
 
 @triton.jit
 def _fused_add_rms_norm_split_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, slots_ptr, N, eps, S,
-    HAS_WEIGHT: tl.constexpr, SEG: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
+    x_ptr,  # [M, N] input, x's dtype
+    res_ptr,  # [M, N] residual, written in place
+    w_ptr,  # [N] weight, x's dtype
+    out_ptr,  # [M, N] output, out_dtype
+    inv_rms_ptr,  # [M] float32, one per row
+    slots_ptr,  # [M * S] int64, one slot per segment of each row
+    N, eps, S, HAS_WEIGHT: tl.constexpr, SEG: tl.constexpr, SP: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
     N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
     # As the split forward: the new residual is stored before the wait.
