@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 
 import matplotlib.pyplot as plt
 import pytest
@@ -583,3 +585,11 @@ def test_stamps_from_the_commit_that_last_changed_a_record(tmp_path):
 
     got = sources.at_commit("sweep_h100.json", tmp_path, "abc", run)
     assert got == sources.digest({"csrc/rms_norm/k.cuh": b"old kernel\n"})
+
+
+def test_the_records_command_lists_every_record_once():
+    root = recorded_dir().parents[1]
+    listing = subprocess.run(["bash", "tools/gpu_records.sh", "list"], cwd=root, check=True,
+                             capture_output=True, text=True).stdout  # fmt: skip
+    named = re.findall(r"[\w.]+\.(?:json|txt|log)\b", listing)
+    assert sorted(named) == sorted(p.name for p in _records())
