@@ -77,29 +77,24 @@ def _included_code(arg: str, options: dict[str, str], base: Path, app: Sphinx) -
     return options.get("language", ""), strip_markers(text)
 
 
-def _site_root_from_download(app: Sphinx, path: Path) -> str:
-    """The site's root URL, relative to the folder that serves ``path`` as a download.
+def _site_root(app: Sphinx) -> str | None:
+    """The site's absolute root URL (``html_baseurl``), or None where it has none.
 
-    Sphinx serves a download from ``_downloads/<digest>/``; with
-    ``html_baseurl`` set, the site's absolute URL is used instead.
+    A downloaded notebook leaves the site, so a link relative to the site
+    breaks there: a link to one of the site's pages is absolute, or, with no
+    published address to point at, no link at all (the page's title stays).
     """
-    if app.config.html_baseurl:
-        return app.config.html_baseurl.rstrip("/") + "/"
-    relative = path.relative_to(app.srcdir).as_posix()
-    served = next(
-        (dest for src, (_, dest) in app.env.dlfiles.items() if Path(src).as_posix() == relative),
-        f"{'0' * 32}/{path.name}",
-    )
-    return "../" * (len(PurePosixPath("_downloads", str(served)).parts) - 1)
+    return app.config.html_baseurl.rstrip("/") + "/" if app.config.html_baseurl else None
 
 
-def _linker(app: Sphinx, refdoc: str, root: str):
+def _linker(app: Sphinx, refdoc: str, root: str | None):
     """``link(domain, role, target)`` for :func:`notebook_markdown.to_markdown`.
 
     A target resolves the way Sphinx resolves it on the page ``refdoc``: in its
     domain (opguide's API, the pages), then through ``missing-reference``
     (intersphinx: Python's and PyTorch's online documentation). A link inside
-    the site is prefixed with ``root``, the site's root seen from the download.
+    the site is prefixed with ``root``, the site's absolute root URL; with
+    ``root`` None it resolves to no URL, only the target's title.
     """
     env = app.env
     py_roles = env.get_domain("py").roles
@@ -129,6 +124,8 @@ def _linker(app: Sphinx, refdoc: str, root: str):
             return None  # unknown, or a builtin that Sphinx does not link
         uri = found.get("refuri") or f"{root_uri}#{found.get('refid', '')}"
         if "://" not in uri:
+            if root is None:
+                return None, found.astext()
             uri = root + uri
         return uri, found.astext()
 
@@ -142,7 +139,7 @@ def markdown_cells_converted(app: Sphinx, path: Path, refdoc: str) -> None:
     ``:doc:`` and ``literalinclude`` are read from its folder.
     """
     notebook = json.loads(path.read_text())
-    link = _linker(app, refdoc, _site_root_from_download(app, path))
+    link = _linker(app, refdoc, _site_root(app))
     base = Path(app.srcdir) / PurePosixPath(refdoc).parent
 
     def include(arg: str, options: dict[str, str]) -> tuple[str, str]:
