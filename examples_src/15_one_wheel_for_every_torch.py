@@ -149,6 +149,7 @@ import time
 import torch
 
 from guidekit import compile_checks
+from guidekit.recorded import pages
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/15.png"
 ROOT = compile_checks.source_root()
@@ -289,8 +290,10 @@ else:
 # and only that torch finds out, at load time. ``--target`` reads those blocks
 # from the installed headers and checks every shim symbol the library imports.
 # A platform tag such as ``manylinux_2_28`` promises that the library loads
-# with glibc 2.28; ``--manylinux`` compares it with the newest glibc symbol
-# version the library asks for. The cell checks the wheel's library, then a
+# with glibc 2.28 and the libstdc++ of those distributions; ``--manylinux``
+# compares it with the newest glibc, ``GLIBCXX_`` and ``CXXABI_`` symbol
+# versions the library asks for, as ``auditwheel`` does (:doc:`step 19
+# <19_ship_your_operator>` repairs a wheel with it). The cell checks the wheel's library, then a
 # probe that calls the newest shim function the installed torch declares:
 if library is not None:
     versions = check_abi.shim_versions(check_abi.shim_headers())
@@ -298,8 +301,13 @@ if library is not None:
     added = {f"{a}.{b}": sum(v == (a, b) for v in versions.values()) for a, b in releases}
     print("shim functions by the release that added them:", added)
     assert check_abi.main([str(library), "--target", "2.11"]) == 0
-    need = check_abi.glibc_needed(str(library))
-    print(f"so a wheel of it built here can be tagged manylinux_{need[0]}_{need[1]} at best")
+    need, cxx = check_abi.glibc_needed(str(library)), check_abi.libstdcxx_needed(str(library))
+    best = check_abi.oldest_tag(str(library))
+    print(
+        f"it asks for glibc {need[0]}.{need[1]}, "
+        + ", ".join(f"{k} {'.'.join(map(str, v))}" for k, v in sorted(cxx.items()))
+        + f": a wheel of it built here can be tagged manylinux_{best[0]}_{best[1]} at best"
+    )
     newest = releases[-1]
     name = sorted(n for n, v in versions.items() if v == newest)[0]
     late = probe_dir / "late.cpp"
@@ -343,13 +351,14 @@ else:
 # ``tools/record_stable_abi.py``; each block below is one recorded run:
 records = sorted((ROOT / "docs" / "recorded").glob("stable_abi_*.json"))
 cross = [json.loads(p.read_text()) for p in records]
-for r in cross:
+for path, r in zip(records, cross, strict=True):
     b, u = r["built_with"], r["run_with"]
     print(
         f"built with torch {b['torch']} (target {b['target_version']}, "
         f"CUDA kernel: {'yes' if b['cuda_kernel'] else 'no'}), {r['date'][:10]}"
     )
     print(f"  ran with torch {u['torch']} on {u['device']}: {r['pytest_summary']}")
+    pages.say_stale(path.name)
 different = [r for r in cross if r["run_with"]["torch"] != r["built_with"]["torch"]]
 on_gpu = [r for r in different if r["run_with"]["device"] != "CPU"]
 passed = sum(r["pytest_exit_code"] == 0 for r in different)

@@ -198,3 +198,15 @@ def test_the_libstdcxx_table_matches_auditwheel_where_installed():
         tag = f"{entry['name']}_x86_64"
         want = {"GLIBCXX": newest(found["GLIBCXX"]), "CXXABI": newest(found["CXXABI"])}
         assert check_abi.libstdcxx_of_tag(tag) == want, tag
+
+
+def test_the_oldest_tag_covers_glibc_and_libstdcxx(tmp_path, monkeypatch):
+    """glibc 2.32 with GLIBCXX 3.4.29 (g++ 11's): manylinux_2_34, as auditwheel says."""
+    monkeypatch.setattr(
+        check_abi, "undefined_symbols",
+        lambda library, demangle=True: ["memcpy@GLIBC_2.14", "f@GLIBC_2.32",
+                                        "_ZNSt7__cxx11@GLIBCXX_3.4.29", "__cxa_x@CXXABI_1.3.9"],
+    )  # fmt: skip
+    assert check_abi.oldest_tag("x.so") == (2, 34)
+    assert check_abi.main(["x.so", "--manylinux", "manylinux_2_28_x86_64"]) == 1
+    assert check_abi.main(["x.so", "--manylinux", "manylinux_2_34_x86_64"]) == 0
