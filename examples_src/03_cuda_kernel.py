@@ -337,6 +337,8 @@ TOOL = ROOT / "tools" / "record_minimal_cuda.py"
 spec = importlib.util.spec_from_file_location("record_minimal_cuda", TOOL)
 recorder = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(recorder)
+from guidekit.recorded.pages import say_stale  # noqa: E402
+
 records = sorted((ROOT / "docs" / "recorded").glob("minimal_cuda_*.json"))
 if not records:
     print(
@@ -348,6 +350,7 @@ for path in records:
     data = recorder.read_record(path)
     print(f"RECORDED on {data['device']}, torch {data['torch']}, CUDA {data['cuda']},")
     print(f"{data['date']} (not run while this page was built):")
+    say_stale(path.name)
     print(recorder.header())
     for result in data["results"]:
         print(recorder.line(result))

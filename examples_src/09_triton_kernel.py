@@ -345,10 +345,12 @@ import subprocess
 import sys
 
 from guidekit.compile_checks import source_root
+from guidekit.recorded.pages import say_stale
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 record = json.loads((ROOT / "docs" / "recorded" / "two_gpus.json").read_text())
 machine = f"{record['gpus']} x {record['device']}, torch {record['torch']}"
+say_stale("two_gpus.json")
 if torch.cuda.device_count() >= 2:
     pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     run = subprocess.run(
@@ -398,6 +400,7 @@ print(
 # <09_triton_kernel_2_long_rows>`).
 sweep_record = load("sweep_opguide_h100.json")
 print("recorded:", triton_vs_cuda.measured_on(sweep_record))
+say_stale("sweep_opguide_h100.json")
 LIMITS = {
     "forward": triton_ops.launch.MAX_REGISTER_ROW,
     "backward": triton_ops.launch.MAX_REGISTER_ROW_BACKWARD,

@@ -172,6 +172,7 @@ import torch
 
 import opguide
 from guidekit.recorded import load, triton_vs_cuda
+from guidekit.recorded.pages import say_stale
 from opguide import fused_add_rms_norm_reference
 from opguide import triton as triton_ops
 
@@ -384,6 +385,7 @@ def longest_register_row(planner, dtype: torch.dtype) -> int:
 record = load("sweep_opguide_h100.json")
 rows = record["sweep"]["rows"]
 print("recorded:", triton_vs_cuda.measured_on(record))
+say_stale("sweep_opguide_h100.json")
 print(textwrap.fill("bytes per call: " + record["bytes_model"]["fused"], 88))
 fused_limit = longest_register_row(launch.fused_config, torch.bfloat16)
 fig = triton_vs_cuda.plot_fractions(record, ["fused"], limits={"fused": fused_limit})

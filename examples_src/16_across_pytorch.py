@@ -48,6 +48,7 @@ import torch
 
 import opguide
 from guidekit import compile_checks
+from guidekit.recorded import pages, sources
 from opguide import _library
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/16.png"
@@ -491,6 +492,7 @@ if HAVE_GPU:
     print(aoti_verdict(result["lines"], "on this GPU"))
     if os.environ.get("OPGUIDE_RECORD_GPU") == "1":
         RECORD.write_text(json.dumps(result, indent=2) + "\n")
+        sources.stamp(RECORD)  # the hash of the sources it ran
         print(f"recorded to docs/recorded/{RECORD.name}")
 elif RECORD.exists():
     recorded = json.loads(RECORD.read_text())
@@ -498,6 +500,7 @@ elif RECORD.exists():
         f"No GPU here. Recorded on {recorded['device']} with torch {recorded['torch']}, "
         f"{recorded['date']}:"
     )
+    pages.say_stale(RECORD.name)
     print("\n".join(recorded["lines"][1:]))
     print(aoti_verdict(recorded["lines"], f"in the recorded run ({recorded['device']})"))
 else:

@@ -99,6 +99,7 @@ import time
 import torch
 
 from guidekit.compile_checks import source_root
+from guidekit.recorded import pages, sources
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/17.png"
 ROOT = source_root()
@@ -162,6 +163,7 @@ if proc.stdout.startswith("2 processes, backend nccl"):
             "lines": report,
         }
         RECORD.write_text(json.dumps(record, indent=2) + "\n")
+        sources.stamp(RECORD)  # the hash of the sources it ran
         print(f"recorded to docs/recorded/{RECORD.name}")
     print("the run above was on NCCL, live")
 elif RECORD.exists():
@@ -170,6 +172,7 @@ elif RECORD.exists():
         f"Recorded on {recorded['gpus']} x {recorded['device']}, torch {recorded['torch']}, "
         f"{recorded['date']}:"
     )
+    pages.say_stale(RECORD.name)
     print("\n".join(recorded["lines"]))
 else:
     print(

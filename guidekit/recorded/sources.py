@@ -299,3 +299,18 @@ def _source_root() -> Path:
     from guidekit.compile_checks import source_root
 
     return source_root()
+
+
+def stamp(path: Path, root: Path | None = None) -> dict:
+    """Stores with the record at ``path`` the hashes of its sources as they are now.
+
+    Args:
+        path: the record, just written.
+        root: the repository root (default: the source tree of this checkout).
+
+    Returns:
+        What it stored (:func:`digest`'s form).
+    """
+    stored = current(path.name, root)
+    write_stored(path, stored)
+    return stored
