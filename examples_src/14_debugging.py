@@ -283,9 +283,9 @@ def shown(output: str, keep: int = 1) -> str:
 
     compute-sanitizer prints one report per faulting thread, each ended by a
     line of ``=========``; the others are counted by their first words, not
-    repeated. The recording's temporary directory is written as ``./``.
+    repeated.
     """
-    lines = re.sub(r"/tmp/opguide_gpu_debug_\w+/", "./", output.rstrip()).splitlines()
+    lines = output.rstrip().splitlines()
     ends = [i for i, line in enumerate(lines) if line.rstrip() == "========="]
     if len(ends) <= keep:
         return "\n".join(lines)

@@ -174,6 +174,25 @@ elif RECORD.exists():
     )
     pages.say_stale(RECORD.name)
     print("\n".join(recorded["lines"]))
+    # The two runs differ in backend (gloo here, NCCL there) and perhaps in the
+    # sources: a line that differs comes from one or the other.
+    differ = [line for line in recorded["lines"][1:] if line.endswith("; equal")]
+    differ = [line for line in differ if line not in report]
+    changed = sources.stale_files(RECORD) or []
+    if differ and changed:
+        print(
+            f"{len(differ)} recorded call(s) differ from the run above: "
+            + "; ".join(differ)
+            + f". The record predates changes to {len(changed)} of the sources it ran "
+            "(named above), the sharding rules among them where opguide/distributed.py "
+            "is named: the run above shows the rules as they are."
+        )
+    elif differ:
+        print(
+            f"{len(differ)} recorded call(s) differ from the run above with the same sources: "
+            + "; ".join(differ)
+            + ". The backends differ (NCCL there, gloo here)."
+        )
 else:
     print(
         f"SKIPPED: {torch.cuda.device_count()} GPU(s) here and no recorded NCCL run "

@@ -14,6 +14,8 @@
   gallery page does: the Jupyter notebook (jupytext's conversion, under
   ``_generated/notebooks/``) and the MyST file.
 * viewcode's pages of opguide's modules show marker lines as blank lines.
+* ``recorded-sources``: beside a record a page shows, which of the sources it
+  measured have changed since (``guidekit.recorded.sources``).
 * ``_generated/opguide-source.tar.gz``: an archive of this source tree made at
   build time, offered on the landing page.
 """
@@ -34,6 +36,7 @@ from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.directives.code import LiteralInclude, LiteralIncludeReader
 from sphinx.errors import ExtensionError, NoUri
+from sphinx.util.docutils import SphinxDirective
 
 # A line that holds nothing but a marker comment: "// [cpu-kernel]", "# [fake-end]".
 MARKER_LINE = re.compile(r"^[ \t]*(?://|#)[ \t]*\[[A-Za-z0-9_-]+\][ \t]*$")
@@ -52,6 +55,22 @@ ARCHIVE_SKIP = re.compile(
 def strip_markers(text: str) -> str:
     """``text`` without its marker-comment lines."""
     return "".join(line for line in text.splitlines(True) if not MARKER_LINE.match(line))
+
+
+class RecordedSources(SphinxDirective):
+    """``.. recorded-sources:: NAME``: the sentence that says which of the sources
+    the record ``docs/recorded/NAME`` measured have changed since it was made
+    (:func:`guidekit.recorded.sources.stale_note`); nothing when none has."""
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        from guidekit.recorded import recorded_dir, sources
+
+        path = recorded_dir() / self.arguments[0]
+        self.env.note_dependency(str(path))
+        note = sources.stale_note(path)
+        return [nodes.paragraph(text=note)] if note else []
 
 
 class MarkerFreeLiteralInclude(LiteralInclude):
@@ -278,6 +297,7 @@ def viewcode_source(app: Sphinx, modname: str):
 
 def setup(app: Sphinx) -> dict:
     app.add_directive("literalinclude", MarkerFreeLiteralInclude, override=True)
+    app.add_directive("recorded-sources", RecordedSources)
     app.setup_extension("sphinx.ext.viewcode")  # defines the event connected here
     app.connect("viewcode-find-source", viewcode_source)
     app.connect("env-before-read-docs", write_notebook_downloads)
