@@ -172,8 +172,9 @@ else:
 #
 # * **16-byte loads**: eight bfloat16 (or four float32) elements per load
 #   instruction when the row length and the pointers allow, and the widest
-#   narrower access otherwise (measured in :doc:`step 11 <11_performance>`,
-#   "Odd row lengths");
+#   narrower access otherwise, for rows up to the length the narrow kernels
+#   hold; a longer such row's backward takes a kernel that reads the row twice
+#   (measured in :doc:`step 11 <11_performance>`, "Odd row lengths");
 # * **the row held in registers**: each thread loads its part of ``x`` and of
 #   the weight once, before the reduction, and scales the values it holds, so
 #   ``x`` is read from memory once;

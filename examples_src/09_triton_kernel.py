@@ -452,9 +452,12 @@ for label, path in counts:
 # **Portability to ROCm.** Triton has an AMD backend: the same Python kernels
 # compile for AMD GPUs with a ROCm build of PyTorch, with no source change
 # (only the launch rules may deserve a second look, since a wavefront is
-# 64 lanes on CDNA GPUs). CUDA C++ reaches ROCm through hipify plus the small
-# shims that ``csrc/common/platform.cuh`` carries for every CUDA kernel (warp
-# width, shuffles), and each architecture is compiled ahead of time.
+# 64 lanes on CDNA GPUs). :doc:`Step 9.2 <09_triton_kernel_2_long_rows>`
+# compiles them for AMD targets without a GPU; none has run on an AMD GPU for
+# this guide, so their results there are untested. CUDA C++ reaches ROCm
+# through hipify plus the small shims that ``csrc/common/platform.cuh``
+# carries for every CUDA kernel (warp width, shuffles), and each architecture
+# is compiled ahead of time.
 #
 # **Speed.** Hand-written CUDA gives more control (vector widths, shared
 # memory, launch bounds, persistent kernels); Triton gets much of it from its
@@ -497,7 +500,10 @@ if cpp_ms > 5 * one_ms:
     )
 if triton_ops.INTERPRET:
     interp_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="triton"))
-    times = f"{interp_ms:8.3f} ms ({interp_ms / cpp_ms:.0f}x)"
+    # Against the C++ kernel's faster time: a slowed multi-thread run (above)
+    # would shrink the ratio.
+    base, where = min((cpp_ms, f"{threads} threads"), (one_ms, "1 thread"))
+    times = f"{interp_ms:8.3f} ms ({interp_ms / base:.0f}x the C++ kernel on {where})"
     print(f"Triton interpreter, same input:        {times}")
 else:
     print("Triton interpreter: not timed (TRITON_INTERPRET is off: Triton compiles)")
