@@ -10,11 +10,13 @@ mangled names, and the next release may rename, move or change them. The
 symptom is familiar: ``undefined symbol: _ZN3c10...`` after
 ``pip install -U torch``, and one wheel to build per torch release.
 
-Since torch 2.10 PyTorch recommends the **LibTorch stable ABI** for new
-operators: headers under ``torch/csrc/stable/`` and ``torch/headeronly/``, and
-every call into torch made through a C shim whose functions keep their
-signatures. A library built against one torch loads into every later one, from
-the version it targets on.
+PyTorch's answer is the **LibTorch stable ABI** (`its notes
+<https://docs.pytorch.org/docs/stable/notes/libtorch_stable_abi.html>`__, and
+the `stable C++ API <https://docs.pytorch.org/cppdocs/api/stable/index.html>`__,
+"when distributing pre-compiled binaries"): headers under
+``torch/csrc/stable/`` and ``torch/headeronly/``, and every call into torch
+made through a C shim whose functions keep their signatures. A library built
+against one torch loads into every later one, from the version it targets on.
 
 In this step you will learn:
 
@@ -373,9 +375,10 @@ print(
 # %%
 # What the stable ABI does not cover
 # ----------------------------------
-# * **The CUDA runtime.** The CUDA build links ``libcudart.so.13``; it loads
-#   into torch builds for CUDA 13.x, not into a CUDA 12 torch. One wheel per
-#   CUDA major version remains.
+# * **The CUDA runtime.** The CUDA build links ``libcudart.so.13`` (the
+#   runtime's file name carries its major version), which a CUDA 12 torch
+#   neither ships nor loads; this guide has not run that build against a
+#   CUDA 12 torch. One wheel per CUDA major version remains.
 # * **Older torch.** ``TORCH_TARGET_VERSION`` is a floor: the wheel needs the
 #   shim functions of 2.11 and loads into 2.11 and later, not into 2.10.
 # * **The API surface.** ``torch/csrc/stable/ops.h`` wraps a small set of ATen

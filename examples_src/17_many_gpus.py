@@ -46,9 +46,9 @@ Three points carry over to any operator:
   the local tensors.
 * **A reduction over the sharded dimension returns a partial result.** The
   backward's ``grad_weight`` sums over all rows; with the rows split, each
-  device's sum is a part of it, ``Partial("sum")``, exactly what PyTorch's own
-  norms return. DTensor reduces it when someone needs the whole value (an
-  optimizer updating a replicated weight, or ``full_tensor()``), and not
+  device's sum is a part of it, ``Partial("sum")``. DTensor reduces it when
+  someone needs the whole value (an optimizer updating a replicated weight,
+  or ``full_tensor()``), and not
   before.
 * **In-place updates need the placement to stay.** ``register_sharding``
   treats an operator whose name ends in ``_`` as one that writes and returns
