@@ -82,8 +82,10 @@ differ in what the compiler can see:
   :func:`torch.library.wrap_triton` becomes a node of the graph, and Inductor
   launches the compiled kernel from its own generated code: no Python
   dispatch per call, and the launch takes part in CUDA graphs and in
-  Inductor's autotuning. It needs real, compiled Triton kernels; with the
-  interpreter ``opcheck`` fails.
+  Inductor's autotuning, as :func:`torch.library.triton_op`'s documentation
+  describes it. It needs real, compiled Triton kernels; with the interpreter
+  ``opcheck`` fails, so a build without a GPU runs the ``custom_op`` path
+  only and does not show this one.
 
 So on a GPU ``triton_op`` is the right choice: the compiled graph launches the
 kernel itself. Under the interpreter only ``custom_op`` passes ``opcheck``.

@@ -207,8 +207,10 @@ assert failed.returncode != 0
 # %%
 # To serve a Python-free runtime, define the operator in C++ (``TORCH_LIBRARY``,
 # as this guide's library does) and ship the compiled library with the
-# package. A Triton kernel written with ``torch.library.triton_op`` is the
-# other way: Inductor compiles the kernel into the package itself.
+# package. A Triton kernel written with ``torch.library.triton_op`` is meant
+# to be the other way: Inductor compiles the kernel into the package itself
+# (:func:`torch.library.triton_op`'s documentation). Whether the package of
+# this page's block loaded on a GPU is the last line of the GPU cell below.
 #
 # vmap
 # ----
