@@ -182,7 +182,23 @@ def digest(files: dict[str, bytes]) -> dict:
 
 
 def _tree_paths(root: Path, globs: Sequence[str]) -> list[str]:
-    """The files under ``root`` that the globs match, relative to it."""
+    """The files under ``root`` that the globs match, relative to it.
+
+    In a git work tree these are the files git does not ignore (so build
+    outputs and caches never count); elsewhere (a source archive) every file,
+    less :data:`NOT_SOURCES`.
+    """
+    import subprocess
+
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=root, check=True, capture_output=True,
+        ).stdout.decode().split("\0")  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        listed = None
+    if listed is not None and (root / ".git").exists():
+        return select([p for p in listed if p and (root / p).is_file()], globs)
     tops = {g.split("*")[0].rsplit("/", 1)[0] if "/" in g.split("*")[0] else "" for g in globs}
     found = set()
     for top in tops:
