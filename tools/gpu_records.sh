@@ -131,7 +131,16 @@ case "$part" in
     nvcc_sweep sweep_rms_norm_forward_cluster_h100.txt tools/sweep_rms_norm_forward_cluster.cu
     nvcc_sweep sweep_rms_norm_backward_cluster_h100.txt tools/sweep_rms_norm_backward_cluster.cu
     nvcc_sweep sweep_rms_norm_backward_pipelined_h200.txt tools/sweep_rms_norm_backward.cu pipelined
-    nvcc_sweep sweep_rms_norm_forward_keep_packed_h200.txt tools/sweep_rms_norm_forward.cu
+    # The forward with keep_packed and without (-DOPGUIDE_KEEP_PACKED=0), each
+    # under the line that names the setting (the section step 11.4 reads).
+    name=sweep_rms_norm_forward_keep_packed_h200.txt
+    header > "$scratch/$name"
+    for v in 1 0; do
+      nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc -DOPGUIDE_KEEP_PACKED=$v \
+        tools/sweep_rms_norm_forward.cu -o "$scratch/sweep_$v"
+      { echo "OPGUIDE_KEEP_PACKED=$v"; "$scratch/sweep_$v"; } >> "$scratch/$name"
+    done
+    mv "$scratch/$name" "$out/$name" && done_ "$name"
     text sweep_triton_split_h100.txt python3 tools/sweep_triton.py split
     python3 tools/record_triton_registers.py --out "$out/triton_registers_h100.json"
     done_ triton_registers_h100.json
