@@ -174,24 +174,20 @@ elif RECORD.exists():
     )
     pages.say_stale(RECORD.name)
     print("\n".join(recorded["lines"]))
-    # The two runs differ in backend (gloo here, NCCL there) and perhaps in the
-    # sources: a line that differs comes from one or the other.
+    # A recorded call whose line differs from the run above: the runs differ in
+    # backend, perhaps in torch and in the sources, and the lines say which.
     differ = [line for line in recorded["lines"][1:] if line.endswith("; equal")]
     differ = [line for line in differ if line not in report]
-    changed = sources.stale_files(RECORD) or []
-    if differ and changed:
-        print(
-            f"{len(differ)} recorded call(s) differ from the run above: "
-            + "; ".join(differ)
-            + f". The record predates changes to {len(changed)} of the sources it ran "
-            "(named above), the sharding rules among them where opguide/distributed.py "
-            "is named: the run above shows the rules as they are."
-        )
-    elif differ:
-        print(
-            f"{len(differ)} recorded call(s) differ from the run above with the same sources: "
-            + "; ".join(differ)
-            + ". The backends differ (NCCL there, gloo here)."
+    if differ:
+        why = ["the backend (NCCL there, gloo here)"]
+        if recorded["torch"].split("+")[0] != torch.__version__.split("+")[0]:
+            why.append(f"torch ({recorded['torch']} there, {torch.__version__} here)")
+        if "opguide/distributed.py" in (sources.stale_files(RECORD) or []):
+            why.append("the sharding rules (opguide/distributed.py changed since the record)")
+        pages.say(
+            f"{len(differ)} recorded call(s) differ from the run above, each still equal to "
+            f"one device's result: {'; '.join(differ)}. DTensor chooses how to move an "
+            "input the rule cannot take as it is; the two runs differ in " + ", ".join(why) + "."
         )
 else:
     print(
