@@ -308,7 +308,8 @@ if library is not None:
     print(
         f"it asks for glibc {need[0]}.{need[1]}, "
         + ", ".join(f"{k} {'.'.join(map(str, v))}" for k, v in sorted(cxx.items()))
-        + f": a wheel of it built here can be tagged manylinux_{best[0]}_{best[1]} at best"
+        + f": a wheel of it built here can be tagged manylinux_{best[0]}_{best[1]} at best, "
+        "the oldest manylinux policy that covers them"
     )
     newest = releases[-1]
     name = sorted(n for n, v in versions.items() if v == newest)[0]
