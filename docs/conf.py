@@ -159,6 +159,10 @@ intersphinx_mapping = {
 }
 
 # -- HTML -----------------------------------------------------------------------
+# The published site's address, where there is one: the download notebooks'
+# links to the site's pages are absolute to it; without it they are left out
+# (a relative link breaks once the notebook is downloaded).
+html_baseurl = os.environ.get("OPGUIDE_SITE_URL", "")
 html_theme = "furo"
 html_title = "opguide"
 html_static_path = ["_static"]

@@ -172,8 +172,9 @@ else:
 #
 # * **16-byte loads**: eight bfloat16 (or four float32) elements per load
 #   instruction when the row length and the pointers allow, and the widest
-#   narrower access otherwise (measured in :doc:`step 11 <11_performance>`,
-#   "Odd row lengths");
+#   narrower access otherwise, for rows up to the length the narrow kernels
+#   hold; a longer such row's backward takes a kernel that reads the row twice
+#   (measured in :doc:`step 11 <11_performance>`, "Odd row lengths");
 # * **the row held in registers**: each thread loads its part of ``x`` and of
 #   the weight once, before the reduction, and scales the values it holds, so
 #   ``x`` is read from memory once;
@@ -337,6 +338,8 @@ TOOL = ROOT / "tools" / "record_minimal_cuda.py"
 spec = importlib.util.spec_from_file_location("record_minimal_cuda", TOOL)
 recorder = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(recorder)
+from guidekit.recorded.pages import say_stale  # noqa: E402
+
 records = sorted((ROOT / "docs" / "recorded").glob("minimal_cuda_*.json"))
 if not records:
     print(
@@ -348,6 +351,7 @@ for path in records:
     data = recorder.read_record(path)
     print(f"RECORDED on {data['device']}, torch {data['torch']}, CUDA {data['cuda']},")
     print(f"{data['date']} (not run while this page was built):")
+    say_stale(path.name)
     print(recorder.header())
     for result in data["results"]:
         print(recorder.line(result))

@@ -63,6 +63,8 @@ from pathlib import Path
 
 from guidekit import compile_checks
 from guidekit.compile_checks import source_root  # noqa: E402
+from guidekit.recorded import sources as record_sources  # noqa: E402
+from guidekit.recorded.pages import say_stale  # noqa: E402
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/04.png"
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
@@ -107,28 +109,33 @@ show_diff(WRAPPER, mapping[WRAPPER])
 # hand the file to nvcc. It cannot compile the hipified *wrapper* (that needs
 # a ROCm build of torch's headers), so the check covers the torch-free device
 # code: every kernel, instantiated for the dtypes this hipcc compiles (the
-# output says which are left out), for MI200 (``gfx90a``) and MI300
-# (``gfx940``).
+# output says which are left out), for MI200 (``gfx90a``) and MI300X
+# (``gfx942``; a hipcc whose clang predates it, such as this ROCm 5.2's, takes
+# ``gfx940``, the first target of the same instruction set: the output says
+# which).
 hipcc = compile_checks.find_hipcc()
 hip_source = mapping[CSRC / "device_checks" / "rms_norm.cu"]
 flags = []
+archs = compile_checks.hip_archs(hipcc)
 if hipcc is not None:
-    print("hipcc: found")
+    print("hipcc: found; targets:", " and ".join(archs))
+    if archs[-1] != "gfx942":
+        print("this hipcc's clang does not know gfx942 (LLVM 17 and later do): gfx940 instead")
     if compile_checks.hip_has_bf16():
         print("hip/hip_bf16.h found: bfloat16 kernels included")
     else:
         flags = ["-DOPGUIDE_NO_BF16"]
         print("hip/hip_bf16.h not found (ROCm < 5.7): bfloat16 kernels left out of this check")
-result = compile_checks.hipcc_check(hip_source, extra_flags=flags)
+result = compile_checks.hipcc_check(hip_source, archs=archs, extra_flags=flags)
 print(result.summary())
 if result.status == "failed":
     print(result.output[-3000:])
 assert result.status != "failed", "the hipified device code does not compile"
 
 # %%
-# Where ``hipcc`` is missing (on the GPU machine, for one), the page shows the
-# last check that passed: ``OPGUIDE_RECORD_HIPCC=1`` on a machine with
-# ``hipcc`` writes it to ``docs/recorded/hipcc_check.json``.
+# Where ``hipcc`` is missing, the page shows the last check that passed:
+# ``OPGUIDE_RECORD_HIPCC=1`` on a machine with ``hipcc`` writes it to
+# ``docs/recorded/hipcc_check.json``.
 RECORD = ROOT / "docs" / "recorded" / "hipcc_check.json"
 kinds = ["float32", "float64", "float16"] + ([] if flags else ["bfloat16"])
 if result.ok and os.environ.get("OPGUIDE_RECORD_HIPCC") == "1":
@@ -136,10 +143,11 @@ if result.ok and os.environ.get("OPGUIDE_RECORD_HIPCC") == "1":
     record = {
         "hipcc": version.splitlines()[0] if version else "(unknown)",
         "date": datetime.date.today().isoformat(),
-        "targets": ["gfx90a", "gfx940"],
+        "targets": list(archs),
         "kernels": kinds,
     }
     RECORD.write_text(json.dumps(record, indent=2) + "\n")
+    record_sources.stamp(RECORD)  # the hash of the sources it compiled
     print(f"recorded to docs/recorded/{RECORD.name}")
 recorded = None
 if not result.ok and RECORD.exists():
@@ -149,12 +157,15 @@ if not result.ok and RECORD.exists():
         f"({recorded['hipcc']}): compiled for {' and '.join(recorded['targets'])}, "
         f"{', '.join(recorded['kernels'])} kernels"
     )
+    say_stale(RECORD.name)
 
 # %%
 # What was and was not done
 # -------------------------
 if result.ok:
-    print(f"compiled for gfx90a and gfx940: the hipified device code ({', '.join(kinds)} kernels)")
+    print(
+        f"compiled for {' and '.join(archs)}: the hipified device code ({', '.join(kinds)} kernels)"
+    )
 elif recorded is not None:
     print(f"not compiled for AMD on this machine; compiled on {recorded['date']} (recorded above)")
 else:

@@ -82,8 +82,10 @@ differ in what the compiler can see:
   :func:`torch.library.wrap_triton` becomes a node of the graph, and Inductor
   launches the compiled kernel from its own generated code: no Python
   dispatch per call, and the launch takes part in CUDA graphs and in
-  Inductor's autotuning. It needs real, compiled Triton kernels; with the
-  interpreter ``opcheck`` fails.
+  Inductor's autotuning, as :func:`torch.library.triton_op`'s documentation
+  describes it. It needs real, compiled Triton kernels; with the interpreter
+  ``opcheck`` fails, so a build without a GPU runs the ``custom_op`` path
+  only and does not show this one.
 
 Both wrap every eager call in Python layers of their own, which
 :doc:`step 11.2 <11_performance_2_eager>` measures. ``opguide`` takes a third
@@ -363,10 +365,12 @@ import subprocess
 import sys
 
 from guidekit.compile_checks import source_root
+from guidekit.recorded.pages import say_stale
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 record = json.loads((ROOT / "docs" / "recorded" / "two_gpus.json").read_text())
 machine = f"{record['gpus']} x {record['device']}, torch {record['torch']}"
+say_stale("two_gpus.json")
 if torch.cuda.device_count() >= 2:
     pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     run = subprocess.run(
@@ -416,6 +420,7 @@ print(
 # <09_triton_kernel_2_long_rows>`).
 sweep_record = load("sweep_opguide_h100.json")
 print("recorded:", triton_vs_cuda.measured_on(sweep_record))
+say_stale("sweep_opguide_h100.json")
 LIMITS = {
     "forward": triton_ops.launch.MAX_REGISTER_ROW,
     "backward": triton_ops.launch.MAX_REGISTER_ROW_BACKWARD,
@@ -467,9 +472,12 @@ for label, path in counts:
 # **Portability to ROCm.** Triton has an AMD backend: the same Python kernels
 # compile for AMD GPUs with a ROCm build of PyTorch, with no source change
 # (only the launch rules may deserve a second look, since a wavefront is
-# 64 lanes on CDNA GPUs). CUDA C++ reaches ROCm through hipify plus the small
-# shims that ``csrc/common/platform.cuh`` carries for every CUDA kernel (warp
-# width, shuffles), and each architecture is compiled ahead of time.
+# 64 lanes on CDNA GPUs). :doc:`Step 9.2 <09_triton_kernel_2_long_rows>`
+# compiles them for AMD targets without a GPU; none has run on an AMD GPU for
+# this guide, so their results there are untested. CUDA C++ reaches ROCm
+# through hipify plus the small shims that ``csrc/common/platform.cuh``
+# carries for every CUDA kernel (warp width, shuffles), and each architecture
+# is compiled ahead of time.
 #
 # **Speed.** Hand-written CUDA gives more control (vector widths, shared
 # memory, launch bounds, persistent kernels); Triton gets much of it from its
@@ -512,7 +520,10 @@ if cpp_ms > 5 * one_ms:
     )
 if triton_ops.INTERPRET:
     interp_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="triton"))
-    times = f"{interp_ms:8.3f} ms ({interp_ms / cpp_ms:.0f}x)"
+    # Against the C++ kernel's faster time: a slowed multi-thread run (above)
+    # would shrink the ratio.
+    base, where = min((cpp_ms, f"{threads} threads"), (one_ms, "1 thread"))
+    times = f"{interp_ms:8.3f} ms ({interp_ms / base:.0f}x the C++ kernel on {where})"
     print(f"Triton interpreter, same input:        {times}")
 else:
     print("Triton interpreter: not timed (TRITON_INTERPRET is off: Triton compiles)")

@@ -109,6 +109,7 @@ import torch
 
 import opguide
 from guidekit.recorded import load, triton_vs_cuda
+from guidekit.recorded.pages import say_stale
 from opguide import rms_norm_reference
 from opguide import triton as triton_ops
 from opguide.testing import TOLERANCES as TOL
@@ -165,6 +166,7 @@ for n in (20000, 2**17 + 3):
 # GPU has at least that many SMs.
 record = load("sweep_opguide_h100.json")
 print("recorded:", triton_vs_cuda.measured_on(record))
+say_stale("sweep_opguide_h100.json")
 rows = record["sweep"]["rows"]
 longest = max(record["sweep"]["ns"])
 # The fused kernel's limit depends on the dtype: the longest 16-bit row it

@@ -4,8 +4,9 @@ Step 10: Patterns: in-place, several outputs, optional arguments
 
 Real operator libraries need more than ``Tensor -> Tensor``. Between two
 blocks of a transformer, the residual stream is updated and normalised in one
-go: ``residual += x`` then ``rms_norm(residual)``. Fusing the two saves a full
-read and write of the activations, and the natural operator writes into one of
+go: ``residual += x`` then ``rms_norm(residual)``. Fused, the two make four
+passes over the activations instead of five (the norm's read of the updated
+residual is saved: the byte count below), and the natural operator writes into one of
 its inputs, returns more than one tensor, and takes arguments that may be
 ``None``. This step builds that operator, ``opguide::fused_add_rms_norm_``,
 in C++ (CPU), CUDA and Triton.
@@ -184,6 +185,7 @@ import torch
 
 import opguide
 from guidekit.recorded import load, triton_vs_cuda
+from guidekit.recorded.pages import say_stale
 from opguide import fused_add_rms_norm_reference
 from opguide import triton as triton_ops
 
@@ -398,6 +400,7 @@ def longest_register_row(planner, dtype: torch.dtype) -> int:
 record = load("sweep_opguide_h100.json")
 rows = record["sweep"]["rows"]
 print("recorded:", triton_vs_cuda.measured_on(record))
+say_stale("sweep_opguide_h100.json")
 print(textwrap.fill("bytes per call: " + record["bytes_model"]["fused"], 88))
 fused_limit = longest_register_row(launch.fused_config, torch.bfloat16)
 fig = triton_vs_cuda.plot_fractions(record, ["fused"], limits={"fused": fused_limit})
@@ -420,8 +423,10 @@ print(
 #   masked load replaces the vector/scalar split. The C++ and CUDA versions
 #   spell out the dispatch over three dtypes, the alignment check and the
 #   block reduction.
-# * **Portability**: the Triton kernel runs on AMD GPUs through Triton's ROCm
-#   backend as it is. The CUDA kernel needs hipify plus the shim in
+# * **Portability**: the Triton kernel compiles for AMD GPUs through Triton's
+#   ROCm backend as it is (:doc:`step 9.2 <09_triton_kernel_2_long_rows>`
+#   compiles it for AMD targets; it has not run on an AMD GPU for this guide).
+#   The CUDA kernel needs hipify plus the shim in
 #   ``csrc/common/platform.cuh`` (wavefront width, shuffles without a lane mask).
 # * **Limits**: a Triton program holds a row up to the lengths printed below
 #   (``opguide/triton/launch.py`` decides). Longer rows are split over several

@@ -194,9 +194,14 @@ show(sweeps.rerun_lines(sweeps.rerun_changes(ALL_ROWS, again_file["sweep"]["rows
 # Odd row lengths
 # ---------------
 # A row of 12300 bfloat16 elements (24600 bytes) is not a whole number of
-# 16-byte vectors, and a slice may start anywhere. The CUDA kernels then take the widest
-# access that the row length, the stride and every pointer allow, with more
-# accesses per thread the narrower they are:
+# 16-byte vectors, and a slice may start anywhere. The CUDA kernels then take
+# the widest access that the row length, the stride and every pointer allow,
+# with more accesses per thread the narrower they are, for rows up to the
+# length the narrow kernels hold. The backward's narrow kernels hold shorter
+# rows than that (``narrow_backward_config`` in
+# ``csrc/rms_norm/rms_norm_planner.cuh``, below the lines shown); a longer odd
+# row's backward takes the two-pass kernel, which reads the row twice, and the
+# output below shows where the backward does not move:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_planner.cuh
 #    :language: cuda

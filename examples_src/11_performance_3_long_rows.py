@@ -51,13 +51,13 @@ if not torch.cuda.is_available():
 # Where the planner sends rows to clusters is a measured choice, not only
 # where a row stops fitting. The lines below read the constants of
 # ``csrc/rms_norm/rms_norm_config.h`` and its fused twin. The forward's
-# threshold is where clusters become the faster kernel (one block is as
-# fast up to it), as the configuration records from
-# ``tools/sweep_rms_norm_forward_cluster.cu``
-# (``docs/recorded/sweep_rms_norm_forward_cluster_h100.txt``; its lines at
-# the shortest row it times are further down). The fused operator's
-# one-block kernel re-reads a long row from L2 up to its threshold, and
-# clusters take the rows whose second read would come from memory. Then the
+# threshold is where the configuration starts to send rows to clusters,
+# from ``tools/sweep_rms_norm_forward_cluster.cu``
+# (``docs/recorded/sweep_rms_norm_forward_cluster_h100.txt``): at the shortest
+# row it times, one block and clusters run at the same speed (its lines are
+# further down), so the threshold is where clusters stop losing, not a
+# measured gain. The fused operator's one-block kernel reads a long row twice
+# up to its threshold, and clusters take the longer rows. Then the
 # longest row each kernel family gives one block or one program:
 from guidekit.recorded import lessons, listed, long_rows, plots, sweeps, tool_outputs
 from guidekit.recorded.pages import recorded, recorded_text, say, show

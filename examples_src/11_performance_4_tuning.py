@@ -47,7 +47,8 @@ if not torch.cuda.is_available():
 # <03_cuda_kernel>`) keeps the packed values alive across the reduction
 # instead. The forward, by vectors per thread, with and without
 # ``keep_packed``:
-from guidekit.recorded import fixed_shapes, lessons, plots
+from guidekit.recorded import fixed_shapes, lessons, plots, recorded_dir
+from guidekit.recorded import sources as record_sources
 from guidekit.recorded.pages import compare, recorded, say, show, tool_sweep
 
 packed = tool_sweep("sweep_rms_norm_forward_keep_packed_h200.txt")
@@ -154,8 +155,12 @@ say(f"without them, the backward's largest change: {most.points:+.1f} at {most.w
 # one ends, so the GPU drains and fills again at every launch. On Hopper, a
 # kernel launched with the programmatic stream serialization attribute may
 # start while the previous one drains; it waits (``griddepcontrol.wait``)
-# before it reads memory, so results are untouched. That saves a fixed time
-# per launch, which matters only for short kernels:
+# before it reads memory, so results are untouched. The overlap hides part of
+# the gap between two kernels (`programmatic dependent launch
+# <https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#programmatic-dependent-launch-and-synchronization>`__
+# in the CUDA Programming Guide), which matters most for short kernels; the
+# runs below measure the kernels' bandwidth with it off and on, not the time
+# per launch:
 #
 # .. literalinclude:: /../csrc/common/launch.cuh
 #    :language: cuda
@@ -176,6 +181,16 @@ pdl = [
     )
 ]
 show(lessons.pdl_lines([c.points for c in pdl], pdl_on.get("clean_l2")))
+pdl_changed = [
+    f for name in ("pdl_off.json", "pdl_on.json")
+    for f in record_sources.stale_files(recorded_dir() / name) or []
+]  # fmt: skip
+if pdl_changed:
+    say(
+        "The two PDL runs measured kernels that have changed since (the files named "
+        "above): the verdict is about those kernels. The kernels as they are launch "
+        "with PDL on Hopper, unmeasured here until the runs are recorded again."
+    )
 
 # %%
 # The ranking

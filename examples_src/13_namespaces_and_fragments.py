@@ -98,10 +98,10 @@ print("matmul_naive == a @ b")
 # Two libraries, one namespace
 # ----------------------------
 # Now the second library, built with the same namespace and its own
-# ``TORCH_LIBRARY``. Each library loads fine on its own; whichever is loaded
-# second into the same process fails. The child process below loads the tiled
-# library first and then ``matmul_naive``'s, and that second load fails. The
-# failure happens inside ``dlopen``, in a static initialiser, where a C++ exception
+# ``TORCH_LIBRARY``. Each library loads fine on its own. The child process
+# below loads the tiled library first and then ``matmul_naive``'s, and that
+# second load fails. The failure happens inside ``dlopen``, in a static
+# initialiser, where a C++ exception
 # has no caller to catch it: the C++ runtime calls ``std::terminate`` and the
 # process aborts. No Python ``try`` can catch that, so it runs in a child
 # process here and this page prints the child's exit status and stderr:

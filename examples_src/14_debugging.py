@@ -42,6 +42,7 @@ import torch
 
 import opguide
 from guidekit.compile_checks import source_root, without_machine_paths  # noqa: E402
+from guidekit.recorded.pages import say_stale  # noqa: E402
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/14.png"
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
@@ -282,9 +283,9 @@ def shown(output: str, keep: int = 1) -> str:
 
     compute-sanitizer prints one report per faulting thread, each ended by a
     line of ``=========``; the others are counted by their first words, not
-    repeated. The recording's temporary directory is written as ``./``.
+    repeated.
     """
-    lines = re.sub(r"/tmp/opguide_gpu_debug_\w+/", "./", output.rstrip()).splitlines()
+    lines = output.rstrip().splitlines()
     ends = [i for i, line in enumerate(lines) if line.rstrip() == "========="]
     if len(ends) <= keep:
         return "\n".join(lines)
@@ -306,6 +307,7 @@ if RECORDING.is_file():
         f"RECORDED on {record['device']} on {record['date']} (not run while this page was "
         f"built). Driver {record['driver']}; torch {record['torch']}; {record['nvcc']}."
     )
+    say_stale(RECORDING.name)
     for run in record["runs"]:
         print(f"\n$ {run['command']}    # exit status {run['returncode']}")
         print(shown(run["output"]))
@@ -346,6 +348,7 @@ if RECORDING.is_file():
 # built):
 SANITIZED = ROOT / "docs" / "recorded" / "sanitizer_h100.txt"
 summaries = []
+say_stale(SANITIZED.name)
 for line in SANITIZED.read_text().splitlines():
     if line.startswith("#") or "SUMMARY" in line or "ran and matched" in line:
         print(line.lstrip("# "))

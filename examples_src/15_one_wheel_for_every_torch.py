@@ -10,11 +10,13 @@ mangled names, and the next release may rename, move or change them. The
 symptom is familiar: ``undefined symbol: _ZN3c10...`` after
 ``pip install -U torch``, and one wheel to build per torch release.
 
-Since torch 2.10 PyTorch recommends the **LibTorch stable ABI** for new
-operators: headers under ``torch/csrc/stable/`` and ``torch/headeronly/``, and
-every call into torch made through a C shim whose functions keep their
-signatures. A library built against one torch loads into every later one, from
-the version it targets on.
+PyTorch's answer is the **LibTorch stable ABI** (`its notes
+<https://docs.pytorch.org/docs/stable/notes/libtorch_stable_abi.html>`__, and
+the `stable C++ API <https://docs.pytorch.org/cppdocs/api/stable/index.html>`__,
+"when distributing pre-compiled binaries"): headers under
+``torch/csrc/stable/`` and ``torch/headeronly/``, and every call into torch
+made through a C shim whose functions keep their signatures. A library built
+against one torch loads into every later one, from the version it targets on.
 
 In this step you will learn:
 
@@ -149,6 +151,7 @@ import time
 import torch
 
 from guidekit import compile_checks
+from guidekit.recorded import pages
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/15.png"
 ROOT = compile_checks.source_root()
@@ -289,8 +292,10 @@ else:
 # and only that torch finds out, at load time. ``--target`` reads those blocks
 # from the installed headers and checks every shim symbol the library imports.
 # A platform tag such as ``manylinux_2_28`` promises that the library loads
-# with glibc 2.28; ``--manylinux`` compares it with the newest glibc symbol
-# version the library asks for. The cell checks the wheel's library, then a
+# with glibc 2.28 and the libstdc++ of those distributions; ``--manylinux``
+# compares it with the newest glibc, ``GLIBCXX_`` and ``CXXABI_`` symbol
+# versions the library asks for, as ``auditwheel`` does (:doc:`step 19
+# <19_ship_your_operator>` repairs a wheel with it). The cell checks the wheel's library, then a
 # probe that calls the newest shim function the installed torch declares:
 if library is not None:
     versions = check_abi.shim_versions(check_abi.shim_headers())
@@ -298,8 +303,14 @@ if library is not None:
     added = {f"{a}.{b}": sum(v == (a, b) for v in versions.values()) for a, b in releases}
     print("shim functions by the release that added them:", added)
     assert check_abi.main([str(library), "--target", "2.11"]) == 0
-    need = check_abi.glibc_needed(str(library))
-    print(f"so a wheel of it built here can be tagged manylinux_{need[0]}_{need[1]} at best")
+    need, cxx = check_abi.glibc_needed(str(library)), check_abi.libstdcxx_needed(str(library))
+    best = check_abi.oldest_tag(str(library))
+    print(
+        f"it asks for glibc {need[0]}.{need[1]}, "
+        + ", ".join(f"{k} {'.'.join(map(str, v))}" for k, v in sorted(cxx.items()))
+        + f": a wheel of it built here can be tagged manylinux_{best[0]}_{best[1]} at best, "
+        "the oldest manylinux policy that covers them"
+    )
     newest = releases[-1]
     name = sorted(n for n, v in versions.items() if v == newest)[0]
     late = probe_dir / "late.cpp"
@@ -343,13 +354,14 @@ else:
 # ``tools/record_stable_abi.py``; each block below is one recorded run:
 records = sorted((ROOT / "docs" / "recorded").glob("stable_abi_*.json"))
 cross = [json.loads(p.read_text()) for p in records]
-for r in cross:
+for path, r in zip(records, cross, strict=True):
     b, u = r["built_with"], r["run_with"]
     print(
         f"built with torch {b['torch']} (target {b['target_version']}, "
         f"CUDA kernel: {'yes' if b['cuda_kernel'] else 'no'}), {r['date'][:10]}"
     )
     print(f"  ran with torch {u['torch']} on {u['device']}: {r['pytest_summary']}")
+    pages.say_stale(path.name)
 different = [r for r in cross if r["run_with"]["torch"] != r["built_with"]["torch"]]
 on_gpu = [r for r in different if r["run_with"]["device"] != "CPU"]
 passed = sum(r["pytest_exit_code"] == 0 for r in different)
@@ -364,9 +376,10 @@ print(
 # %%
 # What the stable ABI does not cover
 # ----------------------------------
-# * **The CUDA runtime.** The CUDA build links ``libcudart.so.13``; it loads
-#   into torch builds for CUDA 13.x, not into a CUDA 12 torch. One wheel per
-#   CUDA major version remains.
+# * **The CUDA runtime.** The CUDA build links ``libcudart.so.13`` (the
+#   runtime's file name carries its major version), which a CUDA 12 torch
+#   neither ships nor loads; this guide has not run that build against a
+#   CUDA 12 torch. One wheel per CUDA major version remains.
 # * **Older torch.** ``TORCH_TARGET_VERSION`` is a floor: the wheel needs the
 #   shim functions of 2.11 and loads into 2.11 and later, not into 2.10.
 # * **The API surface.** ``torch/csrc/stable/ops.h`` wraps a small set of ATen

@@ -48,6 +48,7 @@ import torch
 
 import opguide
 from guidekit import compile_checks
+from guidekit.recorded import pages, sources
 from opguide import _library
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/16.png"
@@ -206,8 +207,10 @@ assert failed.returncode != 0
 # %%
 # To serve a Python-free runtime, define the operator in C++ (``TORCH_LIBRARY``,
 # as this guide's library does) and ship the compiled library with the
-# package. A Triton kernel written with ``torch.library.triton_op`` is the
-# other way: Inductor compiles the kernel into the package itself.
+# package. A Triton kernel written with ``torch.library.triton_op`` is meant
+# to be the other way: Inductor compiles the kernel into the package itself
+# (:func:`torch.library.triton_op`'s documentation). Whether the package of
+# this page's block loaded on a GPU is the last line of the GPU cell below.
 #
 # vmap
 # ----
@@ -491,6 +494,7 @@ if HAVE_GPU:
     print(aoti_verdict(result["lines"], "on this GPU"))
     if os.environ.get("OPGUIDE_RECORD_GPU") == "1":
         RECORD.write_text(json.dumps(result, indent=2) + "\n")
+        sources.stamp(RECORD)  # the hash of the sources it ran
         print(f"recorded to docs/recorded/{RECORD.name}")
 elif RECORD.exists():
     recorded = json.loads(RECORD.read_text())
@@ -498,6 +502,7 @@ elif RECORD.exists():
         f"No GPU here. Recorded on {recorded['device']} with torch {recorded['torch']}, "
         f"{recorded['date']}:"
     )
+    pages.say_stale(RECORD.name)
     print("\n".join(recorded["lines"][1:]))
     print(aoti_verdict(recorded["lines"], f"in the recorded run ({recorded['device']})"))
 else:

@@ -46,9 +46,9 @@ Three points carry over to any operator:
   the local tensors.
 * **A reduction over the sharded dimension returns a partial result.** The
   backward's ``grad_weight`` sums over all rows; with the rows split, each
-  device's sum is a part of it, ``Partial("sum")``, exactly what PyTorch's own
-  norms return. DTensor reduces it when someone needs the whole value (an
-  optimizer updating a replicated weight, or ``full_tensor()``), and not
+  device's sum is a part of it, ``Partial("sum")``. DTensor reduces it when
+  someone needs the whole value (an optimizer updating a replicated weight,
+  or ``full_tensor()``), and not
   before.
 * **In-place updates need the placement to stay.** ``register_sharding``
   treats an operator whose name ends in ``_`` as one that writes and returns
@@ -99,6 +99,7 @@ import time
 import torch
 
 from guidekit.compile_checks import source_root
+from guidekit.recorded import pages, sources
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/17.png"
 ROOT = source_root()
@@ -162,6 +163,7 @@ if proc.stdout.startswith("2 processes, backend nccl"):
             "lines": report,
         }
         RECORD.write_text(json.dumps(record, indent=2) + "\n")
+        sources.stamp(RECORD)  # the hash of the sources it ran
         print(f"recorded to docs/recorded/{RECORD.name}")
     print("the run above was on NCCL, live")
 elif RECORD.exists():
@@ -170,7 +172,23 @@ elif RECORD.exists():
         f"Recorded on {recorded['gpus']} x {recorded['device']}, torch {recorded['torch']}, "
         f"{recorded['date']}:"
     )
+    pages.say_stale(RECORD.name)
     print("\n".join(recorded["lines"]))
+    # A recorded call whose line differs from the run above: the runs differ in
+    # backend, perhaps in torch and in the sources, and the lines say which.
+    differ = [line for line in recorded["lines"][1:] if line.endswith("; equal")]
+    differ = [line for line in differ if line not in report]
+    if differ:
+        why = ["the backend (NCCL there, gloo here)"]
+        if recorded["torch"].split("+")[0] != torch.__version__.split("+")[0]:
+            why.append(f"torch ({recorded['torch']} there, {torch.__version__} here)")
+        if "opguide/distributed.py" in (sources.stale_files(RECORD) or []):
+            why.append("the sharding rules (opguide/distributed.py changed since the record)")
+        pages.say(
+            f"{len(differ)} recorded call(s) differ from the run above, each still equal to "
+            f"one device's result: {'; '.join(differ)}. DTensor chooses how to move an "
+            "input the rule cannot take as it is; the two runs differ in " + ", ".join(why) + "."
+        )
 else:
     print(
         f"SKIPPED: {torch.cuda.device_count()} GPU(s) here and no recorded NCCL run "

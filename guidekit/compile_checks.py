@@ -320,10 +320,38 @@ def hip_has_bf16(hipcc: str | None = None) -> bool:
     return proc.returncode == 0
 
 
+def hip_archs(hipcc: str | None = None) -> tuple[str, ...]:
+    """The AMD targets of the hipcc check: MI200 (``gfx90a``) and MI300X/MI300A (``gfx942``).
+
+    A hipcc whose clang predates ``gfx942`` (LLVM 17; Debian's ROCm 5.2 has
+    clang 15) gets ``gfx940`` instead, the first target of the same
+    instruction set (GFX9.4).
+
+    Args:
+        hipcc: the hipcc to ask (default: :func:`find_hipcc`).
+
+    Returns:
+        The targets, ``gfx90a`` first.
+    """
+    hipcc = hipcc or find_hipcc()
+    if hipcc is None:
+        return ("gfx90a", "gfx942")
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "probe.hip"
+        probe.write_text("")
+        proc = subprocess.run(
+            [hipcc, "-fsyntax-only", "-x", "hip", str(probe), "--offload-arch=gfx942"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HIP_PLATFORM": "amd"},
+        )
+    return ("gfx90a", "gfx942") if proc.returncode == 0 else ("gfx90a", "gfx940")
+
+
 def hipcc_check(
     source: str | os.PathLike,
     *,
-    archs: Sequence[str] = ("gfx90a", "gfx940"),
+    archs: Sequence[str] | None = None,
     extra_flags: Sequence[str] = (),
     cache_dir: Path | None = None,
 ) -> CompileResult:
@@ -334,7 +362,8 @@ def hipcc_check(
 
     Args:
         source: a ``.hip`` file produced by :func:`hipify`.
-        archs: AMD targets, e.g. ``gfx90a`` (MI200) and ``gfx940`` (MI300).
+        archs: AMD targets (default: :func:`hip_archs`), e.g. ``gfx90a`` (MI200)
+            and ``gfx942`` (MI300X).
         extra_flags: more hipcc flags.
         cache_dir: where successful results are remembered.
 
@@ -348,7 +377,7 @@ def hipcc_check(
             "hipcc", str(source), "skipped", "hipcc not found (Debian: apt-get install hipcc)"
         )
     command = [hipcc, "-c", str(source), "-o", os.devnull, "-std=c++17"]
-    command += [f"--offload-arch={a}" for a in archs] + list(extra_flags)
+    command += [f"--offload-arch={a}" for a in archs or hip_archs(hipcc)] + list(extra_flags)
     env = {**os.environ, "HIP_PLATFORM": "amd"}
     inputs = [source, *_source_tree_headers(source)]
     if cache_dir is None:

@@ -50,6 +50,16 @@ def test_hipcc_hipified_device_code(source, tmp_path):
     _require(compile_checks.hipcc_check(hip_source, extra_flags=flags))
 
 
+def test_hip_targets_are_gfx942_where_hipcc_knows_it(tmp_path):
+    """MI300X is gfx942; a hipcc whose clang predates it gets gfx940 (same ISA)."""
+    for name, knows in (("new", "exit 0"), ("old", 'case "$*" in *gfx942*) exit 1;; esac')):
+        fake = tmp_path / f"hipcc_{name}"
+        fake.write_text(f"#!/bin/sh\n{knows}\n")
+        fake.chmod(0o755)
+    assert compile_checks.hip_archs(str(tmp_path / "hipcc_new")) == ("gfx90a", "gfx942")
+    assert compile_checks.hip_archs(str(tmp_path / "hipcc_old")) == ("gfx90a", "gfx940")
+
+
 def test_nvcc_catches_a_broken_kernel(tmp_path):
     # The check must be able to fail: a device-code type error is reported.
     if compile_checks.find_nvcc() is None:

@@ -15,6 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "docs" / "_ext"))
 from notebook_markdown import leftover_rest, to_markdown  # noqa: E402
 
+#: A published site's address (docs/conf.py's ``html_baseurl``).
+SITE = "https://opguide.example.org/"
 TARGETS = {
     ("py", "func", "torch.library.custom_op"): (
         "https://docs.pytorch.org/docs/stable/library.html#torch.library.custom_op",
@@ -25,7 +27,7 @@ TARGETS = {
         "#torch.utils.cpp_extension.BuildExtension",
         None,
     ),
-    ("std", "doc", "08_autograd"): ("../../auto_examples/08_autograd.html", "Step 8: Autograd"),
+    ("std", "doc", "08_autograd"): (f"{SITE}auto_examples/08_autograd.html", "Step 8: Autograd"),
 }
 
 
@@ -51,10 +53,10 @@ def include(arg: str, options: dict[str, str]) -> tuple[str, str]:
             "a [`BuildExtension`](https://docs.pytorch.org/docs/stable/cpp_extension.html"
             "#torch.utils.cpp_extension.BuildExtension)",
         ),
-        ("see :doc:`08_autograd`", "see [Step 8: Autograd](../../auto_examples/08_autograd.html)"),
+        ("see :doc:`08_autograd`", f"see [Step 8: Autograd]({SITE}auto_examples/08_autograd.html)"),
         (
             "see :doc:`step 8\n<08_autograd>` and",
-            "see [step 8](../../auto_examples/08_autograd.html) and",
+            f"see [step 8]({SITE}auto_examples/08_autograd.html) and",
         ),
         ("an unknown :func:`torch.no_grad`", "an unknown `torch.no_grad()`"),
         ("an unknown :py:class:`~a.b.C` here", "an unknown `C` here"),
@@ -68,6 +70,25 @@ def test_roles_become_links_or_inline_code(rest, markdown):
     converted = to_markdown(rest, link, include)
     assert converted.startswith(markdown), converted
     assert converted == to_markdown(converted, link, include), "a second pass changes the cell"
+
+
+def test_site_pages_unlinked_without_a_published_address():
+    """With no ``html_baseurl``, the linker knows a page but gives no URL: no relative link."""
+
+    def site(domain, role, target):  # as the linker resolves a page with no address
+        found = link(domain, role, target)
+        return (None, found[1]) if found and found[0].startswith(SITE) else found
+
+    converted = to_markdown(
+        "see :doc:`08_autograd`, :doc:`step 8 <08_autograd>` and :func:`torch.library.custom_op`",
+        site,
+    )
+    assert converted == (
+        "see Step 8: Autograd, step 8 and [`torch.library.custom_op()`]"
+        "(https://docs.pytorch.org/docs/stable/library.html#torch.library.custom_op)"
+    )
+    assert "](" not in to_markdown("a :class:`~torch.utils.cpp_extension.BuildExtension`",
+                                   lambda d, r, t: (None, None))  # fmt: skip
 
 
 def test_list_table_becomes_a_markdown_table():
@@ -90,7 +111,7 @@ After."""
         "The questions:\n\n**Options**\n\n"
         "| question | what it sets |\n"
         "| --- | --- |\n"
-        "| ``package`` | the Python package, see [step 8](../../auto_examples/08_autograd.html);"
+        f"| ``package`` | the Python package, see [step 8]({SITE}auto_examples/08_autograd.html);"
         r" a second line \| with a bar |" + "\n"
         "| ``abi`` |  |\n\nAfter."
     )

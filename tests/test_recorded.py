@@ -10,6 +10,9 @@ rather than leaving the page's prose behind.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 
 import matplotlib.pyplot as plt
 import pytest
@@ -25,6 +28,7 @@ from guidekit.recorded import (
     pages,
     plots,
     recorded_dir,
+    sources,
     sweeps,
     tool_outputs,
 )
@@ -470,3 +474,122 @@ def test_triton_split_lines_split_each_pass_past_its_own_limit():
     assert forward.startswith("Triton split forward at N = 32768, 65536:")
     assert fused.startswith("Triton split fused   at N = 65536:")
     assert fused.endswith(f"(one program: N <= {sweeps.TRITON_BLOCK['fused']})")
+
+
+# Records tied to the sources they measured ------------------------------------
+
+#: Set on the GPU machine after the records are refreshed (``tools/gpu_suite.sh
+#: records``): then a record whose sources changed since it was made fails.
+#: Off by default: on a CPU machine a kernel change leaves its records stale
+#: until the next GPU run, and the pages say so.
+FAIL_ON_STALE = os.environ.get("OPGUIDE_STALE_RECORDS", "") == "fail"
+
+
+def _records():
+    return sorted(p for p in recorded_dir().iterdir() if not p.name.endswith(sources.SIDECAR))
+
+
+def test_every_record_names_and_stores_its_sources():
+    for path in _records():
+        assert sources.measured_globs(path.name), path.name
+        stored = sources.read_stored(path)
+        assert stored is not None, f"{path.name}: run tools/stamp_records.py {path.name}"
+        assert set(stored) == {"sha256", "files"} and stored["files"], path.name
+    # A hash file beside a text record belongs to a record that exists.
+    for sidecar in recorded_dir().glob("*" + sources.SIDECAR):
+        assert sidecar.with_name(sidecar.name.removesuffix(sources.SIDECAR)).exists()
+
+
+@pytest.mark.skipif(not FAIL_ON_STALE, reason="OPGUIDE_STALE_RECORDS=fail is not set")
+def test_no_record_measured_sources_that_changed_since():
+    stale = [note for p in _records() if (note := sources.stale_note(p))]
+    assert not stale, "\n".join(stale)
+
+
+def test_digest_is_stable_and_names_each_file():
+    one = sources.digest({"b.cu": b"x", "a.h": b"y"})
+    assert one == sources.digest({"a.h": b"y", "b.cu": b"x"})  # order of the dict: no matter
+    assert list(one["files"]) == ["a.h", "b.cu"]
+    # A byte moved from one file's end to the next file's start changes the hash.
+    assert sources.digest({"a.h": b"yx", "b.cu": b""})["sha256"] != one["sha256"]
+    assert sources.select(["csrc/common/x.cuh", "csrc/common/__pycache__/y.pyc", "csrc/a.cpp",
+                           "opguide/triton/sub/k.py", "opguide/_C.abi3.so", "opguide/ops.py"],
+                          ("csrc/common/**", "opguide/*.py", "opguide/triton/**")) == [
+        "csrc/common/x.cuh", "opguide/ops.py", "opguide/triton/sub/k.py"]  # fmt: skip
+    with pytest.raises(KeyError):
+        sources.measured_globs("notes.md")
+
+
+def _tree(root, kernel=b"__global__ void k() {}\n"):
+    """A small source tree with a kernel, a benchmark and a text and a JSON record."""
+    for rel, data in {
+        "csrc/rms_norm/rms_norm_forward.cuh": kernel,
+        "csrc/common/platform.cuh": b"#pragma once\n",
+        "guidekit/benchmark/__init__.py": b"",
+        "tools/sweep_rms_norm_forward_cluster.cu": b"int main() {}\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    folder = root / "docs" / "recorded"
+    if folder.exists():
+        return folder
+    folder.mkdir(parents=True)
+    (folder / "sweep_h100.json").write_text(
+        json.dumps({"device": "NVIDIA H100", "date": "2026-01-01", "torch": "2.11"}, indent=1)
+    )
+    (folder / "sweep_rms_norm_forward_cluster_h100.txt").write_text("NVIDIA H100, 132 SMs\n")
+    return folder
+
+
+def test_a_changed_kernel_marks_its_records_stale_on_the_page(tmp_path, monkeypatch, capsys):
+    folder = _tree(tmp_path)
+    for name in ("sweep_h100.json", "sweep_rms_norm_forward_cluster_h100.txt"):
+        sources.write_stored(folder / name, sources.current(name, tmp_path))
+    assert json.loads((folder / "sweep_h100.json").read_text())["device"] == "NVIDIA H100"
+    assert (folder / "sweep_rms_norm_forward_cluster_h100.txt.sources").exists()
+    monkeypatch.setattr(sources, "_source_root", lambda: tmp_path)
+
+    pages.recorded("sweep_h100.json", folder)
+    pages.recorded_text("sweep_rms_norm_forward_cluster_h100.txt", directory=folder)
+    assert "changed since" not in capsys.readouterr().out
+
+    _tree(tmp_path, kernel=b"__global__ void k() { /* faster */ }\n")
+    (tmp_path / "csrc" / "common" / "cluster.cuh").write_bytes(b"// new\n")
+    pages.recorded("sweep_h100.json", folder)
+    pages.recorded_text("sweep_rms_norm_forward_cluster_h100.txt", directory=folder)
+    out = " ".join(capsys.readouterr().out.split())  # the lines as pages.say wraps them, joined
+    changed = "csrc/common/cluster.cuh, csrc/rms_norm/rms_norm_forward.cuh"
+    assert f"sweep_h100.json: measured on sources that have changed since: {changed}" in out
+    assert f"cluster_h100.txt: measured on sources that have changed since: {changed}" in out
+    # The benchmark's own change touches the benchmark's records, not the sweep program's.
+    (tmp_path / "guidekit" / "benchmark" / "__init__.py").write_bytes(b"# changed\n")
+    assert "guidekit/benchmark/__init__.py" in sources.stale_files(folder / "sweep_h100.json")
+    assert sources.stale_files(folder / "sweep_rms_norm_forward_cluster_h100.txt") == [
+        "csrc/common/cluster.cuh", "csrc/rms_norm/rms_norm_forward.cuh"]  # fmt: skip
+
+
+def test_stamps_from_the_commit_that_last_changed_a_record(tmp_path):
+    """``tools/stamp_records.py --from-git``'s reader: the files as git stored them."""
+    shown = {"csrc/rms_norm/k.cuh": b"old kernel\n", "csrc/minimal/m.cu": b"m\n"}
+
+    def run(cmd, **_):
+        class Done:
+            stdout = (
+                "\n".join([*shown, "README.md"]).encode()
+                if cmd[1] == "ls-tree"
+                else shown[cmd[2].split(":", 1)[1]]
+            )
+
+        assert cmd[:2] in (["git", "ls-tree"], ["git", "show"]) and "abc" in " ".join(cmd)
+        return Done()
+
+    got = sources.at_commit("sweep_h100.json", tmp_path, "abc", run)
+    assert got == sources.digest({"csrc/rms_norm/k.cuh": b"old kernel\n"})
+
+
+def test_the_records_command_lists_every_record_once():
+    root = recorded_dir().parents[1]
+    listing = subprocess.run(["bash", "tools/gpu_records.sh", "list"], cwd=root, check=True,
+                             capture_output=True, text=True).stdout  # fmt: skip
+    named = re.findall(r"[\w.]+\.(?:json|txt|log)\b", listing)
+    assert sorted(named) == sorted(p.name for p in _records())

@@ -152,3 +152,61 @@ def test_the_check_reads_glibc_versions_against_the_platform_tag(tmp_path):
     assert check_abi.main([probe, "--manylinux", f"manylinux_{need[0]}_{need[1]}_x86_64"]) == 0
     with pytest.raises(ValueError, match="not a manylinux platform tag"):
         check_abi.glibc_of_tag("linux_x86_64")
+
+
+def test_the_check_reads_libstdcxx_versions_against_the_platform_tag(tmp_path):
+    """A std::string of the C++11 ABI needs GLIBCXX 3.4.21: too new for manylinux2014."""
+    probe = _probe(
+        tmp_path,
+        '#include <string>\nextern "C" unsigned long f(const char* s) {\n'
+        "  std::string t(s); t += s; return t.size(); }\n",
+    )
+    need = check_abi.libstdcxx_needed(probe)
+    assert need["GLIBCXX"] >= (3, 4, 21), need
+    assert check_abi.libstdcxx_of_tag("manylinux2014_x86_64") == {
+        "GLIBCXX": (3, 4, 19), "CXXABI": (1, 3, 7)}  # fmt: skip
+    assert check_abi.libstdcxx_of_tag("manylinux_2_30_x86_64")["GLIBCXX"] == (3, 4, 24)
+    assert check_abi.main([probe, "--manylinux", "manylinux2014_x86_64"]) == 1
+    newest = check_abi.LIBSTDCXX_OF_GLIBC[max(check_abi.LIBSTDCXX_OF_GLIBC)]
+    if need["GLIBCXX"] <= newest[0] and need.get("CXXABI", ()) <= newest[1]:
+        glibc = check_abi.glibc_needed(probe)
+        # The oldest tag whose glibc and libstdc++ both cover the probe passes.
+        tag = next(
+            f"manylinux_{g[0]}_{g[1]}_x86_64"
+            for g, (cxx, abi) in sorted(check_abi.LIBSTDCXX_OF_GLIBC.items())
+            if g >= glibc and cxx >= need["GLIBCXX"] and abi >= need.get("CXXABI", ())
+        )
+        assert check_abi.main([probe, "--manylinux", tag]) == 0, tag
+
+
+def test_the_libstdcxx_table_matches_auditwheel_where_installed():
+    policy = pytest.importorskip("auditwheel.policy")
+    path = Path(policy.__file__).parent / "manylinux-policy.json"
+    if not path.exists():
+        pytest.skip("this auditwheel keeps no manylinux-policy.json")
+    import json
+
+    def newest(versions):
+        plain = [tuple(map(int, v.split("."))) for v in versions if re.fullmatch(r"[\d.]+", v)]
+        return max(plain)
+
+    for entry in json.loads(path.read_text()):
+        match = re.fullmatch(r"manylinux_(\d+)_(\d+)", entry["name"])
+        found = entry["symbol_versions"].get("x86_64", {})
+        if not match or "GLIBCXX" not in found:
+            continue
+        tag = f"{entry['name']}_x86_64"
+        want = {"GLIBCXX": newest(found["GLIBCXX"]), "CXXABI": newest(found["CXXABI"])}
+        assert check_abi.libstdcxx_of_tag(tag) == want, tag
+
+
+def test_the_oldest_tag_covers_glibc_and_libstdcxx(tmp_path, monkeypatch):
+    """glibc 2.32 with GLIBCXX 3.4.29 (g++ 11's): manylinux_2_34, as auditwheel says."""
+    monkeypatch.setattr(
+        check_abi, "undefined_symbols",
+        lambda library, demangle=True: ["memcpy@GLIBC_2.14", "f@GLIBC_2.32",
+                                        "_ZNSt7__cxx11@GLIBCXX_3.4.29", "__cxa_x@CXXABI_1.3.9"],
+    )  # fmt: skip
+    assert check_abi.oldest_tag("x.so") == (2, 34)
+    assert check_abi.main(["x.so", "--manylinux", "manylinux_2_28_x86_64"]) == 1
+    assert check_abi.main(["x.so", "--manylinux", "manylinux_2_34_x86_64"]) == 0

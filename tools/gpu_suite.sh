@@ -7,6 +7,7 @@
 #   tools/gpu_suite.sh part 1|2 [WHEELHOUSE]               # one part; each fits a 10-minute call
 #   tools/gpu_suite.sh tests [WHEELHOUSE [PYTEST ARGS...]] # pytest with your own arguments
 #   tools/gpu_suite.sh docs  [WHEELHOUSE]                  # build the site, gallery on the GPU
+#   tools/gpu_suite.sh records PART [WHEELHOUSE]           # PART 1 to 4; `records list` lists them
 #
 # Part 1 is tests/, part 2 the gallery scripts and the notebook. Both run
 # OPGUIDE_JOBS (default 8) pytest processes, whole files each, and end with
@@ -15,13 +16,24 @@
 # network they cannot run here, and every CPU run of the README's test
 # command runs them.
 #
+# `records PART` remakes the records in docs/recorded/ that one command makes
+# from the sources as they are, in four parts that each fit in ten minutes on
+# an H100 (the benchmark's sweeps; its fixed shapes and eager calls; the tools'
+# programs; compute-sanitizer and the CUDA tests), stamps each with the hash of
+# the sources it measured (tools/stamp_records.py) and prints what it
+# refreshed. Then `OPGUIDE_STALE_RECORDS=fail tools/gpu_suite.sh tests .whl
+# tests/test_recorded.py` fails on any record left stale.
+#
 # The sessions run in the current interpreter (OPGUIDE_SYSTEM_TORCH=1) and
 # build the CUDA kernels (USE_CUDA=1; TORCH_CUDA_ARCH_LIST defaults to the
 # visible GPU's architecture). A second part on the same machine reuses the
 # build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-session="${1:?usage: tools/gpu_suite.sh suite|part N|tests|docs [WHEELHOUSE]}"
+session="${1:?usage: tools/gpu_suite.sh suite|part N|tests|docs|records PART [WHEELHOUSE]}"
+if [[ "$session" == records ]]; then
+  exec tools/gpu_records.sh "${@:2}"
+fi
 shift
 part=""
 if [ "$session" = part ]; then

@@ -51,7 +51,9 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: 
         text=True,
         timeout=timeout,
     )
-    out = proc.stdout + proc.stderr
+    # The programs run in a temporary folder; the record names it "./", the
+    # folder the commands are shown to run in.
+    out = (proc.stdout + proc.stderr).replace(f"{cwd}/", "./")
     if len(out) > MAX_CHARS:
         out = out[:2000] + "\n[... output shortened ...]\n" + out[-(MAX_CHARS - 2000) :]
     return proc.returncode, out

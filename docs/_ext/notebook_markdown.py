@@ -28,7 +28,9 @@ import textwrap
 from collections.abc import Callable
 
 #: ``link(domain, role, target)``: ``(url, title)`` of a role's target, or None
-#: when it is unknown; ``title`` is the target's own title (a page's), or None.
+#: when it is unknown; ``title`` is the target's own title (a page's), or None;
+#: ``url`` is None for a target known but not to be linked (a page of a site
+#: with no published address: a relative link breaks in a download).
 Link = Callable[[str, str, str], "tuple[str, str | None] | None"]
 #: ``include(argument, options)``: ``(language, text)`` that a literalinclude shows.
 Include = Callable[[str, "dict[str, str]"], "tuple[str, str]"]
@@ -277,6 +279,8 @@ def _role(match: re.Match, link: Link | None) -> str:
             title = resolved[1]
     if resolved is None:
         return f"`{title}`"
+    if resolved[0] is None:
+        return f"`{title}`" if as_code else title
     label = f"`{title}`" if as_code else title.replace("[", r"\[").replace("]", r"\]")
     return f"[{label}]({resolved[0]})"
 

@@ -14,6 +14,8 @@
   gallery page does: the Jupyter notebook (jupytext's conversion, under
   ``_generated/notebooks/``) and the MyST file.
 * viewcode's pages of opguide's modules show marker lines as blank lines.
+* ``recorded-sources``: beside a record a page shows, which of the sources it
+  measured have changed since (``guidekit.recorded.sources``).
 * ``_generated/opguide-source.tar.gz``: an archive of this source tree made at
   build time, offered on the landing page.
 """
@@ -34,6 +36,7 @@ from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.directives.code import LiteralInclude, LiteralIncludeReader
 from sphinx.errors import ExtensionError, NoUri
+from sphinx.util.docutils import SphinxDirective
 
 # A line that holds nothing but a marker comment: "// [cpu-kernel]", "# [fake-end]".
 MARKER_LINE = re.compile(r"^[ \t]*(?://|#)[ \t]*\[[A-Za-z0-9_-]+\][ \t]*$")
@@ -52,6 +55,22 @@ ARCHIVE_SKIP = re.compile(
 def strip_markers(text: str) -> str:
     """``text`` without its marker-comment lines."""
     return "".join(line for line in text.splitlines(True) if not MARKER_LINE.match(line))
+
+
+class RecordedSources(SphinxDirective):
+    """``.. recorded-sources:: NAME``: the sentence that says which of the sources
+    the record ``docs/recorded/NAME`` measured have changed since it was made
+    (:func:`guidekit.recorded.sources.stale_note`); nothing when none has."""
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        from guidekit.recorded import recorded_dir, sources
+
+        path = recorded_dir() / self.arguments[0]
+        self.env.note_dependency(str(path))
+        note = sources.stale_note(path)
+        return [nodes.paragraph(text=note)] if note else []
 
 
 class MarkerFreeLiteralInclude(LiteralInclude):
@@ -77,29 +96,24 @@ def _included_code(arg: str, options: dict[str, str], base: Path, app: Sphinx) -
     return options.get("language", ""), strip_markers(text)
 
 
-def _site_root_from_download(app: Sphinx, path: Path) -> str:
-    """The site's root URL, relative to the folder that serves ``path`` as a download.
+def _site_root(app: Sphinx) -> str | None:
+    """The site's absolute root URL (``html_baseurl``), or None where it has none.
 
-    Sphinx serves a download from ``_downloads/<digest>/``; with
-    ``html_baseurl`` set, the site's absolute URL is used instead.
+    A downloaded notebook leaves the site, so a link relative to the site
+    breaks there: a link to one of the site's pages is absolute, or, with no
+    published address to point at, no link at all (the page's title stays).
     """
-    if app.config.html_baseurl:
-        return app.config.html_baseurl.rstrip("/") + "/"
-    relative = path.relative_to(app.srcdir).as_posix()
-    served = next(
-        (dest for src, (_, dest) in app.env.dlfiles.items() if Path(src).as_posix() == relative),
-        f"{'0' * 32}/{path.name}",
-    )
-    return "../" * (len(PurePosixPath("_downloads", str(served)).parts) - 1)
+    return app.config.html_baseurl.rstrip("/") + "/" if app.config.html_baseurl else None
 
 
-def _linker(app: Sphinx, refdoc: str, root: str):
+def _linker(app: Sphinx, refdoc: str, root: str | None):
     """``link(domain, role, target)`` for :func:`notebook_markdown.to_markdown`.
 
     A target resolves the way Sphinx resolves it on the page ``refdoc``: in its
     domain (opguide's API, the pages), then through ``missing-reference``
     (intersphinx: Python's and PyTorch's online documentation). A link inside
-    the site is prefixed with ``root``, the site's root seen from the download.
+    the site is prefixed with ``root``, the site's absolute root URL; with
+    ``root`` None it resolves to no URL, only the target's title.
     """
     env = app.env
     py_roles = env.get_domain("py").roles
@@ -129,6 +143,8 @@ def _linker(app: Sphinx, refdoc: str, root: str):
             return None  # unknown, or a builtin that Sphinx does not link
         uri = found.get("refuri") or f"{root_uri}#{found.get('refid', '')}"
         if "://" not in uri:
+            if root is None:
+                return None, found.astext()
             uri = root + uri
         return uri, found.astext()
 
@@ -142,7 +158,7 @@ def markdown_cells_converted(app: Sphinx, path: Path, refdoc: str) -> None:
     ``:doc:`` and ``literalinclude`` are read from its folder.
     """
     notebook = json.loads(path.read_text())
-    link = _linker(app, refdoc, _site_root_from_download(app, path))
+    link = _linker(app, refdoc, _site_root(app))
     base = Path(app.srcdir) / PurePosixPath(refdoc).parent
 
     def include(arg: str, options: dict[str, str]) -> tuple[str, str]:
@@ -281,6 +297,7 @@ def viewcode_source(app: Sphinx, modname: str):
 
 def setup(app: Sphinx) -> dict:
     app.add_directive("literalinclude", MarkerFreeLiteralInclude, override=True)
+    app.add_directive("recorded-sources", RecordedSources)
     app.setup_extension("sphinx.ext.viewcode")  # defines the event connected here
     app.connect("viewcode-find-source", viewcode_source)
     app.connect("env-before-read-docs", write_notebook_downloads)

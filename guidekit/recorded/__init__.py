@@ -21,6 +21,8 @@ on the recorded files themselves.
 * :mod:`.plots`: the pages' figures, drawn from the same records.
 * :mod:`.triton_vs_cuda`: steps 9 and 10's view of a sweep, the Triton kernels
   beside the CUDA ones in % of the copy.
+* :mod:`.sources`: the sources each record measured, their stored hashes, and
+  the sentence a page prints when they have changed since.
 
 Functions that return ``list[str]`` return lines to print; the others return
 the numbers that those lines state.

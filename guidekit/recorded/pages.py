@@ -14,7 +14,7 @@ from pathlib import Path
 
 from guidekit.benchmark.passes import SAME_SIZE_COPY
 
-from . import describe, fixed_shapes, listed, load, recorded_dir, sweeps, tool_outputs
+from . import describe, fixed_shapes, listed, load, recorded_dir, sources, sweeps, tool_outputs
 
 #: The widest line a page prints: wider ones would scroll sideways at 1280 px.
 WIDTH = 88
@@ -23,6 +23,21 @@ WIDTH = 88
 def say(line: str) -> None:
     """Prints a line, wrapped at :data:`WIDTH` with the rest indented."""
     print(textwrap.fill(line, WIDTH, subsequent_indent="    ") if len(line) > WIDTH else line)
+
+
+def say_stale(name: str, directory: Path | None = None) -> None:
+    """Prints, when the sources a record measured have changed since, which ones.
+
+    Every reader here calls it after the record's device line; a page that
+    reads a record another way calls it beside what it prints.
+
+    Args:
+        name: the record's file name in ``docs/recorded/``.
+        directory: another folder to read it from (tests).
+    """
+    note = sources.stale_note((directory or recorded_dir()) / name)
+    if note:
+        say(note)
 
 
 def recorded(name: str, directory: Path | None = None) -> dict:
@@ -34,6 +49,7 @@ def recorded(name: str, directory: Path | None = None) -> dict:
     """
     data = load(name, directory)
     say(describe(name, data))
+    say_stale(name, directory)
     return data
 
 
@@ -43,6 +59,7 @@ def recorded_text(name: str, device_lines: int | None = None, directory=None) ->
     text = ((directory or recorded_dir()) / name).read_text()
     for line in tool_outputs.device_lines(text)[:device_lines]:
         say(f"{name}: {line}")
+    say_stale(name, directory)
     return text
 
 
@@ -52,6 +69,7 @@ def tool_sweep(name: str, directory: Path | None = None) -> list[dict]:
     header, lines = tool_outputs.read_sweep(((directory or recorded_dir()) / name).read_text())
     for line in header:
         say(f"{name}: {line}")
+    say_stale(name, directory)
     return lines
 
 

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Remakes the records of docs/recorded/ on a GPU machine, in parts that each
+# fit in one ten-minute call (see tools/gpu_suite.sh):
+#
+#   tools/gpu_records.sh list                # which part makes which record, and how
+#   tools/gpu_records.sh PART [WHEELHOUSE]   # PART 1 to 4
+#
+# Each part builds opguide's CUDA kernels in place (once: later parts reuse the
+# build), runs its commands, writes each record into docs/recorded/, stamps it
+# with the hash of the sources it measured and prints "refreshed: NAME". A
+# record that is not in any part measured something no command makes from the
+# sources as they are (a variant of a kernel, two GPUs, another torch); `list`
+# names those and the page that shows each prints, beside it, which of its
+# sources changed since.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+part="${1:?usage: tools/gpu_records.sh list|1|2|3|4 [WHEELHOUSE]}"
+out=docs/recorded
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+
+# The sweep of every pass and dtype, one process each, merged (tools/merge_sweeps.py).
+sweep() {  # sweep NAME [BENCHMARK ARGS...]
+  local name="$1"; shift
+  for d in bf16 fp16; do for p in backward forward fused training; do
+    python3 -m guidekit.benchmark --sweep --dtypes "$d" --passes "$p" "$@" \
+      --out "$scratch/${name}_${d}_$p.json"
+  done; done
+  python3 tools/merge_sweeps.py "$scratch/${name}"_*_*.json --out "$out/$name"
+  done_ "$name"
+}
+bench() {  # bench NAME [BENCHMARK ARGS...]
+  local name="$1"; shift
+  python3 -m guidekit.benchmark "$@" --out "$out/$name"
+  done_ "$name"
+}
+# Where and when, the first line of a text record.
+header() {
+  python3 -c 'import datetime, torch, triton
+print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__},",
+      datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))'
+}
+# Commands' printed output as a text record, each under a line with its command.
+run_to() {  # run_to FILE COMMAND...
+  { echo "# $*" | sed "s|$scratch/||"; "$@" 2>&1; echo; } >> "$1"
+}
+text() {  # text NAME COMMAND...
+  local name="$1"; shift
+  header > "$scratch/$name"
+  run_to "$scratch/$name" "$@"
+  mv "$scratch/$name" "$out/$name"
+  done_ "$name"
+}
+nvcc_sweep() {  # nvcc_sweep NAME SOURCE [ARGS...]
+  local name="$1" source="$2"; shift 2
+  nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc "$source" -o "$scratch/sweep"
+  text "$name" "$scratch/sweep" "$@"
+}
+done_() { python3 tools/stamp_records.py "$out/$1" && echo "refreshed: $1"; }
+gpu="$(python3 -c 'import torch; from guidekit.recorded import short_gpu_name as s; print(s(torch.cuda.get_device_name()))' 2>/dev/null || echo gpu)"
+
+case "$part" in
+  list)
+    cat <<LIST
+part 1 (the benchmark's sweeps):
+  sweep_h100.json                  8 x python -m guidekit.benchmark --sweep, tools/merge_sweeps.py
+  sweep_opguide_h100.json          the same with --impls opguide,opguide triton,copy (same bytes)
+  sweep_one_input_set_h100.json    --sweep --dtypes bf16 --passes forward --min-sets 1
+part 2 (fixed shapes, eager calls, odd rows):
+  eager_bf16_h100.json, eager_fp16_h100.json          --eager --dtypes bf16|fp16
+  sweep_odd_rows_h100.json                            --sweep --sweep-ns 2049,...,12300
+  sweep_backward_fp16_short_rows_again_h100.json      --sweep --dtypes fp16 --passes backward
+  l2_keep_h200.json, l2_clean_h200.json               fixed shapes, --keep-l2 or not
+  pdl_off.json, pdl_on.json                           OPGUIDE_PDL=0|1
+part 3 (the tools):
+  sweep_rms_norm_forward_cluster_h100.txt, sweep_rms_norm_backward_cluster_h100.txt,
+  sweep_rms_norm_backward_pipelined_h200.txt, sweep_rms_norm_forward_keep_packed_h200.txt,
+  sweep_triton_split_h100.txt, triton_registers_h100.json, minimal_cuda_h100.json,
+  gpu_debug.json
+part 4 (compute-sanitizer and the CUDA tests):
+  sanitizer_h100.txt (memcheck and racecheck, --long-rows --small, --narrow), cuda_tests_h100.log
+by hand (no part):
+  a kernel variant that is not in the sources: cuda_forward_hints_on_h200.json,
+    cuda_forward_hints_off_h200.json, cuda_forward_loads_first_h200.json,
+    cuda_forward_loads_interleaved_h200.json, triton_evict_first_on_h200.json,
+    triton_evict_first_off_h200.json, sweep_odd_rows_16_byte_only_h100.json,
+    sweep_fused_add_rms_norm_h100.txt, sweep_fused_add_rms_norm_uncapped_h100.txt,
+    sweep_triton_split_fenced_h100.txt
+  two GPUs: two_gpus.json (tools/record_two_gpus.py), many_gpus_nccl.json (step 17)
+  another torch: stable_abi_torch2.11_cuda.json, stable_abi_torch2.15_cpu.json
+    (tools/record_stable_abi.py)
+  the suite's own logs: gpu_suite_h200_tests.log, gpu_suite_h200_gallery_notebooks.log
+    (tools/gpu_suite.sh tests)
+  longer than one part: model_step_h100.json (tools/record_model_step.py)
+  elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json (step 16 on a GPU)
+LIST
+    exit 0 ;;
+  1|2|3|4) ;;
+  *) echo "unknown part: $part (list, 1, 2, 3 or 4)" >&2; exit 2 ;;
+esac
+[[ "$gpu" == h100 || "$gpu" == h200 ]] || echo "note: the records' names say h100/h200; this GPU is $gpu"
+wheels="$(cd "${2:-.whl}" 2>/dev/null && pwd || true)"
+if [[ -n "$wheels" ]]; then
+  python3 -m pip install -q --no-index --find-links "$wheels" setuptools wheel ninja
+fi
+# The CUDA kernels, compiled in place for the visible GPU (reused when nothing changed).
+USE_CUDA=1 python3 setup.py -q build_ext --inplace
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+case "$part" in
+  1)
+    sweep sweep_h100.json
+    sweep sweep_opguide_h100.json --impls "opguide,opguide triton,copy (same bytes)"
+    bench sweep_one_input_set_h100.json --sweep --dtypes bf16 --passes forward --min-sets 1 ;;
+  2)
+    for d in bf16 fp16; do bench "eager_${d}_h100.json" --eager --dtypes "$d"; done
+    bench sweep_odd_rows_h100.json --sweep --dtypes bf16,fp16 \
+      --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
+      --passes forward,backward,training,fused \
+      --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"
+    bench sweep_backward_fp16_short_rows_again_h100.json --sweep --dtypes fp16 --passes backward \
+      --sweep-ns 256,512,1024 --impls "opguide,opguide triton,copy (same bytes)"
+    shapes=(--passes forward,fused --shapes 8192x4096,4096x8192,65536x1024 --dtypes bf16)
+    bench l2_keep_h200.json "${shapes[@]}" --keep-l2
+    bench l2_clean_h200.json "${shapes[@]}"
+    for on in 0 1; do
+      name=pdl_off.json; [[ $on == 1 ]] && name=pdl_on.json
+      OPGUIDE_PDL=$on bench "$name" --passes forward,backward --impls "opguide,compile(reference)"
+    done ;;
+  3)
+    nvcc_sweep sweep_rms_norm_forward_cluster_h100.txt tools/sweep_rms_norm_forward_cluster.cu
+    nvcc_sweep sweep_rms_norm_backward_cluster_h100.txt tools/sweep_rms_norm_backward_cluster.cu
+    nvcc_sweep sweep_rms_norm_backward_pipelined_h200.txt tools/sweep_rms_norm_backward.cu pipelined
+    # The forward with keep_packed and without (-DOPGUIDE_KEEP_PACKED=0), each
+    # under the line that names the setting (the section step 11.4 reads).
+    name=sweep_rms_norm_forward_keep_packed_h200.txt
+    header > "$scratch/$name"
+    for v in 1 0; do
+      nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc -DOPGUIDE_KEEP_PACKED=$v \
+        tools/sweep_rms_norm_forward.cu -o "$scratch/sweep_$v"
+      { echo "OPGUIDE_KEEP_PACKED=$v"; "$scratch/sweep_$v"; } >> "$scratch/$name"
+    done
+    mv "$scratch/$name" "$out/$name" && done_ "$name"
+    text sweep_triton_split_h100.txt python3 tools/sweep_triton.py split
+    python3 tools/record_triton_registers.py --out "$out/triton_registers_h100.json"
+    done_ triton_registers_h100.json
+    python3 tools/record_minimal_cuda.py --out "$out/minimal_cuda_h100.json"
+    done_ minimal_cuda_h100.json
+    python3 tools/record_gpu_debug.py --out "$out"
+    done_ gpu_debug.json ;;
+  4)
+    header > "$scratch/sanitizer_h100.txt"
+    for args in "--long-rows --small" "--narrow"; do for tool in memcheck racecheck; do
+      # shellcheck disable=SC2086  # the arguments split on purpose
+      run_to "$scratch/sanitizer_h100.txt" compute-sanitizer --tool $tool \
+        python3 tools/sanitize_kernels.py $args
+    done; done
+    mv "$scratch/sanitizer_h100.txt" "$out/" && done_ sanitizer_h100.txt
+    text cuda_tests_h100.log python3 -m pytest -q -p no:cacheprovider tests/test_rms_norm_cuda.py \
+      tests/test_fused_add_rms_norm.py tests/test_rms_norm.py -k cuda ;;
+esac
+echo "part $part done; tools/stamp_records.py --check lists the records still stale"
