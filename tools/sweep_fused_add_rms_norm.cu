@@ -30,18 +30,21 @@ template <typename T, int kRegVecs>
 void sweep_reg_vecs(const char* dtype, int64_t m, int64_t n, const Buffers<T>& b, double bytes,
                     double copy_bw) {
   constexpr int kVec = 16 / sizeof(T);
-  auto kernel = fused_add_rms_norm_kernel<T, T, T, float, kVec, kRegVecs>;
+  // The library's block plan with kRegVecs vectors a thread (0: the
+  // block-long kernel, which re-reads the row, one vector per thread per
+  // step), forced to each number of rows per block.
+  RowPlan one_row = fused_block_plan(m, n, kVec, kRegVecs > 0 ? kRegVecs : 1, 32, 0);
+  if (kRegVecs > 0 && one_row.kernel == RowKernel::kBlockLong) return;  // rows too long
+  if (kRegVecs == 0) one_row.kernel = RowKernel::kBlockLong;
+  const auto kernel = fused_add_rms_norm_kernel_for<T, T, T, float>(one_row);
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, kernel));
-  // kRegVecs == 0 re-reads the row, with one vector per thread per step.
-  const FusedConfig one_row =
-      fused_config(m, n, kVec, kRegVecs > 0 ? kRegVecs : 1, 32, 0);
-  if (kRegVecs > 0 && one_row.long_rows) return;  // rows too long to hold
   const unsigned per_row = one_row.block.x;
   for (unsigned rows_per_block : {1u, 2u, 3u, 4u, 6u, 8u}) {
     if (per_row * rows_per_block > 1024) break;
-    const dim3 block(per_row, rows_per_block);
-    const dim3 grid(static_cast<unsigned>((m + rows_per_block - 1) / rows_per_block));
+    RowPlan forced = one_row;
+    forced.block = dim3(per_row, rows_per_block);
+    forced.grid = dim3(static_cast<unsigned>((m + rows_per_block - 1) / rows_per_block));
     int per_sm = 0;
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, per_row * rows_per_block,
                                                         0));
@@ -49,10 +52,9 @@ void sweep_reg_vecs(const char* dtype, int64_t m, int64_t n, const Buffers<T>& b
     const float us = time_us(
         [&](int i) {
           const int s = i % nbuf;
-          CHECK(launch_kernel(kernel, grid, block, 0, 0, true,
-                                    static_cast<const T*>(b.x[s]), b.residual[s],
-                                    static_cast<const T*>(b.weight), b.out[s], b.inv_rms, m, n,
-                                    1e-6f));
+          CHECK((launch_fused_add_rms_norm<T, T, T, float>(forced, b.x[s], b.residual[s], b.weight,
+                                                           b.out[s], b.inv_rms, m, n, 1e-6f,
+                                                           nullptr, true)));
         },
         kCalls, kBatches);
     printf("  %-4s %6lldx%-5lld vecs/thr %d thr/row %4u rows/blk %u regs %2d stack %3d "
@@ -85,12 +87,12 @@ void run(const char* dtype, int64_t m, int64_t n, double copy_bw, size_t l2) {
   CHECK(cudaMalloc(&b.inv_rms, m * sizeof(float)));
   const double moved = 4.0 * bytes;  // x and residual in, residual and output out
 
+  const LaunchSettings settings{nullptr, true, kMaxClusterBlocks};
   const float us = time_us(
       [&](int i) {
         const int s = i % nbuf;
-        CHECK((launch_fused_add_rms_norm<T, T, T, float>(
-            b.x[s], b.residual[s], b.weight, b.out[s], b.inv_rms, m, n, 1e-6f, true, 32, 0,
-            true)));
+        CHECK((run_fused_add_rms_norm<T, T, T, float>(b.x[s], b.residual[s], b.weight, b.out[s],
+                                                      b.inv_rms, m, n, 1e-6f, settings)));
       },
       kCalls, kBatches);
   printf("  %-4s %6lldx%-5lld library (vecs/thr %d, blocks of %d threads)%*s %7.2f us %5.1f%%\n",

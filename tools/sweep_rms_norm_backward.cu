@@ -10,6 +10,7 @@
 // latency is not counted. Bytes: read x and dy, write dx (3 M N s), as in
 // guidekit.benchmark.
 #include <string>
+#include <utility>
 
 #include "rms_norm/rms_norm_launch.cuh"  // -Icsrc, as the sweeps are built
 #include "sweep_common.cuh"
@@ -155,101 +156,67 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) backward_kernel(
   }
 }
 
+// The library's one-block planner (rms_norm_backward_shape), with these
+// instances and their knobs.
 template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwShared, bool kWRegs>
-BackwardConfig backward_config_for(int64_t rows, int64_t cols, int warp_size,
-                                            int sm_count, int min_threads) {
+RmsNormBackwardPlan backward_plan_for(int64_t rows, int64_t cols, int min_threads) {
   constexpr int kVec = 16 / sizeof(T);
-  using Acc = typename AccType<T>::type;
-  BackwardConfig cfg;
-  cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
-  const int64_t slots = cfg.block.y;
-  cfg.shared_bytes = kDwShared ? static_cast<size_t>(slots * cols) * sizeof(Acc)
-                              : (slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0);
-  const int per_sm = blocks_per_sm(
-      backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>,
-      static_cast<int>(cfg.block.x * cfg.block.y), cfg.shared_bytes);
-  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
-  return cfg;
-}
-
-template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwShared, bool kWRegs>
-cudaError_t launch_backward_for(const T* grad_y, const T* x, const T* weight,
-                                         const typename AccType<T>::type* inv_rms, T* grad_x,
-                                         typename AccType<T>::type* grad_w_partial, T* grad_w,
-                                         int64_t rows, int64_t cols, const BackwardConfig& cfg,
-                                         cudaStream_t stream, bool pdl = false) {
-  constexpr int kVec = 16 / sizeof(T);
-  return launch_backward_pair(backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>, grad_y, x, weight, inv_rms,
-                              grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
-}
-
-// The launch shape of a pipelined backward instance: like the one above, with
-// the stage buffers in dynamic shared memory. Past 48 KiB (static and
-// dynamic together) a kernel must be allowed more shared memory before it is
-// launched, which this does.
-template <typename T, int kRegs, int kStages, int kMinBlocks>
-BackwardConfig backward_pipelined_config_for(int64_t rows, int64_t cols, int warp_size,
-                                                      int sm_count, int min_threads,
-                                                      int max_blocks_per_sm = 0,
-                                                      size_t max_shared_bytes = 227 * 1024) {
-  constexpr int kVec = 16 / sizeof(T);
-  using Acc = typename AccType<T>::type;
-  auto kernel = rms_norm_backward_pipelined_kernel<T, kVec, kRegs, SweepKnobs<kStages, kMinBlocks>>;
-  BackwardConfig cfg;
-  cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
-  const int64_t slots = cfg.block.y;
-  const int64_t threads = static_cast<int64_t>(cfg.block.x) * cfg.block.y;
-  const size_t stages = static_cast<size_t>(kStages * 2 * kRegs * threads) * 16;
-  const size_t sums = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
-  cfg.shared_bytes = stages > sums ? stages : sums;
-  // The 48 KiB default covers static and dynamic shared memory together.
-  const size_t static_bytes = sizeof(Acc) * 2 * kMaxWarpsPerBlock;
-  if (cfg.shared_bytes + static_bytes > max_shared_bytes) {
-    cfg.blocks = 0;  // more than one block may have on this GPU
-    return cfg;
-  }
-  if (cfg.shared_bytes + static_bytes > 48 * 1024) allow_shared_bytes(kernel, cfg.shared_bytes);
-  int per_sm = blocks_per_sm(kernel, static_cast<int>(threads), cfg.shared_bytes);
-  if (max_blocks_per_sm > 0 && per_sm > max_blocks_per_sm) per_sm = max_blocks_per_sm;
-  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
-  return cfg;
+  BackwardShapeKnobs knobs{kVec, kRegs};
+  knobs.min_threads = min_threads;
+  knobs.sums_per_slot = kDwShared;
+  return rms_norm_backward_shape<T>(
+      backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>, rows, cols,
+      knobs, device_info());
 }
 
 template <typename T, int kRegs, int kStages, int kMinBlocks>
-cudaError_t launch_backward_pipelined_for(
-    const T* grad_y, const T* x, const T* weight, const typename AccType<T>::type* inv_rms,
-    T* grad_x, typename AccType<T>::type* grad_w_partial, T* grad_w, int64_t rows, int64_t cols,
-    const BackwardConfig& cfg, cudaStream_t stream, bool pdl = false) {
+RmsNormBackwardPlan backward_pipelined_plan_for(int64_t rows, int64_t cols, int min_threads,
+                                                int max_blocks_per_sm) {
   constexpr int kVec = 16 / sizeof(T);
-  return launch_backward_pair(rms_norm_backward_pipelined_kernel<T, kVec, kRegs, SweepKnobs<kStages, kMinBlocks>>, grad_y, x, weight, inv_rms,
-                              grad_x, grad_w_partial, grad_w, rows, cols, cfg, stream, pdl);
+  BackwardShapeKnobs knobs{kVec, kRegs, kStages};
+  knobs.min_threads = min_threads;
+  knobs.max_blocks_per_sm = max_blocks_per_sm;
+  return rms_norm_backward_shape<T>(
+      rms_norm_backward_pipelined_kernel<T, kVec, kRegs, SweepKnobs<kStages, kMinBlocks>>, rows,
+      cols, knobs, device_info());
 }
-
 
 // Timed batches per measurement.
 constexpr int kBatches = 11;
+
+// Times the plan's two kernels, then its first alone (rows and partials,
+// without the grad_w sum): {both, first} in microseconds.
+template <typename T>
+std::pair<float, float> time_plan(BackwardKernelFn<T> kernel, const RmsNormBackwardPlan& cfg,
+                                  int64_t M, int64_t N, std::vector<T*>& xs,
+                                  std::vector<T*>& gs, std::vector<T*>& dxs,
+                                  std::vector<float*>& rs, T* w, float* partial, T* dw,
+                                  bool pdl) {
+  const int nbuf = (int)xs.size();
+  const float us = time_us([&](int i) {
+    const int s = i % nbuf;
+    CHECK(launch_backward_pair<T>(kernel, gs[s], xs[s], w, rs[s], dxs[s], partial, dw, M, N, cfg,
+                                  0, pdl));
+  }, 20, kBatches);
+  const float us_rows = time_us([&](int i) {
+    const int s = i % nbuf;
+    kernel<<<(unsigned)cfg.blocks, cfg.block, cfg.shared_bytes>>>(gs[s], xs[s], w, rs[s], dxs[s],
+                                                                  partial, M, N);
+  }, 20, kBatches);
+  CHECK(cudaGetLastError());
+  return {us, us_rows};
+}
 
 template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwS, bool kWR>
 void run_variant(const char* dtype, int64_t M, int64_t N, int sms, double copy_bw,
                  std::vector<T*>& xs, std::vector<T*>& gs, std::vector<T*>& dxs,
                  std::vector<float*>& rs, T* w, float* partial, T* dw, int min_threads) {
-  using Acc = float;
   if (N / (16 / (int)sizeof(T)) > (int64_t)kBwdMaxThreads * kRegs) return;
-  const BackwardConfig cfg =
-      backward_config_for<T, kRegs, kPrefetch, kMinBlocks, kDwS, kWR>(M, N, 32, sms, min_threads);
-  const int nbuf = (int)xs.size();
-  float us = time_us([&](int i) {
-    const int s = i % nbuf;
-    CHECK((launch_backward_for<T, kRegs, kPrefetch, kMinBlocks, kDwS, kWR>(
-        gs[s], xs[s], w, (const Acc*)rs[s], dxs[s], partial, dw, M, N, cfg, 0)));
-  }, 20, kBatches);
-  // The first kernel alone (rows and partials), without the grad_w sum.
+  const RmsNormBackwardPlan cfg =
+      backward_plan_for<T, kRegs, kPrefetch, kMinBlocks, kDwS, kWR>(M, N, min_threads);
   auto kernel = backward_kernel<T, 16 / sizeof(T), kRegs, kPrefetch, kMinBlocks, kDwS, kWR>;
-  float us_rows = time_us([&](int i) {
-    const int s = i % nbuf;
-    kernel<<<(unsigned)cfg.blocks, cfg.block, cfg.shared_bytes>>>(gs[s], xs[s], w, rs[s], dxs[s],
-                                                                  partial, M, N);
-  }, 20, kBatches);
+  const auto [us, us_rows] =
+      time_plan<T>(kernel, cfg, M, N, xs, gs, dxs, rs, w, partial, dw, false);
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, kernel));
   const double bytes = 3.0 * M * N * sizeof(T);
@@ -267,28 +234,14 @@ void run_pipelined(const char* dtype, int64_t M, int64_t N, int sms, double copy
                    std::vector<T*>& xs, std::vector<T*>& gs, std::vector<T*>& dxs,
                    std::vector<float*>& rs, T* w, float* partial, T* dw, int min_threads,
                    int cap, bool pdl) {
-  using Acc = float;
   if (N / (16 / (int)sizeof(T)) > (int64_t)kBwdMaxThreads * kRegs) return;
-  const BackwardConfig cfg = backward_pipelined_config_for<T, kRegs, kStages, kMinBlocks>(
-      M, N, 32, sms, min_threads, cap);
-  if (cfg.shared_bytes > 227 * 1024) {
-    (void)cudaGetLastError();  // the config's request for that much shared memory failed
-    return;
-  }
-  const int nbuf = (int)xs.size();
-  float us = time_us([&](int i) {
-    const int s = i % nbuf;
-    CHECK((launch_backward_pipelined_for<T, kRegs, kStages, kMinBlocks>(
-        gs[s], xs[s], w, (const Acc*)rs[s], dxs[s], partial, dw, M, N, cfg, 0, pdl)));
-  }, 20, kBatches);
+  const RmsNormBackwardPlan cfg =
+      backward_pipelined_plan_for<T, kRegs, kStages, kMinBlocks>(M, N, min_threads, cap);
+  if (cfg.blocks == 0) return;  // more shared memory than a block may have
   auto kernel = rms_norm_backward_pipelined_kernel<T, 16 / sizeof(T), kRegs,
                                                    SweepKnobs<kStages, kMinBlocks>>;
-  float us_rows = time_us([&](int i) {
-    const int s = i % nbuf;
-    kernel<<<(unsigned)cfg.blocks, cfg.block, cfg.shared_bytes>>>(gs[s], xs[s], w, rs[s], dxs[s],
-                                                                  partial, M, N);
-  }, 20, kBatches);
-  CHECK(cudaGetLastError());
+  const auto [us, us_rows] =
+      time_plan<T>(kernel, cfg, M, N, xs, gs, dxs, rs, w, partial, dw, pdl);
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, kernel));
   const double bytes = 3.0 * M * N * sizeof(T);

@@ -43,18 +43,17 @@ template <int kThreads, int kRegVecs, int kStages, int kMinBlocks, bool kAhead, 
 void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, const T* want,
          int sms) {
   constexpr int kVec = 16 / sizeof(T);
-  const int cluster = cluster_size_for(N / kVec, kMaxClusterBlocks, kThreads, kRegVecs);
   auto kernel =
       rms_norm_backward_cluster_kernel<T, kVec, kRegVecs, kThreads, kStages, kMinBlocks, kAhead>;
-  const size_t shared = static_cast<size_t>(kStages) * 2 * kRegVecs * kThreads * 16;
-  allow_shared_bytes(kernel, shared);
-  allow_cluster_size(kernel, cluster);
-  const int fit = cluster > 0 ? active_clusters(kernel, cluster, kThreads, shared) : 0;
-  if (fit == 0) {
+  // The library's cluster planner, with this instance and its knobs.
+  const RmsNormBackwardPlan plan = rms_norm_backward_cluster_shape<T>(
+      kernel, kThreads, kRegVecs, kStages, M, N / kVec, kMaxClusterBlocks);
+  const int cluster = cluster_size_for(N / kVec, kMaxClusterBlocks, kThreads, kRegVecs);
+  if (plan.blocks == 0) {
     printf("  %-34s cluster %2d: does not fit\n", name, cluster);
     return;
   }
-  const int64_t clusters = M < fit ? M : fit;
+  const int64_t clusters = plan.blocks;
   if (clusters > sms) {
     printf("  %-34s cluster %2d x %3lld: more partial rows than allocated\n", name, cluster,
            static_cast<long long>(clusters));
@@ -63,10 +62,8 @@ void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, 
   const int nbuf = static_cast<int>(b.xs.size());
   auto launch = [&](int i) {
     const int s = i % nbuf;
-    CHECK(launch_kernel_in_clusters(kernel, dim3(static_cast<unsigned>(clusters * cluster)),
-                                    dim3(kThreads), shared, nullptr, false, cluster, b.gs[s],
-                                    b.xs[s], b.w, b.rs[s], b.dxs[s], b.partial, M, N));
-    CHECK(launch_grad_w_sum(b.partial, clusters, N, b.dw, nullptr, false));
+    CHECK(launch_backward_pair(kernel, b.gs[s], b.xs[s], b.w, b.rs[s], b.dxs[s], b.partial,
+                               b.dw, M, N, plan, nullptr, false));
   };
   launch(0);
   CHECK(cudaDeviceSynchronize());
@@ -83,12 +80,6 @@ int main() {
   CHECK(cudaGetDeviceProperties(&prop, 0));
   const double copy_bw = copy_bandwidth(prop, kBatches);
   enable_l2_clean(prop);
-  size_t max_shared = 0;
-  {
-    int v = 0;
-    CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    max_shared = static_cast<size_t>(v);
-  }
   const int sms = prop.multiProcessorCount;
   const int64_t total = int64_t{1} << 26;
   for (int64_t N : {32768, 65536, 131072}) {
@@ -116,12 +107,14 @@ int main() {
     fill<<<256, 256>>>(b.w, N, 7);
     T* want;
     CHECK(cudaMalloc(&want, total * sizeof(T)));
-    const BackwardConfig cfg =
-        rms_norm_backward_plan<T>(M, N, 16, 32, sms, max_shared, kMaxClusterBlocks);
+    // The library's plan for these rows (plan_rms_norm_backward).
+    const LaunchSettings settings{nullptr, false, kMaxClusterBlocks};
+    const RmsNormBackwardPlan plan =
+        rms_norm_backward_plan_for<T>(b.gs[0], b.xs[0], b.w, M, N, settings);
     auto library = [&](int i, T* dx) {
       const int s = i % nbuf;
-      CHECK(launch_rms_norm_backward_any<T>(b.gs[s], b.xs[s], b.w, b.rs[s], dx, b.partial, b.dw,
-                                            M, N, cfg, nullptr, false));
+      CHECK(launch_rms_norm_backward<T>(plan, b.gs[s], b.xs[s], b.w, b.rs[s], dx, b.partial,
+                                        b.dw, M, N, nullptr, false));
     };
     library(0, want);
     const float lib_us = time_us([&](int i) { library(i, b.dxs[i % nbuf]); }, 10, kBatches);

@@ -110,7 +110,7 @@ int main() {
     bf16* w; CHECK(cudaMalloc(&w, N * 2)); fill<<<64, 256>>>(w, N, 99);
     const double moved = 2.0 * bytes + N * 2;
     auto report = [&](const char* name, float us) { printf("  %6lldx%-5lld %-44s %7.1f us %6.0f GB/s %5.1f%%\n", (long long)M, (long long)N, name, us, moved / (us * 1e-6) / 1e9, 100.0 * moved / (us * 1e-6) / 1e9 / copy_bw); };
-    report("library launcher", time_us([&](int i) { launch_rms_norm_forward<bf16>(xs[i % nbuf], w, ys[i % nbuf], nullptr, M, N, N, 1e-6f, 32, 0); }));
+    report("library launcher", time_us([&](int i) { run_rms_norm_forward<bf16>(xs[i % nbuf], w, ys[i % nbuf], nullptr, M, N, N, 1e-6f, LaunchSettings{nullptr, false, 0}); }));
     const int64_t nvec = N / 8;
     for (int per_row : {64, 128, 256, 512, 1024}) {
       if (per_row * 8 < nvec || per_row > nvec) continue;

@@ -379,11 +379,12 @@ void sweep(const char* dtype, double copy_bw) {
     fill<<<256, 256>>>(b.w, N, 7);
     T* ref;
     CHECK(cudaMalloc(&ref, total * sizeof(T)));
-    CHECK(launch_rms_norm_forward_any<T>(b.xs[0], b.w, ref, nullptr, M, N, N, 1e-6f, 32, 16, 0));
+    const LaunchSettings settings{nullptr, false, kMaxClusterBlocks};
+    CHECK(run_rms_norm_forward<T>(b.xs[0], b.w, ref, nullptr, M, N, N, 1e-6f, settings));
     const float lib_us = time_us(
         [&](int i) {
-          CHECK(launch_rms_norm_forward_any<T>(b.xs[i % nbuf], b.w, b.ys[i % nbuf], nullptr, M, N,
-                                               N, 1e-6f, 32, 16, 0));
+          CHECK(run_rms_norm_forward<T>(b.xs[i % nbuf], b.w, b.ys[i % nbuf], nullptr, M, N, N,
+                                        1e-6f, settings));
         },
         10, kBatches);
     const double lib_bw = 2.0 * M * N * sizeof(T) / (lib_us * 1e-6);

@@ -91,10 +91,13 @@ template <int kVec, int kRegs>
 void backward(const Buffers& b, int64_t M, int64_t N, double copy_bw, int sms) {
   if (N % kVec != 0 || N / kVec > static_cast<int64_t>(kBwdMaxThreads) * kRegs) return;
   for (int min_threads : {256, 512}) {
-    const BackwardConfig cfg =
-        rms_norm_backward_config_for<bf16, kRegs, kVec>(M, N, 32, sms, min_threads);
-    if (cfg.blocks > 4096) return;
+    // The library's one-block planner, with this instance and its knobs.
     auto kernel = rms_norm_backward_kernel<bf16, kVec, kRegs>;
+    BackwardShapeKnobs knobs{kVec, kRegs};
+    knobs.min_threads = min_threads;
+    const RmsNormBackwardPlan cfg =
+        rms_norm_backward_shape<bf16>(kernel, M, N, knobs, device_info());
+    if (cfg.blocks > 4096) return;
     cudaFuncAttributes attr;
     CHECK(cudaFuncGetAttributes(&attr, kernel));
     const float us = time_us(

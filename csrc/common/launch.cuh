@@ -1,5 +1,31 @@
-// Kernel launch with programmatic dependent launch (PDL), device code and
-// host code, torch-free like the kernels that use it.
+// Kernel launch with programmatic dependent launch (PDL), the per-device
+// facts a planner asks, and the one launch every planned kernel goes
+// through. Device code and host code, torch-free like the kernels that use it.
+//
+// The words every CUDA planner, launcher and kernel of opguide uses:
+//   rows, cols      the problem: rows rows of cols elements (x viewed 2-D)
+//   x, weight, y    input, scale [cols], output; inv_rms [rows] is 1/rms
+//   grad_y          the incoming gradient (of y); grad_x, grad_w the outgoing
+//   grad_w_partial  [blocks, cols] partial grad_w sums, one row per block
+//   vec             elements per access (16 bytes, or narrower for odd rows)
+//   reg_vecs        accesses of its row a thread keeps in registers
+//   plan            a plain struct from plan_<op>(problem, device): the
+//                   kernel family, grid, block, cluster, shared bytes, vec and
+//                   every knob; launch(plan, ...) runs exactly that, and a
+//                   caller may hand in a plan of its own (a forced plan)
+// Kernel families:
+//   block           one block per row (or several rows per block); the whole
+//                   row in registers
+//   block-long      one block per row whose row is longer than its registers
+//                   hold: the rest re-read from L2
+//   pipelined       backward, rows staged through shared memory (cp.async)
+//   registers       backward, rows prefetched into registers
+//   narrow          backward of rows that are not whole 16-byte vectors
+//   cluster         one thread-block cluster per row (sm_90 and later), its
+//                   blocks exchanging partial sums through distributed shared
+//                   memory
+//   two-pass        backward of rows no other kernel holds: grad_x by rows,
+//                   then grad_w by column strips
 //
 // Back-to-back kernels on one stream normally run strictly one after the
 // other: the next kernel's blocks are only scheduled once the previous kernel
@@ -15,7 +41,6 @@
 //
 // On older GPUs, on ROCm, and with OPGUIDE_NO_PDL defined, the helpers do
 // nothing and kernels launch with <<<...>>>.
-#pragma once
 #pragma once
 
 #include <cuda_runtime.h>
@@ -143,6 +168,67 @@ inline int current_device_index() {
   return device;
 }
 
+// What the planners ask of a device, read once per device and process (a
+// cudaGetDeviceProperties call costs far more than a small launch).
+struct DeviceInfo {
+  int index = 0;
+  int sm_count = 1;
+  int warp_size = 32;            // 64 on AMD CDNA GPUs
+  int compute_major = 0;
+  size_t max_shared_bytes = 0;   // per block, opted in (past the 48 KiB default)
+  bool cluster_launch = false;   // thread-block clusters (sm_90 and later)
+};
+
+inline DeviceInfo read_device_info(int device) {
+  DeviceInfo info;
+  info.index = device;
+  const auto attribute = [device](cudaDeviceAttr what, int fallback) {
+    int value = 0;
+    if (cudaDeviceGetAttribute(&value, what, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return fallback;
+    }
+    return value;
+  };
+  info.sm_count = attribute(cudaDevAttrMultiProcessorCount, 1);
+  info.warp_size = attribute(cudaDevAttrWarpSize, 32);
+  info.compute_major = attribute(cudaDevAttrComputeCapabilityMajor, 0);
+  info.max_shared_bytes =
+      static_cast<size_t>(attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024));
+#if OPGUIDE_HAVE_CLUSTERS
+  info.cluster_launch = attribute(cudaDevAttrClusterLaunch, 0) != 0;
+#endif
+  return info;
+}
+
+// The facts of `device` (the current device when negative), read on its
+// first use and then answered from a table without a lock.
+inline const DeviceInfo& device_info(int device = -1) {
+  constexpr int kDevices = 64;
+  static std::once_flag once[kDevices];
+  static DeviceInfo infos[kDevices];
+  if (device < 0) device = current_device_index();
+  if (device >= kDevices) {  // more GPUs than the table holds: read every time
+    thread_local DeviceInfo other;
+    other = read_device_info(device);
+    return other;
+  }
+  std::call_once(once[device], [device] { infos[device] = read_device_info(device); });
+  return infos[device];
+}
+
+// The largest power of two, at most 16, that divides every address given
+// (null pointers aside): the widest access all of them allow.
+template <typename... Pointers>
+int aligned_bytes_of(const Pointers*... pointers) {
+  std::uintptr_t bits = 16;
+  ((bits |= reinterpret_cast<std::uintptr_t>(pointers) == 0
+                ? 0
+                : reinterpret_cast<std::uintptr_t>(pointers)),
+   ...);
+  return static_cast<int>(bits & (~bits + 1));
+}
+
 template <typename Kernel>
 int blocks_per_sm(Kernel kernel, int threads, size_t shared_bytes) {
   static std::mutex mutex;
@@ -264,24 +350,72 @@ inline RowClusters row_clusters(int64_t nvec, int64_t rows, int max_cluster,
   return {0, 0};
 }
 
-// Launches `kernel` with one cluster of rc.cluster blocks per row. Returns
-// cudaErrorNotSupported, with the error cleared, when no such cluster fits
-// on this GPU: the caller then launches a kernel that needs none.
-template <typename... Params, typename... Args>
-cudaError_t launch_rows_in_clusters(void (*kernel)(Params...), RowClusters rc,
-                                    int64_t rows, size_t shared_bytes,
-                                    cudaStream_t stream, bool pdl, Args... args) {
+// The kernel families of the row kernels (the RMSNorm forward and the fused
+// residual-add + RMSNorm): block, block-long and cluster.
+enum class RowKernel { kBlock, kBlockLong, kCluster };
+
+// The plan of a row kernel: which kernel, its launch shape and its knobs.
+// Planned once per call (plan_rms_norm_forward, plan_fused_add_rms_norm), or
+// handed in whole by a caller that forces one.
+struct RowPlan {
+  RowKernel kernel = RowKernel::kBlock;
+  int vec = 1;              // elements per access
+  int reg_vecs = 1;         // accesses of its row a thread keeps in registers
+  dim3 grid;                // blocks
+  dim3 block;               // (threads per row, rows per block)
+  int cluster = 1;          // blocks per cluster (kCluster: a cluster per row)
+  size_t shared_bytes = 0;  // dynamic shared memory per block
+};
+
+// The launch shape of a cluster plan: rows * cluster blocks of `threads`.
+inline RowPlan row_cluster_plan(int64_t rows, RowClusters rc, int vec, int reg_vecs,
+                                size_t shared_bytes) {
+  RowPlan plan;
+  plan.kernel = RowKernel::kCluster;
+  plan.vec = vec;
+  plan.reg_vecs = reg_vecs;
+  plan.grid = dim3(static_cast<unsigned>(rows * rc.cluster));
+  plan.block = dim3(static_cast<unsigned>(rc.threads));
+  plan.cluster = rc.cluster;
+  plan.shared_bytes = shared_bytes;
+  return plan;
+}
+
+// Whether clusters of `cluster` blocks of `threads` threads, each with
+// `shared_bytes` of dynamic shared memory, fit on the current GPU: asked of
+// the device (cudaOccupancyMaxActiveClusters, cached) when planning, so no
+// launch is ever tried to find out. Allows the kernel the shared memory and
+// the cluster size first, as its launch needs.
+template <typename Kernel>
+bool clusters_fit(Kernel kernel, int cluster, int threads, size_t shared_bytes) {
   allow_shared_bytes(kernel, shared_bytes);
-  allow_cluster_size(kernel, rc.cluster);
-  cudaError_t err = cudaErrorNotSupported;
-  if (active_clusters(kernel, rc.cluster, rc.threads, shared_bytes) > 0) {
-    err = launch_kernel_in_clusters(kernel,
-                                    dim3(static_cast<unsigned>(rows * rc.cluster)),
-                                    dim3(static_cast<unsigned>(rc.threads)),
-                                    shared_bytes, stream, pdl, rc.cluster, args...);
-  }
-  if (err == cudaErrorNotSupported) (void)cudaGetLastError();
-  return err;
+  allow_cluster_size(kernel, cluster);
+  return active_clusters(kernel, cluster, threads, shared_bytes) > 0;
+}
+
+// How a call launches: its stream, programmatic dependent launch (above),
+// and the most blocks per cluster (0: no clusters).
+struct LaunchSettings {
+  cudaStream_t stream = nullptr;
+  bool pdl = false;
+  int max_cluster = kMaxClusterBlocks;
+};
+
+// The one launch of every planned kernel: in clusters of `cluster` blocks
+// along x when cluster > 1, else a plain launch; with PDL when `pdl`. A
+// forced plan may not have been through a planner, so the kernel is allowed
+// its shared memory and cluster size here too (a cached look-up once done).
+template <typename... Params, typename... Args>
+cudaError_t launch_planned(void (*kernel)(Params...), dim3 grid, dim3 block,
+                           size_t shared_bytes, int cluster, cudaStream_t stream,
+                           bool pdl, Args... args) {
+  if (kernel == nullptr) return cudaErrorInvalidValue;  // a plan no table entry has
+  if (shared_bytes > 48 * 1024) allow_shared_bytes(kernel, shared_bytes);
+  if (cluster > 8) allow_cluster_size(kernel, cluster);
+  if (cluster > 1)
+    return launch_kernel_in_clusters(kernel, grid, block, shared_bytes, stream, pdl,
+                                     cluster, args...);
+  return launch_kernel(kernel, grid, block, shared_bytes, stream, pdl, args...);
 }
 
 }  // namespace opguide

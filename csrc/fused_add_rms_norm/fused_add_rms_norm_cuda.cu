@@ -13,7 +13,6 @@
 #include <climits>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "../rms_norm/rms_norm.h"
 #include "fused_add_rms_norm.h"
@@ -36,10 +35,6 @@ struct CudaType<at::BFloat16> {
   using type = __nv_bfloat16;
 };
 
-bool aligned_to(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 // [cuda-launch]
 template <typename X, typename R, typename O, typename Acc>
 void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
@@ -56,30 +51,15 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
   auto* y_ptr = reinterpret_cast<CO*>(out.mutable_data_ptr<O>());
   Acc* inv_ptr = inv_rms.mutable_data_ptr<Acc>();
 
-  // 16-byte accesses need every row of every array to start on a whole
-  // vector: cols a multiple of the width, and each base pointer aligned (a
-  // sliced tensor may start anywhere).
-  constexpr int kVec = fused_vector_width<CX, CR, CO>();
-  const bool vectorize = cols % kVec == 0 && aligned_to(x_ptr, kVec * sizeof(X)) &&
-                         aligned_to(r_ptr, kVec * sizeof(R)) &&
-                         aligned_to(y_ptr, kVec * sizeof(O)) &&
-                         (w_ptr == nullptr || aligned_to(w_ptr, kVec * sizeof(X)));
   TORCH_CHECK(rows <= INT_MAX, "fused_add_rms_norm_: at most ", std::to_string(INT_MAX),
               " rows, got ", std::to_string(rows));
-  if constexpr (std::is_same_v<Acc, float>) {
-    // Long rows: split over a thread-block cluster (fused_add_rms_norm_cluster.cuh).
-    cudaError_t err = cudaSuccess;
-    if (launch_fused_add_rms_norm_cluster<CX, CR, CO, kVec>(
-            x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, rows, cols, static_cast<float>(eps),
-            vectorize, cuda_max_cluster(), c10::cuda::getCurrentCUDAStream(),
-            cuda_use_pdl(), &err)) {
-      C10_CUDA_CHECK(err);
-      return;
-    }
-  }
-  const cudaError_t err = launch_fused_add_rms_norm<CX, CR, CO, Acc>(
-      x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, rows, cols, static_cast<Acc>(eps), vectorize,
-      cuda_warp_size(), c10::cuda::getCurrentCUDAStream(), cuda_use_pdl());
+  // The planner (fused_add_rms_norm_planner.cuh) picks the kernel, the vector
+  // width the rows' alignment allows, and the launch shape; the launch goes to
+  // PyTorch's current stream.
+  const LaunchSettings settings{c10::cuda::getCurrentCUDAStream(), cuda_use_pdl(),
+                                cuda_max_cluster()};
+  const cudaError_t err = run_fused_add_rms_norm<CX, CR, CO, Acc>(
+      x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, rows, cols, static_cast<Acc>(eps), settings);
   C10_CUDA_CHECK(err);
 }
 // [cuda-launch-end]

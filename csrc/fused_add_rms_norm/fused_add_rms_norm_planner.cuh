@@ -1,43 +1,22 @@
 // The one place that chooses a fused residual-add + RMSNorm CUDA kernel and
-// its launch shape for (rows, cols, alignment, dtypes, device). Host code;
-// torch-free.
+// its launch shape: plan_fused_add_rms_norm turns (problem, device) into a
+// RowPlan (common/launch.cuh), asking the device whether clusters fit rather
+// than trying a launch. The kernel table maps each plan to its kernel, for
+// the planner's occupancy query and for the launch
+// (fused_add_rms_norm_launch.cuh) alike. Host code; torch-free.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/launch.cuh"
+#include "fused_add_rms_norm.cuh"
+#include "fused_add_rms_norm_cluster.cuh"
 #include "fused_add_rms_norm_config.h"
 
 namespace opguide {
-
-struct FusedConfig {
-  dim3 grid;
-  dim3 block;
-  bool long_rows;  // more vectors than the block's threads can hold: kRegVecs == 0
-};
-
-// The block shape for rows rows of cols elements moved vec at a time: enough
-// threads per row (a multiple of the warp, at most kFusedMaxThreads) for each to
-// hold reg_vecs vectors, and as many rows per block as fit in
-// block_threads threads.
-inline FusedConfig fused_config(int64_t rows, int64_t cols, int vec, int reg_vecs,
-                                int warp_size, int block_threads) {
-  const int64_t nvec = cols / vec;
-  int64_t per_row = (nvec + reg_vecs - 1) / reg_vecs;
-  per_row = (per_row + warp_size - 1) / warp_size * warp_size;
-  if (per_row < warp_size)
-    per_row = warp_size;  // cols == 0: one warp per row, which writes inv_rms
-  if (per_row > kFusedMaxThreads) per_row = kFusedMaxThreads;
-  const int64_t rows_per_block = per_row < block_threads ? block_threads / per_row : 1;
-  FusedConfig cfg;
-  cfg.block =
-      dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
-  cfg.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  cfg.long_rows = nvec > per_row * reg_vecs;
-  return cfg;
-}
 
 // Elements per 16-byte access of the widest of the three types.
 template <typename X, typename R, typename O>
@@ -46,16 +25,81 @@ constexpr int fused_vector_width() {
                                      : (sizeof(R) > sizeof(O) ? sizeof(R) : sizeof(O)));
 }
 
-// Whether every row of the four arrays starts on a whole `bytes` access: cols
-// elements of T a multiple of it, and each pointer aligned (weight may be null).
-template <typename T>
-bool rows_aligned_to(int bytes, int64_t cols, const T* x, const T* residual,
-                     const T* weight, const T* out) {
-  const auto on = [bytes](const void* p) {
-    return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
-  };
-  return (cols * static_cast<int64_t>(sizeof(T))) % bytes == 0 && on(x) &&
-         on(residual) && on(weight) && on(out);
+// The accesses of `vec` elements a thread of the block kernel keeps: one
+// 16-byte vector (kFusedRegVecs); two of the narrower accesses that rows of
+// one dtype take when they are not whole 16-byte vectors
+// (docs/recorded/sweep_odd_rows_h100.json); four single elements (more spill
+// under the kernel's register cap), or one for double.
+template <typename X, typename R, typename O>
+constexpr int fused_reg_vecs(int vec) {
+  constexpr int kVec = fused_vector_width<X, R, O>();
+  return vec == kVec ? kFusedRegVecs
+         : vec > 1   ? 2 * kFusedRegVecs
+         : kVec >= 4 ? 4 * kFusedRegVecs
+                     : kFusedRegVecs;
+}
+
+// The fused kernel's table: the kernel of each family (RowKernel), access
+// width and knob, as instantiated; null for a plan no instance matches.
+template <typename X, typename R, typename O, typename Acc>
+using FusedKernelFn = void (*)(const X*, R*, const X*, O*, Acc*, int64_t, int64_t, Acc);
+
+template <typename X, typename R, typename O, typename Acc, int kVec>
+FusedKernelFn<X, R, O, Acc> fused_block_kernel(const RowPlan& plan) {
+  constexpr int kRegs = fused_reg_vecs<X, R, O>(kVec);
+  if (plan.kernel == RowKernel::kBlockLong)  // re-reads the row: no vector kept
+    return fused_add_rms_norm_kernel<X, R, O, Acc, kVec, 0>;
+  if (plan.reg_vecs != kRegs) return nullptr;
+  return fused_add_rms_norm_kernel<X, R, O, Acc, kVec, kRegs>;
+}
+
+template <typename X, typename R, typename O, typename Acc>
+FusedKernelFn<X, R, O, Acc> fused_add_rms_norm_kernel_for(const RowPlan& plan) {
+  constexpr int kVec = fused_vector_width<X, R, O>();
+  constexpr bool kOneDtype = std::is_same_v<X, R> && std::is_same_v<X, O>;
+  if (plan.kernel == RowKernel::kCluster) {
+    if constexpr (std::is_same_v<Acc, float>) {
+      constexpr int kSmall = kFusedClusterThreads, kLarge = 2 * kFusedClusterThreads;
+      if (plan.vec != kVec || plan.reg_vecs != kFusedClusterVecs) return nullptr;
+      if (plan.block.x == kSmall)
+        return fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kSmall, kFusedClusterVecs>;
+      if (plan.block.x == kLarge)
+        return fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kLarge, kFusedClusterVecs>;
+    }
+    return nullptr;
+  }
+  if (plan.vec == kVec) return fused_block_kernel<X, R, O, Acc, kVec>(plan);
+  if constexpr (kOneDtype && kVec >= 4) {
+    if (plan.vec == kVec / 2) return fused_block_kernel<X, R, O, Acc, kVec / 2>(plan);
+  }
+  if constexpr (kOneDtype && kVec >= 8) {
+    if (plan.vec == kVec / 4) return fused_block_kernel<X, R, O, Acc, kVec / 4>(plan);
+  }
+  if (plan.vec == 1) return fused_block_kernel<X, R, O, Acc, 1>(plan);
+  return nullptr;
+}
+
+// The block shape for rows rows of cols elements moved vec at a time: enough
+// threads per row (a multiple of the warp, at most kFusedMaxThreads) for each to
+// hold reg_vecs vectors, and as many rows per block as fit in
+// block_threads threads. Rows longer than that take the block-long kernel.
+inline RowPlan fused_block_plan(int64_t rows, int64_t cols, int vec, int reg_vecs,
+                                int warp_size, int block_threads) {
+  const int64_t nvec = cols / vec;
+  int64_t per_row = (nvec + reg_vecs - 1) / reg_vecs;
+  per_row = (per_row + warp_size - 1) / warp_size * warp_size;
+  if (per_row < warp_size)
+    per_row = warp_size;  // cols == 0: one warp per row, which writes inv_rms
+  if (per_row > kFusedMaxThreads) per_row = kFusedMaxThreads;
+  const int64_t rows_per_block = per_row < block_threads ? block_threads / per_row : 1;
+  RowPlan plan;
+  plan.vec = vec;
+  plan.reg_vecs = reg_vecs;
+  plan.block =
+      dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
+  plan.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
+  plan.kernel = nvec > per_row * reg_vecs ? RowKernel::kBlockLong : RowKernel::kBlock;
+  return plan;
 }
 
 // The clusters for rows of nvec vectors (all whole, aligned vectors when
@@ -66,6 +110,70 @@ inline RowClusters fused_cluster_plan(int64_t rows, int64_t nvec, bool vectorize
                                       int max_cluster) {
   if (!vectorized || rows == 0 || nvec <= kFusedClusterMinVecs) return {0, 0};
   return row_clusters(nvec, rows, max_cluster, kFusedClusterThreads, kFusedClusterVecs);
+}
+
+// What the fused planner needs to know of a call.
+struct FusedAddRmsNormProblem {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  bool vectorized = false;  // fused_vectorized: whole, aligned 16-byte vectors
+  int aligned_bytes = 16;   // aligned_bytes_of(x, residual, weight, out)
+};
+
+// Whether every row of the four arrays is whole, aligned vectors of the
+// widest type's 16 bytes: cols a multiple of the width, and each base pointer
+// aligned to a vector of its own type (a sliced tensor may start anywhere;
+// weight may be null).
+template <typename X, typename R, typename O>
+bool fused_vectorized(int64_t cols, const X* x, const R* residual, const X* weight,
+                      const O* out) {
+  constexpr int kVec = fused_vector_width<X, R, O>();
+  const auto on = [](const void* p, size_t bytes) {
+    return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  return cols % kVec == 0 && on(x, kVec * sizeof(X)) && on(residual, kVec * sizeof(R)) &&
+         on(out, kVec * sizeof(O)) && on(weight, kVec * sizeof(X));
+}
+
+// The fused kernel's plan: over clusters for the long rows that
+// fused_cluster_plan gives them when such clusters fit on this GPU (asked of
+// the device), else the one-block kernel with whole 16-byte vectors; rows
+// that are not, when x, the residual and the output share one dtype, take
+// the widest narrower access they allow (8 or 4 bytes), other rows single
+// elements. max_cluster: the most blocks per cluster (0: no clusters).
+template <typename X, typename R, typename O, typename Acc>
+RowPlan plan_fused_add_rms_norm(const FusedAddRmsNormProblem& problem,
+                                const DeviceInfo& device, int max_cluster) {
+  constexpr int kVec = fused_vector_width<X, R, O>();
+  const int64_t rows = problem.rows, cols = problem.cols;
+  if constexpr (std::is_same_v<Acc, float>) {
+    const RowClusters rc = fused_cluster_plan(rows, cols / kVec, problem.vectorized,
+                                              device.cluster_launch ? max_cluster : 0);
+    if (rc.cluster > 0) {
+      // Dynamic shared memory: each thread's vectors of h and of x.
+      const size_t shared = static_cast<size_t>(rc.threads) * kFusedClusterVecs *
+                            (sizeof(Vec<X, kVec>) + sizeof(Vec<R, kVec>));
+      const RowPlan plan = row_cluster_plan(rows, rc, kVec, kFusedClusterVecs, shared);
+      if (clusters_fit(fused_add_rms_norm_kernel_for<X, R, O, Acc>(plan), rc.cluster,
+                       rc.threads, shared))
+        return plan;
+    }
+  }
+  int vec = 1;
+  constexpr bool kOneDtype = std::is_same_v<X, R> && std::is_same_v<X, O>;
+  const auto rows_allow = [&](int bytes) {
+    return problem.aligned_bytes % bytes == 0 &&
+           (cols * static_cast<int64_t>(sizeof(X))) % bytes == 0;
+  };
+  if (problem.vectorized) {
+    vec = kVec;
+  } else if (kOneDtype && kVec >= 4 && rows_allow(8)) {
+    vec = kVec / 2;
+  } else if (kOneDtype && kVec >= 8 && rows_allow(4)) {
+    vec = kVec / 4;
+  }
+  return fused_block_plan(rows, cols, vec, fused_reg_vecs<X, R, O>(vec), device.warp_size,
+                          kFusedBlockThreads);
 }
 
 }  // namespace opguide

@@ -84,27 +84,27 @@ constexpr int kTwoPassThreads = 512;
 constexpr int kTwoPassBlocksPerSm = 4;
 constexpr int kTwoPassStripCols = 256;
 
-// The backward kernel families.
+// The backward kernel families (the words of common/launch.cuh).
 enum class BackwardKernel {
-  kRegisters,    // rms_norm_backward_kernel, 16-byte vectors, kBwdRegVecs a thread
-  kPipelined2,   // rms_norm_backward_pipelined_kernel, 2 vectors a thread
-  kPipelined4,   // rms_norm_backward_pipelined_kernel, 4 vectors a thread
-  kNarrow8,      // rms_norm_backward_kernel with 8-byte accesses
-  kNarrow4,      // rms_norm_backward_kernel with 4-byte accesses
-  kNarrow2,      // rms_norm_backward_kernel with 2-byte accesses
-  kCluster,      // rms_norm_backward_cluster_kernel, kClusterBackwardRegVecs
-  kClusterLong,  // rms_norm_backward_cluster_kernel, kClusterBackwardRegVecsLong
-  kTwoPass,      // rms_norm_backward_rows_kernel, then the grad_w column sums
+  kRegisters,    // registers: rms_norm_backward_kernel, kBwdRegVecs 16-byte vectors
+  kPipelined2,   // pipelined: rms_norm_backward_pipelined_kernel, 2 vectors a thread
+  kPipelined4,   // pipelined: rms_norm_backward_pipelined_kernel, 4 vectors a thread
+  kNarrow8,      // narrow: rms_norm_backward_kernel with 8-byte accesses
+  kNarrow4,      // narrow: rms_norm_backward_kernel with 4-byte accesses
+  kNarrow2,      // narrow: rms_norm_backward_kernel with 2-byte accesses
+  kCluster,      // cluster: rms_norm_backward_cluster_kernel, kClusterBackwardRegVecs
+  kClusterLong,  // cluster: rms_norm_backward_cluster_kernel, kClusterBackwardRegVecsLong
+  kTwoPass,      // two-pass: rms_norm_backward_rows_kernel, then the grad_w column sums
 };
 
-// A backward plan: the kernel and its launch shape.
-struct BackwardConfig {
-  dim3 block;               // (threads per row, row slots per block)
-  int64_t blocks;           // also the number of partial grad_w rows; 0: does not fit
-  size_t shared_bytes = 0;  // dynamic shared memory per block
+// A backward plan (plan_rms_norm_backward): the kernel and its launch shape.
+struct RmsNormBackwardPlan {
   BackwardKernel kernel = BackwardKernel::kRegisters;
-  int cluster = 0;   // blocks per cluster (cluster kernels)
-  int64_t grid = 0;  // blocks of the first kernel (cluster and two-pass kernels)
+  dim3 block;               // (threads per row, row slots per block)
+  int64_t blocks = 0;       // also the number of partial grad_w rows; 0: does not fit
+  size_t shared_bytes = 0;  // dynamic shared memory per block
+  int cluster = 1;          // blocks per cluster (cluster kernels), else 1
+  int64_t grid = 0;         // blocks of the first kernel (cluster and two-pass kernels)
 };
 
 }  // namespace opguide

@@ -35,16 +35,6 @@ struct CudaType<at::BFloat16> {
   using type = __nv_bfloat16;
 };
 
-// An attribute of the current device, such as its warp size (64 on AMD CDNA
-// GPUs) or its number of multiprocessors. The CUDA runtime answers from its
-// own per-device table, so asking on every call costs next to nothing.
-int current_device_attribute(cudaDeviceAttr attribute) {
-  int value = 0;
-  C10_CUDA_CHECK(
-      cudaDeviceGetAttribute(&value, attribute, c10::cuda::current_device()));
-  return value;
-}
-
 }  // namespace
 
 // Whether to launch with programmatic dependent launch (csrc/common/launch.cuh): on
@@ -55,24 +45,23 @@ bool cuda_use_pdl() {
     const char* v = std::getenv("OPGUIDE_PDL");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  return enabled && current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
+  return enabled && device_info().compute_major >= 9;
 }
 
-int cuda_warp_size() { return current_device_attribute(cudaDevAttrWarpSize); }
+int cuda_warp_size() { return device_info().warp_size; }
 
 // The most blocks per thread-block cluster the long-row kernels may use
-// (rms_norm_forward_cluster.cuh, rms_norm_backward_cluster.cuh): 16 on compute
-// capability 9.0 and later, 0 (no clusters) before, on ROCm, or when the environment
-// sets OPGUIDE_CLUSTERS=0 (read once per process), for example to compare timings.
+// (rms_norm_forward_cluster.cuh, rms_norm_backward_cluster.cuh): 16 on GPUs that
+// launch clusters (compute capability 9.0 and later), 0 (no clusters) before, on
+// ROCm, or when the environment sets OPGUIDE_CLUSTERS=0 (read once per process),
+// for example to compare timings.
 int cuda_max_cluster() {
 #if OPGUIDE_HAVE_CLUSTERS
   static const bool enabled = [] {
     const char* v = std::getenv("OPGUIDE_CLUSTERS");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  return enabled && current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9
-             ? kMaxClusterBlocks
-             : 0;
+  return enabled && device_info().cluster_launch ? kMaxClusterBlocks : 0;
 #else
   return 0;
 #endif
@@ -98,19 +87,19 @@ void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double ep
   // The kernel is queued on the stream PyTorch is using on this thread (it
   // may be a side stream, or a stream being captured into a CUDA graph).
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const int warp_size = cuda_warp_size();
+  const LaunchSettings settings{stream, cuda_use_pdl(), cuda_max_cluster()};
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_cuda", [&] {
         using T = typename CudaType<scalar_t>::type;
         using Acc = typename AccType<T>::type;
         Acc* inv_rms_ptr =
             inv_rms.defined() ? inv_rms.mutable_data_ptr<Acc>() : nullptr;
-        const cudaError_t err = launch_rms_norm_forward_any<T>(
+        // Plans the kernel (rms_norm_planner.cuh), then launches it.
+        const cudaError_t err = run_rms_norm_forward<T>(
             reinterpret_cast<const T*>(xk.const_data_ptr<scalar_t>()),
             reinterpret_cast<const T*>(wk.const_data_ptr<scalar_t>()),
             reinterpret_cast<T*>(y.mutable_data_ptr<scalar_t>()), inv_rms_ptr, rows,
-            cols, row_stride, static_cast<float>(eps), warp_size, cuda_max_cluster(),
-            stream, cuda_use_pdl());
+            cols, row_stride, static_cast<float>(eps), settings);
         C10_CUDA_CHECK(err);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -162,13 +151,6 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
   const at::Tensor rc = inv_rms.contiguous();
   const int64_t cols = x.size(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-  // The largest power of two, at most 16, that divides every input's address
-  // (a slice may start anywhere): the lowest bit set in any of them.
-  const std::uintptr_t addresses =
-      reinterpret_cast<std::uintptr_t>(g.const_data_ptr()) |
-      reinterpret_cast<std::uintptr_t>(xc.const_data_ptr()) |
-      reinterpret_cast<std::uintptr_t>(wc.const_data_ptr()) | 16;
-  const int aligned_bytes = static_cast<int>(addresses & (~addresses + 1));
   if (cols == 0) {
     // Nothing to normalise: grad_x is empty and grad_w a sum over no element.
     return {
@@ -179,30 +161,26 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
       at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   at::Tensor grad_w = at::empty({cols}, weight.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const int warp_size = cuda_warp_size();
-  const int sm_count = current_device_attribute(cudaDevAttrMultiProcessorCount);
-  const size_t max_shared = static_cast<size_t>(
-      current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
+  const LaunchSettings settings{stream, cuda_use_pdl(), cuda_max_cluster()};
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "rms_norm_backward_cuda", [&] {
         using T = typename CudaType<scalar_t>::type;
         using Acc = typename AccType<T>::type;
-        // Which kernels run depends on the row: see rms_norm_backward_plan.
-        const BackwardConfig cfg =
-            rms_norm_backward_plan<T>(rows, cols, aligned_bytes, warp_size, sm_count,
-                                      max_shared, cuda_max_cluster());
+        const T* grad_y_ptr = reinterpret_cast<const T*>(g.const_data_ptr<scalar_t>());
+        const T* x_ptr = reinterpret_cast<const T*>(xc.const_data_ptr<scalar_t>());
+        const T* w_ptr = reinterpret_cast<const T*>(wc.const_data_ptr<scalar_t>());
+        // Which kernels run depends on the row: see plan_rms_norm_backward.
+        const RmsNormBackwardPlan plan =
+            rms_norm_backward_plan_for<T>(grad_y_ptr, x_ptr, w_ptr, rows, cols, settings);
         // One partial grad_w row per block, summed by the second kernel.
         at::Tensor partial = at::empty(
-            {cfg.blocks, cols}, x.options().dtype(rms_norm_acc_type(x.scalar_type())));
-        const cudaError_t err = launch_rms_norm_backward_any<T>(
-            reinterpret_cast<const T*>(g.const_data_ptr<scalar_t>()),
-            reinterpret_cast<const T*>(xc.const_data_ptr<scalar_t>()),
-            reinterpret_cast<const T*>(wc.const_data_ptr<scalar_t>()),
-            rc.const_data_ptr<Acc>(),
+            {plan.blocks, cols}, x.options().dtype(rms_norm_acc_type(x.scalar_type())));
+        const cudaError_t err = launch_rms_norm_backward<T>(
+            plan, grad_y_ptr, x_ptr, w_ptr, rc.const_data_ptr<Acc>(),
             reinterpret_cast<T*>(grad_x.mutable_data_ptr<scalar_t>()),
             partial.mutable_data_ptr<Acc>(),
-            reinterpret_cast<T*>(grad_w.mutable_data_ptr<scalar_t>()), rows, cols, cfg,
-            stream, cuda_use_pdl());
+            reinterpret_cast<T*>(grad_w.mutable_data_ptr<scalar_t>()), rows, cols,
+            settings.stream, settings.pdl);
         C10_CUDA_CHECK(err);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -1,5 +1,9 @@
-// The one place that chooses an RMSNorm CUDA kernel and its launch shape
-// for (rows, cols, alignment, dtype, device). Host code; torch-free.
+// The one place that chooses an RMSNorm CUDA kernel and its launch shape:
+// plan_rms_norm_forward and plan_rms_norm_backward turn (problem, device)
+// into a plan, once per call, asking the device (cluster support, shared
+// memory, occupancy) rather than trying a launch. The tables at the top map
+// each kernel family to its kernel, for the planners' occupancy queries and
+// for the launch (rms_norm_launch.cuh) alike. Host code; torch-free.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,16 +14,63 @@
 #include "../common/launch.cuh"
 #include "rms_norm_backward.cuh"
 #include "rms_norm_backward_cluster.cuh"
+#include "rms_norm_backward_two_pass.cuh"
 #include "rms_norm_config.h"
 #include "rms_norm_forward.cuh"
+#include "rms_norm_forward_cluster.cuh"
 
 namespace opguide {
 
-struct LaunchConfig {
-  dim3 grid;
-  dim3 block;
-  bool long_rows;
-};
+// The forward's kernel table: the kernel of each family (RowKernel), access
+// width and knob, as instantiated; null for a plan no instance matches (a
+// forced plan with other knobs). The planner asks it for occupancy and
+// rms_norm_launch.cuh for the launch.
+template <typename T>
+using ForwardKernelFn = void (*)(const T*, const T*, T*, typename AccType<T>::type*,
+                                 int64_t, int64_t, int64_t, float);
+
+// Vectors each thread keeps in registers when it moves `vec` elements of
+// `elem_bytes` bytes at a time: as many bytes as kForwardRegVecs 16-byte
+// vectors, and no more than 8 vectors (narrow accesses need a register per
+// vector; more spill). tools/sweep_rms_norm_narrow.cu times other counts.
+constexpr int forward_reg_vecs(int elem_bytes, int vec) {
+  return kForwardRegVecs * (16 / elem_bytes) / vec < 8
+             ? kForwardRegVecs * (16 / elem_bytes) / vec
+             : 8;
+}
+
+template <typename T, int kVec>
+ForwardKernelFn<T> forward_block_kernel(const RowPlan& plan) {
+  constexpr int kRegs = forward_reg_vecs(sizeof(T), kVec);
+  if (plan.reg_vecs != kRegs) return nullptr;
+  return plan.kernel == RowKernel::kBlockLong ? rms_norm_forward_kernel<T, kVec, kRegs, true>
+                                              : rms_norm_forward_kernel<T, kVec, kRegs, false>;
+}
+
+template <typename T>
+ForwardKernelFn<T> rms_norm_forward_kernel_for(const RowPlan& plan) {
+  constexpr int kWide = 16 / sizeof(T);
+  if (plan.kernel == RowKernel::kCluster) {
+    if constexpr (sizeof(T) <= 4) {
+      constexpr int kSmall = kClusterForwardThreads, kLarge = 2 * kClusterForwardThreads;
+      if (plan.vec != kWide || plan.reg_vecs != kClusterForwardVecs) return nullptr;
+      if (plan.block.x == kSmall)
+        return rms_norm_forward_cluster_kernel<T, kWide, kSmall, kClusterForwardVecs>;
+      if (plan.block.x == kLarge)
+        return rms_norm_forward_cluster_kernel<T, kWide, kLarge, kClusterForwardVecs>;
+    }
+    return nullptr;
+  }
+  if (plan.vec == kWide) return forward_block_kernel<T, kWide>(plan);
+  if constexpr (kWide >= 4) {
+    if (plan.vec == kWide / 2) return forward_block_kernel<T, kWide / 2>(plan);
+  }
+  if constexpr (kWide >= 8) {
+    if (plan.vec == kWide / 4) return forward_block_kernel<T, kWide / 4>(plan);
+  }
+  if (plan.vec == 1) return forward_block_kernel<T, 1>(plan);
+  return nullptr;
+}
 
 // Chooses the block shape from the row length: as many threads per row as
 // give each thread reg_vecs vectors, and two rows per block when a row takes
@@ -29,8 +80,8 @@ struct LaunchConfig {
 // each, and a block of 256 threads holds as many rows as fit (rows of 256
 // bfloat16 elements: 8 threads each, 32 rows per block). Both measured over
 // every row length: guidekit/benchmark.py, docs/recorded/sweep_h100.json.
-inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec,
-                                            int warp_size, int reg_vecs) {
+inline RowPlan rms_norm_forward_block_plan(int64_t rows, int64_t cols, int vec,
+                                           int warp_size, int reg_vecs) {
   const int64_t nvec = (cols + vec - 1) / vec;
   int64_t per_row = (nvec + reg_vecs - 1) / reg_vecs;
   int64_t rows_per_block;
@@ -44,23 +95,14 @@ inline LaunchConfig rms_norm_forward_config(int64_t rows, int64_t cols, int vec,
     if (per_row > kMaxThreadsPerRow) per_row = kMaxThreadsPerRow;
     rows_per_block = per_row <= 64 ? 2 : 1;
   }
-  LaunchConfig cfg;
-  cfg.block =
+  RowPlan plan;
+  plan.vec = vec;
+  plan.reg_vecs = reg_vecs;
+  plan.block =
       dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
-  cfg.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  cfg.long_rows = nvec > per_row * reg_vecs;
-  return cfg;
-}
-
-// Vectors each thread keeps in registers when it moves kVec elements at a
-// time: as many bytes as kForwardRegVecs 16-byte vectors, and no more than
-// 8 vectors (narrow accesses need a register per vector; more spill).
-// tools/sweep_rms_norm_narrow.cu times other counts.
-template <typename T, int kVec>
-constexpr int forward_reg_vecs() {
-  constexpr int same_bytes =
-      kForwardRegVecs * (16 / static_cast<int>(sizeof(T))) / kVec;
-  return same_bytes < 8 ? same_bytes : 8;
+  plan.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
+  plan.kernel = nvec > per_row * reg_vecs ? RowKernel::kBlockLong : RowKernel::kBlock;
+  return plan;
 }
 
 // The clusters of the forward for rows of nvec 16-byte vectors (`wide`: all
@@ -79,22 +121,96 @@ RowClusters rms_norm_forward_clusters(bool wide, int64_t rows, int64_t nvec,
 
 // [vector-width]
 // The widest access, in elements, that the row length, the row stride and
-// every pointer allow: 16 bytes, else 8, else 4, else one element. A row
-// length that is not a multiple of 16 bytes still gets narrower vectors
-// (docs/recorded/sweep_odd_rows_h100.json).
+// every pointer allow (aligned_bytes: the largest power of two, at most 16,
+// dividing the address of x, weight and y): 16 bytes, else 8, else 4, else
+// one element. A row length that is not a multiple of 16 bytes still gets
+// narrower vectors (docs/recorded/sweep_odd_rows_h100.json).
 template <typename T>
-int forward_vector_width(const T* x, const T* weight, const T* y, int64_t cols,
-                         int64_t x_row_stride) {
+int forward_vector_width(int64_t cols, int64_t x_row_stride, int aligned_bytes) {
   for (int bytes = 16; bytes > static_cast<int>(sizeof(T)); bytes /= 2) {
     const int vec = bytes / static_cast<int>(sizeof(T));
-    if (cols % vec == 0 && x_row_stride % vec == 0 && is_aligned(x, bytes) &&
-        is_aligned(weight, bytes) && is_aligned(y, bytes)) {
+    if (cols % vec == 0 && x_row_stride % vec == 0 && aligned_bytes % bytes == 0) {
       return vec;
     }
   }
   return 1;
 }
 // [vector-width-end]
+
+// What the forward planner needs to know of a call.
+struct RmsNormForwardProblem {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t x_row_stride = 0;  // elements between rows of x
+  int aligned_bytes = 16;    // aligned_bytes_of(x, weight, y)
+};
+
+// The forward's plan: over clusters for the long rows that
+// rms_norm_forward_clusters gives them when such clusters fit on this GPU
+// (asked of the device: cluster launch, then cudaOccupancyMaxActiveClusters),
+// else the one-block kernel with the widest access forward_vector_width
+// allows. max_cluster: the most blocks per cluster (0: no clusters).
+template <typename T>
+RowPlan plan_rms_norm_forward(const RmsNormForwardProblem& problem,
+                              const DeviceInfo& device, int max_cluster) {
+  const int vec =
+      forward_vector_width<T>(problem.cols, problem.x_row_stride, problem.aligned_bytes);
+  constexpr int kWide = 16 / sizeof(T);
+  const RowClusters rc = rms_norm_forward_clusters<T>(
+      vec == kWide, problem.rows, problem.cols / kWide,
+      device.cluster_launch ? max_cluster : 0);
+  if (rc.cluster > 0) {
+    const RowPlan plan =
+        row_cluster_plan(problem.rows, rc, kWide, kClusterForwardVecs, 0);
+    if (clusters_fit(rms_norm_forward_kernel_for<T>(plan), rc.cluster, rc.threads, 0))
+      return plan;
+  }
+  return rms_norm_forward_block_plan(problem.rows, problem.cols, vec, device.warp_size,
+                                     forward_reg_vecs(sizeof(T), vec));
+}
+
+// The backward's kernel table: the first kernel of each family (the grad_w
+// sum follows every one of them); null for the two-pass family, whose two
+// kernels take other arguments, and for a narrow width wider than T allows.
+template <typename T>
+using BackwardKernelFn = void (*)(const T*, const T*, const T*,
+                                  const typename AccType<T>::type*, T*,
+                                  typename AccType<T>::type*, int64_t, int64_t);
+
+template <typename T, int kBytes>
+BackwardKernelFn<T> narrow_backward_kernel() {
+  if constexpr (kBytes >= static_cast<int>(sizeof(T))) {
+    return rms_norm_backward_kernel<T, kBytes / sizeof(T), narrow_backward_regs<kBytes>()>;
+  } else {
+    return nullptr;  // never planned: no access narrower than one element
+  }
+}
+
+template <typename T>
+BackwardKernelFn<T> rms_norm_backward_kernel_for(BackwardKernel kernel) {
+  constexpr int kVec = 16 / sizeof(T);
+  switch (kernel) {
+    case BackwardKernel::kRegisters:
+      return rms_norm_backward_kernel<T, kVec, kBwdRegVecs>;
+    case BackwardKernel::kPipelined2:
+      return rms_norm_backward_pipelined_kernel<T, kVec, 2>;
+    case BackwardKernel::kPipelined4:
+      return rms_norm_backward_pipelined_kernel<T, kVec, 4>;
+    case BackwardKernel::kNarrow8:
+      return narrow_backward_kernel<T, 8>();
+    case BackwardKernel::kNarrow4:
+      return narrow_backward_kernel<T, 4>();
+    case BackwardKernel::kNarrow2:
+      return narrow_backward_kernel<T, 2>();
+    case BackwardKernel::kCluster:
+      return rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecs>;
+    case BackwardKernel::kClusterLong:
+      return rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecsLong>;
+    case BackwardKernel::kTwoPass:
+      break;
+  }
+  return nullptr;
+}
 
 // The block of both backward kernels for rows of `nvec` vectors: enough
 // threads per row (a whole number of warps) for kRegs vectors each, and as
@@ -117,173 +233,210 @@ inline int64_t backward_grid(int64_t rows, int64_t slots, int per_sm, int sm_cou
   return needed < fit ? (needed > 0 ? needed : 1) : fit;
 }
 
-// The launch shape of a backward kernel instance: threads enough for
-// kRegs vectors each per row, row slots so that a block has at least
-// `min_threads` threads, and as many blocks as fit on the GPU at once (each
-// walks many rows), at most one row slot per row. kVec: elements per access.
-template <typename T, int kRegs, int kVec = 16 / sizeof(T)>
-BackwardConfig rms_norm_backward_config_for(int64_t rows, int64_t cols, int warp_size,
-                                            int sm_count, int min_threads) {
-  using Acc = typename AccType<T>::type;
-  BackwardConfig cfg;
-  cfg.block = backward_block(cols / kVec, kRegs, warp_size, min_threads);
-  const int64_t slots = cfg.block.y;
-  cfg.shared_bytes = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
-  const int per_sm =
-      blocks_per_sm(rms_norm_backward_kernel<T, kVec, kRegs>,
-                    static_cast<int>(cfg.block.x * cfg.block.y), cfg.shared_bytes);
-  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
-  return cfg;
-}
+// The knobs of a one-block backward kernel (registers, pipelined, narrow):
+// what the launch shape of rms_norm_backward_shape depends on besides the
+// kernel. tools/sweep_rms_norm_backward.cu plans its other instances with it.
+struct BackwardShapeKnobs {
+  int vec;                    // elements per access
+  int reg_vecs;               // accesses of its row a thread keeps
+  int stages = 0;             // rows in flight in shared memory (pipelined), or 0
+  int min_threads = kBwdMinThreads;  // threads a block has at least
+  int max_blocks_per_sm = 0;  // at most this many blocks per SM (0: as many as fit)
+  bool sums_per_slot = false; // each row slot keeps its grad_w sums in shared memory
+};
 
-// The launch shape of a pipelined backward instance (cfg.kernel: kRegs): like
-// rms_norm_backward_config_for, with the stage buffers in dynamic shared
-// memory. Past 48 KiB (static and dynamic together) a kernel must be allowed
-// more shared memory before it is launched, which this does.
-template <typename T, int kRegs>
-BackwardConfig rms_norm_backward_pipelined_config(int64_t rows, int64_t cols,
-                                                  int warp_size, int sm_count,
-                                                  size_t max_shared_bytes) {
-  constexpr int kVec = 16 / sizeof(T);
-  using Acc = typename AccType<T>::type;
-  auto kernel = rms_norm_backward_pipelined_kernel<T, kVec, kRegs>;
-  BackwardConfig cfg;
-  cfg.kernel = kRegs == 4 ? BackwardKernel::kPipelined4 : BackwardKernel::kPipelined2;
-  cfg.block = backward_block(cols / kVec, kRegs, warp_size, kBwdPipelineMinThreads);
-  const int64_t slots = cfg.block.y;
-  const int64_t threads = static_cast<int64_t>(cfg.block.x) * cfg.block.y;
-  const size_t stages = static_cast<size_t>(kBwdStages * 2 * kRegs * threads) * 16;
-  const size_t sums = slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc) : 0;
-  cfg.shared_bytes = stages > sums ? stages : sums;
-  // The 48 KiB default covers static and dynamic shared memory together.
-  const size_t static_bytes = sizeof(Acc) * 2 * kMaxWarpsPerBlock;
-  if (cfg.shared_bytes + static_bytes > max_shared_bytes) {
-    cfg.blocks = 0;  // more than one block may have on this GPU
-    return cfg;
-  }
-  if (cfg.shared_bytes + static_bytes > 48 * 1024)
-    allow_shared_bytes(kernel, cfg.shared_bytes);
-  const int per_sm = blocks_per_sm(kernel, static_cast<int>(threads), cfg.shared_bytes);
-  cfg.blocks = backward_grid(rows, slots, per_sm, sm_count);
-  return cfg;
-}
-
-// The launch configuration of the backward for this GPU: the pipelined
-// kernel when its stages fit in `max_shared_bytes` (the most shared memory a
-// block may have), the register-prefetch kernel otherwise.
+// The launch shape of a one-block backward kernel: threads enough for
+// reg_vecs vectors each per row, row slots so that a block has at least
+// min_threads threads, shared memory for the stages (and the slots' grad_w
+// sums), and as many blocks as fit on the GPU at once (asked of the device:
+// cudaOccupancyMaxActiveBlocksPerMultiprocessor), each walking many rows.
+// blocks == 0 when the shared memory is more than a block may have. Past 48
+// KiB (static and dynamic together) the kernel is allowed more shared memory
+// before the occupancy query, as its launch needs.
 template <typename T>
-BackwardConfig rms_norm_backward_config(int64_t rows, int64_t cols, int warp_size,
-                                        int sm_count, size_t max_shared_bytes) {
-  const int64_t nvec = cols / (16 / static_cast<int64_t>(sizeof(T)));
-  const BackwardConfig cfg =
-      nvec > kBwdWideRow ? rms_norm_backward_pipelined_config<T, 4>(
-                               rows, cols, warp_size, sm_count, max_shared_bytes)
-                         : rms_norm_backward_pipelined_config<T, 2>(
-                               rows, cols, warp_size, sm_count, max_shared_bytes);
-  if (cfg.blocks > 0) return cfg;
-  BackwardConfig fallback = rms_norm_backward_config_for<T, kBwdRegVecs>(
-      rows, cols, warp_size, sm_count, kBwdMinThreads);
-  fallback.kernel = BackwardKernel::kRegisters;
-  return fallback;
+RmsNormBackwardPlan rms_norm_backward_shape(BackwardKernelFn<T> kernel, int64_t rows,
+                                            int64_t cols, const BackwardShapeKnobs& knobs,
+                                            const DeviceInfo& device) {
+  using Acc = typename AccType<T>::type;
+  RmsNormBackwardPlan plan;
+  plan.block = backward_block(cols / knobs.vec, knobs.reg_vecs, device.warp_size,
+                              knobs.min_threads);
+  const int64_t slots = plan.block.y;
+  const int64_t threads = static_cast<int64_t>(plan.block.x) * plan.block.y;
+  const size_t sums = knobs.sums_per_slot ? static_cast<size_t>(slots * cols) * sizeof(Acc)
+                      : slots > 1         ? static_cast<size_t>(cols) * sizeof(Acc)
+                                          : 0;
+  const size_t stages =
+      static_cast<size_t>(knobs.stages * 2 * knobs.reg_vecs * threads) * 16;
+  plan.shared_bytes = stages > sums ? stages : sums;
+  if (knobs.stages > 0) {
+    // The 48 KiB default covers static and dynamic shared memory together.
+    const size_t static_bytes = sizeof(Acc) * 2 * kMaxWarpsPerBlock;
+    if (plan.shared_bytes + static_bytes > device.max_shared_bytes) {
+      plan.blocks = 0;  // more than one block may have on this GPU
+      return plan;
+    }
+    if (plan.shared_bytes + static_bytes > 48 * 1024)
+      allow_shared_bytes(kernel, plan.shared_bytes);
+  }
+  int per_sm = blocks_per_sm(kernel, static_cast<int>(threads), plan.shared_bytes);
+  if (knobs.max_blocks_per_sm > 0 && per_sm > knobs.max_blocks_per_sm)
+    per_sm = knobs.max_blocks_per_sm;
+  plan.blocks = backward_grid(rows, slots, per_sm, device.sm_count);
+  return plan;
+}
+
+// The plan of one library family of one-block kernels, from the table.
+template <typename T>
+RmsNormBackwardPlan rms_norm_backward_family_plan(BackwardKernel kernel, int64_t rows,
+                                                  int64_t cols,
+                                                  const BackwardShapeKnobs& knobs,
+                                                  const DeviceInfo& device) {
+  RmsNormBackwardPlan plan = rms_norm_backward_shape<T>(
+      rms_norm_backward_kernel_for<T>(kernel), rows, cols, knobs, device);
+  plan.kernel = kernel;
+  return plan;
+}
+
+// The pipelined kernel when its stages fit in the shared memory a block may
+// have (2 vectors a thread, or 4 for rows of more than kBwdWideRow vectors),
+// the register-prefetch kernel otherwise.
+template <typename T>
+RmsNormBackwardPlan rms_norm_backward_one_block_plan(int64_t rows, int64_t cols,
+                                                     const DeviceInfo& device) {
+  constexpr int kVec = 16 / sizeof(T);
+  const bool wide_row = cols / kVec > kBwdWideRow;
+  const RmsNormBackwardPlan plan = rms_norm_backward_family_plan<T>(
+      wide_row ? BackwardKernel::kPipelined4 : BackwardKernel::kPipelined2, rows, cols,
+      {kVec, wide_row ? 4 : 2, kBwdStages, kBwdPipelineMinThreads}, device);
+  if (plan.blocks > 0) return plan;
+  return rms_norm_backward_family_plan<T>(BackwardKernel::kRegisters, rows, cols,
+                                          {kVec, kBwdRegVecs}, device);
 }
 
 // The plan for the narrow kernel of kBytes accesses, or one with blocks == 0
 // when the rows do not allow it.
 template <typename T, int kBytes>
-BackwardConfig narrow_backward_config(int64_t rows, int64_t cols, int aligned_bytes,
-                                      int warp_size, int sm_count) {
-  BackwardConfig cfg;
-  cfg.blocks = 0;
+RmsNormBackwardPlan narrow_backward_plan(int64_t rows, int64_t cols, int aligned_bytes,
+                                         const DeviceInfo& device) {
+  RmsNormBackwardPlan plan;
   if constexpr (kBytes >= static_cast<int>(sizeof(T))) {
     constexpr int kVec = kBytes / static_cast<int>(sizeof(T));
     constexpr int kRegs = narrow_backward_regs<kBytes>();
     if (cols % kVec != 0 || aligned_bytes % kBytes != 0 ||
-        cols / kVec > static_cast<int64_t>(kBwdMaxThreads) * kRegs) {
-      return cfg;
-    }
-    cfg = rms_norm_backward_config_for<T, kRegs, kVec>(rows, cols, warp_size, sm_count,
-                                                       kBwdMinThreads);
-    cfg.kernel = kBytes == 8   ? BackwardKernel::kNarrow8
-                 : kBytes == 4 ? BackwardKernel::kNarrow4
-                               : BackwardKernel::kNarrow2;
+        cols / kVec > static_cast<int64_t>(kBwdMaxThreads) * kRegs)
+      return plan;
+    plan = rms_norm_backward_family_plan<T>(kBytes == 8   ? BackwardKernel::kNarrow8
+                                            : kBytes == 4 ? BackwardKernel::kNarrow4
+                                                          : BackwardKernel::kNarrow2,
+                                            rows, cols, {kVec, kRegs}, device);
   }
-  return cfg;
+  return plan;
 }
 
-// The backward's plan for any row: the kernels of rms_norm_backward_config
-// when the row fits them, clusters for longer rows, narrower vectors for
-// rows that are not whole 16-byte vectors, and the two-pass kernels when
-// none of these can run (rows longer than the largest cluster, or longer
-// than the narrow kernel holds). aligned_bytes: the largest power of two, at
-// most 16, that divides every pointer's address. `cfg.blocks` is the number
-// of partial grad_w rows to allocate.
+// The launch shape of a cluster backward kernel of `threads` threads a
+// block, each keeping `reg_vecs` vectors, with `stages` rows in flight in
+// shared memory: clusters enough for a row of nvec vectors, as many of them
+// as fit on this GPU at once (asked of the device:
+// cudaOccupancyMaxActiveClusters), one partial grad_w row each; blocks == 0
+// when no such cluster fits. tools/sweep_rms_norm_backward_cluster.cu plans
+// its other instances with it.
 template <typename T>
-BackwardConfig rms_norm_backward_plan(int64_t rows, int64_t cols, int aligned_bytes,
-                                      int warp_size, int sm_count,
-                                      size_t max_shared_bytes, int max_cluster) {
-  constexpr int kVec = 16 / sizeof(T);
+RmsNormBackwardPlan rms_norm_backward_cluster_shape(BackwardKernelFn<T> kernel,
+                                                    int threads, int reg_vecs,
+                                                    int stages, int64_t rows,
+                                                    int64_t nvec, int max_cluster) {
+  RmsNormBackwardPlan plan;
+  const int cluster = cluster_size_for(nvec, max_cluster, threads, reg_vecs);
+  if (cluster == 0) return plan;
+  const size_t shared = static_cast<size_t>(stages) * 2 * reg_vecs * threads * 16;
+  allow_shared_bytes(kernel, shared);
+  allow_cluster_size(kernel, cluster);
+  const int fit = active_clusters(kernel, cluster, threads, shared);
+  if (fit == 0) return plan;
+  plan.cluster = cluster;
+  plan.block = dim3(static_cast<unsigned>(threads));
+  plan.shared_bytes = shared;
+  plan.blocks = rows < fit ? rows : fit;  // clusters, one partial row each
+  plan.grid = plan.blocks * cluster;
+  return plan;
+}
+
+// The library's cluster kernel of `reg_vecs` vectors a thread when its
+// shared memory and its clusters fit on this GPU, or blocks == 0.
+template <typename T>
+RmsNormBackwardPlan cluster_backward_plan(BackwardKernel kernel, int reg_vecs,
+                                          int64_t rows, int64_t nvec,
+                                          const DeviceInfo& device, int max_cluster) {
   using Acc = typename AccType<T>::type;
+  const int stages = cluster_backward_stages(reg_vecs);
+  const size_t shared = static_cast<size_t>(stages) * 2 * reg_vecs * kClusterThreads * 16;
+  const size_t static_bytes = sizeof(PushSlots<Acc, kClusterThreads / kWarpSize, 4>);
+  if (shared + static_bytes > device.max_shared_bytes) return RmsNormBackwardPlan{};
+  RmsNormBackwardPlan plan = rms_norm_backward_cluster_shape<T>(
+      rms_norm_backward_kernel_for<T>(kernel), kClusterThreads, reg_vecs, stages, rows,
+      nvec, max_cluster);
+  plan.kernel = kernel;
+  return plan;
+}
+
+// What the backward planner needs to know of a call.
+struct RmsNormBackwardProblem {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int aligned_bytes = 16;  // aligned_bytes_of(grad_y, x, weight)
+};
+
+// The backward's plan for any row: the one-block kernels when the row fits
+// them, clusters for longer rows, narrower vectors for rows that are not
+// whole 16-byte vectors, and the two-pass kernels when none of these can run
+// (rows longer than the largest cluster, or longer than the narrow kernel
+// holds). `plan.blocks` is the number of partial grad_w rows to allocate.
+// max_cluster: the most blocks per cluster (0: no clusters).
+template <typename T>
+RmsNormBackwardPlan plan_rms_norm_backward(const RmsNormBackwardProblem& problem,
+                                           const DeviceInfo& device, int max_cluster) {
+  constexpr int kVec = 16 / sizeof(T);
+  const int64_t rows = problem.rows, cols = problem.cols;
   const int64_t nvec = cols / kVec;
-  const bool wide = aligned_bytes % 16 == 0 && cols % kVec == 0 && rows > 0;
+  const bool wide = problem.aligned_bytes % 16 == 0 && cols % kVec == 0 && rows > 0;
   if (wide && nvec <= static_cast<int64_t>(kBwdMaxThreads) * 4) {
-    BackwardConfig cfg =
-        rms_norm_backward_config<T>(rows, cols, warp_size, sm_count, max_shared_bytes);
-    if (cfg.kernel != BackwardKernel::kRegisters ||
+    const RmsNormBackwardPlan plan =
+        rms_norm_backward_one_block_plan<T>(rows, cols, device);
+    if (plan.kernel != BackwardKernel::kRegisters ||
         nvec <= static_cast<int64_t>(kBwdMaxThreads) * kBwdRegVecs)
-      return cfg;
+      return plan;
   }
   if (!wide && rows > 0) {
-    BackwardConfig narrow =
-        narrow_backward_config<T, 8>(rows, cols, aligned_bytes, warp_size, sm_count);
-    if (narrow.blocks == 0)
-      narrow =
-          narrow_backward_config<T, 4>(rows, cols, aligned_bytes, warp_size, sm_count);
-    if (narrow.blocks == 0)
-      narrow =
-          narrow_backward_config<T, 2>(rows, cols, aligned_bytes, warp_size, sm_count);
-    if (narrow.blocks > 0) return narrow;
+    const int aligned = problem.aligned_bytes;
+    RmsNormBackwardPlan plan = narrow_backward_plan<T, 8>(rows, cols, aligned, device);
+    if (plan.blocks == 0) plan = narrow_backward_plan<T, 4>(rows, cols, aligned, device);
+    if (plan.blocks == 0) plan = narrow_backward_plan<T, 2>(rows, cols, aligned, device);
+    if (plan.blocks > 0) return plan;
   }
-  BackwardConfig cfg;
   // Clusters of blocks with two vectors per thread, or with four when a row
   // is too long for that.
-  const auto try_clusters = [&](auto kernel, int reg_vecs, BackwardKernel kernel_id) {
-    const int cluster =
-        wide ? cluster_size_for(nvec, max_cluster, kClusterThreads, reg_vecs) : 0;
-    if (cluster == 0) return false;
-    const size_t shared = static_cast<size_t>(cluster_backward_stages(reg_vecs)) * 2 *
-                          reg_vecs * kClusterThreads * 16;
-    const size_t static_bytes = sizeof(PushSlots<Acc, kClusterThreads / kWarpSize, 4>);
-    if (shared + static_bytes > max_shared_bytes) return false;
-    allow_shared_bytes(kernel, shared);
-    allow_cluster_size(kernel, cluster);
-    const int fit = active_clusters(kernel, cluster, kClusterThreads, shared);
-    if (fit == 0) return false;
-    cfg.kernel = kernel_id;
-    cfg.cluster = cluster;
-    cfg.block = dim3(kClusterThreads);
-    cfg.shared_bytes = shared;
-    cfg.blocks = rows < fit ? rows : fit;  // clusters, one partial row each
-    cfg.grid = cfg.blocks * cluster;
-    return true;
-  };
-  if (try_clusters(rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecs>,
-                   kClusterBackwardRegVecs, BackwardKernel::kCluster) ||
-      try_clusters(
-          rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecsLong>,
-          kClusterBackwardRegVecsLong, BackwardKernel::kClusterLong)) {
-    return cfg;
+  if (wide && device.cluster_launch) {
+    RmsNormBackwardPlan plan = cluster_backward_plan<T>(
+        BackwardKernel::kCluster, kClusterBackwardRegVecs, rows, nvec, device, max_cluster);
+    if (plan.blocks == 0)
+      plan = cluster_backward_plan<T>(BackwardKernel::kClusterLong,
+                                      kClusterBackwardRegVecsLong, rows, nvec, device,
+                                      max_cluster);
+    if (plan.blocks > 0) return plan;
   }
   // Two passes: a block per row, a few blocks per SM; grad_w over strips of
   // columns, with enough row groups to fill the GPU.
-  cfg.kernel = BackwardKernel::kTwoPass;
-  cfg.block = dim3(kTwoPassThreads);
-  const int64_t fit = static_cast<int64_t>(sm_count) * kTwoPassBlocksPerSm;
-  cfg.grid = rows < fit ? (rows > 0 ? rows : 1) : fit;
+  RmsNormBackwardPlan plan;
+  plan.kernel = BackwardKernel::kTwoPass;
+  plan.block = dim3(kTwoPassThreads);
+  const int64_t fit = static_cast<int64_t>(device.sm_count) * kTwoPassBlocksPerSm;
+  plan.grid = rows < fit ? (rows > 0 ? rows : 1) : fit;
   const int64_t strips = (cols + kTwoPassStripCols - 1) / kTwoPassStripCols;
   int64_t parts = (fit + strips - 1) / strips;
   if (parts > rows) parts = rows;
-  cfg.blocks = parts > 0 ? parts : 1;
-  return cfg;
+  plan.blocks = parts > 0 ? parts : 1;
+  return plan;
 }
 
 }  // namespace opguide
