@@ -97,8 +97,9 @@ FORWARD = CSRC / "rms_norm" / "rms_norm_forward.cuh"
 show_diff(FORWARD, mapping[FORWARD])
 
 # %%
-# The torch wrapper: torch's CUDA headers map to their HIP twins, the
-# attribute query to HIP's name. Everything about tensors is unchanged.
+# The torch wrapper: torch's CUDA headers map to their HIP twins, and the
+# diff shows each other CUDA name hipify replaced. Everything about tensors
+# is unchanged.
 show_diff(WRAPPER, mapping[WRAPPER])
 
 # %%

@@ -98,15 +98,18 @@ measures the choices. Rows longer still (more than 4096 vectors, 32768
 bfloat16 elements) go to a kernel that splits each row over a thread-block
 cluster on Hopper and later GPUs
 (``csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh``; :doc:`step 11.3
-<11_performance_3_long_rows>`), which the host wrapper below tries first:
+<11_performance_3_long_rows>`), which the planner
+(``csrc/fused_add_rms_norm/fused_add_rms_norm_planner.cuh``) chooses when the
+GPU says such clusters fit:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm.cuh
    :language: cpp
    :start-after: // [kernel]
    :end-before: // [kernel-end]
 
-The host wrapper picks the vector width, checks alignment, and launches on
-PyTorch's current stream:
+The host wrapper hands the pointers to the planner, which picks the kernel
+and the vector width from the row length, the strides and every pointer's
+alignment, and launches on PyTorch's current stream:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cuda.cu
    :language: cpp
