@@ -4,7 +4,7 @@
 # wheelhouse made beforehand by tools/make_wheelhouse.py.
 #
 #   tools/gpu_suite.sh suite [WHEELHOUSE]                  # the whole suite: part 1, then part 2
-#   tools/gpu_suite.sh part 1|2 [WHEELHOUSE]               # one part; each fits a 10-minute call
+#   tools/gpu_suite.sh part 1|2 [WHEELHOUSE [PYTEST ARGS]] # one part; each fits a 10-minute call
 #   tools/gpu_suite.sh tests [WHEELHOUSE [PYTEST ARGS...]] # pytest with your own arguments
 #   tools/gpu_suite.sh docs  [WHEELHOUSE]                  # build the site, gallery on the GPU
 #   tools/gpu_suite.sh records PART [WHEELHOUSE]           # PART 1 to 4; `records list` lists them
@@ -51,7 +51,7 @@ export OPGUIDE_JOBS="${OPGUIDE_JOBS:-8}"
 NEEDS_INDEX=(tests/test_template*.py tests/test_manifests.py tests/test_wheels.py)
 
 run_part() {
-  local args=(-rf)
+  local args=(-rf "${@:2}")
   case "$1" in
     1)
       args+=(tests)
@@ -78,7 +78,7 @@ case "$session" in
     run_part 2 || status=$?
     exit $status
     ;;
-  part) run_part "$part" ;;
+  part) run_part "$part" "$@" ;;
   tests | docs) python3 -m nox -s "$session" -- "$@" ;;
   *) echo "gpu_suite: unknown session $session" >&2; exit 2 ;;
 esac
