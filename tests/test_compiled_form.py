@@ -23,12 +23,17 @@ BACKENDS = ["cpp"] + (["triton"] if triton_ready() else [])
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
-def _triton_usable(backend: str) -> None:
+def _device(backend: str) -> str:
+    """Where the backend's kernels run here: the GPU for Triton without its interpreter."""
     if backend == "triton":
         from opguide.triton import INTERPRET
 
-        if not (INTERPRET or torch.cuda.is_available()):
+        if INTERPRET:
+            return "cpu"
+        if not torch.cuda.is_available():
             pytest.skip("no GPU, and Triton's interpreter is off (set TRITON_INTERPRET=1)")
+        return "cuda"
+    return "cpu"
 
 
 def compile_and_record(fn):
@@ -55,10 +60,11 @@ def opguide_ops(seen: list[str]) -> list[str]:
 @pytest.mark.parametrize("compiled", ["native", "kernel"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_rms_norm_graph_and_grads(backend, compiled):
-    _triton_usable(backend)
+    device = _device(backend)
     gen = torch.Generator().manual_seed(0)
     x0, w0 = torch.randn(3, 5, 32, generator=gen), torch.rand(32, generator=gen) + 0.5
     probe = torch.randn(3, 5, 32, generator=gen)
+    x0, w0, probe = x0.to(device), w0.to(device), probe.to(device)
 
     def loss(x, w):
         return (opguide.rms_norm(x, w, backend=backend, compiled=compiled) * probe).sum()
@@ -80,10 +86,11 @@ def test_rms_norm_graph_and_grads(backend, compiled):
 @pytest.mark.parametrize("compiled", ["native", "kernel"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_fused_add_rms_norm_graph_and_residual(backend, compiled):
-    _triton_usable(backend)
+    device = _device(backend)
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(4, 32, generator=gen), torch.randn(32, generator=gen)
     residual = torch.randn(4, 32, generator=gen)
+    x, w, residual = x.to(device), w.to(device), residual.to(device)
 
     def step(x, residual, w):
         out, inv_rms = opguide.fused_add_rms_norm_(
@@ -116,8 +123,8 @@ class _Recorder(TorchDispatchMode):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_eager_calls_run_the_kernel_whatever_compiled_says(backend):
-    _triton_usable(backend)
-    x, w = torch.randn(2, 16), torch.randn(16)
+    device = _device(backend)
+    x, w = torch.randn(2, 16, device=device), torch.randn(16, device=device)
     suffix = "_triton" if backend == "triton" else ""
     with _Recorder() as recorder:
         opguide.rms_norm(x, w, backend=backend, compiled="native")
