@@ -185,3 +185,27 @@ def test_the_torch_only_check_follows_torchs_own_requirements(tmp_path):
         venv = fake_venv(tmp_path / leak, {**cuda_torch, leak: []})
         with pytest.raises(AssertionError, match=f"holds more than torch: \\['{leak}'\\]"):
             assert_only_torch(venv)
+
+
+@pytest.mark.parametrize("abi", ["classic", "stable"])
+def test_cuda_kernels_check_indices_without_assert(tmp_path, abi):
+    """The C++ route's CUDA sources check no index with ``assert()``, which ``-DNDEBUG`` removes.
+
+    setup.py's nvcc flags and the nvcc check both hold ``-DNDEBUG`` (a release
+    build, as torch's own), and the indexed kind's kernel reports a bad
+    position through an error flag that its host code reads after the launch.
+    The generated tests (on a GPU) run the out-of-range case on CUDA.
+    """
+    name = f"nd_{abi}"
+    project = render(tmp_path / name, package=name, op_name="rope_", route="cpp", kind="indexed",
+                     abi=abi)  # fmt: skip
+    for source in sorted((project / "csrc").glob("*.cu*")):
+        text = source.read_text()
+        assert not re.search(r"\bassert\s*\(", text), f"{source.name} checks with assert()"
+    assert "first_bad_token(" in (project / "csrc" / "rope_cuda.cu").read_text()
+    assert "atomicMin(bad_token" in (project / "csrc" / "rope.cuh").read_text()
+    assert re.search(r'"nvcc"\]? = \["-O3", "-DNDEBUG"|"nvcc": \["-O3", "-DNDEBUG"',
+                     (project / "setup.py").read_text())  # fmt: skip
+    assert '"-DNDEBUG",' in (project / "tools" / "check_cuda_compiles.py").read_text()
+    tests = (project / "tests" / "test_rope.py").read_text()
+    assert '("cpp", "cuda")' not in tests, "the CUDA kernel's out-of-range case is skipped"
