@@ -298,6 +298,8 @@ print(f"version counters after the compiled call: {versions(compiled_k, compiled
 # inputs that need grad are refused; ``opcheck`` on the operator (its fake
 # kernel returns ``None``) and a ``torch.compile(fullgraph=True)`` call that
 # matches eager. The template of :doc:`step 18 <18_your_own_operator>` writes
-# those tests for its in-place operators; its CUDA kernel reports an index out
-# of range through an error flag that the host reads after the launch, so the
-# report survives a release build (``-DNDEBUG`` removes an ``assert``).
+# several of these tests for its in-place operators (the same memory, the
+# version counter, the refusals, ``opcheck``, a compiled call); its CUDA
+# kernel of the indexed kind reports a position out of range through an error
+# flag that the host reads after the launch, so the report survives a release
+# build, where ``-DNDEBUG`` removes every ``assert``.
