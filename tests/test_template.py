@@ -48,7 +48,8 @@ def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_pat
         runs = " ".join(" ".join(step.get("run", "").split()) for step in steps)
         readme = (project / "README.md").read_text()
         blocks = re.findall(r"^<!-- ([a-z-]+-command) -->\n```bash\n(.*?)^```", readme, re.S | re.M)
-        ran = {m for m, _ in blocks if m not in ("adopt-template-command", "update-command")}
+        updates = ("adopt-template-command", "update-command", "copy-from-git-command")
+        ran = {m for m, _ in blocks if m not in updates}
         assert {"install-command", "test-command", "triton-targets-command", "wheel-command"} <= ran
         for marker, block in blocks:
             if marker in ran:
@@ -142,6 +143,21 @@ def test_copier_update_works_with_the_readmes_commands(tmp_path):
     assert "A line of the newer template." in text and "Notes of my own." in text
     assert "_commit: v2" in (project / ".copier-answers.yml").read_text()
     assert not list(project.rglob("*.rej"))
+
+    # A project copied from the template's repository at a tag updates with
+    # no adoption. Its answers first, then the template's tag v3.
+    copy = readme_command(readme, "copy-from-git-command")
+    assert copy and "--vcs-ref v1" in copy
+    proc = run(["bash", "-euo", "pipefail", "-c", copy], tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    copied = tmp_path / "myops-project"
+    answers = (copied / ".copier-answers.yml").read_text()
+    assert "_commit: v1" in answers and "opguide-template" in answers, answers
+    assert "A line of the newer template." not in (copied / "README.md").read_text()
+    proc = run(["copier", "update", "--defaults"], copied, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "A line of the newer template." in (copied / "README.md").read_text()
+    assert "_commit: v2" in (copied / ".copier-answers.yml").read_text()
 
 
 def fake_venv(root: Path, dists: dict[str, list[str]]) -> Path:
