@@ -244,10 +244,10 @@ SOME = [
 EVERY = [(r, a, k, i) for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])]
 
 
-def cases(route: str) -> list:
-    """The cases of ``route`` (``cpp`` or ``triton``): every combination when FULL."""
+def cases(route: str, abi: str = "classic") -> list:
+    """The cases of ``route`` (``cpp`` or ``triton``) and ``abi``: every combination when FULL."""
     chosen = EVERY if FULL else SOME
-    return [case(*c) for c in chosen if c[0] == route]
+    return [case(*c) for c in chosen if c[:2] == (route, abi)]
 
 
 TARGETS = 7  # GPUs tools/check_triton_targets.py compiles for

@@ -1,8 +1,9 @@
-"""The template's C++ route: each variant builds, passes its README's commands, catches a break.
+"""The template's C++ route, classic ABI: each variant passes its README's commands; a break fails.
 
 The machinery (render, the torch-only venv, the README's commands) is in
-``template_helpers.py``; the default cases are its :data:`SOME` of the C++
-route (``OPGUIDE_TEMPLATE_FULL=1``: every combination).
+``template_helpers.py``; the default cases are its :data:`SOME` of this route
+(``OPGUIDE_TEMPLATE_FULL=1``: every combination). The stable ABI's cases are
+in ``test_template_stable.py``, so that pytest-xdist can run them beside these.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ def base_venv(tmp_path_factory):
     return torch_only_venv(tmp_path_factory)
 
 
-@pytest.mark.parametrize("route, abi, kind, op_name, wheel, wheel_venv", cases("cpp"))
+@pytest.mark.parametrize("route, abi, kind, op_name, wheel, wheel_venv", cases("cpp", "classic"))
 def test_generated_project_passes_its_readme_commands(
     tmp_path, base_venv, route, abi, kind, op_name, wheel, wheel_venv
 ):
