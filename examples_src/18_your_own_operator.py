@@ -473,8 +473,11 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # see metadata only; each position's value where the kernel reads it. The C++
 # CPU kernel raises ``IndexError`` (``TORCH_CHECK_INDEX``; ``RuntimeError`` on
 # the stable ABI, whose checks raise nothing else); the CUDA kernel cannot
-# raise and stops at a device-side assert; the Triton operator checks the
-# values in its body, which ``torch.compile`` calls whole, before the launch.
+# raise, so it skips a bad token and marks it in an error flag that the host
+# reads after the launch and raises from (a wait for the kernel per call, and
+# the same in a release build: no check is an ``assert()``, which
+# ``-DNDEBUG`` removes); the Triton operator checks the values in its body,
+# which ``torch.compile`` calls whole, before the launch.
 # The backward is the same kernel rotating back. The generated tests name
 # every argument, and build strided and overlapping inputs of any rank, so
 # they carry over to your own arguments. ``op_name=rope_`` adds the in-place

@@ -1,0 +1,305 @@
+r"""
+Step 10.3: Operators that only write
+====================================
+
+Some operators compute nothing they return: they write rows of large
+buffers that already exist, at positions given by an index tensor. A
+key/value cache update in LLM serving is one: two buffers of gigabytes, a few
+rows written per call, and nothing to return. Such an operator must not copy
+its buffers, and it still owes ``torch.compile`` and autograd what every
+operator that writes owes them.
+
+In this step you will learn:
+
+* how a schema says that an operator writes several tensors and returns
+  nothing, and why it returns nothing rather than the written tensor;
+* what the version counters of the written tensors do, with grad mode on,
+  under ``torch.no_grad()`` and under ``torch.inference_mode()``, and when the
+  body raises;
+* what ``torch.compile`` and ``torch.export`` make of the call
+  (``auto_functionalized``), and what happens to a written tensor that
+  autograd saved;
+* which checks are the wrapper's: the index's range, two written tensors
+  that are one, inputs that need grad, and what duplicate indices mean.
+"""
+
+# opguide-devices: cpu
+
+# %%
+# Two written tensors, nothing returned
+# -------------------------------------
+# ``write_rows_`` writes ``k[i]`` into ``k_cache[index[i]]`` and ``v[i]`` into
+# ``v_cache[index[i]]``; a negative index means "skip this row" (a padding
+# token). ``mutates_args`` names both buffers; ``torch.library.custom_op``
+# turns that into a schema with one alias set per written tensor
+# (``Tensor(a0!)``, ``Tensor(a1!)``) and the return type ``()``. A C++
+# library writes the same schema by hand, with any letters:
+# ``Tensor(a!) k_cache, Tensor(b!) v_cache``. Each letter says "this argument
+# is written, and it is not the other one".
+#
+# The body writes with ``index_copy_``, row by row into the buffers' own
+# memory: no copy of a buffer is made, so a call costs the rows it writes.
+import warnings
+
+import torch
+from torch.library import custom_op
+
+
+@custom_op("opguide_writes::write_rows_", mutates_args=("k_cache", "v_cache"))
+def _write_rows(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    index: torch.Tensor,
+) -> None:  # fmt: skip
+    keep = index >= 0
+    rows = index[keep]
+    if rows.numel() and int(rows.max()) >= k_cache.shape[0]:
+        bad = int(rows.max())
+        raise IndexError(f"write_rows_: index {bad} is out of range for {k_cache.shape[0]} rows")
+    k_cache.index_copy_(0, rows, k[keep])
+    v_cache.index_copy_(0, rows, v[keep])
+
+
+@_write_rows.register_fake
+def _(k_cache, v_cache, k, v, index) -> None:
+    # Nothing is returned, so there is no output to describe.
+    return None
+
+
+op = torch.ops.opguide_writes.write_rows_.default
+print(op._schema)
+k_cache, v_cache = torch.zeros(8, 4), torch.zeros(8, 4)
+k, v = torch.ones(3, 4), torch.full((3, 4), 2.0)
+index = torch.tensor([1, -1, 5])
+result = op(k_cache, v_cache, k, v, index)
+print(f"returned {result}; rows of k_cache written: {k_cache[:, 0].nonzero().flatten().tolist()}")
+
+# %%
+# Why nothing is returned
+# -----------------------
+# An operator that returns the tensor it wrote returns an *alias* of an input.
+# ``custom_op`` refuses that outright, at the call:
+try:
+
+    @custom_op("opguide_writes::add_one_", mutates_args=("x",))
+    def _add_one(x: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return x
+
+    _add_one(torch.zeros(3))
+except RuntimeError as error:
+    print(f"refused: {str(error).split(': ', 1)[1][:150]}...")
+
+# %%
+# A schema that returns an alias must say so (``-> Tensor(a!)``, as
+# ``aten::add_`` does), and ``torch.compile`` must then track the alias through
+# the graph; ``-> ()`` has nothing to track. The convenience of
+# ``y = op_(x)`` belongs in the Python wrapper, which returns the tensor
+# it passed in. The template's in-place operators (step 18) do exactly that:
+# the operator returns ``()``, the function returns ``x``.
+#
+# Version counters
+# ----------------
+# Each write must bump the version counter of every tensor it wrote
+# (:doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>` says why).
+# ``custom_op`` bumps each tensor named in ``mutates_args`` after the body
+# returns; the body's own ``index_copy_`` bumps too. The counters, measured
+# in grad mode, under ``no_grad`` and under ``inference_mode``, and for a call
+# whose body raises:
+
+
+def versions(*tensors):
+    return [t._version for t in tensors]
+
+
+def call_and_measure(label, *args):
+    before = versions(args[0], args[1])
+    try:
+        op(*args)
+        raised = ""
+    except IndexError as error:
+        raised = f" (raised IndexError: {error})"
+    after = versions(args[0], args[1])
+    steps = [a - b for a, b in zip(after, before, strict=True)]
+    print(f"{label:32} k_cache +{steps[0]}, v_cache +{steps[1]}{raised}")
+    return steps
+
+
+steps = {"grad mode": call_and_measure("grad mode", k_cache, v_cache, k, v, index)}
+with torch.no_grad():
+    steps["no_grad"] = call_and_measure("torch.no_grad()", k_cache, v_cache, k, v, index)
+with torch.inference_mode():
+    steps["inference_mode"] = call_and_measure(
+        "torch.inference_mode()", k_cache, v_cache, k, v, index
+    )
+raised = call_and_measure(
+    "grad mode, index out of range", k_cache, v_cache, k, v, torch.tensor([1, 9, 2])
+)
+same = len({tuple(s) for s in steps.values()}) == 1
+print(f"the same steps in grad mode, under no_grad and under inference_mode: {same}")
+if raised != [0, 0]:
+    print(f"a call whose body raised before writing still bumped the counters by {raised}")
+else:
+    print("a call whose body raised left the counters alone")
+
+# %%
+# Where a raising call bumps a counter, it is harmless but not free: a tensor
+# that autograd saved before it is refused in ``backward()`` though nothing
+# was written. A C++ operator whose ``ADInplaceOrView`` kernel bumps only after
+# the device kernel returned (the template's, step 18) leaves the counter
+# alone when the kernel raises. Either is correct; the tests of an operator
+# should say which one it does, as the counters above do here.
+#
+# Under ``inference_mode`` a tensor made *inside* the mode is an inference
+# tensor: it has no version counter at all, and nothing can save it for a
+# backward, so writing it costs no bookkeeping:
+with torch.inference_mode():
+    cache_k, cache_v = torch.zeros(8, 4), torch.zeros(8, 4)
+    op(cache_k, cache_v, k, v, index)
+    try:
+        print(cache_k._version)
+    except RuntimeError as error:
+        print(f"inference tensor: {error}")
+written = cache_k[:, 0].nonzero().flatten().tolist()
+print(f"is_inference(): {cache_k.is_inference()}; rows written: {written}")
+
+# %%
+# A written tensor that autograd saved
+# ------------------------------------
+# ``y`` saved ``k_cache`` to differentiate ``w * k_cache``; the operator then
+# overwrites it, here under ``no_grad`` as a cache update in serving code is.
+# ``backward()`` compares the saved version with the current one and raises
+# instead of computing a gradient from the new values:
+w = torch.randn(8, 4, requires_grad=True)
+k_saved = torch.zeros(8, 4)
+y = (w * k_saved).sum()
+with torch.no_grad():
+    op(k_saved, v_cache, k, v, index)
+try:
+    y.backward()
+    print("backward() ran")
+except RuntimeError as error:
+    print(f"backward() raised: {str(error)[:160]}...")
+
+# %%
+# The wrapper's checks
+# --------------------
+# Four things the schema does not check, and the wrapper must:
+#
+# * **Inputs that need grad.** The operator has no backward. ``custom_op``
+#   without ``register_autograd`` does not refuse an input that requires grad
+#   when nothing is returned, as the call below measures: the rows land, and
+#   no gradient will ever reach ``k``.
+# * **The two written tensors are one.** The letters ``a0`` and ``a1`` promise
+#   two different tensors; eager mode does not check the promise.
+# * **The index's values.** Metadata checks go in the wrapper and the fake
+#   kernel; a value in range is checked by the body, which sees values
+#   (:doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>`).
+# * **Duplicate indices.** ``index_copy_``'s documentation says that with
+#   duplicates "the result is nondeterministic since it depends on which copy
+#   occurs last". Say so in the docstring, or refuse duplicates (a sort, at a
+#   cost), or define an order.
+k_grad = torch.ones(3, 4, requires_grad=True)
+try:
+    op(k_cache, v_cache, k_grad, v, index)
+    print("an input that requires grad: accepted by the operator")
+except RuntimeError as error:
+    print(f"an input that requires grad: {error}")
+try:
+    op(k_cache, k_cache, k, v, index)
+    holder = "v" if k_cache[1, 0].item() == v[0, 0].item() else "k"
+    print(f"the same tensor twice: accepted; row 1 holds {holder}'s value, the last write")
+except RuntimeError as error:
+    print(f"the same tensor twice: {error}")
+
+
+def write_rows_(k_cache, v_cache, k, v, index) -> None:
+    """Writes ``k[i]`` into ``k_cache[index[i]]`` and ``v[i]`` into ``v_cache[index[i]]``.
+
+    Args:
+        k_cache, v_cache: ``(num_slots, ...)`` buffers, written in place; two
+            different tensors.
+        k, v: ``(num_tokens, ...)``, rows to write, not requiring grad.
+        index: int64 ``(num_tokens,)``: the row of each token; negative skips it.
+            With duplicate indices which token's row lands is undefined.
+
+    Raises:
+        RuntimeError: an input requires grad (grad mode on), or the buffers
+            share memory.
+        IndexError: an index is ``>= num_slots`` (raised by the body).
+    """
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (k_cache, v_cache, k, v)):
+        raise RuntimeError("write_rows_: an input requires grad, and write_rows_ has no backward")
+    if k_cache.untyped_storage().data_ptr() == v_cache.untyped_storage().data_ptr():
+        raise RuntimeError("write_rows_: k_cache and v_cache must be different tensors")
+    op(k_cache, v_cache, k, v, index)
+
+
+for args in [(k_cache, v_cache, k_grad, v, index), (k_cache, k_cache, k, v, index)]:
+    try:
+        write_rows_(*args)
+    except RuntimeError as error:
+        print(f"wrapper: {error}")
+
+duplicates = torch.zeros(4, 2)
+write_rows_(duplicates, torch.zeros(4, 2), torch.arange(6.0).view(3, 2), torch.zeros(3, 2),
+            torch.tensor([1, 1, 1]))  # fmt: skip
+print(f"three writes of row 1 on the CPU: it holds {duplicates[1].tolist()}")
+
+# %%
+# torch.compile and torch.export
+# ------------------------------
+# A graph has no mutation: ``torch.compile`` and ``torch.export`` replace the
+# call with ``auto_functionalized_v2``, which computes new values for the
+# written tensors, and then copy them back into the buffers. Inductor may turn
+# that back into an in-place call (its reinplacing pass); either way the
+# buffers must end up holding what an eager call writes, which the compiled
+# call below checks (backend ``aot_eager``: the graph capture and
+# functionalization of Inductor, without its code generation). Exported and
+# decomposed, a module that writes its two buffers:
+
+
+class CacheUpdate(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k_cache", torch.zeros(8, 4))
+        self.register_buffer("v_cache", torch.zeros(8, 4))
+
+    def forward(self, k, v, index):
+        op(self.k_cache, self.v_cache, k, v, index)
+        return self.k_cache.sum(1)
+
+
+with warnings.catch_warnings():
+    # torch's own pytree deprecation, raised inside export on some releases
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+    exported = torch.export.export(CacheUpdate(), (k, v, index)).run_decompositions({})
+code = exported.graph_module.code.strip()
+print("\n".join(line.strip()[:110] for line in code.splitlines() if "auto_functionalized" in line))
+written_back = sorted(exported.graph_signature.buffers_to_mutate.values())
+print(f"buffers the graph writes back: {written_back}")
+
+compiled = torch.compile(lambda *a: op(*a), fullgraph=True, backend="aot_eager")
+eager_k, eager_v = torch.zeros(8, 4), torch.zeros(8, 4)
+compiled_k, compiled_v = torch.zeros(8, 4), torch.zeros(8, 4)
+op(eager_k, eager_v, k, v, index)
+compiled(compiled_k, compiled_v, k, v, index)
+same = torch.equal(compiled_k, eager_k) and torch.equal(compiled_v, eager_v)
+print(f"compiled call writes what the eager call writes: {same}")
+print(f"version counters after the compiled call: {versions(compiled_k, compiled_v)}")
+
+# %%
+# What to test
+# ------------
+# For each written tensor: the rows the index names hold the new values, and
+# every other element is untouched (compare with a clone, ``atol=0``); its
+# version counter moved; it is the same memory (``data_ptr()``). Then: an empty
+# index writes nothing; a skip value writes nothing; an index out of range
+# raises on every device, the GPU too, and writes nothing out of bounds;
+# inputs that need grad are refused; ``opcheck`` on the operator (its fake
+# kernel returns ``None``) and a ``torch.compile(fullgraph=True)`` call that
+# matches eager. The template of :doc:`step 18 <18_your_own_operator>` writes
+# several of these tests for its in-place operators (the same memory, the
+# version counter, the refusals, ``opcheck``, a compiled call); its CUDA
+# kernel of the indexed kind reports a position out of range through an error
+# flag that the host reads after the launch, so the report survives a release
+# build, where ``-DNDEBUG`` removes every ``assert``.

@@ -1,0 +1,394 @@
+"""What the template's test modules share: render a variant, run its README's commands.
+
+Each case renders the template with copier and then does what the generated
+README tells its reader, in a virtual environment of the project's own that
+holds torch and nothing else ("with torch already installed"): it runs the
+README's install command and its test command as written, read from the
+README between their ``<!-- install-command -->`` / ``<!-- test-command -->``
+markers (as ``.ci/run`` reads this repository's README), so that README and
+test cannot drift. Dependencies come from the project's ``pyproject.toml``
+through pip, never from this environment. On the C++ route the README's nvcc
+check runs beside the tests, and on every route its Triton check
+(``tools/check_triton_targets.py``: each Triton kernel compiled for four AMD
+and three NVIDIA GPUs; no spill, none over a GPU's budget). After them, where
+the case asks, the README's wheel command: the wheel's name (its tags) must be
+the one the README gives; on the C++ route the repair bundles nothing, and
+each library of torch's that the extension needs is one the README's
+``--exclude`` leaves out; and the README's wheel-test command in a second copy
+of the torch-only venv: the wheel installed with its dependencies from pip,
+its tests run from an empty folder against the installed package (whose
+``__file__`` must lie in that venv).
+
+The virtual environments. Installing torch into a fresh venv costs tens of
+seconds (unpacking the wheel); a venv made with ``--system-site-packages``
+would let this environment's packages leak in and hide a missing dependency.
+So one venv holding only torch and its requirements is made per process
+(:func:`torch_only_venv`, which checks what ``pip`` installed against torch's
+own metadata there: a CUDA build of torch brings ``nvidia-*`` libraries and
+Triton), and each case copies it and points the copied ``bin/`` scripts at
+the copy (:func:`clone_venv`).
+
+``OPGUIDE_TEMPLATE_FULL=1`` runs every combination (:data:`EVERY`) instead of
+:data:`SOME`, each with its wheel and the wheel's tests in a fresh venv.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import torch
+
+copier = pytest.importorskip("copier", reason="copier is not installed (pip install copier)")
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template"
+TORCH_RELEASE = torch.__version__.split("+")[0]
+FULL = os.environ.get("OPGUIDE_TEMPLATE_FULL") == "1"
+
+
+def render(dest: Path, **answers: str) -> Path:
+    """Renders the template into ``dest`` with ``answers``, the rest by default."""
+    copier.run_copy(str(TEMPLATE), str(dest), data=answers, defaults=True, quiet=True)
+    return dest
+
+
+def run(command: list[str], cwd: Path, timeout: int = 900, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python*/site-packages"))
+
+
+def installed(venv: Path) -> set[str]:
+    """The distributions in ``venv``, by normalised name."""
+    found = metadata.distributions(path=[str(site_packages(venv))])
+    return {normalise(d.metadata["Name"]) for d in found}
+
+
+def normalise(name: str) -> str:
+    """A distribution's name as pip compares it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def torch_closure(venv: Path) -> set[str]:
+    """torch in ``venv`` and every distribution it requires there, by normalised name.
+
+    Read from the metadata of the distributions installed in ``venv``, each
+    requirement's marker evaluated (this interpreter made the venv, so its
+    Python version and platform are the venv's), extras left out: a CUDA build
+    of torch brings its ``nvidia-*`` libraries and Triton, a CPU build does not.
+    """
+    from packaging.requirements import Requirement
+
+    dists = {
+        normalise(d.metadata["Name"]): d
+        for d in metadata.distributions(path=[str(site_packages(venv))])
+    }
+    names, todo = set(), ["torch"]
+    while todo:
+        name = todo.pop()
+        if name in names:
+            continue
+        names.add(name)
+        for line in dists[name].requires or [] if name in dists else []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(normalise(req.name))
+    return names
+
+
+def assert_only_torch(venv: Path) -> None:
+    """Fails when ``venv`` holds a distribution that torch there does not require (pip aside)."""
+    extra = installed(venv) - torch_closure(venv) - {"pip", "setuptools"}
+    assert not extra, f"the torch-only venv holds more than torch: {sorted(extra)}"
+
+
+VENVS: dict[str, Path] = {}
+
+
+def torch_only_venv(tmp_path_factory) -> Path:
+    """A virtual environment holding torch and its requirements only, made once per process.
+
+    Each pytest-xdist worker makes its own, which the template's test modules
+    run by that worker share.
+    """
+    if "torch-only" not in VENVS:
+        base = tmp_path_factory.mktemp("venvs") / "torch-only"
+        proc = run([sys.executable, "-m", "venv", str(base)], cwd=base.parent)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        pip = [str(base / "bin" / "python"), "-m", "pip", "install", "-q"]
+        proc = run([*pip, f"torch=={TORCH_RELEASE}"], cwd=base.parent)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert_only_torch(base)
+        VENVS["torch-only"] = base
+    return VENVS["torch-only"]
+
+
+def clone_venv(base: Path, dest: Path) -> Path:
+    """Copies ``base`` to ``dest`` (``cp -a``); its scripts then name the copy's interpreter.
+
+    ``bin/pip`` and the other scripts start with ``#!<base>/bin/python``; left
+    so, ``pip install`` in the copy would install into ``base``.
+    """
+    shutil.copytree(base, dest, symlinks=True)
+    for script in (dest / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            data = script.read_bytes()
+            if str(base).encode() in data:
+                script.write_bytes(data.replace(str(base).encode(), str(dest).encode()))
+    return dest
+
+
+def readme_command(readme: Path, marker: str) -> str | None:
+    """The shell lines in the code fence between ``<!-- marker -->`` and ``<!-- marker-end -->``."""
+    found = re.search(
+        rf"^<!-- {marker} -->\n```bash\n(.*?)^```\n<!-- {marker}-end -->$",
+        readme.read_text(),
+        re.S | re.M,
+    )
+    return found[1] if found else None
+
+
+class ReaderVenv:
+    """A project's own venv (a copy of the torch-only one), where its README's commands run."""
+
+    def __init__(self, base: Path, project: Path, name: str = "venv"):
+        self.base, self.project = base, project
+        self.path = clone_venv(base, project.parent / f"{project.name}-{name}")
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "TRITON_", "PYTEST_"))
+        }
+        self.env["PATH"] = f"{self.path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+        self.env["VIRTUAL_ENV"] = str(self.path)
+        self.base_before = installed(base)
+
+    def shell(self, command: str, timeout: int = 900) -> subprocess.CompletedProcess:
+        return run(["bash", "-euo", "pipefail", "-c", command], self.project, timeout, self.env)
+
+    def start(self, command: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", command],
+            cwd=self.project,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def readme(self, marker: str) -> str:
+        command = readme_command(self.project / "README.md", marker)
+        assert command, f"the generated README has no {marker} block"
+        return command
+
+    def install(self) -> None:
+        """Runs the README's install command; checks it went into this venv alone."""
+        proc = self.shell(self.readme("install-command"))
+        assert proc.returncode == 0, f"the README's install failed:\n{proc.stdout}{proc.stderr}"
+        assert installed(self.base) == self.base_before, "pip installed into the shared venv"
+
+    def test(self, *extra: str) -> subprocess.CompletedProcess:
+        """Runs the README's test command (with ``extra`` arguments appended)."""
+        command = self.readme("test-command").strip()
+        command = command.split("#")[0].strip() + " -p no:cacheprovider " + shlex.join(extra)
+        return self.shell(command)
+
+
+def assert_passed(tests: subprocess.CompletedProcess) -> str:
+    assert tests.returncode == 0, f"the generated tests failed:\n{tests.stdout}{tests.stderr}"
+    summary = tests.stdout.strip().splitlines()[-1]
+    assert re.search(r"\d+ passed", summary), summary
+    assert "failed" not in summary and "error" not in summary, summary
+    return summary
+
+
+ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic")]
+KINDS = ["elementwise", "rowwise", "indexed"]
+OP_NAMES = {"elementwise": "silu_mul", "rowwise": "scaled_norm", "indexed": "rope"}
+
+
+def case(route: str, abi: str, kind: str, inplace: bool, wheel: bool = True, wheel_venv=True):
+    op_name = OP_NAMES[kind] + ("_" if inplace else "")
+    label = f"{route}{'-stable' if abi == 'stable' else ''}-{kind}{'-inplace' if inplace else ''}"
+    return pytest.param(route, abi, kind, op_name, wheel, wheel_venv, id=label)
+
+
+# The default cases: each route, kind and in-place choice at least once, one
+# build per route. Gallery step 18 builds and tests the C++ classic and
+# stable elementwise functional ones, test_generated_tests_catch_a_broken_kernel
+# the C++ classic elementwise in-place one; every C++ project also carries the
+# Triton operator of its kind, so the Triton route's own case checks its
+# packaging. The last two fields: whether the README's wheel command runs
+# (on the classic ABI it is a second build), and whether the wheel's tests
+# run in a fresh venv (once per route: C++ and Triton).
+SOME = [
+    ("cpp", "classic", "indexed", True, False, False),
+    ("cpp", "stable", "rowwise", True, True, True),
+    ("triton", "classic", "elementwise", False, True, True),
+]
+EVERY = [(r, a, k, i) for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])]
+
+
+def cases(route: str, abi: str = "classic") -> list:
+    """The cases of ``route`` (``cpp`` or ``triton``) and ``abi``: every combination when FULL."""
+    chosen = EVERY if FULL else SOME
+    return [case(*c) for c in chosen if c[:2] == (route, abi)]
+
+
+TARGETS = 7  # GPUs tools/check_triton_targets.py compiles for
+
+
+def readme_excludes(command: str) -> list[str]:
+    """The library patterns of the README's ``auditwheel repair --exclude`` options."""
+    return re.findall(r"--exclude '?([^'\s]+)'?", command)
+
+
+def check_wheel(venv: ReaderVenv, route: str) -> Path:
+    """Runs the README's wheel command; checks the wheel's name, and on the C++ route its repair.
+
+    The repaired wheel must carry the name the README gives (its tags), bundle
+    no library, and every library of torch's that the built extension needs
+    must be one the README's ``--exclude`` leaves out.
+    """
+    from guidekit import wheels
+
+    readme = (venv.project / "README.md").read_text()
+    command = venv.readme("wheel-command")
+    proc = venv.shell(command)
+    assert proc.returncode == 0, f"the README's wheel command failed:\n{proc.stdout}{proc.stderr}"
+    built = sorted((venv.project / "dist").glob("*.whl"))
+    assert len(built) == 1, built
+    assert built[0].name == re.search(r"# dist/(\S+\.whl)", command)[1], built[0].name
+    if route != "cpp":
+        assert wheels.wheel_tags(built[0]).platform == "any"
+        return built[0]
+    repaired = sorted((venv.project / "wheelhouse").glob("*.whl"))
+    assert len(repaired) == 1, repaired
+    promised = re.search(r"gives `wheelhouse/(\S+\.whl)`", readme)[1]
+    assert repaired[0].name == promised, f"{repaired[0].name}, the README says {promised}"
+    plat = re.search(r"--plat (\S+)", command)[1]
+    assert wheels.wheel_tags(repaired[0]).platform == plat
+    needed = {lib for libs in wheels.needed_libraries(built[0]).values() for lib in libs}
+    from_torch = needed & set(wheels.torch_provided())
+    assert {"libc10.so", "libtorch_cpu.so"} <= from_torch, needed
+    excludes = readme_excludes(command)
+    for lib in from_torch:
+        assert any(fnmatch.fnmatch(lib, p) for p in excludes), f"{lib} is not excluded"
+    assert wheels.bundled_libraries(repaired[0]) == [], "the repair bundled libraries"
+    # A classic-API wheel requires the torch release it was built against; a
+    # stable-ABI one, a floor.
+    requires = [r for r in wheels.requirements(repaired[0]) if re.match(r"torch\b", r)]
+    minor = ".".join(TORCH_RELEASE.split(".")[:2])
+    classic = "STABLE_TORCH_LIBRARY" not in "".join(
+        p.read_text() for p in (venv.project / "csrc").glob("*.cpp")
+    )
+    assert requires == ([f"torch=={minor}.*"] if classic else ["torch>=2.11"]), requires
+    print(f"{built[0].name} -> {repaired[0].name}; torch's, excluded: {sorted(from_torch)}")
+    return repaired[0]
+
+
+def check_wheel_in_fresh_venv(base_venv: Path, project: Path, package: str) -> None:
+    """The README's wheel-test command in a fresh torch-only venv: the installed wheel's tests."""
+    fresh = ReaderVenv(base_venv, project, name="wheel-venv")
+    proc = fresh.shell(fresh.readme("wheel-test-command"))
+    print(proc.stdout[-2000:])
+    summary = assert_passed(proc)
+    imported = re.search(rf"^(\S+/{package}/__init__\.py)$", proc.stdout, re.M)
+    assert imported, proc.stdout[-3000:]
+    assert Path(imported[1]).is_relative_to(site_packages(fresh.path)), imported[1]
+    assert package.replace("_", "-") in installed(fresh.path), sorted(installed(fresh.path))
+    print(f"the installed wheel's tests: {summary}")
+
+
+def check_generated_project(
+    tmp_path: Path, base_venv: Path, route: str, abi: str, kind: str, op_name: str,
+    wheel: bool, wheel_venv: bool,
+) -> None:  # fmt: skip
+    """Renders one variant and runs its README's commands in a copy of ``base_venv``."""
+    inplace = op_name.endswith("_")
+    functional = op_name.rstrip("_")
+    package = f"tpl_{route}_{abi}_{kind}{'_inplace' if inplace else ''}"
+    answers = dict(package=package, op_name=op_name, route=route, kind=kind)
+    if route == "cpp":
+        answers["abi"] = abi
+    project = render(tmp_path / package, **answers)
+    expected = {"pyproject.toml", "README.md", f"tests/test_{functional}.py"}
+    expected |= {f"{package}/reference.py", "tools/check_triton_targets.py"}
+    expected |= {".github/workflows/ci.yml"}
+    if route == "cpp":
+        expected |= {"setup.py", f"csrc/{package}.cpp", f"csrc/{functional}_cpu.cpp"}
+        expected |= {f"csrc/{functional}.cuh", f"csrc/{functional}_cuda.cu", f"{package}/ops.py"}
+    if route == "cpp" and abi == "classic" and inplace:
+        expected |= {f"csrc/{functional}_inplace.cpp"}
+    present = {p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()}
+    assert expected <= present, f"missing: {sorted(expected - present)}"
+    if route == "triton":
+        assert not (project / "csrc").exists() and not (project / "setup.py").exists()
+    if route == "cpp":
+        # Each ABI's registration macro, and nothing of the other API.
+        sources = "".join(p.read_text() for p in (project / "csrc").iterdir())
+        if abi == "stable":
+            assert (
+                "STABLE_TORCH_LIBRARY(" in sources
+                and "TORCH_TARGET_VERSION" in (project / "setup.py").read_text()
+            )
+            assert "#include <ATen/" not in sources and "at::Tensor" not in sources
+        else:
+            assert "TORCH_LIBRARY(" in sources and "STABLE_TORCH_LIBRARY" not in sources
+
+    venv = ReaderVenv(base_venv, project)
+    venv.install()
+    nvcc = venv.start(venv.readme("nvcc-command")) if route == "cpp" else None
+    triton_targets = venv.start(venv.readme("triton-targets-command"))
+    tests = venv.test()
+    print(tests.stdout[-3000:])
+    summary = assert_passed(tests)
+    if inplace:
+        assert "test_inplace" in (project / "tests" / f"test_{functional}.py").read_text()
+    print(summary)
+    if nvcc is not None:
+        output, _ = nvcc.communicate(timeout=900)
+        print(output)
+        assert nvcc.returncode == 0, f"the generated nvcc check failed:\n{output}"
+        if not output.startswith("SKIPPED"):
+            assert re.search(rf"csrc/{functional}_cuda.cu: compiled, \d+ warnings?", output), output
+    if abi == "stable" and route == "cpp" and shutil.which("nm"):
+        # The README's ABI check: the built library calls torch only through
+        # its C shim, and no shim function newer than its target torch.
+        proc = venv.shell(venv.readme("abi-command"))
+        print(proc.stdout)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "shim functions newer than torch 2.11: 0" in proc.stdout, proc.stdout
+    # The README's Triton check: every kernel compiled for every GPU, none over budget.
+    waited = time.perf_counter()
+    output, _ = triton_targets.communicate(timeout=900)
+    print(f"waited {time.perf_counter() - waited:.0f} s for the Triton check")
+    print(output[-3000:])
+    assert triton_targets.returncode == 0, f"the Triton target check failed:\n{output}"
+    pairs = (1 if kind == "indexed" else 2) * TARGETS
+    found = re.search(rf"^{pairs} kernel x target pairs .*: {pairs} ok, 0 failed", output, re.M)
+    assert found, output
+    if not wheel:
+        return
+    start = time.perf_counter()
+    check_wheel(venv, route)
+    print(f"the wheel: {time.perf_counter() - start:.0f} s")
+    if wheel_venv:
+        start = time.perf_counter()
+        check_wheel_in_fresh_venv(base_venv, project, package)
+        print(f"the wheel's tests in a fresh venv: {time.perf_counter() - start:.0f} s")

@@ -1,0 +1,23 @@
+"""The template's C++ route, stable ABI: each variant passes its README's commands.
+
+The machinery (render, the torch-only venv, the README's commands) is in
+``template_helpers.py``; the default cases are its :data:`SOME` of this route
+(``OPGUIDE_TEMPLATE_FULL=1``: every combination).
+"""
+
+from __future__ import annotations
+
+import pytest
+from template_helpers import cases, check_generated_project, torch_only_venv
+
+
+@pytest.fixture
+def base_venv(tmp_path_factory):
+    return torch_only_venv(tmp_path_factory)
+
+
+@pytest.mark.parametrize("route, abi, kind, op_name, wheel, wheel_venv", cases("cpp", "stable"))
+def test_generated_project_passes_its_readme_commands(
+    tmp_path, base_venv, route, abi, kind, op_name, wheel, wheel_venv
+):
+    check_generated_project(tmp_path, base_venv, route, abi, kind, op_name, wheel, wheel_venv)

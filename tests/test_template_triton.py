@@ -1,0 +1,60 @@
+"""The template's Triton route: each variant passes its README's commands; the spill check fails.
+
+The machinery (render, the torch-only venv, the README's commands) is in
+``template_helpers.py``; the default cases are its :data:`SOME` of the Triton
+route (``OPGUIDE_TEMPLATE_FULL=1``: every combination).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import pytest
+from template_helpers import cases, check_generated_project, render, run, torch_only_venv
+
+
+@pytest.fixture
+def base_venv(tmp_path_factory):
+    return torch_only_venv(tmp_path_factory)
+
+
+@pytest.mark.parametrize("route, abi, kind, op_name, wheel, wheel_venv", cases("triton"))
+def test_generated_project_passes_its_readme_commands(
+    tmp_path, base_venv, route, abi, kind, op_name, wheel, wheel_venv
+):
+    check_generated_project(tmp_path, base_venv, route, abi, kind, op_name, wheel, wheel_venv)
+
+
+def test_triton_target_check_fails_on_a_spill(tmp_path):
+    """The Triton check exits non-zero, naming the kernel, when a kernel spills.
+
+    The row-reduction project's launch code spreads a block of 4096 columns
+    over 16 warps; with 4, the backward kernel's float64 launch holds more
+    than sm_90's 255 registers a thread and spills. The check runs the
+    generated script as the README does, on sm_90 and that kernel only,
+    before and after the edit.
+    """
+    pytest.importorskip("triton", reason="the Triton check needs triton")
+    project = render(tmp_path / "tpl_spill", package="tpl_spill", op_name="scaled_norm",
+                     route="triton", kind="rowwise")  # fmt: skip
+    command = [sys.executable, "tools/check_triton_targets.py", "--target", "sm_90"]
+    command += ["--kernel", "_backward_kernel"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_")}
+    fits = run(command, project, env=env)
+    print(fits.stdout)
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    assert "1 ok, 0 failed" in fits.stdout, fits.stdout
+    kernels = project / "tpl_spill" / "triton_scaled_norm.py"
+    source = kernels.read_text()
+    rule = "return min(max(block // 256, 1), 16)"
+    assert rule in source
+    kernels.write_text(source.replace(rule, "return 4"))
+    spills = run(command, project, env=env)
+    print(spills.stdout)
+    assert spills.returncode == 1, spills.stdout + spills.stderr
+    failed = [line for line in spills.stdout.splitlines() if "FAILED" in line]
+    assert failed and failed[0].startswith("_backward_kernel") and "sm_90" in failed[0]
+    assert re.search(r"float64 \S+ .*: spills \d+ B", failed[0]), failed[0]
+    assert "0 ok, 1 failed" in spills.stdout, spills.stdout
