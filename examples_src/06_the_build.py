@@ -313,6 +313,23 @@ print("cache:", sorted(p.name for p in (cache / "opguide_step6_jit").iterdir()))
 shutil.rmtree(workdir)
 
 # %%
+# The files to take into your own project
+# ---------------------------------------
+# The wheel above holds every operator. To take only RMSNorm on this route
+# into a project of your own, copy the files that
+# ``manifests/cpp_rms_norm.txt`` lists, each to the same path, and write the
+# two files it names: the schemas its kernels and wrappers use, and the
+# package's ``__init__.py``, each cut here from this repository's own.
+# ``setup.py`` needs no edit: it builds the ``csrc/`` folders it finds.
+# ``tests/test_manifests.py`` copies exactly these files into an empty folder,
+# builds them in a virtual environment that holds only torch, and checks the
+# result against the formula. The list, with each file's lines:
+
+from guidekit import manifests  # noqa: E402
+
+print(manifests.shown("cpp_rms_norm"))
+
+# %%
 # What's next
 # -----------
 # :doc:`Step 7 <07_the_tests>` is the test module that every change to these files must pass.

@@ -529,6 +529,20 @@ else:
     print("Triton interpreter: not timed (TRITON_INTERPRET is off: Triton compiles)")
 
 # %%
+# The files to take into your own project
+# ---------------------------------------
+# To use these kernels in a project of your own, copy the files that
+# ``manifests/triton_rms_norm.txt`` lists, each to the same path; no build
+# step, and no compiled library. ``tests/test_manifests.py`` copies exactly
+# these files into an empty folder, installs Triton beside torch in a virtual
+# environment of their own, and checks the result against the formula. The
+# list, with each file's lines:
+
+from guidekit import manifests  # noqa: E402
+
+print(manifests.shown("triton_rms_norm"))
+
+# %%
 # The files of this step, whole
 # -----------------------------
 # The page above showed parts of these files; here each one is whole, as it

@@ -211,7 +211,7 @@ for pass_name, floor in LONGER_THAN.items():
 # from GPU to GPU. Triton compiles for any GPU it is told about, not only the
 # one present: ``triton.compile`` with a ``GPUTarget`` goes down to AMD's
 # ``hsaco`` or NVIDIA's ``cubin`` on a machine with no GPU at all.
-# ``guidekit/triton_targets.py`` does so for every launch configuration the
+# ``guidekit/triton_targets/`` does so for every launch configuration the
 # library's launch code chooses (it calls the operators on fake CUDA tensors
 # and records their launches), and reads registers, spills and shared memory
 # from the machine code. Here, the forward's split kernel, in each launch

@@ -447,6 +447,24 @@ for dtype in (torch.float32, torch.bfloat16):
     print(f"  fused_add_rms_norm_:  {limit} in {str(dtype)[6:]}")
 
 # %%
+# The files to take into your own project
+# ---------------------------------------
+# The fused operator on each route, as a manifest: the files to copy, each to
+# the same path, and those to write, cut from this repository's own.
+# ``tests/test_manifests.py`` builds each list alone in an empty folder and
+# checks it against the formula. The C++/CUDA route
+# (``manifests/cpp_fused_add_rms_norm.txt``):
+
+from guidekit import manifests  # noqa: E402
+
+print(manifests.shown("cpp_fused_add_rms_norm"))
+
+# %%
+# The Triton route (``manifests/triton_fused_add_rms_norm.txt``):
+
+print(manifests.shown("triton_fused_add_rms_norm"))
+
+# %%
 # The files of this step, whole
 # -----------------------------
 # The page above showed parts of these files; here each one is whole, as it

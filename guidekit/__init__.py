@@ -17,6 +17,9 @@ own; this package holds what the guide needs around it:
   launch configurations it picks, compiled for AMD and NVIDIA GPUs without a
   GPU, with its registers, spills and shared memory
   (``python -m guidekit.triton_targets``).
+* :mod:`guidekit.manifests`: each route's files to take into a project of
+  one's own (``manifests/``), checked against their includes and imports,
+  and the files to write, cut from this repository's;
 * :mod:`guidekit.wheels`: a wheel built, its needed libraries read, repaired
   with ``auditwheel`` (torch's libraries left out), installed into a fresh
   virtual environment and tested there;

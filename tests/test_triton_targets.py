@@ -13,11 +13,13 @@ fit, not that their results are right there.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
 
 from guidekit import triton_targets as tt
+from guidekit.triton_targets.compiling import _judge
 
 pytestmark = pytest.mark.cpu
 
@@ -111,7 +113,7 @@ def test_a_budget_is_checked():
     results = [u for u in _of("sm_90") if u.ok and u.shared > 0]
     assert results
     usage = max(results, key=lambda u: u.shared)
-    small = tt.dataclasses.replace(tt.TARGETS["sm_90"], smem_per_block=usage.shared // 2)
-    judged = tt.dataclasses.replace(usage)
-    tt._judge(judged, small)
+    small = dataclasses.replace(tt.TARGETS["sm_90"], smem_per_block=usage.shared // 2)
+    judged = dataclasses.replace(usage)
+    _judge(judged, small)
     assert judged.status == "over budget" and "shared" in judged.reason

@@ -1,0 +1,358 @@
+"""The files a reader takes for each route of each operator (``manifests/<route>.txt``).
+
+A manifest lists the files of this repository to copy, each to the same path
+in the reader's project, and the files to write (``write PATH``), each made
+here from this repository's file of that path, cut to the route:
+
+* ``csrc/opguide.cpp`` keeps the ``m.def`` schemas whose operator a copied
+  file implements (``m.impl("name"``) or names (``opguide::name``,
+  ``torch.ops.opguide.name``, ``"name"``), with the comments above each;
+* ``opguide/__init__.py`` keeps the statements whose package imports are all
+  copied, and the statements that use only what those bind.
+
+:func:`problems` checks a manifest against the files it lists: every
+``#include "..."`` of a copied C++/CUDA file and every module-level import of
+a copied or written Python module of the package is itself copied, and every
+copied header and Python module is reached from the route's sources. The
+steps show a manifest with :func:`table`; ``tests/test_manifests.py`` copies
+exactly its files into an empty project and builds and runs it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDER = ROOT / "manifests"
+ROUTES = ("cpp_rms_norm", "cpp_fused_add_rms_norm", "triton_rms_norm", "triton_fused_add_rms_norm")
+PACKAGE = "opguide"
+# A line that holds only a marker comment, which pages use to cut files.
+_MARKER = re.compile(r"^[ \t]*(?://|#)[ \t]*\[[A-Za-z0-9_-]+\][ \t]*$")
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+_IMPL = re.compile(r'm\.impl\(\s*"([A-Za-z0-9_]+)"')
+_NAMED = re.compile(r"(?:opguide::|torch\.ops\.opguide\.)([A-Za-z0-9_]+)")
+_DEF = re.compile(r'm\.def\(\s*"([A-Za-z0-9_]+)\(')
+_C_SOURCES = (".cpp", ".cu")
+_C_HEADERS = (".h", ".cuh")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One route's files.
+
+    Attributes:
+        route: the manifest's name, ``manifests/<route>.txt``.
+        about: the manifest's opening comment, as sentences.
+        copy: the paths (relative to the repository root) to copy unchanged.
+        write: the paths to write, each cut from this repository's file.
+    """
+
+    route: str
+    about: str
+    copy: tuple[str, ...]
+    write: tuple[str, ...]
+
+
+def read(route: str, root: Path = ROOT) -> Manifest:
+    """Reads ``manifests/<route>.txt`` under ``root``.
+
+    Raises:
+        FileNotFoundError: there is no such manifest.
+    """
+    about, copy, write, opening = [], [], [], True
+    for line in (root / "manifests" / f"{route}.txt").read_text().splitlines():
+        if line.startswith("#"):
+            if opening:
+                about.append(line.lstrip("# "))
+            continue
+        opening = False
+        if line.startswith("write "):
+            write.append(line.split(None, 1)[1].strip())
+        elif line.strip():
+            copy.append(line.strip())
+    text = " ".join(about).split(" Copy each file")[0]
+    return Manifest(route, text, tuple(copy), tuple(write))
+
+
+def includes(path: Path, root: Path = ROOT) -> list[str]:
+    """The repository paths that ``#include "..."`` lines of ``path`` name."""
+    found = []
+    for name in _INCLUDE.findall(path.read_text()):
+        target = (path.parent / name).resolve()
+        if not target.is_relative_to(root.resolve()):
+            continue
+        found.append(target.relative_to(root.resolve()).as_posix())
+    return found
+
+
+def _module_file(module: str, root: Path) -> str | None:
+    """``opguide.x.y`` -> the repository path of its file (a module or a package)."""
+    base = module.replace(".", "/")
+    for candidate in (f"{base}.py", f"{base}/__init__.py"):
+        if (root / candidate).is_file():
+            return candidate
+    return f"{base}.py"
+
+
+def _package_of(path: str) -> str:
+    parts = Path(path).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(node: ast.AST, path: str) -> list[str]:
+    """Modules of the package that ``node`` imports (``from . import x`` names ``x``)."""
+    here = (
+        _package_of(path) if path.endswith("__init__.py") else _package_of(path).rpartition(".")[0]
+    )
+    found = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.ImportFrom):
+            if sub.level:
+                base = here.split(".")
+                base = base[: len(base) - (sub.level - 1)]
+                module = ".".join(base + ([sub.module] if sub.module else []))
+            else:
+                module = sub.module or ""
+            if module.split(".")[0] != PACKAGE:
+                continue
+            found.append(module)
+            if sub.module is None or sub.level == 0:
+                found += [f"{module}.{alias.name}" for alias in sub.names]
+        elif isinstance(sub, ast.Import):
+            found += [a.name for a in sub.names if a.name.split(".")[0] == PACKAGE]
+    return found
+
+
+def python_imports(source: str, path: str, root: Path = ROOT) -> list[str]:
+    """Repository files of the package that ``source`` (the file ``path``) imports at module level.
+
+    Imports inside functions run on a call, for a feature the route may leave
+    out; imports at module level, also under ``if``/``try``, run on import.
+    A package's parents are imported with it, so each module brings the
+    ``__init__.py`` of its folders below the top package.
+    """
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for module in _imported_modules(node, path):
+            parts = module.split(".")
+            for i in range(2, len(parts)):
+                found.append(f"{'/'.join(parts[:i])}/__init__.py")
+            file = _module_file(module, root)
+            # "from . import name" also names attributes, which are no file.
+            if (root / file).is_file() or module.count(".") == 1:
+                found.append(file)
+    return [f for f in dict.fromkeys(found) if f != path]
+
+
+def _reached(start: list[str], edges) -> set[str]:
+    seen, todo = set(), list(start)
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        todo += edges(path)
+    return seen
+
+
+def problems(manifest: Manifest, root: Path = ROOT) -> list[str]:
+    """What is wrong with ``manifest``: each problem names the file and why.
+
+    Empty when every listed file exists, every file that a copied or written
+    file includes or imports is listed, and every listed header and Python
+    module is included or imported by another listed file.
+    """
+    listed = set(manifest.copy) | set(manifest.write)
+    found = [
+        f"{p} is listed but is not in the repository"
+        for p in manifest.copy
+        if not (root / p).is_file()
+    ]
+    if found:
+        return found
+    written = {p: cut(manifest, p, root) for p in manifest.write}
+
+    def c_edges(path: str) -> list[str]:
+        return includes(root / path, root) if path.endswith(_C_SOURCES + _C_HEADERS) else []
+
+    def py_edges(path: str) -> list[str]:
+        if not path.endswith(".py") or path == "setup.py":
+            return []
+        text = written.get(path)
+        return python_imports(text if text is not None else (root / path).read_text(), path, root)
+
+    def edges(path: str) -> list[str]:
+        needed = c_edges(path) + py_edges(path)
+        for target in needed:
+            if target not in listed:
+                found.append(f"{path} needs {target}, which the manifest does not list")
+        return [t for t in needed if t in listed]
+
+    c_sources = [p for p in listed if p.endswith(_C_SOURCES)]
+    # A reader imports the package, or one of its subpackages (opguide.triton).
+    py_roots = [p for p in listed if p.endswith("__init__.py")]
+    reached = _reached(c_sources + py_roots, edges)
+    for path in sorted(listed - reached):
+        if path.endswith(_C_HEADERS) or (path.endswith(".py") and path != "setup.py"):
+            found.append(f"{path} is listed but no listed file includes or imports it")
+    return sorted(set(found))
+
+
+def _schemas_used(manifest: Manifest, root: Path) -> set[str]:
+    """The operators of ``csrc/opguide.cpp`` that a copied file implements or names."""
+    defined = _DEF.findall(re.sub(r'"\\s*"', "", (root / "csrc" / "opguide.cpp").read_text()))
+    texts = [(root / p).read_text() for p in manifest.copy if p.endswith(_C_SOURCES + (".py",))]
+    used = set()
+    for text in texts:
+        used |= set(_IMPL.findall(text)) | set(_NAMED.findall(text))
+        # A name in quotes: an operator looked up by name (getattr(torch.ops.opguide, name)).
+        used |= {name for name in defined if re.search(rf"[\"']{name}[\"']", text)}
+    return used
+
+
+def _cut_schemas(text: str, keep: set[str]) -> str:
+    """``csrc/opguide.cpp`` with the ``m.def`` statements of ``keep`` only."""
+    lines = [line for line in text.splitlines(True) if not _MARKER.match(line)]
+    out, pending, statement = [], [], []
+    inside = False
+    for line in lines:
+        stripped = line.strip()
+        if not inside:
+            if stripped.startswith("TORCH_LIBRARY("):
+                inside = True
+            out.append(line)
+            continue
+        if statement or stripped.startswith("m.def("):
+            statement.append(line)
+            if stripped.endswith(");"):
+                names = _DEF.findall(re.sub(r'"\s*"', "", "".join(statement)))
+                if names and names[0] in keep:
+                    out += pending + statement
+                pending, statement = [], []
+        elif stripped.startswith("//"):
+            pending.append(line)
+        else:
+            inside = not stripped.startswith("}")
+            out += ([] if stripped.startswith("}") else pending) + [line]
+            pending = []
+    return "".join(out)
+
+
+def _bound_names(node: ast.stmt) -> set[str]:
+    names = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in sub.names}
+        elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+            names.add(sub.id)
+    return names
+
+
+def _used_names(node: ast.stmt) -> set[str]:
+    used = {s.id for s in ast.walk(node) if isinstance(s, ast.Name) and isinstance(s.ctx, ast.Load)}
+    return used | {
+        s.value.id
+        for s in ast.walk(node)
+        if isinstance(s, ast.Attribute) and isinstance(s.value, ast.Name)
+    }
+
+
+def _cut_init(text: str, path: str, listed: set[str], root: Path) -> str:
+    """``opguide/__init__.py`` with the statements the listed modules allow."""
+    tree = ast.parse(text)
+    lines = text.splitlines(True)
+    kept, dropped, previous_end = [], set(), 0
+    for node in tree.body:
+        start = node.lineno - 1
+        # The comment lines right above a statement belong to it.
+        while start > previous_end and lines[start - 1].lstrip().startswith("#"):
+            start -= 1
+        chunk = "".join(lines[start : node.end_lineno])
+        previous_end = node.end_lineno
+        modules = _imported_modules(node, path)
+        files = [_module_file(m, root) for m in modules]
+        missing = [f for f in files if f not in listed and (root / f).is_file()]
+        if missing or _used_names(node) & dropped:
+            dropped |= _bound_names(node)
+            continue
+        kept.append((node, chunk))
+    # The docstring describes this repository's package; the reader's is their own.
+    if kept and isinstance(kept[0][0], ast.Expr) and isinstance(kept[0][0].value, ast.Constant):
+        kept = kept[1:]
+    exported = {
+        e.value
+        for node, _ in kept
+        for sub in ast.walk(node)
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str)
+        for e in [sub]
+    }
+    # A name imported for a statement that was left out is not imported.
+    kept = [
+        (node, chunk)
+        for i, (node, chunk) in enumerate(kept)
+        if not (isinstance(node, ast.ImportFrom) and node.module and node.level)
+        or {a.asname or a.name for a in node.names}
+        & (exported | set().union(*(_used_names(n) for n, _ in kept[i + 1 :])))
+    ]
+    defined = set().union(*(_bound_names(n) for n, _ in kept))
+    out = []
+    for node, chunk in kept:
+        target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
+        if isinstance(target, ast.Name) and target.id == "__all__":
+            names = [e.value for e in node.value.elts if e.value in defined]
+            if not names:
+                continue
+            op = "+=" if isinstance(node, ast.AugAssign) else "="
+            chunk = f"__all__ {op} {names!r}\n".replace("'", '"')
+        out.append(chunk)
+    body = "\n".join(c if c.endswith("\n") else c + "\n" for c in out)
+    return re.sub(r"\n{3,}", "\n\n", body)
+
+
+def cut(manifest: Manifest, path: str, root: Path = ROOT) -> str:
+    """The text of ``path``, a file the manifest says to write, for this route.
+
+    Raises:
+        ValueError: ``path`` is not one of the files this module knows how to cut.
+    """
+    text = (root / path).read_text()
+    listed = set(manifest.copy) | set(manifest.write)
+    if path == "csrc/opguide.cpp":
+        return _cut_schemas(text, _schemas_used(manifest, root))
+    if path.endswith("__init__.py"):
+        return _cut_init(text, path, listed, root)
+    raise ValueError(f"{manifest.route}: no rule cuts {path}")
+
+
+def table(manifest: Manifest, root: Path = ROOT) -> str:
+    """The manifest as a table for a page: each file, what to do with it and its lines."""
+    rows = [(p, "copy", len((root / p).read_text().splitlines())) for p in manifest.copy]
+    rows += [(p, "write", len(cut(manifest, p, root).splitlines())) for p in manifest.write]
+    width = max(len(p) for p, _, _ in rows)
+    out = [f"{'file':<{width}}  {'':5}  lines"]
+    out += [f"{p:<{width}}  {what:5}  {n:5d}" for p, what, n in rows]
+    copied = [n for _, what, n in rows if what == "copy"]
+    out.append(f"{len(copied)} files to copy ({sum(copied)} lines), {len(manifest.write)} to write")
+    return "\n".join(out)
+
+
+def shown(route: str, root: Path = ROOT) -> str:
+    """What a step prints for ``route``: the table, then each file to write, whole.
+
+    When the manifest does not match the files of this tree, the problems
+    instead, so that a page never shows a list that would not build.
+    """
+    manifest = read(route, root)
+    found = problems(manifest, root)
+    if found:
+        return f"manifests/{route}.txt does not match this tree:\n" + "\n".join(found)
+    parts = [table(manifest, root)]
+    for path in manifest.write:
+        parts.append(f"--- {path} (write it; this is this repository's, cut to the route)")
+        parts.append(cut(manifest, path, root).rstrip())
+    return "\n".join(parts)

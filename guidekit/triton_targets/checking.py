@@ -1,0 +1,168 @@
+"""The check: every launch compiled for every target, in this process or a child."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .compiling import _cache_dir, _cacheable, _compile, _from_cache, _prepare
+from .launches import library_launches, representative
+from .targets import FULL_ENV, TARGETS, Launch, Usage
+
+
+def _can_compile_here() -> bool:
+    # opguide selects the interpreter on a machine without a GPU unless
+    # TRITON_INTERPRET already has a value.
+    return os.environ.get("TRITON_INTERPRET") == "0"
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    env["TRITON_INTERPRET"] = "0"  # a value: opguide keeps one already set
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's default, said explicitly
+    env.setdefault("TRITON_CACHE_DIR", str(_cache_dir() / "triton_cache"))
+    return env
+
+
+def check(
+    targets: Sequence[str] = tuple(TARGETS),
+    full: bool | None = None,
+    kernels: Sequence[str] | None = None,
+    launches: Sequence[Launch] | None = None,
+    jobs: int | None = None,
+) -> list[Usage]:
+    """Compiles the library's kernels (or ``launches``) for ``targets`` and checks each.
+
+    Args:
+        targets: names from :data:`TARGETS`.
+        full: every configuration (True) or :func:`representative` ones (False);
+            None reads ``OPGUIDE_TRITON_TARGETS_FULL``.
+        kernels: only these kernels of the library (names), if given.
+        launches: these launches instead of the library's, each compiled for every target.
+        jobs: compiles at once (default: the CPU count).
+
+    Returns:
+        One :class:`Usage` per kernel, configuration and target.
+    """
+    if full is None:
+        full = os.environ.get(FULL_ENV, "0") == "1"
+    request = {
+        "targets": list(targets),
+        "full": bool(full),
+        "kernels": list(kernels) if kernels else None,
+        "launches": [dataclasses.asdict(la) for la in launches] if launches else None,
+        "jobs": jobs,
+    }
+    if not _can_compile_here():
+        done = subprocess.run(
+            [sys.executable, "-m", "guidekit.triton_targets", "--request", json.dumps(request)],
+            capture_output=True,
+            text=True,
+            env=_child_env(),
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"guidekit.triton_targets child failed ({done.returncode}):\n{done.stderr[-4000:]}"
+            )
+        return [Usage(**u) for u in json.loads(done.stdout.splitlines()[-1])]
+    return _check_here(request)
+
+
+def _launch_from(d: dict) -> Launch:
+    return Launch(
+        d["module"],
+        d["kernel"],
+        tuple(d["args"]),
+        tuple((k, v) for k, v in d["options"]),
+    )
+
+
+def _check_here(request: dict) -> list[Usage]:
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    todo: list[tuple[Launch, str]] = []
+    for name in request["targets"]:
+        target = TARGETS[name]
+        if request["launches"]:
+            chosen = [_launch_from(d) for d in request["launches"]]
+        else:
+            chosen = library_launches(target)
+            if request["kernels"]:
+                chosen = [la for la in chosen if la.kernel in request["kernels"]]
+            if not request["full"]:
+                chosen = representative(chosen)
+        todo += [(la, name) for la in chosen]
+    cache_file = _cache_dir() / "results.json"
+    try:
+        cache = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    results: list[Usage] = []
+    missing: dict[str, list[int]] = {}  # key -> the results it fills
+    work: list[tuple] = []
+    for launch, name in todo:
+        usage, key, inputs = _prepare(launch, TARGETS[name])
+        results.append(usage)
+        if key is None:
+            continue
+        if key in cache:
+            results[-1] = _from_cache(cache[key], usage)
+        elif key in missing:
+            missing[key].append(len(results) - 1)
+        else:
+            missing[key] = [len(results) - 1]
+            work.append((key, launch, name, inputs))
+    jobs = max(1, min(request.get("jobs") or os.cpu_count() or 1, len(work)))
+    chunks = [work[i : i + 8] for i in range(0, len(work), 8)]
+    saved = time.monotonic()
+
+    def take(done: list[tuple[str, Usage]]) -> None:
+        nonlocal saved
+        for key, usage in done:
+            for i in missing[key]:
+                results[i] = usage
+            if usage.status != "error":  # an error is worth seeing again
+                cache[key] = _cacheable(usage)
+        if time.monotonic() - saved > 30:  # a long run keeps what it has done
+            _save(cache_file, cache)
+            saved = time.monotonic()
+
+    if jobs > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            for done in pool.map(_compile_chunk, chunks):
+                take(done)
+    else:
+        for chunk in chunks:
+            take(_compile_chunk(chunk))
+    _save(cache_file, cache)
+    return results
+
+
+def _save(cache_file: Path, cache: dict) -> None:
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cache))
+    tmp.replace(cache_file)
+
+
+def _compile_chunk(chunk) -> list[tuple[str, Usage]]:
+    os.environ["TRITON_INTERPRET"] = "0"  # a spawned worker imports opguide afresh
+    out = []
+    for key, launch, name, inputs in chunk:
+        target = TARGETS[name]
+        usage = Usage(launch.kernel, launch.config(), launch.dtypes(), name)
+        usage.num_warps = int(launch.kw.get("num_warps", 4))
+        usage.reg_budget = target.register_budget(usage.num_warps)
+        usage.smem_budget = target.smem_per_block
+        _compile(launch, target, inputs, usage)
+        out.append((key, usage))
+    return out

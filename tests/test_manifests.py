@@ -1,0 +1,228 @@
+"""Each route's manifest (``manifests/<route>.txt``) is exactly what a project of its own needs.
+
+* :func:`test_manifest_lists_what_its_files_need`: every ``#include "..."``
+  of a listed C++/CUDA file and every module-level import of a listed or
+  written Python module is listed, and every listed header and module is
+  reached (:func:`guidekit.manifests.problems` names each file that is not);
+* :func:`test_a_file_left_out_is_named`: the same check, on a manifest with
+  one header and one module taken out, names both;
+* :func:`test_a_project_without_a_listed_file_fails_to_compile`: the
+  preprocessor, run in a project copied from a manifest without one header,
+  stops on it (and passes on the whole copy);
+* :func:`test_route_builds_and_runs`: exactly the manifest's files copied
+  into an empty folder, its ``write`` files written (cut from this
+  repository's, :func:`guidekit.manifests.cut`), built in a virtual
+  environment of its own that holds torch and nothing else (a copy of the
+  torch-only venv of ``tests/test_template.py``; Triton and NumPy from pip),
+  and checked against the reference formula: the C++ routes built with
+  ``USE_CUDA=0`` (on a GPU machine with nvcc, with CUDA, and checked on the
+  GPU too), their ``.cu`` files' includes resolved by ``nvcc -M`` from the copy
+  when nvcc is present (``python -m guidekit.compile_checks`` compiles them);
+  the Triton routes run in Triton's interpreter without a GPU.
+
+Measured with ``--durations=0`` on 2 cores shared with other builds (load
+average 11-13), torch 2.13.0 CPU, pip's cache warm: the torch-only venv
+200-220 s, the C++ RMSNorm route 600 s and the fused one 460 s (five
+translation units each, ``-O3``), each Triton route 170-210 s (Triton from
+pip's cache, the check in the interpreter), the compile-fails check 11 s, the
+manifest checks under 0.2 s each. On idle cores the venv takes 21-28 s
+(``tests/test_template.py``'s measure).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import replace
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import torch
+from test_template import base_venv, clone_venv  # noqa: F401  (the torch-only venv)
+
+from guidekit import manifests
+from guidekit.compile_checks import find_nvcc
+
+ROOT = Path(__file__).resolve().parent.parent
+# The Triton routes take the argument checks from opguide/_checks.py, which
+# imports nothing that needs the compiled library.
+TRITON_ALONE = (ROOT / "opguide" / "_checks.py").is_file()
+needs_checks_module = pytest.mark.skipif(
+    not TRITON_ALONE,
+    reason="the Triton modules import their argument checks from the wrappers that "
+    "load the compiled library (no opguide/_checks.py), so no Triton route stands alone",
+)
+ROUTES = [
+    pytest.param(r, marks=needs_checks_module) if r.startswith("triton") else r
+    for r in manifests.ROUTES
+]
+
+CHECKS = {
+    "cpp_rms_norm": """
+import torch, opguide
+for device in DEVICES:
+    x = torch.randn(5, 37, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(37, dtype=torch.float64, device=device, requires_grad=True)
+    ref = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    torch.testing.assert_close(opguide.rms_norm(x, w, 1e-6), ref)
+    torch.autograd.gradcheck(lambda x, w: opguide.rms_norm(x, w, 1e-6), (x, w))
+    print("rms_norm matches the reference on", device)
+""",
+    "cpp_fused_add_rms_norm": """
+import torch, opguide
+for device in DEVICES:
+    x = torch.randn(5, 37, dtype=torch.float64, device=device)
+    residual = torch.randn(5, 37, dtype=torch.float64, device=device)
+    w = torch.randn(37, dtype=torch.float64, device=device)
+    summed = residual + x
+    out, _ = opguide.fused_add_rms_norm_(x, residual, w, 1e-6)
+    torch.testing.assert_close(residual, summed)
+    ref = summed / torch.sqrt(summed.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    torch.testing.assert_close(out, ref)
+    print("fused_add_rms_norm_ matches the reference on", device)
+""",
+    "triton_rms_norm": """
+import torch, opguide.triton
+x = torch.randn(5, 37, device=DEVICE, requires_grad=True)
+w = torch.randn(37, device=DEVICE, requires_grad=True)
+y = opguide.triton.rms_norm(x, w, 1e-6)
+ref = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+torch.testing.assert_close(y, ref)
+y.sum().backward()
+grads = torch.autograd.grad(ref.sum(), (x, w))
+torch.testing.assert_close((x.grad, w.grad), grads)
+print("rms_norm matches the reference on", DEVICE)
+""",
+    "triton_fused_add_rms_norm": """
+import torch, opguide.triton
+x = torch.randn(5, 37, device=DEVICE)
+residual = torch.randn(5, 37, device=DEVICE)
+w = torch.randn(37, device=DEVICE)
+summed = residual + x
+out, _ = opguide.triton.fused_add_rms_norm_triton_(x, residual, w, 1e-6)
+torch.testing.assert_close(residual, summed)
+ref = summed / torch.sqrt(summed.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+torch.testing.assert_close(out, ref)
+print("fused_add_rms_norm_triton_ matches the reference on", DEVICE)
+""",
+}
+
+
+def make_project(manifest: manifests.Manifest, dest: Path) -> Path:
+    """Copies the manifest's files into ``dest`` and writes its ``write`` files."""
+    for path in manifest.copy:
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / path, dest / path)
+    for path in manifest.write:
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        (dest / path).write_text(manifests.cut(manifest, path))
+    return dest
+
+
+def venv_env(venv: Path) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "TRITON_", "PYTEST_"))
+    }
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(venv)
+    return env
+
+
+def shell(command: list[str], cwd: Path, env: dict[str, str], timeout: int = 900):
+    proc = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def torch_include_flags() -> list[str]:
+    from torch.utils.cpp_extension import include_paths
+
+    return ["-I" + p for p in include_paths()]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_manifest_lists_what_its_files_need(route):
+    found = manifests.problems(manifests.read(route))
+    assert not found, f"manifests/{route}.txt:\n" + "\n".join(found)
+
+
+def test_a_file_left_out_is_named():
+    whole = manifests.read("cpp_rms_norm")
+    header, module = "csrc/common/vec.cuh", "opguide/backends.py"
+    short = replace(whole, copy=tuple(p for p in whole.copy if p not in (header, module)))
+    found = "\n".join(manifests.problems(short))
+    assert f"needs {header}, which the manifest does not list" in found, found
+    assert f"needs {module}, which the manifest does not list" in found, found
+    extra = replace(whole, copy=(*whole.copy, "csrc/fused_add_rms_norm/fused_add_rms_norm.h"))
+    assert "fused_add_rms_norm.h is listed but no listed file" in "\n".join(
+        manifests.problems(extra)
+    )
+
+
+def test_a_project_without_a_listed_file_fails_to_compile(tmp_path):
+    whole = manifests.read("cpp_rms_norm")
+    source, header = "csrc/rms_norm/rms_norm_cpu.cpp", "csrc/rms_norm/rms_norm_cpu.h"
+    command = [os.environ.get("CXX", "c++"), "-std=c++17", "-E", "-o", os.devnull]
+    command += ["-Icsrc", *torch_include_flags(), source]
+    full = make_project(whole, tmp_path / "full")
+    status, output = shell(command, full, dict(os.environ))
+    assert status == 0, output[-3000:]
+    short = replace(whole, copy=tuple(p for p in whole.copy if p != header))
+    project = make_project(short, tmp_path / "short")
+    status, output = shell(command, project, dict(os.environ))
+    assert status != 0 and Path(header).name in output, output[-3000:]
+
+
+def cuda_includes_resolve(project: Path, manifest: manifests.Manifest) -> list[str]:
+    """``nvcc -M`` of each copied ``.cu`` (every include found), or why it failed."""
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
+    failed = []
+    for source in (p for p in manifest.copy if p.endswith(".cu")):
+        command = [find_nvcc(), "-M", source, "-o", os.devnull, "-arch=sm_90", "-std=c++20"]
+        command += [*COMMON_NVCC_FLAGS, "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE", "-Icsrc"]
+        command += torch_include_flags()
+        status, output = shell(command, project, dict(os.environ))
+        if status != 0:
+            failed.append(f"nvcc -M {source}:\n{output[-3000:]}")
+    return failed
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_route_builds_and_runs(route, base_venv, tmp_path):  # noqa: F811
+    manifest = manifests.read(route)
+    project = make_project(manifest, tmp_path / "project")
+    venv = clone_venv(base_venv, tmp_path / "venv")
+    env = venv_env(venv)
+    python = str(venv / "bin" / "python")
+    gpu = torch.cuda.is_available()
+    if route.startswith("cpp"):
+        if find_nvcc() is not None:
+            failed = cuda_includes_resolve(project, manifest)
+            assert not failed, "\n".join(failed)
+        env["MAX_JOBS"] = "2"
+        if not (gpu and find_nvcc()):
+            env["USE_CUDA"] = "0"
+        build = [python, "setup.py", "-q", "build_ext", "--inplace"]
+        status, output = shell(build, project, env)
+        assert status == 0, f"the copied project does not build:\n{output[-6000:]}"
+        devices = ["cpu", "cuda"] if gpu and find_nvcc() else ["cpu"]
+        check = f"DEVICES = {devices!r}\n" + CHECKS[route]
+    else:
+        # Triton and the NumPy its interpreter needs, the versions this suite runs.
+        wanted = [f"triton=={metadata.version('triton')}", f"numpy=={metadata.version('numpy')}"]
+        status, output = shell([python, "-m", "pip", "install", "-q", *wanted], project, env)
+        assert status == 0, output[-3000:]
+        if not gpu:
+            env["TRITON_INTERPRET"] = "1"
+        check = f"DEVICE = {'cuda' if gpu else 'cpu'!r}\n" + CHECKS[route]
+    check += "\nimport os; print('from', os.path.dirname(os.path.dirname(opguide.__file__)))\n"
+    status, output = shell([python, "-c", check], project, env)
+    assert status == 0, f"the copied project fails its check:\n{output[-6000:]}"
+    assert "matches the reference" in output, output
+    assert f"from {project}" in output, f"the check did not import the copied project: {output}"
