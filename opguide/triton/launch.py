@@ -218,12 +218,12 @@ def backward_config(
         return forced
     if cols <= MAX_REGISTER_ROW_BACKWARD:
         block = next_power_of_2(cols)
-        # At most 256 rows a step: with more, rows of a few elements spill
-        # (4096 rows of one element 132 B of float32 on sm_80/90/100 with
-        # Triton 3.6; 1024 rows of four 1.2 KB on sm_80/90 and 2048 rows of one
-        # 7 VGPRs on gfx1100 with Triton 3.7; tests/test_triton_targets.py).
-        # Only rows of up to 8 elements take fewer than 4096 elements a step.
-        per_step = max(1, min(4096 // block, 256))
+        # At most 64 rows a step: with more, short rows spill (256 rows of 16
+        # float32 elements 1.4 KB on sm_80/90/100 with Triton 3.6, 1024 rows of
+        # four 1.2 KB with Triton 3.7, 2048 rows of one 7 VGPRs on gfx1100;
+        # tests/test_triton_targets.py). Rows of 64 elements and more keep
+        # 4096 elements a step; shorter rows move fewer.
+        per_step = max(1, min(4096 // block, 64))
         if INTERPRET or device.type != "cuda":  # programs run one after another
             return Registers(block, per_step, 1, programs=max(1, min(4, rows)), stages=1)
         props = torch.cuda.get_device_properties(device)
