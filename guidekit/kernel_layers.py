@@ -12,7 +12,9 @@ The flags say in which modes the layer runs: ``has_backward`` covers
 a mode a layer does not declare, ``kernelize`` leaves the model's own
 ``forward``. This file is the repository's ``layers.py``; the flags come from
 the ``support.json`` beside it, which ``guidekit.model_swap`` writes from a
-measurement.
+measurement. Where a layer runs, it runs opguide's kernel, traced or not
+(``compiled="kernel"``): whether Inductor's own code should run instead under
+``torch.compile`` is the mode's choice, made by ``can_torch_compile``.
 """
 
 import json
@@ -40,7 +42,7 @@ class OpguideRMSNorm(torch.nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         w, eps = self.weight, self.variance_epsilon
-        return opguide.rms_norm(hidden_states, w, eps, backend="cpp")
+        return opguide.rms_norm(hidden_states, w, eps, backend="cpp", compiled="kernel")
 
 
 class OpguideRMSNormTriton(torch.nn.Module):
@@ -51,7 +53,7 @@ class OpguideRMSNormTriton(torch.nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         w, eps = self.weight, self.variance_epsilon
-        return opguide.rms_norm(hidden_states, w, eps, backend="triton")
+        return opguide.rms_norm(hidden_states, w, eps, backend="triton", compiled="kernel")
 
 
 class TorchRMSNorm(torch.nn.Module):

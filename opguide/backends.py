@@ -28,7 +28,8 @@ when it traces it:
     opguide's operator, as one call in the graph, running the kernel that
     ``backend=`` chooses.
 
-Eager calls run opguide's kernels whatever ``compiled=`` says.
+Eager calls run opguide's kernels whatever ``compiled=`` says, and
+``torch.export`` keeps the operator in the exported program.
 """
 
 from __future__ import annotations
@@ -102,8 +103,11 @@ def resolve_backend(fn: str, op_name: str, backend: str, x: torch.Tensor) -> str
 def native_under_compile(fn: str, compiled: str) -> bool:
     """Whether a call of ``fn`` gives its plain-PyTorch form to the tracer now.
 
-    True only while ``torch.compile`` (or export) traces the call and
-    ``compiled`` is ``"native"``; eager calls always run opguide's kernels.
+    True only while ``torch.compile`` traces the call and ``compiled`` is
+    ``"native"``. Eager calls always run opguide's kernels, and so does
+    ``torch.export``: an exported program (an AOTInductor package, say) keeps
+    the operator on every torch release, whether its export traces with
+    Dynamo or not.
 
     Args:
         fn: the public function's name, for error messages.
@@ -114,4 +118,5 @@ def native_under_compile(fn: str, compiled: str) -> bool:
     """
     if compiled != "native" and compiled != "kernel":
         raise ValueError(f"{fn}: compiled must be 'native' or 'kernel', got {compiled!r}")
-    return compiled == "native" and torch.compiler.is_compiling()
+    tracing = torch.compiler.is_compiling() and not torch.compiler.is_exporting()
+    return compiled == "native" and tracing

@@ -42,6 +42,10 @@ def rms_norm(
         backend: ``"auto"`` (default), ``"cpp"`` (the compiled C++/CUDA
             kernels) or ``"triton"`` (the Triton kernels, float32, float16 and
             bfloat16 only); see :mod:`opguide.backends`.
+        compiled: what ``torch.compile`` gets when it traces the call:
+            ``"native"`` (default; the plain-PyTorch form, for Inductor to
+            generate) or ``"kernel"`` (this operator); eager calls and
+            ``torch.export`` always take the operator.
 
     Returns:
         A new contiguous tensor with the shape and dtype of ``x``. It is

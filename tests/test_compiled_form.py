@@ -131,6 +131,18 @@ def test_eager_calls_run_the_kernel_whatever_compiled_says(backend):
     assert f"opguide.rms_norm{suffix}.default" in recorder.ops
 
 
+def test_export_keeps_the_operator_by_default():
+    class Norm(torch.nn.Module):
+        def forward(self, x, w):
+            return opguide.rms_norm(x, w)
+
+    x, w = torch.randn(4, 32), torch.rand(32) + 0.5
+    for strict in (False, True):  # with Dynamo and without: the same graph
+        ep = torch.export.export(Norm(), (x, w), strict=strict)
+        called = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+        assert called == ["opguide.rms_norm.default"], (strict, called)
+
+
 def test_unknown_compiled_value_is_refused():
     x, w = torch.randn(2, 16), torch.randn(16)
     with pytest.raises(ValueError, match="compiled must be 'native' or 'kernel'"):
