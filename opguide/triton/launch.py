@@ -198,8 +198,8 @@ def backward_config(
 ) -> Config:
     """The kernel and knobs of ``rms_norm``'s backward (grad_x and the first grad_w stage).
 
-    Registers: short rows go several to a loop step, 4096 elements (or one
-    longer row) in at most 2048 rows; three stages of x and grad_y in shared
+    Registers: short rows go several to a loop step, 4096 elements (2048 of
+    float32, or one longer row) in at most 64 rows; three stages of x and grad_y in shared
     memory when they fit, else fewer; two programs per SM for steps of up to
     4096 elements, one for larger ones (whose stages leave no room for a
     second program).
@@ -218,12 +218,12 @@ def backward_config(
         return forced
     if cols <= MAX_REGISTER_ROW_BACKWARD:
         block = next_power_of_2(cols)
-        # At most 64 rows a step: with more, short rows spill (256 rows of 16
-        # float32 elements 1.4 KB on sm_80/90/100 with Triton 3.6, 1024 rows of
-        # four 1.2 KB with Triton 3.7, 2048 rows of one 7 VGPRs on gfx1100;
-        # tests/test_triton_targets.py). Rows of 64 elements and more keep
-        # 4096 elements a step; shorter rows move fewer.
-        per_step = max(1, min(4096 // block, 64))
+        # 4096 elements a step (2048 of float32), in at most 64 rows. More
+        # spill: 64 rows of 64 float32 elements 1.2 KB on sm_90/100 (Triton
+        # 3.9), 256 rows of 16 1.4 KB on sm_80/90/100 (Triton 3.6), 2048 rows
+        # of one 7 VGPRs on gfx1100 (Triton 3.7); tests/test_triton_targets.py.
+        elements = 4096 if dtype.itemsize <= 2 else 2048
+        per_step = max(1, min(elements // block, 64))
         if INTERPRET or device.type != "cuda":  # programs run one after another
             return Registers(block, per_step, 1, programs=max(1, min(4, rows)), stages=1)
         props = torch.cuda.get_device_properties(device)
