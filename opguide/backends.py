@@ -28,8 +28,9 @@ when it traces it:
     opguide's operator, as one call in the graph, running the kernel that
     ``backend=`` chooses.
 
-Eager calls run opguide's kernels whatever ``compiled=`` says, and
-``torch.export`` keeps the operator in the exported program.
+Eager calls run opguide's kernels whatever ``compiled=`` says;
+``torch.export`` traces as ``torch.compile`` does, so an exported program
+holds the operator only with ``compiled="kernel"``.
 """
 
 from __future__ import annotations
@@ -103,11 +104,12 @@ def resolve_backend(fn: str, op_name: str, backend: str, x: torch.Tensor) -> str
 def native_under_compile(fn: str, compiled: str) -> bool:
     """Whether a call of ``fn`` gives its plain-PyTorch form to the tracer now.
 
-    True only while ``torch.compile`` traces the call and ``compiled`` is
-    ``"native"``. Eager calls always run opguide's kernels, and so does
-    ``torch.export``: an exported program (an AOTInductor package, say) keeps
-    the operator on every torch release, whether its export traces with
-    Dynamo or not.
+    True only while ``torch.compile`` or ``torch.export`` traces the call
+    (:func:`torch.compiler.is_compiling`) and ``compiled`` is ``"native"``;
+    eager calls always run opguide's kernels. Export is not told apart from
+    compile: ``torch.compiler.is_exporting`` is also true inside
+    ``torch.compile`` on torch 2.11, so a program meant to call the operator
+    (an AOTInductor package, say) passes ``compiled="kernel"``.
 
     Args:
         fn: the public function's name, for error messages.
@@ -118,5 +120,4 @@ def native_under_compile(fn: str, compiled: str) -> bool:
     """
     if compiled != "native" and compiled != "kernel":
         raise ValueError(f"{fn}: compiled must be 'native' or 'kernel', got {compiled!r}")
-    tracing = torch.compiler.is_compiling() and not torch.compiler.is_exporting()
-    return compiled == "native" and tracing
+    return compiled == "native" and torch.compiler.is_compiling()

@@ -44,8 +44,8 @@ def rms_norm(
             bfloat16 only); see :mod:`opguide.backends`.
         compiled: what ``torch.compile`` gets when it traces the call:
             ``"native"`` (default; the plain-PyTorch form, for Inductor to
-            generate) or ``"kernel"`` (this operator); eager calls and
-            ``torch.export`` always take the operator.
+            generate) or ``"kernel"`` (this operator), and so does
+            ``torch.export``; eager calls always run the operator.
 
     Returns:
         A new contiguous tensor with the shape and dtype of ``x``. It is

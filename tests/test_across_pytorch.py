@@ -120,9 +120,9 @@ class _Block(torch.nn.Module):
         self.w2 = torch.nn.Parameter(torch.rand(n) + 0.5)
 
     def forward(self, x, residual):
-        h = opguide.rms_norm(x, self.w1)
+        h = opguide.rms_norm(x, self.w1, compiled="kernel")
         residual = residual.clone()
-        out, _ = opguide.fused_add_rms_norm_(self.proj(h), residual, self.w2)
+        out, _ = opguide.fused_add_rms_norm_(self.proj(h), residual, self.w2, compiled="kernel")
         return out, residual
 
 

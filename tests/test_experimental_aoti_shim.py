@@ -23,7 +23,7 @@ class Norms(torch.nn.Module):
 
     def forward(self, x):
         for _ in range(3):
-            x = opguide.rms_norm(self.linear(x), self.weight, 1e-6)
+            x = opguide.rms_norm(self.linear(x), self.weight, 1e-6, compiled="kernel")
         return x
 
 
