@@ -113,8 +113,11 @@ def compile_package(exported, package_path: str | Path, shim: Path | None) -> st
             os.environ["LIBRARY_PATH"] = saved
 
 
-_SHIM_CALL = re.compile(r"CHECK\(aoti_torch_\w+_rms_norm\(")
-_PROXY_CALL = re.compile(r"CHECK\(aoti_torch_proxy_executor_call_function\(")
+# A call, wrapped in an error check or not (torch releases differ); the
+# shim's declarations (``extern AOTITorchError aoti_torch_cpu_rms_norm(...)``)
+# are not calls.
+_SHIM_CALL = re.compile(r"^(?!.*\bextern\b).*\baoti_torch_\w+_rms_norm\(", re.MULTILINE)
+_PROXY_CALL = re.compile(r"\baoti_torch_proxy_executor_call_function\(")
 
 
 def calls(package_path: str | Path) -> dict[str, int]:
