@@ -573,20 +573,28 @@ packages = {
     "proxy executor": aoti_shim.compile_package(exported, folder / "proxy.pt2", None),
     "C shim": aoti_shim.compile_package(exported, folder / "shim.pt2", shim_library),
 }
-with torch.no_grad():
-    want = stack(tokens)
-aoti_calls = {}
 for name, path in packages.items():
-    package = torch._inductor.aoti_load_package(path)
-    torch.testing.assert_close(package(tokens), want)
     print(f"{name} package, calls in its generated C++: {aoti_shim.calls(path)}")
-    aoti_calls[name] = functools.partial(package, tokens)
-a = model_step.time_per_call(aoti_calls, rounds=3 * ROUNDS, reps=200)
-for name, st in a.items():
-    print(f"{name}: {st['median']:.1f} us per call ({st['q1']:.1f}-{st['q3']:.1f})")
-print(textwrap.fill(model_step.versus(a, "C shim", "proxy executor"), 80))
-title = f"AOTInductor package, 4 norms, CPU, {tokens.shape[0]} rows"
-_ = model_step.plot_per_call(a, title)
+# Loading a package that calls opguide's operator ends the process with
+# signal 11 on torch 2.11 (seen on an H100 and an H200, and in
+# tests/test_across_pytorch.py), so the packages run on torch 2.13 and later.
+LOADS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
+if not LOADS:
+    print(f"Not loaded or timed: torch {torch.__version__} crashes loading such a package.")
+else:
+    with torch.no_grad():
+        want = stack(tokens)
+    aoti_calls = {}
+    for name, path in packages.items():
+        package = torch._inductor.aoti_load_package(path)
+        torch.testing.assert_close(package(tokens), want)
+        aoti_calls[name] = functools.partial(package, tokens)
+    a = model_step.time_per_call(aoti_calls, rounds=3 * ROUNDS, reps=200)
+    for name, st in a.items():
+        print(f"{name}: {st['median']:.1f} us per call ({st['q1']:.1f}-{st['q3']:.1f})")
+    print(textwrap.fill(model_step.versus(a, "C shim", "proxy executor"), 80))
+    title = f"AOTInductor package, 4 norms, CPU, {tokens.shape[0]} rows"
+    _ = model_step.plot_per_call(a, title)
 
 # %%
 # On a GPU
