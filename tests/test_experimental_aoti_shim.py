@@ -7,6 +7,7 @@ the eager model's output. It needs a C++ compiler, as the library's build does.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import opguide
@@ -40,6 +41,10 @@ def test_the_package_calls_the_shim_and_matches_eager(tmp_path):
     with_shim = aoti_shim.compile_package(exported, tmp_path / "shim.pt2", shim)
     assert aoti_shim.calls(with_shim) == {"C shim": 3, "proxy executor": 0}
     assert aoti_shim.calls(proxy) == {"C shim": 0, "proxy executor": 3}
+    if tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 13):
+        # Loading a package that calls opguide's operator ends the process
+        # with signal 11 on torch 2.11 (as in tests/test_across_pytorch.py).
+        pytest.skip(f"the packages are compiled and read, not loaded: torch {torch.__version__}")
     want = model(x)
     for path in (with_shim, proxy):
         torch.testing.assert_close(torch._inductor.aoti_load_package(path)(x), want)
