@@ -87,6 +87,14 @@ def _device_available(device: str) -> tuple[bool, str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The key of the inputs the gallery scripts depend on, before any test
+    # runs (a test may set variables): see _docs_build_passed.
+    try:
+        from guidekit import gallery_runs
+
+        _DOCS_KEY.append(gallery_runs.key())
+    except ImportError:  # guidekit is not installed: every script runs
+        pass
     for name, doc in DEVICE_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
 
@@ -150,7 +158,7 @@ def _docs_build_passed(script: str) -> bool:
     except ImportError:  # guidekit is not installed: every script runs
         return False
     if not _DOCS_KEY:
-        _DOCS_KEY.append(gallery_runs.key())
+        return False
     return gallery_runs.passed_in_docs_build(script, current_key=_DOCS_KEY[0])
 
 

@@ -190,11 +190,24 @@ def _record_gallery_runs(app, exception):
     conf = app.config.sphinx_gallery_conf
     if conf.get("failing_examples"):
         return
-    gallery_runs.write([Path(p).name for p in conf.get("passing_examples", [])])
+    gallery_runs.write(
+        [Path(p).name for p in conf.get("passing_examples", [])], at_start=_GALLERY_KEY[0]
+    )
+
+
+_GALLERY_KEY: list = []
+
+
+def _gallery_key_at_start(app):
+    """guidekit.gallery_runs.key() before any script runs (a script may set variables)."""
+    from guidekit import gallery_runs
+
+    _GALLERY_KEY.append(gallery_runs.key())
 
 
 def setup(app):
     app.connect("env-get-outdated", _always_rerun_notebooks)
     # After sphinx-gallery's own build-finished handler, which fails the build
     # on a failing script.
+    app.connect("builder-inited", _gallery_key_at_start, priority=100)
     app.connect("build-finished", _record_gallery_runs, priority=900)

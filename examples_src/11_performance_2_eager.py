@@ -299,6 +299,12 @@ say(
 #    :language: python
 #    :pyobject: plan
 #
+# .. dropdown:: opguide/triton/plans.py, the whole file
+#
+#    .. literalinclude:: /../opguide/triton/plans.py
+#       :language: python
+#       :caption: opguide/triton/plans.py
+#
 # On a GPU the page also times :func:`torch.library.triton_op` against a
 # direct launch of one small Triton kernel (``wrap_triton`` outside a traced
 # graph takes a higher-order operator on every call):

@@ -7,15 +7,19 @@ second run repeats the first on the same inputs. So the docs build writes
 key of everything their result can depend on:
 
 * every file of the checkout that git tracks or would track (ignored files,
-  such as build caches, are left out), by content;
-* the compiled library ``opguide/_C*.so``, by content;
+  such as build caches, are left out), by content: the compiled library is
+  built from these sources with the torch below and the build switches among
+  the variables below (its own bytes change with each link);
 * the interpreter, torch's and Triton's versions, whether a GPU is visible;
 * the environment variables that change what a script does (``TRITON_*``,
   ``TORCH*``, ``CUDA*``, ``OPGUIDE_*`` but ``OPGUIDE_JOBS``, ``USE_CUDA``,
   ``DEBUG``, ``CI``).
 
-A gallery item of the test suite takes the docs build's result only when its
-key is the key of the test run, and runs the script otherwise. Without git
+Each side computes the key before any script or test runs (the docs build
+when its builder starts, the test run when pytest starts), since a script or
+a test may change the environment. A gallery item of the test suite takes
+the docs build's result only when the two keys are equal, and runs the
+script otherwise. Without git
 (a source archive), or with ``OPGUIDE_RERUN_GALLERY=1``, every script runs.
 """
 
@@ -54,7 +58,7 @@ def key(root: Path = ROOT) -> str | None:
     if files is None:
         return None
     digest = hashlib.sha256()
-    for name in files + sorted(str(p.relative_to(root)) for p in root.glob("opguide/_C*.so")):
+    for name in files:
         path = root / name
         if path.is_file():
             digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
@@ -77,9 +81,15 @@ def key(root: Path = ROOT) -> str | None:
     return digest.hexdigest()
 
 
-def write(passed: list[str], root: Path = ROOT) -> None:
-    """Records the gallery scripts (file names) that the docs build ran without an error."""
-    record = {"key": key(root), "passed": sorted(passed)}
+def write(passed: list[str], root: Path = ROOT, at_start: str | None = None) -> None:
+    """Records the gallery scripts (file names) that the docs build ran without an error.
+
+    Args:
+        passed: the scripts' file names.
+        root: the checkout.
+        at_start: :func:`key` as the build computed it before it ran any script.
+    """
+    record = {"key": at_start if at_start is not None else key(root), "passed": sorted(passed)}
     RECORD.parent.mkdir(parents=True, exist_ok=True)
     RECORD.write_text(json.dumps(record, indent=1))
 

@@ -22,7 +22,7 @@ def checkout(tmp_path, monkeypatch):
     root = tmp_path / "checkout"
     (root / "opguide").mkdir(parents=True)
     (root / "opguide" / "kernel.py").write_text("SCALE = 1\n")
-    (root / ".gitignore").write_text("/build/\n")
+    (root / ".gitignore").write_text("/build/\n*.so\n")
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     monkeypatch.setattr(gallery_runs, "RECORD", root / "build" / "gallery_runs.json")
     monkeypatch.delenv("OPGUIDE_RERUN_GALLERY", raising=False)
@@ -44,12 +44,22 @@ def test_a_changed_or_new_file_reruns_every_script(checkout):
     assert not gallery_runs.passed_in_docs_build("01_first.py", root=checkout)
 
 
-def test_an_ignored_file_does_not_count_but_the_library_does(checkout):
+def test_ignored_files_do_not_count(checkout):
+    # Build caches, and the compiled library, whose bytes change with each
+    # link: it is built from the sources, which count.
     gallery_runs.write(["01_first.py"], root=checkout)
     (checkout / "build" / "cache.bin").write_bytes(b"x")
-    assert gallery_runs.passed_in_docs_build("01_first.py", root=checkout)
     (checkout / "opguide" / "_C.abi3.so").write_bytes(b"\x7fELF")
+    assert gallery_runs.passed_in_docs_build("01_first.py", root=checkout)
+
+
+def test_the_key_of_the_start_is_the_one_recorded(checkout):
+    start = gallery_runs.key(checkout)
+    (checkout / "opguide" / "kernel.py").write_text("SCALE = 3\n")
+    gallery_runs.write(["01_first.py"], root=checkout, at_start=start)
     assert not gallery_runs.passed_in_docs_build("01_first.py", root=checkout)
+    (checkout / "opguide" / "kernel.py").write_text("SCALE = 1\n")
+    assert gallery_runs.passed_in_docs_build("01_first.py", root=checkout)
 
 
 def test_the_environment_counts_and_the_switch_reruns(checkout, monkeypatch):
