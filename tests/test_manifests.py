@@ -41,18 +41,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from template_helpers import clone_venv, torch_only_venv
+from template_helpers import clone_venv
 
 from guidekit import manifests
 from guidekit.compile_checks import find_nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def base_venv(tmp_path_factory):
-    """The torch-only venv of the template's tests, made once per process."""
-    return torch_only_venv(tmp_path_factory)
 
 
 ROUTES = list(manifests.ROUTES)
@@ -205,7 +199,7 @@ def cuda_includes_resolve(project: Path, manifest: manifests.Manifest) -> list[s
 
 
 @pytest.mark.parametrize("route", BUILT_ROUTES)
-def test_route_builds_and_runs(route, base_venv, tmp_path):  # noqa: F811
+def test_route_builds_and_runs(route, base_venv, tmp_path):
     manifest = manifests.read(route)
     project = make_project(manifest, tmp_path / "project")
     venv = clone_venv(base_venv, tmp_path / "venv")

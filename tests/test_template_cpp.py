@@ -11,12 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from template_helpers import ReaderVenv, cases, check_generated_project, render, torch_only_venv
-
-
-@pytest.fixture
-def base_venv(tmp_path_factory):
-    return torch_only_venv(tmp_path_factory)
+from template_helpers import ReaderVenv, cases, check_generated_project, render
 
 
 @pytest.mark.parametrize("route, abi, kind, op_name, wheel, wheel_venv", cases("cpp", "classic"))

@@ -8,12 +8,7 @@ The machinery (render, the torch-only venv, the README's commands) is in
 from __future__ import annotations
 
 import pytest
-from template_helpers import cases, check_generated_project, torch_only_venv
-
-
-@pytest.fixture
-def base_venv(tmp_path_factory):
-    return torch_only_venv(tmp_path_factory)
+from template_helpers import cases, check_generated_project
 
 
 @pytest.mark.parametrize("route, abi, kind, op_name, wheel, wheel_venv", cases("cpp", "stable"))

@@ -12,12 +12,7 @@ import re
 import sys
 
 import pytest
-from template_helpers import cases, check_generated_project, render, run, torch_only_venv
-
-
-@pytest.fixture
-def base_venv(tmp_path_factory):
-    return torch_only_venv(tmp_path_factory)
+from template_helpers import cases, check_generated_project, render, run
 
 
 @pytest.mark.parametrize("route, abi, kind, op_name, wheel, wheel_venv", cases("triton"))
