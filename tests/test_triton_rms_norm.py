@@ -26,7 +26,7 @@ from opguide.testing import (
 triton_ops = pytest.importorskip(
     "opguide.triton", reason="the Triton backend needs the triton package"
 )
-from opguide.triton import launch  # noqa: E402
+from opguide.triton import launch, plans  # noqa: E402
 
 interpreter = pytest.mark.skipif(
     not triton_ops.INTERPRET,
@@ -317,6 +317,27 @@ def test_a_forced_configuration_gives_the_same_result():
     want = triton_ops.ops.rms_norm_backward(grad, x, w, inv)
     got = triton_ops.ops.rms_norm_backward(grad, x, w, inv, dw_sum=launch.DwSum(16, 64, 1))
     assert_grads_close(got, want)
+
+
+@interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_backward_of_one_program_writes_grad_w_itself(dtype):
+    # One program holds the whole sum over rows: the plan has no sum kernel,
+    # grad_w comes out in weight's dtype, and it matches the sum of the
+    # partial rows of three programs.
+    x, w = make_inputs((3, 40), dtype)
+    grad = torch.randn(3, 40, dtype=dtype)
+    _, inv = torch.ops.opguide.rms_norm_fwd_triton.default(x, w, 1e-6)
+    one = launch.Registers(block_n=64, rows=1, num_warps=1, programs=1)
+    three = launch.Registers(block_n=64, rows=1, num_warps=1, programs=3)
+    assert plans.plan("backward", x, 3, 40, one).sum_grid == ()
+    assert plans.plan("backward", x, 3, 40, three).sum_grid != ()
+    got = triton_ops.ops.rms_norm_backward(grad, x, w, inv, forced=one)
+    want = triton_ops.ops.rms_norm_backward(grad, x, w, inv, forced=three)
+    assert got[1].dtype == dtype
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    assert_grads_close(got, want)
+    assert_grads_close(got, reference_grads(x, w, grad))
 
 
 def test_device_guard_is_read_once_from_the_environment():

@@ -20,7 +20,7 @@ def _rms_norm_bwd_kernel(
     w_ptr,  # [N] weight, x's dtype
     inv_rms_ptr,  # [M] float32, one per row
     grad_x_ptr,  # [M, N] gradient of x, x's dtype
-    grad_w_partial_ptr,  # [P, N] float32, one row of partial sums per program
+    grad_w_partial_ptr,  # [P, N] float32, one row of partial sums per program; grad_w [N] if P = 1
     M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.constexpr, GDC: tl.constexpr,
     ALIGN: tl.constexpr,
 ):  # fmt: skip
@@ -51,7 +51,12 @@ def _rms_norm_bwd_kernel(
         grad_x = inv_rms * (g - x_hat * (tl.sum(g * x_hat, axis=1) / N)[:, None])
         tl.store(grad_x_ptr + offset, grad_x.to(grad_x_ptr.dtype.element_ty), mask=mask)
         grad_w += grad_y * x_hat
-    tl.store(grad_w_partial_ptr + pid * N + cols, tl.sum(grad_w, axis=0)[None, :], mask=cols < N)
+    grad_w_row = tl.sum(grad_w, axis=0)[None, :]
+    tl.store(
+        grad_w_partial_ptr + pid * N + cols,
+        grad_w_row.to(grad_w_partial_ptr.dtype.element_ty),
+        mask=cols < N,
+    )
 
 
 @triton.jit(do_not_specialize=["P"])

@@ -189,8 +189,12 @@ def rms_norm_backward(
     p = plans.plan("backward", xc, m, n, forced, dw_sum)
     config = p.config
     # grad_w is a sum over rows: each program of the first stage writes its
-    # own row of float32 partial sums, and _dw_sum_kernel adds them.
-    grad_w_partial = torch.empty((p.programs, n), dtype=torch.float32, device=x.device)
+    # own row of float32 partial sums, and _dw_sum_kernel adds them. A plan
+    # without a sum grid has one program, which writes grad_w itself.
+    if p.sum_grid:
+        grad_w_partial = torch.empty((p.programs, n), dtype=torch.float32, device=x.device)
+    else:
+        grad_w_partial = grad_w
     with launch.on_device_of(xc):
         if isinstance(config, Registers):
             # The whole row in registers, rows looped over by a grid that fits.
@@ -217,11 +221,12 @@ def rms_norm_backward(
                 grad_yc, xc, rc, grad_w_partial, m, n, BLOCK_N=block,
                 num_warps=config.num_warps, **pdl,
             )  # fmt: skip
-        # The second stage of the grad_w reduction: a sum over `programs` rows.
-        launchable(_dw_sum_kernel)[p.sum_grid](
-            grad_w_partial, grad_w, p.programs, n, BLOCK_P=dw_sum.block_p,
-            BLOCK_N=dw_sum.block_n, ALIGN=p.align, num_warps=dw_sum.num_warps, **pdl,
-        )  # fmt: skip
+        if p.sum_grid:
+            # The second stage of the grad_w reduction: a sum over `programs` rows.
+            launchable(_dw_sum_kernel)[p.sum_grid](
+                grad_w_partial, grad_w, p.programs, n, BLOCK_P=dw_sum.block_p,
+                BLOCK_N=dw_sum.block_n, ALIGN=p.align, num_warps=dw_sum.num_warps, **pdl,
+            )  # fmt: skip
     return grad_x, grad_w
 
 

@@ -44,7 +44,9 @@ class Plan:
         grad_w_grid: the grid of the backward's second grad_w kernel(s):
             ``(strips, programs)`` of the column kernel for chunked rows, else
             the grid of the final sum.
-        sum_grid: the grid of the backward's final grad_w sum (``()`` elsewhere).
+        sum_grid: the grid of the backward's final grad_w sum; ``()`` for the
+            forward and the fused operator, and for a backward whose one
+            program writes grad_w itself.
     """
 
     config: Config
@@ -82,7 +84,10 @@ def _plan_backward(rows, cols, dtype, device, forced=None, dw_sum: DwSum = DW_SU
     sum_grid = (cdiv(cols, dw_sum.block_n),)
     if isinstance(config, Registers):
         # The whole row in registers, rows looped over by a grid that fits.
-        return Plan(config, (config.programs,), a, config.programs, sum_grid=sum_grid)
+        # A grid of one program (a few rows, as when decoding) holds the whole
+        # sum: it writes grad_w itself, and the sum kernel is not launched.
+        one = config.programs == 1
+        return Plan(config, (config.programs,), a, config.programs, sum_grid=() if one else sum_grid)
     if isinstance(config, Split):
         # Longer rows: each split over programs that meet through memory.
         programs, segments, sp = split_launch(config, rows, cols, device, groups=True)
