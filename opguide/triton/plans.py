@@ -86,8 +86,9 @@ def _plan_backward(rows, cols, dtype, device, forced=None, dw_sum: DwSum = DW_SU
         # The whole row in registers, rows looped over by a grid that fits.
         # A grid of one program (a few rows, as when decoding) holds the whole
         # sum: it writes grad_w itself, and the sum kernel is not launched.
-        one = config.programs == 1
-        return Plan(config, (config.programs,), a, config.programs, sum_grid=() if one else sum_grid)
+        if config.programs == 1:
+            sum_grid = ()
+        return Plan(config, (config.programs,), a, config.programs, sum_grid=sum_grid)
     if isinstance(config, Split):
         # Longer rows: each split over programs that meet through memory.
         programs, segments, sp = split_launch(config, rows, cols, device, groups=True)
