@@ -51,7 +51,7 @@ from guidekit.recorded import fixed_shapes, lessons, plots, recorded_dir
 from guidekit.recorded import sources as record_sources
 from guidekit.recorded.pages import compare, recorded, say, show, tool_sweep
 
-packed = tool_sweep("sweep_rms_norm_forward_keep_packed_h200.txt")
+packed = tool_sweep("sweep_rms_norm_forward_keep_packed_h100.txt")
 show(lessons.keep_packed_lines(packed))
 
 # %%
@@ -105,7 +105,7 @@ say("gain: {:+.1f} to {:+.1f} points".format(*fixed_shapes.gain_range(loads)))
 #
 # The register-prefetch kernel against the best pipelined layout, per shape:
 lines, pipeline_gains = lessons.pipeline_lines(
-    tool_sweep("sweep_rms_norm_backward_pipelined_h200.txt")
+    tool_sweep("sweep_rms_norm_backward_pipelined_h100.txt")
 )
 show(lines)
 

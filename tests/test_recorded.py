@@ -290,7 +290,7 @@ def test_recorded_lessons():
     lines, older = lessons.push_lines(forward, backward, sweeps.at(rows))
     assert older == [] and len(lines) == 6  # the sweep ran the pushing backward
     pipelined = tool_outputs.read_sweep(
-        (recorded_dir() / "sweep_rms_norm_backward_pipelined_h200.txt").read_text()
+        (recorded_dir() / "sweep_rms_norm_backward_pipelined_h100.txt").read_text()
     )[1]
     assert min(lessons.pipeline_lines(pipelined)[1]) > 0  # the pipeline gains at every shape
     on, off = load("pdl_on.json"), load("pdl_off.json")
@@ -429,7 +429,7 @@ def test_recorded_pages_claims():
     pdl = [c.points for p in ("forward", "backward")
            for c in fixed_shapes.compare(p, ["opguide"], off, on)]  # fmt: skip
     packed = tool_outputs.read_sweep(
-        (recorded_dir() / "sweep_rms_norm_forward_keep_packed_h200.txt").read_text()
+        (recorded_dir() / "sweep_rms_norm_forward_keep_packed_h100.txt").read_text()
     )[1]
     ranking = lessons.ranking_lines({"PDL": pdl, "keep_packed": lessons.keep_packed_gains(packed)})
     assert ranking[-2:] == ["Most: keep_packed; least: PDL.", "Lose at some point: PDL."]

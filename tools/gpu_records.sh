@@ -16,7 +16,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 part="${1:?usage: tools/gpu_records.sh list|1|2|3|4 [WHEELHOUSE]}"
 out=docs/recorded
-scratch="$(mktemp -d)"
+# Under build/, not /tmp: the programs compiled here run from it, and /tmp may
+# be mounted noexec.
+mkdir -p build
+scratch="$(mktemp -d "$PWD/build/records.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 
 # The sweep of every pass and dtype, one process each, merged (tools/merge_sweeps.py).
@@ -42,7 +45,8 @@ print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {tri
 }
 # Commands' printed output as a text record, each under a line with its command.
 run_to() {  # run_to FILE COMMAND...
-  { echo "# $*" | sed "s|$scratch/||"; "$@" 2>&1; echo; } >> "$1"
+  local file="$1"; shift
+  { echo "# $*" | sed "s|$scratch/||"; "$@" 2>&1; echo; } >> "$file"
 }
 text() {  # text NAME COMMAND...
   local name="$1"; shift
@@ -74,7 +78,7 @@ part 2 (fixed shapes, eager calls, odd rows):
   pdl_off.json, pdl_on.json                           OPGUIDE_PDL=0|1
 part 3 (the tools):
   sweep_rms_norm_forward_cluster_h100.txt, sweep_rms_norm_backward_cluster_h100.txt,
-  sweep_rms_norm_backward_pipelined_h200.txt, sweep_rms_norm_forward_keep_packed_h200.txt,
+  sweep_rms_norm_backward_pipelined_h100.txt, sweep_rms_norm_forward_keep_packed_h100.txt,
   sweep_triton_split_h100.txt, triton_registers_h100.json, minimal_cuda_h100.json,
   gpu_debug.json
 part 4 (compute-sanitizer and the CUDA tests):
@@ -130,10 +134,10 @@ case "$part" in
   3)
     nvcc_sweep sweep_rms_norm_forward_cluster_h100.txt tools/sweep_rms_norm_forward_cluster.cu
     nvcc_sweep sweep_rms_norm_backward_cluster_h100.txt tools/sweep_rms_norm_backward_cluster.cu
-    nvcc_sweep sweep_rms_norm_backward_pipelined_h200.txt tools/sweep_rms_norm_backward.cu pipelined
+    nvcc_sweep sweep_rms_norm_backward_pipelined_h100.txt tools/sweep_rms_norm_backward.cu pipelined
     # The forward with keep_packed and without (-DOPGUIDE_KEEP_PACKED=0), each
     # under the line that names the setting (the section step 11.4 reads).
-    name=sweep_rms_norm_forward_keep_packed_h200.txt
+    name=sweep_rms_norm_forward_keep_packed_h100.txt
     header > "$scratch/$name"
     for v in 1 0; do
       nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc -DOPGUIDE_KEEP_PACKED=$v \

@@ -30,7 +30,7 @@ constexpr int kClusterForwardThreads = 128;
 constexpr int kClusterForwardVecs = 8;
 
 // Backward, rows held by one block (tools/sweep_rms_norm_backward.cu,
-// docs/recorded/sweep_rms_norm_backward_pipelined_h200.txt).
+// docs/recorded/sweep_rms_norm_backward_pipelined_h100.txt).
 constexpr int kBwdMaxThreads = 512;  // threads per block, at most
 // The pipelined kernel (cp.async): rows in flight per row slot, blocks of at
 // least this many threads (two rows at a time for rows of 4096 bf16
