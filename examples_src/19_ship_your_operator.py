@@ -222,8 +222,9 @@ print("opguide (classic) setup.py:", pin.strip())
 # ``TORCH_CUDA_ARCH_LIST`` decides which GPUs get machine code (SASS) in the
 # library, and whether PTX is kept for GPUs newer than the list. Each entry
 # is one more compile of every kernel, so the library grows with the list.
-# PyPI accepts files up to 100 MiB unless the project asks for more, and the
-# whole project's files count against a 10 GiB total. With ``nvcc`` on the
+# PyPI accepts files up to 100 MB unless the project asks for more, and the
+# whole project's files count against a 10 GB total (`PyPI's storage limits
+# <https://docs.pypi.org/project-management/storage-limits/>`__). With ``nvcc`` on the
 # machine, the cell compiles step 3's kernels (``rms_norm_minimal.cuh``, three
 # dtypes) for growing lists and plots the object's size:
 import matplotlib.pyplot as plt
