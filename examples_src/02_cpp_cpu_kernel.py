@@ -182,8 +182,9 @@ print(torch.library.opcheck(op, sample))
 # The timing below measures the kernel with all three; this page does not
 # time any of them against its absence.
 #
-# and one more operator: ``rms_norm_fwd``, which also returns the statistic
-# that the backward needs (:doc:`step 8 <08_autograd>`). The row loop itself
+# The same kernels serve one more operator of the schemas above,
+# ``rms_norm_fwd``, which also returns the statistic that the backward needs
+# (:doc:`step 8 <08_autograd>`). The row loop itself
 # is plain C++ templated on the element type, in a header without torch
 # (``rms_norm_cpu.h``), so other code can run it on its own buffers.
 #

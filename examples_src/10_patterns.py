@@ -389,6 +389,11 @@ for bad in [
 # lengths from short to long with the same bytes in all. The dotted line is
 # the longest row that one Triton program holds in a 16-bit type; longer rows
 # are split over programs (:doc:`step 9.2 <09_triton_kernel_2_long_rows>`).
+import inspect  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from guidekit.compile_checks import source_root  # noqa: E402
+from opguide.triton import fused as triton_fused  # noqa: E402
 from opguide.triton import launch  # noqa: E402
 from opguide.triton.launch import Registers  # noqa: E402
 
@@ -421,7 +426,8 @@ print(
 # The same operator three times makes the comparison of
 # :doc:`step 9 <09_triton_kernel>` concrete:
 #
-# * **Effort**: the Triton kernel is about twenty lines, the dtype combinations
+# * **Effort**: the Triton kernel is the shortest of the three kernels shown
+#   above (their lines of code are counted below), the dtype combinations
 #   come for free (the kernel is compiled per dtype on first use), and a
 #   masked load replaces the vector/scalar split. The C++ and CUDA versions
 #   spell out the dispatch over three dtypes, the alignment check and the
@@ -439,6 +445,35 @@ print(
 #   length. Float64 is C++/CUDA only.
 # * **Speed**: the recorded sweep above, on one GPU; on CPU the Triton route is
 #   the interpreter, a correctness tool.
+
+
+def code_lines(text: str, comment: str) -> int:
+    """Lines that hold code: not blank, not only a comment."""
+    return sum(
+        1 for line in text.splitlines() if line.strip() and not line.strip().startswith(comment)
+    )
+
+
+def between(path: Path, start: str, end: str) -> str:
+    """The text of ``path`` between two marker lines, as the page's literalinclude shows it."""
+    text = path.read_text()
+    return text[text.index(start) + len(start) : text.index(end)]
+
+
+FUSED_SRC = source_root() / "csrc" / "fused_add_rms_norm"
+cpu_file, cuda_file = FUSED_SRC / "fused_add_rms_norm_cpu.cpp", FUSED_SRC / "fused_add_rms_norm.cuh"
+kernel_lines = {
+    "Triton": code_lines(inspect.getsource(triton_fused._fused_add_rms_norm_kernel.fn), "#"),
+    "CUDA (one block)": code_lines(between(cuda_file, "// [kernel]", "// [kernel-end]"), "//"),
+    "C++ CPU": code_lines(
+        between(cpu_file, "// [cpu-fused-kernel]", "// [cpu-fused-kernel-end]"), "//"
+    ),
+}
+print("Lines of code (blank lines and comments left out):")
+for name, count in kernel_lines.items():
+    print(f"  {name:18} {count:4}")
+shortest = min(kernel_lines, key=kernel_lines.get)
+assert shortest.startswith("Triton"), kernel_lines  # the Effort point above says so
 print("Longest row in one Triton program's registers (elements):")
 print(f"  rms_norm forward:     {launch.MAX_REGISTER_ROW}")
 print(f"  rms_norm backward:    {launch.MAX_REGISTER_ROW_BACKWARD}")

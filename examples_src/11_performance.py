@@ -200,8 +200,8 @@ show(sweeps.rerun_lines(sweeps.rerun_changes(ALL_ROWS, again_file["sweep"]["rows
 # length the narrow kernels hold. The backward's narrow kernels hold shorter
 # rows than that (``narrow_backward_config`` in
 # ``csrc/rms_norm/rms_norm_planner.cuh``, below the lines shown); a longer odd
-# row's backward takes the two-pass kernel, which reads the row twice, and the
-# output below shows where the backward does not move:
+# row's backward takes the two-pass kernel, which reads the row twice. The
+# table below gives each row length's before and after:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_planner.cuh
 #    :language: cuda

@@ -53,10 +53,10 @@ if not torch.cuda.is_available():
 # ``csrc/rms_norm/rms_norm_config.h`` and its fused twin. The forward's
 # threshold is where the configuration starts to send rows to clusters,
 # from ``tools/sweep_rms_norm_forward_cluster.cu``
-# (``docs/recorded/sweep_rms_norm_forward_cluster_h100.txt``): at the shortest
-# row it times, one block and clusters run at the same speed (its lines are
-# further down), so the threshold is where clusters stop losing, not a
-# measured gain. The fused operator's one-block kernel reads a long row twice
+# (``docs/recorded/sweep_rms_norm_forward_cluster_h100.txt``), whose lines
+# further down compare one block with a cluster of two at the shortest row it
+# times: the threshold is where clusters stop losing, not a measured gain of
+# theirs. The fused operator's one-block kernel reads a long row twice
 # up to its threshold, and clusters take the longer rows. Then the
 # longest row each kernel family gives one block or one program:
 from guidekit.recorded import lessons, listed, long_rows, plots, sweeps, tool_outputs

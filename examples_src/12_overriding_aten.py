@@ -31,6 +31,7 @@ compiled by this page, not part of ``opguide._C``.
 # A kernel must match the operator's schema exactly: the overload, every
 # argument and its type. Python shows the schema of every overload:
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -289,14 +290,19 @@ child = run_child(CPU_OVERRIDE_CHILD, OPGUIDE_LOG_OVERRIDES="1")
 assert child.returncode == 0, child.stderr
 print(child.stdout)
 print(child.stderr)
+previous = re.search(r"previous kernel: registered at \S*?([^/\s]+):\d+", child.stderr)
+if previous:
+    kind = "" if previous[1].startswith("RegisterCPU") else ", not a file of ATen's CPU kernels"
+    print(f"the warning's previous kernel is in {previous[1]}{kind}")
 
 # %%
 # The stdout shows the dispatch table pointing at our file. The stderr starts
 # with PyTorch's warning, printed while the library's registrations run: it
 # names the operator, the key and the new kernel's file and line, once per
-# process, for the first override only. Its "previous kernel" line is less
-# reliable (here it names an unrelated file); the dispatch table printed
-# before loading is the better record of what was replaced. The log lines
+# process, for the first override only. Its "previous kernel" line names the
+# registration PyTorch saw last for the operator and key, which need not be
+# the CPU kernel the table held (the last line above names its file); the
+# dispatch table is the better record of what was replaced. The log lines
 # follow, one per call: three ``neg`` and one ``add`` (the checks use ``mul``,
 # ``stack`` and ``sum``, which are not overridden).
 #

@@ -135,9 +135,39 @@ print(textwrap.fill(what.strip(), width=100, break_long_words=False, break_on_hy
 
 # %%
 # The error names the namespace, both source locations, and the two ways out.
-# The same error appears when one library is simply loaded twice under two file
-# names, for example the installed package and a JIT build of the same sources.
-# That is why the JIT builds of steps :doc:`2 <02_cpp_cpu_kernel>` and
+# One library loaded twice under two file names, as the installed package and
+# a JIT build of the same sources would be, is two libraries to ``dlopen``.
+# The child below loads ``matmul_naive``'s library, then a copy of the same
+# file under another name:
+copy_dir = ROOT / "build" / "jit" / "opguide_mm_naive_copy"
+copy_dir.mkdir(parents=True, exist_ok=True)
+naive_copy = copy_dir / "opguide_mm_naive_copy.so"
+naive_copy.write_bytes(Path(naive_lib).read_bytes())
+twice_code = f"""
+    import torch
+    torch.ops.load_library({naive_lib!r})
+    print("first file: loaded", flush=True)
+    torch.ops.load_library({str(naive_copy)!r})
+    print("second file: loaded", flush=True)
+"""
+twice = subprocess.run(
+    [sys.executable, "-c", textwrap.dedent(twice_code)],
+    capture_output=True,
+    text=True,
+    timeout=600,
+)
+print(twice.stdout)
+print("exit status:", twice.returncode, "(-6 is SIGABRT)" if twice.returncode == -6 else "")
+twice_err = without_machine_paths(twice.stderr)
+message = twice_err[: twice_err.find("Exception raised from")].strip()
+first_line, _, what = message.partition("\n")
+print(first_line)
+print(textwrap.fill(what.strip(), width=100, break_long_words=False, break_on_hyphens=False))
+assert twice.returncode != 0 and what.count("matmul_naive.cpp:") == 2, twice.stderr[-3000:]
+
+# %%
+# Both registrations name the same line of the same source. That is why the
+# JIT builds of steps :doc:`2 <02_cpp_cpu_kernel>` and
 # :doc:`3 <03_cuda_kernel>` compile their own files, under their own namespace
 # ``opguide_minimal``, rather than opguide's.
 #

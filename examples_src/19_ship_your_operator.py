@@ -154,9 +154,12 @@ if wheel is not None and not missing:
 # The ``manylinux_2_X`` number is the oldest glibc the wheel runs with, and it
 # comes from the machine that built it: the glibc and libstdc++ of this
 # machine's compiler. A release is therefore built in an old system, the
-# ``manylinux_2_28`` container images of the PyPA (``quay.io/pypa``), or with
-# ``cibuildwheel``, which runs the build and the repair in them for each
-# platform. Step 15's ``check_abi.py --manylinux`` reads the same symbol
+# ``manylinux_2_28`` container images of the PyPA (``quay.io/pypa``; torch's
+# own wheels carry that tag), or with ``cibuildwheel``, which runs the build
+# and the repair in them for each platform. The CI workflow of the project
+# template (:doc:`step 18 <18_your_own_operator>`) runs its wheel job in
+# ``quay.io/pypa/manylinux_2_28_x86_64``, with the same ``auditwheel repair``
+# as here. Step 15's ``check_abi.py --manylinux`` reads the same symbol
 # versions and says whether a tag fits.
 #
 # Installing it into a fresh environment
@@ -219,8 +222,9 @@ print("opguide (classic) setup.py:", pin.strip())
 # ``TORCH_CUDA_ARCH_LIST`` decides which GPUs get machine code (SASS) in the
 # library, and whether PTX is kept for GPUs newer than the list. Each entry
 # is one more compile of every kernel, so the library grows with the list.
-# PyPI accepts files up to 100 MiB unless the project asks for more, and the
-# whole project's files count against a 10 GiB total. With ``nvcc`` on the
+# PyPI accepts files up to 100 MB unless the project asks for more, and the
+# whole project's files count against a 10 GB total (`PyPI's storage limits
+# <https://docs.pypi.org/project-management/storage-limits/>`__). With ``nvcc`` on the
 # machine, the cell compiles step 3's kernels (``rms_norm_minimal.cuh``, three
 # dtypes) for growing lists and plots the object's size:
 import matplotlib.pyplot as plt
@@ -330,8 +334,9 @@ for value in (target_version(2, 11), "0x0211000000000000"):
 #
 # What to take to your own operator
 # ---------------------------------
-# * Build against the oldest torch (stable ABI: its target) in a manylinux
-#   container; ``pip wheel --no-build-isolation --no-deps``.
+# * Build against the oldest torch (stable ABI: its target) in the
+#   ``manylinux_2_28`` container, torch's own tag; ``pip wheel
+#   --no-build-isolation --no-deps``.
 # * ``auditwheel repair --exclude`` every library torch brings; check what
 #   was bundled.
 # * Pin the torch release in a classic-API wheel's metadata; give the

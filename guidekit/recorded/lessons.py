@@ -60,10 +60,15 @@ def per_row_cluster_lines(variant: dict, library: dict) -> tuple[list[str], dict
                 continue
             if n <= ONE_BLOCK["forward"]:
                 two = variant[(dtype, n, "one row 128 x 8")]
+                # Two points of the copy: what a second run of a sweep moves a kernel
+                # (step 11, "How much of this is the run?").
+                if abs(two - lib) < 0.02:
+                    verdict = ": within two points of each other"
+                else:
+                    verdict = ": one block is faster" if two < lib else ": Surprising, clusters win"
                 lines.append(
                     f"forward {dtype} N = {n:6}: one block {100 * lib:4.0f}% of the copy, a "
-                    f"cluster of two {100 * two:4.0f}%"
-                    + ("" if two <= lib else ": Surprising, clusters win")
+                    f"cluster of two {100 * two:4.0f}%{verdict}"
                 )
                 continue
             loop = variant[(dtype, n, "loop 512 x 4, push")]
