@@ -51,7 +51,7 @@ from guidekit.recorded import fixed_shapes, lessons, plots, recorded_dir
 from guidekit.recorded import sources as record_sources
 from guidekit.recorded.pages import compare, recorded, say, show, tool_sweep
 
-packed = tool_sweep("sweep_rms_norm_forward_keep_packed_h100.txt")
+packed = tool_sweep("sweep_rms_norm_forward_keep_packed_h200.txt")
 show(lessons.keep_packed_lines(packed))
 
 # %%

@@ -132,6 +132,12 @@ def run(command: list[str], cwd: Path, show: str | None = None, echo: bool = Fal
     return output
 
 
+def pytest_summary(output: str) -> str:
+    """pytest's summary line ("3 passed in 1.2s"), wherever warnings on stderr put it."""
+    found = [line for line in output.splitlines() if re.search(r" in [0-9.]+s\b", line)]
+    return found[-1] if found else output.strip().splitlines()[-1]
+
+
 if importlib.util.find_spec("copier") is None:
     raise SystemExit("this step needs copier: pip install copier")
 if PROJECT.exists():
@@ -325,7 +331,7 @@ output = run(
     cwd=PROJECT,
     show="python -m pytest -q",
 )
-summary = output.strip().splitlines()[-1]
+summary = pytest_summary(output)
 print(summary)
 assert " passed" in summary and "failed" not in summary and "error" not in summary
 devices = "cpu and cuda" if torch.cuda.is_available() else "cpu only (no GPU visible here)"
@@ -461,7 +467,7 @@ finally:
     kernels.write_text(source)
 failures = [line for line in broken.stdout.splitlines() if line.startswith("FAILED")]
 print(shown(failures[0])[:88] if failures else "(no test failed)")
-print(broken.stdout.strip().splitlines()[-1])
+print(pytest_summary(broken.stdout))
 assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stderr[-2000:]
 
 # %%
@@ -598,7 +604,7 @@ if TORCH_2_13:
         cwd=STABLE,
         show="python -m pytest -q",
     )
-    summary = output.strip().splitlines()[-1]
+    summary = pytest_summary(output)
     print(summary)
     assert " passed" in summary and "failed" not in summary and "error" not in summary
     run([sys.executable, "-m", "pip", "uninstall", "-y", "myops_stable"], cwd=WORK,

@@ -278,8 +278,18 @@ def test_rerun_of_the_sweep():
 
 
 def test_recorded_lessons():
-    _, spilled = lessons.spill_lines(load("triton_registers_h100.json"))
-    assert spilled == [16384]
+    registers = load("triton_registers_h100.json")
+    lines, spilled = lessons.spill_lines(registers)
+    backward = [k for k in registers["kernels"] if k["kernel"] == "_rms_norm_bwd_kernel"]
+    assert backward and len(lines) == len(backward) + 1
+    assert ("spills the rest" in lines[-1]) == bool(spilled)
+    # Both sentences, from a record with a spill and one without.
+    kernel = {"kernel": "_rms_norm_bwd_kernel", "num_warps": 8, "registers": 255}
+    both = [{**kernel, "n": 8192, "spill_bytes": 0}, {**kernel, "n": 16384, "spill_bytes": 96}]
+    lines, spilled = lessons.spill_lines({"kernels": both})
+    assert spilled == [16384] and lines[-1].startswith("At N = 16384")
+    lines, spilled = lessons.spill_lines({"kernels": both[:1]})
+    assert spilled == [] and lines[-1].startswith("Up to N = 8192")
     text = (recorded_dir() / "sweep_rms_norm_backward_cluster_h100.txt").read_text()
     backward = tool_outputs.cluster_sweep(text, "512 x 4, 3 stages")
     forward = tool_outputs.cluster_sweep(
@@ -429,7 +439,7 @@ def test_recorded_pages_claims():
     pdl = [c.points for p in ("forward", "backward")
            for c in fixed_shapes.compare(p, ["opguide"], off, on)]  # fmt: skip
     packed = tool_outputs.read_sweep(
-        (recorded_dir() / "sweep_rms_norm_forward_keep_packed_h100.txt").read_text()
+        (recorded_dir() / "sweep_rms_norm_forward_keep_packed_h200.txt").read_text()
     )[1]
     ranking = lessons.ranking_lines({"PDL": pdl, "keep_packed": lessons.keep_packed_gains(packed)})
     assert ranking[-2:] == ["Most: keep_packed; least: PDL.", "Lose at some point: PDL."]

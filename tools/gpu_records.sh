@@ -78,8 +78,7 @@ part 2 (fixed shapes, eager calls, odd rows):
   pdl_off.json, pdl_on.json                           OPGUIDE_PDL=0|1
 part 3 (the tools):
   sweep_rms_norm_forward_cluster_h100.txt, sweep_rms_norm_backward_cluster_h100.txt,
-  sweep_rms_norm_backward_pipelined_h100.txt, sweep_rms_norm_forward_keep_packed_h100.txt,
-  sweep_triton_split_h100.txt, triton_registers_h100.json, minimal_cuda_h100.json,
+  sweep_rms_norm_backward_pipelined_h100.txt, sweep_triton_split_h100.txt, triton_registers_h100.json, minimal_cuda_h100.json,
   gpu_debug.json
 part 4 (compute-sanitizer and the CUDA tests):
   sanitizer_h100.txt (memcheck and racecheck, --long-rows --small, --narrow), cuda_tests_h100.log
@@ -90,6 +89,9 @@ by hand (no part):
     triton_evict_first_off_h200.json, sweep_odd_rows_16_byte_only_h100.json,
     sweep_fused_add_rms_norm_h100.txt, sweep_fused_add_rms_norm_uncapped_h100.txt,
     sweep_triton_split_fenced_h100.txt
+  a tool whose output step 11.4 no longer reads: sweep_rms_norm_forward_keep_packed_h200.txt
+    (vectors per thread with and without -DOPGUIDE_KEEP_PACKED=0; tools/sweep_rms_norm_forward.cu
+    now sweeps cache hints and persistent rows against the library's launcher instead)
   two GPUs: two_gpus.json (tools/record_two_gpus.py), many_gpus_nccl.json (step 17)
   another torch: stable_abi_torch2.11_cuda.json, stable_abi_torch2.15_cpu.json
     (tools/record_stable_abi.py)
@@ -135,16 +137,6 @@ case "$part" in
     nvcc_sweep sweep_rms_norm_forward_cluster_h100.txt tools/sweep_rms_norm_forward_cluster.cu
     nvcc_sweep sweep_rms_norm_backward_cluster_h100.txt tools/sweep_rms_norm_backward_cluster.cu
     nvcc_sweep sweep_rms_norm_backward_pipelined_h100.txt tools/sweep_rms_norm_backward.cu pipelined
-    # The forward with keep_packed and without (-DOPGUIDE_KEEP_PACKED=0), each
-    # under the line that names the setting (the section step 11.4 reads).
-    name=sweep_rms_norm_forward_keep_packed_h100.txt
-    header > "$scratch/$name"
-    for v in 1 0; do
-      nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc -DOPGUIDE_KEEP_PACKED=$v \
-        tools/sweep_rms_norm_forward.cu -o "$scratch/sweep_$v"
-      { echo "OPGUIDE_KEEP_PACKED=$v"; "$scratch/sweep_$v"; } >> "$scratch/$name"
-    done
-    mv "$scratch/$name" "$out/$name" && done_ "$name"
     text sweep_triton_split_h100.txt python3 tools/sweep_triton.py split
     python3 tools/record_triton_registers.py --out "$out/triton_registers_h100.json"
     done_ triton_registers_h100.json

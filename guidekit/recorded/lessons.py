@@ -239,6 +239,11 @@ def spill_lines(registers: dict) -> tuple[list[str], list[int]]:
             "row (x, dy, the weight, its gradient) than a thread's registers, and Triton spills "
             "the rest to memory; those rows take the split kernel."
         )
+    elif kernels:
+        lines.append(
+            f"Up to N = {max(k['n'] for k in kernels)}, the longest row the register backward "
+            "takes, nothing spills; longer rows take the split kernel."
+        )
     return lines, spilled
 
 
