@@ -104,7 +104,7 @@ def check_same(op, fn, sets, a, b, dtype) -> str:
     got_a, got_b = fn(a, *fresh), fn(b, *twin)
     if isinstance(got_a, torch.Tensor):  # the forward returns y alone
         got_a, got_b = (got_a,), (got_b,)
-    tol = 2e-2 if dtype != torch.float32 else 1e-4
+    tol = 2e-2 if dtype != torch.float32 else 1e-3  # grad_w: sums in another order
     try:
         for u, v in zip(got_a, got_b, strict=True):
             torch.testing.assert_close(u.float(), v.float(), rtol=tol, atol=tol)
