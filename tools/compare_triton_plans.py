@@ -30,7 +30,11 @@ from guidekit.benchmark.timing import _rotation, copy_bandwidth, time_round_robi
 from opguide.triton import launch
 from opguide.triton import ops as triton_ops
 
-SHAPES = [(1, 4096), (1024, 4096), (8192, 4096), (4096, 8192), (65536, 1024), (16384, 16384)]
+# Rows in registers and split rows, of each pass (1024x65536: split everywhere).
+SHAPES = [
+    (1, 4096), (1024, 4096), (8192, 4096), (4096, 8192), (65536, 1024), (16384, 16384),
+    (1024, 65536),
+]  # fmt: skip
 DTYPES = (torch.bfloat16, torch.float32)
 PLANNERS = {"forward": "forward_config", "backward": "backward_config", "fused": "fused_config"}
 EPS = 1e-6
