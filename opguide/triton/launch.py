@@ -123,25 +123,28 @@ SPLIT_FUSED = Split(seg=16384, num_warps=16)
 
 
 def split_for(split: Split, dtype: torch.dtype) -> Split:
-    """The forward's or the fused kernel's ``split`` for rows of ``dtype``: half for float32.
+    """The forward's or the fused kernel's ``split`` for rows of ``dtype``.
 
-    Their segments are timed on 16-bit rows. A float32 segment of as many
-    columns holds twice the bytes per thread: the forward's 64 values of x
-    and the weight on 2 warps take a stack frame on sm_80 (Triton 3.6), the
-    fused kernel's 32 values each of x, the residual and their sum spill
-    16-28 B under the 128 registers a thread has in 16 warps (sm_90 and
-    sm_100, rows of odd length, Triton 3.9). Half the columns give a
-    thread the bytes of the 16-bit launch; every element is still read once.
+    Their launches are timed on 16-bit rows. A float32 segment on as many
+    warps holds twice the bytes per thread: the forward's 64 values of x and
+    the weight on 2 warps take a stack frame on sm_80 (Triton 3.6), the fused
+    kernel's 32 values each of x, the residual and their sum spill 16-28 B
+    under the 128 registers a thread has in 16 warps (sm_90 and sm_100, rows
+    of odd length, Triton 3.9). Float32 takes the bytes per thread of the
+    16-bit launch: twice the warps, or half the segment where that would pass
+    16 warps. Every element is still read once.
 
     Args:
         split: :data:`SPLIT_FORWARD` or :data:`SPLIT_FUSED`.
         dtype: the dtype of x.
 
     Returns:
-        ``split``, with half its ``seg`` for 32-bit dtypes.
+        ``split`` for 16-bit dtypes; for 32-bit ones, twice its warps or half its segment.
     """
     if dtype.itemsize <= 2:
         return split
+    if split.num_warps <= 8:
+        return dataclasses.replace(split, num_warps=2 * split.num_warps)
     return dataclasses.replace(split, seg=split.seg // 2)
 
 
