@@ -55,9 +55,8 @@ fit on the GPU at once, one per multiprocessor (SM) at most:
    :language: python
    :pyobject: _split_or_chunked
 
-The forward's and the fused kernel's launches are sized for 16-bit rows;
-float32 rows take twice the warps or half the segment, so that a thread
-holds as many bytes:
+The fused kernel's segments are sized for 16-bit rows; its float32 rows
+take half as many columns, so that a thread holds as many bytes:
 
 .. literalinclude:: /../opguide/triton/launch.py
    :language: python

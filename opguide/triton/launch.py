@@ -123,28 +123,23 @@ SPLIT_FUSED = Split(seg=16384, num_warps=16)
 
 
 def split_for(split: Split, dtype: torch.dtype) -> Split:
-    """The forward's or the fused kernel's ``split`` for rows of ``dtype``.
+    """The fused kernel's ``split`` for rows of ``dtype``: half the segment for float32.
 
-    Their launches are timed on 16-bit rows. A float32 segment on as many
-    warps holds twice the bytes per thread: the forward's 64 values of x and
-    the weight on 2 warps take a stack frame on sm_80 (Triton 3.6), the fused
-    kernel's 32 values each of x, the residual and their sum spill 16-28 B
-    under the 128 registers a thread has in 16 warps (sm_90 and sm_100, rows
-    of odd length, Triton 3.9). Float32 takes the bytes per thread of the
-    16-bit launch: twice the warps, or half the segment where that would pass
-    16 warps. Every element is still read once.
+    The launch is timed on 16-bit rows. A float32 segment of as many columns
+    holds twice the bytes per thread: 32 values each of x, the residual and
+    their sum spill 16-28 B under the 128 registers a thread has in 16 warps
+    (sm_90 and sm_100, rows of odd length, Triton 3.9). Half the columns give
+    a thread the bytes of the 16-bit launch; every element is still read once.
 
     Args:
-        split: :data:`SPLIT_FORWARD` or :data:`SPLIT_FUSED`.
+        split: :data:`SPLIT_FUSED`.
         dtype: the dtype of x.
 
     Returns:
-        ``split`` for 16-bit dtypes; for 32-bit ones, twice its warps or half its segment.
+        ``split``, with half its ``seg`` for 32-bit dtypes.
     """
     if dtype.itemsize <= 2:
         return split
-    if split.num_warps <= 8:
-        return dataclasses.replace(split, num_warps=2 * split.num_warps)
     return dataclasses.replace(split, seg=split.seg // 2)
 
 
@@ -224,7 +219,7 @@ def forward_config(
         elements = per_program * block
         warps = min(max(elements // 512, 1), 8 if elements <= 8192 else 16)
         return Registers(block, per_program, warps)
-    return _split_or_chunked(cols, device, split_for(SPLIT_FORWARD, dtype)) or Chunked()
+    return _split_or_chunked(cols, device, SPLIT_FORWARD) or Chunked()
 
 
 def backward_config(
