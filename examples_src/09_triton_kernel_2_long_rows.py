@@ -55,6 +55,13 @@ fit on the GPU at once, one per multiprocessor (SM) at most:
    :language: python
    :pyobject: _split_or_chunked
 
+The fused kernel's segments are sized for 16-bit rows; its float32 rows
+take half as many columns, so that a thread holds as many bytes:
+
+.. literalinclude:: /../opguide/triton/launch.py
+   :language: python
+   :pyobject: split_for
+
 Rows longer still: chunks
 -------------------------
 A row of more segments than the GPU has SMs is not split: one program walks

@@ -137,7 +137,7 @@ schema printed below: the same ``!``, with an alias set named ``a1``),
    :pyobject: fused_add_rms_norm_triton_
 
 Its body is the launch function, which takes the planner's choice of kernel
-(``launch.fused_config``: the one above for rows of up to 64 KiB, a split or
+(``launch.fused_config``: the one above for rows of up to 32 KiB, a split or
 chunked kernel for longer ones):
 
 .. literalinclude:: /../opguide/triton/ops.py

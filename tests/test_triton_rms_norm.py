@@ -204,8 +204,9 @@ def test_float64_is_rejected():
 @interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_long_rows_forward_backward_and_fused(dtype):
-    # Rows past the register kernels (16384 float32 / 32768 bfloat16
-    # elements): the chunked kernels, forward, backward and fused.
+    # Rows past every register kernel (the forward's 16384 elements, the
+    # fused kernel's 32 KiB): the split kernels (one segment under the
+    # interpreter), forward, backward and fused.
     n = 16385 if dtype == torch.float32 else 32769
     x, w = make_inputs((2, n), dtype, requires_grad=True)
     grad = torch.randn(2, n).to(dtype)

@@ -120,10 +120,39 @@ DW_SUM = DwSum()
 # whose slowest N is fastest.
 SPLIT_FORWARD = Split(seg=4096, num_warps=2)
 SPLIT_FUSED = Split(seg=16384, num_warps=16)
-# The split backward: segments of 4096 elements, 32 per thread, two programs
-# of 4 warps per SM, within 0.2 points of the copy of the fastest choice at
-# every N of the same sweep.
-SPLIT_BACKWARD = Split(seg=4096, num_warps=4, per_sm=2)
+
+
+def split_for(split: Split, dtype: torch.dtype) -> Split:
+    """The fused kernel's ``split`` for rows of ``dtype``: half the segment for float32.
+
+    The launch is timed on 16-bit rows. A float32 segment of as many columns
+    holds twice the bytes per thread: 32 values each of x, the residual and
+    their sum spill 16-28 B under the 128 registers a thread has in 16 warps
+    (sm_90 and sm_100, rows of odd length, Triton 3.9). Half the columns give
+    a thread the bytes of the 16-bit launch; every element is still read once.
+
+    Args:
+        split: :data:`SPLIT_FUSED`.
+        dtype: the dtype of x.
+
+    Returns:
+        ``split``, with half its ``seg`` for 32-bit dtypes.
+    """
+    if dtype.itemsize <= 2:
+        return split
+    return dataclasses.replace(split, seg=split.seg // 2)
+
+
+# The split backward holds three rows of x and grad_y and its part of grad_w:
+# segments of 4096 elements on 16 warps, one program per SM, 8 values of
+# each per thread (4 on a 64-lane wavefront). The same sweep's fastest
+# choices hold 32 a thread (86-91% of the copy at segments of 4096 on 4
+# warps); those spill 230-310 B on sm_80 and sm_90 in bfloat16 (Triton 3.8
+# and 3.9) and 0.6-6.6 KB in float32 (Triton 3.7 to 3.9). Of the choices
+# that hold 16 or fewer, this one's slowest N is fastest (69-79% there),
+# and a row splits into as many segments.
+SPLIT_BACKWARD = Split(seg=4096, num_warps=16, per_sm=1)
+
 
 Config = Registers | Split | Chunked
 
@@ -202,7 +231,7 @@ def backward_config(
     float32, or one longer row) in at most 64 rows; three stages of x and grad_y in shared
     memory when they fit, else fewer; two programs per SM for steps of up to
     4096 elements, one for larger ones (whose stages leave no room for a
-    second program).
+    second program); 4 warps for steps below 4096 elements, 8 from 4096.
 
     Args:
         rows: the number of rows (M).
@@ -234,7 +263,13 @@ def backward_config(
         while stages > 1 and stages * 2 * step * size > budget - 8 * 1024:
             stages -= 1
         programs = props.multi_processor_count * (2 if step <= 4096 else 1)
-        warps = 4 if block < 4096 else 8
+        # 8 warps for steps of 4096 elements and more, so that a thread holds
+        # 16 values each of x, grad_y and the grad_w sum (32 for rows of
+        # 8192): 16-bit short rows at 32 a thread on 4 warps spill (3-28
+        # VGPRs on gfx1100 with Triton 3.7 to 3.9; 40-132 B at 32 rows of
+        # 128 on sm_90 and sm_100 with Triton 3.7). Float32 steps of 2048
+        # take 4 warps, 16 a thread.
+        warps = 4 if step < 4096 else 8
         return Registers(block, per_step, warps, max(1, min(programs, rows)), stages)
     split = _split_or_chunked(cols, device, SPLIT_BACKWARD)
     if split is not None:
@@ -245,7 +280,7 @@ def backward_config(
 def fused_config(
     rows: int, cols: int, dtype: torch.dtype, device: torch.device, forced: Config | None = None
 ) -> Config:
-    """The kernel and knobs of ``fused_add_rms_norm_``: rows of up to 64 KiB in registers.
+    """The kernel and knobs of ``fused_add_rms_norm_``: rows of up to 32 KiB in registers.
 
     Few warps, many elements each (64 of 16 bits or 32 of float32 per thread at 4096
     and above): the fastest in ``tools/sweep_triton.py fused``.
@@ -262,16 +297,21 @@ def fused_config(
     """
     if forced is not None:
         return forced
-    if cols <= 65536 // dtype.itemsize:
+    # Rows of up to 32 KiB in registers, on at most 8 warps. 64 KiB rows on
+    # 16 warps, which cap a thread at 128 registers, spill: bfloat16 rows of
+    # 32768 32 B on sm_100 (Triton 3.8 and 3.9). Longer rows are split.
+    if cols * dtype.itemsize <= 32768:
         block = next_power_of_2(cols)
         if INTERPRET:
             return Registers(block, 1, 1)
-        per_program = max(1, 2048 // block)  # short rows, several
+        # Short rows, several, at most 32: float32 rows of 16 and 32 in 128
+        # and 64 rows spill 8-16 B on sm_80 (Triton 3.7 to 3.9).
+        per_program = max(1, min(2048 // block, 32))
         # 4 KiB of each row per warp: 64 elements of 16 bits per thread on a
         # 32-lane warp, 32 of float32, whose 64 spill on gfx1100 (Triton 3.7).
         warps = max(2, min(per_program * block * dtype.itemsize // 4096, 16))
         return Registers(block, per_program, warps)
-    split = _split_or_chunked(cols, device, SPLIT_FUSED)
+    split = _split_or_chunked(cols, device, split_for(SPLIT_FUSED, dtype))
     if split is not None:
         return split
     return Chunked(1024, 1) if INTERPRET else Chunked(4096, 8)
