@@ -218,8 +218,8 @@ def assert_passed(tests: subprocess.CompletedProcess) -> str:
 
 
 ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic")]
-KINDS = ["elementwise", "rowwise", "indexed"]
-OP_NAMES = {"elementwise": "silu_mul", "rowwise": "scaled_norm", "indexed": "rope"}
+KINDS = ["elementwise", "rowwise", "indexed", "scatter"]
+OP_NAMES = {"elementwise": "silu_mul", "rowwise": "scaled_norm", "indexed": "rope", "scatter": "store_kv"}
 
 
 def case(route: str, abi: str, kind: str, inplace: bool, wheel: bool = True, wheel_venv=True):
@@ -229,7 +229,8 @@ def case(route: str, abi: str, kind: str, inplace: bool, wheel: bool = True, whe
 
 
 # The default cases: each route, kind and in-place choice at least once, one
-# build per route. Gallery step 18 builds and tests the C++ classic and
+# build per route, and the scatter kind (an operator that only writes) once
+# per route, with neither wheel (its packaging is the other kinds'). Gallery step 18 builds and tests the C++ classic and
 # stable elementwise functional ones, test_generated_tests_catch_a_broken_kernel
 # the C++ classic elementwise in-place one; every C++ project also carries the
 # Triton operator of its kind, so the Triton route's own case checks its
@@ -240,8 +241,16 @@ SOME = [
     ("cpp", "classic", "indexed", True, False, False),
     ("cpp", "stable", "rowwise", True, True, True),
     ("triton", "classic", "elementwise", False, True, True),
+    ("cpp", "classic", "scatter", False, False, False),
+    ("cpp", "stable", "scatter", False, False, False),
+    ("triton", "classic", "scatter", False, False, False),
 ]
-EVERY = [(r, a, k, i) for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])]
+# The scatter kind only writes: it has no in-place twin.
+EVERY = [
+    (r, a, k, i)
+    for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])
+    if not (k == "scatter" and i)
+]
 
 
 def cases(route: str, abi: str = "classic") -> list:
@@ -335,6 +344,10 @@ def check_generated_project(
         expected |= {f"csrc/{functional}.cuh", f"csrc/{functional}_cuda.cu", f"{package}/ops.py"}
     if route == "cpp" and abi == "classic" and inplace:
         expected |= {f"csrc/{functional}_inplace.cpp"}
+    if route == "cpp" and abi == "classic" and kind == "scatter":
+        expected |= {f"csrc/{functional}_autograd.cpp"}
+    if kind != "scatter":
+        expected |= {"tests/test_fake_kernels.py"}
     present = {p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()}
     assert expected <= present, f"missing: {sorted(expected - present)}"
     if route == "triton":
@@ -380,7 +393,7 @@ def check_generated_project(
     print(f"waited {time.perf_counter() - waited:.0f} s for the Triton check")
     print(output[-3000:])
     assert triton_targets.returncode == 0, f"the Triton target check failed:\n{output}"
-    pairs = (1 if kind == "indexed" else 2) * TARGETS
+    pairs = (1 if kind in ("indexed", "scatter") else 2) * TARGETS
     found = re.search(rf"^{pairs} kernel x target pairs .*: {pairs} ok, 0 failed", output, re.M)
     assert found, output
     if not wheel:

@@ -226,3 +226,38 @@ def test_cuda_kernels_check_indices_without_assert(tmp_path, abi):
     assert '"-DNDEBUG",' in (project / "tools" / "check_cuda_compiles.py").read_text()
     tests = (project / "tests" / "test_rope.py").read_text()
     assert '("cpp", "cuda")' not in tests, "the CUDA kernel's out-of-range case is skipped"
+
+
+@pytest.mark.parametrize("abi", ["classic", "stable"])
+def test_scatter_kind_reports_a_bad_slot_without_assert(tmp_path, abi):
+    """The scatter kind's GPU kernels report a slot past the caches through an error flag.
+
+    No ``assert()`` (CUDA) or ``tl.device_assert`` (Triton), which a release
+    build removes: the CUDA kernel marks the first bad token with
+    ``atomicMin`` and skips it, and its host code reads the flag after the
+    launch; the Triton kernel does the same with ``tl.atomic_min`` and a flag
+    tensor. The nvcc check compiles them with ``-DNDEBUG``, and the generated
+    tests run the out-of-range case on every device, Triton's interpreter
+    included (``test_template_cpp.py`` and ``test_template_stable.py`` run
+    them).
+    """
+    name = f"sc_{abi}"
+    project = render(tmp_path / name, package=name, route="cpp", kind="scatter", abi=abi)
+    for source in sorted((project / "csrc").glob("*.cu*")):
+        text = source.read_text()
+        assert not re.search(r"\bassert\s*\(", text), f"{source.name} checks with assert()"
+    assert "first_bad_token<index_t>(" in (project / "csrc" / "store_kv_cuda.cu").read_text()
+    assert "atomicMin(bad_token" in (project / "csrc" / "store_kv.cuh").read_text()
+    triton_source = (project / name / "triton_store_kv.py").read_text()
+    assert "tl.atomic_min(bad_ptr" in triton_source and "device_assert(" not in triton_source
+    assert '"-DNDEBUG",' in (project / "tools" / "check_cuda_compiles.py").read_text()
+    tests = (project / "tests" / "test_store_kv.py").read_text()
+    assert "def test_slot_past_the_caches_raises(name, device" in tests
+    assert "skip" not in tests, "a generated test is skipped"
+    answers = (project / ".copier-answers.yml").read_text()
+    assert "inplace" not in answers, "the scatter kind asks no in-place question"
+
+
+def test_scatter_kind_refuses_an_inplace_name(tmp_path):
+    with pytest.raises(Exception, match="drop the trailing _"):
+        render(tmp_path / "bad", kind="scatter", op_name="store_kv_")
