@@ -219,7 +219,12 @@ def assert_passed(tests: subprocess.CompletedProcess) -> str:
 
 ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic")]
 KINDS = ["elementwise", "rowwise", "indexed", "scatter"]
-OP_NAMES = {"elementwise": "silu_mul", "rowwise": "scaled_norm", "indexed": "rope", "scatter": "store_kv"}
+OP_NAMES = {
+    "elementwise": "silu_mul",
+    "rowwise": "scaled_norm",
+    "indexed": "rope",
+    "scatter": "store_kv",
+}
 
 
 def case(route: str, abi: str, kind: str, inplace: bool, wheel: bool = True, wheel_venv=True):
@@ -230,13 +235,14 @@ def case(route: str, abi: str, kind: str, inplace: bool, wheel: bool = True, whe
 
 # The default cases: each route, kind and in-place choice at least once, one
 # build per route, and the scatter kind (an operator that only writes) once
-# per route, with neither wheel (its packaging is the other kinds'). Gallery step 18 builds and tests the C++ classic and
-# stable elementwise functional ones, test_generated_tests_catch_a_broken_kernel
-# the C++ classic elementwise in-place one; every C++ project also carries the
-# Triton operator of its kind, so the Triton route's own case checks its
-# packaging. The last two fields: whether the README's wheel command runs
-# (on the classic ABI it is a second build), and whether the wheel's tests
-# run in a fresh venv (once per route: C++ and Triton).
+# per route, with neither wheel (its packaging is the other kinds'). Gallery
+# step 18 builds and tests the C++ classic and stable elementwise functional
+# ones, test_generated_tests_catch_a_broken_kernel the C++ classic elementwise
+# in-place one; every C++ project also carries the Triton operator of its
+# kind, so the Triton route's own case checks its packaging. The last two
+# fields: whether the README's wheel command runs (on the classic ABI it is a
+# second build), and whether the wheel's tests run in a fresh venv (once per
+# route: C++ and Triton).
 SOME = [
     ("cpp", "classic", "indexed", True, False, False),
     ("cpp", "stable", "rowwise", True, True, True),
