@@ -217,7 +217,7 @@ def assert_passed(tests: subprocess.CompletedProcess) -> str:
     return summary
 
 
-ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic")]
+ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic"), ("python", "classic")]
 KINDS = ["elementwise", "rowwise", "indexed", "scatter"]
 OP_NAMES = {
     "elementwise": "silu_mul",
@@ -250,6 +250,8 @@ SOME = [
     ("cpp", "classic", "scatter", False, False, False),
     ("cpp", "stable", "scatter", False, False, False),
     ("triton", "classic", "scatter", False, False, False),
+    ("python", "classic", "indexed", True, True, False),
+    ("python", "classic", "scatter", False, False, False),
 ]
 # The scatter kind only writes: it has no in-place twin.
 EVERY = [
@@ -260,7 +262,7 @@ EVERY = [
 
 
 def cases(route: str, abi: str = "classic") -> list:
-    """The cases of ``route`` (``cpp`` or ``triton``) and ``abi``: every combination when FULL."""
+    """The cases of ``route`` (``cpp``, ``triton`` or ``python``) and ``abi``; all when FULL."""
     chosen = EVERY if FULL else SOME
     return [case(*c) for c in chosen if c[:2] == (route, abi)]
 
@@ -343,8 +345,11 @@ def check_generated_project(
         answers["abi"] = abi
     project = render(tmp_path / package, **answers)
     expected = {"pyproject.toml", "README.md", f"tests/test_{functional}.py"}
-    expected |= {f"{package}/reference.py", "tools/check_triton_targets.py"}
-    expected |= {".github/workflows/ci.yml"}
+    expected |= {f"{package}/reference.py", ".github/workflows/ci.yml"}
+    if route == "python":
+        expected |= {f"{package}/ops.py"}
+    else:
+        expected |= {"tools/check_triton_targets.py", f"{package}/triton_{functional}.py"}
     if route == "cpp":
         expected |= {"setup.py", f"csrc/{package}.cpp", f"csrc/{functional}_cpu.cpp"}
         expected |= {f"csrc/{functional}.cuh", f"csrc/{functional}_cuda.cu", f"{package}/ops.py"}
@@ -356,8 +361,12 @@ def check_generated_project(
         expected |= {"tests/test_fake_kernels.py"}
     present = {p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()}
     assert expected <= present, f"missing: {sorted(expected - present)}"
-    if route == "triton":
+    if route != "cpp":
         assert not (project / "csrc").exists() and not (project / "setup.py").exists()
+    if route == "python":
+        # No compiled code and no Triton: the body is PyTorch operations.
+        assert not list(project.rglob("triton_*.py")), "a Triton file in the Python route"
+        assert "triton" not in (project / "pyproject.toml").read_text()
     if route == "cpp":
         # Each ABI's registration macro, and nothing of the other API.
         sources = "".join(p.read_text() for p in (project / "csrc").iterdir())
@@ -373,7 +382,9 @@ def check_generated_project(
     venv = ReaderVenv(base_venv, project)
     venv.install()
     nvcc = venv.start(venv.readme("nvcc-command")) if route == "cpp" else None
-    triton_targets = venv.start(venv.readme("triton-targets-command"))
+    triton_targets = None
+    if route != "python":
+        triton_targets = venv.start(venv.readme("triton-targets-command"))
     tests = venv.test()
     print(tests.stdout[-3000:])
     summary = assert_passed(tests)
@@ -394,14 +405,8 @@ def check_generated_project(
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "shim functions newer than torch 2.11: 0" in proc.stdout, proc.stdout
     # The README's Triton check: every kernel compiled for every GPU, none over budget.
-    waited = time.perf_counter()
-    output, _ = triton_targets.communicate(timeout=900)
-    print(f"waited {time.perf_counter() - waited:.0f} s for the Triton check")
-    print(output[-3000:])
-    assert triton_targets.returncode == 0, f"the Triton target check failed:\n{output}"
-    pairs = (1 if kind in ("indexed", "scatter") else 2) * TARGETS
-    found = re.search(rf"^{pairs} kernel x target pairs .*: {pairs} ok, 0 failed", output, re.M)
-    assert found, output
+    if triton_targets is not None:
+        check_triton_targets(triton_targets, kind)
     if not wheel:
         return
     start = time.perf_counter()
@@ -411,3 +416,15 @@ def check_generated_project(
         start = time.perf_counter()
         check_wheel_in_fresh_venv(base_venv, project, package)
         print(f"the wheel's tests in a fresh venv: {time.perf_counter() - start:.0f} s")
+
+
+def check_triton_targets(triton_targets: subprocess.Popen, kind: str) -> None:
+    """Waits for the README's Triton check: it must pass, every kernel on every target."""
+    waited = time.perf_counter()
+    output, _ = triton_targets.communicate(timeout=900)
+    print(f"waited {time.perf_counter() - waited:.0f} s for the Triton check")
+    print(output[-3000:])
+    assert triton_targets.returncode == 0, f"the Triton target check failed:\n{output}"
+    pairs = (1 if kind in ("indexed", "scatter") else 2) * TARGETS
+    found = re.search(rf"^{pairs} kernel x target pairs .*: {pairs} ok, 0 failed", output, re.M)
+    assert found, output
