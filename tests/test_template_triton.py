@@ -58,8 +58,9 @@ def test_triton_target_check_fails_on_a_spill(tmp_path):
 def test_readme_installs_from_a_wheelhouse_without_an_index(tmp_path, base_venv):
     """The README's wheelhouse: downloaded with network, then installed with ``--no-index``.
 
-    The download names the test dependencies of the project's
-    ``pyproject.toml`` (checked here); torch in the torch-only venv is a CPU
+    The download names setuptools (pip builds the package in an isolated
+    environment, from the wheelhouse too) and the test dependencies of the
+    project's ``pyproject.toml`` (checked here); torch in the torch-only venv is a CPU
     build, without Triton, so ``triton`` is added as the README says. The
     install reads the wheelhouse only, and the tests then run (``opcheck``
     ones, for time).
@@ -80,8 +81,10 @@ def test_readme_installs_from_a_wheelhouse_without_an_index(tmp_path, base_venv)
     offline = venv.readme("offline-install-command").strip().splitlines()
     assert offline[-1].split("#")[0].strip() == "python -m pytest", offline
     assert all("--no-index" in line for line in offline[:-1]), offline
-    # No index to reach even if a line forgot --no-index.
+    # No index to reach even if a line forgot --no-index, and no other
+    # folder of wheels than the wheelhouse.
     venv.env["PIP_INDEX_URL"] = "http://127.0.0.1:9/simple"
+    venv.env.pop("PIP_FIND_LINKS", None)
     proc = venv.shell("\n".join(offline[:-1]))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     tests = venv.shell(offline[-1] + " -p no:cacheprovider -k opcheck")
