@@ -8,7 +8,7 @@ README between their ``<!-- install-command -->`` / ``<!-- test-command -->``
 markers (as ``.ci/run`` reads this repository's README), so that README and
 test cannot drift. Dependencies come from the project's ``pyproject.toml``
 through pip, never from this environment. On the C++ route the README's nvcc
-check runs beside the tests, and on every route its Triton check
+check runs beside the tests, and on every route but the pure-Python one its Triton check
 (``tools/check_triton_targets.py``: each Triton kernel compiled for four AMD
 and three NVIDIA GPUs; no spill, none over a GPU's budget). After them, where
 the case asks, the README's wheel command: the wheel's name (its tags) must be

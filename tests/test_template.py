@@ -1,8 +1,8 @@
 """The project template (``template/``): its answers, its workflows, copier's commands.
 
 These render the template and build nothing. The variants' builds and their
-README's commands are in ``test_template_cpp.py``, ``test_template_stable.py``
-and ``test_template_triton.py`` (machinery shared through
+README's commands are in ``test_template_cpp.py``, ``test_template_stable.py``,
+``test_template_triton.py`` and ``test_template_python.py`` (machinery shared through
 ``template_helpers.py``); gallery step 18 renders, builds and tests the C++
 classic and stable elementwise projects.
 """
