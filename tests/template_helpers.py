@@ -235,7 +235,10 @@ def case(route: str, abi: str, kind: str, inplace: bool, wheel: bool = True, whe
 
 # The default cases: each route, kind and in-place choice at least once, one
 # build per route, and the scatter kind (an operator that only writes) once
-# per route, with neither wheel (its packaging is the other kinds'). Gallery
+# per route but Triton's, with neither wheel (its packaging is the other
+# kinds'): both C++ projects run its Triton operator's tests and Triton check,
+# and test_template_triton.py installs and tests its Triton-route project
+# from a wheelhouse. The pure-Python route once with a wheel. Gallery
 # step 18 builds and tests the C++ classic and stable elementwise functional
 # ones, test_generated_tests_catch_a_broken_kernel the C++ classic elementwise
 # in-place one; every C++ project also carries the Triton operator of its
@@ -249,7 +252,6 @@ SOME = [
     ("triton", "classic", "elementwise", False, True, True),
     ("cpp", "classic", "scatter", False, False, False),
     ("cpp", "stable", "scatter", False, False, False),
-    ("triton", "classic", "scatter", False, False, False),
     ("python", "classic", "indexed", True, True, False),
     ("python", "classic", "scatter", False, False, False),
 ]
