@@ -297,9 +297,12 @@ print(f"version counters after the compiled call: {versions(compiled_k, compiled
 # raises on every device, the GPU too, and writes nothing out of bounds;
 # inputs that need grad are refused; ``opcheck`` on the operator (its fake
 # kernel returns ``None``) and a ``torch.compile(fullgraph=True)`` call that
-# matches eager. The template of :doc:`step 18 <18_your_own_operator>` writes
-# several of these tests for its in-place operators (the same memory, the
-# version counter, the refusals, ``opcheck``, a compiled call); its CUDA
-# kernel of the indexed kind reports a position out of range through an error
-# flag that the host reads after the launch, so the report survives a release
-# build, where ``-DNDEBUG`` removes every ``assert``.
+# matches eager. The template of :doc:`step 18 <18_your_own_operator>` has a
+# kind for this operator: ``copier copy --data kind=scatter
+# path/to/opguide/template my-ops`` writes ``store_kv``, the key/value write
+# above with int32 or int64 slots, as C++ and CUDA kernels (or Triton only, with
+# ``--data route=triton``) with every test of this list, duplicate slots
+# included (each element keeps one writer's value, unspecified which). Its CUDA
+# and Triton kernels report a slot out of range through an error flag that the
+# host reads after the launch, so the report survives a release build, where
+# ``-DNDEBUG`` removes every ``assert``.

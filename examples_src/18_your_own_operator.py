@@ -39,12 +39,15 @@ template changes into your project. The questions:
        (``silu_mul_``) makes an in-place operator, as in PyTorch
    * - ``inplace``
      - whether ``op_name`` writes its first tensor; by default, whether the
-       name ends in ``_`` (the two must agree)
+       name ends in ``_`` (the two must agree); not asked for ``kind=scatter``
    * - ``route``
      - ``cpp``: a C++ CPU kernel and a CUDA kernel registered with ``TORCH_LIBRARY``,
        built by ``setup.py`` (plus the same operator in Triton); ``triton``: a
        Python-only package whose kernel is Triton, registered with
-       :func:`torch.library.custom_op`. :doc:`/routes` says which fits.
+       :func:`torch.library.custom_op`; ``python``: no compiler and no Triton,
+       the operator's body a composition of PyTorch operations registered with
+       :func:`torch.library.custom_op` (the first reading path of the
+       :doc:`landing page </index>`). :doc:`/routes` says which fits.
    * - ``abi``
      - the C++ route only: ``classic`` (ATen and ``TORCH_LIBRARY``; build again for
        every torch release) or ``stable``, the LibTorch stable ABI of
@@ -55,7 +58,10 @@ template changes into your project. The questions:
        a row reduction (``x / sqrt(mean(x**2, -1) + eps) * weight``, like RMSNorm),
        or ``indexed``, several inputs of which one holds int64 indices and a flag:
        the rotary position embedding of LLM attention
-       (``rope(x, positions, cos_sin_cache, is_neox)``)
+       (``rope(x, positions, cos_sin_cache, is_neox)``), or ``scatter``, an
+       operator that only writes: ``store_kv(k, v, k_cache, v_cache, slot)``
+       writes rows into two existing caches and returns nothing
+       (:doc:`step 10.3 <10_patterns_3_operators_that_write>`)
 
 Run it with your answers (``copier copy`` alone asks them one by one):
 
@@ -535,6 +541,19 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # every argument, and build strided and overlapping inputs of any rank, so
 # they carry over to your own arguments. ``op_name=rope_`` adds the in-place
 # ``rope_``, which writes ``x``.
+#
+# ``--data kind=scatter`` starts from an operator that only writes, the
+# key/value cache write of :doc:`step 10.3 <10_patterns_3_operators_that_write>`:
+# ``store_kv(k, v, k_cache, v_cache, slot)`` copies ``k[t]`` and ``v[t]`` into
+# row ``slot[t]`` (int32 or int64; negative skips the token) of two existing
+# caches, in place, with the schema ``Tensor(a!) k_cache, Tensor(b!) v_cache
+# ... -> ()``. It has no functional twin and no autograd formula: with grad
+# mode on it refuses inputs that require grad, and both caches' version
+# counters grow. A slot past the caches is reported the same way as a
+# position out of range above, by the Triton kernel too (a flag tensor that
+# the host reads), and its tests check the rows that no slot names stay as
+# they were, duplicate slots (each element keeps one writer's value),
+# ``inference_mode``, ``opcheck`` and a compiled call.
 #
 # One build for every torch
 # -------------------------

@@ -8,7 +8,7 @@ README between their ``<!-- install-command -->`` / ``<!-- test-command -->``
 markers (as ``.ci/run`` reads this repository's README), so that README and
 test cannot drift. Dependencies come from the project's ``pyproject.toml``
 through pip, never from this environment. On the C++ route the README's nvcc
-check runs beside the tests, and on every route its Triton check
+check runs beside the tests, and on every route but the pure-Python one its Triton check
 (``tools/check_triton_targets.py``: each Triton kernel compiled for four AMD
 and three NVIDIA GPUs; no spill, none over a GPU's budget). After them, where
 the case asks, the README's wheel command: the wheel's name (its tags) must be
@@ -217,9 +217,14 @@ def assert_passed(tests: subprocess.CompletedProcess) -> str:
     return summary
 
 
-ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic")]
-KINDS = ["elementwise", "rowwise", "indexed"]
-OP_NAMES = {"elementwise": "silu_mul", "rowwise": "scaled_norm", "indexed": "rope"}
+ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic"), ("python", "classic")]
+KINDS = ["elementwise", "rowwise", "indexed", "scatter"]
+OP_NAMES = {
+    "elementwise": "silu_mul",
+    "rowwise": "scaled_norm",
+    "indexed": "rope",
+    "scatter": "store_kv",
+}
 
 
 def case(route: str, abi: str, kind: str, inplace: bool, wheel: bool = True, wheel_venv=True):
@@ -229,23 +234,37 @@ def case(route: str, abi: str, kind: str, inplace: bool, wheel: bool = True, whe
 
 
 # The default cases: each route, kind and in-place choice at least once, one
-# build per route. Gallery step 18 builds and tests the C++ classic and
-# stable elementwise functional ones, test_generated_tests_catch_a_broken_kernel
-# the C++ classic elementwise in-place one; every C++ project also carries the
-# Triton operator of its kind, so the Triton route's own case checks its
-# packaging. The last two fields: whether the README's wheel command runs
-# (on the classic ABI it is a second build), and whether the wheel's tests
-# run in a fresh venv (once per route: C++ and Triton).
+# build per route, and the scatter kind (an operator that only writes) once
+# per route but Triton's, with neither wheel (its packaging is the other
+# kinds'): both C++ projects run its Triton operator's tests and Triton check,
+# and test_template_triton.py installs and tests its Triton-route project
+# from a wheelhouse. The pure-Python route once with a wheel. Gallery
+# step 18 builds and tests the C++ classic and stable elementwise functional
+# ones, test_generated_tests_catch_a_broken_kernel the C++ classic elementwise
+# in-place one; every C++ project also carries the Triton operator of its
+# kind, so the Triton route's own case checks its packaging. The last two
+# fields: whether the README's wheel command runs (on the classic ABI it is a
+# second build), and whether the wheel's tests run in a fresh venv (once per
+# route: C++ and Triton).
 SOME = [
     ("cpp", "classic", "indexed", True, False, False),
     ("cpp", "stable", "rowwise", True, True, True),
     ("triton", "classic", "elementwise", False, True, True),
+    ("cpp", "classic", "scatter", False, False, False),
+    ("cpp", "stable", "scatter", False, False, False),
+    ("python", "classic", "indexed", True, True, False),
+    ("python", "classic", "scatter", False, False, False),
 ]
-EVERY = [(r, a, k, i) for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])]
+# The scatter kind only writes: it has no in-place twin.
+EVERY = [
+    (r, a, k, i)
+    for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])
+    if not (k == "scatter" and i)
+]
 
 
 def cases(route: str, abi: str = "classic") -> list:
-    """The cases of ``route`` (``cpp`` or ``triton``) and ``abi``: every combination when FULL."""
+    """The cases of ``route`` (``cpp``, ``triton`` or ``python``) and ``abi``; all when FULL."""
     chosen = EVERY if FULL else SOME
     return [case(*c) for c in chosen if c[:2] == (route, abi)]
 
@@ -331,17 +350,28 @@ def check_generated_project(
         answers["abi"] = abi
     project = render(tmp_path / package, **answers)
     expected = {"pyproject.toml", "README.md", f"tests/test_{functional}.py"}
-    expected |= {f"{package}/reference.py", "tools/check_triton_targets.py"}
-    expected |= {".github/workflows/ci.yml"}
+    expected |= {f"{package}/reference.py", ".github/workflows/ci.yml"}
+    if route == "python":
+        expected |= {f"{package}/ops.py"}
+    else:
+        expected |= {"tools/check_triton_targets.py", f"{package}/triton_{functional}.py"}
     if route == "cpp":
         expected |= {"setup.py", f"csrc/{package}.cpp", f"csrc/{functional}_cpu.cpp"}
         expected |= {f"csrc/{functional}.cuh", f"csrc/{functional}_cuda.cu", f"{package}/ops.py"}
     if route == "cpp" and abi == "classic" and inplace:
         expected |= {f"csrc/{functional}_inplace.cpp"}
+    if route == "cpp" and abi == "classic" and kind == "scatter":
+        expected |= {f"csrc/{functional}_autograd.cpp"}
+    if kind != "scatter":
+        expected |= {"tests/test_fake_kernels.py"}
     present = {p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()}
     assert expected <= present, f"missing: {sorted(expected - present)}"
-    if route == "triton":
+    if route != "cpp":
         assert not (project / "csrc").exists() and not (project / "setup.py").exists()
+    if route == "python":
+        # No compiled code and no Triton: the body is PyTorch operations.
+        assert not list(project.rglob("triton_*.py")), "a Triton file in the Python route"
+        assert "triton" not in (project / "pyproject.toml").read_text()
     if route == "cpp":
         # Each ABI's registration macro, and nothing of the other API.
         sources = "".join(p.read_text() for p in (project / "csrc").iterdir())
@@ -357,7 +387,9 @@ def check_generated_project(
     venv = ReaderVenv(base_venv, project)
     venv.install()
     nvcc = venv.start(venv.readme("nvcc-command")) if route == "cpp" else None
-    triton_targets = venv.start(venv.readme("triton-targets-command"))
+    triton_targets = None
+    if route != "python":
+        triton_targets = venv.start(venv.readme("triton-targets-command"))
     tests = venv.test()
     print(tests.stdout[-3000:])
     summary = assert_passed(tests)
@@ -378,14 +410,8 @@ def check_generated_project(
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "shim functions newer than torch 2.11: 0" in proc.stdout, proc.stdout
     # The README's Triton check: every kernel compiled for every GPU, none over budget.
-    waited = time.perf_counter()
-    output, _ = triton_targets.communicate(timeout=900)
-    print(f"waited {time.perf_counter() - waited:.0f} s for the Triton check")
-    print(output[-3000:])
-    assert triton_targets.returncode == 0, f"the Triton target check failed:\n{output}"
-    pairs = (1 if kind == "indexed" else 2) * TARGETS
-    found = re.search(rf"^{pairs} kernel x target pairs .*: {pairs} ok, 0 failed", output, re.M)
-    assert found, output
+    if triton_targets is not None:
+        check_triton_targets(triton_targets, kind)
     if not wheel:
         return
     start = time.perf_counter()
@@ -395,3 +421,15 @@ def check_generated_project(
         start = time.perf_counter()
         check_wheel_in_fresh_venv(base_venv, project, package)
         print(f"the wheel's tests in a fresh venv: {time.perf_counter() - start:.0f} s")
+
+
+def check_triton_targets(triton_targets: subprocess.Popen, kind: str) -> None:
+    """Waits for the README's Triton check: it must pass, every kernel on every target."""
+    waited = time.perf_counter()
+    output, _ = triton_targets.communicate(timeout=900)
+    print(f"waited {time.perf_counter() - waited:.0f} s for the Triton check")
+    print(output[-3000:])
+    assert triton_targets.returncode == 0, f"the Triton target check failed:\n{output}"
+    pairs = (1 if kind in ("indexed", "scatter") else 2) * TARGETS
+    found = re.search(rf"^{pairs} kernel x target pairs .*: {pairs} ok, 0 failed", output, re.M)
+    assert found, output

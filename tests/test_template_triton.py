@@ -53,3 +53,40 @@ def test_triton_target_check_fails_on_a_spill(tmp_path):
     assert failed and failed[0].startswith("_backward_kernel") and "sm_90" in failed[0]
     assert re.search(r"float64 \S+ .*: spills \d+ B", failed[0]), failed[0]
     assert "0 ok, 1 failed" in spills.stdout, spills.stdout
+
+
+def test_readme_installs_from_a_wheelhouse_without_an_index(tmp_path, base_venv):
+    """The README's wheelhouse: downloaded with network, then installed with ``--no-index``.
+
+    The download names setuptools (pip builds the package in an isolated
+    environment, from the wheelhouse too) and the test dependencies of the
+    project's ``pyproject.toml`` (checked here); torch in the torch-only venv is a CPU
+    build, without Triton, so ``triton`` is added as the README says. The
+    install reads the wheelhouse only, and the tests then run (``opcheck``
+    ones, for time).
+    """
+    from template_helpers import ReaderVenv
+
+    project = render(tmp_path / "tpl_offline", package="tpl_offline", route="triton",
+                     kind="scatter")  # fmt: skip
+    venv = ReaderVenv(base_venv, project)
+    download = venv.readme("wheelhouse-command").strip()
+    pyproject = (project / "pyproject.toml").read_text()
+    test_extras = re.search(r"^test = \[(.*)\]$", pyproject, re.M)[1]
+    for requirement in re.findall(r'"([^"]+)"', test_extras):
+        assert requirement in download, f"{requirement} is not in the download"
+    proc = venv.shell(download + " triton")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted((project / "wheelhouse").glob("triton-*.whl")), "triton was not downloaded"
+    offline = venv.readme("offline-install-command").strip().splitlines()
+    assert offline[-1].split("#")[0].strip() == "python -m pytest", offline
+    assert all("--no-index" in line for line in offline[:-1]), offline
+    # No index to reach even if a line forgot --no-index, and no other
+    # folder of wheels than the wheelhouse.
+    venv.env["PIP_INDEX_URL"] = "http://127.0.0.1:9/simple"
+    venv.env.pop("PIP_FIND_LINKS", None)
+    proc = venv.shell("\n".join(offline[:-1]))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tests = venv.shell(offline[-1] + " -p no:cacheprovider -k opcheck")
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert re.search(r"\d+ passed", tests.stdout.strip().splitlines()[-1]), tests.stdout
