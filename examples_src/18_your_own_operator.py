@@ -396,8 +396,10 @@ readme = (PROJECT / "README.md").read_text()
 blocks = re.findall(r"^<!-- ([a-z-]+-command) -->\n```bash\n(.*?)^```", readme, re.S | re.M)
 steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
 runs = " ".join(" ".join(step.get("run", "").split()) for step in steps)
-# copier's update commands are run by the reader, not by CI
+# copier's update commands are run by the reader, not by CI, and so are the
+# wheelhouse commands, for a machine without a package index
 skipped = {"adopt-template-command", "update-command", "copy-from-git-command"}
+skipped |= {"wheelhouse-command", "offline-install-command"}
 lines = [
     " ".join(line.split(" #")[0].split())
     for marker, block in blocks
