@@ -229,11 +229,9 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # buffer, and a second kernel (``_dw_sum_kernel``) adds up that buffer's rows
 # in a fixed order and writes ``grad_w`` in its dtype. No two programs write
 # the same address, so no atomics are needed, and the result is the same on
-# every run. When the plan has a single program (a handful of rows, as when a
-# model decodes one token), that program's row *is* the sum: it writes
-# ``grad_w`` in its dtype directly, and the second kernel is not launched,
-# one launch fewer per training call. ``inv_rms`` comes from the forward,
-# which saved it.
+# every run. A plan of one program (a few rows, as when decoding) writes
+# ``grad_w`` itself, and the second kernel is not launched. ``inv_rms`` comes
+# from the forward, which saved it.
 #
 # There are only as many programs as fit on the GPU at once, each looping over
 # its rows with ``tl.range``, whose ``num_stages`` argument lets Triton

@@ -455,7 +455,7 @@ def code_lines(text: str, comment: str) -> int:
 
 
 def between(path: Path, start: str, end: str) -> str:
-    """The text of ``path`` between two marker lines, as the page's literalinclude shows it."""
+    """The text of ``path`` between two marker lines, as the page shows it."""
     text = path.read_text()
     return text[text.index(start) + len(start) : text.index(end)]
 

