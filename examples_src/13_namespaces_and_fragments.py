@@ -118,20 +118,28 @@ child_code = f"""
     torch.ops.load_library({naive_lib!r})
     print("not reached")
 """
-child = subprocess.run(
-    [sys.executable, "-c", textwrap.dedent(child_code)],
-    capture_output=True,
-    text=True,
-    timeout=600,
-)
-print(child.stdout)
-print("exit status:", child.returncode, "(-6 is SIGABRT)" if child.returncode == -6 else "")
-# The message, without the C++ stack trace that follows it.
-stderr = without_machine_paths(child.stderr)  # <repo>, <venv> for this machine's folders
-message = stderr[: stderr.find("Exception raised from")].strip()
-first_line, _, what = message.partition("\n")
-print(first_line)
-print(textwrap.fill(what.strip(), width=100, break_long_words=False, break_on_hyphens=False))
+
+
+def run_child(code: str) -> tuple[subprocess.CompletedProcess, str]:
+    """Runs ``code`` in a child Python; prints its output, exit status and error message.
+
+    Returns the finished process and the message's text after its first line.
+    """
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600
+    )
+    print(child.stdout)
+    print("exit status:", child.returncode, "(-6 is SIGABRT)" if child.returncode == -6 else "")
+    # The message, without the C++ stack trace that follows it.
+    stderr = without_machine_paths(child.stderr)  # <repo>, <venv> for this machine's folders
+    message = stderr[: stderr.find("Exception raised from")].strip()
+    first_line, _, what = message.partition("\n")
+    print(first_line)
+    print(textwrap.fill(what.strip(), width=100, break_long_words=False, break_on_hyphens=False))
+    return child, what
+
+
+child, what = run_child(child_code)
 
 # %%
 # The error names the namespace, both source locations, and the two ways out.
@@ -150,19 +158,7 @@ twice_code = f"""
     torch.ops.load_library({str(naive_copy)!r})
     print("second file: loaded", flush=True)
 """
-twice = subprocess.run(
-    [sys.executable, "-c", textwrap.dedent(twice_code)],
-    capture_output=True,
-    text=True,
-    timeout=600,
-)
-print(twice.stdout)
-print("exit status:", twice.returncode, "(-6 is SIGABRT)" if twice.returncode == -6 else "")
-twice_err = without_machine_paths(twice.stderr)
-message = twice_err[: twice_err.find("Exception raised from")].strip()
-first_line, _, what = message.partition("\n")
-print(first_line)
-print(textwrap.fill(what.strip(), width=100, break_long_words=False, break_on_hyphens=False))
+twice, what = run_child(twice_code)
 assert twice.returncode != 0 and what.count("matmul_naive.cpp:") == 2, twice.stderr[-3000:]
 
 # %%
