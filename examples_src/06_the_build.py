@@ -139,9 +139,18 @@ print(without_machine_paths(out))  # <repo>, <venv>, <tmp> for this machine's fo
 # than the one it will run with. ``--no-deps`` builds only opguide.
 #
 # Compiled objects go to ``build/temp.*`` in the repository, and ninja only
-# recompiles sources that changed. The output says how many sources the
-# extension has, whether ninja had anything to compile, and how long the
-# build took on this machine.
+# recompiles sources that changed. pip would compile an editable install
+# (below) in a temporary folder that it deletes afterwards; ``setup.py``'s
+# ``BuildInTree`` sends that build to ``build/temp.*`` too, so a wheel built
+# after an editable install, or the other way round, compiles nothing that
+# did not change:
+#
+# .. literalinclude:: /../setup.py
+#    :language: python
+#    :pyobject: BuildInTree
+#
+# The output says how many sources the extension has, whether ninja had
+# anything to compile, and how long the build took on this machine.
 workdir = Path(tempfile.mkdtemp(prefix="opguide-step6-"))
 start = time.perf_counter()
 # The lock keeps two builds of this tree (two test processes) out of build/ at once.

@@ -7,7 +7,7 @@ import pytest
 
 @pytest.fixture
 def base_venv(tmp_path_factory):
-    """A virtual environment that holds torch and nothing else, made once per process.
+    """A virtual environment that holds torch and nothing else, made once per run.
 
     The template's tests and the manifests' tests copy it for each project
     they build (``template_helpers.torch_only_venv``).

@@ -22,11 +22,12 @@ its tests run from an empty folder against the installed package (whose
 The virtual environments. Installing torch into a fresh venv costs tens of
 seconds (unpacking the wheel); a venv made with ``--system-site-packages``
 would let this environment's packages leak in and hide a missing dependency.
-So one venv holding only torch and its requirements is made per process
-(:func:`torch_only_venv`, which checks what ``pip`` installed against torch's
-own metadata there: a CUDA build of torch brings ``nvidia-*`` libraries and
-Triton), and each case copies it and points the copied ``bin/`` scripts at
-the copy (:func:`clone_venv`).
+So one venv holding only torch and its requirements is made per run, shared
+by the pytest-xdist workers (:func:`torch_only_venv`, which checks what
+``pip`` installed against torch's own metadata there: a CUDA build of torch
+brings ``nvidia-*`` libraries and Triton), and each case copies it, its files
+hard-linked, and points the copied ``bin/`` scripts at the copy
+(:func:`clone_venv`).
 
 ``OPGUIDE_TEMPLATE_FULL=1`` runs every combination (:data:`EVERY`) instead of
 :data:`SOME`, each with its wheel and the wheel's tests in a fresh venv.
@@ -121,35 +122,59 @@ VENVS: dict[str, Path] = {}
 
 
 def torch_only_venv(tmp_path_factory) -> Path:
-    """A virtual environment holding torch and its requirements only, made once per process.
+    """A virtual environment holding torch and its requirements only, made once per run.
 
-    Each pytest-xdist worker makes its own, which the template's test modules
-    run by that worker share.
+    The pytest-xdist workers share it: the first to ask makes it in the run's
+    base temporary folder, under a file lock, and the others wait for it.
     """
     if "torch-only" not in VENVS:
-        base = tmp_path_factory.mktemp("venvs") / "torch-only"
-        proc = run([sys.executable, "-m", "venv", str(base)], cwd=base.parent)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        pip = [str(base / "bin" / "python"), "-m", "pip", "install", "-q"]
-        proc = run([*pip, f"torch=={TORCH_RELEASE}"], cwd=base.parent)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert_only_torch(base)
+        from filelock import FileLock  # a requirement of torch
+
+        root = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            root = root.parent  # a worker's folder is <run's folder>/popen-gw<N>
+        base, made = root / "venvs" / "torch-only", root / "venvs" / "torch-only.made"
+        base.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(root / "venvs" / "torch-only.lock")):
+            if not made.exists():
+                shutil.rmtree(base, ignore_errors=True)  # a run stopped half-way
+                proc = run([sys.executable, "-m", "venv", str(base)], cwd=base.parent)
+                assert proc.returncode == 0, proc.stdout + proc.stderr
+                pip = [str(base / "bin" / "python"), "-m", "pip", "install", "-q"]
+                proc = run([*pip, f"torch=={TORCH_RELEASE}"], cwd=base.parent)
+                assert proc.returncode == 0, proc.stdout + proc.stderr
+                assert_only_torch(base)
+                made.touch()
         VENVS["torch-only"] = base
     return VENVS["torch-only"]
 
 
-def clone_venv(base: Path, dest: Path) -> Path:
-    """Copies ``base`` to ``dest`` (``cp -a``); its scripts then name the copy's interpreter.
+def _link_or_copy(source: str, dest: str) -> None:
+    """A hard link where the file system allows one (no copy of torch's gigabyte), else a copy."""
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
 
-    ``bin/pip`` and the other scripts start with ``#!<base>/bin/python``; left
-    so, ``pip install`` in the copy would install into ``base``.
+
+def clone_venv(base: Path, dest: Path) -> Path:
+    """Copies ``base`` to ``dest``, files hard-linked; its scripts then name the copy's python.
+
+    pip never writes into an installed file: it installs new files and
+    removes old ones, and Python replaces a ``.pyc`` whole, so the copy's
+    changes stay in the copy. ``bin/pip`` and the other scripts start with
+    ``#!<base>/bin/python``; left so, ``pip install`` in the copy would
+    install into ``base``: each is replaced by a new file in the copy.
     """
-    shutil.copytree(base, dest, symlinks=True)
+    shutil.copytree(base, dest, symlinks=True, copy_function=_link_or_copy)
     for script in (dest / "bin").iterdir():
         if script.is_file() and not script.is_symlink():
             data = script.read_bytes()
             if str(base).encode() in data:
+                mode = script.stat().st_mode
+                script.unlink()  # a new file: the base's script is the same inode
                 script.write_bytes(data.replace(str(base).encode(), str(dest).encode()))
+                script.chmod(mode)
     return dest
 
 
