@@ -89,9 +89,7 @@ def make_extension() -> CppExtension:
     use_cuda = _want_cuda()
     defines = [f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"]
     sources = ["csrc/rms_norm.cpp"]
-    # -g0: no debug information (Python's compiler flags add -g), so the
-    # compile is faster and the library much smaller.
-    extra = {"cxx": ["-O3", "-g0", *defines]}
+    extra = {"cxx": ["-O3", *defines]}
     kwargs = {}
     if use_cuda:
         if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
