@@ -54,7 +54,6 @@ from guidekit import model_record, model_step
 from guidekit.compile_checks import source_root
 from opguide.experimental import inductor_fusion
 
-# sphinx_gallery_parallel = False  # it times a model on the CPU: runs alone
 CONFIG = model_step.SMALL_CONFIG  # the GPU record's tool runs it with --small
 BATCH, SEQ, ROUNDS = model_step.SMALL_BATCH, model_step.SMALL_SEQ, 15
 print("config:", ", ".join(f"{k}={v}" for k, v in CONFIG.items()))

@@ -239,10 +239,13 @@ def sideways(driver, page: Path, site: Path) -> list[str]:
         among the page's blocks of its kind and the start of its text.
     """
     problems = []
+    name = page.relative_to(site) if page.is_relative_to(site) else page
+    driver.set_window_size(LAPTOP, 900)
+    open_page(driver, page)
     for width, pre, tables in ((LAPTOP, True, False), (PHONE, False, True)):
+        # The page is loaded once; narrowing the window re-applies the style
+        # sheets' media queries, and reading a block's size lays it out anew.
         driver.set_window_size(width, 900)
-        open_page(driver, page)
-        name = page.relative_to(site) if page.is_relative_to(site) else page
         problems += [
             f"{name} at {width}px: {p}" for p in driver.execute_script(SIDEWAYS_JS, pre, tables)
         ]
