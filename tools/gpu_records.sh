@@ -4,6 +4,9 @@
 #
 #   tools/gpu_records.sh list                # which part makes which record, and how
 #   tools/gpu_records.sh PART [WHEELHOUSE]   # PART 1 to 4
+#   tools/gpu_records.sh PART WHEELHOUSE NAME  # only the record NAME of PART (e.g.
+#                                            # sweep_h100.json), when a part is too long
+#                                            # for one call ("" for no wheelhouse)
 #
 # Each part builds opguide's CUDA kernels in place (once: later parts reuse the
 # build), runs its commands, writes each record into docs/recorded/, stamps it
@@ -16,6 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 part="${1:?usage: tools/gpu_records.sh list|1|2|3|4 [WHEELHOUSE]}"
 out=docs/recorded
+only="${3:-}"
+want() { [[ -z "$only" || "$only" == "$1" ]]; }  # want NAME: is NAME made in this run?
 # Under build/, not /tmp: the programs compiled here run from it, and /tmp may
 # be mounted noexec.
 mkdir -p build
@@ -24,6 +29,7 @@ trap 'rm -rf "$scratch"' EXIT
 
 # The sweep of every pass and dtype, one process each, merged (tools/merge_sweeps.py).
 sweep() {  # sweep NAME [BENCHMARK ARGS...]
+  want "$1" || return 0
   local name="$1"; shift
   for d in bf16 fp16; do for p in backward forward fused training; do
     python3 -m guidekit.benchmark --sweep --dtypes "$d" --passes "$p" "$@" \
@@ -33,6 +39,7 @@ sweep() {  # sweep NAME [BENCHMARK ARGS...]
   done_ "$name"
 }
 bench() {  # bench NAME [BENCHMARK ARGS...]
+  want "$1" || return 0
   local name="$1"; shift
   python3 -m guidekit.benchmark "$@" --out "$out/$name"
   done_ "$name"
@@ -49,6 +56,7 @@ run_to() {  # run_to FILE COMMAND...
   { echo "# $*" | sed "s|$scratch/||"; "$@" 2>&1; echo; } >> "$file"
 }
 text() {  # text NAME COMMAND...
+  want "$1" || return 0
   local name="$1"; shift
   header > "$scratch/$name"
   run_to "$scratch/$name" "$@"
@@ -56,6 +64,7 @@ text() {  # text NAME COMMAND...
   done_ "$name"
 }
 nvcc_sweep() {  # nvcc_sweep NAME SOURCE [ARGS...]
+  want "$1" || return 0
   local name="$1" source="$2"; shift 2
   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc "$source" -o "$scratch/sweep"
   text "$name" "$scratch/sweep" "$@"
@@ -106,6 +115,7 @@ LIST
 esac
 [[ "$gpu" == h100 || "$gpu" == h200 ]] || echo "note: the records' names say h100/h200; this GPU is $gpu"
 wheels="$(cd "${2:-.whl}" 2>/dev/null && pwd || true)"
+[[ -n "${2+x}" && -z "$2" ]] && wheels=""
 if [[ -n "$wheels" ]]; then
   python3 -m pip install -q --no-index --find-links "$wheels" setuptools wheel ninja
 fi
@@ -138,20 +148,28 @@ case "$part" in
     nvcc_sweep sweep_rms_norm_backward_cluster_h100.txt tools/sweep_rms_norm_backward_cluster.cu
     nvcc_sweep sweep_rms_norm_backward_pipelined_h100.txt tools/sweep_rms_norm_backward.cu pipelined
     text sweep_triton_split_h100.txt python3 tools/sweep_triton.py split
-    python3 tools/record_triton_registers.py --out "$out/triton_registers_h100.json"
-    done_ triton_registers_h100.json
-    python3 tools/record_minimal_cuda.py --out "$out/minimal_cuda_h100.json"
-    done_ minimal_cuda_h100.json
-    python3 tools/record_gpu_debug.py --out "$out"
-    done_ gpu_debug.json ;;
+    if want triton_registers_h100.json; then
+      python3 tools/record_triton_registers.py --out "$out/triton_registers_h100.json"
+      done_ triton_registers_h100.json
+    fi
+    if want minimal_cuda_h100.json; then
+      python3 tools/record_minimal_cuda.py --out "$out/minimal_cuda_h100.json"
+      done_ minimal_cuda_h100.json
+    fi
+    if want gpu_debug.json; then
+      python3 tools/record_gpu_debug.py --out "$out"
+      done_ gpu_debug.json
+    fi ;;
   4)
-    header > "$scratch/sanitizer_h100.txt"
-    for args in "--long-rows --small" "--narrow"; do for tool in memcheck racecheck; do
-      # shellcheck disable=SC2086  # the arguments split on purpose
-      run_to "$scratch/sanitizer_h100.txt" compute-sanitizer --tool $tool \
-        python3 tools/sanitize_kernels.py $args
-    done; done
-    mv "$scratch/sanitizer_h100.txt" "$out/" && done_ sanitizer_h100.txt
+    if want sanitizer_h100.txt; then
+      header > "$scratch/sanitizer_h100.txt"
+      for args in "--long-rows --small" "--narrow"; do for tool in memcheck racecheck; do
+        # shellcheck disable=SC2086  # the arguments split on purpose
+        run_to "$scratch/sanitizer_h100.txt" compute-sanitizer --tool $tool \
+          python3 tools/sanitize_kernels.py $args
+      done; done
+      mv "$scratch/sanitizer_h100.txt" "$out/" && done_ sanitizer_h100.txt
+    fi
     text cuda_tests_h100.log python3 -m pytest -q -p no:cacheprovider tests/test_rms_norm_cuda.py \
       tests/test_fused_add_rms_norm.py tests/test_rms_norm.py -k cuda ;;
 esac
