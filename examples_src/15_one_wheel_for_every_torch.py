@@ -348,10 +348,11 @@ else:
 # %%
 # The same wheel under other torch releases
 # -----------------------------------------
-# The promise is about other releases, which this build does not have. A
-# wheel built against torch 2.13 (target 2.11, CPU and CUDA kernels) was
-# carried to other machines and its tests run there with the repository's
-# ``tools/record_stable_abi.py``; each block below is one recorded run:
+# The promise is about other releases, which this build does not have.
+# Wheels built against torch 2.13 (target 2.11) were carried to other
+# machines and their tests run there with the repository's
+# ``tools/record_stable_abi.py``; each block below is one recorded run, and
+# says whether its wheel held the CUDA kernel:
 records = sorted((ROOT / "docs" / "recorded").glob("stable_abi_*.json"))
 cross = [json.loads(p.read_text()) for p in records]
 for path, r in zip(records, cross, strict=True):
