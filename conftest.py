@@ -86,6 +86,22 @@ def _device_available(device: str) -> tuple[bool, str]:
     raise ValueError(f"unknown device marker {device!r}")
 
 
+# pytest-xdist hands out whole files (--dist loadfile) in collection order. The
+# files that take minutes go first, so that the run ends with short files on
+# every process rather than one long file on one: those whose tests copy the
+# torch-only virtual environment (they build projects in it), and these.
+LONG_FILES = ("test_wheels.py", "test_compile_checks.py", "test_browser.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    long = {
+        item.path
+        for item in items
+        if "base_venv" in getattr(item, "fixturenames", ()) or item.path.name in LONG_FILES
+    }
+    items.sort(key=lambda item: item.path not in long)  # stable: each file keeps its order
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # The key of the inputs the gallery scripts depend on, before any test
     # runs (a test may set variables): see _docs_build_passed.
