@@ -28,6 +28,7 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 import time
 
@@ -100,15 +101,51 @@ def _build_fingerprint(session: nox.Session, python: str) -> str:
     return digest.hexdigest()
 
 
+def _requirements(extra: str) -> list[str]:
+    """What ``pip install .[extra]`` installs besides opguide: its requirements, the extra's."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: nox requires tomli there
+        import tomli as tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    # setup.py pins torch to the release it builds against: the one installed.
+    return list(project.get("dependencies", [])) + project["optional-dependencies"][extra]
+
+
+COMPILE_LOG = BUILD / "opguide-compile.log"
+
+
+def _start_compile(session: nox.Session, python: str) -> subprocess.Popen:
+    """Starts ``setup.py build_ext`` (objects in build/temp.*), its output in COMPILE_LOG."""
+    session.log(f"opguide: compiling the C++ extension in the background (log: {COMPILE_LOG})")
+    COMPILE_LOG.parent.mkdir(parents=True, exist_ok=True)
+    with COMPILE_LOG.open("w") as log:
+        return subprocess.Popen(
+            [python, "setup.py", "build_ext"],
+            cwd=ROOT,
+            env={k: v for k, v in {**os.environ, **session.env}.items() if v is not None},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _wait_for_compile(session: nox.Session, compiling: subprocess.Popen) -> None:
+    if compiling.poll() is None:
+        session.log("opguide: waiting for the compile")
+    if compiling.wait() != 0:
+        session.error(f"opguide: the compile failed:\n{COMPILE_LOG.read_text()[-6000:]}")
+    session.log("opguide: compiled")
+
+
 def _install(session: nox.Session, extra: str) -> str:
     """Installs torch (unless reused), the build tools, then opguide with ``extra``.
 
     opguide is installed in editable mode, so the compiled library lands in
-    opguide/ next to the Python sources. The install (and its compile) is
-    skipped when nothing it depends on changed since the last one and that
-    one brought ``extra``'s packages, whichever of the two sessions made it;
-    the other session's extra then costs an install without a compile (ninja
-    finds its objects up to date in build/).
+    opguide/ next to the Python sources. Its compile runs while pip installs
+    the packages of ``extra``. The install is skipped when nothing it depends
+    on changed since the last one and that one brought ``extra``'s packages,
+    whichever of the two sessions made it; the other session's extra then
+    costs only its packages.
 
     Returns:
         The interpreter to run the session's commands with.
@@ -131,16 +168,27 @@ def _install(session: nox.Session, extra: str) -> str:
         done = json.loads(stamp.read_text())
     except (OSError, ValueError):
         done = {}
-    extras = set(done.get("extras", [])) if done.get("fingerprint") == fingerprint else set()
+    built = done.get("fingerprint") == fingerprint
+    extras = set(done.get("extras", [])) if built else set()
     if extra in extras:
         session.log("opguide: sources, build files and torch unchanged; reusing opguide/_C")
         return python
-    _pip(session, "-q", "setuptools>=77", "wheel", "ninja", python=python)
-    # No build isolation: the extension is compiled against the torch above.
-    session.log("opguide: compiling the C++ extension (a minute or two on 2 cores)")
-    start = time.perf_counter()
-    _pip(session, "--no-build-isolation", "-e", f".[{extra}]", python=python)
-    session.log(f"opguide: installed in {time.perf_counter() - start:.0f} s")
+    if built:
+        # The library is installed and up to date: only the extra's packages.
+        session.log(f"opguide: sources, build files and torch unchanged; adding [{extra}]")
+        _pip(session, "-q", *_requirements(extra), python=python)
+    else:
+        _pip(session, "-q", "setuptools>=77", "wheel", "ninja", python=python)
+        start = time.perf_counter()
+        # The compile (a minute or two on 2 cores) runs while pip installs the
+        # extra's packages; the editable install after both then finds every
+        # object up to date in build/ (setup.py's BuildInTree) and only links.
+        compiling = _start_compile(session, python)
+        _pip(session, "-q", *_requirements(extra), python=python)
+        _wait_for_compile(session, compiling)
+        # No build isolation: the extension is compiled against the torch above.
+        _pip(session, "-q", "--no-build-isolation", "--no-deps", "-e", ".", python=python)
+        session.log(f"opguide: installed in {time.perf_counter() - start:.0f} s")
     stamp.parent.mkdir(parents=True, exist_ok=True)
     extras.add(extra)
     record = {"fingerprint": _build_fingerprint(session, python), "extras": sorted(extras)}

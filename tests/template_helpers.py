@@ -409,13 +409,17 @@ def check_generated_project(
         else:
             assert "TORCH_LIBRARY(" in sources and "STABLE_TORCH_LIBRARY" not in sources
 
+    began = time.perf_counter()
     venv = ReaderVenv(base_venv, project)
+    print(f"the venv copied: {time.perf_counter() - began:.0f} s")
     venv.install()
+    print(f"the README's install: {time.perf_counter() - began:.0f} s")
     nvcc = venv.start(venv.readme("nvcc-command")) if route == "cpp" else None
     triton_targets = None
     if route != "python":
         triton_targets = venv.start(venv.readme("triton-targets-command"))
     tests = venv.test()
+    print(f"the README's tests: {time.perf_counter() - began:.0f} s")
     print(tests.stdout[-3000:])
     summary = assert_passed(tests)
     if inplace:
@@ -423,6 +427,7 @@ def check_generated_project(
     print(summary)
     if nvcc is not None:
         output, _ = nvcc.communicate(timeout=900)
+        print(f"the README's nvcc check: {time.perf_counter() - began:.0f} s")
         print(output)
         assert nvcc.returncode == 0, f"the generated nvcc check failed:\n{output}"
         if not output.startswith("SKIPPED"):
