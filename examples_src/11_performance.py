@@ -157,7 +157,9 @@ _ = plots.sweep_figure(ROWS, sweep["ns"], title)
 # The targets, in % of the same-size copy, apply to both of opguide's
 # kernels; the CUDA kernel should also be at least as fast as the fastest of
 # Liger, Quack, ``F.rms_norm`` and ``torch.compile`` in the forward and in
-# training. bfloat16, every point:
+# training, and, in the fused residual-add + RMSNorm, as Liger's and Quack's
+# fused kernels and ``torch.compile`` of the two operations. bfloat16, every
+# point:
 say("targets: " + ", ".join(f"{p} {100 * t:.0f}%" for p, t in sweeps.TARGETS.items()))
 show(sweeps.target_lines(AT, sweep["ns"]))
 say("float16, the same targets:")
@@ -168,7 +170,11 @@ say(f"Misses on rows split over blocks or programs: {'; '.join(expected) or 'non
 say(f"Misses on rows one block or program holds: {'; '.join(other) or 'none'}")
 slow, compared = sweeps.slower_than_fastest_peer(BY_DTYPE)
 say(f"The CUDA kernel is slower than the fastest peer at {len(slow)} of {compared}")
-say(f"  forward and training points, both 16-bit types: {listed(slow)}")
+say(f"  forward, training and fused points, both 16-bit types: {listed(slow)}")
+behind = sorted({s.split()[1] for s in slow})
+if behind:
+    say(f"The passes where a peer is faster somewhere: {', '.join(behind)}; the table above")
+    say("  names that peer at each N (the 'fastest peer' column).")
 gaps = sweeps.dtype_gaps(ALL_ROWS)
 say(f"float16 against bfloat16, opguide: at most {max(gaps):.1f} points apart")
 for s in sweep["skipped"]:

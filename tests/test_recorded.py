@@ -211,13 +211,21 @@ def test_recorded_sweep_cuda_meets_every_target_and_the_page_names_each_miss(swe
             assert f"{impl} {pass_name} at N = " in named and str(n) in named, (impl, n)
     lines = sweeps.dtype_target_lines(by)
     assert all("missed at N = none" in line for line in lines if " opguide  " in line)
-    assert sweeps.slower_than_fastest_peer(by) == ([], 40)
+    # The recorded claim: no peer is faster than the CUDA kernel in the
+    # forward or in training; where one is faster in the fused pass, the page
+    # lists the point (step 11 prints every one).
+    slow, compared = sweeps.slower_than_fastest_peer(by)
+    assert compared == 60, compared
+    assert [s for s in slow if s.split()[1] != "fused"] == [], slow
 
 
 def test_recorded_sweep_peers_and_long_rows(sweep):
     rows = [r for r in sweep["sweep"]["rows"] if r["dtype"] == "bf16"]
     at, ns = sweeps.at(rows), sweep["sweep"]["ns"]
-    assert long_rows.cluster_lines(at, ns)[1] == []  # Quack faster at no cluster row
+    # Quack faster at no cluster row of the RMSNorm passes; its fused
+    # residual kernel is faster at the longest rows, which the page names.
+    behind = long_rows.cluster_lines(at, ns)[1]
+    assert [b for b in behind if not b.startswith("fused ")] == [], behind
     assert long_rows.triton_fused_faster(at, ns) == []
     one = sweeps.fractions(load("sweep_one_input_set_h100.json")["sweep"]["rows"])
     three = sweeps.fractions(r for r in rows if r["pass"] == "forward")

@@ -78,7 +78,7 @@ def planner_lines(csrc: Path = CSRC) -> list[str]:
 
 
 def cluster_lines(at_: dict, ns: Sequence[int]) -> tuple[list[str], list[str]]:
-    """The rows of 32768 and more, next to Quack and Liger.
+    """The rows of 32768 and more, next to Quack and Liger (their fused kernels in the fused pass).
 
     Returns:
         ``(lines, behind)``: the table, and the cluster rows where Quack is
@@ -89,11 +89,11 @@ def cluster_lines(at_: dict, ns: Sequence[int]) -> tuple[list[str], list[str]]:
         f"{'liger':>8}"
     ]
     behind = []
-    for pass_name in ("forward", "backward", "training"):
+    for pass_name in ("forward", "backward", "training", "fused"):
+        fused = pass_name == "fused"
+        peers = ("quack (residual)", "liger (fused)") if fused else ("quack", "liger")
         for n in (n for n in ns if n >= 32768):
-            cells = [
-                at_.get((pass_name, i, n)) for i in ("opguide", "opguide triton", "quack", "liger")
-            ]
+            cells = [at_.get((pass_name, i, n)) for i in ("opguide", "opguide triton", *peers)]
             kernel = "cluster" if n > ONE_BLOCK[pass_name] else "one block"
             lines.append(
                 f"{pass_name:8} {n:6} {kernel:>14} "

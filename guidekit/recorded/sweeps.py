@@ -24,7 +24,25 @@ TARGETS = {"forward": 0.90, "backward": 0.85, "training": 0.85, "fused": 0.90}
 #: as, in the forward and in training.
 PEERS = ("liger", "quack", "F.rms_norm", "compile(reference)")
 #: Short names of the peers, for tables.
-SHORT_PEER = {"compile(reference)": "compile"}
+SHORT_PEER = {
+    "compile(reference)": "compile",
+    "quack (residual)": "quack",
+    "liger (fused)": "liger",
+    "compile(residual += x; F.rms_norm)": "compile",
+    "compile(unfused reference)": "compile",
+}
+#: The peers of each pass that opguide's CUDA kernel is compared with: the
+#: same operation from another library or from Inductor.
+PASS_PEERS = {
+    "forward": PEERS,
+    "training": PEERS,
+    "fused": (
+        "liger (fused)",
+        "quack (residual)",
+        "compile(residual += x; F.rms_norm)",
+        "compile(unfused reference)",
+    ),
+}
 #: opguide's two kernel families.
 OURS = ("opguide", "opguide triton")
 #: The longest row (bfloat16 elements) that the CUDA planner gives one block,
@@ -123,7 +141,7 @@ def target_lines(at_: dict, ns: Sequence[int]) -> list[str]:
     """Per pass and N: each kernel against its target, and the fastest peer's speed.
 
     The last column says whether opguide's CUDA kernel is at least as fast as
-    that peer (forward and training only).
+    that peer (the passes of :data:`PASS_PEERS`).
     """
     lines = [
         f"{'pass':8} {'N':>6}  {'opguide':>14}  {'opguide triton':>14}  "
@@ -139,9 +157,10 @@ def target_lines(at_: dict, ns: Sequence[int]) -> list[str]:
                     continue
                 met = r["vs_copy"] >= target
                 cells.append(f"{100 * r['vs_copy']:5.1f}% {'met' if met else 'MISSED':>7}")
-            peers = [at_[(pass_name, p, n)] for p in PEERS if (pass_name, p, n) in at_]
+            peer_names = PASS_PEERS.get(pass_name, ())
+            peers = [at_[(pass_name, p, n)] for p in peer_names if (pass_name, p, n) in at_]
             peer = ""
-            if pass_name in ("forward", "training") and peers:
+            if peers:
                 # vs_copy, not seconds: a peer read from its own run had its own copy.
                 best = max(peers, key=lambda r: r["vs_copy"])
                 ahead = at_[(pass_name, "opguide", n)]["vs_copy"] >= best["vs_copy"]
@@ -232,17 +251,22 @@ def expected_misses(misses: dict) -> tuple[list[str], list[str]]:
 
 
 def slower_than_fastest_peer(rows_by_dtype: dict) -> tuple[list[str], int]:
-    """Forward and training points where the CUDA kernel is slower than the fastest peer.
+    """Points where the CUDA kernel is slower than the fastest peer of its pass.
+
+    The passes and their peers are :data:`PASS_PEERS` (forward, training, and
+    the fused residual-add + RMSNorm).
 
     Returns:
         ``(["dtype pass N", ...], how many points had a peer to compare with)``.
     """
     slow, compared = [], 0
     for d, p, impl, n in rows_by_dtype:
-        if p not in ("forward", "training") or impl != "opguide":
+        if p not in PASS_PEERS or impl != "opguide":
             continue
         peers = [
-            rows_by_dtype[(d, p, q, n)]["vs_copy"] for q in PEERS if (d, p, q, n) in rows_by_dtype
+            rows_by_dtype[(d, p, q, n)]["vs_copy"]
+            for q in PASS_PEERS[p]
+            if (d, p, q, n) in rows_by_dtype
         ]
         if not peers:
             continue
