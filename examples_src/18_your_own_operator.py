@@ -175,13 +175,13 @@ for path in sorted(PROJECT.rglob("*")):
 #    * - file
 #      - what to change
 #      - explained in
-#    * - ``myops/reference.py``
+#    * - ``src/myops/reference.py``
 #      - your formula in plain PyTorch, first: every test compares with it
 #      - :doc:`step 1 <01_first_operator>`, :doc:`step 7 <07_the_tests>`
 #    * - ``csrc/myops.cpp``
 #      - the schema: arguments, returns, mutation
 #      - :doc:`step 2 <02_cpp_cpu_kernel>`, :doc:`step 5 <05_bindings_and_registration>`
-#    * - ``csrc/silu_mul.h``, ``myops/_checks.py``
+#    * - ``csrc/silu_mul.h``, ``src/myops/_checks.py``
 #      - the argument checks, in C++ and in Python
 #      - :doc:`step 2 <02_cpp_cpu_kernel>`
 #    * - ``csrc/silu_mul_cpu.cpp``
@@ -190,13 +190,13 @@ for path in sorted(PROJECT.rglob("*")):
 #    * - ``csrc/silu_mul.cuh``, ``csrc/silu_mul_cuda.cu``
 #      - the CUDA kernels, and their torch side
 #      - :doc:`step 3 <03_cuda_kernel>`, :doc:`step 4 <04_hip_port>` (HIP)
-#    * - ``myops/ops.py``
+#    * - ``src/myops/ops.py``
 #      - the checked wrapper, the fake kernels, the autograd formula
 #      - :doc:`step 1 <01_first_operator>`, :doc:`step 8 <08_autograd>`
-#    * - ``myops/triton_silu_mul.py``
+#    * - ``src/myops/triton_silu_mul.py``
 #      - the same operator in Triton
 #      - :doc:`step 9 <09_triton_kernel>`
-#    * - ``myops/__init__.py``
+#    * - ``src/myops/__init__.py``
 #      - loading the compiled library
 #      - :doc:`step 5 <05_bindings_and_registration>`
 #    * - ``setup.py``, ``pyproject.toml``
@@ -254,9 +254,9 @@ for path in sorted(PROJECT.rglob("*")):
 # The Python side: the checked entry point, the fake kernels and the
 # autograd formula, which calls the backward operator:
 #
-# .. literalinclude:: /../build/your_own_operator/myops/myops/ops.py
+# .. literalinclude:: /../build/your_own_operator/myops/src/myops/ops.py
 #    :language: python
-#    :caption: myops/myops/ops.py
+#    :caption: myops/src/myops/ops.py
 #
 # The build, and the package:
 #
@@ -276,21 +276,21 @@ for path in sorted(PROJECT.rglob("*")):
 #
 # .. dropdown:: The other generated files
 #
-#    .. literalinclude:: /../build/your_own_operator/myops/myops/__init__.py
+#    .. literalinclude:: /../build/your_own_operator/myops/src/myops/__init__.py
 #       :language: python
-#       :caption: myops/myops/__init__.py
+#       :caption: myops/src/myops/__init__.py
 #
-#    .. literalinclude:: /../build/your_own_operator/myops/myops/_checks.py
+#    .. literalinclude:: /../build/your_own_operator/myops/src/myops/_checks.py
 #       :language: python
-#       :caption: myops/myops/_checks.py
+#       :caption: myops/src/myops/_checks.py
 #
-#    .. literalinclude:: /../build/your_own_operator/myops/myops/reference.py
+#    .. literalinclude:: /../build/your_own_operator/myops/src/myops/reference.py
 #       :language: python
-#       :caption: myops/myops/reference.py
+#       :caption: myops/src/myops/reference.py
 #
-#    .. literalinclude:: /../build/your_own_operator/myops/myops/triton_silu_mul.py
+#    .. literalinclude:: /../build/your_own_operator/myops/src/myops/triton_silu_mul.py
 #       :language: python
-#       :caption: myops/myops/triton_silu_mul.py
+#       :caption: myops/src/myops/triton_silu_mul.py
 #
 #    .. literalinclude:: /../build/your_own_operator/myops/tests/conftest.py
 #       :language: python
@@ -321,7 +321,7 @@ for path in sorted(PROJECT.rglob("*")):
 # builds the CUDA kernel.
 pip = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", "."]
 build_log = run(pip, cwd=PROJECT, show='pip install --no-build-isolation --no-deps -e "."')
-built = sorted(p.name for p in (PROJECT / "myops").glob("_C.*"))
+built = sorted(p.name for p in (PROJECT / "src" / "myops").glob("_C.*"))
 print("built:", built)
 print(f"torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}")
 
@@ -422,9 +422,9 @@ else:
 # --------
 # The package is an ordinary import; the operator is in ``torch.ops`` and works
 # with autograd and ``torch.compile``. (This page's process started before the
-# install, so it adds the project folder to ``sys.path`` itself; a new Python
+# install, so it adds the project's ``src`` folder to ``sys.path`` itself; a new Python
 # process needs only the ``import``.)
-sys.path.insert(0, str(PROJECT))
+sys.path.insert(0, str(PROJECT / "src"))
 import myops  # noqa: E402
 
 print(torch.ops.myops.silu_mul.default._schema)
@@ -442,16 +442,16 @@ print("torch.compile(fullgraph=True): same values")
 # %%
 # Your own formula
 # ----------------
-# Change ``myops/reference.py`` first, then the two kernels in each of
+# Change ``src/myops/reference.py`` first, then the two kernels in each of
 # ``csrc/silu_mul_cpu.cpp``, ``csrc/silu_mul.cuh`` and
-# ``myops/triton_silu_mul.py`` (forward and backward), and the schema,
+# ``src/myops/triton_silu_mul.py`` (forward and backward), and the schema,
 # checks and fake kernels if the arguments change. The tests fail until every
 # kernel agrees with the reference. The cell drops the factor ``gate`` from
 # the Triton kernel's forward, runs the tests that compare values with the
 # reference, prints the first failure and pytest's summary line, and puts the
 # factor back (for the C++ kernel, this guide's test under "In-place operators"
 # below does the same):
-kernels = PROJECT / "myops" / "triton_silu_mul.py"
+kernels = PROJECT / "src" / "myops" / "triton_silu_mul.py"
 source = kernels.read_text()
 right = "(x * sigmoid * gate)"
 assert source.count(right) == 1, "the generated Triton forward changed"

@@ -377,14 +377,15 @@ def check_generated_project(
         answers["abi"] = abi
     project = render(tmp_path / package, **answers)
     expected = {"pyproject.toml", "README.md", f"tests/test_{functional}.py"}
-    expected |= {f"{package}/reference.py", ".github/workflows/ci.yml"}
+    expected |= {f"src/{package}/reference.py", ".github/workflows/ci.yml"}
     if route == "python":
-        expected |= {f"{package}/ops.py"}
+        expected |= {f"src/{package}/ops.py"}
     else:
-        expected |= {"tools/check_triton_targets.py", f"{package}/triton_{functional}.py"}
+        expected |= {"tools/check_triton_targets.py", f"src/{package}/triton_{functional}.py"}
     if route == "cpp":
         expected |= {"setup.py", f"csrc/{package}.cpp", f"csrc/{functional}_cpu.cpp"}
-        expected |= {f"csrc/{functional}.cuh", f"csrc/{functional}_cuda.cu", f"{package}/ops.py"}
+        expected |= {f"csrc/{functional}.cuh", f"csrc/{functional}_cuda.cu"}
+        expected |= {f"src/{package}/ops.py"}
     if route == "cpp" and abi == "classic" and inplace:
         expected |= {f"csrc/{functional}_inplace.cpp"}
     if route == "cpp" and abi == "classic" and kind == "scatter":
@@ -416,6 +417,12 @@ def check_generated_project(
     print(f"the venv copied: {time.perf_counter() - began:.0f} s")
     venv.install()
     print(f"the README's install: {time.perf_counter() - began:.0f} s")
+    # Python run from the folder that holds the project, whose folder has the
+    # package's name: the import finds the installed package (src/ layout),
+    # not that folder as an empty namespace package.
+    proc = venv.shell(f'cd .. && python -c "import {package}; print({package}.__file__)"')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith(f"/src/{package}/__init__.py"), proc.stdout
     nvcc = venv.start(venv.readme("nvcc-command")) if route == "cpp" else None
     triton_targets = None
     if route != "python":

@@ -255,7 +255,7 @@ def test_scatter_kind_reports_a_bad_slot_without_assert(tmp_path, abi):
         assert not re.search(r"\bassert\s*\(", text), f"{source.name} checks with assert()"
     assert "first_bad_token<index_t>(" in (project / "csrc" / "store_kv_cuda.cu").read_text()
     assert "atomicMin(bad_token" in (project / "csrc" / "store_kv.cuh").read_text()
-    triton_source = (project / name / "triton_store_kv.py").read_text()
+    triton_source = (project / "src" / name / "triton_store_kv.py").read_text()
     assert "tl.atomic_min(bad_ptr" in triton_source and "device_assert(" not in triton_source
     assert '"-DNDEBUG",' in (project / "tools" / "check_cuda_compiles.py").read_text()
     tests = (project / "tests" / "test_store_kv.py").read_text()

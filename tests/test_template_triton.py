@@ -41,7 +41,7 @@ def test_triton_target_check_fails_on_a_spill(tmp_path):
     print(fits.stdout)
     assert fits.returncode == 0, fits.stdout + fits.stderr
     assert "1 ok, 0 failed" in fits.stdout, fits.stdout
-    kernels = project / "tpl_spill" / "triton_scaled_norm.py"
+    kernels = project / "src" / "tpl_spill" / "triton_scaled_norm.py"
     source = kernels.read_text()
     rule = "return min(max(block // 256, 1), 16)"
     assert rule in source
