@@ -19,7 +19,6 @@ Environment switches:
 ``docs`` and ``tests`` share one virtual environment, ``.nox/opguide``: torch
 is installed and the C++ library compiled once for the two.
 Compiled extensions, Triton and Inductor caches are kept under ``build/``.
-pip installs without bytecode (``PIP_COMPILE=0``) in both sessions.
 """
 
 from __future__ import annotations
@@ -58,11 +57,6 @@ CACHE_ENV = {
     "TORCHINDUCTOR_CACHE_DIR": str(BUILD / "inductor_cache"),
     "MPLBACKEND": "Agg",
     "PYTHONUNBUFFERED": "1",
-    # pip writes no bytecode for what it installs (the session's packages, and
-    # the environments the tests and gallery scripts make): Python compiles a
-    # module when it is first imported, and most installed modules never are.
-    # On 2 cores this halves an install's time.
-    "PIP_COMPILE": "0",
 }
 
 

@@ -140,9 +140,7 @@ def torch_only_venv(tmp_path_factory) -> Path:
                 shutil.rmtree(base, ignore_errors=True)  # a run stopped half-way
                 proc = run([sys.executable, "-m", "venv", str(base)], cwd=base.parent)
                 assert proc.returncode == 0, proc.stdout + proc.stderr
-                # With bytecode (the session may set PIP_COMPILE=0): every copy
-                # shares the base's .pyc files through its hard links.
-                pip = [str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--compile"]
+                pip = [str(base / "bin" / "python"), "-m", "pip", "install", "-q"]
                 proc = run([*pip, f"torch=={TORCH_RELEASE}"], cwd=base.parent)
                 assert proc.returncode == 0, proc.stdout + proc.stderr
                 assert_only_torch(base)
