@@ -90,8 +90,11 @@ def torch_closure(venv: Path) -> set[str]:
 
     Read from the metadata of the distributions installed in ``venv``, each
     requirement's marker evaluated (this interpreter made the venv, so its
-    Python version and platform are the venv's), extras left out: a CUDA build
-    of torch brings its ``nvidia-*`` libraries and Triton, a CPU build does not.
+    Python version and platform are the venv's). torch's own extras are left
+    out; an extra that a requirement asks for is followed: a CUDA build of
+    torch brings its ``nvidia-*`` libraries and Triton, directly or, from
+    torch 2.15, through ``cuda-toolkit[cublas,cudart,...]``; a CPU build brings
+    none of them.
     """
     from packaging.requirements import Requirement
 
@@ -99,16 +102,20 @@ def torch_closure(venv: Path) -> set[str]:
         normalise(d.metadata["Name"]): d
         for d in metadata.distributions(path=[str(site_packages(venv))])
     }
-    names, todo = set(), ["torch"]
+    names, seen, todo = set(), set(), [("torch", frozenset())]
     while todo:
-        name = todo.pop()
-        if name in names:
+        name, extras = todo.pop()
+        if (name, extras) in seen:
             continue
+        seen.add((name, extras))
         names.add(name)
         for line in dists[name].requires or [] if name in dists else []:
             req = Requirement(line)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(normalise(req.name))
+            wanted = req.marker is None or any(
+                req.marker.evaluate({"extra": extra}) for extra in ("", *sorted(extras))
+            )
+            if wanted:
+                todo.append((normalise(req.name), frozenset(req.extras)))
     return names
 
 

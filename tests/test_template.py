@@ -184,8 +184,10 @@ def test_the_torch_only_check_follows_torchs_own_requirements(tmp_path):
     """torch's requirements in the venv, recursively and by their markers; nothing else passes.
 
     A CUDA build of torch requires its ``nvidia-*`` libraries and Triton on
-    Linux x86-64; they must pass. A requirement whose marker is false here
-    or that only an extra asks for, and a package nothing asks for, must not.
+    Linux x86-64, directly or (torch 2.15) through the extras it asks of
+    ``cuda-toolkit``; they must pass. A requirement whose marker is false here
+    or that only an extra nobody asks for brings, and a package nothing asks
+    for, must not.
     """
     from template_helpers import assert_only_torch
 
@@ -194,9 +196,17 @@ def test_the_torch_only_check_follows_torchs_own_requirements(tmp_path):
             "filelock",
             'nvidia-cuda-runtime==13.0.96; platform_system == "Linux"',
             'triton==3.7.1; platform_system == "Linux"',
+            'cuda-toolkit[cublas,cupti]==13.2.2; platform_system == "Linux"',
             'opt-einsum>=3.3; extra == "opt-einsum"',
             'never-here; python_version < "3"',
         ],
+        "cuda-toolkit": [
+            'nvidia-cublas==13.4; extra == "cublas"',
+            'nvidia-cuda-cupti==13.2; extra == "cupti"',
+            'nvidia-cufft==12.2; extra == "cufft"',
+        ],
+        "nvidia-cublas": [],
+        "nvidia-cuda-cupti": [],
         "filelock": [],
         "nvidia-cuda-runtime": ["nvidia-cuda-crt"],
         "nvidia-cuda-crt": [],
@@ -205,7 +215,7 @@ def test_the_torch_only_check_follows_torchs_own_requirements(tmp_path):
     }
     if sys.platform == "linux":
         assert_only_torch(fake_venv(tmp_path / "cuda", cuda_torch))
-    for leak in ("opt-einsum", "never-here", "numpy"):
+    for leak in ("opt-einsum", "never-here", "numpy", "nvidia-cufft"):
         venv = fake_venv(tmp_path / leak, {**cuda_torch, leak: []})
         with pytest.raises(AssertionError, match=f"holds more than torch: \\['{leak}'\\]"):
             assert_only_torch(venv)
