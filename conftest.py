@@ -88,18 +88,35 @@ def _device_available(device: str) -> tuple[bool, str]:
 
 # pytest-xdist hands out whole files (--dist loadfile) in collection order. The
 # files that take minutes go first, so that the run ends with short files on
-# every process rather than one long file on one: those whose tests copy the
-# torch-only virtual environment (they build projects in it), and these.
+# every process rather than one long file on one: the gallery scripts that take
+# longest, longest first (guidekit.gallery_runs.LONGEST_FIRST; the docs build
+# starts them first too), those whose tests copy the torch-only virtual
+# environment (they build projects in it), and these.
 LONG_FILES = ("test_wheels.py", "test_compile_checks.py", "test_browser.py")
 
 
+def _longest_first() -> tuple[str, ...]:
+    try:
+        from guidekit.gallery_runs import LONGEST_FIRST
+    except ImportError:  # guidekit is not installed: file order
+        return ()
+    return LONGEST_FIRST
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gallery = {name: rank for rank, name in enumerate(_longest_first())}
     long = {
         item.path
         for item in items
         if "base_venv" in getattr(item, "fixturenames", ()) or item.path.name in LONG_FILES
     }
-    items.sort(key=lambda item: item.path not in long)  # stable: each file keeps its order
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        if _is_gallery_script(item.path) and item.path.name in gallery:
+            return 0, gallery[item.path.name]
+        return (1 if item.path in long else 2), 0
+
+    items.sort(key=order)  # stable: each file keeps its order
 
 
 def pytest_configure(config: pytest.Config) -> None:

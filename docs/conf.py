@@ -117,23 +117,15 @@ sphinx_gallery_conf = {
     "write_computation_times": False,
 }
 
-# The scripts that compile the most start first: the pool then ends with short
-# scripts on both processes instead of one long script on one of them. Only
-# the order in which they run changes; sphinx-gallery lists them in file order.
-LONGEST_FIRST = [
-    "18_your_own_operator.py",
-    "03_cuda_kernel.py",
-    "20_your_operator_in_a_model.py",
-    "19_ship_your_operator.py",
-    "16_across_pytorch.py",
-    "12_overriding_aten.py",
-    "13_namespaces_and_fragments.py",
-    "09_triton_kernel_2_long_rows.py",
-]
+# The scripts that take longest start first (guidekit.gallery_runs.LONGEST_FIRST):
+# the pool then ends with short scripts on both processes instead of one long
+# script on one of them. Only the order in which they run changes;
+# sphinx-gallery lists them in file order.
+from guidekit.gallery_runs import LONGEST_FIRST  # noqa: E402
 
 _unknown = [n for n in LONGEST_FIRST if not (ROOT / "examples_src" / n).is_file()]
 if _unknown:
-    raise RuntimeError(f"docs/conf.py: LONGEST_FIRST names no gallery script: {_unknown}")
+    raise RuntimeError(f"guidekit.gallery_runs.LONGEST_FIRST names no gallery script: {_unknown}")
 
 
 def _longest_first_split():

@@ -37,6 +37,22 @@ RECORD = ROOT / "build" / "gallery_runs.json"
 _ENV_PREFIXES = ("TRITON_", "TORCH", "CUDA", "OPGUIDE_", "USE_CUDA", "DEBUG", "CI")
 _ENV_LEFT_OUT = {"OPGUIDE_JOBS", "OPGUIDE_RERUN_GALLERY"}
 
+#: The gallery scripts that take longest, longest first. The docs build
+#: (``docs/conf.py``) and the test command (``conftest.py``) start these before
+#: the others, so that a run ends with short scripts on every process instead
+#: of one long script on one of them. Step 16 leads: on a GPU machine its
+#: AOTInductor packages and CUDA graphs make it the longest by far.
+LONGEST_FIRST = (
+    "16_across_pytorch.py",
+    "18_your_own_operator.py",
+    "03_cuda_kernel.py",
+    "20_your_operator_in_a_model.py",
+    "19_ship_your_operator.py",
+    "12_overriding_aten.py",
+    "13_namespaces_and_fragments.py",
+    "09_triton_kernel_2_long_rows.py",
+)
+
 
 def _checkout_files(root: Path) -> list[str] | None:
     """Files git tracks or would track under ``root``, or None without git."""

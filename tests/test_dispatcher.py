@@ -308,6 +308,7 @@ print("OK")
 def test_build_settings_helper():
     import torch
 
+    import opguide  # noqa: F401  loads the library, which registers its operators
     from guidekit.buildinfo import build_config, format_build_config, registered_operators
 
     config = build_config()

@@ -8,8 +8,9 @@
 //
 // Not part of opguide._C: gallery step 12 and tests/test_dispatcher.py
 // compile it on its own and load it in a child process only.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/ops/add_cpu_dispatch.h>
+#include <ATen/ops/neg.h>
 #include <ATen/ops/neg_cpu_dispatch.h>
 #include <torch/library.h>
 

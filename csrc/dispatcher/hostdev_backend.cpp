@@ -9,10 +9,12 @@
 //
 // Not part of opguide._C: the gallery step 12 and tests/test_dispatcher.py
 // compile this file on its own with torch.utils.cpp_extension.load.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/OpMathType.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
