@@ -187,6 +187,7 @@ if repaired is not None:
     assert run.returncode == 0, run.stdout[-3000:]
     elapsed = time.perf_counter() - start
     print(f"environment made, wheel installed and tested in {elapsed:.0f} s")
+    venv.remove()  # it holds a whole torch: gigabytes with torch's CUDA build
 elif wheel is not None:
     print("SKIPPED: no repaired wheel to install (see above)")
 

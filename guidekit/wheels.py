@@ -279,6 +279,10 @@ class FreshVenv:
             list(args), capture_output=True, text=True, cwd=cwd, env=self.env, timeout=timeout
         )
 
+    def remove(self) -> None:
+        """Deletes the environment: with the CUDA build of torch it holds several gigabytes."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
     def pip_install(self, *requirements: str) -> subprocess.CompletedProcess:
         """``pip install`` into this environment, dependencies included."""
         return self.run(self.python, "-m", "pip", "install", "-q", *requirements)

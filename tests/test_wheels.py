@@ -84,8 +84,9 @@ def test_repaired_wheel_bundles_nothing_torch_brings(repaired):
     assert not stems & provided, f"the repaired wheel bundles torch's {stems & provided}"
 
 
-def test_repaired_wheel_passes_tests_in_a_fresh_venv(repaired, tmp_path):
+def test_repaired_wheel_passes_tests_in_a_fresh_venv(repaired, tmp_path, request):
     venv = wheels.FreshVenv(tmp_path / "venv")
+    request.addfinalizer(venv.remove)  # a whole torch: gigabytes with its CUDA build
     # The torch the library was built against first, as the project's README
     # says; then the wheel, with whatever else it requires, from pip.
     proc = venv.pip_install(f"torch=={TORCH_RELEASE}", str(repaired), "pytest")
