@@ -104,8 +104,8 @@ by hand (no part):
   two GPUs: two_gpus.json (tools/record_two_gpus.py), many_gpus_nccl.json (step 17)
   another torch: stable_abi_torch2.11_cuda.json, stable_abi_torch2.15_cpu.json
     (tools/record_stable_abi.py)
-  the suite's own logs: gpu_suite_h200_tests.log, gpu_suite_h200_gallery_notebooks.log
-    (tools/gpu_suite.sh tests)
+  the suite's own logs: gpu_suite_h100_tests.log, gpu_suite_h100_gallery_notebooks.log
+    (tools/gpu_suite.sh part 1, part 2)
   longer than one part: model_step_h100.json (tools/record_model_step.py)
   elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json (step 16 on a GPU)
 LIST
