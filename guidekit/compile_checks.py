@@ -8,9 +8,8 @@ A CPU-only machine cannot run the CUDA kernels, but it can still compile them:
 * :func:`hipify` runs torch's hipify on CUDA sources, as a ROCm build of torch
   does before compiling them, and :func:`hipcc_check` compiles the hipified
   torch-free device code for AMD GPUs with ``hipcc``.
-* :func:`kernel_machine_code` compiles torch-free device code to a cubin and
-  returns each kernel's registers, stack and SASS instructions (read with
-  ``cuobjdump``), so that tests can check what the compiler made of a kernel.
+* :func:`kernel_machine_code` (:mod:`guidekit.machine_code`, imported here)
+  reads back what nvcc made of a torch-free kernel: registers, stack, SASS.
 
 Each check returns a :class:`CompileResult` and never raises when a compiler
 is missing: the result says that it was skipped and why. Successful results
@@ -32,6 +31,9 @@ import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from guidekit.compilers import find_cuobjdump, find_hipcc, find_nvcc
+from guidekit.machine_code import KernelCode, kernel_machine_code
 
 __all__ = [
     "CompileResult",
@@ -117,27 +119,6 @@ def without_machine_paths(text: str) -> str:
         text = text.replace(sys.prefix, "<venv>")
     text = text.replace(str(source_root()), "<repo>")
     return text.replace(tempfile.gettempdir().rstrip("/") + "/", "<tmp>/")
-
-
-def _which(name: str, env_var: str, home_vars: Sequence[str]) -> str | None:
-    explicit = os.environ.get(env_var)
-    if explicit:
-        return explicit if Path(explicit).is_file() else None
-    for var in home_vars:
-        home = os.environ.get(var)
-        if home and (Path(home) / "bin" / name).is_file():
-            return str(Path(home) / "bin" / name)
-    return shutil.which(name)
-
-
-def find_nvcc() -> str | None:
-    """Path of nvcc: ``$NVCC``, ``$CUDA_HOME/bin/nvcc``, or the PATH; None if absent."""
-    return _which("nvcc", "NVCC", ("CUDA_HOME", "CUDA_PATH"))
-
-
-def find_hipcc() -> str | None:
-    """Path of hipcc: ``$HIPCC``, ``$ROCM_HOME/bin/hipcc``, or the PATH; None if absent."""
-    return _which("hipcc", "HIPCC", ("ROCM_HOME", "ROCM_PATH"))
 
 
 def _version(compiler: str, env: dict[str, str] | None = None) -> str:
@@ -383,102 +364,6 @@ def hipcc_check(
     if cache_dir is None:
         cache_dir = _default_cache_dir()
     return _run_cached("hipcc", source, command, inputs, env, cache_dir)
-
-
-def find_cuobjdump() -> str | None:
-    """Path of cuobjdump: ``$CUOBJDUMP``, ``$CUDA_HOME/bin``, the PATH, or the
-    copy that Triton's wheel carries (``triton/backends/nvidia/bin``); None if absent."""
-    found = _which("cuobjdump", "CUOBJDUMP", ("CUDA_HOME", "CUDA_PATH"))
-    if found is not None or os.environ.get("CUOBJDUMP"):
-        return found
-    try:
-        import triton
-    except ImportError:
-        return None
-    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(bundled) if bundled.is_file() else None
-
-
-@dataclasses.dataclass
-class KernelCode:
-    """One kernel of a cubin, as cuobjdump reports it.
-
-    Attributes:
-        name: the mangled name.
-        registers: registers per thread.
-        stack: bytes of stack per thread (spilled registers live there).
-        instructions: the SASS instructions in program order, without their
-            addresses and encodings (``"@P0 LDG.E.128.CONSTANT R4, desc[UR8][R8.64]"``).
-    """
-
-    name: str
-    registers: int
-    stack: int
-    instructions: list[str]
-
-
-def kernel_machine_code(
-    source_text: str,
-    *,
-    include_dirs: Sequence[str | os.PathLike] = (),
-    arch: str = "sm_90",
-    extra_flags: Sequence[str] = (),
-) -> dict[str, KernelCode]:
-    """Compiles torch-free CUDA code to a cubin and reads back its kernels.
-
-    Args:
-        source_text: the ``.cu`` file's text; it must make nvcc emit the
-            kernels of interest (for templates: take their addresses).
-        include_dirs: folders for ``-I``.
-        arch: the real architecture to compile for, e.g. ``"sm_90"``.
-        extra_flags: more nvcc flags (``-D...``).
-
-    Returns:
-        Mangled kernel name to :class:`KernelCode`.
-
-    Raises:
-        FileNotFoundError: when nvcc or cuobjdump is missing.
-        RuntimeError: when a compile or cuobjdump fails (with its output).
-    """
-    nvcc, cuobjdump = find_nvcc(), find_cuobjdump()
-    if nvcc is None or cuobjdump is None:
-        missing = "nvcc" if nvcc is None else "cuobjdump"
-        raise FileNotFoundError(f"{missing} not found (set CUDA_HOME or PATH)")
-    with tempfile.TemporaryDirectory() as tmp:
-        source, cubin = Path(tmp) / "kernels.cu", Path(tmp) / "kernels.cubin"
-        source.write_text(source_text)
-        command = [nvcc, "-cubin", str(source), "-o", str(cubin), f"-arch={arch}", "-O3"]
-        command += ["-std=c++17", *("-I" + str(d) for d in include_dirs), *extra_flags]
-        outputs = []
-        for cmd in (
-            command,
-            [cuobjdump, "-res-usage", str(cubin)],
-            [cuobjdump, "-sass", str(cubin)],
-        ):
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
-            outputs.append(proc.stdout)
-    kernels: dict[str, KernelCode] = {}
-    name = None
-    for line in outputs[1].splitlines():  # "Function NAME:" then "REG:57 STACK:0 ..."
-        line = line.strip()
-        if line.startswith("Function "):
-            name = line[len("Function ") :].rstrip(":")
-        elif name is not None and line.startswith("REG:"):
-            fields = dict(f.split(":", 1) for f in line.split())
-            kernels[name] = KernelCode(name, int(fields["REG"]), int(fields["STACK"]), [])
-            name = None
-    current = None
-    for line in outputs[2].splitlines():  # "Function : NAME", then "/*0240*/  INSTR ;  /* enc */"
-        stripped = line.strip()
-        if stripped.startswith("Function : "):
-            current = kernels.get(stripped[len("Function : ") :])
-        elif current is not None and stripped.startswith("/*") and ";" in stripped:
-            instruction = stripped.split("*/", 1)[1].split(";", 1)[0].strip()
-            if instruction:
-                current.instructions.append(instruction)
-    return kernels
 
 
 def _main(argv: Sequence[str]) -> int:
