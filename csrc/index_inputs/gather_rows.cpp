@@ -15,7 +15,7 @@
 // torch.compile graph. TORCH_CHECK_INDEX raises IndexError in Python,
 // TORCH_CHECK_TYPE TypeError, TORCH_CHECK_VALUE ValueError.
 // The tensor type and the one factory this file calls, not ATen/ATen.h, which
-// declares every ATen operator: the file compiles in half the time.
+// declares every ATen operator: the file compiles faster without them.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
