@@ -359,6 +359,48 @@ output = run(
 assert "FAILED" not in output
 
 # %%
+# On a GPU
+# --------
+# The CUDA kernels run only where a GPU is, and that machine often has an
+# older torch and no package index. ``tools/record_template_gpu.py`` renders
+# every C++ variant of the template (each kind, functional and in place) and
+# runs its tests on such a machine against the installed wheel. The
+# stable-ABI wheels are built where torch 2.13 and nvcc are and carried over;
+# a classic wheel loads only into the torch it was built against, so it is
+# built on the GPU machine. A test item runs the CUDA kernels when its id
+# names ``cuda``. The recorded runs:
+import json  # noqa: E402
+
+from guidekit.recorded import pages  # noqa: E402
+
+gpu_records = sorted((ROOT / "docs" / "recorded").glob("template_*_cuda_*.json"))
+for path in gpu_records:
+    record = json.loads(path.read_text())
+    built, ran = record["built_with"], record["run_with"]
+    print(f"{path.name} ({record['date'][:10]}): the {built['abi']} ABI")
+    # The tool carries the stable-ABI wheels; a classic one is built where it runs.
+    carried = built["abi"] == "stable"
+    where = f"built with torch {built['torch']}, run with" if carried else "built and run with"
+    print(f"  {where} torch {ran['torch']} on {ran['device']}")
+    pages.say_stale(path.name)
+    width = max(len(p["project"]) for p in record["projects"])
+    for p in record["projects"]:
+        cuda = p["cuda_items"]
+        tests = re.sub(r" in [\d.]+s.*", "", p["summary"])  # the counts, not the time
+        print(
+            f"  {p['project']:{width}}  {tests:22}  CUDA items: {cuda.get('passed', 0)} passed, "
+            f"{cuda.get('failed', 0)} failed"
+        )
+    green = [p for p in record["projects"] if p["pytest_exit_code"] == 0]
+    ran_cuda = [p for p in green if p["cuda_items"].get("passed", 0) > 0]
+    print(
+        f"  {len(green)} of {len(record['projects'])} projects passed; "
+        f"{len(ran_cuda)} of them ran CUDA items."
+    )
+if not gpu_records:
+    print("No recorded GPU run of the template's variants.")
+
+# %%
 # Its CI
 # ------
 # ``.github/workflows/ci.yml`` runs the README's commands on GitHub Actions for

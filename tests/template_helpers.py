@@ -36,7 +36,6 @@ hard-linked, and points the copied ``bin/`` scripts at the copy
 from __future__ import annotations
 
 import fnmatch
-import itertools
 import os
 import re
 import shlex
@@ -52,16 +51,11 @@ import torch
 
 copier = pytest.importorskip("copier", reason="copier is not installed (pip install copier)")
 
+from guidekit.template_variants import EVERY, OP_NAMES, render  # noqa: E402  (after the skip)
+
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "template"
 TORCH_RELEASE = torch.__version__.split("+")[0]
 FULL = os.environ.get("OPGUIDE_TEMPLATE_FULL") == "1"
-
-
-def render(dest: Path, **answers: str) -> Path:
-    """Renders the template into ``dest`` with ``answers``, the rest by default."""
-    copier.run_copy(str(TEMPLATE), str(dest), data=answers, defaults=True, quiet=True)
-    return dest
 
 
 def run(command: list[str], cwd: Path, timeout: int = 900, env=None) -> subprocess.CompletedProcess:
@@ -249,16 +243,6 @@ def assert_passed(tests: subprocess.CompletedProcess) -> str:
     return summary
 
 
-ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic"), ("python", "classic")]
-KINDS = ["elementwise", "rowwise", "indexed", "scatter"]
-OP_NAMES = {
-    "elementwise": "silu_mul",
-    "rowwise": "scaled_norm",
-    "indexed": "rope",
-    "scatter": "store_kv",
-}
-
-
 def case(route: str, abi: str, kind: str, inplace: bool, wheel: bool = True, wheel_venv=True):
     op_name = OP_NAMES[kind] + ("_" if inplace else "")
     label = f"{route}{'-stable' if abi == 'stable' else ''}-{kind}{'-inplace' if inplace else ''}"
@@ -286,12 +270,6 @@ SOME = [
     ("cpp", "stable", "scatter", False, False, False),
     ("python", "classic", "indexed", True, True, False),
     ("python", "classic", "scatter", False, False, False),
-]
-# The scatter kind only writes: it has no in-place twin.
-EVERY = [
-    (r, a, k, i)
-    for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])
-    if not (k == "scatter" and i)
 ]
 
 

@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from template_helpers import KINDS, OP_NAMES, ROUTES, TEMPLATE, copier, readme_command, render, run
+from template_helpers import copier, readme_command, render, run
+
+from guidekit.template_variants import KINDS, OP_NAMES, ROUTES, TEMPLATE
 
 
 def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_path):

@@ -66,6 +66,11 @@ MEASURED: dict[str, tuple[str, ...]] = {
     ),  # fmt: skip
     "gpu_debug.json": ("tools/gpu_debug/**", "tools/record_gpu_debug.py"),
     "stable_abi_*.json": ("stable/**", "tools/record_stable_abi.py"),
+    "template_*_cuda_*.json": (
+        "template/**",
+        "guidekit/template_variants.py",
+        "tools/record_template_gpu.py",
+    ),  # fmt: skip
     "hipcc_check.json": (*KERNELS, "csrc/device_checks/**", "guidekit/compile_checks.py"),
     "across_pytorch_gpu.json": (*KERNELS, *TRITON, *LIBRARY, "examples_src/16_across_pytorch.py"),
     "many_gpus_nccl.json": (

@@ -1,0 +1,59 @@
+"""The template's variants: its routes, kinds and operator names, and how one is rendered.
+
+``tests/template_helpers.py`` and ``tools/record_template_gpu.py`` take their
+variants from here, so that the tests and the GPU record name the same ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template"
+
+#: (route, ABI) pairs: the C++ route comes with either ABI, the others with none of their own.
+ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic"), ("python", "classic")]
+KINDS = ["elementwise", "rowwise", "indexed", "scatter"]
+#: The example operator of each kind (in-place variants append ``_``).
+OP_NAMES = {
+    "elementwise": "silu_mul",
+    "rowwise": "scaled_norm",
+    "indexed": "rope",
+    "scatter": "store_kv",
+}
+
+#: Every (route, abi, kind, inplace): the scatter kind only writes, so it has no in-place twin.
+EVERY = [
+    (r, a, k, i)
+    for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])
+    if not (k == "scatter" and i)
+]
+
+
+def op_name(kind: str, inplace: bool) -> str:
+    """The operator a variant defines: ``silu_mul``, or ``silu_mul_`` for the in-place one."""
+    return OP_NAMES[kind] + ("_" if inplace else "")
+
+
+def package_name(route: str, abi: str, kind: str, inplace: bool, prefix: str = "tpl") -> str:
+    """A variant's package name, e.g. ``tpl_cpp_stable_rowwise_inplace``."""
+    return f"{prefix}_{route}_{abi}_{kind}{'_inplace' if inplace else ''}"
+
+
+def render(dest: Path, **answers: str) -> Path:
+    """Renders the template into ``dest`` with ``answers``, the rest by default (needs copier)."""
+    import copier
+
+    copier.run_copy(str(TEMPLATE), str(dest), data=answers, defaults=True, quiet=True)
+    return dest
+
+
+def render_variant(dest_parent: Path, route: str, abi: str, kind: str, inplace: bool,
+                   prefix: str = "tpl") -> Path:  # fmt: skip
+    """Renders one variant into ``dest_parent/<package>``; returns the project folder."""
+    package = package_name(route, abi, kind, inplace, prefix)
+    answers = dict(package=package, op_name=op_name(kind, inplace), route=route, kind=kind)
+    if route == "cpp":
+        answers["abi"] = abi
+    return render(dest_parent / package, **answers)

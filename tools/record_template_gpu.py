@@ -1,0 +1,186 @@
+"""Runs the template's generated projects on a GPU machine and records what their tests did.
+
+The stable-ABI route builds with the stable headers of torch 2.13 or later and
+loads into torch 2.11 and later, so its wheels are built on a machine with
+such a torch and nvcc (no GPU needed) and carried to the GPU machine, whose
+torch may be older. The Triton and Python routes ship pure-Python wheels,
+built the same way. The classic C++ route's wheel loads only into the torch
+it was built with, so it is built on the GPU machine itself. Two steps::
+
+    # where torch >= 2.13 and nvcc are (CUDA_HOME: a toolkit with libcudart.so)
+    python tools/record_template_gpu.py build build/template_gpu --abi stable --arch 9.0
+    # on the GPU machine, no network needed
+    python tools/record_template_gpu.py run build/template_gpu \\
+        --out docs/recorded/template_stable_cuda_h100.json
+
+``run`` installs each wheel alone (no dependencies: the machine's torch and
+Triton, and pytest and hypothesis, must be there) into a folder of its own,
+runs the project's tests against it from another folder, and counts the test
+items whose id names ``cuda``: the ones that ran the CUDA kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from guidekit import template_variants as tv  # noqa: E402
+
+PREFIX = "gpu"  # package names: gpu_cpp_stable_rowwise_inplace, ...
+
+
+def variants(route: str, abi: str) -> list[tuple[str, str, str, bool]]:
+    return [v for v in tv.EVERY if v[:2] == (route, abi)]
+
+
+def build(args: argparse.Namespace) -> int:
+    out = Path(args.dir).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "wheels").mkdir(parents=True)
+    env = dict(os.environ, USE_CUDA="1", TORCH_CUDA_ARCH_LIST=args.arch)
+    chosen = variants(args.route, args.abi)
+    carried = args.route != "cpp" or args.abi == "stable"
+    for number, (route, abi, kind, inplace) in enumerate(chosen, 1):
+        project = tv.render_variant(out / "projects", route, abi, kind, inplace, PREFIX)
+        print(f"[{number}/{len(chosen)}] {project.name}: rendered", flush=True)
+        if not carried:
+            continue  # a classic-ABI wheel is built where it runs
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+             "-w", str(out / "wheels"), "."],
+            cwd=project, env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:] + proc.stderr[-3000:])
+            raise SystemExit(f"{project.name}: the wheel did not build")
+        print(f"[{number}/{len(chosen)}] {project.name}: wheel built", flush=True)
+    import torch
+
+    info = {"route": args.route, "abi": args.abi, "torch": torch.__version__, "arch": args.arch}
+    info["python"] = platform.python_version()
+    (out / "built.json").write_text(json.dumps(info, indent=1) + "\n")
+    return 0
+
+
+def _cuda_items(junit: Path) -> dict[str, int]:
+    """The test items whose id names cuda, by outcome."""
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for case in ET.parse(junit).iter("testcase"):
+        if "cuda" not in case.get("name", ""):
+            continue
+        if case.find("failure") is not None or case.find("error") is not None:
+            counts["failed"] += 1
+        elif case.find("skipped") is not None:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    return counts
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        raise SystemExit("record_template_gpu.py run: no CUDA GPU visible to torch")
+    folder = Path(args.dir).resolve()
+    built = json.loads((folder / "built.json").read_text())
+    projects = sorted(p for p in (folder / "projects").iterdir() if p.is_dir())
+    rows, failed = [], 0
+    with tempfile.TemporaryDirectory() as scratch:
+        for number, project in enumerate(projects, 1):
+            wheel = sorted((folder / "wheels").glob(f"{project.name}-*.whl"))
+            if not wheel:  # classic ABI: built here, against this torch
+                proc = subprocess.run(
+                    [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
+                     "--no-deps", "-w", str(folder / "wheels"), "."],
+                    cwd=project, capture_output=True, text=True,
+                )  # fmt: skip
+                if proc.returncode != 0:
+                    output = (proc.stdout + proc.stderr).splitlines()
+                    errors = [line.strip() for line in output if "error:" in line][:10]
+                    print(f"[{number}/{len(projects)}] {project.name}: the wheel did not build")
+                    print("\n".join(errors))
+                    failed += 1
+                    rows.append({"project": project.name, "wheel": None, "pytest_exit_code": None,
+                                 "summary": "the wheel did not build", "cuda_items": {},
+                                 "failures": errors})  # fmt: skip
+                    continue
+                wheel = sorted((folder / "wheels").glob(f"{project.name}-*.whl"))
+            target = Path(scratch) / project.name
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                 str(target), str(wheel[0])],
+                check=True,
+            )  # fmt: skip
+            junit = Path(scratch) / f"{project.name}.xml"
+            env = dict(os.environ, PYTHONPATH=str(target))
+            proc = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
+                 f"--junitxml={junit}", str(project / "tests")],
+                cwd=scratch, env=env, capture_output=True, text=True,
+            )  # fmt: skip
+            lines = proc.stdout.strip().splitlines()
+            summary = re.sub(r"=+", "", lines[-1]).strip() if lines else "(no output)"
+            cuda = _cuda_items(junit) if junit.exists() else {}
+            failed += proc.returncode != 0
+            rows.append(
+                {
+                    "project": project.name,
+                    "wheel": wheel[0].name,
+                    "pytest_exit_code": proc.returncode,
+                    "summary": summary,
+                    "cuda_items": cuda,
+                    "failures": [line for line in lines if line.startswith("FAILED")],
+                }
+            )
+            print(f"[{number}/{len(projects)}] {project.name}: {summary}; cuda items {cuda}")
+    record = {
+        "format": 1,
+        "built_with": built,
+        "run_with": {
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "python": platform.python_version(),
+            "device": torch.cuda.get_device_name(),
+        },
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python tools/record_template_gpu.py run DIR --out " + Path(args.out).name,
+        "projects": rows,
+    }
+    Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {args.out}: {len(rows) - failed} of {len(rows)} projects passed")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    b = sub.add_parser("build", help="render the variants; build the wheels that travel")
+    b.add_argument("dir")
+    b.add_argument("--route", default="cpp", choices=["cpp", "triton", "python"])
+    b.add_argument("--abi", default="stable", choices=["classic", "stable"])
+    b.add_argument("--arch", default="9.0", help="TORCH_CUDA_ARCH_LIST (default 9.0)")
+    r = sub.add_parser("run", help="on the GPU machine: install each wheel, run its tests")
+    r.add_argument("dir")
+    r.add_argument("--out", required=True)
+    args = parser.parse_args()
+    return build(args) if args.step == "build" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
