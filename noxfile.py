@@ -202,10 +202,14 @@ def tests(session: nox.Session) -> None:
     python = _install(session, "test")
     # Most items wait on a compiler or a child process on one core: two
     # processes take about 40% off the suite on a 2-core machine. Arguments
-    # that choose the processes themselves (-n, -p no:xdist) win.
+    # that choose the processes themselves (-n, -p no:xdist) win. Files go
+    # out whole and in collection order (conftest.py puts the longest first):
+    # by default pytest-xdist hands out the files with the most items first,
+    # which leaves the gallery scripts (one item each, minutes each) to last.
     chosen = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in session.posargs)
     chosen = chosen or "no:xdist" in session.posargs
-    workers = ["-n", str(JOBS), "--dist", "loadfile"] if JOBS > 1 and not chosen else []
+    workers = ["-n", str(JOBS), "--dist", "loadfile", "--no-loadscope-reorder"]
+    workers = workers if JOBS > 1 and not chosen else []
     session.run(
         python, "-m", "pytest", "--nbval-current-env", *workers, *session.posargs, external=True
     )
