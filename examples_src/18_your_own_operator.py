@@ -361,14 +361,10 @@ assert "FAILED" not in output
 # %%
 # On a GPU
 # --------
-# The CUDA kernels run only where a GPU is, and that machine often has an
-# older torch and no package index. ``tools/record_template_gpu.py`` renders
-# every C++ variant of the template (each kind, functional and in place) and
-# runs its tests on such a machine against the installed wheel. The
-# stable-ABI wheels are built where torch 2.13 and nvcc are and carried over;
-# a classic wheel loads only into the torch it was built against, so it is
-# built on the GPU machine. A test item runs the CUDA kernels when its id
-# names ``cuda``. The recorded runs:
+# ``tools/record_template_gpu.py`` runs each C++ variant's tests on a GPU
+# machine against the installed wheel: the stable-ABI wheels built with torch
+# 2.13 and carried over, the classic ones built there. Items whose id names
+# ``cuda`` ran the CUDA kernels:
 import json  # noqa: E402
 
 from guidekit.recorded import pages  # noqa: E402
@@ -378,8 +374,8 @@ for path in gpu_records:
     record = json.loads(path.read_text())
     built, ran = record["built_with"], record["run_with"]
     print(f"{path.name} ({record['date'][:10]}): the {built['abi']} ABI")
-    # The tool carries the stable-ABI wheels; a classic one is built where it runs.
-    carried = built["abi"] == "stable"
+    # The tool carries every wheel but a classic C++ one, which is built where it runs.
+    carried = built["abi"] == "stable" or built["route"] != "cpp"
     where = f"built with torch {built['torch']}, run with" if carried else "built and run with"
     print(f"  {where} torch {ran['torch']} on {ran['device']}")
     pages.say_stale(path.name)
@@ -405,8 +401,7 @@ if not gpu_records:
 # ------
 # ``.github/workflows/ci.yml`` runs the README's commands on GitHub Actions for
 # every push and pull request, with torch's CPU build: the install and the
-# tests; ``tools/check_triton_targets.py`` (the Triton kernels compiled for AMD
-# and NVIDIA GPUs, failing on a spill); the nvcc check; and, in the PyPA's
+# tests; ``tools/check_triton_targets.py``; the nvcc check; and, in the PyPA's
 # ``manylinux_2_28`` image, the wheel, built and repaired as :doc:`step 19
 # <19_ship_your_operator>` does, then tested as installed. A ``gpu`` job runs
 # on a self-hosted runner once ``GPU_RUNNER`` names it. The jobs:
@@ -661,12 +656,9 @@ else:
 # Updates from the template
 # -------------------------
 # ``copier update`` merges a newer template into your project, keeping your
-# edits. It compares two versions of the template, so it needs the template
-# as a git repository with a tag per version (a template folder from a
-# source archive has none), and your project under git. The generated README
-# gives the commands, once and then per newer template; this guide's suite
-# runs them and merges a changed template into a project with an edit of its
-# own:
+# edits. It needs the template as a git repository with a tag per version,
+# and your project under git. The generated README gives the commands; this
+# guide's suite runs them on a project with an edit of its own:
 readme = (PROJECT / "README.md").read_text()
 for marker in ("adopt-template-command", "update-command"):
     block = readme.split(f"<!-- {marker} -->\n")[1].split(f"<!-- {marker}-end -->")[0]
