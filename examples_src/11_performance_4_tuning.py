@@ -51,7 +51,7 @@ from guidekit.recorded import fixed_shapes, lessons, plots, recorded_dir
 from guidekit.recorded import sources as record_sources
 from guidekit.recorded.pages import compare, recorded, say, show, tool_sweep
 
-packed = tool_sweep("sweep_rms_norm_forward_keep_packed_h200.txt")
+packed = tool_sweep("sweep_rms_norm_forward_keep_packed_h100.txt")
 show(lessons.keep_packed_lines(packed))
 
 # %%
@@ -83,8 +83,8 @@ show(lines)
 loads = compare(
     "forward",
     ["opguide"],
-    recorded("cuda_forward_loads_interleaved_h200.json"),
-    recorded("cuda_forward_loads_first_h200.json"),
+    recorded("cuda_forward_loads_interleaved_h100.json"),
+    recorded("cuda_forward_loads_first_h100.json"),
     ("interleaved", "loads first"),
 )
 say("gain: {:+.1f} to {:+.1f} points".format(*fixed_shapes.gain_range(loads)))
@@ -119,13 +119,13 @@ show(lines)
 # marked lines lose to all of them. The CUDA forward with and without the
 # hints, then the Triton kernels with and without ``evict_first``:
 hints_on, hints_off = (
-    recorded("cuda_forward_hints_on_h200.json"),
-    recorded("cuda_forward_hints_off_h200.json"),
+    recorded("cuda_forward_hints_on_h100.json"),
+    recorded("cuda_forward_hints_off_h100.json"),
 )
 hints = compare("forward", ["opguide"], hints_on, hints_off, ("hints", "no hints"))
 evict_on, evict_off = (
-    recorded("triton_evict_first_on_h200.json"),
-    recorded("triton_evict_first_off_h200.json"),
+    recorded("triton_evict_first_on_h100.json"),
+    recorded("triton_evict_first_off_h100.json"),
 )
 evict = [
     change

@@ -462,7 +462,7 @@ def test_recorded_pages_claims():
     pdl = [c.points for p in ("forward", "backward")
            for c in fixed_shapes.compare(p, ["opguide"], off, on)]  # fmt: skip
     packed = tool_outputs.read_sweep(
-        (recorded_dir() / "sweep_rms_norm_forward_keep_packed_h200.txt").read_text()
+        (recorded_dir() / "sweep_rms_norm_forward_keep_packed_h100.txt").read_text()
     )[1]
     ranking = lessons.ranking_lines({"PDL": pdl, "keep_packed": lessons.keep_packed_gains(packed)})
     lost = "PDL" if min(pdl) < 0 else "none"

@@ -3,24 +3,30 @@
 # fit in one ten-minute call (see tools/gpu_suite.sh):
 #
 #   tools/gpu_records.sh list                # which part makes which record, and how
-#   tools/gpu_records.sh PART [WHEELHOUSE]   # PART 1 to 4
-#   tools/gpu_records.sh PART WHEELHOUSE NAME  # only the record NAME of PART (e.g.
-#                                            # sweep_h100.json), when a part is too long
-#                                            # for one call ("" for no wheelhouse)
+#   tools/gpu_records.sh PART [WHEELHOUSE]   # PART 1 to 5
+#   tools/gpu_records.sh PART WHEELHOUSE NAME  # only the records of PART that NAME, a
+#                                            # name or a pattern, matches (sweep_h100.json,
+#                                            # "cuda_forward_hints_*"), when a part is too
+#                                            # long for one call ("" for no wheelhouse)
 #
 # Each part builds opguide's CUDA kernels in place (once: later parts reuse the
 # build), runs its commands, writes each record into docs/recorded/, stamps it
 # with the hash of the sources it measured and prints "refreshed: NAME". A
-# record that is not in any part measured something no command makes from the
-# sources as they are (a variant of a kernel, two GPUs, another torch); `list`
-# names those and the page that shows each prints, beside it, which of its
-# sources changed since.
+# Part 5 measures variants of the kernels: each is a patch in tools/variants/,
+# applied to a copy of the sources under build/ (the work tree is left as it
+# is), built and timed next to the library as it is; the record stores the
+# patch's hash with the sources'. A record that is not in any part measured
+# something no command makes from the sources (two GPUs, another torch);
+# `list` names those and the page that shows each prints, beside it, which of
+# its sources changed since.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part="${1:?usage: tools/gpu_records.sh list|1|2|3|4 [WHEELHOUSE]}"
+part="${1:?usage: tools/gpu_records.sh list|1|2|3|4|5 [WHEELHOUSE]}"
 out=docs/recorded
 only="${3:-}"
-want() { [[ -z "$only" || "$only" == "$1" ]]; }  # want NAME: is NAME made in this run?
+# want NAME: is NAME made in this run? (NAME matches the pattern given, e.g. "triton_evict_*")
+# shellcheck disable=SC2053  # $only is a pattern on purpose
+want() { [[ -z "$only" || "$1" == $only ]]; }
 # Under build/, not /tmp: the programs compiled here run from it, and /tmp may
 # be mounted noexec.
 mkdir -p build
@@ -69,6 +75,32 @@ nvcc_sweep() {  # nvcc_sweep NAME SOURCE [ARGS...]
   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc "$source" -o "$scratch/sweep"
   text "$name" "$scratch/sweep" "$@"
 }
+# A copy of the sources with tools/variants/NAME.patch applied, in $scratch/NAME;
+# its C++ and CUDA extension is built when the patch changes csrc/ (unless
+# `nobuild`: a torch-free tool compiles the patched headers itself), else it
+# takes the library's. Prints the copy's path.
+variant() {  # variant NAME [nobuild]
+  local name="$1" dir="$scratch/$1"
+  mkdir -p "$dir"
+  tar -cf - --exclude=__pycache__ --exclude='*.so' csrc opguide guidekit tools setup.py \
+    pyproject.toml | tar -xf - -C "$dir"
+  # GIT_CEILING_DIRECTORIES: git applies the patch to this folder, never to the
+  # repository around it.
+  (cd "$dir" && GIT_CEILING_DIRECTORIES="$scratch" git apply "$OLDPWD/tools/variants/$name.patch") >&2
+  if [[ "${2:-}" != nobuild ]] && grep -q '^+++ b/csrc/' "tools/variants/$name.patch"; then
+    (cd "$dir" && USE_CUDA=1 python3 setup.py -q build_ext --inplace >"$dir.build.log" 2>&1) \
+      || { tail -30 "$dir.build.log" >&2; return 1; }
+  else
+    cp opguide/_C*.so "$dir/opguide/"
+  fi
+  echo "$dir"
+}
+vbench() {  # vbench NAME DIR [BENCHMARK ARGS...]: bench, with the sources of DIR
+  want "$1" || return 0
+  local name="$1" dir="$2"; shift 2
+  (cd "$dir" && PYTHONPATH="$dir" python3 -m guidekit.benchmark "$@" --out "$OLDPWD/$out/$name")
+  done_ "$name"
+}
 done_() { python3 tools/stamp_records.py "$out/$1" && echo "refreshed: $1"; }
 gpu="$(python3 -c 'import torch; from guidekit.recorded import short_gpu_name as s; print(s(torch.cuda.get_device_name()))' 2>/dev/null || echo gpu)"
 
@@ -87,20 +119,21 @@ part 2 (fixed shapes, eager calls, odd rows):
   pdl_off.json, pdl_on.json                           OPGUIDE_PDL=0|1
 part 3 (the tools):
   sweep_rms_norm_forward_cluster_h100.txt, sweep_rms_norm_backward_cluster_h100.txt,
-  sweep_rms_norm_backward_pipelined_h100.txt, sweep_triton_split_h100.txt, triton_registers_h100.json, minimal_cuda_h100.json,
-  gpu_debug.json
+  sweep_rms_norm_backward_pipelined_h100.txt, sweep_triton_split_h100.txt,
+  sweep_fused_add_rms_norm_h100.txt, sweep_rms_norm_forward_keep_packed_h100.txt
+  (tools/sweep_rms_norm_forward_vectors.cu, and again with -DOPGUIDE_KEEP_PACKED=0),
+  triton_registers_h100.json, minimal_cuda_h100.json, gpu_debug.json
 part 4 (compute-sanitizer and the CUDA tests):
   sanitizer_h100.txt (memcheck and racecheck, --long-rows --small, --narrow), cuda_tests_h100.log
+part 5 (kernel variants, tools/variants/NAME.patch, each beside the library as it is):
+  cuda_forward_hints_on_h100.json, cuda_forward_hints_off_h100.json     --passes forward
+  cuda_forward_loads_interleaved_h100.json, cuda_forward_loads_first_h100.json
+  triton_evict_first_on_h100.json, triton_evict_first_off_h100.json     --passes forward,fused
+  sweep_odd_rows_16_byte_only_h100.json       triton_odd_rows_16_byte_only.patch, --sweep
+  sweep_fused_add_rms_norm_uncapped_h100.txt  fused_add_rms_norm_uncapped.patch, the part 3 tool
 by hand (no part):
-  a kernel variant that is not in the sources: cuda_forward_hints_on_h200.json,
-    cuda_forward_hints_off_h200.json, cuda_forward_loads_first_h200.json,
-    cuda_forward_loads_interleaved_h200.json, triton_evict_first_on_h200.json,
-    triton_evict_first_off_h200.json, sweep_odd_rows_16_byte_only_h100.json,
-    sweep_fused_add_rms_norm_h100.txt, sweep_fused_add_rms_norm_uncapped_h100.txt,
-    sweep_triton_split_fenced_h100.txt
-  a tool whose output step 11.4 no longer reads: sweep_rms_norm_forward_keep_packed_h200.txt
-    (vectors per thread with and without -DOPGUIDE_KEEP_PACKED=0; tools/sweep_rms_norm_forward.cu
-    now sweeps cache hints and persistent rows against the library's launcher instead)
+  a variant of a tool: sweep_triton_split_fenced_h100.txt (tools/sweep_triton.py split with
+    every split kernel counting its part in behind a release fence)
   two GPUs: two_gpus.json (tools/record_two_gpus.py), many_gpus_nccl.json (step 17)
   another torch: stable_abi_torch2.11_cuda.json, stable_abi_torch2.15_cpu.json
     (tools/record_stable_abi.py)
@@ -112,8 +145,8 @@ by hand (no part):
   elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json (step 16 on a GPU)
 LIST
     exit 0 ;;
-  1|2|3|4) ;;
-  *) echo "unknown part: $part (list, 1, 2, 3 or 4)" >&2; exit 2 ;;
+  1|2|3|4|5) ;;
+  *) echo "unknown part: $part (list, 1, 2, 3, 4 or 5)" >&2; exit 2 ;;
 esac
 [[ "$gpu" == h100 || "$gpu" == h200 ]] || echo "note: the records' names say h100/h200; this GPU is $gpu"
 wheels="$(cd "${2:-.whl}" 2>/dev/null && pwd || true)"
@@ -150,6 +183,17 @@ case "$part" in
     nvcc_sweep sweep_rms_norm_backward_cluster_h100.txt tools/sweep_rms_norm_backward_cluster.cu
     nvcc_sweep sweep_rms_norm_backward_pipelined_h100.txt tools/sweep_rms_norm_backward.cu pipelined
     text sweep_triton_split_h100.txt python3 tools/sweep_triton.py split
+    nvcc_sweep sweep_fused_add_rms_norm_h100.txt tools/sweep_fused_add_rms_norm.cu
+    if want sweep_rms_norm_forward_keep_packed_h100.txt; then
+      name=sweep_rms_norm_forward_keep_packed_h100.txt
+      header > "$scratch/$name"
+      for keep in 1 0; do
+        nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc -DOPGUIDE_KEEP_PACKED=$keep \
+          tools/sweep_rms_norm_forward_vectors.cu -o "$scratch/sweep_vectors"
+        run_to "$scratch/$name" "$scratch/sweep_vectors"
+      done
+      mv "$scratch/$name" "$out/$name" && done_ "$name"
+    fi
     if want triton_registers_h100.json; then
       python3 tools/record_triton_registers.py --out "$out/triton_registers_h100.json"
       done_ triton_registers_h100.json
@@ -174,5 +218,36 @@ case "$part" in
     fi
     text cuda_tests_h100.log python3 -m pytest -q -p no:cacheprovider tests/test_rms_norm_cuda.py \
       tests/test_fused_add_rms_norm.py tests/test_rms_norm.py -k cuda ;;
+  5)
+    fixed=(--dtypes bf16 --impls "opguide,copy (same bytes)")
+    if want cuda_forward_hints_on_h100.json || want cuda_forward_hints_off_h100.json; then
+      dir="$(variant cuda_forward_hints_on)"
+      vbench cuda_forward_hints_on_h100.json "$dir" --passes forward "${fixed[@]}"
+      bench cuda_forward_hints_off_h100.json --passes forward "${fixed[@]}"
+    fi
+    if want cuda_forward_loads_interleaved_h100.json || want cuda_forward_loads_first_h100.json
+    then
+      dir="$(variant cuda_forward_loads_interleaved)"
+      vbench cuda_forward_loads_interleaved_h100.json "$dir" --passes forward "${fixed[@]}"
+      bench cuda_forward_loads_first_h100.json --passes forward "${fixed[@]}"
+    fi
+    if want triton_evict_first_on_h100.json || want triton_evict_first_off_h100.json; then
+      dir="$(variant triton_evict_first_on)"
+      triton=(--passes forward,fused --dtypes bf16 --impls "opguide triton,copy (same bytes)")
+      vbench triton_evict_first_on_h100.json "$dir" "${triton[@]}"
+      bench triton_evict_first_off_h100.json "${triton[@]}"
+    fi
+    if want sweep_odd_rows_16_byte_only_h100.json; then
+      dir="$(variant triton_odd_rows_16_byte_only)"
+      vbench sweep_odd_rows_16_byte_only_h100.json "$dir" --sweep --dtypes bf16 \
+        --sweep-ns 2052,4104,8200,12300,5125,4096 --passes forward,backward,training,fused \
+        --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"
+    fi
+    if want sweep_fused_add_rms_norm_uncapped_h100.txt; then
+      dir="$(variant fused_add_rms_norm_uncapped nobuild)"
+      nvcc -O3 -std=c++17 -arch=sm_90 -I"$dir/csrc" "$dir/tools/sweep_fused_add_rms_norm.cu" \
+        -o "$scratch/sweep_uncapped"
+      text sweep_fused_add_rms_norm_uncapped_h100.txt "$scratch/sweep_uncapped"
+    fi ;;
 esac
 echo "part $part done; tools/stamp_records.py --check lists the records still stale"

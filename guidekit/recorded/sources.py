@@ -96,6 +96,13 @@ MEASURED: dict[str, tuple[str, ...]] = {
         "tools/gpu_suite.sh",
     ),  # fmt: skip
     "sweep_triton_split*.txt": (*TRITON, *LIBRARY, "tools/sweep_triton.py"),
+    "sweep_fused_add_rms_norm_uncapped_*.txt": (
+        "csrc/common/**",
+        "csrc/fused_add_rms_norm/**",
+        *SWEEP_COMMON,
+        "tools/sweep_fused_add_rms_norm.cu",
+        "tools/variants/fused_add_rms_norm_uncapped.patch",
+    ),  # fmt: skip
     "sweep_fused_add_rms_norm*.txt": (
         "csrc/common/**",
         "csrc/fused_add_rms_norm/**",
@@ -124,8 +131,19 @@ MEASURED: dict[str, tuple[str, ...]] = {
         "csrc/common/**",
         "csrc/rms_norm/**",
         *SWEEP_COMMON,
-        "tools/sweep_rms_norm_forward.cu",
+        "tools/sweep_rms_norm_forward_vectors.cu",
     ),  # fmt: skip
+    # A benchmark of a variant of the kernels (tools/gpu_records.sh 5): the
+    # sources it was applied to, and the patch.
+    **{
+        f"{record}_*.json": (*KERNELS, *TRITON, *LIBRARY, *BENCHMARK, f"tools/variants/{patch}.patch")
+        for record, patch in (
+            ("cuda_forward_hints_on", "cuda_forward_hints_on"),
+            ("cuda_forward_loads_interleaved", "cuda_forward_loads_interleaved"),
+            ("triton_evict_first_on", "triton_evict_first_on"),
+            ("sweep_odd_rows_16_byte_only", "triton_odd_rows_16_byte_only"),
+        )
+    },
     # Every other JSON record is an output of python -m guidekit.benchmark.
     "*.json": (*KERNELS, *TRITON, *LIBRARY, *BENCHMARK),
 }
