@@ -224,6 +224,12 @@ show(sweeps.rerun_lines(sweeps.rerun_changes(ALL_ROWS, again_file["sweep"]["rows
 # Two recorded runs, with 16-byte accesses only and as built (bfloat16, % of
 # the same-size copy, before and after; ``F.rms_norm`` from the second run;
 # ``-``: the kernel with 16-byte accesses only cannot take the row):
+#
+# .. dropdown:: tools/variants/odd_rows_16_byte_only.patch (16-byte accesses or one element)
+#
+#    .. literalinclude:: /../tools/variants/odd_rows_16_byte_only.patch
+#       :language: diff
+#       :caption: tools/variants/odd_rows_16_byte_only.patch
 wide_file = recorded("sweep_odd_rows_16_byte_only_h100.json")
 WIDE_ROWS = sweeps.by_dtype(wide_file["sweep"]["rows"])
 WIDE = {k[1:]: r["vs_copy"] for k, r in WIDE_ROWS.items()}

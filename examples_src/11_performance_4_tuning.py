@@ -19,7 +19,10 @@ In this step you will learn:
 The numbers are **recorded** in ``docs/recorded/``: fixed-shape runs of
 ``python -m guidekit.benchmark`` (in % of its 1 GiB copy) and the output of
 the ``tools/sweep_*`` programs, torch-free programs that time variants of a
-kernel against a copy. The page prints each file's device and date.
+kernel against a copy. A change the library does not make is a patch in
+``tools/variants/``, applied to a copy of the sources and timed beside the
+library as it is (``tools/gpu_records.sh 5``); each section shows its patch.
+The page prints each file's device and date.
 Previous page: :doc:`11_performance_3_long_rows`.
 """
 
@@ -60,6 +63,12 @@ show(lessons.keep_packed_lines(packed))
 # multiprocessor, which has 65536 of them. The fused kernel runs rows of 1024
 # threads; ``__launch_bounds__(1024, 2)`` caps it at 32 registers per thread,
 # so that two such blocks fit. Without the cap and with the cap:
+#
+# .. dropdown:: tools/variants/fused_add_rms_norm_uncapped.patch
+#
+#    .. literalinclude:: /../tools/variants/fused_add_rms_norm_uncapped.patch
+#       :language: diff
+#       :caption: tools/variants/fused_add_rms_norm_uncapped.patch
 uncapped = tool_sweep("sweep_fused_add_rms_norm_uncapped_h100.txt")
 capped = tool_sweep("sweep_fused_add_rms_norm_h100.txt")
 lines, cap_gain = lessons.register_cap_lines(uncapped, capped)
@@ -80,6 +89,12 @@ show(lines)
 #    :end-before: if constexpr (kLongRows)
 #
 # The CUDA forward, interleaved and then loads first:
+#
+# .. dropdown:: tools/variants/cuda_forward_loads_interleaved.patch
+#
+#    .. literalinclude:: /../tools/variants/cuda_forward_loads_interleaved.patch
+#       :language: diff
+#       :caption: tools/variants/cuda_forward_loads_interleaved.patch
 loads = compare(
     "forward",
     ["opguide"],
@@ -118,6 +133,20 @@ show(lines)
 # full of lines nobody marked, as a model or the benchmark's clean leaves it,
 # marked lines lose to all of them. The CUDA forward with and without the
 # hints, then the Triton kernels with and without ``evict_first``:
+#
+# .. dropdown:: The patches: tools/variants/cuda_forward_hints_on.patch, cuda_hints_off.patch and triton_evict_first_on.patch
+#
+#    .. literalinclude:: /../tools/variants/cuda_forward_hints_on.patch
+#       :language: diff
+#       :caption: tools/variants/cuda_forward_hints_on.patch
+#
+#    .. literalinclude:: /../tools/variants/cuda_hints_off.patch
+#       :language: diff
+#       :caption: tools/variants/cuda_hints_off.patch
+#
+#    .. literalinclude:: /../tools/variants/triton_evict_first_on.patch
+#       :language: diff
+#       :caption: tools/variants/triton_evict_first_on.patch
 hints_on, hints_off = (
     recorded("cuda_forward_hints_on_h100.json"),
     recorded("cuda_forward_hints_off_h100.json"),

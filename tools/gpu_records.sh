@@ -126,10 +126,11 @@ part 3 (the tools):
 part 4 (compute-sanitizer and the CUDA tests):
   sanitizer_h100.txt (memcheck and racecheck, --long-rows --small, --narrow), cuda_tests_h100.log
 part 5 (kernel variants, tools/variants/NAME.patch, each beside the library as it is):
-  cuda_forward_hints_on_h100.json, cuda_forward_hints_off_h100.json     --passes forward
+  cuda_forward_hints_on_h100.json, cuda_forward_hints_off_h100.json     --passes forward,backward
+    (cuda_forward_hints_on.patch, and cuda_hints_off.patch: no .cs hints in any kernel)
   cuda_forward_loads_interleaved_h100.json, cuda_forward_loads_first_h100.json
   triton_evict_first_on_h100.json, triton_evict_first_off_h100.json     --passes forward,fused
-  sweep_odd_rows_16_byte_only_h100.json       triton_odd_rows_16_byte_only.patch, --sweep
+  sweep_odd_rows_16_byte_only_h100.json       odd_rows_16_byte_only.patch, --sweep
   sweep_fused_add_rms_norm_uncapped_h100.txt  fused_add_rms_norm_uncapped.patch, the part 3 tool
 by hand (no part):
   a variant of a tool: sweep_triton_split_fenced_h100.txt (tools/sweep_triton.py split with
@@ -221,9 +222,11 @@ case "$part" in
   5)
     fixed=(--dtypes bf16 --impls "opguide,copy (same bytes)")
     if want cuda_forward_hints_on_h100.json || want cuda_forward_hints_off_h100.json; then
+      # The forward with the hints the backward's stores have; then no hints anywhere.
       dir="$(variant cuda_forward_hints_on)"
-      vbench cuda_forward_hints_on_h100.json "$dir" --passes forward "${fixed[@]}"
-      bench cuda_forward_hints_off_h100.json --passes forward "${fixed[@]}"
+      vbench cuda_forward_hints_on_h100.json "$dir" --passes forward,backward "${fixed[@]}"
+      dir="$(variant cuda_hints_off)"
+      vbench cuda_forward_hints_off_h100.json "$dir" --passes forward,backward "${fixed[@]}"
     fi
     if want cuda_forward_loads_interleaved_h100.json || want cuda_forward_loads_first_h100.json
     then
@@ -238,7 +241,7 @@ case "$part" in
       bench triton_evict_first_off_h100.json "${triton[@]}"
     fi
     if want sweep_odd_rows_16_byte_only_h100.json; then
-      dir="$(variant triton_odd_rows_16_byte_only)"
+      dir="$(variant odd_rows_16_byte_only)"
       vbench sweep_odd_rows_16_byte_only_h100.json "$dir" --sweep --dtypes bf16 \
         --sweep-ns 2052,4104,8200,12300,5125,4096 --passes forward,backward,training,fused \
         --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"

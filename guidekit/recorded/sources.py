@@ -139,9 +139,10 @@ MEASURED: dict[str, tuple[str, ...]] = {
         f"{record}_*.json": (*KERNELS, *TRITON, *LIBRARY, *BENCHMARK, f"tools/variants/{patch}.patch")
         for record, patch in (
             ("cuda_forward_hints_on", "cuda_forward_hints_on"),
+            ("cuda_forward_hints_off", "cuda_hints_off"),
             ("cuda_forward_loads_interleaved", "cuda_forward_loads_interleaved"),
             ("triton_evict_first_on", "triton_evict_first_on"),
-            ("sweep_odd_rows_16_byte_only", "triton_odd_rows_16_byte_only"),
+            ("sweep_odd_rows_16_byte_only", "odd_rows_16_byte_only"),
         )
     },
     # Every other JSON record is an output of python -m guidekit.benchmark.
