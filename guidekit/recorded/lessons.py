@@ -180,11 +180,15 @@ def keep_packed_lines(packed: list[dict]) -> list[str]:
     return lines
 
 
-def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> tuple[list[str], float]:
+def register_cap_lines(
+    uncapped: list[dict], capped: list[dict]
+) -> tuple[list[str], float | None]:
     """The fused kernel at float16 4096x8192 without and with its register cap.
 
     Returns:
-        ``(lines, gain)``: the lines, and the points the cap gains.
+        ``(lines, gain)``: the lines, and the points the cap gains; None where
+        the kernel has as many registers without the cap (the two runs then
+        timed the same machine code).
     """
     lines, pct, regs = [], [], []
     for label, found in (("no cap", uncapped), ("cap", capped)):
@@ -207,7 +211,7 @@ def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> tuple[list[s
             f"the cap takes {regs[0] - regs[1]} registers a thread away: "
             f"{pct[1] - pct[0]:+.1f} points of the copy"
         )
-    return lines, pct[1] - pct[0]
+    return lines, (None if regs[0] == regs[1] else pct[1] - pct[0])
 
 
 def pipeline_lines(pipelined: list[dict]) -> tuple[list[str], list[float]]:
