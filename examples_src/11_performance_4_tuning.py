@@ -134,7 +134,7 @@ show(lines)
 # marked lines lose to all of them. The CUDA forward with and without the
 # hints, then the Triton kernels with and without ``evict_first``:
 #
-# .. dropdown:: The patches: tools/variants/cuda_forward_hints_on.patch, cuda_hints_off.patch and triton_evict_first_on.patch
+# .. dropdown:: The three patches (tools/variants/)
 #
 #    .. literalinclude:: /../tools/variants/cuda_forward_hints_on.patch
 #       :language: diff

@@ -243,7 +243,8 @@ case "$part" in
     if want sweep_odd_rows_16_byte_only_h100.json; then
       dir="$(variant odd_rows_16_byte_only)"
       vbench sweep_odd_rows_16_byte_only_h100.json "$dir" --sweep --dtypes bf16 \
-        --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 --passes forward,backward,training,fused \
+        --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
+        --passes forward,backward,training,fused \
         --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"
     fi
     if want sweep_fused_add_rms_norm_uncapped_h100.txt; then

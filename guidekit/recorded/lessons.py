@@ -180,9 +180,7 @@ def keep_packed_lines(packed: list[dict]) -> list[str]:
     return lines
 
 
-def register_cap_lines(
-    uncapped: list[dict], capped: list[dict]
-) -> tuple[list[str], float | None]:
+def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> tuple[list[str], float | None]:
     """The fused kernel at float16 4096x8192 without and with its register cap.
 
     Returns:

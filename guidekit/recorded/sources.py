@@ -136,7 +136,13 @@ MEASURED: dict[str, tuple[str, ...]] = {
     # A benchmark of a variant of the kernels (tools/gpu_records.sh 5): the
     # sources it was applied to, and the patch.
     **{
-        f"{record}_*.json": (*KERNELS, *TRITON, *LIBRARY, *BENCHMARK, f"tools/variants/{patch}.patch")
+        f"{record}_*.json": (
+            *KERNELS,
+            *TRITON,
+            *LIBRARY,
+            *BENCHMARK,
+            f"tools/variants/{patch}.patch",
+        )
         for record, patch in (
             ("cuda_forward_hints_on", "cuda_forward_hints_on"),
             ("cuda_forward_hints_off", "cuda_hints_off"),
