@@ -223,7 +223,7 @@ show(sweeps.rerun_lines(sweeps.rerun_changes(ALL_ROWS, again_file["sweep"]["rows
 #
 # Two recorded runs, with 16-byte accesses only and as built (bfloat16, % of
 # the same-size copy, before and after; ``F.rms_norm`` from the second run;
-# ``-``: the kernel with 16-byte accesses only cannot take the row):
+# ``-``: a row length that the first run did not take):
 #
 # .. dropdown:: tools/variants/odd_rows_16_byte_only.patch (16-byte accesses or one element)
 #
