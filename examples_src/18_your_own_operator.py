@@ -361,10 +361,10 @@ assert "FAILED" not in output
 # %%
 # On a GPU
 # --------
-# ``tools/record_template_gpu.py`` runs each C++ variant's tests on a GPU
-# machine against the installed wheel: the stable-ABI wheels built with torch
-# 2.13 and carried over, the classic ones built there. Items whose id names
-# ``cuda`` ran the CUDA kernels:
+# ``tools/record_template_gpu.py`` runs each variant's tests on a GPU machine
+# against the installed wheel: the stable-ABI, Triton and Python wheels built
+# with torch 2.13 and carried over, the classic C++ ones built there. Items
+# whose id names ``cuda`` ran on the GPU:
 import json  # noqa: E402
 
 from guidekit.recorded import pages  # noqa: E402
@@ -373,7 +373,8 @@ gpu_records = sorted((ROOT / "docs" / "recorded").glob("template_*_cuda_*.json")
 for path in gpu_records:
     record = json.loads(path.read_text())
     built, ran = record["built_with"], record["run_with"]
-    print(f"{path.name} ({record['date'][:10]}): the {built['abi']} ABI")
+    route = f"the {built['abi']} ABI" if built["route"] == "cpp" else f"the {built['route']} route"
+    print(f"{path.name} ({record['date'][:10]}): {route}")
     # The tool carries every wheel but a classic C++ one, which is built where it runs.
     carried = built["abi"] == "stable" or built["route"] != "cpp"
     where = f"built with torch {built['torch']}, run with" if carried else "built and run with"
