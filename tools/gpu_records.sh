@@ -69,10 +69,15 @@ text() {  # text NAME COMMAND...
   mv "$scratch/$name" "$out/$name"
   done_ "$name"
 }
+# A torch-free sweep program, compiled for the H100/H200 (sm_90).
+sweep_binary() {  # sweep_binary OUT SOURCE [NVCC FLAGS...]
+  local binary="$1" source="$2"; shift 2
+  nvcc -O3 -std=c++17 -arch=sm_90 "$@" "$source" -o "$binary"
+}
 nvcc_sweep() {  # nvcc_sweep NAME SOURCE [ARGS...]
   want "$1" || return 0
   local name="$1" source="$2"; shift 2
-  nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc "$source" -o "$scratch/sweep"
+  sweep_binary "$scratch/sweep" "$source" -Icsrc
   text "$name" "$scratch/sweep" "$@"
 }
 # A copy of the sources with tools/variants/NAME.patch applied, in $scratch/NAME;
@@ -95,9 +100,11 @@ variant() {  # variant NAME [nobuild]
   fi
   echo "$dir"
 }
-vbench() {  # vbench NAME DIR [BENCHMARK ARGS...]: bench, with the sources of DIR
+vbench() {  # vbench NAME PATCH [BENCHMARK ARGS...]: bench, with tools/variants/PATCH.patch applied
   want "$1" || return 0
-  local name="$1" dir="$2"; shift 2
+  local name="$1" dir
+  dir="$(variant "$2")"
+  shift 2
   (cd "$dir" && PYTHONPATH="$dir" python3 -m guidekit.benchmark "$@" --out "$OLDPWD/$out/$name")
   done_ "$name"
 }
@@ -190,8 +197,8 @@ case "$part" in
       name=sweep_rms_norm_forward_keep_packed_h100.txt
       header > "$scratch/$name"
       for keep in 1 0; do
-        nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc -DOPGUIDE_KEEP_PACKED=$keep \
-          tools/sweep_rms_norm_forward_vectors.cu -o "$scratch/sweep_vectors"
+        sweep_binary "$scratch/sweep_vectors" tools/sweep_rms_norm_forward_vectors.cu -Icsrc \
+          -DOPGUIDE_KEEP_PACKED=$keep
         run_to "$scratch/$name" "$scratch/sweep_vectors"
       done
       mv "$scratch/$name" "$out/$name" && done_ "$name"
@@ -222,36 +229,26 @@ case "$part" in
       tests/test_fused_add_rms_norm.py tests/test_rms_norm.py -k cuda ;;
   5)
     fixed=(--dtypes bf16 --impls "opguide,copy (same bytes)")
-    if want cuda_forward_hints_on_h100.json || want cuda_forward_hints_off_h100.json; then
-      # The forward with the hints the backward's stores have; then no hints anywhere.
-      dir="$(variant cuda_forward_hints_on)"
-      vbench cuda_forward_hints_on_h100.json "$dir" --passes forward,backward "${fixed[@]}"
-      dir="$(variant cuda_hints_off)"
-      vbench cuda_forward_hints_off_h100.json "$dir" --passes forward,backward "${fixed[@]}"
-    fi
-    if want cuda_forward_loads_interleaved_h100.json || want cuda_forward_loads_first_h100.json
-    then
-      dir="$(variant cuda_forward_loads_interleaved)"
-      vbench cuda_forward_loads_interleaved_h100.json "$dir" --passes forward "${fixed[@]}"
-      bench cuda_forward_loads_first_h100.json --passes forward "${fixed[@]}"
-    fi
-    if want triton_evict_first_on_h100.json || want triton_evict_first_off_h100.json; then
-      dir="$(variant triton_evict_first_on)"
-      triton=(--passes forward,fused --dtypes bf16 --impls "opguide triton,copy (same bytes)")
-      vbench triton_evict_first_on_h100.json "$dir" "${triton[@]}"
-      bench triton_evict_first_off_h100.json "${triton[@]}"
-    fi
-    if want sweep_odd_rows_16_byte_only_h100.json; then
-      dir="$(variant odd_rows_16_byte_only)"
-      vbench sweep_odd_rows_16_byte_only_h100.json "$dir" --sweep --dtypes bf16 \
-        --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
-        --passes forward,backward,training,fused \
-        --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"
-    fi
+    # Each variant is timed next to what it is compared with: the forward with the
+    # hints the backward's stores have, then no hints in any kernel; each of the
+    # others, then the library as it is.
+    vbench cuda_forward_hints_on_h100.json cuda_forward_hints_on --passes forward,backward \
+      "${fixed[@]}"
+    vbench cuda_forward_hints_off_h100.json cuda_hints_off --passes forward,backward "${fixed[@]}"
+    vbench cuda_forward_loads_interleaved_h100.json cuda_forward_loads_interleaved \
+      --passes forward "${fixed[@]}"
+    bench cuda_forward_loads_first_h100.json --passes forward "${fixed[@]}"
+    triton=(--passes forward,fused --dtypes bf16 --impls "opguide triton,copy (same bytes)")
+    vbench triton_evict_first_on_h100.json triton_evict_first_on "${triton[@]}"
+    bench triton_evict_first_off_h100.json "${triton[@]}"
+    vbench sweep_odd_rows_16_byte_only_h100.json odd_rows_16_byte_only --sweep --dtypes bf16 \
+      --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
+      --passes forward,backward,training,fused \
+      --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"
     if want sweep_fused_add_rms_norm_uncapped_h100.txt; then
       dir="$(variant fused_add_rms_norm_uncapped nobuild)"
-      nvcc -O3 -std=c++17 -arch=sm_90 -I"$dir/csrc" "$dir/tools/sweep_fused_add_rms_norm.cu" \
-        -o "$scratch/sweep_uncapped"
+      sweep_binary "$scratch/sweep_uncapped" "$dir/tools/sweep_fused_add_rms_norm.cu" \
+        -I"$dir/csrc"
       text sweep_fused_add_rms_norm_uncapped_h100.txt "$scratch/sweep_uncapped"
     fi ;;
 esac

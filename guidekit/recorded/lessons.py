@@ -198,7 +198,8 @@ def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> tuple[list[s
         )
         pct.append(r["pct"])
         regs.append(r["regs"])
-    if regs[0] == regs[1]:
+    gain = None if regs[0] == regs[1] else pct[1] - pct[0]
+    if gain is None:
         lines.append(
             f"without the cap the compiler already stays at {regs[0]} registers: the cap "
             f"changes no instruction, and the {pct[1] - pct[0]:+.1f} points between the two "
@@ -207,9 +208,9 @@ def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> tuple[list[s
     else:
         lines.append(
             f"the cap takes {regs[0] - regs[1]} registers a thread away: "
-            f"{pct[1] - pct[0]:+.1f} points of the copy"
+            f"{gain:+.1f} points of the copy"
         )
-    return lines, (None if regs[0] == regs[1] else pct[1] - pct[0])
+    return lines, gain
 
 
 def pipeline_lines(pipelined: list[dict]) -> tuple[list[str], list[float]]:
