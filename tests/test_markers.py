@@ -43,16 +43,6 @@ OPTION = re.compile(r"^[ \t]*(?:#[ \t]*)?:([a-z-]+):[ \t]*(.*?)[ \t]*$")
 MARKER_LINE = re.compile(r"^[ \t]*(?://|#)[ \t]*(\[[A-Za-z0-9_-]+\])[ \t]*$", re.MULTILINE)
 PART_OPTIONS = ("start-after", "end-before", "start-at", "end-at")
 GENERATED = ROOT / "build"
-#: Markers that no page uses, in C++/CUDA files whose plan-then-launch rework
-#: removes or uses them; each must stay unused while it is listed here.
-UNUSED_IN_CSRC = {
-    "csrc/dispatcher/matmul_tiled.cpp: [register]",
-    "csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh: [cluster-fused]",
-    "csrc/rms_norm/rms_norm_backward.cuh: [backward-kernel]",
-    "csrc/rms_norm/rms_norm_backward.cuh: [backward-kernel-end]",
-    "csrc/rms_norm/rms_norm_forward.cuh: [kernel]",
-    "csrc/rms_norm/rms_norm_forward.cuh: [kernel-end]",
-}
 
 
 def includes() -> list[tuple[str, Path, dict[str, str]]]:
@@ -153,7 +143,4 @@ def test_every_marker_is_used_by_a_page():
         for match in MARKER_LINE.finditer(text):
             if not any(match[1] in value for value in named.get(path.resolve(), [])):
                 unused.add(f"{path.relative_to(ROOT)}: {match[1]}")
-    new = sorted(unused - UNUSED_IN_CSRC)
-    assert not new, "markers that no page uses:\n" + "\n".join(new)
-    gone = sorted(UNUSED_IN_CSRC - unused)
-    assert not gone, "UNUSED_IN_CSRC lists markers that are used or gone:\n" + "\n".join(gone)
+    assert not unused, "markers that no page uses:\n" + "\n".join(sorted(unused))

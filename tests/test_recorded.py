@@ -20,6 +20,7 @@ import pytest
 from guidekit.recorded import (
     describe,
     eager,
+    equivalence,
     fixed_shapes,
     lessons,
     listed,
@@ -627,3 +628,34 @@ def test_the_records_command_lists_every_record_once():
                              capture_output=True, text=True).stdout  # fmt: skip
     named = re.findall(r"[\w.]+\.(?:json|txt|log)\b", listing)
     assert sorted(named) == sorted(p.name for p in _records())
+
+
+def test_same_code_sees_comments_only():
+    """``tools/stamp_records.py --same-code-since``: comments may change, code may not."""
+    same = equivalence.same_code
+    kernel = b'int f(int x) {  // doubles\n  return 2 * x;  /* "no" */\n}\nconst char* s = "//x";\n'
+    reworded = b"// Doubles x.\nint f(int x) {\n  return 2 *   x; /* a\nb */\n}\n"
+    reworded += b'const char* s = "//x";\n'
+    assert same("k.cuh", kernel, reworded)
+    assert not same("k.cuh", kernel, kernel.replace(b"2 * x", b"3 * x"))
+    assert not same("k.cuh", kernel, kernel.replace(b'"//x"', b'"//y"'))  # in a string: code
+    assert not same("k.cuh", kernel, kernel.replace(b"2 * x", b"2 *\n x"))  # moved: stale
+    module = b'"""Doc."""\n\n\ndef g(a):\n    """Says."""\n    return a + 1  # one\n'
+    assert same("m.py", module, b'"""Other doc."""\ndef g(a):\n    # comment\n    return a + 1\n')
+    assert not same("m.py", module, module.replace(b"a + 1", b"a + 2"))
+    patch = "--- a/k.cuh\n+++ b/k.cuh\n@@ -1,3 +1,3 @@\n // old context\n-x\n+y\n"
+    moved = "--- a/k.cuh\n+++ b/k.cuh\n@@ -4,3 +4,3 @@ int f\n // new context\n-x\n+y\n"
+    assert same("v.patch", patch.encode(), moved.encode())
+    assert not same("v.patch", patch.encode(), moved.replace("+y", "+z").encode())
+    assert not same("notes.txt", b"a", b"b")
+
+
+def test_every_variant_patch_applies_to_the_sources():
+    """Each patch of ``tools/variants/`` applies to the sources as they are (part 5 needs it)."""
+    root = recorded_dir().parents[1]
+    patches = sorted((root / "tools" / "variants").glob("*.patch"))
+    assert patches
+    for patch in patches:
+        proc = subprocess.run(["git", "apply", "--check", str(patch)], cwd=root,
+                              capture_output=True, text=True)  # fmt: skip
+        assert proc.returncode == 0, f"{patch.name} does not apply:\n{proc.stderr}"

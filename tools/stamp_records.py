@@ -14,6 +14,14 @@ takes the sources as they were at the commit that last changed the record
 (``git log -1 -- RECORD``), and stamps only records that store no hash yet.
 ``--check`` stamps nothing and lists the records whose sources changed; it
 exits 1 if there is one.
+
+``--same-code-since REV`` carries the stamp of a record over a change that
+touched only comments: a record whose stored hashes are those of its sources
+at commit ``REV``, and whose every source that changed since has the same code
+(``guidekit.recorded.equivalence.same_code``: comments and docstrings aside),
+is stamped with the sources as they are now. Any other change leaves the
+record as it was, and the line printed for it names the first file that
+changed in code.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from guidekit.recorded import sources  # noqa: E402
+from guidekit.recorded import equivalence, sources  # noqa: E402
 
 
 def last_commit(record: Path) -> str | None:
@@ -41,6 +49,35 @@ def last_commit(record: Path) -> str | None:
     return out or None
 
 
+def git_show(commit: str, path: str) -> bytes:
+    """The content of ``path`` at ``commit``."""
+    return subprocess.run(
+        ["git", "show", f"{commit}:{path}"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+
+
+def code_changed(record: Path, commit: str) -> str | None:
+    """Why ``record``'s stamp cannot be carried over from ``commit``; None where it can.
+
+    It can where the record's stored hashes are those of its sources at
+    ``commit`` and every source changed since differs in comments only.
+    """
+    stored = sources.read_stored(record)
+    if stored is None:
+        return "it stores no hashes"
+    then = sources.at_commit(record.name, ROOT, commit)
+    if then["sha256"] != stored["sha256"]:
+        return f"it was not made from the sources at {commit}"
+    now = sources.current(record.name, ROOT)
+    old, new = then["files"], now["files"]
+    if old.keys() != new.keys():
+        return f"files added or removed: {sorted(old.keys() ^ new.keys())}"
+    for path in sorted(p for p in new if old[p] != new[p]):
+        if not equivalence.same_code(path, git_show(commit, path), (ROOT / path).read_bytes()):
+            return f"{path} changed in code"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Stamps (or checks) the records named on the command line; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -51,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         "--from-git", action="store_true", help="unstamped records, from their last commit"
     )
     parser.add_argument("--check", action="store_true", help="list stale records, stamp nothing")
+    parser.add_argument(
+        "--same-code-since",
+        metavar="REV",
+        help="restamp records made from the sources at REV where only comments changed since",
+    )
     args = parser.parse_args(argv)
     records = [p.resolve() for p in args.records] or sorted(
         p for p in (ROOT / "docs" / "recorded").iterdir() if not p.name.endswith(sources.SIDECAR)
@@ -63,7 +105,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(note)
                 stale += 1
             continue
-        if args.from_git:
+        if args.same_code_since:
+            if not sources.stale_files(record, ROOT):
+                continue
+            why = code_changed(record, args.same_code_since)
+            if why is not None:
+                print(f"{record.name}: left stale, {why}")
+                continue
+            stored = sources.current(record.name, ROOT)
+            how = f"only comments changed since {args.same_code_since}"
+        elif args.from_git:
             if sources.read_stored(record) is not None:
                 continue
             commit = last_commit(record)

@@ -31,7 +31,6 @@ at::Tensor matmul_tiled(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace opguide_mm
 
-// [register]
 MATMUL_DEFINE(m) { m.def("matmul_tiled(Tensor a, Tensor b) -> Tensor"); }
 MATMUL_IMPL(CPU, m) { m.impl("matmul_tiled", &opguide_mm::matmul_tiled); }
 // [register-end]

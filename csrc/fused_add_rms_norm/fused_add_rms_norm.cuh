@@ -70,11 +70,14 @@ __device__ __forceinline__ Vec<O, kVec> normalise(const Vec<R, kVec>& hv,
 // x and weight are X, the residual R, the output O; Acc is float
 // or double. kVec > 1 only when every row of every array is aligned to
 // kVec elements and cols is a multiple of kVec (the launcher checks).
-// __launch_bounds__(1024, 2) caps the kernel at 32 registers per thread, so
-// that two blocks of 1024 threads fit on an SM: a few registers more and
-// only one block fits, which leaves the memory system idle between rows
-// (tools/sweep_fused_add_rms_norm.cu: docs/recorded/sweep_fused_add_rms_norm_h100.txt
-// against sweep_fused_add_rms_norm_uncapped_h100.txt).
+// __launch_bounds__(1024, 2) holds the kernel to 32 registers per thread, so
+// that two blocks of 1024 threads fit on an SM: with one block per SM the
+// memory system idles between rows. The kernel as written needs no more
+// without the cap (docs/recorded/sweep_fused_add_rms_norm_uncapped_h100.txt
+// against sweep_fused_add_rms_norm_h100.txt, both from
+// tools/sweep_fused_add_rms_norm.cu); the cap keeps a later change from
+// crossing that line unseen, and tests/test_compile_checks.py checks that two
+// blocks fit.
 template <typename X, typename R, typename O, typename Acc, int kVec, int kRegVecs>
 __global__ void __launch_bounds__(kFusedMaxThreads, 2) fused_add_rms_norm_kernel(
     const X* __restrict__ x,       // [rows, cols], dense

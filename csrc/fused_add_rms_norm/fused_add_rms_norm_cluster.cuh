@@ -20,7 +20,6 @@
 
 namespace opguide {
 
-// [cluster-fused]
 // Fused residual add + RMSNorm (fused_add_rms_norm.cuh) for rows longer than
 // kClusterFusedMinVecs vectors, as the forward cluster kernel: one row per
 // cluster, each block's slice of x and of the residual staged in shared

@@ -24,7 +24,6 @@
 
 namespace opguide {
 
-// [backward-kernel]
 // Backward, per row with r = inv_rms[row]:
 //   grad_x = r * g * w - x * (r^3 / N) * sum_k(g_k * w_k * x_k)
 //   grad_w = sum over rows of g * x * r
@@ -365,6 +364,5 @@ __global__ void __launch_bounds__(kGradWCols* kGradWLanes)
     grad_w[j] = from_acc<T>(total);
   }
 }
-// [backward-kernel-end]
 
 }  // namespace opguide

@@ -26,7 +26,6 @@
 
 namespace opguide {
 
-// [kernel]
 // One row per threadIdx.y, blockDim.x threads per row. Each thread keeps up to
 // kRegVecs vectors of its row in registers, so x is read from memory once:
 // pass 1 loads and sums squares, pass 2 scales what is already in registers.
@@ -59,8 +58,8 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
   // All loads first, then the arithmetic: written this way the compiler
   // issues every load before it waits for the first one (interleaved with
   // the sums, it waits for each x before loading the next:
-  // docs/recorded/cuda_forward_loads_first_h200.json against
-  // cuda_forward_loads_interleaved_h200.json; tests/test_compile_checks.py
+  // docs/recorded/cuda_forward_loads_first_h100.json against
+  // cuda_forward_loads_interleaved_h100.json; tests/test_compile_checks.py
   // checks the order in the machine code).
   V cache[kRegVecs];
   V wcache[kRegVecs];
@@ -129,6 +128,5 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
     }
   }
 }
-// [kernel-end]
 
 }  // namespace opguide

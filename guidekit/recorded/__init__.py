@@ -23,6 +23,8 @@ on the recorded files themselves.
   beside the CUDA ones in % of the copy.
 * :mod:`.sources`: the sources each record measured, their stored hashes, and
   the sentence a page prints when they have changed since.
+* :mod:`.equivalence`: whether a source changed in its comments only, so that
+  a record's stamp may be carried over the change.
 
 Functions that return ``list[str]`` return lines to print; the others return
 the numbers that those lines state.
