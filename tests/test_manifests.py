@@ -13,7 +13,8 @@
   into an empty folder, its ``write`` files written (cut from this
   repository's, :func:`guidekit.manifests.cut`), built in a virtual
   environment of its own that holds torch and nothing else (a copy of the
-  torch-only venv of ``tests/test_template.py``; Triton and NumPy from pip),
+  torch-only venv of ``tests/test_template.py``; Triton and NumPy from pip;
+  on the GPU machine a venv over its own torch, :func:`project_venv`),
   and checked against the reference formula: the C++ routes built with
   ``USE_CUDA=0`` (on a GPU machine with nvcc, with CUDA, and checked on the
   GPU too), their ``.cu`` files' includes resolved by ``nvcc -M`` from the copy
@@ -35,6 +36,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
@@ -199,11 +201,28 @@ def cuda_includes_resolve(project: Path, manifest: manifests.Manifest) -> list[s
     return failed
 
 
+def project_venv(request, dest: Path) -> Path:
+    """The copied project's virtual environment: a copy of the torch-only venv.
+
+    With ``OPGUIDE_SYSTEM_TORCH=1`` (``tools/gpu_suite.sh``: a GPU machine with
+    its own CUDA build of torch and no package index) a new venv that sees this
+    interpreter's packages instead, so that the copy builds against that torch.
+    """
+    if os.environ.get("OPGUIDE_SYSTEM_TORCH") == "1":
+        made = subprocess.run(
+            [sys.executable, "-m", "venv", "--system-site-packages", str(dest)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stdout + made.stderr
+        return dest
+    return clone_venv(request.getfixturevalue("base_venv"), dest)
+
+
 @pytest.mark.parametrize("route", BUILT_ROUTES)
-def test_route_builds_and_runs(route, base_venv, tmp_path):
+def test_route_builds_and_runs(route, request, tmp_path):
     manifest = manifests.read(route)
     project = make_project(manifest, tmp_path / "project")
-    venv = clone_venv(base_venv, tmp_path / "venv")
+    venv = project_venv(request, tmp_path / "venv")
     env = venv_env(venv)
     python = str(venv / "bin" / "python")
     gpu = torch.cuda.is_available()

@@ -12,9 +12,10 @@
 # Part 1 is tests/, part 2 the gallery scripts and the notebook. Both run
 # OPGUIDE_JOBS (default 8) pytest processes, whole files each, and end with
 # the failed items by name. Part 1 leaves out the tests that make virtual
-# environments from a package index (template, manifests, wheels): with no
-# network they cannot run here, and every CPU run of the README's test
-# command runs them.
+# environments from a package index (template, wheels): with no network they
+# cannot run here, and every CPU run of the README's test command runs them.
+# The manifests' projects are built there over the machine's own torch
+# (tests/test_manifests.py), the C++ routes with CUDA.
 #
 # `records PART` remakes the records in docs/recorded/ that one command makes
 # from the sources as they are, in four parts that each fit in ten minutes on
@@ -48,7 +49,7 @@ export OPGUIDE_SYSTEM_TORCH=1 OPGUIDE_WHEELHOUSE="$wheels" USE_CUDA=1
 export OPGUIDE_JOBS="${OPGUIDE_JOBS:-8}"
 
 # The tests that need a package index, left out of part 1 (see above).
-NEEDS_INDEX=(tests/test_template*.py tests/test_manifests.py tests/test_wheels.py)
+NEEDS_INDEX=(tests/test_template*.py tests/test_wheels.py)
 
 run_part() {
   local args=(-rf "${@:2}")
