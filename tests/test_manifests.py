@@ -205,15 +205,17 @@ def project_venv(request, dest: Path) -> Path:
     """The copied project's virtual environment: a copy of the torch-only venv.
 
     With ``OPGUIDE_SYSTEM_TORCH=1`` (``tools/gpu_suite.sh``: a GPU machine with
-    its own CUDA build of torch and no package index) a new venv that sees this
-    interpreter's packages instead, so that the copy builds against that torch.
+    its own CUDA build of torch and no package index) a new venv whose
+    ``sys.path`` also holds this interpreter's site-packages (a ``.pth`` file),
+    so that the copy builds against that torch and finds its Triton.
     """
     if os.environ.get("OPGUIDE_SYSTEM_TORCH") == "1":
-        made = subprocess.run(
-            [sys.executable, "-m", "venv", "--system-site-packages", str(dest)],
-            capture_output=True, text=True,
-        )  # fmt: skip
+        made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)],
+                              capture_output=True, text=True)  # fmt: skip
         assert made.returncode == 0, made.stdout + made.stderr
+        site = next(dest.glob("lib/python*/site-packages"))
+        ours = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+        (site / "suite_packages.pth").write_text("\n".join(ours) + "\n")
         return dest
     return clone_venv(request.getfixturevalue("base_venv"), dest)
 
