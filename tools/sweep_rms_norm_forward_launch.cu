@@ -169,6 +169,16 @@ extern "C" int forward_variant_launch(int dtype, const void* x, const void* w, v
   return table.runs[r][flags](x, w, y, rows, cols, eps, per_row, rows_per_block, s);
 }
 
+// Threads per row that the library's planner gives a row of `cols` elements
+// in 16-byte vectors, each thread holding `regs` of them
+// (rms_norm_forward_block_plan); -1 when the row does not fit in registers
+// that way (the planner would take the long-row kernel).
+extern "C" int forward_variant_threads(int dtype, int64_t cols, int regs) {
+  const int vec = 16 / (dtype == 0 ? sizeof(__nv_bfloat16) : sizeof(__half));
+  const RowPlan plan = rms_norm_forward_block_plan(1, cols, vec, 32, regs);
+  return plan.kernel == RowKernel::kBlock ? static_cast<int>(plan.block.x) : -1;
+}
+
 // Registers per thread of one variant's kernel, or -1.
 extern "C" int forward_variant_registers(int dtype, int regs, int flags) {
   const int r = slot(regs);

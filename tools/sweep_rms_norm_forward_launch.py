@@ -51,6 +51,7 @@ class Variants:
             c_int, ptr, ptr, ptr, i64, i64, ctypes.c_float, c_int, c_int, c_int, c_int, ptr
         ]  # fmt: skip
         self.lib.forward_variant_registers.argtypes = [c_int, c_int, c_int]
+        self.lib.forward_variant_threads.argtypes = [c_int, i64, c_int]
 
     def forward(self, x, w, eps, regs, per_row, rpb, flags):
         y = torch.empty_like(x)
@@ -66,24 +67,16 @@ class Variants:
     def registers(self, bf16: bool, regs: int, flags: int) -> int:
         return self.lib.forward_variant_registers(0 if bf16 else 1, regs, flags)
 
-
-def per_row_threads(n: int, vec: int, regs: int) -> int:
-    nvec = n // vec
-    per_row = -(-nvec // regs)
-    if per_row < 32:
-        p = 1
-        while p < per_row:
-            p *= 2
-        return p
-    return -(-per_row // 32) * 32
+    def threads(self, bf16: bool, n: int, regs: int) -> int:
+        """Threads per row from the library's planner, or -1 (the row needs the long-row kernel)."""
+        return self.lib.forward_variant_threads(0 if bf16 else 1, n, regs)
 
 
 def variants(ext, n: int, dtype: torch.dtype) -> dict:
-    vec = 16 // passes._element_size(dtype)
     found = {}
     for regs in (1, 2, 4):
-        per_row = per_row_threads(n, vec, regs)
-        if per_row > 1024:
+        per_row = ext.threads(dtype == torch.bfloat16, n, regs)
+        if per_row < 0:
             continue
         for rpb in (1, 2, 4, 8):
             if per_row * rpb > 1024 or per_row * rpb < 64:

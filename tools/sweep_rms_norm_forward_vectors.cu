@@ -31,10 +31,11 @@ void run(const char* dtype, int64_t M, int64_t N, double copy_bw, size_t l2, int
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, kernel));
-  const int64_t nvec = N / kVec;
-  int per_row = (int)((nvec + kRegs - 1) / kRegs);
-  per_row = (per_row + 31) / 32 * 32;
-  if (per_row > 1024) return;
+  // Threads per row as the library's planner gives them (one row per block
+  // there; the rows per block are what this sweep varies).
+  const RowPlan plan = rms_norm_forward_block_plan(M, N, kVec, 32, kRegs);
+  if (plan.kernel != RowKernel::kBlock) return;
+  const int per_row = static_cast<int>(plan.block.x);
   for (int block_threads : {64, 128, 256, 512}) {
     if (block_threads < per_row) continue;
     const int rpb = block_threads / per_row;

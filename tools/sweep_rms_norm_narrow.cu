@@ -64,10 +64,10 @@ void forward(const Buffers& b, int64_t M, int64_t N, double copy_bw) {
   auto kernel = rms_norm_forward_kernel<bf16, kVec, kRegs, false>;
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, kernel));
-  const int64_t nvec = N / kVec;
-  int64_t per_row = (nvec + kRegs - 1) / kRegs;
-  per_row = (per_row + 31) / 32 * 32;
-  if (per_row > 1024) return;
+  // Threads per row as the library's planner gives them.
+  const RowPlan plan = rms_norm_forward_block_plan(M, N, kVec, 32, kRegs);
+  if (plan.kernel != RowKernel::kBlock) return;
+  const int64_t per_row = plan.block.x;
   for (int rpb = 1; rpb * per_row <= 1024 && rpb <= 4; rpb *= 2) {
     const dim3 grid(static_cast<unsigned>((M + rpb - 1) / rpb));
     const dim3 block(static_cast<unsigned>(per_row), rpb);
