@@ -17,7 +17,7 @@ pytestmark = pytest.mark.cpu
 ROOT = compile_checks.source_root()
 CSRC = ROOT / "csrc"
 DEVICE_CHECKS = sorted((CSRC / "device_checks").glob("*.cu"))
-OPERATOR_FOLDERS = ("rms_norm", "fused_add_rms_norm")
+OPERATOR_FOLDERS = ("common", "rms_norm", "fused_add_rms_norm")
 EXTENSION_SOURCES = sorted(p for f in OPERATOR_FOLDERS for p in (CSRC / f).glob("*.cu"))
 
 

@@ -4,6 +4,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "../common/launch_settings.h"
+
 #include <string>
 #include <tuple>
 
@@ -26,14 +28,6 @@ std::string shape_str(at::IntArrayRef sizes);
 std::string number_str(double v);
 
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps);
-
-// CUDA builds only (rms_norm_cuda.cu): whether kernels launch with
-// programmatic dependent launch on the current GPU (see csrc/common/launch.cuh),
-// and the current GPU's warp size (64 on AMD CDNA GPUs).
-bool cuda_use_pdl();
-int cuda_warp_size();
-// The most blocks per cluster the long-row kernels may use; 0: no clusters.
-int cuda_max_cluster();
 
 // [backward-contract]
 // rms_norm_fwd and rms_norm_backward (the training pair) share this
