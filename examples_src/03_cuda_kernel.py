@@ -263,6 +263,16 @@ else:
 #       :language: cuda
 #       :caption: csrc/common/launch.cuh
 #
+# .. dropdown:: csrc/common/launch_settings.h and .cu (PDL, warp size and clusters on this GPU)
+#
+#    .. literalinclude:: /../csrc/common/launch_settings.h
+#       :language: cuda
+#       :caption: csrc/common/launch_settings.h
+#
+#    .. literalinclude:: /../csrc/common/launch_settings.cu
+#       :language: cuda
+#       :caption: csrc/common/launch_settings.cu
+#
 # They compile without a GPU too: the torch-free device code on its own (every
 # kernel instantiated for every dtype by ``csrc/device_checks/rms_norm.cu``),
 # then the wrapper, with the command shown above:
