@@ -49,31 +49,24 @@ def last_commit(record: Path) -> str | None:
     return out or None
 
 
-def git_show(commit: str, path: str) -> bytes:
-    """The content of ``path`` at ``commit``."""
-    return subprocess.run(
-        ["git", "show", f"{commit}:{path}"], cwd=ROOT, check=True, capture_output=True
-    ).stdout
-
-
-def code_changed(record: Path, commit: str) -> str | None:
+def code_changed(record: Path, commit: str, now: dict) -> str | None:
     """Why ``record``'s stamp cannot be carried over from ``commit``; None where it can.
 
     It can where the record's stored hashes are those of its sources at
-    ``commit`` and every source changed since differs in comments only.
+    ``commit`` and every source changed since (``now``: :func:`sources.current`)
+    differs in comments only.
     """
     stored = sources.read_stored(record)
     if stored is None:
         return "it stores no hashes"
-    then = sources.at_commit(record.name, ROOT, commit)
-    if then["sha256"] != stored["sha256"]:
+    then = sources.files_at_commit(record.name, ROOT, commit)
+    old = sources.digest(then)
+    if old["sha256"] != stored["sha256"]:
         return f"it was not made from the sources at {commit}"
-    now = sources.current(record.name, ROOT)
-    old, new = then["files"], now["files"]
-    if old.keys() != new.keys():
-        return f"files added or removed: {sorted(old.keys() ^ new.keys())}"
-    for path in sorted(p for p in new if old[p] != new[p]):
-        if not equivalence.same_code(path, git_show(commit, path), (ROOT / path).read_bytes()):
+    if old["files"].keys() != now["files"].keys():
+        return f"files added or removed: {sorted(old['files'].keys() ^ now['files'].keys())}"
+    for path in sorted(p for p in now["files"] if old["files"][p] != now["files"][p]):
+        if not equivalence.same_code(path, then[path], (ROOT / path).read_bytes()):
             return f"{path} changed in code"
     return None
 
@@ -106,13 +99,14 @@ def main(argv: list[str] | None = None) -> int:
                 stale += 1
             continue
         if args.same_code_since:
-            if not sources.stale_files(record, ROOT):
-                continue
-            why = code_changed(record, args.same_code_since)
+            stored = sources.current(record.name, ROOT)
+            before = sources.read_stored(record)
+            if before is None or before["sha256"] == stored["sha256"]:
+                continue  # unstamped (see --from-git), or not stale
+            why = code_changed(record, args.same_code_since, stored)
             if why is not None:
                 print(f"{record.name}: left stale, {why}")
                 continue
-            stored = sources.current(record.name, ROOT)
             how = f"only comments changed since {args.same_code_since}"
         elif args.from_git:
             if sources.read_stored(record) is not None:

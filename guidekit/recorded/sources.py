@@ -252,8 +252,10 @@ def current(record: str, root: Path | None = None) -> dict:
     return digest({p: (root / p).read_bytes() for p in paths})
 
 
-def at_commit(record: str, root: Path, commit: str, run: Callable | None = None) -> dict:
-    """The stored form of ``record``'s sources as they were at a git ``commit``.
+def files_at_commit(
+    record: str, root: Path, commit: str, run: Callable | None = None
+) -> dict[str, bytes]:
+    """``record``'s sources as they were at a git ``commit``: relative path -> content.
 
     Args:
         record: the record's file name.
@@ -269,8 +271,15 @@ def at_commit(record: str, root: Path, commit: str, run: Callable | None = None)
         return run(["git", *args], cwd=root, check=True, capture_output=True).stdout
 
     listed = git("ls-tree", "-r", "--name-only", commit).decode().splitlines()
-    paths = select(listed, measured_globs(record))
-    return digest({p: git("show", f"{commit}:{p}") for p in paths})
+    return {p: git("show", f"{commit}:{p}") for p in select(listed, measured_globs(record))}
+
+
+def at_commit(record: str, root: Path, commit: str, run: Callable | None = None) -> dict:
+    """The stored form (:func:`digest`) of ``record``'s sources as they were at a git ``commit``.
+
+    Arguments as for :func:`files_at_commit`.
+    """
+    return digest(files_at_commit(record, root, commit, run))
 
 
 def read_stored(path: Path) -> dict | None:
