@@ -18,7 +18,7 @@ In this step you will learn:
   :func:`torch.library.wrap_triton` (transparent to Inductor), and the
   cheaper ``Library.define`` and ``impl`` that opguide uses;
 * how users choose a backend: ``opguide.rms_norm(x, w, backend="triton")``;
-* how to write the backward, with a two-stage reduction for ``grad_w``;
+* how to write the backward, with a two-stage reduction for ``grad_weight``;
 * how the same kernels run on a machine without a GPU, in Triton's
   interpreter, and how fast they run on one (recorded).
 
@@ -224,13 +224,13 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # -------------------
 # With ``x_hat = x * inv_rms`` and ``g = grad_y * weight``, the gradients are
 # ``grad_x = inv_rms * (g - x_hat * mean(g * x_hat))`` per row, and
-# ``grad_w = sum over rows of grad_y * x_hat``. The second is a reduction *across*
+# ``grad_weight = sum over rows of grad_y * x_hat``. The second is a reduction *across*
 # rows: each program sums the rows it owns into its own row of a small float32
-# buffer, and a second kernel (``_dw_sum_kernel``) adds up that buffer's rows
-# in a fixed order and writes ``grad_w`` in its dtype. No two programs write
+# buffer, and a second kernel (``_grad_weight_sum_kernel``) adds up that buffer's rows
+# in a fixed order and writes ``grad_weight`` in its dtype. No two programs write
 # the same address, so no atomics are needed, and the result is the same on
 # every run. A plan of one program (a few rows, as when decoding) writes
-# ``grad_w`` itself, and the second kernel is not launched. ``inv_rms`` comes
+# ``grad_weight`` itself, and the second kernel is not launched. ``inv_rms`` comes
 # from the forward, which saved it.
 #
 # There are only as many programs as fit on the GPU at once, each looping over
@@ -247,7 +247,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 #
 # .. literalinclude:: /../opguide/triton/backward.py
 #    :language: python
-#    :pyobject: _dw_sum_kernel
+#    :pyobject: _grad_weight_sum_kernel
 #
 # ``launch.backward_config`` chooses the programs, ``ROWS`` and ``STAGES``
 # (shown whole at the end of the page). The backward operator returns two
@@ -273,13 +273,13 @@ x = torch.randn(37, 96, device=device, requires_grad=True)
 w = torch.randn(96, device=device, requires_grad=True)
 grad = torch.randn(37, 96, device=device)
 opguide.rms_norm(x, w, backend="triton").backward(grad)
-grad_x, grad_w = x.grad.clone(), w.grad.clone()
+grad_x, grad_weight = x.grad.clone(), w.grad.clone()
 x.grad = w.grad = None
 rms_norm_reference(x, w).backward(grad)
 torch.testing.assert_close(grad_x, x.grad, atol=1e-4, rtol=1e-4)
-torch.testing.assert_close(grad_w, w.grad, atol=1e-4, rtol=1e-4)
+torch.testing.assert_close(grad_weight, w.grad, atol=1e-4, rtol=1e-4)
 print("max |grad_x - reference| =", (grad_x - x.grad).abs().max().item())
-print("max |grad_w - reference| =", (grad_w - w.grad).abs().max().item())
+print("max |grad_weight - reference| =", (grad_weight - w.grad).abs().max().item())
 
 # %%
 # opcheck and torch.compile
@@ -321,7 +321,7 @@ print(f"compiled and ran in {time.perf_counter() - start:.1f} s")
 torch.testing.assert_close(y, rms_norm_reference(x, w) * 2)
 y.sum().backward()
 print("compiled forward and backward match the reference")
-print("grad_w[:4] =", w.grad[:4])
+print("grad_weight[:4] =", w.grad[:4])
 
 # %%
 # What Inductor receives

@@ -38,8 +38,8 @@ the backward one per segment of a group of rows:
    :caption: opguide/triton/split.py
 
 In the backward, program ``(g, s)`` takes segment ``s`` of the rows ``g``,
-``g + G``, ``g + 2G``, ..., adds its segment of ``grad_w`` over them into
-row ``g`` of the buffer that ``_dw_sum_kernel`` sums (:doc:`step 9
+``g + G``, ``g + 2G``, ..., adds its segment of ``grad_weight`` over them into
+row ``g`` of the buffer that ``_grad_weight_sum_kernel`` sums (:doc:`step 9
 <09_triton_kernel>`), and waits one row late: it writes its part of the next
 row's sum before it waits for this row's total, and it has already started
 the loads of the row after that.
@@ -79,19 +79,19 @@ the interpreter, where timing means nothing and costs a lot:
 
 .. literalinclude:: /../opguide/triton/forward.py
    :language: python
-   :pyobject: _rms_norm_fwd_long_kernel
+   :pyobject: _rms_norm_fwd_chunked_kernel
 
 The backward's chunked kernels do the same: one program per row walks it
-twice, for the row's sum and for ``grad_x``, and ``grad_w`` is summed over
+twice, for the row's sum and for ``grad_x``, and ``grad_weight`` is summed over
 strips of columns:
 
 .. literalinclude:: /../opguide/triton/backward.py
    :language: python
-   :pyobject: _rms_norm_bwd_long_kernel
+   :pyobject: _rms_norm_bwd_chunked_kernel
 
 .. literalinclude:: /../opguide/triton/backward.py
    :language: python
-   :pyobject: _dw_columns_kernel
+   :pyobject: _grad_weight_columns_kernel
 """
 
 # %%
@@ -146,11 +146,11 @@ for n in (20000, 2**17 + 3):
     y = opguide.rms_norm(x, w, backend="triton")
     torch.testing.assert_close(y, rms_norm_reference(x, w), **TOL[torch.float32])
     y.backward(grad)
-    grad_x, grad_w = x.grad.clone(), w.grad.clone()
+    grad_x, grad_weight = x.grad.clone(), w.grad.clone()
     x.grad = w.grad = None
     rms_norm_reference(x, w).backward(grad)
     torch.testing.assert_close(grad_x, x.grad, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(grad_w, w.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(grad_weight, w.grad, atol=1e-4, rtol=1e-4)
     residual = torch.randn(2, n, device=device)
     h = x.detach() + residual
     fused = opguide.fused_add_rms_norm_

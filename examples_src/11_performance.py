@@ -134,7 +134,7 @@ say(f"  with three:   {listed(sweeps.behind_peer(THREE, one_set['ns']))}")
 # ----------------
 # The sweep keeps ``M * N`` fixed, so every point moves the same bytes and
 # only the row length ``N`` changes. It times four passes: the forward; the
-# backward (``grad_x`` and ``grad_w`` from ``grad_y``); training (forward, then
+# backward (``grad_x`` and ``grad_weight`` from ``grad_y``); training (forward, then
 # backward through autograd); and the fused residual add + RMSNorm. Next to
 # opguide's CUDA and Triton kernels it times ``F.rms_norm``,
 # ``torch.compile`` of the Python reference, Liger-Kernel (Triton) and Quack
@@ -206,7 +206,7 @@ show(sweeps.rerun_lines(sweeps.rerun_changes(ALL_ROWS, again_file["sweep"]["rows
 # length the narrow kernels hold. The backward's narrow kernels hold shorter
 # rows than that (``narrow_backward_config`` in
 # ``csrc/rms_norm/rms_norm_planner.cuh``, below the lines shown); a longer odd
-# row's backward takes the two-pass kernel, which reads the row twice. The
+# row's backward takes the chunked kernel, which reads the row twice. The
 # table below gives each row length's before and after:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_planner.cuh

@@ -97,11 +97,11 @@ for who, longest in LONGEST.items():
 #       :language: cuda
 #       :caption: csrc/rms_norm/rms_norm_backward_cluster.cuh
 #
-# .. dropdown:: csrc/rms_norm/rms_norm_backward_two_pass.cuh (the two-pass backward)
+# .. dropdown:: csrc/rms_norm/rms_norm_backward_chunked.cuh (the chunked backward)
 #
-#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_two_pass.cuh
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_chunked.cuh
 #       :language: cuda
-#       :caption: csrc/rms_norm/rms_norm_backward_two_pass.cuh
+#       :caption: csrc/rms_norm/rms_norm_backward_chunked.cuh
 #
 # .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh (fused, clusters)
 #

@@ -86,7 +86,7 @@ show(lines)
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_forward.cuh
 #    :language: cuda
 #    :start-at: // All loads first
-#    :end-before: if constexpr (kLongRows)
+#    :end-before: if constexpr (kChunked)
 #
 # The CUDA forward, interleaved and then loads first:
 #

@@ -48,8 +48,8 @@ def rms_norm_backward_reference(
     wf = weight.detach().to(acc).requires_grad_(True)
     with torch.enable_grad():
         yf = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps) * wf
-        grad_x, grad_w = torch.autograd.grad(yf, (xf, wf), grad_y.to(acc))
-    return grad_x.to(x.dtype), grad_w.to(weight.dtype)
+        grad_x, grad_weight = torch.autograd.grad(yf, (xf, wf), grad_y.to(acc))
+    return grad_x.to(x.dtype), grad_weight.to(weight.dtype)
 
 
 def fused_add_rms_norm_reference(

@@ -29,8 +29,8 @@ TOLERANCES = {
     torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
     torch.float64: dict(atol=1e-12, rtol=1e-12),
 }
-#: Tolerances of the gradients, by dtype: dx sums over a row and dweight over
-#: rows, so they are looser in low precision (dweight's absolute tolerance
+#: Tolerances of the gradients, by dtype: grad_x sums over a row and grad_weight over
+#: rows, so they are looser in low precision (grad_weight's absolute tolerance
 #: also grows with the rows; see :func:`assert_grads_close`).
 GRAD_TOLERANCES = {
     torch.float32: dict(atol=1e-4, rtol=1e-4),
@@ -61,7 +61,8 @@ def make_inputs(
 def reference_grads(
     x: torch.Tensor, weight: torch.Tensor, grad_y: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(dx, dweight)`` by autograd through the float32 reference, in the inputs' dtypes."""
+    """``(grad_x, grad_weight)`` by autograd through the float32 reference, in the inputs'
+    dtypes."""
     xr = x.detach().float().requires_grad_()
     wr = weight.detach().float().requires_grad_()
     rms_norm_reference(xr, wr, eps).backward(grad_y.float())
@@ -71,16 +72,16 @@ def reference_grads(
 def assert_grads_close(
     grads: tuple[torch.Tensor, torch.Tensor], expected: tuple[torch.Tensor, torch.Tensor]
 ) -> None:
-    """Compares ``(dx, dweight)`` with :data:`GRAD_TOLERANCES`.
+    """Compares ``(grad_x, grad_weight)`` with :data:`GRAD_TOLERANCES`.
 
-    dweight sums over the rows of dx's shape, so its absolute tolerance is
+    grad_weight sums over the rows of grad_x's shape, so its absolute tolerance is
     scaled by the square root of their number (independent rounding errors).
     """
-    dx, dw = grads
+    grad_x, grad_weight = grads
     ex, ew = expected
-    tol = GRAD_TOLERANCES[dx.dtype]
-    rows = dx.numel() // max(dx.shape[-1], 1) if dx.dim() else 1
-    torch.testing.assert_close(dx, ex.to(dx.dtype), **tol)
+    tol = GRAD_TOLERANCES[grad_x.dtype]
+    rows = grad_x.numel() // max(grad_x.shape[-1], 1) if grad_x.dim() else 1
+    torch.testing.assert_close(grad_x, ex.to(grad_x.dtype), **tol)
     torch.testing.assert_close(
-        dw.float(), ew.float(), atol=tol["atol"] * max(rows, 1) ** 0.5, rtol=tol["rtol"]
+        grad_weight.float(), ew.float(), atol=tol["atol"] * max(rows, 1) ** 0.5, rtol=tol["rtol"]
     )

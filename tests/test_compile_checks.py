@@ -168,7 +168,7 @@ def _cluster_machine_code():
 
 def test_cluster_kernels_do_not_spill():
     # The cluster kernels keep a slice of every row in registers (the
-    # backward also its slices of the weight and of grad_w), and a spill
+    # backward also its slices of the weight and of grad_weight), and a spill
     # would send those to local memory on every row.
     kernels = _cluster_machine_code()
     heavy = {name: (c.registers, c.stack) for name, c in kernels.items() if c.stack > 0}

@@ -153,9 +153,9 @@ def _check_backward(mesh, device):
     args = [distribute_tensor(t, mesh, [Shard(0)]) for t in (grad_y, x)]
     args.insert(2, distribute_tensor(weight, mesh, [Replicate()]))
     args.append(distribute_tensor(inv_rms, mesh, [Shard(0)]))
-    grad_x, grad_w = torch.ops.opguide.rms_norm_backward(*args)
-    assert grad_x.placements == (Shard(0),) and grad_w.placements == (Partial("sum"),)
-    torch.testing.assert_close(grad_w.full_tensor(), w_1.grad)
+    grad_x, grad_weight = torch.ops.opguide.rms_norm_backward(*args)
+    assert grad_x.placements == (Shard(0),) and grad_weight.placements == (Partial("sum"),)
+    torch.testing.assert_close(grad_weight.full_tensor(), w_1.grad)
 
 
 def test_backward_keeps_shards_and_returns_a_partial_weight_gradient():

@@ -142,9 +142,9 @@ def test_cuda_eager_path_with_odd_pointers_and_gradients():
             )
             assert all(map(torch.equal, got, want))
     x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
-    (dw,) = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton").sum(), (w,))
+    (grad_weight,) = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton").sum(), (w,))
     (want,) = torch.autograd.grad(torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)[0].sum(), (w,))
-    assert torch.equal(dw, want)
+    assert torch.equal(grad_weight, want)
 
 
 @needs_triton
@@ -185,7 +185,7 @@ def test_cuda_eager_path_calls_a_launch_hook():
             saved.remove(hook)
         else:
             runtime.launch_enter_hook = saved
-    assert len(seen) == 3, seen  # the forward, the backward, the dweight sum
+    assert len(seen) == 3, seen  # the forward, the backward, the grad_weight sum
 
 
 @pytest.mark.cuda

@@ -108,10 +108,10 @@ def counted(fn) -> dict[str, int]:
 
 def test_backward_by_hand_is_rms_norm_backward():
     x, w = make_inputs((4, 33), torch.float64)
-    dy = torch.randn_like(x)
+    grad_y = torch.randn_like(x)
     inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, EPS)[1]
-    expected = opguide.rms_norm_backward_reference(dy, x, w, EPS)
-    torch.testing.assert_close(backward_by_hand(dy, x, w, inv_rms), expected)
+    expected = opguide.rms_norm_backward_reference(grad_y, x, w, EPS)
+    torch.testing.assert_close(backward_by_hand(grad_y, x, w, inv_rms), expected)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
@@ -129,10 +129,10 @@ def test_forward_ops_count_their_formula(backend, shape):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backward_op_counts_its_formula(backend, shape):
     x, w = make_inputs(shape)
-    dy = torch.randn_like(x)
+    grad_y = torch.randn_like(x)
     inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, EPS)[1]
-    expected = full_size_arithmetic(backward_by_hand, dy, x, w, inv_rms)
-    got = counted(lambda: packet("backward", backend)(dy, x, w, inv_rms))
+    expected = full_size_arithmetic(backward_by_hand, grad_y, x, w, inv_rms)
+    got = counted(lambda: packet("backward", backend)(grad_y, x, w, inv_rms))
     assert got == {f"opguide.{op_name('backward', backend)}": expected}
 
 
@@ -152,11 +152,11 @@ def test_fused_op_counts_its_formula(backend, shape, weighted):
 def test_forward_and_backward_count_both_ops(backend):
     x, w = make_inputs((6, 40), requires_grad=True)
     forward = full_size_arithmetic(rms_norm_reference, x.detach(), w.detach())
-    dy = torch.randn_like(x)
+    grad_y = torch.randn_like(x)
     inv_rms = torch.ops.opguide.rms_norm_fwd(x.detach(), w.detach(), EPS)[1]
-    backward = full_size_arithmetic(backward_by_hand, dy, x.detach(), w.detach(), inv_rms)
+    backward = full_size_arithmetic(backward_by_hand, grad_y, x.detach(), w.detach(), inv_rms)
     with FlopCounterMode(display=False) as counter:
-        opguide.rms_norm(x, w, EPS, backend=backend).backward(dy)
+        opguide.rms_norm(x, w, EPS, backend=backend).backward(grad_y)
     got = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
     assert got == {
         f"opguide.{op_name('training', backend)}": forward,

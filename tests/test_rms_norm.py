@@ -167,10 +167,10 @@ def test_backward_matches_reference(shape, dtype):
     y = opguide.rms_norm(x, w, eps=1e-5)
     grad_y = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(dtype)
     y.backward(grad_y)
-    grad_x, grad_w = rms_norm_backward_reference(grad_y, x, w, 1e-5)
+    grad_x, grad_weight = rms_norm_backward_reference(grad_y, x, w, 1e-5)
     assert x.grad.dtype == dtype and w.grad.dtype == dtype
     assert_grads_close(x.grad, grad_x, dtype)
-    assert_grads_close(w.grad, grad_w, dtype)
+    assert_grads_close(w.grad, grad_weight, dtype)
 
 
 def test_forward_saves_inv_rms():
@@ -270,9 +270,9 @@ def test_compile_dynamic_forward_backward_no_recompiles():
             x.requires_grad_(True)
             w.requires_grad_(True)
             compiled(x, w).backward()
-            grad_x, grad_w = rms_norm_backward_reference(torch.full(shape, 2.0), x, w)
+            grad_x, grad_weight = rms_norm_backward_reference(torch.full(shape, 2.0), x, w)
             assert_grads_close(x.grad, grad_x, torch.float32)
-            assert_grads_close(w.grad, grad_w, torch.float32)
+            assert_grads_close(w.grad, grad_weight, torch.float32)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
 
 

@@ -201,7 +201,7 @@ def _grads(fn, x, w, grad_y):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 # (rows, N): the kernel's range, odd rows, a 3-d input, more rows than the
 # grid has row slots (each slot then cycles through its pipeline stages), and
-# rows the vector kernels leave to the two-pass kernels (odd N) or to
+# rows the vector kernels leave to the chunked kernels (odd N) or to
 # clusters (N past one block's budget).
 @pytest.mark.parametrize(
     "shape",
@@ -212,10 +212,10 @@ def _grads(fn, x, w, grad_y):
 def test_backward_matches_reference(shape, dtype):
     x, w = make_cuda_inputs(shape, dtype)
     grad_y = torch.randn_like(x)
-    gx, gw = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
+    grad_x, grad_weight = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
     # The reference's gradients by autograd in float32; grad_weight's
     # tolerance grows with the rows it sums over.
-    assert_grads_close((gx, gw), reference_grads(x, w, grad_y))
+    assert_grads_close((grad_x, grad_weight), reference_grads(x, w, grad_y))
 
 
 # (300, 131072): the cluster kernels, whose partial sums must add up in one order too.
@@ -257,18 +257,18 @@ def test_compile_forward_and_backward():
     x, w = make_cuda_inputs((64, 2048), torch.bfloat16)
     fn = torch.compile(lambda a, b: opguide.rms_norm(a, b) * 2, fullgraph=True)
     grad_y = torch.randn_like(x)
-    gx, gw = _grads(fn, x, w, grad_y)
+    grad_x, grad_weight = _grads(fn, x, w, grad_y)
     rx, rw = _grads(lambda a, b: opguide.rms_norm(a, b) * 2, x, w, grad_y)
-    torch.testing.assert_close(gx, rx)
-    torch.testing.assert_close(gw, rw)
+    torch.testing.assert_close(grad_x, rx)
+    torch.testing.assert_close(grad_weight, rw)
 
 
-# Long rows (csrc/rms_norm/*_cluster.cuh, rms_norm_backward_two_pass.cuh): past
+# Long rows (csrc/rms_norm/*_cluster.cuh, rms_norm_backward_chunked.cuh): past
 # one block's registers the forward
 # and backward split a row over a thread-block cluster (sm_90+), or take the
-# two-pass kernels (older GPUs, odd N, misaligned rows). Shapes: every cluster
+# chunked kernels (older GPUs, odd N, misaligned rows). Shapes: every cluster
 # size (2 to 16 blocks for bfloat16), more rows than clusters fit on the GPU
-# at once, and odd N (the two-pass kernels on every GPU).
+# at once, and odd N (the chunked kernels on every GPU).
 LONG_SHAPES = [(3, 32768), (5, 65536), (300, 65536), (7, 131072), (2, 262144), (5, 100003),
                (3, 40000), (600, 16384)]  # fmt: skip
 
@@ -281,8 +281,8 @@ def test_long_rows_forward_and_backward(shape, dtype):
     y = opguide.rms_norm(x, w)
     ref = rms_norm_reference(x.float(), w.float()).to(dtype)
     torch.testing.assert_close(y, ref, **TOLERANCES[dtype])
-    gx, gw = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
-    assert_grads_close((gx, gw), reference_grads(x, w, grad_y))
+    grad_x, grad_weight = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
+    assert_grads_close((grad_x, grad_weight), reference_grads(x, w, grad_y))
     # inv_rms of the training op, per row.
     _, inv_rms = torch.ops.opguide.rms_norm_fwd.default(x, w, 1e-6)
     expected = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
@@ -306,7 +306,7 @@ def test_long_rows_strided_forward(dtype):
 # Rows that are not whole 16-byte vectors, or that start off a 16-byte
 # boundary, take narrower accesses (step 11, "Odd row lengths"): 8 bytes
 # (2052 and 8200 16-bit elements), 4 bytes (2050), one element (2049), and
-# past what the narrow backward holds in registers the two-pass kernels
+# past what the narrow backward holds in registers the chunked kernels
 # (12300, 4097). `offset` moves every row 1 or 2 elements off the boundary.
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n", [2052, 2050, 2049, 8200, 12300, 4097])
@@ -319,27 +319,27 @@ def test_narrow_accesses(n, offset, dtype):
     ref = rms_norm_reference(x.double(), w.double()).to(dtype)
     torch.testing.assert_close(opguide.rms_norm(x, w), ref, **TOLERANCES[dtype])
     grad_y = torch.randn_like(x)
-    gx, gw = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
-    assert_grads_close((gx, gw), reference_grads(x, w, grad_y))
+    grad_x, grad_weight = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
+    assert_grads_close((grad_x, grad_weight), reference_grads(x, w, grad_y))
 
 
 def test_long_rows_misaligned_backward():
-    # A row that starts 2 bytes past a 16-byte boundary: the two-pass kernels.
+    # A row that starts 2 bytes past a 16-byte boundary: the chunked kernels.
     base, w = make_cuda_inputs((4, 65537), torch.bfloat16)
     x = base[:, 1:]
     grad_y = torch.randn_like(x)
-    gx, gw = _grads(lambda a, b: opguide.rms_norm(a, b), x, w[1:].contiguous(), grad_y)
+    grad_x, grad_weight = _grads(lambda a, b: opguide.rms_norm(a, b), x, w[1:].contiguous(), grad_y)
     rx, rw = _grads(
         lambda a, b: rms_norm_reference(a.float(), b.float()).to(a.dtype),
         x, w[1:].contiguous(), grad_y,
     )  # fmt: skip
-    torch.testing.assert_close(gx, rx, **GRAD_TOLERANCES[torch.bfloat16])
-    torch.testing.assert_close(gw.float(), rw.float(), atol=0.2, rtol=6e-2)
+    torch.testing.assert_close(grad_x, rx, **GRAD_TOLERANCES[torch.bfloat16])
+    torch.testing.assert_close(grad_weight.float(), rw.float(), atol=0.2, rtol=6e-2)
 
 
 def test_long_rows_without_clusters():
     # OPGUIDE_CLUSTERS=0 (read once per process) sends long rows to the
-    # two-pass backward and the one-block forward: run in a fresh process.
+    # chunked backward and the one-block forward: run in a fresh process.
     import subprocess
     import sys
 
@@ -348,10 +348,10 @@ def test_long_rows_without_clusters():
         "from opguide import rms_norm_reference\n"
         "x = torch.randn(5, 131072, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
         "w = torch.randn(131072, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
-        "dy = torch.randn_like(x)\n"
-        "opguide.rms_norm(x, w).backward(dy)\n"
+        "grad_y = torch.randn_like(x)\n"
+        "opguide.rms_norm(x, w).backward(grad_y)\n"
         "xr = x.detach().float().requires_grad_(); wr = w.detach().float().requires_grad_()\n"
-        "rms_norm_reference(xr, wr).backward(dy.float())\n"
+        "rms_norm_reference(xr, wr).backward(grad_y.float())\n"
         "torch.testing.assert_close(x.grad.float(), xr.grad, atol=6e-2, rtol=6e-2)\n"
         "torch.testing.assert_close(w.grad.float(), wr.grad, atol=0.2, rtol=6e-2)\n"
         "print('ok')\n"

@@ -59,8 +59,8 @@ def test_backward_matches_reference(inputs, seed):
         *reversed(range(x.dim()))
     )
     y.backward(grad_y)
-    grad_x, grad_w = rms_norm_backward_reference(grad_y, x, weight, eps)
+    grad_x, grad_weight = rms_norm_backward_reference(grad_y, x, weight, eps)
     tol = TOLERANCES[x.dtype]
-    scale = max(1.0, grad_w.abs().max().item() if grad_w.numel() else 0.0)
+    scale = max(1.0, grad_weight.abs().max().item() if grad_weight.numel() else 0.0)
     torch.testing.assert_close(x.grad, grad_x, **tol)
-    torch.testing.assert_close(weight.grad, grad_w, atol=tol["atol"] * scale, rtol=tol["rtol"])
+    torch.testing.assert_close(weight.grad, grad_weight, atol=tol["atol"] * scale, rtol=tol["rtol"])

@@ -77,20 +77,20 @@ def test_backward_matches_reference(shape, dtype):
     x, w = make_inputs(shape, dtype, requires_grad=True)
     grad = torch.randn(shape).to(dtype)
     opguide.rms_norm(x, w, backend="triton").backward(grad)
-    dx, dw = reference_grads(x, w, grad)
-    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[dtype])
-    torch.testing.assert_close(w.grad, dw, **GRAD_TOLERANCES[dtype])
+    grad_x, grad_weight = reference_grads(x, w, grad)
+    torch.testing.assert_close(x.grad, grad_x, **GRAD_TOLERANCES[dtype])
+    torch.testing.assert_close(w.grad, grad_weight, **GRAD_TOLERANCES[dtype])
 
 
 @interpreter
 def test_backward_many_rows_per_program():
-    # 37 rows over 4 programs: uneven row ranges, partial dweight sums added up.
+    # 37 rows over 4 programs: uneven row ranges, partial grad_weight sums added up.
     x, w = make_inputs((37, 24), torch.float32, requires_grad=True)
     grad = torch.randn(37, 24)
     opguide.rms_norm(x, w, backend="triton").backward(grad)
-    dx, dw = reference_grads(x, w, grad)
-    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[torch.float32])
-    torch.testing.assert_close(w.grad, dw, **GRAD_TOLERANCES[torch.float32])
+    grad_x, grad_weight = reference_grads(x, w, grad)
+    torch.testing.assert_close(x.grad, grad_x, **GRAD_TOLERANCES[torch.float32])
+    torch.testing.assert_close(w.grad, grad_weight, **GRAD_TOLERANCES[torch.float32])
 
 
 @interpreter
@@ -169,9 +169,9 @@ def test_compile_fullgraph_forward_and_backward():
     y = compiled(x, w)
     torch.testing.assert_close(y, rms_norm_reference(x, w) * 2)
     y.backward(grad)
-    dx, dw = reference_grads(x, w, 2 * grad)
-    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[torch.float32])
-    torch.testing.assert_close(w.grad, dw, **GRAD_TOLERANCES[torch.float32])
+    grad_x, grad_weight = reference_grads(x, w, 2 * grad)
+    torch.testing.assert_close(x.grad, grad_x, **GRAD_TOLERANCES[torch.float32])
+    torch.testing.assert_close(w.grad, grad_weight, **GRAD_TOLERANCES[torch.float32])
 
 
 def test_backend_choice_reaches_the_right_operator():
@@ -269,13 +269,15 @@ def test_backward_ops_share_one_contract(backend, shape):
     y, inv_rms = fwd(x, w, 1e-6)
     assert inv_rms.shape == x.shape[:-1] and inv_rms.dtype == torch.float32
     torch.testing.assert_close(inv_rms, torch.rsqrt(x.pow(2).mean(-1) + 1e-6))
-    dx, dw = bwd(grad, x, w, inv_rms)
-    assert_grads_close((dx, dw), reference_grads(x, w, grad))
+    grad_x, grad_weight = bwd(grad, x, w, inv_rms)
+    assert_grads_close((grad_x, grad_weight), reference_grads(x, w, grad))
     # Both backends' backward ops, fed the same inv_rms, agree with each other.
     other = "cpp" if backend == "triton" else "triton"
-    odx, odw = getattr(torch.ops.opguide, BACKWARD_OPS[other][1]).default(grad, x, w, inv_rms)
-    torch.testing.assert_close(dx, odx, **GRAD_TOLERANCES[torch.float32])
-    torch.testing.assert_close(dw, odw, **GRAD_TOLERANCES[torch.float32])
+    other_grad_x, other_grad_weight = getattr(torch.ops.opguide, BACKWARD_OPS[other][1]).default(
+        grad, x, w, inv_rms
+    )
+    torch.testing.assert_close(grad_x, other_grad_x, **GRAD_TOLERANCES[torch.float32])
+    torch.testing.assert_close(grad_weight, other_grad_weight, **GRAD_TOLERANCES[torch.float32])
 
 
 @interpreter
@@ -290,8 +292,8 @@ def test_split_backward_with_several_rows_per_program(rows):
     _, inv_rms = torch.ops.opguide.rms_norm_fwd_triton.default(x, w, 1e-6)
     for groups in (2, rows):
         forced = launch.Split(seg=32768, num_warps=2, per_sm=groups)
-        dx, dw = triton_ops.ops.rms_norm_backward(grad, x, w, inv_rms, forced=forced)
-        assert_grads_close((dx, dw), reference_grads(x, w, grad))
+        grad_x, grad_weight = triton_ops.ops.rms_norm_backward(grad, x, w, inv_rms, forced=forced)
+        assert_grads_close((grad_x, grad_weight), reference_grads(x, w, grad))
 
 
 def test_launch_configurations_are_frozen_and_forced_ones_are_taken_as_they_are():
@@ -316,15 +318,17 @@ def test_a_forced_configuration_gives_the_same_result():
     torch.testing.assert_close(triton_ops.ops.rms_norm_forward(x, w, 1e-6, forced=forced), want)
     grad = torch.randn(5, 40)
     want = triton_ops.ops.rms_norm_backward(grad, x, w, inv)
-    got = triton_ops.ops.rms_norm_backward(grad, x, w, inv, dw_sum=launch.DwSum(16, 64, 1))
+    got = triton_ops.ops.rms_norm_backward(
+        grad, x, w, inv, grad_weight_sum=launch.GradWeightSum(16, 64, 1)
+    )
     assert_grads_close(got, want)
 
 
 @interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_backward_of_one_program_writes_grad_w_itself(dtype):
+def test_a_backward_of_one_program_writes_grad_weight_itself(dtype):
     # One program holds the whole sum over rows: the plan has no sum kernel,
-    # grad_w comes out in weight's dtype, and it matches the sum of the
+    # grad_weight comes out in weight's dtype, and it matches the sum of the
     # partial rows of three programs.
     x, w = make_inputs((3, 40), dtype)
     grad = torch.randn(3, 40, dtype=dtype)
@@ -382,12 +386,12 @@ def test_cuda_backward_matches_reference(shape, dtype):
     x, w = make_inputs(shape, dtype, device="cuda", requires_grad=True)
     grad = torch.randn(shape, device="cuda").to(dtype)
     opguide.rms_norm(x, w, backend="triton").backward(grad)
-    dx, dw = reference_grads(x, w, grad)
+    grad_x, grad_weight = reference_grads(x, w, grad)
     tol = dict(GRAD_TOLERANCES[dtype])
     if shape[0] > 100 and dtype != torch.float32:
-        tol = dict(atol=0.25, rtol=5e-2)  # dweight sums hundreds of rounded rows
-    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[dtype])
-    torch.testing.assert_close(w.grad, dw, **tol)
+        tol = dict(atol=0.25, rtol=5e-2)  # grad_weight sums hundreds of rounded rows
+    torch.testing.assert_close(x.grad, grad_x, **GRAD_TOLERANCES[dtype])
+    torch.testing.assert_close(w.grad, grad_weight, **tol)
 
 
 def _sms() -> int:
@@ -419,12 +423,12 @@ def test_cuda_long_rows(case, dtype):
     y = opguide.rms_norm(x, w, backend="triton")
     torch.testing.assert_close(y, rms_norm_reference(x, w), **TOLERANCES[dtype])
     y.backward(grad)
-    dx, dw = reference_grads(x, w, grad)
-    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[dtype])
+    grad_x, grad_weight = reference_grads(x, w, grad)
+    torch.testing.assert_close(x.grad, grad_x, **GRAD_TOLERANCES[dtype])
     tol = dict(GRAD_TOLERANCES[dtype])
     if dtype != torch.float32:
         tol = dict(atol=0.25 * max(1, shape[0] // 100), rtol=5e-2)  # rounded rows summed
-    torch.testing.assert_close(w.grad, dw, **tol)
+    torch.testing.assert_close(w.grad, grad_weight, **tol)
     residual = torch.randn(shape, device="cuda").to(dtype)
     h = (x.detach().float() + residual.float()).to(dtype)
     out, inv_rms = opguide.fused_add_rms_norm_(
@@ -498,9 +502,9 @@ def test_cuda_compile_backward():
     x, w = make_inputs((64, 512), torch.float32, device="cuda", requires_grad=True)
     grad = torch.randn(64, 512, device="cuda")
     compiled(x, w).backward(grad)
-    dx, dw = reference_grads(x, w, grad)
-    torch.testing.assert_close(x.grad, dx, **GRAD_TOLERANCES[torch.float32])
-    torch.testing.assert_close(w.grad, dw, **GRAD_TOLERANCES[torch.float32])
+    grad_x, grad_weight = reference_grads(x, w, grad)
+    torch.testing.assert_close(x.grad, grad_x, **GRAD_TOLERANCES[torch.float32])
+    torch.testing.assert_close(w.grad, grad_weight, **GRAD_TOLERANCES[torch.float32])
 
 
 @pytest.mark.cuda
@@ -543,7 +547,10 @@ with warnings.catch_warnings(record=True) as caught:
 print("warned:", [str(w.message) for w in caught if "Triton" in str(w.message)])
 print("environ unchanged:", dict(os.environ) == before)
 @triton.jit
-def reader_kernel(x_ptr, n):
+def reader_kernel(
+    x_ptr,  # [n] never read
+    n,
+):
     pass
 print("reader kernel:", type(reader_kernel).__name__)
 print("opguide interprets:", opguide.triton.INTERPRET)

@@ -11,7 +11,7 @@ rounds, at the shapes of the per-call targets::
 Implementations: ``opguide cuda`` (``backend="cpp"``), ``opguide triton``
 (``backend="triton"``), ``F.rms_norm`` and ``torch.compile`` of
 :func:`opguide.rms_norm_reference`. Forward+backward is ``y = f(x, w)`` then
-``y.backward(dy)`` on leaves whose ``.grad`` is reset to None first, as an
+``y.backward(grad_y)`` on leaves whose ``.grad`` is reset to None first, as an
 optimiser's ``zero_grad`` does. ``--profile`` prints the
 :mod:`torch.profiler` table of 200 such calls of each opguide route at
 1x4096, CPU time first: the host's cost, layer by layer.
@@ -50,11 +50,11 @@ def _forward(fn, x, w):
     return step
 
 
-def _training(fn, x, w, dy):
+def _training(fn, x, w, grad_y):
     def step():
         x.grad = None
         w.grad = None
-        fn(x, w).backward(dy)
+        fn(x, w).backward(grad_y)
 
     return step
 
@@ -69,12 +69,12 @@ def measure(rounds: int, dtype: torch.dtype) -> dict:
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(m, n, device="cuda", dtype=dtype, generator=gen)
         w = torch.rand(n, device="cuda", dtype=dtype, generator=gen) + 0.5
-        dy = torch.randn(m, n, device="cuda", dtype=dtype, generator=gen)
+        grad_y = torch.randn(m, n, device="cuda", dtype=dtype, generator=gen)
         xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
         row = out.setdefault(f"{m}x{n}", {})
         calls = {}
         for name, fn in impls.items():
-            calls[name] = {"forward": _forward(fn, x, w), "training": _training(fn, xg, wg, dy)}
+            calls[name] = {"forward": _forward(fn, x, w), "training": _training(fn, xg, wg, grad_y)}
             for call in calls[name].values():  # compile, autotune and warm up
                 for _ in range(3):
                     call()
@@ -123,9 +123,9 @@ def profile(dtype: torch.dtype) -> None:
     impls = implementations()
     x = torch.randn(1, 4096, device="cuda", dtype=dtype, requires_grad=True)
     w = torch.rand(4096, device="cuda", dtype=dtype, requires_grad=True)
-    dy = torch.randn(1, 4096, device="cuda", dtype=dtype)
+    grad_y = torch.randn(1, 4096, device="cuda", dtype=dtype)
     for name in ("opguide triton", "opguide cuda"):
-        step = _training(impls[name], x, w, dy)
+        step = _training(impls[name], x, w, grad_y)
         for _ in range(20):
             step()
         torch.cuda.synchronize()

@@ -13,7 +13,7 @@ rules give the same configuration it is timed once. Needs a CUDA GPU.
 
 Bytes: forward reads x and writes y and inv_rms (2 M N s + 4 M); backward
 reads x, grad_y and inv_rms and writes grad_x (3 M N s + 4 M); fused reads x
-and residual and writes residual, y and inv_rms (4 M N s + 4 M). grad_w's
+and residual and writes residual, y and inv_rms (4 M N s + 4 M). grad_weight's
 partial sums are not counted (the same for both rules at a given grid).
 """
 
@@ -83,8 +83,8 @@ def case(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device):
             inv = torch.rsqrt(x.float().pow(2).mean(-1) + EPS)
             return (x, torch.randn_like(x), inv)
 
-        def fn(forced, x, dy, inv):
-            return triton_ops.rms_norm_backward(dy, x, w, inv, forced=forced)
+        def fn(forced, x, grad_y, inv):
+            return triton_ops.rms_norm_backward(grad_y, x, w, inv, forced=forced)
 
     else:
         per_set = 4 * m * n * s + 4 * m
@@ -108,7 +108,7 @@ def check_same(op, fn, sets, a, b, dtype) -> str:
     got_a, got_b = fn(a, *fresh), fn(b, *twin)
     if isinstance(got_a, torch.Tensor):  # the forward returns y alone
         got_a, got_b = (got_a,), (got_b,)
-    tol = 2e-2 if dtype != torch.float32 else 1e-3  # grad_w: sums in another order
+    tol = 2e-2 if dtype != torch.float32 else 1e-3  # grad_weight: sums in another order
     try:
         for u, v in zip(got_a, got_b, strict=True):
             torch.testing.assert_close(u.float(), v.float(), rtol=tol, atol=tol)

@@ -7,7 +7,7 @@
 ``--fused-only`` runs the fused kernel alone (CUDA and Triton), on a few
 shapes: racecheck is slow, and this run reaches its summary in minutes.
 ``--long-rows`` runs the long-row kernels alone (csrc/rms_norm/*_cluster.cuh,
-csrc/rms_norm/rms_norm_backward_two_pass.cuh, csrc/fused_add_rms_norm/*_cluster.cuh:
+csrc/rms_norm/rms_norm_backward_chunked.cuh, csrc/fused_add_rms_norm/*_cluster.cuh:
 clusters and two passes; the Triton split and chunked kernels), forward,
 backward and fused (the CUDA fused kernel with a float32 residual too);
 add ``--cpp`` to run the CUDA C++ kernels alone (racecheck is much slower
@@ -39,11 +39,11 @@ def check_training(x, w, backend: str, tol: float, per_row: float) -> None:
     times their number (absolute) and ``tol`` (relative).
     """
     m = x.shape[0]
-    dy = torch.randn_like(x)
-    opguide.rms_norm(x, w, backend=backend).backward(dy)
+    grad_y = torch.randn_like(x)
+    opguide.rms_norm(x, w, backend=backend).backward(grad_y)
     xr = x.detach().float().requires_grad_()
     wr = w.detach().float().requires_grad_()
-    rms_norm_reference(xr, wr, 1e-6).backward(dy.float())
+    rms_norm_reference(xr, wr, 1e-6).backward(grad_y.float())
     torch.testing.assert_close(x.grad.float(), xr.grad, atol=tol, rtol=tol)
     torch.testing.assert_close(w.grad.float(), wr.grad, atol=per_row * m, rtol=tol)
 
@@ -59,7 +59,7 @@ def long_rows(cpp_only: bool = False, small: bool = False) -> int:
         dtypes = (torch.float32, torch.bfloat16) + ((torch.float16,) if backend == "cpp" else ())
         for dtype in dtypes:
             # 300 rows of 65536: more rows than the clusters that fit at once;
-            # 100003: odd, the two-pass kernels; 16384 float32: 4 vectors per thread.
+            # 100003: odd, the chunked kernels; 16384 float32: 4 vectors per thread.
             shapes = [(3, 65536), (300, 65536), (2, 131072), (3, 100003), (40, 16384)]
             if small:  # more rows than clusters fit at once, as in (300, 65536)
                 shapes = [(40, 65536), (20, 131072), (3, 100003)]
@@ -169,13 +169,13 @@ def main() -> int:
             torch.testing.assert_close(y, rms_norm_reference(x, w, 1e-6), atol=t, rtol=t)
             y2, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
             torch.testing.assert_close(y2, y)
-            dy = torch.randn_like(x)
-            dx, dw = torch.ops.opguide.rms_norm_backward(dy, x, w, inv_rms)
+            grad_y = torch.randn_like(x)
+            grad_x, grad_weight = torch.ops.opguide.rms_norm_backward(grad_y, x, w, inv_rms)
             xr = x.float().requires_grad_()
             wr = w.float().requires_grad_()
-            rms_norm_reference(xr, wr, 1e-6).backward(dy.float())
-            torch.testing.assert_close(dx.float(), xr.grad, atol=t * 4, rtol=t * 4)
-            torch.testing.assert_close(dw.float(), wr.grad, atol=t * m, rtol=t * 4)
+            rms_norm_reference(xr, wr, 1e-6).backward(grad_y.float())
+            torch.testing.assert_close(grad_x.float(), xr.grad, atol=t * 4, rtol=t * 4)
+            torch.testing.assert_close(grad_weight.float(), wr.grad, atol=t * m, rtol=t * 4)
             res = torch.randn_like(x)
             out, _ = opguide.fused_add_rms_norm_(x, res.clone(), w, 1e-6)
             h = (res.float() + x.float()).to(dtype)

@@ -31,11 +31,11 @@ void sweep_reg_vecs(const char* dtype, int64_t m, int64_t n, const Buffers<T>& b
                     double copy_bw) {
   constexpr int kVec = 16 / sizeof(T);
   // The library's block plan with kRegVecs vectors a thread (0: the
-  // block-long kernel, which re-reads the row, one vector per thread per
+  // chunked kernel, which re-reads the row, one vector per thread per
   // step), forced to each number of rows per block.
   RowPlan one_row = fused_block_plan(m, n, kVec, kRegVecs > 0 ? kRegVecs : 1, 32, 0);
-  if (kRegVecs > 0 && one_row.kernel == RowKernel::kBlockLong) return;  // rows too long
-  if (kRegVecs == 0) one_row.kernel = RowKernel::kBlockLong;
+  if (kRegVecs > 0 && one_row.kernel == RowKernel::kChunked) return;  // rows too long
+  if (kRegVecs == 0) one_row.kernel = RowKernel::kChunked;
   const auto kernel = fused_add_rms_norm_kernel_for<T, T, T, float>(one_row);
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, kernel));

@@ -6,8 +6,8 @@
 // "bf16" skips float16; "pipelined" sweeps the library's cp.async kernel
 // (rms_norm_backward_pipelined_kernel, its knobs given as SweepKnobs) against
 // the register-prefetch one. Times are per call of both kernels (rows, then
-// the grad_w partial sums), each batch queued behind a spin kernel so launch
-// latency is not counted. Bytes: read x and dy, write dx (3 M N s), as in
+// the grad_weight partial sums), each batch queued behind a spin kernel so launch
+// latency is not counted. Bytes: read x and grad_y, write grad_x (3 M N s), as in
 // guidekit.benchmark.
 #include <string>
 #include <utility>
@@ -26,18 +26,18 @@ struct SweepKnobs {
 
 // The register-prefetch backward with its knobs as template parameters:
 // kPrefetch (load the next row before reducing this one), kMinBlocks (the
-// second argument of __launch_bounds__), kDwShared (grad_w sums in shared
+// second argument of __launch_bounds__), kGradWeightShared (grad_weight sums in shared
 // memory instead of registers), kWRegs (the weight slice in registers, or
 // re-read from L1 each row). A copy, not the library's kernel: prefetch off,
-// grad_w in shared memory and the weight re-read are other code paths that
+// grad_weight in shared memory and the weight re-read are other code paths that
 // the library does not ship; with (true, 1, false, true) it compiles to
 // rms_norm_backward_kernel.
-template <typename T, int kVec, int kRegVecs, bool kPrefetch, int kMinBlocks, bool kDwShared,
+template <typename T, int kVec, int kRegVecs, bool kPrefetch, int kMinBlocks, bool kGradWeightShared,
           bool kWRegs>
 __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) backward_kernel(
     const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
     const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
-    typename AccType<T>::type* __restrict__ grad_w_partial, int64_t rows, int64_t cols) {
+    typename AccType<T>::type* __restrict__ grad_weight_partial, int64_t rows, int64_t cols) {
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
   // Two buffers: iteration i reduces in shared[i % 2], so a fast warp that
@@ -48,22 +48,22 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) backward_kernel(
   allow_next_grid();
   const int64_t nvec = cols / kVec;
   const V* wv = reinterpret_cast<const V*>(weight);
-  // kDwShared: this slot's grad_w sums live in shared memory, element e of
+  // kGradWeightShared: this slot's grad_weight sums live in shared memory, element e of
   // vector i at e * nvec + i (neighbouring threads, neighbouring banks).
-  Acc* dw_s = reinterpret_cast<Acc*>(dynamic_shared) + threadIdx.y * cols;
+  Acc* grad_weight_s = reinterpret_cast<Acc*>(dynamic_shared) + threadIdx.y * cols;
 
   V w[kRegVecs];
-  Acc dw[kDwShared ? 1 : kRegVecs][kVec];
+  Acc grad_weight[kGradWeightShared ? 1 : kRegVecs][kVec];
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
     if (kWRegs && i < nvec) w[k] = wv[i];
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
-      if constexpr (kDwShared) {
-        if (i < nvec) dw_s[e * nvec + i] = 0;
+      if constexpr (kGradWeightShared) {
+        if (i < nvec) grad_weight_s[e * nvec + i] = 0;
       } else {
-        dw[k][e] = 0;
+        grad_weight[k][e] = 0;
       }
     }
   }
@@ -120,10 +120,10 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) backward_kernel(
             const Acc gv = to_acc(g[k].val[e]);
             const Acc xe = to_acc(xv[k].val[e]);
             out.val[e] = from_acc<T>(r * gv * to_acc(wk.val[e]) - c * xe);
-            if constexpr (kDwShared) {
-              dw_s[e * nvec + i] += gv * xe * r;
+            if constexpr (kGradWeightShared) {
+              grad_weight_s[e * nvec + i] += gv * xe * r;
             } else {
-              dw[k][e] += gv * xe * r;
+              grad_weight[k][e] += gv * xe * r;
             }
           }
           store_streaming(dxr + i, out);
@@ -139,9 +139,9 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) backward_kernel(
     }
   }
 
-  // The block's partial grad_w row: the slots' sums added in slot order.
-  Acc* partial = grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols;
-  if constexpr (kDwShared) {
+  // The block's partial grad_weight row: the slots' sums added in slot order.
+  Acc* partial = grad_weight_partial + static_cast<int64_t>(blockIdx.x) * cols;
+  if constexpr (kGradWeightShared) {
     __syncthreads();
     const int threads = blockDim.x * blockDim.y;
     for (int64_t j = threadIdx.y * blockDim.x + threadIdx.x; j < cols; j += threads) {
@@ -152,20 +152,20 @@ __global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) backward_kernel(
       partial[j] = total;
     }
   } else {
-    store_partial_grad_w<kVec>(dw, nvec, partial, reinterpret_cast<Acc*>(dynamic_shared));
+    store_partial_grad_weight<kVec>(grad_weight, nvec, partial, reinterpret_cast<Acc*>(dynamic_shared));
   }
 }
 
 // The library's one-block planner (rms_norm_backward_shape), with these
 // instances and their knobs.
-template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwShared, bool kWRegs>
+template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kGradWeightShared, bool kWRegs>
 RmsNormBackwardPlan backward_plan_for(int64_t rows, int64_t cols, int min_threads) {
   constexpr int kVec = 16 / sizeof(T);
   BackwardShapeKnobs knobs{kVec, kRegs};
   knobs.min_threads = min_threads;
-  knobs.sums_per_slot = kDwShared;
+  knobs.sums_per_slot = kGradWeightShared;
   return rms_norm_backward_shape<T>(
-      backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kDwShared, kWRegs>, rows, cols,
+      backward_kernel<T, kVec, kRegs, kPrefetch, kMinBlocks, kGradWeightShared, kWRegs>, rows, cols,
       knobs, device_info());
 }
 
@@ -185,44 +185,44 @@ RmsNormBackwardPlan backward_pipelined_plan_for(int64_t rows, int64_t cols, int 
 constexpr int kBatches = 11;
 
 // Times the plan's two kernels, then its first alone (rows and partials,
-// without the grad_w sum): {both, first} in microseconds.
+// without the grad_weight sum): {both, first} in microseconds.
 template <typename T>
 std::pair<float, float> time_plan(BackwardKernelFn<T> kernel, const RmsNormBackwardPlan& cfg,
                                   int64_t M, int64_t N, std::vector<T*>& xs,
-                                  std::vector<T*>& gs, std::vector<T*>& dxs,
-                                  std::vector<float*>& rs, T* w, float* partial, T* dw,
+                                  std::vector<T*>& gs, std::vector<T*>& grad_xs,
+                                  std::vector<float*>& rs, T* w, float* partial, T* grad_weight,
                                   bool pdl) {
   const int nbuf = (int)xs.size();
   const float us = time_us([&](int i) {
     const int s = i % nbuf;
-    CHECK(launch_backward_pair<T>(kernel, gs[s], xs[s], w, rs[s], dxs[s], partial, dw, M, N, cfg,
+    CHECK(launch_backward_pair<T>(kernel, gs[s], xs[s], w, rs[s], grad_xs[s], partial, grad_weight, M, N, cfg,
                                   0, pdl));
   }, 20, kBatches);
   const float us_rows = time_us([&](int i) {
     const int s = i % nbuf;
-    kernel<<<(unsigned)cfg.blocks, cfg.block, cfg.shared_bytes>>>(gs[s], xs[s], w, rs[s], dxs[s],
+    kernel<<<(unsigned)cfg.blocks, cfg.block, cfg.shared_bytes>>>(gs[s], xs[s], w, rs[s], grad_xs[s],
                                                                   partial, M, N);
   }, 20, kBatches);
   CHECK(cudaGetLastError());
   return {us, us_rows};
 }
 
-template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kDwS, bool kWR>
+template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kGradWeightS, bool kWR>
 void run_variant(const char* dtype, int64_t M, int64_t N, int sms, double copy_bw,
-                 std::vector<T*>& xs, std::vector<T*>& gs, std::vector<T*>& dxs,
-                 std::vector<float*>& rs, T* w, float* partial, T* dw, int min_threads) {
+                 std::vector<T*>& xs, std::vector<T*>& gs, std::vector<T*>& grad_xs,
+                 std::vector<float*>& rs, T* w, float* partial, T* grad_weight, int min_threads) {
   if (N / (16 / (int)sizeof(T)) > (int64_t)kBwdMaxThreads * kRegs) return;
   const RmsNormBackwardPlan cfg =
-      backward_plan_for<T, kRegs, kPrefetch, kMinBlocks, kDwS, kWR>(M, N, min_threads);
-  auto kernel = backward_kernel<T, 16 / sizeof(T), kRegs, kPrefetch, kMinBlocks, kDwS, kWR>;
+      backward_plan_for<T, kRegs, kPrefetch, kMinBlocks, kGradWeightS, kWR>(M, N, min_threads);
+  auto kernel = backward_kernel<T, 16 / sizeof(T), kRegs, kPrefetch, kMinBlocks, kGradWeightS, kWR>;
   const auto [us, us_rows] =
-      time_plan<T>(kernel, cfg, M, N, xs, gs, dxs, rs, w, partial, dw, false);
+      time_plan<T>(kernel, cfg, M, N, xs, gs, grad_xs, rs, w, partial, grad_weight, false);
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, kernel));
   const double bytes = 3.0 * M * N * sizeof(T);
-  printf("  %-4s %6lldx%-5lld vecs/thr %d prefetch %d minblk %d dw_smem %d w_regs %d "
+  printf("  %-4s %6lldx%-5lld vecs/thr %d prefetch %d minblk %d grad_weight_smem %d w_regs %d "
          "blk %3ux%-2u grid %5lld regs %3d  %7.1f us %5.1f%%  rows kernel %7.1f us\n",
-         dtype, (long long)M, (long long)N, kRegs, (int)kPrefetch, kMinBlocks, (int)kDwS, (int)kWR,
+         dtype, (long long)M, (long long)N, kRegs, (int)kPrefetch, kMinBlocks, (int)kGradWeightS, (int)kWR,
          cfg.block.x, cfg.block.y, (long long)cfg.blocks, attr.numRegs, us,
          100.0 * bytes / (us * 1e-6) / copy_bw, us_rows);
   fflush(stdout);
@@ -231,8 +231,8 @@ void run_variant(const char* dtype, int64_t M, int64_t N, int sms, double copy_b
 // The cp.async pipelined kernel: kStages rows of g and x in shared memory.
 template <typename T, int kRegs, int kStages, int kMinBlocks>
 void run_pipelined(const char* dtype, int64_t M, int64_t N, int sms, double copy_bw,
-                   std::vector<T*>& xs, std::vector<T*>& gs, std::vector<T*>& dxs,
-                   std::vector<float*>& rs, T* w, float* partial, T* dw, int min_threads,
+                   std::vector<T*>& xs, std::vector<T*>& gs, std::vector<T*>& grad_xs,
+                   std::vector<float*>& rs, T* w, float* partial, T* grad_weight, int min_threads,
                    int cap, bool pdl) {
   if (N / (16 / (int)sizeof(T)) > (int64_t)kBwdMaxThreads * kRegs) return;
   const RmsNormBackwardPlan cfg =
@@ -241,7 +241,7 @@ void run_pipelined(const char* dtype, int64_t M, int64_t N, int sms, double copy
   auto kernel = rms_norm_backward_pipelined_kernel<T, 16 / sizeof(T), kRegs,
                                                    SweepKnobs<kStages, kMinBlocks>>;
   const auto [us, us_rows] =
-      time_plan<T>(kernel, cfg, M, N, xs, gs, dxs, rs, w, partial, dw, pdl);
+      time_plan<T>(kernel, cfg, M, N, xs, gs, grad_xs, rs, w, partial, grad_weight, pdl);
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, kernel));
   const double bytes = 3.0 * M * N * sizeof(T);
@@ -259,33 +259,33 @@ void run_dtype(const char* dtype, int64_t M, int64_t N, int sms, double copy_bw,
                bool pipelined) {
   const size_t bytes = (size_t)M * N * sizeof(T);
   const int nbuf = (int)std::max<size_t>(2, (3 * l2 + 3 * bytes - 1) / (3 * bytes));
-  std::vector<T*> xs(nbuf), gs(nbuf), dxs(nbuf);
+  std::vector<T*> xs(nbuf), gs(nbuf), grad_xs(nbuf);
   std::vector<float*> rs(nbuf);
   for (int i = 0; i < nbuf; ++i) {
     CHECK(cudaMalloc(&xs[i], bytes));
     CHECK(cudaMalloc(&gs[i], bytes));
-    CHECK(cudaMalloc(&dxs[i], bytes));
+    CHECK(cudaMalloc(&grad_xs[i], bytes));
     CHECK(cudaMalloc(&rs[i], M * sizeof(float)));
     fill<<<1024, 256>>>(xs[i], M * N, 1 + i);
     fill<<<1024, 256>>>(gs[i], M * N, 100 + i);
     fill<<<1024, 256>>>(rs[i], M, 7 + i);
   }
-  T *w, *dw;
+  T *w, *grad_weight;
   float* partial;
   CHECK(cudaMalloc(&w, N * sizeof(T)));
-  CHECK(cudaMalloc(&dw, N * sizeof(T)));
+  CHECK(cudaMalloc(&grad_weight, N * sizeof(T)));
   CHECK(cudaMalloc(&partial, (size_t)8192 * N * sizeof(float)));
   fill<<<64, 256>>>(w, N, 3);
   if (pipelined) {
     // The register-prefetch instance opguide used before, then the pipeline.
-    run_variant<T, 2, true, 1, false, true>(dtype, M, N, sms, copy_bw, xs, gs, dxs, rs, w,
-                                            partial, dw, 256);
+    run_variant<T, 2, true, 1, false, true>(dtype, M, N, sms, copy_bw, xs, gs, grad_xs, rs, w,
+                                            partial, grad_weight, 256);
     // (min threads per block, most blocks per SM (0: as many as fit), PDL)
     const int settings[][3] = {{512, 0, 1}, {256, 0, 1}, {256, 1, 1}};
     for (const auto& st : settings) {
       printf(" min threads per block %d, blocks per SM at most %d, pdl %d\n", st[0], st[1], st[2]);
 #define P(R, S, B)                                                                          \
-  run_pipelined<T, R, S, B>(dtype, M, N, sms, copy_bw, xs, gs, dxs, rs, w, partial, dw, st[0], \
+  run_pipelined<T, R, S, B>(dtype, M, N, sms, copy_bw, xs, gs, grad_xs, rs, w, partial, grad_weight, st[0], \
                             st[1], st[2] != 0)
       P(1, 2, 1); P(1, 3, 1);
       P(2, 2, 1); P(2, 3, 1); P(2, 4, 1);
@@ -297,7 +297,7 @@ void run_dtype(const char* dtype, int64_t M, int64_t N, int sms, double copy_bw,
     if (pipelined) break;
     printf(" min threads per block %d\n", mt);
 #define V(R, P, B, D, W) \
-  run_variant<T, R, P, B, D, W>(dtype, M, N, sms, copy_bw, xs, gs, dxs, rs, w, partial, dw, mt)
+  run_variant<T, R, P, B, D, W>(dtype, M, N, sms, copy_bw, xs, gs, grad_xs, rs, w, partial, grad_weight, mt)
     V(2, true, 1, false, true);
     V(2, true, 1, true, true);
     V(2, true, 1, false, false);
@@ -313,11 +313,11 @@ void run_dtype(const char* dtype, int64_t M, int64_t N, int sms, double copy_bw,
   for (int i = 0; i < nbuf; ++i) {
     cudaFree(xs[i]);
     cudaFree(gs[i]);
-    cudaFree(dxs[i]);
+    cudaFree(grad_xs[i]);
     cudaFree(rs[i]);
   }
   cudaFree(w);
-  cudaFree(dw);
+  cudaFree(grad_weight);
   cudaFree(partial);
 }
 

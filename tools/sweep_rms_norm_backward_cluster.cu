@@ -2,7 +2,7 @@
 // GPU, without torch: the library's kernel at several block widths, vectors
 // per thread, pipeline stages and blocks per multiprocessor, with and
 // without pushing the next row's partial sum before waiting for this row's
-// total ("ahead"). Each call runs the kernel and the grad_w sum, timed as
+// total ("ahead"). Each call runs the kernel and the grad_weight sum, timed as
 // in guidekit.benchmark (bytes: read g and x, write grad_x, 3 M N s at
 // M N = 2^26), against a large device-to-device copy with the L2 cleaned
 // before each batch. Build and run (on a GPU machine with sm_90):
@@ -19,10 +19,10 @@ constexpr int kBatches = 11;
 
 template <typename T>
 struct Buffers {
-  std::vector<T*> gs, xs, dxs;
+  std::vector<T*> gs, xs, grad_xs;
   std::vector<float*> rs;
   T* w = nullptr;
-  T* dw = nullptr;
+  T* grad_weight = nullptr;
   float* partial = nullptr;  // room for one row per multiprocessor
 };
 
@@ -62,12 +62,12 @@ void run(const char* name, int64_t M, int64_t N, double copy_bw, Buffers<T>& b, 
   const int nbuf = static_cast<int>(b.xs.size());
   auto launch = [&](int i) {
     const int s = i % nbuf;
-    CHECK(launch_backward_pair(kernel, b.gs[s], b.xs[s], b.w, b.rs[s], b.dxs[s], b.partial,
-                               b.dw, M, N, plan, nullptr, false));
+    CHECK(launch_backward_pair(kernel, b.gs[s], b.xs[s], b.w, b.rs[s], b.grad_xs[s], b.partial,
+                               b.grad_weight, M, N, plan, nullptr, false));
   };
   launch(0);
   CHECK(cudaDeviceSynchronize());
-  const double diff = max_diff(b.dxs[0], want, M * N);
+  const double diff = max_diff(b.grad_xs[0], want, M * N);
   const float us = time_us(launch, 10, kBatches);
   const double bw = 3.0 * M * N * sizeof(T) / (us * 1e-6);
   printf("  %-34s cluster %2d x %3lld: %8.1f us  %5.0f GB/s  %.2f of copy  (max diff %.1e)\n",
@@ -87,22 +87,22 @@ int main() {
     Buffers<T> b;
     const int nbuf = 2;
     for (int i = 0; i < nbuf; ++i) {
-      T *g, *x, *dx;
+      T *g, *x, *grad_x;
       float* r;
       CHECK(cudaMalloc(&g, total * sizeof(T)));
       CHECK(cudaMalloc(&x, total * sizeof(T)));
-      CHECK(cudaMalloc(&dx, total * sizeof(T)));
+      CHECK(cudaMalloc(&grad_x, total * sizeof(T)));
       CHECK(cudaMalloc(&r, M * sizeof(float)));
       fill<<<1024, 256>>>(g, total, 3 + i);
       fill<<<1024, 256>>>(x, total, 5 + i);
       fill<<<256, 256>>>(r, M, 9 + i);
       b.gs.push_back(g);
       b.xs.push_back(x);
-      b.dxs.push_back(dx);
+      b.grad_xs.push_back(grad_x);
       b.rs.push_back(r);
     }
     CHECK(cudaMalloc(&b.w, N * sizeof(T)));
-    CHECK(cudaMalloc(&b.dw, N * sizeof(T)));
+    CHECK(cudaMalloc(&b.grad_weight, N * sizeof(T)));
     CHECK(cudaMalloc(&b.partial, static_cast<size_t>(sms) * N * sizeof(float)));
     fill<<<256, 256>>>(b.w, N, 7);
     T* want;
@@ -111,13 +111,13 @@ int main() {
     const LaunchSettings settings{nullptr, false, kMaxClusterBlocks};
     const RmsNormBackwardPlan plan =
         rms_norm_backward_plan_for<T>(b.gs[0], b.xs[0], b.w, M, N, settings);
-    auto library = [&](int i, T* dx) {
+    auto library = [&](int i, T* grad_x) {
       const int s = i % nbuf;
-      CHECK(launch_rms_norm_backward<T>(plan, b.gs[s], b.xs[s], b.w, b.rs[s], dx, b.partial,
-                                        b.dw, M, N, nullptr, false));
+      CHECK(launch_rms_norm_backward<T>(plan, b.gs[s], b.xs[s], b.w, b.rs[s], grad_x, b.partial,
+                                        b.grad_weight, M, N, nullptr, false));
     };
     library(0, want);
-    const float lib_us = time_us([&](int i) { library(i, b.dxs[i % nbuf]); }, 10, kBatches);
+    const float lib_us = time_us([&](int i) { library(i, b.grad_xs[i % nbuf]); }, 10, kBatches);
     const double lib_bw = 3.0 * M * N * sizeof(T) / (lib_us * 1e-6);
     printf("bf16 M=%lld N=%lld: library %.1f us, %.0f GB/s, %.2f of copy\n",
            static_cast<long long>(M), static_cast<long long>(N), lib_us, lib_bw / 1e9,
@@ -136,11 +136,11 @@ int main() {
     for (int i = 0; i < nbuf; ++i) {
       cudaFree(b.gs[i]);
       cudaFree(b.xs[i]);
-      cudaFree(b.dxs[i]);
+      cudaFree(b.grad_xs[i]);
       cudaFree(b.rs[i]);
     }
     cudaFree(b.w);
-    cudaFree(b.dw);
+    cudaFree(b.grad_weight);
     cudaFree(b.partial);
     cudaFree(want);
   }

@@ -176,7 +176,7 @@ extern "C" int forward_variant_launch(int dtype, const void* x, const void* w, v
 extern "C" int forward_variant_threads(int dtype, int64_t cols, int regs) {
   const int vec = 16 / (dtype == 0 ? sizeof(__nv_bfloat16) : sizeof(__half));
   const RowPlan plan = rms_norm_forward_block_plan(1, cols, vec, 32, regs);
-  return plan.kernel == RowKernel::kBlock ? static_cast<int>(plan.block.x) : -1;
+  return plan.kernel == RowKernel::kRegisters ? static_cast<int>(plan.block.x) : -1;
 }
 
 // Registers per thread of one variant's kernel, or -1.

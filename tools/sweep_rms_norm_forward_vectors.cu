@@ -34,7 +34,7 @@ void run(const char* dtype, int64_t M, int64_t N, double copy_bw, size_t l2, int
   // Threads per row as the library's planner gives them (one row per block
   // there; the rows per block are what this sweep varies).
   const RowPlan plan = rms_norm_forward_block_plan(M, N, kVec, 32, kRegs);
-  if (plan.kernel != RowKernel::kBlock) return;
+  if (plan.kernel != RowKernel::kRegisters) return;
   const int per_row = static_cast<int>(plan.block.x);
   for (int block_threads : {64, 128, 256, 512}) {
     if (block_threads < per_row) continue;

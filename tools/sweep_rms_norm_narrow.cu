@@ -17,7 +17,7 @@ constexpr int64_t kElements = int64_t{1} << 26;
 
 struct Buffers {
   std::vector<bf16*> xs, ys, gs;
-  bf16 *w = nullptr, *dw = nullptr;
+  bf16 *w = nullptr, *grad_weight = nullptr;
   float *inv = nullptr, *partial = nullptr;
   int nbuf = 0;
 };
@@ -38,7 +38,7 @@ Buffers make_buffers(int64_t M, int64_t N, size_t l2) {
     b.gs.push_back(g);
   }
   CHECK(cudaMalloc(&b.w, N * sizeof(bf16)));
-  CHECK(cudaMalloc(&b.dw, N * sizeof(bf16)));
+  CHECK(cudaMalloc(&b.grad_weight, N * sizeof(bf16)));
   CHECK(cudaMalloc(&b.inv, M * sizeof(float)));
   CHECK(cudaMalloc(&b.partial, static_cast<size_t>(4096) * N * sizeof(float)));
   fill<<<64, 256>>>(b.w, N, 3);
@@ -53,7 +53,7 @@ void free_buffers(Buffers& b) {
     cudaFree(b.gs[i]);
   }
   cudaFree(b.w);
-  cudaFree(b.dw);
+  cudaFree(b.grad_weight);
   cudaFree(b.inv);
   cudaFree(b.partial);
 }
@@ -66,7 +66,7 @@ void forward(const Buffers& b, int64_t M, int64_t N, double copy_bw) {
   CHECK(cudaFuncGetAttributes(&attr, kernel));
   // Threads per row as the library's planner gives them.
   const RowPlan plan = rms_norm_forward_block_plan(M, N, kVec, 32, kRegs);
-  if (plan.kernel != RowKernel::kBlock) return;
+  if (plan.kernel != RowKernel::kRegisters) return;
   const int64_t per_row = plan.block.x;
   for (int rpb = 1; rpb * per_row <= 1024 && rpb <= 4; rpb *= 2) {
     const dim3 grid(static_cast<unsigned>((M + rpb - 1) / rpb));
@@ -105,7 +105,7 @@ void backward(const Buffers& b, int64_t M, int64_t N, double copy_bw, int sms) {
           const int s = i % b.nbuf;
           CHECK(launch_backward_pair(kernel, (const bf16*)b.gs[s], (const bf16*)b.xs[s],
                                      (const bf16*)b.w, (const float*)b.inv, b.ys[s], b.partial,
-                                     b.dw, M, N, cfg, 0, true));
+                                     b.grad_weight, M, N, cfg, 0, true));
         },
         20, kBatches);
     const double bytes = 3.0 * M * N * sizeof(bf16);

@@ -8,10 +8,10 @@ the forward and fused kernels here are copies that
 differ from opguide/triton/ in the one thing each variant tries
 (the weight loaded before or after the reduction, cache hints, PDL).
 
-    python3 tools/sweep_triton.py [forward] [backward] [fused] [dwsum] [split]
+    python3 tools/sweep_triton.py [forward] [backward] [fused] [grad-weight-sum] [split]
 
-dwsum times opguide's whole backward (its own launch rules) with each
-shape of the kernel that adds up dweight's partial rows (dw_sum=).
+grad-weight-sum times opguide's whole backward (its own launch rules) with each
+shape of the kernel that adds up grad_weight's partial rows (grad_weight_sum=).
 PDL, in both, is as OPGUIDE_PDL says (on by default on Hopper and later).
 
 split times opguide's forward and backward on rows split over programs
@@ -23,8 +23,8 @@ backward that loaded one row ahead instead of two ("one row late").
 
 Times come from guidekit.benchmark.time_per_call: medians of batches queued
 behind a spin kernel, so the host's launch latency is not counted.
-Bytes: forward reads x and writes y (2 M N s); backward reads x and dy and
-writes dx (3 M N s); fused reads x and residual, writes residual and y (4 M N s).
+Bytes: forward reads x and writes y (2 M N s); backward reads x and grad_y and
+writes grad_x (3 M N s); fused reads x and residual, writes residual and y (4 M N s).
 """
 
 import os
@@ -38,13 +38,13 @@ from guidekit.benchmark import copy_bandwidth, time_per_call
 from opguide.reference import rms_norm_backward_reference
 from opguide.triton import launch
 from opguide.triton import ops as triton_ops
-from opguide.triton.backward import _dw_sum_kernel as dw_sum_kernel
+from opguide.triton.backward import _grad_weight_sum_kernel as grad_weight_sum_kernel
 
 # The Triton helpers the split variants below share with the library's kernels.
 from opguide.triton.split import _count_in, _segment, _wait_total
 
-DW_SUM_BLOCK_P, DW_SUM_BLOCK_N, DW_SUM_WARPS = (
-    launch.DW_SUM.block_p, launch.DW_SUM.block_n, launch.DW_SUM.num_warps
+GRAD_WEIGHT_SUM_BLOCK_P, GRAD_WEIGHT_SUM_BLOCK_N, GRAD_WEIGHT_SUM_WARPS = (
+    launch.GRAD_WEIGHT_SUM.block_p, launch.GRAD_WEIGHT_SUM.block_n, launch.GRAD_WEIGHT_SUM.num_warps
 )  # fmt: skip
 
 SHAPES = [(32768, 4096), (8192, 4096), (4096, 8192), (65536, 1024)]
@@ -99,8 +99,13 @@ def arg_sets_for(m, n, tensors):
 
 
 @triton.jit
-def fwd_kernel(x_ptr, w_ptr, y_ptr, M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-               W_FIRST: tl.constexpr, GDC: tl.constexpr):  # fmt: skip
+def fwd_kernel(
+    x_ptr,  # [M, N] input, x's dtype
+    w_ptr,  # [N] weight, x's dtype
+    y_ptr,  # [M, N] output, x's dtype
+    M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, W_FIRST: tl.constexpr,
+    GDC: tl.constexpr,
+):  # fmt: skip
     if GDC:
         tl.extra.cuda.gdc_wait()
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
@@ -201,22 +206,24 @@ def forward_shape(m, n, copy):
 
 
 def check_backward(run, args, w, ref_fwd):
-    """Compares one variant's dx and dweight with autograd through the reference."""
-    x, dy, _ = args
+    """Compares one variant's grad_x and grad_weight with autograd through the reference."""
+    x, grad_y, _ = args
     try:
-        dx, dw = run(*args)
+        grad_x, grad_weight = run(*args)
         xg = x.detach().float().requires_grad_()
         wg = w.detach().float().requires_grad_()
-        gx, gw = torch.autograd.grad(ref_fwd(xg, wg).float(), (xg, wg), dy.float())
-        torch.testing.assert_close(dx.float(), gx, rtol=5e-2, atol=5e-2)
-        torch.testing.assert_close(dw.float(), gw, rtol=5e-2, atol=1.0)
-        print("  check: dx and dweight match the reference", flush=True)
+        want_grad_x, want_grad_weight = torch.autograd.grad(
+            ref_fwd(xg, wg).float(), (xg, wg), grad_y.float()
+        )
+        torch.testing.assert_close(grad_x.float(), want_grad_x, rtol=5e-2, atol=5e-2)
+        torch.testing.assert_close(grad_weight.float(), want_grad_weight, rtol=5e-2, atol=1.0)
+        print("  check: grad_x and grad_weight match the reference", flush=True)
     except Exception as error:
         print(f"  CHECK FAILED: {type(error).__name__}: {str(error)[:300]}", flush=True)
 
 
 def backward_sets(m, n):
-    """Sets of (x, dy, inv_rms) for the backward, as the training forward saves inv_rms."""
+    """Sets of (x, grad_y, inv_rms) for the backward, as the training forward saves inv_rms."""
     sets = []
     for _ in range(arg_sets_for(m, n, 3)):
         x = randn(m, n)
@@ -245,10 +252,12 @@ def backward_shape(m, n, copy):
     outs = []
     # Donated buffers would forbid retain_graph=True, which lets each graph run many times.
     with torch._functorch.config.patch(donated_buffer=False):
-        for x, dy, _ in sets:
+        for x, grad_y, _ in sets:
             xg = x.detach().requires_grad_()
-            outs.append((compiled(xg, wr), xg, dy))
-    us_c = time_us(lambda y, xg, dy: torch.autograd.grad(y, (xg, wr), dy, retain_graph=True), outs)
+            outs.append((compiled(xg, wr), xg, grad_y))
+    us_c = time_us(
+        lambda y, xg, grad_y: torch.autograd.grad(y, (xg, wr), grad_y, retain_graph=True), outs
+    )
     report(m, n, "compile(reference) backward", us_c, nbytes, copy)
     del outs
     block = triton.next_power_of_2(n)
@@ -261,8 +270,8 @@ def backward_shape(m, n, copy):
                 # The library's backward with this configuration of its register kernel.
                 forced = launch.Registers(block, rows, warps, programs=programs, stages=stages)
 
-                def run(x, dy, inv, forced=forced):
-                    return triton_ops.rms_norm_backward(dy, x, w, inv, forced=forced)
+                def run(x, grad_y, inv, forced=forced):
+                    return triton_ops.rms_norm_backward(grad_y, x, w, inv, forced=forced)
 
                 us = time_us(run, sets)
                 label = f"programs {per_sm}xSM stages {stages} warps {warps}"
@@ -274,26 +283,28 @@ def backward_shape(m, n, copy):
     report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
 
 
-# ------------------------------------------------------------------ dwsum
+# ------------------------------------------------------------------ grad-weight-sum
 
 
-def sweep_dwsum(copy):
-    print("dwsum: the backward with each (BLOCK_P, BLOCK_N, num_warps) of the dweight sum")
+def sweep_grad_weight_sum(copy):
+    print("grad-weight-sum: the backward with each (BLOCK_P, BLOCK_N, num_warps) of its last sum")
     for m, n in SHAPES:
-        dwsum_shape(m, n, copy)
+        grad_weight_sum_shape(m, n, copy)
 
 
-def dwsum_shape(m, n, copy):
+def grad_weight_sum_shape(m, n, copy):
     sets = backward_sets(m, n)
     w = torch.randn(n, device="cuda", dtype=DTYPE)
     results = []
     for block_p in (32, 64, 128):
         for block_n in (32, 64, 128):
             for sum_warps in (2, 4, 8):
-                dw_sum = launch.DwSum(block_p, block_n, sum_warps)
+                grad_weight_sum = launch.GradWeightSum(block_p, block_n, sum_warps)
 
-                def run(x, dy, inv, dw_sum=dw_sum):
-                    return triton_ops.rms_norm_backward(dy, x, w, inv, dw_sum=dw_sum)
+                def run(x, grad_y, inv, grad_weight_sum=grad_weight_sum):
+                    return triton_ops.rms_norm_backward(
+                        grad_y, x, w, inv, grad_weight_sum=grad_weight_sum
+                    )
 
                 us = time_us(run, sets)
                 label = f"block_p {block_p} block_n {block_n} warps {sum_warps}"
@@ -307,7 +318,11 @@ def dwsum_shape(m, n, copy):
 
 
 @triton.jit
-def count_in_fenced(partial_ptr, count_ptr, row, s, part, S):
+def count_in_fenced(
+    partial_ptr,  # [M * S] float32, one part of the sum of squares per segment of each row
+    count_ptr,  # [M] int32, the parts counted in so far, per row
+    row, s, part, S,
+):  # fmt: skip
     # The before of the slots (opguide/triton/split.py): the part in a float buffer, then
     # a count, with a release fence between them (it waits for every store
     # this thread has in flight).
@@ -317,7 +332,11 @@ def count_in_fenced(partial_ptr, count_ptr, row, s, part, S):
 
 
 @triton.jit
-def wait_total_fenced(partial_ptr, count_ptr, row, S, SP: tl.constexpr):
+def wait_total_fenced(
+    partial_ptr,  # [M * S] float32, one part of the sum of squares per segment of each row
+    count_ptr,  # [M] int32, the parts counted in so far, per row
+    row, S, SP: tl.constexpr,
+):  # fmt: skip
     while tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu") < S:
         pass
     tl.debug_barrier()
@@ -327,8 +346,14 @@ def wait_total_fenced(partial_ptr, count_ptr, row, S, SP: tl.constexpr):
 
 
 @triton.jit
-def fwd_split_fenced(x_ptr, w_ptr, y_ptr, partial_ptr, count_ptr, N, eps, S,
-                     SEG: tl.constexpr, SP: tl.constexpr):  # fmt: skip
+def fwd_split_fenced(
+    x_ptr,  # [M, N] input, x's dtype
+    w_ptr,  # [N] weight, x's dtype
+    y_ptr,  # [M, N] output, x's dtype
+    partial_ptr,  # [M * S] float32, one part of the sum of squares per segment of each row
+    count_ptr,  # [M] int32, the parts counted in so far, per row
+    N, eps, S, SEG: tl.constexpr, SP: tl.constexpr,
+):  # fmt: skip
     # The library's split forward with the fenced count instead of the slots.
     row, s, cols, mask = _segment(S, N, SEG)
     x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
@@ -340,8 +365,13 @@ def fwd_split_fenced(x_ptr, w_ptr, y_ptr, partial_ptr, count_ptr, N, eps, S,
 
 
 @triton.jit
-def fwd_split_one_row_late(x_ptr, w_ptr, y_ptr, slots_ptr, M, N, eps, S,
-                           SEG: tl.constexpr, SP: tl.constexpr):  # fmt: skip
+def fwd_split_one_row_late(
+    x_ptr,  # [M, N] input, x's dtype
+    w_ptr,  # [N] weight, x's dtype
+    y_ptr,  # [M, N] output, x's dtype
+    slots_ptr,  # [M * S] int64, one slot per segment of each row
+    M, N, eps, S, SEG: tl.constexpr, SP: tl.constexpr,
+):  # fmt: skip
     # The backward's way, tried on the forward: program (g, s) of G * S takes
     # segment s of the rows g, g + G, ... and counts in the next row's part
     # before it waits for this row's total.
@@ -365,66 +395,82 @@ def fwd_split_one_row_late(x_ptr, w_ptr, y_ptr, slots_ptr, M, N, eps, S,
 
 
 @triton.jit
-def bwd_split_row_at_a_time(dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr,
-                            partial_ptr, count_ptr, M, N, S, SEG: tl.constexpr,
-                            SP: tl.constexpr):  # fmt: skip
+def bwd_split_row_at_a_time(
+    grad_y_ptr,  # [M, N] gradient of y, x's dtype
+    x_ptr,  # [M, N] input, x's dtype
+    w_ptr,  # [N] weight, x's dtype
+    inv_rms_ptr,  # [M] float32, one per row
+    grad_x_ptr,  # [M, N] gradient of x, x's dtype
+    grad_weight_partial_ptr,  # [G, N] float32, one row of partial sums per row group
+    partial_ptr,  # [M * S] float32, one part of sum(grad_y * w * x_hat) per segment of each row
+    count_ptr,  # [M] int32, the parts counted in so far, per row
+    M, N, S, SEG: tl.constexpr, SP: tl.constexpr,
+):  # fmt: skip
     # The before: loads the next row, then waits for this row's total.
     G = tl.num_programs(0) // S
     g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    dw = tl.zeros([SEG], dtype=tl.float32)
+    grad_weight = tl.zeros([SEG], dtype=tl.float32)
     x_next = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
-    dy_next = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
+    grad_y_next = tl.load(grad_y_ptr + g * N + cols, mask=mask, other=0.0)
     for row in range(g, M, G):
         x = x_next.to(tl.float32)
-        dy = dy_next.to(tl.float32)
+        grad_y = grad_y_next.to(tl.float32)
         inv_rms = tl.load(inv_rms_ptr + row)
         x_hat = x * inv_rms
-        gw = dy * w
+        gw = grad_y * w
         part = tl.sum(gw * x_hat, axis=0)
         ahead = tl.minimum(row + G, M - 1)
         x_next = tl.load(x_ptr + ahead * N + cols, mask=mask, other=0.0)
-        dy_next = tl.load(dy_ptr + ahead * N + cols, mask=mask, other=0.0)
+        grad_y_next = tl.load(grad_y_ptr + ahead * N + cols, mask=mask, other=0.0)
         count_in_fenced(partial_ptr, count_ptr, row, s, part, S)
         total = wait_total_fenced(partial_ptr, count_ptr, row, S, SP)
-        dx = inv_rms * (gw - x_hat * (total / N))
-        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        dw += dy * x_hat
-    tl.store(dw_partial_ptr + g * N + cols, dw, mask=mask)
+        grad_x = inv_rms * (gw - x_hat * (total / N))
+        tl.store(grad_x_ptr + row * N + cols, grad_x.to(grad_x_ptr.dtype.element_ty), mask=mask)
+        grad_weight += grad_y * x_hat
+    tl.store(grad_weight_partial_ptr + g * N + cols, grad_weight, mask=mask)
 
 
 @triton.jit
-def bwd_split_one_row_late(dy_ptr, x_ptr, w_ptr, inv_rms_ptr, dx_ptr, dw_partial_ptr, slots_ptr,
-                           M, N, S, SEG: tl.constexpr, SP: tl.constexpr):  # fmt: skip
+def bwd_split_one_row_late(
+    grad_y_ptr,  # [M, N] gradient of y, x's dtype
+    x_ptr,  # [M, N] input, x's dtype
+    w_ptr,  # [N] weight, x's dtype
+    inv_rms_ptr,  # [M] float32, one per row
+    grad_x_ptr,  # [M, N] gradient of x, x's dtype
+    grad_weight_partial_ptr,  # [G, N] float32, one row of partial sums per row group
+    slots_ptr,  # [M * S] int64, one slot per segment of each row
+    M, N, S, SEG: tl.constexpr, SP: tl.constexpr,
+):  # fmt: skip
     # The library's split backward as it was before it loaded two rows ahead:
     # it loads the next row, counts in its part, then waits for this row's
     # total; the loads it waits on are the ones it has just issued.
     G = tl.num_programs(0) // S
     g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    dw = tl.zeros([SEG], dtype=tl.float32)
+    grad_weight = tl.zeros([SEG], dtype=tl.float32)
     x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
-    dy = tl.load(dy_ptr + g * N + cols, mask=mask, other=0.0)
+    grad_y = tl.load(grad_y_ptr + g * N + cols, mask=mask, other=0.0)
     inv_rms = tl.load(inv_rms_ptr + g)
-    part = tl.sum(dy.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
+    part = tl.sum(grad_y.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
     _count_in(slots_ptr, g, s, part, S)
     for row in range(g, M, G):
         ahead = row + G
         next_mask = mask & (ahead + 0 * cols < M)
         x_next = tl.load(x_ptr + ahead * N + cols, mask=next_mask, other=0.0)
-        dy_next = tl.load(dy_ptr + ahead * N + cols, mask=next_mask, other=0.0)
+        grad_y_next = tl.load(grad_y_ptr + ahead * N + cols, mask=next_mask, other=0.0)
         inv_next = tl.load(inv_rms_ptr + tl.minimum(ahead, M - 1))
         if ahead < M:
-            part = tl.sum(dy_next.to(tl.float32) * w * x_next.to(tl.float32), axis=0) * inv_next
+            part = tl.sum(grad_y_next.to(tl.float32) * w * x_next.to(tl.float32), axis=0) * inv_next
             _count_in(slots_ptr, ahead, s, part, S)
         total = _wait_total(slots_ptr, row, S, SP)
         x_hat = x.to(tl.float32) * inv_rms
-        gw = dy.to(tl.float32) * w
-        dx = inv_rms * (gw - x_hat * (total / N))
-        tl.store(dx_ptr + row * N + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        dw += dy.to(tl.float32) * x_hat
-        x, dy, inv_rms = x_next, dy_next, inv_next
-    tl.store(dw_partial_ptr + g * N + cols, dw, mask=mask)
+        gw = grad_y.to(tl.float32) * w
+        grad_x = inv_rms * (gw - x_hat * (total / N))
+        tl.store(grad_x_ptr + row * N + cols, grad_x.to(grad_x_ptr.dtype.element_ty), mask=mask)
+        grad_weight += grad_y.to(tl.float32) * x_hat
+        x, grad_y, inv_rms = x_next, grad_y_next, inv_next
+    tl.store(grad_weight_partial_ptr + g * N + cols, grad_weight, mask=mask)
 
 
 SPLIT_NS = (16384, 32768, 65536, 131072)
@@ -522,36 +568,39 @@ def split_backward(m, n, w, eps, sms, copy):
         inv = torch.rsqrt(x.float().pow(2).mean(-1) + eps)
         sets.append((x, randn(m, n), inv))
     nbytes = 3 * m * n * 2
-    x0, dy0, inv0 = sets[0]
-    dx_want, dw_want = rms_norm_backward_reference(dy0, x0, w, eps)
+    x0, grad_y0, inv0 = sets[0]
+    want_grad_x, want_grad_weight = rms_norm_backward_reference(grad_y0, x0, w, eps)
     results = []
     seg, warps = 4096, 8
     s = triton.cdiv(n, seg)
     groups = max(1, min(m, 2 * sms // s))
 
-    def dw_sum(dw_partial, dw, groups):
-        # The library's second stage: dweight from the groups' partial rows.
-        dw_sum_kernel[(triton.cdiv(n, DW_SUM_BLOCK_N),)](
-            dw_partial, dw, groups, n, BLOCK_P=DW_SUM_BLOCK_P, BLOCK_N=DW_SUM_BLOCK_N,
-            GDC=False, ALIGN=launch.align(n), num_warps=DW_SUM_WARPS,
+    def grad_weight_sum(grad_weight_partial, grad_weight, groups):
+        # The library's second stage: grad_weight from the groups' partial rows.
+        grad_weight_sum_kernel[(triton.cdiv(n, GRAD_WEIGHT_SUM_BLOCK_N),)](
+            grad_weight_partial, grad_weight, groups, n, BLOCK_P=GRAD_WEIGHT_SUM_BLOCK_P,
+            BLOCK_N=GRAD_WEIGHT_SUM_BLOCK_N,
+            GDC=False, ALIGN=launch.align(n), num_warps=GRAD_WEIGHT_SUM_WARPS,
         )  # fmt: skip
 
-    def before(x, dy, inv):
-        dx = torch.empty_like(x)
-        dw = torch.empty_like(w)
-        dw_partial = torch.empty(groups, n, device="cuda", dtype=torch.float32)
+    def before(x, grad_y, inv):
+        grad_x = torch.empty_like(x)
+        grad_weight = torch.empty_like(w)
+        grad_weight_partial = torch.empty(groups, n, device="cuda", dtype=torch.float32)
         partial = torch.empty(m * s, device="cuda", dtype=torch.float32)
         count = torch.zeros(m, device="cuda", dtype=torch.int32)
         bwd_split_row_at_a_time[(groups * s,)](
-            dy, x, w, inv, dx, dw_partial, partial, count, m, n, s, SEG=seg,
+            grad_y, x, w, inv, grad_x, grad_weight_partial, partial, count, m, n, s, SEG=seg,
             SP=triton.next_power_of_2(s), num_warps=warps,
         )  # fmt: skip
-        dw_sum(dw_partial, dw, groups)
-        return dx, dw
+        grad_weight_sum(grad_weight_partial, grad_weight, groups)
+        return grad_x, grad_weight
 
     def checked(label, fn):
-        dx, dw = fn(x0, dy0, inv0)
-        return _check(label, dx, dx_want, 0.02) and _check(label, dw, dw_want, 0.02)
+        grad_x, grad_weight = fn(x0, grad_y0, inv0)
+        return _check(label, grad_x, want_grad_x, 0.02) and _check(
+            label, grad_weight, want_grad_weight, 0.02
+        )
 
     label = f"fenced row at a time SEG {seg} warps {warps} per SM 2"
     if checked(label, before):
@@ -564,23 +613,23 @@ def split_backward(m, n, w, eps, sms, copy):
         s = triton.cdiv(n, seg)
         groups = max(1, min(m, per_sm * sms // s))
 
-        def run(x, dy, inv):
-            dx = torch.empty_like(x)
-            dw = torch.empty_like(w)
-            dw_partial = torch.empty(groups, n, device="cuda", dtype=torch.float32)
+        def run(x, grad_y, inv):
+            grad_x = torch.empty_like(x)
+            grad_weight = torch.empty_like(w)
+            grad_weight_partial = torch.empty(groups, n, device="cuda", dtype=torch.float32)
             slots = launch.row_slots(x, m, s)
             bwd_split_one_row_late[(groups * s,)](
-                dy, x, w, inv, dx, dw_partial, slots, m, n, s, SEG=seg,
+                grad_y, x, w, inv, grad_x, grad_weight_partial, slots, m, n, s, SEG=seg,
                 SP=triton.next_power_of_2(s), num_warps=warps,
             )  # fmt: skip
-            dw_sum(dw_partial, dw, groups)
-            return dx, dw
+            grad_weight_sum(grad_weight_partial, grad_weight, groups)
+            return grad_x, grad_weight
 
         return run
 
     def library(config):
-        def run(x, dy, inv):
-            return triton_ops.rms_norm_backward(dy, x, w, inv, forced=launch.Split(*config))
+        def run(x, grad_y, inv):
+            return triton_ops.rms_norm_backward(grad_y, x, w, inv, forced=launch.Split(*config))
 
         return run
 
@@ -603,9 +652,15 @@ def split_backward(m, n, w, eps, sms, copy):
 
 
 @triton.jit
-def fused_kernel(x_ptr, res_ptr, w_ptr, out_ptr, inv_rms_ptr, M, N, eps,
-                 BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr,
-                 GDC: tl.constexpr):  # fmt: skip
+def fused_kernel(
+    x_ptr,  # [M, N] input, x's dtype
+    res_ptr,  # [M, N] residual, written in place
+    w_ptr,  # [N] weight, x's dtype
+    out_ptr,  # [M, N] output, x's dtype
+    inv_rms_ptr,  # [M] float32, one per row
+    M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr,
+    GDC: tl.constexpr,
+):  # fmt: skip
     if GDC:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -679,7 +734,7 @@ def main(argv):
     print(f"{torch.cuda.get_device_name()}, {versions}, copy {copy:.0f} GB/s, {DTYPE}", flush=True)
     for name in passes:
         passes_by_name = {"forward": sweep_forward, "backward": sweep_backward,
-                          "fused": sweep_fused, "dwsum": sweep_dwsum,
+                          "fused": sweep_fused, "grad-weight-sum": sweep_grad_weight_sum,
                           "split": sweep_split}  # fmt: skip
         passes_by_name[name](copy)
 

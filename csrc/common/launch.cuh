@@ -2,30 +2,37 @@
 // facts a planner asks, and the one launch every planned kernel goes
 // through. Device code and host code, torch-free like the kernels that use it.
 //
-// The words every CUDA planner, launcher and kernel of opguide uses:
-//   rows, cols      the problem: rows rows of cols elements (x viewed 2-D)
+// The words every planner, launcher and kernel of opguide uses, CUDA and
+// Triton alike (the guide's glossary, docs/index.md, defines the same ones):
+//   rows, cols      the problem: rows rows of cols elements (x viewed 2-D);
+//                   M and N in Triton kernels, whose rows and cols are the
+//                   index vectors of a tile
 //   x, weight, y    input, scale [cols], output; inv_rms [rows] is 1/rms
-//   grad_y          the incoming gradient (of y); grad_x, grad_w the outgoing
-//   grad_w_partial  [blocks, cols] partial grad_w sums, one row per block
+//   grad_y          the incoming gradient (of y); grad_x, grad_weight the
+//                   outgoing ones, named after the inputs they belong to
+//   grad_weight_partial  [blocks, cols] partial grad_weight sums, one row per
+//                   block (per program in Triton)
 //   vec             elements per access (16 bytes, or narrower for odd rows)
 //   reg_vecs        accesses of its row a thread keeps in registers
 //   plan            a plain struct from plan_<op>(problem, device): the
 //                   kernel family, grid, block, cluster, shared bytes, vec and
 //                   every knob; launch(plan, ...) runs exactly that, and a
 //                   caller may hand in a plan of its own (a forced plan)
-// Kernel families:
-//   block           one block per row (or several rows per block); the whole
+// Kernel families (RowKernel, BackwardKernel; Triton's Registers, Split and
+// Chunked):
+//   registers       one block per row (or several rows per block), the whole
 //                   row in registers
-//   block-long      one block per row whose row is longer than its registers
-//                   hold: the rest re-read from L2
+//   chunked         one block per row whose row is longer than its registers
+//                   hold: the row is read in pieces and read again (the
+//                   forward re-reads the rest from L2; the backward takes
+//                   grad_x by rows, then grad_weight by column strips)
 //   pipelined       backward, rows staged through shared memory (cp.async)
-//   registers       backward, rows prefetched into registers
 //   narrow          backward of rows that are not whole 16-byte vectors
 //   cluster         one thread-block cluster per row (sm_90 and later), its
 //                   blocks exchanging partial sums through distributed shared
 //                   memory
-//   two-pass        backward of rows no other kernel holds: grad_x by rows,
-//                   then grad_w by column strips
+//   split           (Triton) one row over several programs, which exchange
+//                   partial sums through global memory
 //
 // Back-to-back kernels on one stream normally run strictly one after the
 // other: the next kernel's blocks are only scheduled once the previous kernel
@@ -173,10 +180,10 @@ inline int current_device_index() {
 struct DeviceInfo {
   int index = 0;
   int sm_count = 1;
-  int warp_size = 32;            // 64 on AMD CDNA GPUs
+  int warp_size = 32;  // 64 on AMD CDNA GPUs
   int compute_major = 0;
-  size_t max_shared_bytes = 0;   // per block, opted in (past the 48 KiB default)
-  bool cluster_launch = false;   // thread-block clusters (sm_90 and later)
+  size_t max_shared_bytes = 0;  // per block, opted in (past the 48 KiB default)
+  bool cluster_launch = false;  // thread-block clusters (sm_90 and later)
 };
 
 inline DeviceInfo read_device_info(int device) {
@@ -193,8 +200,8 @@ inline DeviceInfo read_device_info(int device) {
   info.sm_count = attribute(cudaDevAttrMultiProcessorCount, 1);
   info.warp_size = attribute(cudaDevAttrWarpSize, 32);
   info.compute_major = attribute(cudaDevAttrComputeCapabilityMajor, 0);
-  info.max_shared_bytes =
-      static_cast<size_t>(attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024));
+  info.max_shared_bytes = static_cast<size_t>(
+      attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024));
 #if OPGUIDE_HAVE_CLUSTERS
   info.cluster_launch = attribute(cudaDevAttrClusterLaunch, 0) != 0;
 #endif
@@ -351,14 +358,14 @@ inline RowClusters row_clusters(int64_t nvec, int64_t rows, int max_cluster,
 }
 
 // The kernel families of the row kernels (the RMSNorm forward and the fused
-// residual-add + RMSNorm): block, block-long and cluster.
-enum class RowKernel { kBlock, kBlockLong, kCluster };
+// residual-add + RMSNorm): registers, chunked and cluster.
+enum class RowKernel { kRegisters, kChunked, kCluster };
 
 // The plan of a row kernel: which kernel, its launch shape and its knobs.
 // Planned once per call (plan_rms_norm_forward, plan_fused_add_rms_norm), or
 // handed in whole by a caller that forces one.
 struct RowPlan {
-  RowKernel kernel = RowKernel::kBlock;
+  RowKernel kernel = RowKernel::kRegisters;
   int vec = 1;              // elements per access
   int reg_vecs = 1;         // accesses of its row a thread keeps in registers
   dim3 grid;                // blocks

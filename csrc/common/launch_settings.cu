@@ -3,13 +3,12 @@
 // thread-block cluster may hold. Declared in launch_settings.h; the host
 // entries of each operator (rms_norm_cuda.cu, fused_add_rms_norm_cuda.cu)
 // read them into the LaunchSettings they plan with. Torch-free.
-#include "launch_settings.h"
-
 #include <cstdlib>
 #include <cstring>
 
 #include "cluster.cuh"
 #include "launch.cuh"
+#include "launch_settings.h"
 
 namespace opguide {
 

@@ -18,9 +18,9 @@ namespace opguide {
 // programmatic dependent launch when `pdl` (common/launch.cuh).
 template <typename X, typename R, typename O, typename Acc>
 cudaError_t launch_fused_add_rms_norm(const RowPlan& plan, const X* x, R* residual,
-                                      const X* weight, O* out, Acc* inv_rms, int64_t rows,
-                                      int64_t cols, Acc eps, cudaStream_t stream,
-                                      bool pdl = false) {
+                                      const X* weight, O* out, Acc* inv_rms,
+                                      int64_t rows, int64_t cols, Acc eps,
+                                      cudaStream_t stream, bool pdl = false) {
   return launch_planned(fused_add_rms_norm_kernel_for<X, R, O, Acc>(plan), plan.grid,
                         plan.block, plan.shared_bytes, plan.cluster, stream, pdl, x,
                         residual, weight, out, inv_rms, rows, cols, eps);

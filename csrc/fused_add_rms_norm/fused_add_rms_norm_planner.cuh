@@ -47,7 +47,7 @@ using FusedKernelFn = void (*)(const X*, R*, const X*, O*, Acc*, int64_t, int64_
 template <typename X, typename R, typename O, typename Acc, int kVec>
 FusedKernelFn<X, R, O, Acc> fused_block_kernel(const RowPlan& plan) {
   constexpr int kRegs = fused_reg_vecs<X, R, O>(kVec);
-  if (plan.kernel == RowKernel::kBlockLong)  // re-reads the row: no vector kept
+  if (plan.kernel == RowKernel::kChunked)  // re-reads the row: no vector kept
     return fused_add_rms_norm_kernel<X, R, O, Acc, kVec, 0>;
   if (plan.reg_vecs != kRegs) return nullptr;
   return fused_add_rms_norm_kernel<X, R, O, Acc, kVec, kRegs>;
@@ -62,9 +62,11 @@ FusedKernelFn<X, R, O, Acc> fused_add_rms_norm_kernel_for(const RowPlan& plan) {
       constexpr int kSmall = kFusedClusterThreads, kLarge = 2 * kFusedClusterThreads;
       if (plan.vec != kVec || plan.reg_vecs != kFusedClusterVecs) return nullptr;
       if (plan.block.x == kSmall)
-        return fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kSmall, kFusedClusterVecs>;
+        return fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kSmall,
+                                                 kFusedClusterVecs>;
       if (plan.block.x == kLarge)
-        return fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kLarge, kFusedClusterVecs>;
+        return fused_add_rms_norm_cluster_kernel<X, R, O, kVec, kLarge,
+                                                 kFusedClusterVecs>;
     }
     return nullptr;
   }
@@ -82,7 +84,7 @@ FusedKernelFn<X, R, O, Acc> fused_add_rms_norm_kernel_for(const RowPlan& plan) {
 // The block shape for rows rows of cols elements moved vec at a time: enough
 // threads per row (a multiple of the warp, at most kFusedMaxThreads) for each to
 // hold reg_vecs vectors, and as many rows per block as fit in
-// block_threads threads. Rows longer than that take the block-long kernel.
+// block_threads threads. Rows longer than that take the chunked kernel.
 inline RowPlan fused_block_plan(int64_t rows, int64_t cols, int vec, int reg_vecs,
                                 int warp_size, int block_threads) {
   const int64_t nvec = cols / vec;
@@ -98,7 +100,7 @@ inline RowPlan fused_block_plan(int64_t rows, int64_t cols, int vec, int reg_vec
   plan.block =
       dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
   plan.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  plan.kernel = nvec > per_row * reg_vecs ? RowKernel::kBlockLong : RowKernel::kBlock;
+  plan.kernel = nvec > per_row * reg_vecs ? RowKernel::kChunked : RowKernel::kRegisters;
   return plan;
 }
 
@@ -131,8 +133,9 @@ bool fused_vectorized(int64_t cols, const X* x, const R* residual, const X* weig
   const auto on = [](const void* p, size_t bytes) {
     return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
   };
-  return cols % kVec == 0 && on(x, kVec * sizeof(X)) && on(residual, kVec * sizeof(R)) &&
-         on(out, kVec * sizeof(O)) && on(weight, kVec * sizeof(X));
+  return cols % kVec == 0 && on(x, kVec * sizeof(X)) &&
+         on(residual, kVec * sizeof(R)) && on(out, kVec * sizeof(O)) &&
+         on(weight, kVec * sizeof(X));
 }
 
 // The fused kernel's plan: over clusters for the long rows that
@@ -172,8 +175,8 @@ RowPlan plan_fused_add_rms_norm(const FusedAddRmsNormProblem& problem,
   } else if (kOneDtype && kVec >= 8 && rows_allow(4)) {
     vec = kVec / 4;
   }
-  return fused_block_plan(rows, cols, vec, fused_reg_vecs<X, R, O>(vec), device.warp_size,
-                          kFusedBlockThreads);
+  return fused_block_plan(rows, cols, vec, fused_reg_vecs<X, R, O>(vec),
+                          device.warp_size, kFusedBlockThreads);
 }
 
 }  // namespace opguide

@@ -4,10 +4,10 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "../common/launch_settings.h"
-
 #include <string>
 #include <tuple>
+
+#include "../common/launch_settings.h"
 
 namespace opguide {
 

@@ -1,4 +1,4 @@
-// RMSNorm backward, device code: dx and the per-block partial sums of
+// RMSNorm backward, device code: grad_x and the per-block partial sums of
 // grad_weight for rows held in registers (two kernels: one that prefetches
 // the next row into registers, one that pipelines rows through shared memory
 // with cp.async), and the deterministic sum of the partials. Torch-free like
@@ -26,15 +26,15 @@ namespace opguide {
 
 // Backward, per row with r = inv_rms[row]:
 //   grad_x = r * g * w - x * (r^3 / N) * sum_k(g_k * w_k * x_k)
-//   grad_w = sum over rows of g * x * r
+//   grad_weight = sum over rows of g * x * r
 // A block has blockDim.y row slots of blockDim.x threads each. Slot y of
 // block b takes rows b * blockDim.y + y, then that plus gridDim.x *
 // blockDim.y, and so on: the grid is only as large as fits on the GPU at
-// once, and each thread keeps its slice of the weight and of grad_w in
+// once, and each thread keeps its slice of the weight and of grad_weight in
 // registers across all its rows. A thread loads the next row's g and x
 // before it reduces and writes the current one, so that the memory system
 // always has loads in flight.
-// At the end each block writes one partial grad_w row (its slots summed in
+// At the end each block writes one partial grad_weight row (its slots summed in
 // slot order); a second kernel sums the partials in a fixed order, so the
 // result does not depend on timing.
 
@@ -51,17 +51,17 @@ __device__ __forceinline__ void load_row_slice(const Vec<T, kVec>* row, int64_t 
 // The arithmetic of one row that every backward kernel shares, over the
 // `count` vectors of the row that this thread's slice holds (vector k of the
 // slice is vector threadIdx.x + k * blockDim.x).
-// start_slice: the weight slice into registers, the grad_w sums to zero.
+// start_slice: the weight slice into registers, the grad_weight sums to zero.
 template <typename T, int kVec, int kRegVecs, typename Acc>
 __device__ __forceinline__ void start_slice(const Vec<T, kVec>* wv, int64_t count,
                                             Vec<T, kVec> (&w)[kRegVecs],
-                                            Acc (&dw)[kRegVecs][kVec]) {
+                                            Acc (&grad_weight_acc)[kRegVecs][kVec]) {
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
     if (i < count) w[k] = wv[i];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) dw[k][e] = 0;
+    for (int e = 0; e < kVec; ++e) grad_weight_acc[k][e] = 0;
   }
 }
 
@@ -113,13 +113,13 @@ __device__ __forceinline__ typename AccType<T>::type row_dot(
 }
 
 // store_grad_x: grad_x = r * g * w - c * x into dxr (the slice's first
-// vector), and g * x * r added to the thread's grad_w sums.
+// vector), and g * x * r added to the thread's grad_weight sums.
 template <typename T, int kVec, int kRegVecs, typename Acc>
 __device__ __forceinline__ void store_grad_x(const Vec<T, kVec> (&g)[kRegVecs],
                                              const Vec<T, kVec> (&w)[kRegVecs],
                                              const Vec<T, kVec> (&xv)[kRegVecs], Acc r,
                                              Acc c, int64_t count, Vec<T, kVec>* dxr,
-                                             Acc (&dw)[kRegVecs][kVec]) {
+                                             Acc (&grad_weight_acc)[kRegVecs][kVec]) {
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
@@ -130,15 +130,15 @@ __device__ __forceinline__ void store_grad_x(const Vec<T, kVec> (&g)[kRegVecs],
         const Acc gv = to_acc(g[k].val[e]);
         const Acc xe = to_acc(xv[k].val[e]);
         out.val[e] = from_acc<T>(r * gv * to_acc(w[k].val[e]) - c * xe);
-        dw[k][e] += gv * xe * r;
+        grad_weight_acc[k][e] += gv * xe * r;
       }
       store_streaming(dxr + i, out);
     }
   }
 }
 
-// Writes the block's partial grad_w row from each thread's register sums
-// dw[k][e] (element e of its vector k of the row). Thread x of every row
+// Writes the block's partial grad_weight row from each thread's register sums
+// grad_weight_acc[k][e] (element e of its vector k of the row). Thread x of every row
 // slot holds sums for the same columns, so the slots are added: slots
 // blockDim.y - 1 down to 1 add theirs in turn into `shared` (cols
 // accumulators), element e of vector i at e * nvec + i, where neighbouring
@@ -147,9 +147,9 @@ __device__ __forceinline__ void store_grad_x(const Vec<T, kVec> (&g)[kRegVecs],
 // its own sums and stores whole vectors. The order of the additions is fixed.
 // Every thread of the block must call it.
 template <int kVec, int kRegVecs, typename Acc>
-__device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][kVec],
-                                                     int64_t nvec, Acc* partial,
-                                                     Acc* shared) {
+__device__ __forceinline__ void store_partial_grad_weight(
+    const Acc (&grad_weight_acc)[kRegVecs][kVec], int64_t nvec, Acc* partial,
+    Acc* shared) {
   const int slots = static_cast<int>(blockDim.y);
   for (int slot = slots - 1; slot >= 1; --slot) {
     if (static_cast<int>(threadIdx.y) == slot) {
@@ -160,7 +160,7 @@ __device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][k
 #pragma unroll
           for (int e = 0; e < kVec; ++e) {
             Acc& sum = shared[e * nvec + i];
-            sum = (slot == slots - 1 ? Acc(0) : sum) + dw[k][e];
+            sum = (slot == slots - 1 ? Acc(0) : sum) + grad_weight_acc[k][e];
           }
         }
       }
@@ -174,7 +174,8 @@ __device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][k
       Vec<Acc, kVec> out;
 #pragma unroll
       for (int e = 0; e < kVec; ++e)
-        out.val[e] = slots > 1 ? dw[k][e] + shared[e * nvec + i] : dw[k][e];
+        out.val[e] = slots > 1 ? grad_weight_acc[k][e] + shared[e * nvec + i]
+                               : grad_weight_acc[k][e];
       reinterpret_cast<Vec<Acc, kVec>*>(partial)[i] = out;
     }
   }
@@ -182,12 +183,12 @@ __device__ __forceinline__ void store_partial_grad_w(const Acc (&dw)[kRegVecs][k
 
 template <typename T, int kVec, int kRegVecs>
 __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
-    const T* __restrict__ grad_y,                            // [rows, cols], dense
-    const T* __restrict__ x,                                 // [rows, cols], dense
-    const T* __restrict__ weight,                            // [cols]
-    const typename AccType<T>::type* __restrict__ inv_rms,   // [rows]
-    T* __restrict__ grad_x,                                  // [rows, cols], dense
-    typename AccType<T>::type* __restrict__ grad_w_partial,  // [blocks, cols]
+    const T* __restrict__ grad_y,                                 // [rows, cols], dense
+    const T* __restrict__ x,                                      // [rows, cols], dense
+    const T* __restrict__ weight,                                 // [cols]
+    const typename AccType<T>::type* __restrict__ inv_rms,        // [rows]
+    T* __restrict__ grad_x,                                       // [rows, cols], dense
+    typename AccType<T>::type* __restrict__ grad_weight_partial,  // [blocks, cols]
     int64_t rows, int64_t cols) {
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
@@ -201,8 +202,8 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
   const V* wv = reinterpret_cast<const V*>(weight);
 
   V w[kRegVecs];
-  Acc dw[kRegVecs][kVec];
-  start_slice(wv, nvec, w, dw);
+  Acc grad_weight_acc[kRegVecs][kVec];
+  start_slice(wv, nvec, w, grad_weight_acc);
 
   // Every thread of the block runs the same number of iterations (row_sum
   // synchronises the block); a slot past the last row just idles.
@@ -230,7 +231,8 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
     dot = row_sum(dot, shared[parity]);
     if (active) {
       const Acc c = dot * r * r * r / static_cast<Acc>(cols);
-      store_grad_x(g, w, xv, r, c, nvec, reinterpret_cast<V*>(grad_x + row * cols), dw);
+      store_grad_x(g, w, xv, r, c, nvec, reinterpret_cast<V*>(grad_x + row * cols),
+                   grad_weight_acc);
     }
 #pragma unroll
     for (int k = 0; k < kRegVecs; ++k) {
@@ -239,10 +241,11 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
     }
   }
 
-  // The block's partial grad_w row: the slots' sums added in slot order.
-  store_partial_grad_w<kVec>(dw, nvec,
-                             grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
-                             reinterpret_cast<Acc*>(dynamic_shared));
+  // The block's partial grad_weight row: the slots' sums added in slot order.
+  store_partial_grad_weight<kVec>(
+      grad_weight_acc, nvec,
+      grad_weight_partial + static_cast<int64_t>(blockIdx.x) * cols,
+      reinterpret_cast<Acc*>(dynamic_shared));
 }
 
 // [pipelined-backward-kernel]
@@ -251,19 +254,19 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
 // flight while it computes one (cp.async, above). Each thread copies only the
 // vectors it later reads itself, so waiting for its own copies is enough; no
 // barrier guards the stages. Registers hold one row, the weight slice and the
-// grad_w sums, as in the kernel above.
+// grad_weight sums, as in the kernel above.
 // Shared memory: kStages x slots x 2 tensors x kRegVecs x blockDim.x vectors,
 // laid out so that neighbouring threads read neighbouring 16-byte vectors.
 // Knobs: kStages and kMinBlocks (PipelinedKnobs in rms_norm_config.h).
 template <typename T, int kVec, int kRegVecs, typename Knobs = PipelinedKnobs>
 __global__ void __launch_bounds__(kBwdMaxThreads, Knobs::kMinBlocks)
     rms_norm_backward_pipelined_kernel(
-        const T* __restrict__ grad_y,                            // [rows, cols], dense
-        const T* __restrict__ x,                                 // [rows, cols], dense
-        const T* __restrict__ weight,                            // [cols]
-        const typename AccType<T>::type* __restrict__ inv_rms,   // [rows]
-        T* __restrict__ grad_x,                                  // [rows, cols], dense
-        typename AccType<T>::type* __restrict__ grad_w_partial,  // [blocks, cols]
+        const T* __restrict__ grad_y,                           // [rows, cols], dense
+        const T* __restrict__ x,                                // [rows, cols], dense
+        const T* __restrict__ weight,                           // [cols]
+        const typename AccType<T>::type* __restrict__ inv_rms,  // [rows]
+        T* __restrict__ grad_x,                                 // [rows, cols], dense
+        typename AccType<T>::type* __restrict__ grad_weight_partial,  // [blocks, cols]
         int64_t rows, int64_t cols) {
   constexpr int kStages = Knobs::kStages;
   static_assert(kStages >= 2, "a pipeline needs two stages or more");
@@ -282,8 +285,8 @@ __global__ void __launch_bounds__(kBwdMaxThreads, Knobs::kMinBlocks)
   V* const mine = buffers + threadIdx.y * 2 * kRegVecs * blockDim.x + threadIdx.x;
 
   V w[kRegVecs];
-  Acc dw[kRegVecs][kVec];
-  start_slice(wv, nvec, w, dw);
+  Acc grad_weight_acc[kRegVecs][kVec];
+  start_slice(wv, nvec, w, grad_weight_acc);
 
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
   int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -321,7 +324,8 @@ __global__ void __launch_bounds__(kBwdMaxThreads, Knobs::kMinBlocks)
     dot = row_sum(dot, shared[parity]);
     if (active) {
       const Acc c = dot * r * r * r / static_cast<Acc>(cols);
-      store_grad_x(g, w, xv, r, c, nvec, reinterpret_cast<V*>(grad_x + row * cols), dw);
+      store_grad_x(g, w, xv, r, c, nvec, reinterpret_cast<V*>(grad_x + row * cols),
+                   grad_weight_acc);
     }
   }
   // No copy is in flight past the loop (rows past the end queue none), but
@@ -329,39 +333,42 @@ __global__ void __launch_bounds__(kBwdMaxThreads, Knobs::kMinBlocks)
   copy_async_wait<0>();
   __syncthreads();
 
-  store_partial_grad_w<kVec>(dw, nvec,
-                             grad_w_partial + static_cast<int64_t>(blockIdx.x) * cols,
-                             reinterpret_cast<Acc*>(dynamic_shared));
+  store_partial_grad_weight<kVec>(
+      grad_weight_acc, nvec,
+      grad_weight_partial + static_cast<int64_t>(blockIdx.x) * cols,
+      reinterpret_cast<Acc*>(dynamic_shared));
 }
 // [pipelined-backward-kernel-end]
 
 template <typename T>
-__global__ void __launch_bounds__(kGradWCols* kGradWLanes)
-    rms_norm_backward_grad_w_kernel(
+__global__ void __launch_bounds__(kGradWeightCols* kGradWeightLanes)
+    rms_norm_backward_grad_weight_kernel(
         const typename AccType<T>::type* __restrict__ partial,  // [parts, cols]
         int64_t parts, int64_t cols,
-        T* __restrict__ grad_w) {  // [cols]
+        T* __restrict__ grad_weight) {  // [cols]
   using Acc = typename AccType<T>::type;
-  __shared__ Acc sums[kGradWLanes][kGradWCols + 1];
+  __shared__ Acc sums[kGradWeightLanes][kGradWeightCols + 1];
   wait_for_previous_grid();  // the partials are the previous kernel's output
   allow_next_grid();
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kGradWCols + threadIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kGradWeightCols + threadIdx.x;
   Acc s[4] = {0, 0, 0, 0};
   if (j < cols) {
     int64_t p = threadIdx.y;
-    for (; p + 3 * kGradWLanes < parts; p += 4 * kGradWLanes) {
+    for (; p + 3 * kGradWeightLanes < parts; p += 4 * kGradWeightLanes) {
 #pragma unroll
-      for (int u = 0; u < 4; ++u) s[u] += partial[(p + u * kGradWLanes) * cols + j];
+      for (int u = 0; u < 4; ++u)
+        s[u] += partial[(p + u * kGradWeightLanes) * cols + j];
     }
-    for (; p < parts; p += kGradWLanes) s[0] += partial[p * cols + j];
+    for (; p < parts; p += kGradWeightLanes) s[0] += partial[p * cols + j];
   }
   sums[threadIdx.y][threadIdx.x] = (s[0] + s[1]) + (s[2] + s[3]);
   __syncthreads();
   if (threadIdx.y == 0 && j < cols) {
     Acc total = 0;
 #pragma unroll
-    for (int lane = 0; lane < kGradWLanes; ++lane) total += sums[lane][threadIdx.x];
-    grad_w[j] = from_acc<T>(total);
+    for (int lane = 0; lane < kGradWeightLanes; ++lane)
+      total += sums[lane][threadIdx.x];
+    grad_weight[j] = from_acc<T>(total);
   }
 }
 

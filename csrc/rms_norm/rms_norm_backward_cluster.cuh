@@ -22,11 +22,11 @@ namespace opguide {
 
 // Backward: cluster c takes rows c, c + C, c + 2C, ... (C clusters, as many
 // as fit on the GPU at once), each block the same slice of every row. A
-// thread keeps its slice of the weight and of grad_w in registers across all
+// thread keeps its slice of the weight and of grad_weight in registers across all
 // its rows, and copies the next kStages - 1 rows' g and x into shared memory
 // while it computes this one (cp.async, as the pipelined kernel in
 // rms_norm_backward.cuh). At the end, cluster c writes row c of
-// grad_w_partial, and rms_norm_backward_grad_w_kernel sums the C rows in a
+// grad_weight_partial, and rms_norm_backward_grad_weight_kernel sums the C rows in a
 // fixed order.
 //
 // With kAhead, a block pushes its partial sum of the next row before it
@@ -39,15 +39,15 @@ namespace opguide {
 template <typename T, int kVec, int kRegVecs, int kThreads = kClusterThreads,
           int kStages = cluster_backward_stages(kRegVecs), int kMinBlocks = 1,
           bool kAhead = true>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
-    rms_norm_backward_cluster_kernel(
-        const T* __restrict__ grad_y,                            // [rows, cols], dense
-        const T* __restrict__ x,                                 // [rows, cols], dense
-        const T* __restrict__ weight,                            // [cols]
-        const typename AccType<T>::type* __restrict__ inv_rms,   // [rows]
-        T* __restrict__ grad_x,                                  // [rows, cols], dense
-        typename AccType<T>::type* __restrict__ grad_w_partial,  // [clusters, cols]
-        int64_t rows, int64_t cols) {
+__global__ void
+__launch_bounds__(kThreads, kMinBlocks) rms_norm_backward_cluster_kernel(
+    const T* __restrict__ grad_y,                                 // [rows, cols], dense
+    const T* __restrict__ x,                                      // [rows, cols], dense
+    const T* __restrict__ weight,                                 // [cols]
+    const typename AccType<T>::type* __restrict__ inv_rms,        // [rows]
+    T* __restrict__ grad_x,                                       // [rows, cols], dense
+    typename AccType<T>::type* __restrict__ grad_weight_partial,  // [clusters, cols]
+    int64_t rows, int64_t cols) {
   static_assert(kStages >= (kAhead ? 3 : 2), "too few stages for the pipeline");
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
@@ -64,8 +64,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int per_stage = 2 * kRegVecs * static_cast<int>(blockDim.x);
 
   V w[kRegVecs];
-  Acc dw[kRegVecs][kVec];
-  start_slice(wv, s.count, w, dw);
+  Acc grad_weight_acc[kRegVecs][kVec];
+  start_slice(wv, s.count, w, grad_weight_acc);
   auto fetch = [&](int64_t r, int stage) {
     if (r < rows) {
       const V* gr = reinterpret_cast<const V*>(grad_y + r * cols) + s.begin;
@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       read_stage(mine + stage * per_stage, g, xv);
       const Acc c = dot * r * r * r / static_cast<Acc>(cols);
       store_grad_x(g, w, xv, r, c, s.count,
-                   reinterpret_cast<V*>(grad_x + row * cols) + s.begin, dw);
+                   reinterpret_cast<V*>(grad_x + row * cols) + s.begin,
+                   grad_weight_acc);
     }
   } else {
     Acc r_next = first_row < rows ? inv_rms[first_row] : Acc(0);
@@ -120,19 +121,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       dot = push_sum(dot, push, iteration);
       const Acc c = dot * r * r * r / static_cast<Acc>(cols);
       store_grad_x(g, w, xv, r, c, s.count,
-                   reinterpret_cast<V*>(grad_x + row * cols) + s.begin, dw);
+                   reinterpret_cast<V*>(grad_x + row * cols) + s.begin,
+                   grad_weight_acc);
     }
   }
   copy_async_wait<0>();
-  Acc* partial =
-      grad_w_partial + (first_row < clusters ? first_row : 0) * cols + s.begin * kVec;
+  Acc* partial = grad_weight_partial + (first_row < clusters ? first_row : 0) * cols +
+                 s.begin * kVec;
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
     if (i < s.count) {
       Vec<Acc, kVec> out;
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) out.val[e] = dw[k][e];
+      for (int e = 0; e < kVec; ++e) out.val[e] = grad_weight_acc[k][e];
       reinterpret_cast<Vec<Acc, kVec>*>(partial)[i] = out;
     }
   }

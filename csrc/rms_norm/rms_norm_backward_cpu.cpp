@@ -2,7 +2,7 @@
 // and the per-row inv_rms that rms_norm_fwd saved.
 //
 // With r = inv_rms of a row, y_j = x_j * r * w_j and N the row length:
-//   grad_w_j = sum over rows of grad_y_j * x_j * r
+//   grad_weight_j = sum over rows of grad_y_j * x_j * r
 //   grad_x_j = r * grad_y_j * w_j - x_j * r**3 / N * sum_k(grad_y_k * w_k * x_k)
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -20,12 +20,12 @@ namespace {
 
 // [cpu-backward-kernel]
 // Rows [row_begin, row_end): writes their grad_x and adds their share of
-// grad_weight into grad_w_partial (n values owned by this chunk of rows).
+// grad_weight into grad_weight_partial (n values owned by this chunk of rows).
 template <typename scalar_t>
 void rms_norm_backward_rows(const scalar_t* grad_y, const scalar_t* x,
                             const scalar_t* weight,
                             const at::opmath_type<scalar_t>* inv_rms, scalar_t* grad_x,
-                            at::opmath_type<scalar_t>* grad_w_partial,
+                            at::opmath_type<scalar_t>* grad_weight_partial,
                             int64_t row_begin, int64_t row_end, int64_t n) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int64_t kLanes = 16;  // independent sums, as in the forward kernel
@@ -55,7 +55,7 @@ void rms_norm_backward_rows(const scalar_t* grad_y, const scalar_t* x,
       const acc_t g = static_cast<acc_t>(gr[j]);
       const acc_t xv = static_cast<acc_t>(xr[j]);
       gxr[j] = static_cast<scalar_t>(r * g * static_cast<acc_t>(weight[j]) - c * xv);
-      grad_w_partial[j] += g * xv * r;
+      grad_weight_partial[j] += g * xv * r;
     }
   }
 }

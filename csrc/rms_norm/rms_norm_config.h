@@ -13,7 +13,7 @@ namespace opguide {
 // keeps in registers, 4 for every dtype (tools/sweep_rms_norm_forward_vectors.cu).
 // With the weight held next to x that still fits several blocks per SM; 2
 // vectors (twice the threads per row) are slower for 16-bit types, and 8 do
-// not fit in registers. Past 1024 threads per row the kLongRows instance
+// not fit in registers. Past 1024 threads per row the kChunked instance
 // re-reads the rest of the row from L2.
 constexpr int kForwardRegVecs = 4;
 constexpr int kMaxThreadsPerRow = 1024;
@@ -53,13 +53,13 @@ struct PipelinedKnobs {
 constexpr int kBwdRegVecs = 2;
 constexpr int kBwdMinThreads = 256;
 
-// The grad_w sum: a block takes 32 columns and has 32 rows of threads, each
+// The grad_weight sum: a block takes 32 columns and has 32 rows of threads, each
 // summing every 32nd partial row.
-constexpr int kGradWCols = 32;
-constexpr int kGradWLanes = 32;
+constexpr int kGradWeightCols = 32;
+constexpr int kGradWeightLanes = 32;
 
 // Backward over clusters: blocks of 512 threads, each keeping its slice of
-// the weight and of grad_w in registers and each row's g and x in shared
+// the weight and of grad_weight in registers and each row's g and x in shared
 // memory, one stage per row in flight: two vectors per thread and four
 // stages (128 KiB), or four vectors and three stages (192 KiB) for rows too
 // long for 16 blocks of two (tools/sweep_rms_norm_backward_cluster.cu,
@@ -79,10 +79,10 @@ constexpr int narrow_backward_regs() {
 }
 
 // Backward in two passes, for rows no other kernel takes: blocks of 512
-// threads, 4 blocks per multiprocessor, grad_w over strips of 256 columns.
-constexpr int kTwoPassThreads = 512;
-constexpr int kTwoPassBlocksPerSm = 4;
-constexpr int kTwoPassStripCols = 256;
+// threads, 4 blocks per multiprocessor, grad_weight over strips of 256 columns.
+constexpr int kChunkedThreads = 512;
+constexpr int kChunkedBlocksPerSm = 4;
+constexpr int kChunkedStripCols = 256;
 
 // The backward kernel families (the words of common/launch.cuh).
 enum class BackwardKernel {
@@ -93,18 +93,20 @@ enum class BackwardKernel {
   kNarrow4,      // narrow: rms_norm_backward_kernel with 4-byte accesses
   kNarrow2,      // narrow: rms_norm_backward_kernel with 2-byte accesses
   kCluster,      // cluster: rms_norm_backward_cluster_kernel, kClusterBackwardRegVecs
-  kClusterLong,  // cluster: rms_norm_backward_cluster_kernel, kClusterBackwardRegVecsLong
-  kTwoPass,      // two-pass: rms_norm_backward_rows_kernel, then the grad_w column sums
+  kClusterLong,  // cluster: rms_norm_backward_cluster_kernel,
+                 // kClusterBackwardRegVecsLong
+  kChunked,  // chunked: rms_norm_backward_chunked_kernel, then the grad_weight column
+             // sums
 };
 
 // A backward plan (plan_rms_norm_backward): the kernel and its launch shape.
 struct RmsNormBackwardPlan {
   BackwardKernel kernel = BackwardKernel::kRegisters;
-  dim3 block;               // (threads per row, row slots per block)
-  int64_t blocks = 0;       // also the number of partial grad_w rows; 0: does not fit
+  dim3 block;          // (threads per row, row slots per block)
+  int64_t blocks = 0;  // also the number of partial grad_weight rows; 0: does not fit
   size_t shared_bytes = 0;  // dynamic shared memory per block
   int cluster = 1;          // blocks per cluster (cluster kernels), else 1
-  int64_t grid = 0;         // blocks of the first kernel (cluster and two-pass kernels)
+  int64_t grid = 0;         // blocks of the first kernel (cluster and chunked kernels)
 };
 
 }  // namespace opguide

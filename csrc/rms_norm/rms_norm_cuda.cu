@@ -120,14 +120,14 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
   const int64_t cols = x.size(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   if (cols == 0) {
-    // Nothing to normalise: grad_x is empty and grad_w a sum over no element.
+    // Nothing to normalise: grad_x is empty and grad_weight a sum over no element.
     return {
         at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)),
         at::zeros({0}, weight.options())};
   }
   at::Tensor grad_x =
       at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  at::Tensor grad_w = at::empty({cols}, weight.options());
+  at::Tensor grad_weight = at::empty({cols}, weight.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const LaunchSettings settings{stream, cuda_use_pdl(), cuda_max_cluster()};
   AT_DISPATCH_FLOATING_TYPES_AND2(
@@ -138,21 +138,21 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
         const T* x_ptr = reinterpret_cast<const T*>(xc.const_data_ptr<scalar_t>());
         const T* w_ptr = reinterpret_cast<const T*>(wc.const_data_ptr<scalar_t>());
         // Which kernels run depends on the row: see plan_rms_norm_backward.
-        const RmsNormBackwardPlan plan =
-            rms_norm_backward_plan_for<T>(grad_y_ptr, x_ptr, w_ptr, rows, cols, settings);
-        // One partial grad_w row per block, summed by the second kernel.
+        const RmsNormBackwardPlan plan = rms_norm_backward_plan_for<T>(
+            grad_y_ptr, x_ptr, w_ptr, rows, cols, settings);
+        // One partial grad_weight row per block, summed by the second kernel.
         at::Tensor partial = at::empty(
             {plan.blocks, cols}, x.options().dtype(rms_norm_acc_type(x.scalar_type())));
         const cudaError_t err = launch_rms_norm_backward<T>(
             plan, grad_y_ptr, x_ptr, w_ptr, rc.const_data_ptr<Acc>(),
             reinterpret_cast<T*>(grad_x.mutable_data_ptr<scalar_t>()),
             partial.mutable_data_ptr<Acc>(),
-            reinterpret_cast<T*>(grad_w.mutable_data_ptr<scalar_t>()), rows, cols,
+            reinterpret_cast<T*>(grad_weight.mutable_data_ptr<scalar_t>()), rows, cols,
             settings.stream, settings.pdl);
         C10_CUDA_CHECK(err);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {grad_x, grad_w};
+  return {grad_x, grad_weight};
 }
 
 }  // namespace opguide

@@ -31,10 +31,10 @@ namespace opguide {
 // pass 1 loads and sums squares, pass 2 scales what is already in registers.
 // The matching weight vectors are loaded in pass 1 too, so that their loads
 // overlap the reduction instead of following it.
-// With kLongRows, rows longer than blockDim.x * kRegVecs vectors re-read the
+// With kChunked, rows longer than blockDim.x * kRegVecs vectors re-read the
 // rest in pass 2 (from L2, which still holds it); without it that code is
 // compiled out, which leaves the common case with fewer registers.
-template <typename T, int kVec, int kRegVecs, bool kLongRows>
+template <typename T, int kVec, int kRegVecs, bool kChunked>
 __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
     const T* __restrict__ x,       // [rows, cols], row r at x + r * x_row_stride
     const T* __restrict__ weight,  // [cols]
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
       }
     }
   }
-  if constexpr (kLongRows) {
+  if constexpr (kChunked) {
     for (int64_t i = threadIdx.x + static_cast<int64_t>(kRegVecs) * blockDim.x;
          active && i < nvec; i += blockDim.x) {
       const V v = xr[i];
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
       yr[i] = out;
     }
   }
-  if constexpr (kLongRows) {
+  if constexpr (kChunked) {
     for (int64_t i = threadIdx.x + static_cast<int64_t>(kRegVecs) * blockDim.x;
          i < nvec; i += blockDim.x) {
       const V v = xr[i];

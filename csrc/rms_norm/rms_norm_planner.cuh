@@ -13,8 +13,8 @@
 
 #include "../common/launch.cuh"
 #include "rms_norm_backward.cuh"
+#include "rms_norm_backward_chunked.cuh"
 #include "rms_norm_backward_cluster.cuh"
-#include "rms_norm_backward_two_pass.cuh"
 #include "rms_norm_config.h"
 #include "rms_norm_forward.cuh"
 #include "rms_norm_forward_cluster.cuh"
@@ -43,8 +43,9 @@ template <typename T, int kVec>
 ForwardKernelFn<T> forward_block_kernel(const RowPlan& plan) {
   constexpr int kRegs = forward_reg_vecs(sizeof(T), kVec);
   if (plan.reg_vecs != kRegs) return nullptr;
-  return plan.kernel == RowKernel::kBlockLong ? rms_norm_forward_kernel<T, kVec, kRegs, true>
-                                              : rms_norm_forward_kernel<T, kVec, kRegs, false>;
+  return plan.kernel == RowKernel::kChunked
+             ? rms_norm_forward_kernel<T, kVec, kRegs, true>
+             : rms_norm_forward_kernel<T, kVec, kRegs, false>;
 }
 
 template <typename T>
@@ -52,7 +53,8 @@ ForwardKernelFn<T> rms_norm_forward_kernel_for(const RowPlan& plan) {
   constexpr int kWide = 16 / sizeof(T);
   if (plan.kernel == RowKernel::kCluster) {
     if constexpr (sizeof(T) <= 4) {
-      constexpr int kSmall = kClusterForwardThreads, kLarge = 2 * kClusterForwardThreads;
+      constexpr int kSmall = kClusterForwardThreads,
+                    kLarge = 2 * kClusterForwardThreads;
       if (plan.vec != kWide || plan.reg_vecs != kClusterForwardVecs) return nullptr;
       if (plan.block.x == kSmall)
         return rms_norm_forward_cluster_kernel<T, kWide, kSmall, kClusterForwardVecs>;
@@ -101,7 +103,7 @@ inline RowPlan rms_norm_forward_block_plan(int64_t rows, int64_t cols, int vec,
   plan.block =
       dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
   plan.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  plan.kernel = nvec > per_row * reg_vecs ? RowKernel::kBlockLong : RowKernel::kBlock;
+  plan.kernel = nvec > per_row * reg_vecs ? RowKernel::kChunked : RowKernel::kRegisters;
   return plan;
 }
 
@@ -153,12 +155,12 @@ struct RmsNormForwardProblem {
 template <typename T>
 RowPlan plan_rms_norm_forward(const RmsNormForwardProblem& problem,
                               const DeviceInfo& device, int max_cluster) {
-  const int vec =
-      forward_vector_width<T>(problem.cols, problem.x_row_stride, problem.aligned_bytes);
+  const int vec = forward_vector_width<T>(problem.cols, problem.x_row_stride,
+                                          problem.aligned_bytes);
   constexpr int kWide = 16 / sizeof(T);
-  const RowClusters rc = rms_norm_forward_clusters<T>(
-      vec == kWide, problem.rows, problem.cols / kWide,
-      device.cluster_launch ? max_cluster : 0);
+  const RowClusters rc =
+      rms_norm_forward_clusters<T>(vec == kWide, problem.rows, problem.cols / kWide,
+                                   device.cluster_launch ? max_cluster : 0);
   if (rc.cluster > 0) {
     const RowPlan plan =
         row_cluster_plan(problem.rows, rc, kWide, kClusterForwardVecs, 0);
@@ -169,8 +171,8 @@ RowPlan plan_rms_norm_forward(const RmsNormForwardProblem& problem,
                                      forward_reg_vecs(sizeof(T), vec));
 }
 
-// The backward's kernel table: the first kernel of each family (the grad_w
-// sum follows every one of them); null for the two-pass family, whose two
+// The backward's kernel table: the first kernel of each family (the grad_weight
+// sum follows every one of them); null for the chunked family, whose two
 // kernels take other arguments, and for a narrow width wider than T allows.
 template <typename T>
 using BackwardKernelFn = void (*)(const T*, const T*, const T*,
@@ -180,7 +182,8 @@ using BackwardKernelFn = void (*)(const T*, const T*, const T*,
 template <typename T, int kBytes>
 BackwardKernelFn<T> narrow_backward_kernel() {
   if constexpr (kBytes >= static_cast<int>(sizeof(T))) {
-    return rms_norm_backward_kernel<T, kBytes / sizeof(T), narrow_backward_regs<kBytes>()>;
+    return rms_norm_backward_kernel<T, kBytes / sizeof(T),
+                                    narrow_backward_regs<kBytes>()>;
   } else {
     return nullptr;  // never planned: no access narrower than one element
   }
@@ -206,7 +209,7 @@ BackwardKernelFn<T> rms_norm_backward_kernel_for(BackwardKernel kernel) {
       return rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecs>;
     case BackwardKernel::kClusterLong:
       return rms_norm_backward_cluster_kernel<T, kVec, kClusterBackwardRegVecsLong>;
-    case BackwardKernel::kTwoPass:
+    case BackwardKernel::kChunked:
       break;
   }
   return nullptr;
@@ -237,17 +240,18 @@ inline int64_t backward_grid(int64_t rows, int64_t slots, int per_sm, int sm_cou
 // what the launch shape of rms_norm_backward_shape depends on besides the
 // kernel. tools/sweep_rms_norm_backward.cu plans its other instances with it.
 struct BackwardShapeKnobs {
-  int vec;                    // elements per access
-  int reg_vecs;               // accesses of its row a thread keeps
-  int stages = 0;             // rows in flight in shared memory (pipelined), or 0
+  int vec;         // elements per access
+  int reg_vecs;    // accesses of its row a thread keeps
+  int stages = 0;  // rows in flight in shared memory (pipelined), or 0
   int min_threads = kBwdMinThreads;  // threads a block has at least
   int max_blocks_per_sm = 0;  // at most this many blocks per SM (0: as many as fit)
-  bool sums_per_slot = false; // each row slot keeps its grad_w sums in shared memory
+  bool sums_per_slot =
+      false;  // each row slot keeps its grad_weight sums in shared memory
 };
 
 // The launch shape of a one-block backward kernel: threads enough for
 // reg_vecs vectors each per row, row slots so that a block has at least
-// min_threads threads, shared memory for the stages (and the slots' grad_w
+// min_threads threads, shared memory for the stages (and the slots' grad_weight
 // sums), and as many blocks as fit on the GPU at once (asked of the device:
 // cudaOccupancyMaxActiveBlocksPerMultiprocessor), each walking many rows.
 // blocks == 0 when the shared memory is more than a block may have. Past 48
@@ -255,7 +259,8 @@ struct BackwardShapeKnobs {
 // before the occupancy query, as its launch needs.
 template <typename T>
 RmsNormBackwardPlan rms_norm_backward_shape(BackwardKernelFn<T> kernel, int64_t rows,
-                                            int64_t cols, const BackwardShapeKnobs& knobs,
+                                            int64_t cols,
+                                            const BackwardShapeKnobs& knobs,
                                             const DeviceInfo& device) {
   using Acc = typename AccType<T>::type;
   RmsNormBackwardPlan plan;
@@ -263,9 +268,10 @@ RmsNormBackwardPlan rms_norm_backward_shape(BackwardKernelFn<T> kernel, int64_t 
                               knobs.min_threads);
   const int64_t slots = plan.block.y;
   const int64_t threads = static_cast<int64_t>(plan.block.x) * plan.block.y;
-  const size_t sums = knobs.sums_per_slot ? static_cast<size_t>(slots * cols) * sizeof(Acc)
-                      : slots > 1         ? static_cast<size_t>(cols) * sizeof(Acc)
-                                          : 0;
+  const size_t sums = knobs.sums_per_slot
+                          ? static_cast<size_t>(slots * cols) * sizeof(Acc)
+                      : slots > 1 ? static_cast<size_t>(cols) * sizeof(Acc)
+                                  : 0;
   const size_t stages =
       static_cast<size_t>(knobs.stages * 2 * knobs.reg_vecs * threads) * 16;
   plan.shared_bytes = stages > sums ? stages : sums;
@@ -338,7 +344,7 @@ RmsNormBackwardPlan narrow_backward_plan(int64_t rows, int64_t cols, int aligned
 // block, each keeping `reg_vecs` vectors, with `stages` rows in flight in
 // shared memory: clusters enough for a row of nvec vectors, as many of them
 // as fit on this GPU at once (asked of the device:
-// cudaOccupancyMaxActiveClusters), one partial grad_w row each; blocks == 0
+// cudaOccupancyMaxActiveClusters), one partial grad_weight row each; blocks == 0
 // when no such cluster fits. tools/sweep_rms_norm_backward_cluster.cu plans
 // its other instances with it.
 template <typename T>
@@ -370,7 +376,8 @@ RmsNormBackwardPlan cluster_backward_plan(BackwardKernel kernel, int reg_vecs,
                                           const DeviceInfo& device, int max_cluster) {
   using Acc = typename AccType<T>::type;
   const int stages = cluster_backward_stages(reg_vecs);
-  const size_t shared = static_cast<size_t>(stages) * 2 * reg_vecs * kClusterThreads * 16;
+  const size_t shared =
+      static_cast<size_t>(stages) * 2 * reg_vecs * kClusterThreads * 16;
   const size_t static_bytes = sizeof(PushSlots<Acc, kClusterThreads / kWarpSize, 4>);
   if (shared + static_bytes > device.max_shared_bytes) return RmsNormBackwardPlan{};
   RmsNormBackwardPlan plan = rms_norm_backward_cluster_shape<T>(
@@ -389,9 +396,9 @@ struct RmsNormBackwardProblem {
 
 // The backward's plan for any row: the one-block kernels when the row fits
 // them, clusters for longer rows, narrower vectors for rows that are not
-// whole 16-byte vectors, and the two-pass kernels when none of these can run
+// whole 16-byte vectors, and the chunked kernels when none of these can run
 // (rows longer than the largest cluster, or longer than the narrow kernel
-// holds). `plan.blocks` is the number of partial grad_w rows to allocate.
+// holds). `plan.blocks` is the number of partial grad_weight rows to allocate.
 // max_cluster: the most blocks per cluster (0: no clusters).
 template <typename T>
 RmsNormBackwardPlan plan_rms_norm_backward(const RmsNormBackwardProblem& problem,
@@ -410,29 +417,32 @@ RmsNormBackwardPlan plan_rms_norm_backward(const RmsNormBackwardProblem& problem
   if (!wide && rows > 0) {
     const int aligned = problem.aligned_bytes;
     RmsNormBackwardPlan plan = narrow_backward_plan<T, 8>(rows, cols, aligned, device);
-    if (plan.blocks == 0) plan = narrow_backward_plan<T, 4>(rows, cols, aligned, device);
-    if (plan.blocks == 0) plan = narrow_backward_plan<T, 2>(rows, cols, aligned, device);
+    if (plan.blocks == 0)
+      plan = narrow_backward_plan<T, 4>(rows, cols, aligned, device);
+    if (plan.blocks == 0)
+      plan = narrow_backward_plan<T, 2>(rows, cols, aligned, device);
     if (plan.blocks > 0) return plan;
   }
   // Clusters of blocks with two vectors per thread, or with four when a row
   // is too long for that.
   if (wide && device.cluster_launch) {
-    RmsNormBackwardPlan plan = cluster_backward_plan<T>(
-        BackwardKernel::kCluster, kClusterBackwardRegVecs, rows, nvec, device, max_cluster);
+    RmsNormBackwardPlan plan =
+        cluster_backward_plan<T>(BackwardKernel::kCluster, kClusterBackwardRegVecs,
+                                 rows, nvec, device, max_cluster);
     if (plan.blocks == 0)
       plan = cluster_backward_plan<T>(BackwardKernel::kClusterLong,
                                       kClusterBackwardRegVecsLong, rows, nvec, device,
                                       max_cluster);
     if (plan.blocks > 0) return plan;
   }
-  // Two passes: a block per row, a few blocks per SM; grad_w over strips of
+  // Two passes: a block per row, a few blocks per SM; grad_weight over strips of
   // columns, with enough row groups to fill the GPU.
   RmsNormBackwardPlan plan;
-  plan.kernel = BackwardKernel::kTwoPass;
-  plan.block = dim3(kTwoPassThreads);
-  const int64_t fit = static_cast<int64_t>(device.sm_count) * kTwoPassBlocksPerSm;
+  plan.kernel = BackwardKernel::kChunked;
+  plan.block = dim3(kChunkedThreads);
+  const int64_t fit = static_cast<int64_t>(device.sm_count) * kChunkedBlocksPerSm;
   plan.grid = rows < fit ? (rows > 0 ? rows : 1) : fit;
-  const int64_t strips = (cols + kTwoPassStripCols - 1) / kTwoPassStripCols;
+  const int64_t strips = (cols + kChunkedStripCols - 1) / kChunkedStripCols;
   int64_t parts = (fit + strips - 1) / strips;
   if (parts > rows) parts = rows;
   plan.blocks = parts > 0 ? parts : 1;

@@ -18,7 +18,7 @@ Next to the implementations, every GPU pass times a copy of the same bytes
 What one run measures:
 
 * on a GPU, three passes at each shape and dtype: ``forward`` (``y`` from
-  ``x`` and ``weight``), ``backward`` (``dx`` and ``dweight`` from ``dy``) and
+  ``x`` and ``weight``), ``backward`` (``grad_x`` and ``grad_weight`` from ``grad_y``) and
   ``fused`` (residual add + RMSNorm), for opguide's compiled and Triton
   kernels and for the PyTorch reference points, and the peer libraries'
   kernels where they import (Liger, Quack; vLLM's for the fused pass);

@@ -34,11 +34,11 @@ EAGER_NS = (4096, 8192)
 def eager_implementations(mode: str, device: torch.device | None = None) -> dict[str, Callable]:
     """Calls as a user writes them, by name; ``mode`` is ``forward`` or ``training``.
 
-    Each value takes ``(x, w, dy)``. The row :data:`TRITON_EXPERIMENTAL` is
+    Each value takes ``(x, w, grad_y)``. The row :data:`TRITON_EXPERIMENTAL` is
     the plain Triton call, which :func:`run_eager` makes inside
     ``opguide.experimental.triton_eager.enabled()`` (:func:`_call_context`).
     ``training`` calls ``y = f(x, w)`` and then
-    ``y.backward(dy)`` on leaves that require grad (their ``.grad`` reset to
+    ``y.backward(grad_y)`` on leaves that require grad (their ``.grad`` reset to
     None first, as an optimiser's ``zero_grad`` does). Training also has the
     rows of :data:`EAGER_KERNELS` (the operators without autograd),
     :data:`FUNCTION_NODE` (the C++ operators under ``torch::autograd::Function``)
@@ -62,14 +62,14 @@ def eager_implementations(mode: str, device: torch.device | None = None) -> dict
     if mode == "forward":
 
         def forward(f: Callable) -> Callable:
-            return lambda x, w, dy: f(x, w)
+            return lambda x, w, grad_y: f(x, w)
 
         return {name: forward(f) for name, f in norms.items()}
 
     def step(f: Callable) -> Callable:
-        def run(x, w, dy):
+        def run(x, w, grad_y):
             x.grad = w.grad = None
-            f(x, w).backward(dy)
+            f(x, w).backward(grad_y)
 
         return run
 
@@ -99,7 +99,7 @@ EMPTY_FUNCTION = "empty Python Function"
 
 
 class _EmptyFunction(torch.autograd.Function):
-    """Returns an uninitialised tensor like x; its backward passes dy through."""
+    """Returns an uninitialised tensor like x; its backward passes grad_y through."""
 
     @staticmethod
     def forward(ctx, x, w):
@@ -128,33 +128,33 @@ def _kernels_without_autograd(device: torch.device | None) -> dict[str, Callable
     if hasattr(ops, "rms_norm_fwd") and hasattr(ops, "rms_norm_backward"):
         fwd, bwd = ops.rms_norm_fwd.default, ops.rms_norm_backward.default
 
-        def opguide_ops(x, w, dy):
-            bwd(dy, x, w, fwd(x, w, EPS)[1])
+        def opguide_ops(x, w, grad_y):
+            bwd(grad_y, x, w, fwd(x, w, EPS)[1])
 
         impls[EAGER_KERNELS["opguide"]] = opguide_ops
     if device is not None and _triton_available(device) is None:
 
-        def triton_launches(x, w, dy):
+        def triton_launches(x, w, grad_y):
             # The Triton forward and backward operators, as the default path's
             # autograd formula calls them, without autograd.
             inv_rms = ops.rms_norm_fwd_triton.default(x, w, EPS)[1]
-            ops.rms_norm_backward_triton.default(dy, x, w, inv_rms)
+            ops.rms_norm_backward_triton.default(grad_y, x, w, inv_rms)
 
         try:  # optional: a failed import skips this row only, with the reason
             from opguide.experimental import triton_eager
         except ImportError as err:
             missing = err
 
-            def experimental_launches(x, w, dy):
+            def experimental_launches(x, w, grad_y):
                 raise missing
 
         else:
 
-            def experimental_launches(x, w, dy):
+            def experimental_launches(x, w, grad_y):
                 # The kernels of the opt-in eager path, launched as its
                 # autograd Function launches them, without the Function.
                 inv_rms = triton_eager.direct_forward(x, w, EPS, training=True)[1]
-                triton_eager.direct_backward(dy, x, w, inv_rms)
+                triton_eager.direct_backward(grad_y, x, w, inv_rms)
 
         impls[EAGER_KERNELS["opguide triton"]] = triton_launches
         impls[EAGER_KERNELS[TRITON_EXPERIMENTAL]] = experimental_launches
@@ -162,10 +162,10 @@ def _kernels_without_autograd(device: torch.device | None) -> dict[str, Callable
     on_gpu = device is not None and device.type == "cuda"
     if on_gpu and hasattr(aten, "_fused_rms_norm_backward"):
         # What F.rms_norm's autograd node calls on a GPU (on a CPU it is composite).
-        def fused(x, w, dy):
+        def fused(x, w, grad_y):
             shape = [x.shape[-1]]
             rstd = aten._fused_rms_norm.default(x, shape, w, EPS)[1]
-            aten._fused_rms_norm_backward.default(dy, x, shape, rstd, w, [True, True])
+            aten._fused_rms_norm_backward.default(grad_y, x, shape, rstd, w, [True, True])
 
         impls[EAGER_KERNELS["F.rms_norm"]] = fused
     return impls
@@ -226,11 +226,11 @@ def run_eager(
                 grad = mode == "training"
                 x = torch.randn(m, n, device=device, dtype=dt, requires_grad=grad)
                 w = torch.randn(n, device=device, dtype=dt, requires_grad=grad)
-                dy = torch.randn(m, n, device=device, dtype=dt)
+                grad_y = torch.randn(m, n, device=device, dtype=dt)
                 fns = {}
-                plain = (x.detach(), w.detach(), dy)  # for the rows without autograd
+                plain = (x.detach(), w.detach(), grad_y)  # for the rows without autograd
                 for name, fn in impls.items():
-                    args = plain if name in EAGER_KERNELS.values() else (x, w, dy)
+                    args = plain if name in EAGER_KERNELS.values() else (x, w, grad_y)
                     try:
                         context = _call_context(name)
                         with context():

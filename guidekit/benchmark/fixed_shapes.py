@@ -101,7 +101,7 @@ def _time_impls(
 def _input_sets(
     pass_name: str, m: int, n: int, dtype: torch.dtype, device: torch.device, count: int
 ) -> list[tuple]:
-    """``count`` random input sets: (x, w), (x, w, dy) or (x, residual, w)."""
+    """``count`` random input sets: (x, w), (x, w, grad_y) or (x, residual, w)."""
 
     def rows() -> torch.Tensor:
         return torch.randn(m, n, device=device, dtype=dtype)
@@ -181,7 +181,7 @@ def run_backward(
     only: Sequence[str] | None = None,
     clean_l2: bool = True,
 ) -> tuple[list[Row], list[Skip]]:
-    """Times every backward implementation (``dx`` and ``dweight``); returns rows and skips."""
+    """Times every backward implementation (``grad_x``, ``grad_weight``); rows and skips."""
     return _run_pass("backward", shapes, dtypes, device, only, clean_l2)
 
 

@@ -80,11 +80,11 @@ def _inv_rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def _autograd_backward(forward: Callable) -> Callable:
     """Prepares a fixed graph ``y = forward(x, w)`` whose backward is then timed."""
 
-    def prepare(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> Callable[[], object]:
+    def prepare(x: torch.Tensor, w: torch.Tensor, grad_y: torch.Tensor) -> Callable[[], object]:
         x = x.detach().requires_grad_()
         w = w.detach().requires_grad_()
         y = forward(x, w)
-        return lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True)
+        return lambda: torch.autograd.grad(y, (x, w), grad_y, retain_graph=True)
 
     return prepare
 
@@ -92,17 +92,17 @@ def _autograd_backward(forward: Callable) -> Callable:
 def backward_implementations(device: torch.device | None = None) -> dict[str, Callable]:
     """The backward implementations to compare, by name.
 
-    Each value prepares one call from ``(x, w, dy)`` (running the forward
+    Each value prepares one call from ``(x, w, grad_y)`` (running the forward
     pass once, untimed) and returns a function without arguments that runs
     only the backward pass: the backward operator itself where opguide has
     one, else ``torch.autograd.grad`` on a graph built once and kept.
     """
 
-    def opguide_op(x, w, dy):
+    def opguide_op(x, w, grad_y):
         # Missing in a build without the autograd chapter: AttributeError.
         op = torch.ops.opguide.rms_norm_backward.default
         inv_rms = _inv_rms(x, w)
-        return lambda: op(dy, x, w, inv_rms)
+        return lambda: op(grad_y, x, w, inv_rms)
 
     compiled_reference = torch.compile(_reference, dynamic=False)
     impls = {
@@ -116,10 +116,10 @@ def backward_implementations(device: torch.device | None = None) -> dict[str, Ca
     }
     if _triton_available(device) is None:
 
-        def triton_op(x, w, dy):
+        def triton_op(x, w, grad_y):
             op = torch.ops.opguide.rms_norm_backward_triton.default
             inv_rms = torch.ops.opguide.rms_norm_fwd_triton.default(x, w, EPS)[1]
-            return lambda: op(dy, x, w, inv_rms)
+            return lambda: op(grad_y, x, w, inv_rms)
 
         impls["opguide triton"] = triton_op
     return impls
@@ -231,10 +231,10 @@ def peer_implementations(pass_name: str) -> tuple[dict[str, Callable], dict[str,
 
 
 def _training(forward: Callable) -> Callable:
-    """A training step's norm: ``y = forward(x, w)``, then ``dx, dw`` by autograd."""
+    """A training step's norm: ``y = forward(x, w)``, then ``grad_x, grad_weight`` by autograd."""
 
-    def step(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor):
-        return torch.autograd.grad(forward(x, w), (x, w), dy)
+    def step(x: torch.Tensor, w: torch.Tensor, grad_y: torch.Tensor):
+        return torch.autograd.grad(forward(x, w), (x, w), grad_y)
 
     return step
 

@@ -20,8 +20,8 @@ PASSES = (*GPU_PASSES, "cpu")
 # (s = bytes per element of x; inv_rms is float32).
 BYTES_MODEL = {
     "forward": "read x (M*N*s) and weight (N*s), write y (M*N*s)",
-    "backward": "read x, dy (M*N*s each), weight (N*s) and inv_rms (M*4); "
-    "write dx (M*N*s) and dweight (N*s)",
+    "backward": "read x, grad_y (M*N*s each), weight (N*s) and inv_rms (M*4); "
+    "write grad_x (M*N*s) and grad_weight (N*s)",
     "fused": "read x, residual (M*N*s each) and weight (N*s); write residual and y (M*N*s each)",
     "cpu_kernel": "read x (M*N*4) and weight (N*4), write y (M*N*4); "
     "the copies: read and write M*N*4",

@@ -43,7 +43,7 @@ def _sweep_sets(
     sets = _input_sets("backward" if pass_name == "training" else pass_name, m, n, dtype,
                        device, count)  # fmt: skip
     if pass_name == "training":
-        sets = [(x.requires_grad_(), w.requires_grad_(), dy) for x, w, dy in sets]
+        sets = [(x.requires_grad_(), w.requires_grad_(), grad_y) for x, w, grad_y in sets]
     return sets
 
 

@@ -250,9 +250,9 @@ def spill_lines(registers: dict) -> tuple[list[str], list[int]]:
     spilled = [k["n"] for k in kernels if k["spill_bytes"] > 0]
     if spilled:
         lines.append(
-            f"At N = {', '.join(map(str, spilled))} the Triton register backward holds more of a "
-            "row (x, dy, the weight, its gradient) than a thread's registers, and Triton spills "
-            "the rest to memory; those rows take the split kernel."
+            f"At N = {', '.join(map(str, spilled))} the Triton register backward holds more of "
+            "a row (x, grad_y, the weight, its gradient) than a thread's registers, and Triton "
+            "spills the rest to memory; those rows take the split kernel."
         )
     elif kernels:
         lines.append(

@@ -53,7 +53,7 @@ import triton
 import opguide
 from opguide import ops as _public_ops
 from opguide.triton import launch
-from opguide.triton.backward import _dw_sum_kernel, _rms_norm_bwd_kernel
+from opguide.triton.backward import _grad_weight_sum_kernel, _rms_norm_bwd_kernel
 from opguide.triton.forward import _rms_norm_fwd_kernel
 from opguide.triton.interpreter import INTERPRET
 from opguide.triton.ops import SUPPORTED_DTYPES, rms_norm_backward_triton
@@ -122,10 +122,10 @@ class _Plan:
         self.rows, self.warps = forward.rows, forward.num_warps
         # Only rows of up to MAX_REGISTER_ROW_BACKWARD are launched directly.
         self.backward_config = launch.backward_config(2**31, n, x.dtype, x.device)
-        self.dw_grid = triton.cdiv(n, launch.DW_SUM.block_n)
+        self.grad_weight_grid = triton.cdiv(n, launch.GRAD_WEIGHT_SUM.block_n)
         self.pdl = launch.pdl_options(x)
         self.forward = {}  # training (STORE_INV) -> _Kept
-        self.backward = self.dw_sum = None
+        self.backward = self.grad_weight_sum = None
 
 
 def _plan(x: torch.Tensor, n: int) -> _Plan:
@@ -183,7 +183,7 @@ def direct_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, training: 
 
 
 def direct_backward(grad, x, weight, inv_rms):
-    """The backward kernels launched directly: (grad_x, grad_w).
+    """The backward kernels launched directly: (grad_x, grad_weight).
 
     Args:
         grad: the gradient of y, shaped like x (made contiguous here).
@@ -191,7 +191,7 @@ def direct_backward(grad, x, weight, inv_rms):
         inv_rms: the float32 inv_rms of ``direct_forward(..., training=True)``.
 
     Returns:
-        (grad_x, grad_w). Rows longer than ``MAX_REGISTER_ROW_BACKWARD``, x on
+        (grad_x, grad_weight). Rows longer than ``MAX_REGISTER_ROW_BACKWARD``, x on
         another GPU than the current one, and pointers off 16-byte alignment
         go through ``opguide::rms_norm_backward_triton`` instead.
     """
@@ -204,11 +204,11 @@ def direct_backward(grad, x, weight, inv_rms):
     config = plan.backward_config
     programs = min(config.programs, m)
     grad_x = torch.empty_like(x)
-    grad_w = torch.empty_like(weight)
-    grad_w_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+    grad_weight = torch.empty_like(weight)
+    grad_weight_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
     pointers = (
         grad_y.data_ptr(), x.data_ptr(), weight.data_ptr(), inv_rms.data_ptr(), grad_x.data_ptr(),
-        grad_w_partial.data_ptr(), grad_w.data_ptr(),
+        grad_weight_partial.data_ptr(), grad_weight.data_ptr(),
     )  # fmt: skip
     if functools.reduce(operator.or_, pointers) % 16:
         return rms_norm_backward_triton(
@@ -218,11 +218,13 @@ def direct_backward(grad, x, weight, inv_rms):
         try:
             stream = torch._C._cuda_getCurrentRawStream(x.get_device())
             plan.backward(programs, stream, *pointers[:6], m, n)
-            plan.dw_sum(plan.dw_grid, stream, pointers[5], pointers[6], programs, n)
-            return grad_x, grad_w
+            plan.grad_weight_sum(
+                plan.grad_weight_grid, stream, pointers[5], pointers[6], programs, n
+            )
+            return grad_x, grad_weight
         except TypeError:
             _Kept.works = False
-    main = (grad_y, x, weight, inv_rms, grad_x, grad_w_partial, m, n)
+    main = (grad_y, x, weight, inv_rms, grad_x, grad_weight_partial, m, n)
     kw = dict(
         BLOCK_N=config.block_n,
         ROWS=config.rows,
@@ -231,13 +233,18 @@ def direct_backward(grad, x, weight, inv_rms):
         num_warps=config.num_warps,
     )
     plan.backward = _Kept(_rms_norm_bwd_kernel, programs, main, {**kw, **plan.pdl})
-    dw_sum = launch.DW_SUM
+    grad_weight_sum = launch.GRAD_WEIGHT_SUM
     kw = dict(
-        BLOCK_P=dw_sum.block_p, BLOCK_N=dw_sum.block_n, ALIGN=plan.align, num_warps=dw_sum.num_warps
+        BLOCK_P=grad_weight_sum.block_p,
+        BLOCK_N=grad_weight_sum.block_n,
+        ALIGN=plan.align,
+        num_warps=grad_weight_sum.num_warps,
     )
-    total = (grad_w_partial, grad_w, programs, n)
-    plan.dw_sum = _Kept(_dw_sum_kernel, plan.dw_grid, total, {**kw, **plan.pdl})
-    return grad_x, grad_w
+    total = (grad_weight_partial, grad_weight, programs, n)
+    plan.grad_weight_sum = _Kept(
+        _grad_weight_sum_kernel, plan.grad_weight_grid, total, {**kw, **plan.pdl}
+    )
+    return grad_x, grad_weight
 
 
 def direct_call(x, weight, eps) -> bool:
@@ -287,9 +294,9 @@ class _DirectTraining(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, weight, inv_rms = ctx.saved_tensors
-        grad_x, grad_w = direct_backward(grad, x, weight, inv_rms)
+        grad_x, grad_weight = direct_backward(grad, x, weight, inv_rms)
         needs = ctx.needs_input_grad
-        return grad_x if needs[0] else None, grad_w if needs[1] else None, None
+        return grad_x if needs[0] else None, grad_weight if needs[1] else None, None
 
 
 # Function.apply is Python that binds default arguments (forward has none)
@@ -388,7 +395,7 @@ def missing_private_apis() -> list[str]:
     if _C_APPLY is None:
         missing.append("torch._C._FunctionBase.apply")
     for plan in _PLANS.values():
-        for kept in (*plan.forward.values(), plan.backward, plan.dw_sum):
+        for kept in (*plan.forward.values(), plan.backward, plan.grad_weight_sum):
             for name in ("run", "function", "packed_metadata"):
                 if kept is not None and not hasattr(kept.compiled, name):
                     missing.append(f"triton CompiledKernel.{name}")

@@ -7,7 +7,7 @@ to them without a graph break:
 * ``opguide::rms_norm_triton``: ``y = x / rms(x) * weight``; differentiable;
 * ``opguide::rms_norm_fwd_triton``: ``(y, inv_rms)``, the training forward,
   which keeps the per-row ``inv_rms`` for the backward;
-* ``opguide::rms_norm_backward_triton``: ``(grad_x, grad_w)`` from ``grad_y``, ``x``,
+* ``opguide::rms_norm_backward_triton``: ``(grad_x, grad_weight)`` from ``grad_y``, ``x``,
   ``weight`` and the saved ``inv_rms``, the contract of the C++
   ``opguide::rms_norm_backward``;
 * ``opguide::fused_add_rms_norm_triton_``: the Triton twin of

@@ -23,10 +23,10 @@ def _fwd_backward(ctx, grad_y, _grad_inv_rms):
     if grad_y is None:  # y took no part in the loss
         return None, None, None
     x, weight, inv_rms = ctx.saved_tensors
-    grad_x, grad_w = rms_norm_backward_triton(grad_y, x, weight, inv_rms)
+    grad_x, grad_weight = rms_norm_backward_triton(grad_y, x, weight, inv_rms)
     return (
         grad_x if ctx.needs_input_grad[0] else None,
-        grad_w if ctx.needs_input_grad[1] else None,
+        grad_weight if ctx.needs_input_grad[1] else None,
         None,  # no gradient for eps
     )
 
@@ -47,8 +47,8 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad_y):
     x, weight = ctx.saved_tensors
     _, inv_rms = rms_norm_fwd_triton(x, weight, ctx.eps)
-    grad_x, grad_w = rms_norm_backward_triton(grad_y, x, weight, inv_rms)
-    return grad_x, grad_w, None  # no gradient for eps
+    grad_x, grad_weight = rms_norm_backward_triton(grad_y, x, weight, inv_rms)
+    return grad_x, grad_weight, None  # no gradient for eps
 
 
 torch.library.register_autograd("opguide::rms_norm_triton", _backward, setup_context=_setup_context)

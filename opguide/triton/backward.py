@@ -1,7 +1,7 @@
-"""The RMSNorm backward kernels: grad_x, and grad_w summed in two stages.
+"""The RMSNorm backward kernels: grad_x, and grad_weight summed in two stages.
 
-grad_w is a sum over rows: each program of the first stage writes its own
-row of float32 partial sums, and ``_dw_sum_kernel`` adds those rows in a
+grad_weight is a sum over rows: each program of the first stage writes its own
+row of float32 partial sums, and ``_grad_weight_sum_kernel`` adds those rows in a
 fixed order, so no two programs write the same memory (no atomics) and the
 result is the same on every run. ``launch.backward_config`` chooses among
 these kernels (and the split kernel of ``split.py``) and their knobs.
@@ -20,15 +20,15 @@ def _rms_norm_bwd_kernel(
     w_ptr,  # [N] weight, x's dtype
     inv_rms_ptr,  # [M] float32, one per row
     grad_x_ptr,  # [M, N] gradient of x, x's dtype
-    grad_w_partial_ptr,  # [P, N] float32, one row of partial sums per program; grad_w [N] if P = 1
+    grad_weight_partial_ptr,  # [P, N] float32, partial sums, a row per program; [N] if P = 1
     M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.constexpr, GDC: tl.constexpr,
     ALIGN: tl.constexpr,
 ):  # fmt: skip
     N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
     # Program p handles the groups of ROWS rows p, p + P, p + 2P, ... (P
     # programs, as many as fit on the GPU at once, so that neighbouring rows
-    # are read at the same time) and writes its own partial sum of grad_w to
-    # row p of grad_w_partial; a second kernel sums those rows. No two programs
+    # are read at the same time) and writes its own partial sum of grad_weight to
+    # row p of grad_weight_partial; a second kernel sums those rows. No two programs
     # write the same memory. Short rows come several at a time (ROWS > 1), so
     # that each step has enough work; with STAGES > 1 Triton loads the next
     # groups while it computes this one.
@@ -36,7 +36,7 @@ def _rms_norm_bwd_kernel(
     pid = tl.program_id(0).to(tl.int64)  # int64: row * N may pass 2**31
     cols = tl.arange(0, BLOCK_N)[None, :]
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    grad_w = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    grad_weight = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     for first in tl.range(pid * ROWS, M, tl.num_programs(0) * ROWS, num_stages=STAGES):
         rows = first + tl.arange(0, ROWS)[:, None]
         mask = (rows < M) & (cols < N)
@@ -50,24 +50,24 @@ def _rms_norm_bwd_kernel(
         # d/grad_x of x * inv_rms(x): the direct term minus the part through inv_rms.
         grad_x = inv_rms * (g - x_hat * (tl.sum(g * x_hat, axis=1) / N)[:, None])
         tl.store(grad_x_ptr + offset, grad_x.to(grad_x_ptr.dtype.element_ty), mask=mask)
-        grad_w += grad_y * x_hat
-    grad_w_row = tl.sum(grad_w, axis=0)[None, :]
+        grad_weight += grad_y * x_hat
+    grad_weight_row = tl.sum(grad_weight, axis=0)[None, :]
     tl.store(
-        grad_w_partial_ptr + pid * N + cols,
-        grad_w_row.to(grad_w_partial_ptr.dtype.element_ty),
+        grad_weight_partial_ptr + pid * N + cols,
+        grad_weight_row.to(grad_weight_partial_ptr.dtype.element_ty),
         mask=cols < N,
     )
 
 
 @triton.jit(do_not_specialize=["P"])
-def _dw_sum_kernel(
+def _grad_weight_sum_kernel(
     partial_ptr,  # [P, N] float32, one row of partial sums per program
-    grad_w_ptr,  # [N] gradient of the weight, the weight's dtype
+    grad_weight_ptr,  # [N] gradient of the weight, the weight's dtype
     P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, GDC: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
     N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
-    # grad_w for BLOCK_N columns: the P partial rows summed in a fixed order
-    # (so the result does not vary from run to run), cast to grad_w's dtype.
+    # grad_weight for BLOCK_N columns: the P partial rows summed in a fixed order
+    # (so the result does not vary from run to run), cast to grad_weight's dtype.
     pdl_prologue(GDC)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
@@ -75,11 +75,11 @@ def _dw_sum_kernel(
         rows = first + tl.arange(0, BLOCK_P)[:, None]
         acc += tl.load(partial_ptr + rows * N + cols, mask=(rows < P) & (cols < N), other=0.0)
     total = tl.sum(acc, axis=0)[None, :]
-    tl.store(grad_w_ptr + cols, total.to(grad_w_ptr.dtype.element_ty), mask=cols < N)
+    tl.store(grad_weight_ptr + cols, total.to(grad_weight_ptr.dtype.element_ty), mask=cols < N)
 
 
 @triton.jit
-def _rms_norm_bwd_long_kernel(
+def _rms_norm_bwd_chunked_kernel(
     grad_y_ptr,  # [M, N] gradient of y, x's dtype
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype
@@ -88,8 +88,8 @@ def _rms_norm_bwd_long_kernel(
     N, BLOCK_N: tl.constexpr, GDC: tl.constexpr,
 ):  # fmt: skip
     # Rows too long for registers: one program per row walks it twice in
-    # chunks, for sum(grad_y * w * x) and then for grad_x. grad_w is left to
-    # _dw_columns_kernel, which walks the columns.
+    # chunks, for sum(grad_y * w * x) and then for grad_x. grad_weight is left to
+    # _grad_weight_columns_kernel, which walks the columns.
     pdl_prologue(GDC)
     row = tl.program_id(0).to(tl.int64)
     r = tl.load(inv_rms_ptr + row)
@@ -113,7 +113,7 @@ def _rms_norm_bwd_long_kernel(
 
 
 @triton.jit
-def _dw_columns_kernel(
+def _grad_weight_columns_kernel(
     grad_y_ptr,  # [M, N] gradient of y, x's dtype
     x_ptr,  # [M, N] input, x's dtype
     inv_rms_ptr,  # [M] float32, one per row
@@ -122,7 +122,7 @@ def _dw_columns_kernel(
 ):  # fmt: skip
     # Program (c, p) sums grad_y * x * inv_rms over the rows p, p + P, p + 2P, ...
     # of columns [c * BLOCK_N, (c + 1) * BLOCK_N) into row p of partial;
-    # _dw_sum_kernel then adds the P rows.
+    # _grad_weight_sum_kernel then adds the P rows.
     pdl_prologue(GDC)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = cols < N

@@ -44,7 +44,7 @@ def _fused_add_rms_norm_kernel(
 
 
 @triton.jit
-def _fused_add_rms_norm_long_kernel(
+def _fused_add_rms_norm_chunked_kernel(
     x_ptr,  # [M, N] input, x's dtype
     res_ptr,  # [M, N] residual, written in place
     w_ptr,  # [N] weight, x's dtype

@@ -6,7 +6,7 @@ row length, the dtype and the device, and returns one of :class:`Registers`,
 :class:`Split` or :class:`Chunked`; the launch functions of
 :mod:`opguide.triton.ops` take that choice, or a ``forced=`` one, which is
 how ``tools/sweep_triton.py`` times each configuration. The numbers come from
-``python3 tools/sweep_triton.py forward backward fused dwsum split`` on an
+``python3 tools/sweep_triton.py forward backward fused grad-weight-sum split`` on an
 H200 and an H100, not from :func:`triton.autotune` keyed on N: the best
 choice depends on the number of rows too, and such an autotuner keeps
 whatever suited the first number of rows it sees.
@@ -100,12 +100,12 @@ class Chunked:
 
 
 @dataclasses.dataclass(frozen=True)
-class DwSum:
-    """The grad_w sum: ``block_p`` partial rows by ``block_n`` columns per step.
+class GradWeightSum:
+    """The grad_weight sum: ``block_p`` partial rows by ``block_n`` columns per step.
 
     Narrow column strips give many programs, tall ones few steps: (128, 32, 2)
     against (32, 64, 4) takes the whole backward from 82% to 88% of the copy
-    at (8192, 4096) on an H200 (``tools/sweep_triton.py dwsum``).
+    at (8192, 4096) on an H200 (``tools/sweep_triton.py grad-weight-sum``).
     """
 
     block_p: int = 128
@@ -113,7 +113,7 @@ class DwSum:
     num_warps: int = 2
 
 
-DW_SUM = DwSum()
+GRAD_WEIGHT_SUM = GradWeightSum()
 # The split kernels of the forward and the fused kernel, from
 # `tools/sweep_triton.py split` on an H100 at M * N = 2**26, bfloat16, N from
 # 16384 to 131072 (docs/recorded/sweep_triton_split_h100.txt): the choice
@@ -143,7 +143,7 @@ def split_for(split: Split, dtype: torch.dtype) -> Split:
     return dataclasses.replace(split, seg=split.seg // 2)
 
 
-# The split backward holds three rows of x and grad_y and its part of grad_w:
+# The split backward holds three rows of x and grad_y and its part of grad_weight:
 # segments of 4096 elements on 16 warps, one program per SM, 8 values of
 # each per thread (4 on a 64-lane wavefront). The same sweep's fastest
 # choices hold 32 a thread (86-91% of the copy at segments of 4096 on 4
@@ -225,7 +225,7 @@ def forward_config(
 def backward_config(
     rows: int, cols: int, dtype: torch.dtype, device: torch.device, forced: Config | None = None
 ) -> Config:
-    """The kernel and knobs of ``rms_norm``'s backward (grad_x and the first grad_w stage).
+    """The kernel and knobs of ``rms_norm``'s backward (grad_x and the first grad_weight stage).
 
     Registers: short rows go several to a loop step, 4096 elements (2048 of
     float32, or one longer row) in at most 64 rows; three stages of x and grad_y in shared
@@ -264,7 +264,7 @@ def backward_config(
             stages -= 1
         programs = props.multi_processor_count * (2 if step <= 4096 else 1)
         # 8 warps for steps of 4096 elements and more, so that a thread holds
-        # 16 values each of x, grad_y and the grad_w sum (32 for rows of
+        # 16 values each of x, grad_y and the grad_weight sum (32 for rows of
         # 8192): 16-bit short rows at 32 a thread on 4 warps spill (3-28
         # VGPRs on gfx1100 with Triton 3.7 to 3.9; 40-132 B at 32 rows of
         # 128 on sm_90 and sm_100 with Triton 3.7). Float32 steps of 2048

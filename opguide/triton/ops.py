@@ -17,13 +17,13 @@ import torch
 from .._checks import _check_fused_add_rms_norm_args, _check_rms_norm_args
 from . import launch, plans
 from .backward import (
-    _dw_columns_kernel,
-    _dw_sum_kernel,
+    _grad_weight_columns_kernel,
+    _grad_weight_sum_kernel,
+    _rms_norm_bwd_chunked_kernel,
     _rms_norm_bwd_kernel,
-    _rms_norm_bwd_long_kernel,
 )
-from .forward import _rms_norm_fwd_kernel, _rms_norm_fwd_long_kernel
-from .fused import _fused_add_rms_norm_kernel, _fused_add_rms_norm_long_kernel
+from .forward import _rms_norm_fwd_chunked_kernel, _rms_norm_fwd_kernel
+from .fused import _fused_add_rms_norm_chunked_kernel, _fused_add_rms_norm_kernel
 from .interpreter import HOW_TO_INTERPRET, INTERPRET
 from .launch import Registers, Split
 from .split import (
@@ -144,7 +144,7 @@ def rms_norm_forward(
                 STORE_INV=store_inv, ALIGN=p.align, num_warps=launch.warps(config),
             )  # fmt: skip
         else:
-            launchable(_rms_norm_fwd_long_kernel)[p.grid](
+            launchable(_rms_norm_fwd_chunked_kernel)[p.grid](
                 xc, wc, y, inv_arg, n, eps, STORE_INV=store_inv
             )
     return y
@@ -157,9 +157,9 @@ def rms_norm_backward(
     inv_rms: torch.Tensor,
     *,
     forced: Optional[launch.Config] = None,  # noqa: UP045
-    dw_sum: launch.DwSum = launch.DW_SUM,
+    grad_weight_sum: launch.GradWeightSum = launch.GRAD_WEIGHT_SUM,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(grad_x, grad_w) from the output's gradient and the forward's saved ``inv_rms``.
+    """(grad_x, grad_weight) from the output's gradient and the forward's saved ``inv_rms``.
 
     Args:
         grad_y: the gradient of y, shaped like x.
@@ -167,10 +167,10 @@ def rms_norm_backward(
         inv_rms: the training forward's per-row inverse RMS (float32).
         forced: the configuration of the grad_x kernel, instead of
             :func:`opguide.triton.launch.backward_config`'s choice.
-        dw_sum: the configuration of the kernel that adds grad_w's partial rows.
+        grad_weight_sum: the configuration of the kernel that adds grad_weight's partial rows.
 
     Returns:
-        grad_x (contiguous, like x) and grad_w (like weight).
+        grad_x (contiguous, like x) and grad_weight (like weight).
     """
     _check_input("rms_norm", "x", x)
     if grad_y.shape != x.shape:  # real shapes: the fake kernel serves the tracers
@@ -184,22 +184,22 @@ def rms_norm_backward(
     m = int(xc.numel()) // n if n > 0 else 0
     if m == 0:
         return grad_x, torch.zeros_like(weight)
-    grad_w = torch.empty_like(weight, memory_format=torch.contiguous_format)
+    grad_weight = torch.empty_like(weight, memory_format=torch.contiguous_format)
     pdl = launch.pdl_options(xc)
-    p = plans.plan("backward", xc, m, n, forced, dw_sum)
+    p = plans.plan("backward", xc, m, n, forced, grad_weight_sum)
     config = p.config
-    # grad_w is a sum over rows: each program of the first stage writes its
-    # own row of float32 partial sums, and _dw_sum_kernel adds them. A plan
-    # without a sum grid has one program, which writes grad_w itself.
+    # grad_weight is a sum over rows: each program of the first stage writes its
+    # own row of float32 partial sums, and _grad_weight_sum_kernel adds them. A plan
+    # without a sum grid has one program, which writes grad_weight itself.
     if p.sum_grid:
-        grad_w_partial = torch.empty((p.programs, n), dtype=torch.float32, device=x.device)
+        grad_weight_partial = torch.empty((p.programs, n), dtype=torch.float32, device=x.device)
     else:
-        grad_w_partial = grad_w
+        grad_weight_partial = grad_weight
     with launch.on_device_of(xc):
         if isinstance(config, Registers):
             # The whole row in registers, rows looped over by a grid that fits.
             launchable(_rms_norm_bwd_kernel)[p.grid](
-                grad_yc, xc, wc, rc, grad_x, grad_w_partial, m, n, BLOCK_N=config.block_n,
+                grad_yc, xc, wc, rc, grad_x, grad_weight_partial, m, n, BLOCK_N=config.block_n,
                 ROWS=config.rows, STAGES=config.stages, ALIGN=p.align,
                 num_warps=config.num_warps, **pdl,
             )  # fmt: skip
@@ -207,27 +207,28 @@ def rms_norm_backward(
             # Longer rows: each split over programs that meet through memory.
             slots = launch.row_slots(xc, m, p.segments)
             launchable(_rms_norm_bwd_split_kernel)[p.grid](
-                grad_yc, xc, wc, rc, grad_x, grad_w_partial, slots, m, n, p.segments,
+                grad_yc, xc, wc, rc, grad_x, grad_weight_partial, slots, m, n, p.segments,
                 SEG=config.seg, SP=p.sp, ALIGN=p.align, num_warps=launch.warps(config),
             )  # fmt: skip
         else:
-            # Rows too long to split: grad_x row by row in chunks, grad_w over
+            # Rows too long to split: grad_x row by row in chunks, grad_weight over
             # column strips.
             block = config.block_n
-            launchable(_rms_norm_bwd_long_kernel)[p.grid](
+            launchable(_rms_norm_bwd_chunked_kernel)[p.grid](
                 grad_yc, xc, wc, rc, grad_x, n, BLOCK_N=block, num_warps=config.num_warps, **pdl
             )  # fmt: skip
-            launchable(_dw_columns_kernel)[p.grad_w_grid](
-                grad_yc, xc, rc, grad_w_partial, m, n, BLOCK_N=block,
+            launchable(_grad_weight_columns_kernel)[p.grad_weight_grid](
+                grad_yc, xc, rc, grad_weight_partial, m, n, BLOCK_N=block,
                 num_warps=config.num_warps, **pdl,
             )  # fmt: skip
         if p.sum_grid:
-            # The second stage of the grad_w reduction: a sum over `programs` rows.
-            launchable(_dw_sum_kernel)[p.sum_grid](
-                grad_w_partial, grad_w, p.programs, n, BLOCK_P=dw_sum.block_p,
-                BLOCK_N=dw_sum.block_n, ALIGN=p.align, num_warps=dw_sum.num_warps, **pdl,
+            # The second stage of the grad_weight reduction: a sum over `programs` rows.
+            launchable(_grad_weight_sum_kernel)[p.sum_grid](
+                grad_weight_partial, grad_weight, p.programs, n, BLOCK_P=grad_weight_sum.block_p,
+                BLOCK_N=grad_weight_sum.block_n, ALIGN=p.align, num_warps=grad_weight_sum.num_warps,
+                **pdl,
             )  # fmt: skip
-    return grad_x, grad_w
+    return grad_x, grad_weight
 
 
 def fused_add_rms_norm(
@@ -289,7 +290,7 @@ def fused_add_rms_norm(
                     num_warps=launch.warps(config),
                 )  # fmt: skip
             else:
-                launchable(_fused_add_rms_norm_long_kernel)[p.grid](
+                launchable(_fused_add_rms_norm_chunked_kernel)[p.grid](
                     xc, rc, w_arg, out, inv_rms, n, eps, HAS_WEIGHT=has_weight,
                     BLOCK_N=config.block_n, num_warps=config.num_warps,
                     **launch.pdl_options(xc),

@@ -14,9 +14,9 @@ import functools
 import torch
 
 from .launch import (
-    DW_SUM,
+    GRAD_WEIGHT_SUM,
     Config,
-    DwSum,
+    GradWeightSum,
     Registers,
     Split,
     align,
@@ -37,16 +37,16 @@ class Plan:
         config: the planner's configuration (:mod:`opguide.triton.launch`).
         grid: the grid of the main kernel.
         align: ALIGN of the kernels (:func:`opguide.triton.launch.align`).
-        programs: rows of the backward's grad_w partial sums; for a split
+        programs: rows of the backward's grad_weight partial sums; for a split
             launch, also the programs per segment index.
         segments: S, programs per row of a split launch (0 otherwise).
         sp: SP, S rounded up to a power of two (0 otherwise).
-        grad_w_grid: the grid of the backward's second grad_w kernel(s):
+        grad_weight_grid: the grid of the backward's second grad_weight kernel(s):
             ``(strips, programs)`` of the column kernel for chunked rows, else
             the grid of the final sum.
-        sum_grid: the grid of the backward's final grad_w sum; ``()`` for the
+        sum_grid: the grid of the backward's final grad_weight sum; ``()`` for the
             forward and the fused operator, and for a backward whose one
-            program writes grad_w itself.
+            program writes grad_weight itself.
     """
 
     config: Config
@@ -55,7 +55,7 @@ class Plan:
     programs: int = 0
     segments: int = 0
     sp: int = 0
-    grad_w_grid: tuple[int, ...] = ()
+    grad_weight_grid: tuple[int, ...] = ()
     sum_grid: tuple[int, ...] = ()
 
 
@@ -78,14 +78,16 @@ def _plan_fused(rows, cols, dtype, device, forced=None) -> Plan:
     return _rows_plan(fused_config(rows, cols, dtype, device, forced), rows, cols, device)
 
 
-def _plan_backward(rows, cols, dtype, device, forced=None, dw_sum: DwSum = DW_SUM) -> Plan:
+def _plan_backward(
+    rows, cols, dtype, device, forced=None, grad_weight_sum: GradWeightSum = GRAD_WEIGHT_SUM
+) -> Plan:
     config = backward_config(rows, cols, dtype, device, forced)
     a = align(cols)
-    sum_grid = (cdiv(cols, dw_sum.block_n),)
+    sum_grid = (cdiv(cols, grad_weight_sum.block_n),)
     if isinstance(config, Registers):
         # The whole row in registers, rows looped over by a grid that fits.
         # A grid of one program (a few rows, as when decoding) holds the whole
-        # sum: it writes grad_w itself, and the sum kernel is not launched.
+        # sum: it writes grad_weight itself, and the sum kernel is not launched.
         if config.programs == 1:
             sum_grid = ()
         return Plan(config, (config.programs,), a, config.programs, sum_grid=sum_grid)
@@ -93,7 +95,7 @@ def _plan_backward(rows, cols, dtype, device, forced=None, dw_sum: DwSum = DW_SU
         # Longer rows: each split over programs that meet through memory.
         programs, segments, sp = split_launch(config, rows, cols, device, groups=True)
         return Plan(config, (programs * segments,), a, programs, segments, sp, (), sum_grid)
-    # Rows too long to split: grad_x row by row, grad_w over column strips.
+    # Rows too long to split: grad_x row by row, grad_weight over column strips.
     strips = cdiv(cols, config.block_n)
     programs = max(1, min(rows, sm_count(device) * 4 // strips))
     return Plan(config, (rows,), a, programs, 0, 0, (strips, programs), sum_grid)
@@ -116,7 +118,7 @@ def plan(
     rows: int,
     cols: int,
     forced: Config | None = None,
-    dw_sum: DwSum = DW_SUM,
+    grad_weight_sum: GradWeightSum = GRAD_WEIGHT_SUM,
 ) -> Plan:
     """The :class:`Plan` of ``op`` (``"forward"``, ``"backward"`` or ``"fused"``) on ``t``.
 
@@ -125,12 +127,12 @@ def plan(
         t: the input (its dtype and device; whether it is a real tensor).
         rows, cols: M and N.
         forced: a configuration to launch instead of the planner's.
-        dw_sum: the backward's grad_w sum configuration.
+        grad_weight_sum: the backward's grad_weight sum configuration.
 
     Returns:
         The plan, from the cache when ``t`` is a plain tensor and nothing is forced.
     """
-    extra = (dw_sum,) if op == "backward" else ()
-    if forced is None and dw_sum is DW_SUM and type(t) is torch.Tensor:
+    extra = (grad_weight_sum,) if op == "backward" else ()
+    if forced is None and grad_weight_sum is GRAD_WEIGHT_SUM and type(t) is torch.Tensor:
         return _CACHED[op](rows, cols, t.dtype, t.device)
     return _PLANNERS[op](rows, cols, t.dtype, t.device, forced, *extra)

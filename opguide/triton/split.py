@@ -100,14 +100,14 @@ def _rms_norm_bwd_split_kernel(
     w_ptr,  # [N] weight, x's dtype
     inv_rms_ptr,  # [M] float32, one per row
     grad_x_ptr,  # [M, N] gradient of x, x's dtype
-    grad_w_partial_ptr,  # [P, N] float32, one row of partial sums per program
+    grad_weight_partial_ptr,  # [P, N] float32, one row of partial sums per program
     slots_ptr,  # [M * S] int64, one slot per segment of each row
     M, N, S, SEG: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
     N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
     # Program (g, s) of G * S takes segment s of the rows g, g + G, g + 2G,
-    # ... (two programs per SM) and adds its segment of grad_w over them
-    # into row g of grad_w_partial. It holds three rows: this one, whose total it
+    # ... (two programs per SM) and adds its segment of grad_weight over them
+    # into row g of grad_weight_partial. It holds three rows: this one, whose total it
     # waits for; the next, whose part of the sum, sum(grad_y * w * x_hat), it
     # counts in before that wait; and the one after, whose loads it starts
     # first, so that they have a whole row's work to arrive
@@ -115,7 +115,7 @@ def _rms_norm_bwd_split_kernel(
     G = tl.num_programs(0) // S
     g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    grad_w = tl.zeros([SEG], dtype=tl.float32)
+    grad_weight = tl.zeros([SEG], dtype=tl.float32)
     # Rows g and g + G; masks are vectors, as the interpreter needs.
     x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
     grad_y = tl.load(grad_y_ptr + g * N + cols, mask=mask, other=0.0)
@@ -141,10 +141,10 @@ def _rms_norm_bwd_split_kernel(
         gw = grad_y.to(tl.float32) * w
         grad_x = inv_rms * (gw - x_hat * (total / N))
         tl.store(grad_x_ptr + row * N + cols, grad_x.to(grad_x_ptr.dtype.element_ty), mask=mask)
-        grad_w += grad_y.to(tl.float32) * x_hat
+        grad_weight += grad_y.to(tl.float32) * x_hat
         x, grad_y, inv_rms = x_next, grad_y_next, inv_next
         x_next, grad_y_next, inv_next = x_after, grad_y_after, inv_after
-    tl.store(grad_w_partial_ptr + g * N + cols, grad_w, mask=mask)
+    tl.store(grad_weight_partial_ptr + g * N + cols, grad_weight, mask=mask)
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-// RMSNorm backward for any row: two passes over each row, grad_w by column strips.
+// RMSNorm backward for any row: two passes over each row, grad_weight by column strips.
 // Torch-free.
 #pragma once
 
@@ -21,9 +21,9 @@ namespace opguide {
 
 // The backward with no condition: one block per row (grid-stride), one
 // element per access. Pass 1 sums g * w * x over the row, pass 2 writes
-// grad_x. grad_w is left to rms_norm_backward_grad_w_columns_kernel.
+// grad_x. grad_weight is left to rms_norm_backward_grad_weight_columns_kernel.
 template <typename T>
-__global__ void __launch_bounds__(1024) rms_norm_backward_rows_kernel(
+__global__ void __launch_bounds__(1024) rms_norm_backward_chunked_kernel(
     const T* __restrict__ grad_y,                           // [rows, cols], dense
     const T* __restrict__ x,                                // [rows, cols], dense
     const T* __restrict__ weight,                           // [cols]
@@ -50,11 +50,11 @@ __global__ void __launch_bounds__(1024) rms_norm_backward_rows_kernel(
   }
 }
 
-// grad_w partial sums over column strips: block (bx, p) sums the rows
+// grad_weight partial sums over column strips: block (bx, p) sums the rows
 // p, p + P, ... (P = gridDim.y) of columns bx * blockDim.x + threadIdx.x into
 // row p of `partial`. Neighbouring threads read neighbouring columns.
 template <typename T>
-__global__ void __launch_bounds__(256) rms_norm_backward_grad_w_columns_kernel(
+__global__ void __launch_bounds__(256) rms_norm_backward_grad_weight_columns_kernel(
     const T* __restrict__ grad_y,                           // [rows, cols], dense
     const T* __restrict__ x,                                // [rows, cols], dense
     const typename AccType<T>::type* __restrict__ inv_rms,  // [rows]
