@@ -260,9 +260,10 @@ def test_recorded_eager_targets_met_and_parts():
         for impl in eager.EAGER_TARGETS:
             assert eager.target_misses(rows, impl, "forward") == 0, impl
         assert eager.target_misses(rows, eager.TRITON_EXPERIMENTAL, "training") == 0
-        # The CUDA route's training call is at F.rms_norm's time: within 3% of
-        # it at every shape, over its 1.0x target at a few.
-        assert max(eager.ratios(rows, "opguide", "training")) < 1.03
+        # The CUDA route's training call is near F.rms_norm's time and over its
+        # 1.0x target at a few shapes, by an amount that moves from run to run:
+        # the page prints the range and the misses from the record, and no
+        # sentence depends on how large they are.
     parts, lines = eager.training_parts(bf16)
     assert set(parts) == {"opguide", "opguide triton", "F.rms_norm", eager.TRITON_EXPERIMENTAL}
     assert lines[-1].startswith("Surprising: the Python autograd Function")
