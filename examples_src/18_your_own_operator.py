@@ -71,7 +71,11 @@ Run it with your answers (``copier copy`` alone asks them one by one):
    copier copy --defaults --data package=myops --data op_name=silu_mul \
        --data route=cpp --data kind=elementwise path/to/opguide/template myops
 
-The cell below runs exactly that.
+The cell below runs exactly that. From opguide's git repository at a tag, its
+URL takes the folder's place, and the repository's root ``copier.yml`` renders
+the same template:
+``copier copy --vcs-ref <tag> https://github.com/<owner>/opguide.git myops``
+(or ``gh:<owner>/opguide``).
 """
 
 import importlib.util
@@ -658,8 +662,11 @@ else:
 # -------------------------
 # ``copier update`` merges a newer template into your project, keeping your
 # edits. It needs the template as a git repository with a tag per version,
-# and your project under git. The generated README gives the commands; this
-# guide's suite runs them on a project with an edit of its own:
+# and your project under git. A project copied from opguide's git URL at a
+# tag needs only ``copier update`` once it is committed: its answers already
+# name the repository and the tag. For a project copied from a folder, as
+# here, the generated README gives the commands; this guide's suite runs them
+# on a project with an edit of its own:
 readme = (PROJECT / "README.md").read_text()
 for marker in ("adopt-template-command", "update-command"):
     block = readme.split(f"<!-- {marker} -->\n")[1].split(f"<!-- {marker}-end -->")[0]

@@ -184,7 +184,10 @@ def test_source_archive_holds_the_project():
     assert archives, "no source archive among the downloads"
     with tarfile.open(archives[0]) as tar:
         names = set(tar.getnames())
-    for needed in ["setup.py", "pyproject.toml", "csrc/opguide.cpp", "template/copier.yml"]:
+    needed_files = ["setup.py", "pyproject.toml", "csrc/opguide.cpp", "template/copier.yml"]
+    # The template's questions, and the root copier.yml that serves it from a git URL.
+    needed_files += ["template/questions.yml", "copier.yml"]
+    for needed in needed_files:
         assert f"opguide/{needed}" in names, f"the archive lacks {needed}"
     assert not any("/build/" in n or n.endswith(".so") for n in names), "build output in archive"
     index = (SITE / "index.html").read_text()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from template_helpers import copier, readme_command, render, run
 
-from guidekit.template_variants import KINDS, OP_NAMES, ROUTES, TEMPLATE
+from guidekit.template_variants import KINDS, OP_NAMES, ROOT, ROUTES, TEMPLATE
 
 
 def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_path):
@@ -89,13 +89,44 @@ def test_template_rejects_a_bad_package_name(tmp_path):
     assert not (tmp_path / "bad" / "pyproject.toml").exists()
 
 
+def copier_cli() -> str:
+    """The copier command, beside this Python or on PATH; skips the test without one."""
+    beside_python = Path(sys.executable).with_name("copier")
+    found = str(beside_python) if beside_python.exists() else shutil.which("copier")
+    if found is None:
+        pytest.skip("the copier command is neither beside this Python nor on PATH")
+    return found
+
+
+def git_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a reader's git and copier: a home of its own, a committer's name.
+
+    Skips the test where git is missing. This Python's folder leads PATH, so
+    that ``copier`` there is the one a README command runs.
+    """
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    env = dict(os.environ, HOME=str(tmp_path / "home"))
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    for who in ("AUTHOR", "COMMITTER"):
+        env[f"GIT_{who}_NAME"], env[f"GIT_{who}_EMAIL"] = "reader", "reader@example.com"
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return env
+
+
+def commit_all(folder: Path, message: str, env: dict[str, str], tag: str | None = None) -> None:
+    """``git init`` (where ``folder`` is no repository yet), add and commit everything, tag it."""
+    commands = [] if (folder / ".git").exists() else [["git", "init", "-q"]]
+    commands += [["git", "add", "-A"], ["git", "commit", "-qm", message]]
+    commands += [["git", "tag", tag]] if tag else []
+    for command in commands:
+        proc = run(command, folder, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_copier_command_line_renders_the_project(tmp_path):
     """The one documented command, as a reader types it (answers given as --data)."""
-    beside_python = Path(sys.executable).with_name("copier")
-    copier_cli = str(beside_python) if beside_python.exists() else shutil.which("copier")
-    if copier_cli is None:
-        pytest.skip("the copier command is neither beside this Python nor on PATH")
-    command = [copier_cli, "copy", "--defaults", "--data", "package=mylib"]
+    command = [copier_cli(), "copy", "--defaults", "--data", "package=mylib"]
     command += ["--data", "op_name=silu_mul", str(TEMPLATE), "out"]
     proc = run(command, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -111,8 +142,7 @@ def test_copier_update_works_with_the_readmes_commands(tmp_path):
     README's ``adopt-template-command`` makes them; its ``update-command``
     then merges a newer template into the project, keeping the reader's edits.
     """
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
+    env = git_env(tmp_path)
     archive = tmp_path / "opguide" / "template"
     shutil.copytree(TEMPLATE, archive)
     project = tmp_path / "myops"
@@ -120,11 +150,6 @@ def test_copier_update_works_with_the_readmes_commands(tmp_path):
         str(archive), str(project), data=dict(package="myops", route="triton"),
         defaults=True, quiet=True,
     )  # fmt: skip
-    env = dict(os.environ, HOME=str(tmp_path / "home"))
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    for who in ("AUTHOR", "COMMITTER"):
-        env[f"GIT_{who}_NAME"], env[f"GIT_{who}_EMAIL"] = "reader", "reader@example.com"
-    (tmp_path / "home").mkdir()
     readme = project / "README.md"
 
     adopt = readme_command(readme, "adopt-template-command")
@@ -168,6 +193,45 @@ def test_copier_update_works_with_the_readmes_commands(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "A line of the newer template." in (copied / "README.md").read_text()
     assert "_commit: v2" in (copied / ".copier-answers.yml").read_text()
+
+
+def test_copier_copy_and_update_from_opguides_git_repository(tmp_path):
+    """``copier copy`` from opguide's repository at a tag, then ``copier update`` to the next.
+
+    The repository's root ``copier.yml`` renders ``template/project`` with the
+    questions of ``template/questions.yml``, as ``template/copier.yml`` does
+    from a folder. The repository here holds those files of this source tree
+    (a source archive has no git history to clone), and copier reads it by a
+    ``git+file://`` URL, as it reads ``https://github.com/...``.
+    """
+    env = git_env(tmp_path)
+    repo = tmp_path / "opguide"
+    shutil.copytree(TEMPLATE, repo / "template", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "copier.yml", repo / "copier.yml")
+    commit_all(repo, "opguide v1", env, tag="v1")
+    url = f"git+{repo.as_uri()}"
+    project = tmp_path / "myops"
+    command = [copier_cli(), "copy", "--defaults", "--vcs-ref", "v1"]
+    command += ["--data", "package=myops", "--data", "route=triton", url, str(project)]
+    proc = run(command, tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (project / "pyproject.toml").is_file() and (project / "src" / "myops").is_dir()
+    assert not (project / "copier.yml").exists() and not (project / "template").exists()
+    answers = (project / ".copier-answers.yml").read_text()
+    assert "_commit: v1" in answers and f"_src_path: {url}" in answers, answers
+    assert "package: myops" in answers and "route: triton" in answers, answers
+
+    # A newer opguide, and the reader's project under git; no adoption step.
+    readme_template = repo / "template" / "project" / "README.md.jinja"
+    newer_line = "A line of opguide v2.\n\n## The files"
+    readme_template.write_text(readme_template.read_text().replace("## The files", newer_line))
+    commit_all(repo, "opguide v2", env, tag="v2")
+    commit_all(project, "myops from opguide v1", env)
+    proc = run([copier_cli(), "update", "--defaults"], project, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "A line of opguide v2." in (project / "README.md").read_text()
+    assert "_commit: v2" in (project / ".copier-answers.yml").read_text()
+    assert not list(project.rglob("*.rej"))
 
 
 def fake_venv(root: Path, dists: dict[str, list[str]]) -> Path:
