@@ -20,7 +20,9 @@ In this step you will learn:
   (``auto_functionalized``), and what happens to a written tensor that
   autograd saved;
 * which checks are the wrapper's: the index's range, two written tensors
-  that are one, inputs that need grad, and what duplicate indices mean.
+  that are one, inputs that need grad, and what duplicate indices mean;
+* what it costs a GPU kernel to report an index out of range, five ways, and
+  which way PyTorch's own index kernels take.
 """
 
 # opguide-devices: cpu
@@ -306,3 +308,70 @@ print(f"version counters after the compiled call: {versions(compiled_k, compiled
 # and Triton kernels report a slot out of range through an error flag that the
 # host reads after the launch, so the report survives a release build, where
 # ``-DNDEBUG`` removes every ``assert``.
+
+# %%
+# What reporting a bad index costs on a GPU
+# -----------------------------------------
+# A kernel cannot raise. When a slot is past the caches it must write nothing
+# out of bounds, and the host must learn of it at some point. Five ways to do
+# that, each in ``tools/bad_index.cu`` around the template's ``store_kv``
+# kernel (bf16 rows of 8 heads of 128 values, caches of 65,536 slots), timed
+# on a GPU by ``tools/record_bad_index.py``: a loop of calls between two
+# synchronizations, the five interleaved round by round, 21 rounds. The row
+# ``index_copy_ (torch)`` is PyTorch's own way, one ``index_copy_`` per cache:
+# two calls through the dispatcher, each checked by ``CUDA_KERNEL_ASSERT``,
+# which ends the kernel as ``__trap()`` does and which
+# `torch/headeronly/macros/Macros.h
+# <https://github.com/pytorch/pytorch/blob/main/torch/headeronly/macros/Macros.h>`__
+# keeps when ``NDEBUG`` is defined (`IndexKernel.cu
+# <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cuda/IndexKernel.cu>`__
+# checks ``index_copy_`` so).
+import json  # noqa: E402
+
+from guidekit.recorded import bad_index, recorded_dir  # noqa: E402
+from guidekit.recorded.pages import recorded, say, say_stale, show  # noqa: E402
+
+costs = recorded("bad_index_h100.json")
+for name, what in bad_index.STRATEGIES.items():
+    say(f"{name:11} {what}")
+show(bad_index.table_lines(costs))
+title = "One call of a writing operator, by how it reports a bad slot (recorded)"
+_ = bad_index.figure(costs, title)
+
+# %%
+# Each way against skipping, where the middle halves of the rounds overlap
+# "no measurable difference":
+show(bad_index.cost_lines(costs))
+show(bad_index.summary_lines(costs))
+
+# %%
+# And what each did with one bad slot (token 5 of 16), the trap in a process
+# of its own:
+show(bad_index.outcome_lines(costs))
+
+# %%
+# The two ways that tell the host during the call make it wait for the
+# kernel, so it cannot queue the next launches while the GPU works; that
+# wait is what they cost above skipping. The pre-pass writes no token when
+# one is bad; the flag writes the good ones. A flag read only where the host
+# waits anyway (the end of a decoding step, say) and the trap add no wait to
+# the call; the flag tells late and names no call, the trap ends every later
+# CUDA call of the process, as a device assert in ``index_copy_`` does. The
+# template reads its flag after every launch, so that a bad slot raises
+# ``IndexError`` at the call, as on the CPU, and skips the read while a CUDA
+# graph is captured; an operator on a serving path where each call's
+# microseconds count can keep the flag and read it once a step instead.
+#
+# The template's writing kind, built as its README builds it (a release
+# build: ``-DNDEBUG``), ran its CUDA tests on a GPU under
+# ``compute-sanitizer --tool memcheck`` (``tools/record_template_gpu.py run
+# --memcheck scatter``), the out-of-range cases included; each line names the
+# project, its tests and the sanitizer's summary:
+template_records = {
+    path.name: json.loads(path.read_text())
+    for path in sorted(recorded_dir().glob("template_*_cuda_*.json"))
+}
+memchecked = bad_index.memcheck_lines(template_records)
+show(memchecked or ["no recorded memcheck run of the template's writing kind"])
+for name in template_records:
+    say_stale(name)

@@ -368,7 +368,9 @@ assert "FAILED" not in output
 # ``tools/record_template_gpu.py`` runs each variant's tests on a GPU machine
 # against the installed wheel: the stable-ABI, Triton and Python wheels built
 # with torch 2.13 and carried over, the classic C++ ones built there. Items
-# whose id names ``cuda`` ran on the GPU:
+# whose id names ``cuda`` ran on the GPU; a ``memcheck`` line, where the run
+# asked for one (``--memcheck scatter``), is those items again under
+# ``compute-sanitizer --tool memcheck``, in the release build the wheel is:
 import json  # noqa: E402
 
 from guidekit.recorded import pages  # noqa: E402
@@ -392,6 +394,9 @@ for path in gpu_records:
             f"  {p['project']:{width}}  {tests:22}  CUDA items: {cuda.get('passed', 0)} passed, "
             f"{cuda.get('failed', 0)} failed"
         )
+        if "memcheck" in p:  # --memcheck: its CUDA items again under compute-sanitizer
+            checked, errors = p["memcheck"]["tests"].split(" in ")[0], p["memcheck"]["errors"]
+            print(f"  {'':{width}}  memcheck: {checked}; {errors}")
     green = [p for p in record["projects"] if p["pytest_exit_code"] == 0]
     ran_cuda = [p for p in green if p["cuda_items"].get("passed", 0) > 0]
     print(

@@ -129,7 +129,8 @@ part 3 (the tools):
   sweep_rms_norm_backward_pipelined_h100.txt, sweep_triton_split_h100.txt,
   sweep_fused_add_rms_norm_h100.txt, sweep_rms_norm_forward_keep_packed_h100.txt
   (tools/sweep_rms_norm_forward_vectors.cu, and again with -DOPGUIDE_KEEP_PACKED=0),
-  triton_registers_h100.json, minimal_cuda_h100.json, gpu_debug.json
+  triton_registers_h100.json, minimal_cuda_h100.json, gpu_debug.json,
+  bad_index_h100.json (tools/record_bad_index.py: what reporting a bad index costs per call)
 part 4 (compute-sanitizer and the CUDA tests):
   sanitizer_h100.txt (memcheck and racecheck, --long-rows --small, --narrow), cuda_tests_h100.log
 part 5 (kernel variants, tools/variants/NAME.patch, each beside the library as it is):
@@ -147,7 +148,7 @@ by hand (no part):
     (tools/record_stable_abi.py)
   the template's projects: template_stable_cuda_h100.json, template_classic_cuda_h100.json,
     template_triton_cuda_h100.json, template_python_cuda_h100.json
-    (tools/record_template_gpu.py build here, run there)
+    (tools/record_template_gpu.py build here, run there; run --memcheck scatter,indexed)
   the suite's own logs: gpu_suite_h100_tests.log, gpu_suite_h100_gallery_notebooks.log
     (tools/gpu_suite.sh part 1, part 2)
   longer than one part: model_step_h100.json (tools/record_model_step.py)
@@ -214,6 +215,10 @@ case "$part" in
     if want gpu_debug.json; then
       python3 tools/record_gpu_debug.py --out "$out"
       done_ gpu_debug.json
+    fi
+    if want bad_index_h100.json; then
+      python3 tools/record_bad_index.py --out "$out/bad_index_h100.json"
+      done_ bad_index_h100.json
     fi ;;
   4)
     if want sanitizer_h100.txt; then

@@ -16,7 +16,11 @@ it was built with, so it is built on the GPU machine itself. Two steps::
 ``run`` installs each wheel alone (no dependencies: the machine's torch and
 Triton, and pytest and hypothesis, must be there) into a folder of its own,
 runs the project's tests against it from another folder, and counts the test
-items whose id names ``cuda``: the ones that ran the CUDA kernels.
+items whose id names ``cuda``: the ones that ran the CUDA kernels. With
+``--memcheck scatter,indexed`` it runs those kinds' CUDA items again under
+``compute-sanitizer --tool memcheck``: the wheels are release builds
+(``-DNDEBUG``), so this checks that a bad index writes nothing out of bounds
+where no ``assert`` is left.
 """
 
 from __future__ import annotations
@@ -91,6 +95,27 @@ def _cuda_items(junit: Path) -> dict[str, int]:
     return counts
 
 
+def memcheck(project: Path, target: Path, scratch: str) -> dict:
+    """The project's CUDA test items under compute-sanitizer's memcheck: its summary lines."""
+    sanitizer = shutil.which("compute-sanitizer")
+    if sanitizer is None:
+        return {"exit_code": None, "tests": "compute-sanitizer not found", "errors": ""}
+    proc = subprocess.run(
+        [sanitizer, "--tool", "memcheck", "--error-exitcode", "9", sys.executable, "-m",
+         "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda", str(project / "tests")],
+        cwd=scratch, env=dict(os.environ, PYTHONPATH=str(target)), capture_output=True,
+        text=True,
+    )  # fmt: skip
+    lines = proc.stdout.strip().splitlines()
+    tests = [re.sub(r"=+", "", line).strip() for line in lines if re.search(r"\d+ passed", line)]
+    errors = [line.strip() for line in lines if "ERROR SUMMARY" in line]
+    return {
+        "exit_code": proc.returncode,
+        "tests": tests[-1] if tests else "(no summary)",
+        "errors": errors[-1].removeprefix("========= ") if errors else "(no summary)",
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
     import triton
@@ -149,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
                 }
             )
             print(f"[{number}/{len(projects)}] {project.name}: {summary}; cuda items {cuda}")
+            if any(f"_{kind}" in project.name for kind in args.memcheck):
+                rows[-1]["memcheck"] = memcheck(project, target, scratch)
+                failed += rows[-1]["memcheck"]["exit_code"] != 0
+                print(f"[{number}/{len(projects)}] {project.name}: memcheck {rows[-1]['memcheck']}")
     record = {
         "format": 1,
         "built_with": built,
@@ -159,7 +188,9 @@ def run(args: argparse.Namespace) -> int:
             "device": torch.cuda.get_device_name(),
         },
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python tools/record_template_gpu.py run DIR --out " + Path(args.out).name,
+        "command": "python tools/record_template_gpu.py run DIR --out "
+        + Path(args.out).name
+        + (f" --memcheck {','.join(args.memcheck)}" if args.memcheck else ""),
         "projects": rows,
     }
     Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
@@ -178,6 +209,12 @@ def main() -> int:
     r = sub.add_parser("run", help="on the GPU machine: install each wheel, run its tests")
     r.add_argument("dir")
     r.add_argument("--out", required=True)
+    r.add_argument(
+        "--memcheck",
+        default="",
+        type=lambda text: [k for k in text.split(",") if k],
+        help="kinds whose CUDA tests also run under compute-sanitizer memcheck, e.g. scatter",
+    )
     args = parser.parse_args()
     return build(args) if args.step == "build" else run(args)
 

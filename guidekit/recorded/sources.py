@@ -49,6 +49,7 @@ SWEEP_COMMON = ("tools/sweep_common.cuh",)
 #: the globs of the sources it measured, relative to the repository root.
 MEASURED: dict[str, tuple[str, ...]] = {
     "minimal_cuda_*.json": ("csrc/minimal/**", "tools/record_minimal_cuda.py"),
+    "bad_index_*.json": ("tools/bad_index.cu", "tools/record_bad_index.py"),
     "model_step_*.json": (
         *KERNELS,
         *TRITON,
