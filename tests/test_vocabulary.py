@@ -8,10 +8,11 @@ its shape and dtype in a comment.
 """
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from guidekit.recorded.sources import tree_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,20 +33,9 @@ RETIRED = {
 
 
 def _tracked_sources() -> list[Path]:
-    out = subprocess.run(
-        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False
-    ).stdout.split("\n")
-    if not any(out):  # not a git checkout (a source archive): every file
-        out = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()]
-    return [
-        ROOT / name
-        for name in out
-        if name
-        and Path(name).suffix in SOURCE_SUFFIXES
-        and not name.startswith(SKIP)
-        and "/." not in f"/{name}"
-        and (ROOT / name).is_file()
-    ]
+    """The sources git does not ignore (every file, in a source archive), records left out."""
+    paths = tree_paths(ROOT, tuple(f"**{suffix}" for suffix in SOURCE_SUFFIXES))
+    return [ROOT / p for p in paths if not p.startswith(SKIP) and "/." not in f"/{p}"]
 
 
 def test_retired_names_are_gone():

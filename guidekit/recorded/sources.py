@@ -31,6 +31,7 @@ __all__ = [
     "read_stored",
     "stale_files",
     "stale_note",
+    "tree_paths",
     "write_stored",
 ]
 
@@ -212,12 +213,14 @@ def digest(files: dict[str, bytes]) -> dict:
     }
 
 
-def _tree_paths(root: Path, globs: Sequence[str]) -> list[str]:
-    """The files under ``root`` that the globs match, relative to it.
+def tree_paths(root: Path, globs: Sequence[str]) -> list[str]:
+    """The files under ``root`` that the globs match, relative to it, sorted.
 
-    In a git work tree these are the files git does not ignore (so build
-    outputs and caches never count); elsewhere (a source archive) every file,
-    less :data:`NOT_SOURCES`.
+    ``**`` matches any path, ``*`` any name within a folder (``"**.py"``: every
+    Python file, ``"csrc/*.cpp"``: those directly in ``csrc``). In a git work
+    tree these are the files git does not ignore (so build outputs and caches
+    never count); elsewhere (a source archive) every file, less
+    :data:`NOT_SOURCES`.
     """
     import subprocess
 
@@ -249,7 +252,7 @@ def current(record: str, root: Path | None = None) -> dict:
         root: the repository root (default: the source tree of this checkout).
     """
     root = root or _source_root()
-    paths = _tree_paths(root, measured_globs(record))
+    paths = tree_paths(root, measured_globs(record))
     return digest({p: (root / p).read_bytes() for p in paths})
 
 
