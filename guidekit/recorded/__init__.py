@@ -25,6 +25,8 @@ on the recorded files themselves.
   the sentence a page prints when they have changed since.
 * :mod:`.equivalence`: whether a source changed in its comments only, so that
   a record's stamp may be carried over the change.
+* :mod:`.bad_index`: step 10.3's view of what reporting a bad index costs a
+  writing kernel per call, five ways.
 
 Functions that return ``list[str]`` return lines to print; the others return
 the numbers that those lines state.
