@@ -342,6 +342,9 @@ _ = bad_index.figure(costs, title)
 # Each way against skipping, where the middle halves of the rounds overlap
 # "no measurable difference":
 show(bad_index.cost_lines(costs))
+
+# %%
+# Across the token counts:
 show(bad_index.summary_lines(costs))
 
 # %%

@@ -395,8 +395,9 @@ for path in gpu_records:
             f"{cuda.get('failed', 0)} failed"
         )
         if "memcheck" in p:  # --memcheck: its CUDA items again under compute-sanitizer
-            checked, errors = p["memcheck"]["tests"].split(" in ")[0], p["memcheck"]["errors"]
-            print(f"  {'':{width}}  memcheck: {checked}; {errors}")
+            checked = p["memcheck"]["tests"].split(" in ")[0].split(",")[0]  # "83 passed"
+            errors = p["memcheck"]["errors"].removeprefix("ERROR SUMMARY: ")
+            print(f"  {'':{width}}  memcheck: {checked}, {errors}")
     green = [p for p in record["projects"] if p["pytest_exit_code"] == 0]
     ran_cuda = [p for p in green if p["cuda_items"].get("passed", 0) > 0]
     print(

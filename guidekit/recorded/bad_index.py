@@ -73,7 +73,7 @@ def cost_lines(record: Mapping) -> list[str]:
         for name in ("flag_read", "flag_later", "pre_pass", "trap"):
             line = f"  {name}: {versus(t[name], skip, 'skip')}"
             if name in SKIPS_WORK and t[name]["q3_us"] < skip["q1_us"]:
-                line += "; its kernel does skip's work, so read this as noise, not a saving"
+                line += ": noise, its kernel does skip's work"
             lines.append(line)
         lines.append(f"  pre_pass: {versus(t['pre_pass'], t['flag_read'], 'flag_read')}")
     return lines
@@ -147,6 +147,7 @@ def memcheck_lines(records: Mapping[str, Mapping]) -> list[str]:
         for project in record["projects"]:
             if "memcheck" in project:
                 m = project["memcheck"]
-                tests = m["tests"].split(" in ")[0]
-                lines.append(f"{name}: {project['project']}, {tests}; {m['errors']}")
+                tests = m["tests"].split(" in ")[0].split(",")[0]  # "83 passed"
+                errors = m["errors"].removeprefix("ERROR SUMMARY: ")  # "0 errors"
+                lines.append(f"{name}: {project['project']}: {tests}, memcheck {errors}")
     return lines
