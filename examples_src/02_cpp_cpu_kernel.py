@@ -249,7 +249,8 @@ for bad in [(x.int(), w), (x, w.half()), (x, w[:100])]:
 # library's kernel and the minimal one against the Python operator of
 # :doc:`step 1 <01_first_operator>`, PyTorch's own RMSNorm, and two copies of
 # the same bytes, ``y.copy_(x)`` into a tensor that exists and ``x.clone()``,
-# which allocates its output as the operators do; one (2048, 4096) float32
+# which allocates its output with PyTorch's CPU allocator (the library's kernel
+# takes its output from its own huge-page allocator); one (2048, 4096) float32
 # input. This machine's cores may be shared, so the six take turns in each
 # round, the rounds repeat, and each line gives the median and the middle
 # half of the samples. What the last lines say is computed from this run.

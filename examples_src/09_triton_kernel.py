@@ -84,8 +84,7 @@ differ in what the compiler can see:
   dispatch per call, and the launch takes part in CUDA graphs and in
   Inductor's autotuning, as :func:`torch.library.triton_op`'s documentation
   describes it. It needs real, compiled Triton kernels; with the interpreter
-  ``opcheck`` fails, so a build without a GPU runs the ``custom_op`` path
-  only and does not show this one.
+  ``opcheck`` fails, so a build without a GPU cannot show this path.
 
 Both wrap every eager call in Python layers of their own, which
 :doc:`step 11.2 <11_performance_2_eager>` measures. ``opguide`` takes a third
@@ -318,9 +317,15 @@ compiled = torch.compile(norm_then_scale, fullgraph=True)
 start = time.perf_counter()
 y = compiled(x, w)
 print(f"compiled and ran in {time.perf_counter() - start:.1f} s")
-torch.testing.assert_close(y, rms_norm_reference(x, w) * 2)
+x_ref, w_ref = x.detach().requires_grad_(), w.detach().requires_grad_()
+y_ref = rms_norm_reference(x_ref, w_ref) * 2
+torch.testing.assert_close(y, y_ref)
+x.grad = w.grad = None  # opcheck's calls above may have left gradients
 y.sum().backward()
-print("compiled forward and backward match the reference")
+y_ref.sum().backward()
+torch.testing.assert_close(x.grad, x_ref.grad)
+torch.testing.assert_close(w.grad, w_ref.grad)
+print("compiled forward and backward match the reference (y, grad_x, grad_weight)")
 print("grad_weight[:4] =", w.grad[:4])
 
 # %%

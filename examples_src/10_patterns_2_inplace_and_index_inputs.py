@@ -128,8 +128,11 @@ for name in ("x", "residual"):
 # What ``custom_op`` does for you
 # -------------------------------
 # A Python :func:`torch.library.custom_op` with ``mutates_args`` registers the
-# ``ADInplaceOrView`` kernel itself: the Triton operator's ``residual`` gets a
-# new version with no code of ours. Two things it does not do.
+# ``ADInplaceOrView`` kernel itself: each written argument gets a new version
+# with no code of the operator's. (opguide's Triton operator is registered
+# with ``Library.define`` and ``impl`` instead, and bumps ``residual`` itself
+# with ``torch.autograd.graph.increment_version``.) Two things ``custom_op``
+# does not do.
 # :func:`torch.library.register_autograd` refuses an operator that mutates, and
 # the body cannot refuse inputs in its place: it runs below autograd, with grad
 # mode off whether or not the caller trained, and under ``torch.compile`` it

@@ -103,8 +103,10 @@ except RuntimeError as error:
 # ----------------
 # Each write must bump the version counter of every tensor it wrote
 # (:doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>` says why).
-# ``custom_op`` bumps each tensor named in ``mutates_args`` after the body
-# returns; the body's own ``index_copy_`` bumps too. The counters, measured
+# ``custom_op``'s ``ADInplaceOrView`` kernel bumps each tensor named in
+# ``mutates_args`` before it calls the body (`custom_ops.py
+# <https://github.com/pytorch/pytorch/blob/main/torch/_library/custom_ops.py>`__,
+# ``adinplaceorview_impl``); the body's own ``index_copy_`` bumps too. The counters, measured
 # in grad mode, under ``no_grad`` and under ``inference_mode``, and for a call
 # whose body raises:
 

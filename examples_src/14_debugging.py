@@ -183,7 +183,9 @@ import torch._dynamo  # noqa: E402
 
 
 def normalise_then_gate(x, w):
-    y = opguide.rms_norm(x, w)
+    # compiled="kernel": the operator itself in the graph (by default a traced
+    # call gives the compiler the plain-PyTorch form; see opguide.backends).
+    y = opguide.rms_norm(x, w, compiled="kernel")
     if y.mean() > 0:  # a Python branch on a tensor's value
         y = y * 2
     return y + 1
@@ -205,17 +207,16 @@ for reason in explanation.break_reasons:
 
 
 def normalise_then_gate_fixed(x, w):
-    y = opguide.rms_norm(x, w)
+    y = opguide.rms_norm(x, w, compiled="kernel")
     return torch.where(y.mean() > 0, y * 2, y) + 1
 
 
 explanation = torch._dynamo.explain(normalise_then_gate_fixed)(x, w)
 print("graphs:", explanation.graph_count, " graph breaks:", explanation.graph_break_count)
 nodes = explanation.graphs[0].graph.nodes
-print(
-    "calls in the graph:",
-    [getattr(n.target, "__name__", str(n.target)) for n in nodes if n.op.startswith("call")],
-)
+calls = [getattr(n.target, "__name__", str(n.target)) for n in nodes if n.op.startswith("call")]
+print("calls in the graph:", calls)
+assert explanation.graph_count == 1 and "rms_norm.default" in calls, calls
 torch.testing.assert_close(normalise_then_gate_fixed(x, w), normalise_then_gate(x, w))
 
 # %%

@@ -71,11 +71,9 @@ Run it with your answers (``copier copy`` alone asks them one by one):
    copier copy --defaults --data package=myops --data op_name=silu_mul \
        --data route=cpp --data kind=elementwise path/to/opguide/template myops
 
-The cell below runs exactly that. From opguide's git repository at a tag, its
-URL takes the folder's place, and the repository's root ``copier.yml`` renders
-the same template:
-``copier copy --vcs-ref <tag> https://github.com/<owner>/opguide.git myops``
-(or ``gh:<owner>/opguide``).
+The cell below runs exactly that. From opguide's git repository, its URL
+at a tag takes the folder's place:
+``copier copy --vcs-ref <tag> https://github.com/<owner>/opguide.git myops``.
 """
 
 import importlib.util
@@ -469,9 +467,8 @@ else:
 # Using it
 # --------
 # The package is an ordinary import; the operator is in ``torch.ops`` and works
-# with autograd and ``torch.compile``. (This page's process started before the
-# install, so it adds the project's ``src`` folder to ``sys.path`` itself; a new Python
-# process needs only the ``import``.)
+# with autograd and ``torch.compile``. (This page adds ``src`` to ``sys.path``
+# itself: its process started before the install.)
 sys.path.insert(0, str(PROJECT / "src"))
 import myops  # noqa: E402
 
@@ -495,10 +492,8 @@ print("torch.compile(fullgraph=True): same values")
 # ``src/myops/triton_silu_mul.py`` (forward and backward), and the schema,
 # checks and fake kernels if the arguments change. The tests fail until every
 # kernel agrees with the reference. The cell drops the factor ``gate`` from
-# the Triton kernel's forward, runs the tests that compare values with the
-# reference, prints the first failure and pytest's summary line, and puts the
-# factor back (for the C++ kernel, this guide's test under "In-place operators"
-# below does the same):
+# the Triton kernel's forward, runs the value tests, prints the first failure
+# and the summary, and puts the factor back:
 kernels = PROJECT / "src" / "myops" / "triton_silu_mul.py"
 source = kernels.read_text()
 right = "(x * sigmoid * gate)"
@@ -542,19 +537,15 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 #   names the functional operator, and a leaf ``x`` that requires grad;
 # * it refuses an ``x`` whose elements share memory (an ``expand()``).
 #
-# How depends on the route. On the C++ classic route,
-# ``csrc/silu_mul_inplace.cpp`` registers two more kernels for the operator:
-# one for ``ADInplaceOrView`` that bumps the version after the write, and one
-# for ``Autograd`` that refuses and hands the call on, as the library's own
-# ``fused_add_rms_norm_`` does. ``torch.library.register_autograd`` refuses an
-# operator that mutates its input, so on the Triton route and on the stable
-# ABI (which has no call to bump a version counter) the in-place operator is a
-# :func:`torch.library.custom_op` with ``mutates_args=("x",)``, which bumps
-# the version itself, and the refusal is in the Python entry point: under
-# ``torch.compile`` it runs while tracing, on fake tensors, which carry
-# ``requires_grad``. The generated tests check each point of the contract.
-# This guide's suite (``test_generated_tests_catch_a_broken_kernel``) deletes
-# the version bump and a factor of the formula, and checks those tests fail.
+# On the C++ classic route ``csrc/silu_mul_inplace.cpp`` registers an
+# ``ADInplaceOrView`` kernel that bumps the version after the write and an
+# ``Autograd`` kernel that refuses, as the library's ``fused_add_rms_norm_``
+# does; on the Triton route and the stable ABI (no call there bumps a version
+# counter) the in-place operator is a :func:`torch.library.custom_op` with
+# ``mutates_args=("x",)`` and the refusal is in the Python entry point. The
+# generated tests check each point; this guide's
+# ``test_generated_tests_catch_a_broken_kernel`` deletes the version bump and
+# a factor of the formula, and checks those tests fail.
 #
 # Indexed operators
 # -----------------
@@ -564,16 +555,13 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # by the angles of ``positions[t]``, an int64 index into ``cos_sin_cache``
 # (``[max_position, head_size]``: the cosines, then the sines), in NeoX or
 # GPT-J style. The checks split as
-# :doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>` explains:
-# dtypes, shapes and devices in the Python wrapper and the fake kernel, which
-# see metadata only; each position's value where the kernel reads it. The C++
-# CPU kernel raises ``IndexError`` (``TORCH_CHECK_INDEX``; ``RuntimeError`` on
-# the stable ABI, whose checks raise nothing else); the CUDA kernel cannot
-# raise, so it skips a bad token and marks it in an error flag that the host
-# reads after the launch and raises from (a wait for the kernel per call, and
-# the same in a release build: no check is an ``assert()``, which
-# ``-DNDEBUG`` removes); the Triton operator checks the values in its body,
-# which ``torch.compile`` calls whole, before the launch.
+# :doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>` explains: metadata
+# in the Python wrapper and the fake kernel, each position's value where the
+# kernel reads it. A bad position raises ``IndexError`` (``RuntimeError`` on
+# the stable ABI) on every route; the CUDA kernel, which cannot raise, marks
+# it in an error flag the host reads after the launch, a release build
+# included (:doc:`step 10.3 <10_patterns_3_operators_that_write>` measures
+# what that wait costs).
 # The backward is the same kernel rotating back. The generated tests name
 # every argument, and build strided and overlapping inputs of any rank, so
 # they carry over to your own arguments. ``op_name=rope_`` adds the in-place

@@ -118,12 +118,14 @@ from pathlib import Path
 from kernels import Mode
 
 from guidekit import model_swap
+from guidekit.recorded.pages import say_stale
 
 RECORDED = sorted((source_root() / "docs" / "recorded").glob("model_step_*.json"))
 decided_from = json.loads(RECORDED[0].read_text()) if RECORDED else None
 support = model_swap.measured_support(decided_from)
 if RECORDED:
     print(f"decided from {RECORDED[0].name} ({decided_from['device']})")
+    say_stale(RECORDED[0].name)  # when the sources it measured have changed since
 else:
     print("No GPU record is present: no layer declares a flag.")
 for layer, declared in support.items():
@@ -642,6 +644,7 @@ for path in RECORDED:
         f"{record['dtype']}, batch {record['batch']} x {record['seq']} tokens"
     )
     print(textwrap.fill(about, 80))
+    say_stale(path.name)
     print("\n".join(model_record.record_table(record)))
     for entry in record["fused_calls"]:
         if entry["count"]:

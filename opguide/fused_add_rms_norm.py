@@ -30,11 +30,11 @@ def _refuse_grad(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor |
     That kernel is ``csrc/fused_add_rms_norm/fused_add_rms_norm_autograd.cpp``.
 
     The compiled operator refuses inputs that need grad in its Autograd kernel.
-    The Triton operator is a ``custom_op`` with ``mutates_args``: it bumps the
-    version counter of ``residual`` by itself, but ``register_autograd``
-    refuses a mutating ``custom_op``, and its kernel runs with grad mode off,
-    so it cannot tell a training call from a ``torch.no_grad()`` one. The
-    check lives here, where ``torch.compile`` traces it too.
+    The Triton operator has no Autograd kernel of its own (it is registered
+    with ``Library.define`` and a ``CompositeExplicitAutograd`` ``impl`` that
+    bumps ``residual``'s version counter itself), and its body runs below
+    autograd, so it cannot tell a training call from a ``torch.no_grad()``
+    one. The check lives here, where ``torch.compile`` traces it too.
     """
     if not torch.is_grad_enabled():
         return

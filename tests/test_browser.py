@@ -193,7 +193,8 @@ class SiteCheck:
 # The window widths of the width check: a laptop for code blocks, a phone for tables.
 LAPTOP, PHONE = 1280, 420
 
-# Blocks of a loaded page that need sideways scrolling, read in the page.
+# Blocks of a loaded page that need sideways scrolling (and program output
+# that needs scrolling at all), read in the page.
 # Dropdowns are opened first, so that the blocks inside them are measured too.
 SIDEWAYS_JS = """
 const [checkPre, checkTables] = arguments;
@@ -207,6 +208,10 @@ if (checkPre) {
       out.push(`pre block ${i}` + (caption ? ` (${caption.innerText})` : '') +
                ` scrolls sideways (${p.scrollWidth}px of text in ${p.clientWidth}px): ` +
                JSON.stringify(p.innerText.slice(0, 80)));
+    }
+    if (p.closest('.sphx-glr-script-out') && p.scrollHeight > p.clientHeight + 1) {
+      out.push(`output block ${i} scrolls up and down (${p.scrollHeight}px of text in ` +
+               `${p.clientHeight}px): ` + JSON.stringify(p.innerText.slice(0, 80)));
     }
   });
 }

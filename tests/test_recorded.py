@@ -486,6 +486,13 @@ def test_wrapper_line_follows_the_sign_at_every_shape():
     )
     assert "adds 0.5-2.0 us at every shape (2 of 2)" in eager.wrapper_line(rows([0.5, 2.0]))
     assert "slower at 1 of 2 shapes" in eager.wrapper_line(rows([0.5, -0.5]))
+    assert "no consistent cost" in eager.wrapper_line(rows([0.5, -0.5]))
+    mostly_slower = eager.wrapper_line(rows([0.2, 0.2, 0.3, 0.1, 0.2, 0.2, 0.2, -0.1]))
+    assert (
+        "slower at 7 of 8 shapes" in mostly_slower and "a small cost, about 0.2 us" in mostly_slower
+    )
+    mostly_faster = eager.wrapper_line(rows([-0.2, -0.2, -0.3, -0.1, -0.2, -0.2, -0.2, 0.1]))
+    assert "the checks cost nothing measurable" in mostly_faster
 
 
 def test_planner_limits_match_the_tables_of_the_pages():
@@ -660,3 +667,28 @@ def test_every_variant_patch_applies_to_the_sources():
         proc = subprocess.run(["git", "apply", "--check", str(patch)], cwd=root,
                               capture_output=True, text=True)  # fmt: skip
         assert proc.returncode == 0, f"{patch.name} does not apply:\n{proc.stderr}"
+
+
+def _line_numbers(spec: str, count: int) -> set[int]:
+    """The line numbers a literalinclude ``:lines:`` option names (``1-2,30``, ``5-``)."""
+    numbers = set()
+    for part in spec.replace(" ", "").split(","):
+        first, _, last = part.partition("-")
+        end = int(last) if last else (count if part.endswith("-") else int(first))
+        numbers.update(range(int(first), end + 1))
+    return numbers
+
+
+def test_building_page_shows_each_logs_header_and_summary():
+    """``docs/building.md`` shows recorded logs by line numbers: they must name the log's
+    first line and its pytest summary, so that a re-recorded log cannot shift them."""
+    page = (recorded_dir().parent / "building.md").read_text()
+    includes = re.findall(r"```\{literalinclude\} recorded/(\S+)\n(?:.*\n)*?:lines: (.+)\n", page)
+    assert len(includes) >= 3, includes
+    summary = re.compile(r"\b\d+ (passed|failed)\b.* in [\d.]+s")
+    for name, spec in includes:
+        lines = (recorded_dir() / name).read_text().splitlines()
+        shown = _line_numbers(spec, len(lines))
+        assert 1 in shown, (name, spec)
+        last = max(i for i, line in enumerate(lines, 1) if summary.search(line))
+        assert last in shown, f"{name}: the summary is line {last}, the page shows {spec}"

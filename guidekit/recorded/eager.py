@@ -118,7 +118,9 @@ def wrapper_line(rows: Sequence[dict]) -> str:
     """The bare operator against F.rms_norm, and the checked wrapper against the bare operator.
 
     The sentence follows the sign of the difference at every shape: the
-    wrapper faster at all of them, slower at all of them, or either way.
+    wrapper faster at all of them, slower at all of them, or either way, and
+    then slower at three quarters of them or more (a small cost), at a
+    quarter or fewer, or in between (no consistent cost).
     """
     bare = ratios(rows, "torch.ops.opguide.rms_norm", "forward")
     wrapper = seconds(rows, "opguide", "forward")
@@ -138,10 +140,17 @@ def wrapper_line(rows: Sequence[dict]) -> str:
         spread = f"adds {lo:.1f}-{hi:.1f} us at every shape ({len(extra)} of {len(extra)})"
     else:
         slower = sum(e > 0 for e in extra)
+        middle = sorted(extra)[len(extra) // 2]
         spread = (
             f"is slower at {slower} of {len(extra)} shapes and faster at the others "
-            f"({min(extra):+.1f} to {max(extra):+.1f} us): no consistent cost"
+            f"({min(extra):+.1f} to {max(extra):+.1f} us, median {middle:+.1f} us)"
         )
+        if slower * 4 >= 3 * len(extra):  # slower at three quarters of the shapes or more
+            spread += f": a small cost, about {middle:.1f} us a call"
+        elif slower * 4 <= len(extra):
+            spread += ": if anything faster; the checks cost nothing measurable"
+        else:
+            spread += ": no consistent cost"
     return (
         f"bare operator: {min(bare):.2f}-{max(bare):.2f}x F.rms_norm; the checked wrapper {spread}"
     )
