@@ -300,9 +300,11 @@ if previous:
 # with PyTorch's warning, printed while the library's registrations run: it
 # names the operator, the key and the new kernel's file and line, once per
 # process, for the first override only. Its "previous kernel" line names the
-# registration PyTorch saw last for the operator and key, which need not be
-# the CPU kernel the table held (the last line above names its file); the
-# dispatch table is the better record of what was replaced. The log lines
+# registration that first gave the operator its C++ signature, under any key
+# (``OperatorEntry::registerKernel`` in `OperatorEntry.cpp
+# <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/core/dispatch/OperatorEntry.cpp>`__
+# prints that), not the CPU kernel the table held (the last line above names
+# its file); the dispatch table is the record of what was replaced. The log lines
 # follow, one per call: three ``neg`` and one ``add`` (the checks use ``mul``,
 # ``stack`` and ``sum``, which are not overridden).
 #

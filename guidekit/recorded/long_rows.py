@@ -70,7 +70,7 @@ def planner_lines(csrc: Path = CSRC) -> list[str]:
         (
             f"The forward takes clusters for rows longer than {got['forward_cluster']} "
             f"that one block could still hold (up to {got['forward_holds']} elements): "
-            "there clusters are the faster kernel."
+            "the planner's threshold (the sweep below says how the two kernels compare)."
             if got["forward_cluster"] < got["forward_holds"]
             else "The forward takes clusters only for rows one block cannot hold."
         ),
