@@ -48,8 +48,8 @@ things every CUDA operator must do:
 * **current stream**: the kernel is queued on
   ``c10::cuda::getCurrentCUDAStream()`` (``at::cuda::getCurrentCUDAStream`` is the
   same function), the stream PyTorch uses on this thread. A kernel launched on
-  the default stream instead would race with work on side streams and escape
-  CUDA graph capture;
+  the default stream instead would race with work on side streams, and during
+  a CUDA graph capture it would make the capture fail;
 * **dtype dispatch**: ``AT_DISPATCH_FLOATING_TYPES_AND2`` instantiates the
   launcher for float32, float64, float16 and bfloat16;
 * **error checks**: ``C10_CUDA_CHECK`` on the launch's error code turns a bad
@@ -63,8 +63,8 @@ file defined, so the two files together are one operator with two kernels:
    :caption: csrc/minimal/rms_norm_minimal_cuda.cu
 
 The wrapper includes only ``c10/cuda`` headers, not ``ATen/cuda/CUDAContext.h``:
-the latter pulls in cuBLAS and cuSPARSE headers, which a CPU-only torch does
-not ship, and this kernel needs neither.
+the latter pulls in cuBLAS and cuSPARSE headers, which come with the CUDA
+toolkit and not with torch's CPU build, and this kernel needs neither.
 """
 
 # %%

@@ -496,11 +496,13 @@ _ = plots.timings_figure(
 # %%
 # The Python kernel runs on every call, with gradients or without: it is the
 # ``Autograd`` kernel, and the dispatcher reaches it before the device's
-# kernel whatever the grad mode. At large sizes the kernels' time hides this;
+# kernel in grad mode and under ``no_grad`` alike (``inference_mode`` skips
+# it). At large sizes the kernels' time hides this;
 # at decode sizes it can be a visible share of the call (the last lines above
 # measure it here). Pick Python for a first version and for an
 # operator called on large tensors; pick C++ when the call itself must be
-# cheap, or when C++ code calls the operator and needs gradients.
+# cheap, or when a program with no Python interpreter calls the operator and
+# needs gradients.
 
 # %%
 # ``register_autograd`` or ``torch.autograd.Function``?

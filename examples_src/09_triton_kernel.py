@@ -476,15 +476,14 @@ for label, path in counts:
         print(f"{label:{width}} {code_lines(path):4} lines")
 
 # %%
-# **Portability to ROCm.** Triton has an AMD backend: the same Python kernels
-# compile for AMD GPUs with a ROCm build of PyTorch, with no source change
-# (only the launch rules may deserve a second look, since a wavefront is
-# 64 lanes on CDNA GPUs). :doc:`Step 9.2 <09_triton_kernel_2_long_rows>`
-# compiles them for AMD targets without a GPU; none has run on an AMD GPU for
-# this guide, so their results there are untested. CUDA C++ reaches ROCm
-# through hipify plus the small shims that ``csrc/common/platform.cuh``
-# carries for every CUDA kernel (warp width, shuffles), and each architecture
-# is compiled ahead of time.
+# **Portability to ROCm.** Triton has an AMD backend: the same kernels compile
+# for AMD GPUs with a ROCm build of PyTorch (a wavefront is 64 lanes on CDNA
+# GPUs: the launch rules may deserve a second look). :doc:`Step 9.2
+# <09_triton_kernel_2_long_rows>` compiles one of them for AMD targets without
+# a GPU, ``tests/test_triton_targets.py`` every one; none has run on an AMD
+# GPU for this guide. CUDA C++ reaches ROCm through hipify plus the shims of
+# ``csrc/common/platform.cuh`` (warp width, shuffles), each architecture
+# compiled ahead of time.
 #
 # **Speed.** Hand-written CUDA gives more control (vector widths, shared
 # memory, launch bounds, persistent kernels); Triton gets much of it from its

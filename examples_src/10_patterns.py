@@ -433,8 +433,9 @@ print(
 #   spell out the dispatch over three dtypes, the alignment check and the
 #   block reduction.
 # * **Portability**: the Triton kernel compiles for AMD GPUs through Triton's
-#   ROCm backend as it is (:doc:`step 9.2 <09_triton_kernel_2_long_rows>`
-#   compiles it for AMD targets; it has not run on an AMD GPU for this guide).
+#   ROCm backend as it is (``tests/test_triton_targets.py`` compiles it for
+#   AMD targets, as :doc:`step 9.2 <09_triton_kernel_2_long_rows>` does one
+#   kernel; it has not run on an AMD GPU for this guide).
 #   The CUDA kernel needs hipify plus the shim in
 #   ``csrc/common/platform.cuh`` (wavefront width, shuffles without a lane mask).
 # * **Limits**: a Triton program holds a row up to the lengths printed below
