@@ -102,7 +102,7 @@ show(sweeps.copy_lines([r for r in sweep["rows"] if r["dtype"] == "bf16"]))
 #
 # Does cleaning L2 matter? Two recorded runs at fixed shapes, without the
 # clean (``--keep-l2``) and with it, in % of the 1 GiB copy:
-kept, cleaned = recorded("l2_keep_h200.json"), recorded("l2_clean_h200.json")
+kept, cleaned = recorded("l2_keep_h100.json"), recorded("l2_clean_h100.json")
 impls = ["opguide", "opguide triton", "compile(reference)", "F.rms_norm"]
 l2 = compare("forward", impls, kept, cleaned, ("L2 as left", "L2 cleaned"))
 moved = [c for c in l2 if abs(c.points) > 1]

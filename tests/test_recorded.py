@@ -238,7 +238,7 @@ def test_recorded_sweep_peers_and_long_rows(sweep):
 
 
 def test_recorded_l2_clean_moves_at_most_the_cuda_forward():
-    kept, cleaned = load("l2_keep_h200.json"), load("l2_clean_h200.json")
+    kept, cleaned = load("l2_keep_h100.json"), load("l2_clean_h100.json")
     impls = ["opguide", "opguide triton", "compile(reference)", "F.rms_norm"]
     changes = fixed_shapes.compare("forward", impls, kept, cleaned)
     # Cleaning L2 between calls moves no kernel but the CUDA forward by more
@@ -342,16 +342,18 @@ def test_page_readers_say_where_and_wrap(tmp_path, capsys):
     meta = {"device": "NVIDIA X", "date": "2026-01-02T03:04", "torch": "2.0"}
     (tmp_path / "r.json").write_text(json.dumps({**meta, "value": 1}))
     (tmp_path / "t.txt").write_text(
+        "# NVIDIA X, torch 2.0, triton 3.0, 2026-01-02\n"
         "NVIDIA X, 1 SMs\n  bf16  8x64  regs  40 blocks/SM  2    1.0 us  90.0%\n"
     )
     assert pages.recorded("r.json", tmp_path)["value"] == 1
     assert pages.tool_sweep("t.txt", tmp_path)[0]["regs"] == 40
-    assert pages.recorded_text("t.txt", directory=tmp_path).startswith("NVIDIA X")
+    assert pages.recorded_text("t.txt", directory=tmp_path).startswith("# NVIDIA X")
     pages.show(["short", "word " * 30])
     out = capsys.readouterr().out.splitlines()
-    assert out[:3] == ["r.json: NVIDIA X, 2026-01-02, torch 2.0", "t.txt: NVIDIA X, 1 SMs",
+    assert out[:5] == ["r.json: NVIDIA X, 2026-01-02, torch 2.0", "t.txt: recorded 2026-01-02",
+                       "t.txt: NVIDIA X, 1 SMs", "t.txt: recorded 2026-01-02",
                        "t.txt: NVIDIA X, 1 SMs"]  # fmt: skip
-    assert out[3] == "short" and len(out) > 5  # the long line wrapped
+    assert out[5] == "short" and len(out) > 7  # the long line wrapped
     assert all(len(line) <= pages.WIDTH for line in out)
 
 
@@ -692,3 +694,19 @@ def test_building_page_shows_each_logs_header_and_summary():
         assert 1 in shown, (name, spec)
         last = max(i for i, line in enumerate(lines, 1) if summary.search(line))
         assert last in shown, f"{name}: the summary is line {last}, the page shows {spec}"
+
+
+def test_text_records_name_their_date():
+    """Pages print a text record's date from its first line (``pages.say_when``)."""
+    assert tool_outputs.recorded_when("# NVIDIA H100, torch 2.11, triton 3.6, 2026-11-27\nx") == (
+        "2026-11-27"
+    )
+    assert tool_outputs.recorded_when("NVIDIA H100 ... 2026-11-27\n") is None
+    assert tool_outputs.recorded_when("# python3 tools/sweep_triton.py split\n") is None
+    undated = [
+        p.name
+        for p in recorded_dir().glob("*.txt")
+        if tool_outputs.recorded_when(p.read_text()) is None
+    ]
+    # Made by hand, not by tools/gpu_records.sh (its first line is the command).
+    assert undated == ["sweep_triton_split_fenced_h100.txt"], undated

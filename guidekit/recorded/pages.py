@@ -57,16 +57,25 @@ def recorded_text(name: str, device_lines: int | None = None, directory=None) ->
     """A tool's recorded output (``tools/sweep_*``); prints its first ``device_lines``
     device lines (all of them by default)."""
     text = ((directory or recorded_dir()) / name).read_text()
+    say_when(name, text)
     for line in tool_outputs.device_lines(text)[:device_lines]:
         say(f"{name}: {line}")
     say_stale(name, directory)
     return text
 
 
+def say_when(name: str, text: str) -> None:
+    """Prints the date a text record was made, or that it names none."""
+    when = tool_outputs.recorded_when(text)
+    say(f"{name}: recorded {when}" if when else f"{name}: the record names no date")
+
+
 def tool_sweep(name: str, directory: Path | None = None) -> list[dict]:
     """The data lines of a tool's recorded sweep (:func:`.tool_outputs.read_sweep`);
     prints its device line."""
-    header, lines = tool_outputs.read_sweep(((directory or recorded_dir()) / name).read_text())
+    text = ((directory or recorded_dir()) / name).read_text()
+    say_when(name, text)
+    header, lines = tool_outputs.read_sweep(text)
     for line in header:
         say(f"{name}: {line}")
     say_stale(name, directory)

@@ -20,6 +20,15 @@ SPLIT_LINE = re.compile(r"^\s+(best\s+)?\d+x(\d+) (\w+) (.+?)\s+[\d.]+ us\s+([\d
 FIELD = re.compile(r"([a-z][A-Za-z_/]*[A-Za-z])\s+(\d+)(?![\d.x])")  # "regs  57"
 
 
+def recorded_when(text: str) -> str | None:
+    """The date of a text record: ``YYYY-MM-DD`` from its first line, which
+    ``tools/gpu_records.sh`` writes as ``# <GPU>, torch ..., triton ..., <date>``; None
+    when the first line has no date."""
+    first = text.split("\n", 1)[0]
+    found = re.search(r"\b(\d{4}-\d\d-\d\d)\s*$", first) if first.startswith("# ") else None
+    return found[1] if found else None
+
+
 def device_lines(text: str) -> list[str]:
     """The lines that name the device (``NVIDIA ...``)."""
     return [line for line in text.splitlines() if line.startswith("NVIDIA")]
