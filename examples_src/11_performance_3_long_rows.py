@@ -221,8 +221,14 @@ show(lessons.split_lines(fenced, slots, built))
 
 # %%
 # The forward's lines name its best launch each way: with the fence, and with
-# slots. Every change on this page, in points of the copy at each point it
-# was measured:
+# slots. The backward's line names how far the library's launch falls behind
+# the best one the sweep found: the faster launches hold 32 values a thread
+# and spill registers on sm_80 and sm_90 under Triton 3.8 and 3.9, so the
+# library takes the fastest at its slowest row length among those that hold
+# 16 or fewer (``SPLIT_BACKWARD`` in ``opguide/triton/launch.py`` lists the
+# spills; :doc:`step 9.2 <09_triton_kernel_2_long_rows>` checks the budgets).
+# Every change on this page, in points of the copy at each point it was
+# measured:
 gains = long_rows.change_gains(forward_push, backward_push, per_row, fenced, slots)
 _ = plots.gains_figure(gains, "Long-row changes (recorded)")
 show(lessons.ranking_lines(gains))
