@@ -180,6 +180,13 @@ def keep_packed_lines(packed: list[dict]) -> list[str]:
     return lines
 
 
+def _two_blocks_registers(per_thread: int) -> int:
+    """Registers two blocks of 1024 threads take on an SM: allocated per warp, in units of
+    256 (the CUDA occupancy calculator's allocation granularity for sm_50 to sm_90)."""
+    per_warp = -(-per_thread * 32 // 256) * 256
+    return 2 * 32 * per_warp
+
+
 def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> tuple[list[str], float | None]:
     """The fused kernel at float16 4096x8192 without and with its register cap.
 
@@ -193,7 +200,7 @@ def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> tuple[list[s
         r = best(found, dtype="fp16", shape="4096x8192", **{"vecs/thr": 1, "rows/blk": 1})
         lines.append(
             f"fp16 4096x8192, {label:6}: {r['regs']} registers "
-            f"({2 * 1024 * r['regs']} for two blocks), "
+            f"({_two_blocks_registers(r['regs'])} for two blocks of 1024 threads), "
             f"{r['blocks/SM']} block(s) per SM: {r['pct']}% of the copy"
         )
         pct.append(r["pct"])
