@@ -41,6 +41,7 @@ In this step you will learn:
 #
 # The body writes with ``index_copy_``, row by row into the buffers' own
 # memory: no copy of a buffer is made, so a call costs the rows it writes.
+import os
 import warnings
 
 import torch
@@ -201,7 +202,53 @@ except RuntimeError as error:
 # * **Duplicate indices.** ``index_copy_``'s documentation says that with
 #   duplicates "the result is nondeterministic since it depends on which copy
 #   occurs last". Say so in the docstring, or refuse duplicates (a sort, at a
-#   cost), or define an order.
+#   cost), or define an order. Plain stores to one element from threads that
+#   race are a data race, which C++ leaves undefined: to promise one writer's
+#   value, make the stores atomic or give each row one writer.
+# * **Writes that accumulate** (``index_add_``'s semantics, the reference to
+#   test against): duplicates must add, so the GPU kernels add atomically
+#   (CUDA's ``atomicAdd`` takes ``__half`` from compute capability 7.0 and
+#   ``__nv_bfloat16`` from 8.0, per the `CUDA programming guide
+#   <https://docs.nvidia.com/cuda/cuda-c-programming-guide/#atomicadd>`__), in
+#   an order that changes from run to run, so half-precision sums compare with
+#   a tolerance, or use whole numbers, which add exactly. Two blind spots
+#   without a GPU: Triton's interpreter runs the programs of a grid one after
+#   another (`interpreter.py
+#   <https://github.com/triton-lang/triton/blob/main/python/triton/runtime/interpreter.py>`__),
+#   so a missing atomic loses no update there and only a GPU test with many
+#   duplicates catches it; and its atomics may not take every dtype. The
+#   cell asks this machine's Triton, in a process of its own:
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+ATOMIC_ADD = """
+import torch, triton, triton.language as tl
+
+@triton.jit
+def add_all(total, values, n: tl.constexpr):
+    i = tl.arange(0, n)
+    tl.atomic_add(total + i * 0, tl.load(values + i))  # every lane into element 0
+
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    total, values = torch.zeros(1, dtype=dtype), torch.ones(4, dtype=dtype)
+    try:
+        add_all[(3,)](total, values, 4)  # 3 programs x 4 values
+        print(f"  {dtype}: total {total.item():g} (12 expected)")
+    except Exception as error:
+        print(f"  {dtype}: refused: {type(error).__name__}: {str(error)[:60]}")
+"""
+interpreted = subprocess.run(
+    [sys.executable, "-c", ATOMIC_ADD],
+    env={**os.environ, "TRITON_INTERPRET": "1"},
+    capture_output=True,
+    text=True,
+)
+print(f"tl.atomic_add under Triton's interpreter (rc {interpreted.returncode}):")
+print(interpreted.stdout.rstrip() or interpreted.stderr[-500:])
+
+# %%
+# A dtype the interpreter refuses is one the CPU tests of a Triton kernel
+# skip; a GPU run covers it. The wrapper's checks, tried:
 k_grad = torch.ones(3, 4, requires_grad=True)
 try:
     op(k_cache, v_cache, k_grad, v, index)
