@@ -342,9 +342,10 @@ except ImportError as err:
 # .. literalinclude:: /../opguide/__init__.py
 #    :language: python
 #    :start-after: """
-# torch.ops.loaded_libraries lists every library this process loaded; the
+package = Path(opguide.__file__).parent
+# torch.ops.loaded_libraries names every library this process loaded; the
 # gallery may run other steps' pages in the same process, so keep opguide's.
-ours = [p for p in torch.ops.loaded_libraries if Path(p).parent == Path(opguide.__file__).parent]
+ours = [p for p in torch.ops.loaded_libraries if Path(p).parent == package]
 print("opguide's loaded libraries:", [Path(p).name for p in ours])
 print("opguide exports:", opguide.__all__)
 
