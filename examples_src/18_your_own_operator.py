@@ -167,8 +167,10 @@ for path in sorted(PROJECT.rglob("*")):
         print(f"  {path.relative_to(PROJECT).as_posix():34} {lines:4} lines")
 
 # %%
-# The checklist below maps every generated file to the step that explains
-# it. To make the template's operator yours, change the files in this order:
+# The checklist below maps every generated file of this ``elementwise``
+# project to the step that explains it (another kind's README has its own
+# file table). To make the template's operator yours, change the files in
+# this order:
 #
 # .. list-table::
 #    :header-rows: 1
