@@ -119,7 +119,9 @@ hip_source = mapping[CSRC / "device_checks" / "rms_norm.cu"]
 flags = []
 archs = compile_checks.hip_archs(hipcc)
 if hipcc is not None:
-    print("hipcc: found; targets:", " and ".join(archs))
+    version = subprocess.run([hipcc, "--version"], capture_output=True, text=True).stdout
+    print(f"hipcc: found ({(version.splitlines() or ['version unknown'])[0]});", end=" ")
+    print("targets:", " and ".join(archs))
     if archs[-1] != "gfx942":
         print("this hipcc's clang does not know gfx942 (LLVM 17 and later do): gfx940 instead")
     if compile_checks.hip_has_bf16():
