@@ -141,6 +141,6 @@ assert explanation.graph_break_count == 0
 # What's next
 # -----------
 # This Python operator is correct but runs several PyTorch kernels (square,
-# mean, rsqrt, two multiplies, a cast), each reading and writing the whole
-# tensor. The next step replaces the body with one C++ kernel that reads each
-# row once, behind a schema defined in C++.
+# mean, add, rsqrt, two multiplies, and casts for half precision), most of
+# them reading and writing the whole tensor. The next step replaces the body
+# with one C++ kernel that reads each row once, behind a schema defined in C++.
