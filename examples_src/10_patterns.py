@@ -334,7 +334,9 @@ with warnings.catch_warnings():
     exported = torch.export.export(Block(), example).run_decompositions({})
 for line in exported.graph_module.code.strip().splitlines():  # long lines wrapped
     indent = " " * (len(line) - len(line.lstrip()))
-    print(textwrap.fill(line, 88, subsequent_indent=indent + "    "))
+    wrapped = textwrap.wrap(line, 88, subsequent_indent=indent + "    ", break_long_words=False,
+                            break_on_hyphens=False)  # fmt: skip
+    print("\n".join(wrapped))  # between tokens only: no name is cut in two
 print(exported.graph_signature)
 
 # %%
