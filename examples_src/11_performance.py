@@ -177,9 +177,12 @@ if behind:
     say("  names that peer at each N (the 'fastest peer' column).")
 gaps = sweeps.dtype_gaps(ALL_ROWS)
 say(f"float16 against bfloat16, opguide: at most {max(gaps):.1f} points apart")
+why_not: dict[str, list[str]] = {}  # each reason once, with the points it stopped
 for s in sweep["skipped"]:
-    where = f"{s['pass']} {s['impl']} {s['dtype']} N={s['n']}"
-    say(f"could not run: {where}: {s['reason'][:40]}")
+    why_not.setdefault(s["reason"], []).append(f"{s['pass']} {s['impl']} {s['dtype']} N={s['n']}")
+for reason, where in why_not.items():
+    say(f"could not run ({len(where)}): {listed(where)}")
+    say(f"  {reason}")
 
 # %%
 # The lines above are the conclusion: where a target is missed, or a peer is
