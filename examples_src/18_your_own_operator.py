@@ -82,6 +82,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -513,7 +514,11 @@ try:
 finally:
     kernels.write_text(source)
 failures = [line for line in broken.stdout.splitlines() if line.startswith("FAILED")]
-print(shown(failures[0])[:88] if failures else "(no test failed)")
+print(
+    textwrap.fill(shown(failures[0]), 88, subsequent_indent="    ")
+    if failures
+    else "(no test failed)"
+)
 print(pytest_summary(broken.stdout))
 assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stderr[-2000:]
 
