@@ -136,18 +136,23 @@ def summary_lines(record: Mapping) -> list[str]:
     return lines
 
 
+def memcheck_summary(project: Mapping) -> str:
+    """``"83 passed, memcheck 0 errors"``: a template record's project run under memcheck
+    (``tools/record_template_gpu.py run --memcheck``)."""
+    tests = project["memcheck"]["tests"].split(" in ")[0].split(",")[0]  # "83 passed"
+    errors = project["memcheck"]["errors"].removeprefix("ERROR SUMMARY: ")  # "0 errors"
+    return f"{tests}, memcheck {errors}"
+
+
 def memcheck_lines(records: Mapping[str, Mapping]) -> list[str]:
     """The projects that ran their CUDA tests under compute-sanitizer's memcheck, one line each.
 
     Args:
         records: {file name: a ``template_*_cuda_*.json`` record}.
     """
-    lines = []
-    for name, record in records.items():
-        for project in record["projects"]:
-            if "memcheck" in project:
-                m = project["memcheck"]
-                tests = m["tests"].split(" in ")[0].split(",")[0]  # "83 passed"
-                errors = m["errors"].removeprefix("ERROR SUMMARY: ")  # "0 errors"
-                lines.append(f"{name}: {project['project']}: {tests}, memcheck {errors}")
-    return lines
+    return [
+        f"{name}: {project['project']}: {memcheck_summary(project)}"
+        for name, record in records.items()
+        for project in record["projects"]
+        if "memcheck" in project
+    ]
