@@ -96,6 +96,13 @@ show(eager.training_parts(EAGER)[1])
 show(eager.node_lines(EAGER))
 
 # %%
+# Under every training call sits autograd itself: the graph it records, the
+# backward pass on its own thread for each GPU, and the gradients it
+# accumulates. A Python Function that launches nothing measures that floor,
+# what autograd alone costs a call; each training call against it:
+show(eager.floor_lines(EAGER))
+
+# %%
 # Every layer of a call counts when the host sets the time. What the
 # library does about each:
 #

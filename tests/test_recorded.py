@@ -497,6 +497,24 @@ def test_wrapper_line_follows_the_sign_at_every_shape():
     assert "the checks cost nothing measurable" in mostly_faster
 
 
+def test_floor_lines_set_each_training_call_against_the_empty_function():
+    def rows(opguide_us):
+        out = []
+        for n, us in enumerate(opguide_us):
+            for impl, t in (("empty Python Function", 100e-6), ("opguide", us * 1e-6),
+                            ("opguide ops", 20e-6)):  # fmt: skip
+                out.append({"mode": "training", "impl": impl, "m": 1, "n": 4096 + n,
+                            "seconds": t, "vs_F.rms_norm": 1.0})  # fmt: skip
+        return out
+
+    above = eager.floor_lines(rows([150, 120]), at=(1, 4096))
+    assert "100 us per training call" in above[0] and "costs more, at every shape" in above[0]
+    # The parts (operators without autograd) are not calls: not set against the floor.
+    assert above[2:] == ["  opguide                                150 us, 1.50x the floor"]
+    assert "Below it at some shape: opguide." in eager.floor_lines(rows([150, 90]))[0]
+    assert eager.floor_lines(rows([150]), at=(1, 8192)) == []  # no floor at that shape
+
+
 def test_planner_limits_match_the_tables_of_the_pages():
     got = long_rows.planner_limits()
     assert sweeps.ONE_BLOCK["forward"] == got["forward_cluster"]

@@ -194,6 +194,47 @@ def training_parts(rows: Sequence[dict]) -> tuple[dict, list[str]]:
     return parts, lines
 
 
+def floor_lines(rows: Sequence[dict], at: tuple[int, int] = (1, 4096)) -> list[str]:
+    """Autograd's floor: the empty Python Function's training call, against each full call.
+
+    Args:
+        rows: the eager rows.
+        at: the ``(m, n)`` shape at which each implementation is set against the floor.
+
+    Returns:
+        The floor's median and range over the shapes, then one line per
+        implementation timed at ``at``: its training call and how far above the
+        floor it is. Empty if the file has no empty-Function rows.
+    """
+    floor = seconds(rows, EMPTY_FUNCTION, "training")
+    if not floor or at not in floor:
+        return []
+    us = sorted(v * 1e6 for v in floor.values())
+    impls = sorted({r["impl"] for r in rows if r["mode"] == "training"} - PARTS)
+    below = sorted(
+        impl
+        for impl in impls
+        for shape, t in seconds(rows, impl, "training").items()
+        if shape in floor and t < floor[shape]
+    )
+    lines = [
+        f"Autograd's floor, a Python autograd Function that launches nothing: "
+        f"{statistics.median(us):.0f} us per training call (median over the shapes; "
+        f"{us[0]:.0f} to {us[-1]:.0f} us). "
+        + (
+            f"Below it at some shape: {', '.join(dict.fromkeys(below))}."
+            if below
+            else "Every training call in the file costs more, at every shape."
+        ),
+        f"Training calls at {at[0]}x{at[1]} against that floor ({floor[at] * 1e6:.0f} us there):",
+    ]
+    for impl in impls:
+        full = seconds(rows, impl, "training").get(at)
+        if full is not None:
+            lines.append(f"  {impl:36} {full * 1e6:5.0f} us, {full / floor[at]:.2f}x the floor")
+    return lines
+
+
 def node_lines(rows: Sequence[dict]) -> list[str]:
     """``rms_norm``'s Function (one output) against ``rms_norm_fwd``'s (two outputs)."""
     node, function = seconds(rows, "opguide", "training"), seconds(rows, FUNCTION_NODE, "training")
