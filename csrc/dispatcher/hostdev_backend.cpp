@@ -177,8 +177,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 
 // "torch.float32", as Python prints a dtype.
 // Messages are built from strings (std::to_string), not by streaming numbers:
-// on the GPU machine (torch 2.11), streaming an integer into a message from an
-// extension crashed inside libstdc++.
+// streaming goes through the locale facets of the libstdc++ the process
+// loaded, which need not be the one this library was built against.
 std::string shape_str(at::IntArrayRef sizes) {
   std::string out = "[";
   for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);

@@ -40,7 +40,7 @@ std::string dtype_name(at::ScalarType t) {
 // Messages are assembled from strings only (std::to_string, snprintf), not
 // by streaming numbers: streaming goes through the locale facets of the
 // libstdc++ the process loaded, which need not be the one this library was
-// built against (with torch 2.11's CUDA wheels that crashed); strings do not.
+// built against; strings do not.
 std::string number_str(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", v);
