@@ -50,7 +50,11 @@ What each part does:
   ``ATen/TensorIterator.h``), so that a small input stays on one thread. It
   does so only in a file compiled with OpenMP (``-fopenmp``, as below): the
   function is defined in ATen's headers, and without the flag it runs the
-  whole range as one call on the calling thread.
+  whole range as one call on the calling thread (`ATen/ParallelOpenMP.h
+  <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/ParallelOpenMP.h>`__
+  defines ``INTRA_OP_PARALLEL`` only under ``_OPENMP``, and `ATen/Parallel-inl.h
+  <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/Parallel-inl.h>`__
+  calls ``f(begin, end)`` once without it).
 * ``TORCH_CHECK_TYPE`` / ``TORCH_CHECK_VALUE`` / ``TORCH_CHECK`` raise Python's
   ``TypeError`` / ``ValueError`` / ``RuntimeError`` with the message given.
 """

@@ -33,8 +33,8 @@ What changes on AMD GPUs
      :end-before: // [portability-end]
 
 * **Warp intrinsics.** ``__shfl_xor_sync(mask, v, lane)`` takes a mask of the
-  threads taking part; HIP's ``__shfl_xor(v, lane)`` takes none (the masked
-  form arrived only in recent ROCm releases). One function, ``shfl_xor``, covers
+  threads taking part; HIP's ``__shfl_xor(v, lane)`` takes none. One function,
+  ``shfl_xor``, covers
   both, in the header every kernel shares (``csrc/common/platform.cuh``).
 * **Sources and names.** hipify renames ``x.cu`` to ``x.hip`` and headers that
   hold CUDA code (``rms_norm_forward.cuh`` becomes ``rms_norm_forward_hip.cuh``), rewrites
@@ -44,7 +44,8 @@ What changes on AMD GPUs
   torch the ``CUDA`` dispatch key and the ``torch.cuda`` API serve AMD GPUs,
   so the registration and the Python side do not change at all.
 * **bfloat16.** CUDA's ``__nv_bfloat16`` maps to ``__hip_bfloat16`` from
-  ``hip/hip_bf16.h``, a header that ROCm added in 5.7.
+  ``hip/hip_bf16.h``, a header that older ROCm releases lack (the check below
+  says whether this machine's hipcc has it).
 """
 
 # %%
@@ -91,8 +92,7 @@ def show_diff(original: Path, hipified: Path, context: int = 0) -> None:
 
 
 # %%
-# The device header: its includes (the bfloat16 header among them) and the
-# CUDA error and stream types of its launch functions.
+# The device header: its includes, the bfloat16 header among them.
 FORWARD = CSRC / "rms_norm" / "rms_norm_forward.cuh"
 show_diff(FORWARD, mapping[FORWARD])
 
@@ -128,7 +128,7 @@ if hipcc is not None:
         print("hip/hip_bf16.h found: bfloat16 kernels included")
     else:
         flags = ["-DOPGUIDE_NO_BF16"]
-        print("hip/hip_bf16.h not found (ROCm < 5.7): bfloat16 kernels left out of this check")
+        print("hip/hip_bf16.h not found (an older ROCm): bfloat16 kernels left out of this check")
 result = compile_checks.hipcc_check(hip_source, archs=archs, extra_flags=flags)
 print(result.summary())
 if result.status == "failed":

@@ -24,7 +24,7 @@ In this step you will learn:
 opguide's schemas
 -----------------
 All of opguide's operators are defined in one file. Besides ``rms_norm``,
-there is now a training pair (:doc:`step 8 <08_autograd>` explains it): ``rms_norm_fwd`` returns
+there is a training pair (:doc:`step 8 <08_autograd>` explains it): ``rms_norm_fwd`` returns
 two tensors, and ``rms_norm_backward`` takes four.
 
 .. literalinclude:: /../csrc/opguide.cpp

@@ -2,8 +2,9 @@ r"""
 Step 8: Autograd
 ================
 
-So far ``opguide.rms_norm`` could only run forward. This step gives it a
-backward. It starts with the shortest way: the formula in Python, registered
+The steps so far built and called the forward; the backward that steps 6
+and 7 already ran comes from this step. It starts with the shortest way: the
+formula in Python, registered
 with :func:`torch.library.register_autograd`. Then the same formula in C++,
 with ``torch::autograd::Function``, which is how the library registers it, and
 the C++ CPU kernel of the backward, an operator of its own,

@@ -84,7 +84,8 @@ differ in what the compiler can see:
   dispatch per call, and the launch takes part in CUDA graphs and in
   Inductor's autotuning, as :func:`torch.library.triton_op`'s documentation
   describes it. It needs real, compiled Triton kernels; with the interpreter
-  ``opcheck`` fails, so a build without a GPU cannot show this path.
+  ``opcheck`` fails (a cell below runs it), so a build without a GPU cannot
+  show this path.
 
 Both wrap every eager call in Python layers of their own, which
 :doc:`step 11.2 <11_performance_2_eager>` measures. ``opguide`` takes a third
@@ -332,10 +333,12 @@ print("grad_weight[:4] =", w.grad[:4])
 # What Inductor receives
 # ----------------------
 # A backend that records the graph that AOTAutograd hands to Inductor shows
-# the difference between the two registrations: a ``custom_op`` stays one
-# call to the operator; a ``triton_op`` arrives as the kernel launch itself
-# (``triton_kernel_wrapper_functional``), which Inductor compiles into its
-# own code.
+# what an operator defined with ``Library.define`` (or ``custom_op``) becomes:
+# one call to the operator. A ``triton_op`` would arrive as the kernel launch
+# itself (``triton_kernel_wrapper_functional``), which Inductor compiles into
+# its own code, as `its documentation
+# <https://docs.pytorch.org/docs/stable/library.html#torch.library.triton_op>`__
+# says.
 from functorch.compile import make_boxed_func  # noqa: E402
 from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 
@@ -357,6 +360,51 @@ print(
     if launches
     else "no kernel launch in the graph: Inductor calls the operator, an opaque box"
 )
+
+# %%
+# A ``triton_op`` checked as step 7 checks an operator, on this machine's
+# Triton (compiled, or the interpreter):
+import logging  # noqa: E402
+import warnings  # noqa: E402
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def double_kernel(
+    x_ptr,  # [n] input
+    y_ptr,  # [n] output
+    n,
+    BLOCK: tl.constexpr,
+):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+
+@torch.library.triton_op("opguide_demo::double", mutates_args=())
+def double(t: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(t)
+    grid = (triton.cdiv(t.numel(), 64),)
+    torch.library.wrap_triton(double_kernel)[grid](t, out, t.numel(), BLOCK=64)
+    return out
+
+
+mode = "the interpreter" if triton_ops.INTERPRET else "compiled kernels"
+fake_log = logging.getLogger("torch._subclasses.fake_tensor")  # logs the failure's stack
+level = fake_log.level
+fake_log.setLevel(logging.CRITICAL)
+try:
+    with warnings.catch_warnings():  # the interpreter reads a fake tensor's pointer
+        warnings.simplefilter("ignore")
+        torch.library.opcheck(double, (torch.randn(100, device=device),))
+    print(f"triton_op with {mode}: opcheck passed")
+except Exception as err:  # noqa: BLE001  (the page prints what failed)
+    first = str(err).splitlines()[0].replace(" (scroll up for stack trace)", "")
+    print(f"triton_op with {mode}: opcheck failed:")
+    print(textwrap.fill(first, 88, subsequent_indent="    "))
+finally:
+    fake_log.setLevel(level)
 
 # %%
 # The device guard at work

@@ -271,7 +271,8 @@ for device, backend in devices:
 if not torch.cuda.is_available():
     print(
         "CUDA and Triton GPU kernels skipped: no GPU visible\n"
-        "(the test suite runs them on a GPU machine; a recorded GPU run is below)"
+        "(the test suite runs them where a GPU is visible; building.html shows a recorded\n"
+        "GPU run of the suite, and the sweep below times them)"
     )
 
 # %%
@@ -341,7 +342,9 @@ print(exported.graph_signature)
 
 # %%
 # ``torch.compile`` does the same, and Inductor turns the functional form back
-# into an in-place call when that is safe. What matters to the caller: after a
+# into an in-place call when that is safe (its `reinplacing pass
+# <https://github.com/pytorch/pytorch/blob/main/torch/_inductor/fx_passes/reinplace.py>`__).
+# What matters to the caller: after a
 # compiled call, the residual they passed holds the update, and code that reads
 # it after the operator sees the new value. Two calls in a row, compiled and
 # eager side by side:

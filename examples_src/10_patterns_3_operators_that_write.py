@@ -25,8 +25,6 @@ In this step you will learn:
   which way PyTorch's own index kernels take.
 """
 
-# opguide-devices: cpu
-
 # %%
 # Two written tensors, nothing returned
 # -------------------------------------
@@ -188,7 +186,7 @@ except RuntimeError as error:
 # %%
 # The wrapper's checks
 # --------------------
-# Four things the schema does not check, and the wrapper must:
+# What the schema does not check, and the wrapper, the body or the docstring must:
 #
 # * **Inputs that need grad.** The operator has no backward. ``custom_op``
 #   without ``register_autograd`` does not refuse an input that requires grad
@@ -302,7 +300,9 @@ print(f"three writes of row 1 on the CPU: it holds {duplicates[1].tolist()}")
 # A graph has no mutation: ``torch.compile`` and ``torch.export`` replace the
 # call with ``auto_functionalized_v2``, which computes new values for the
 # written tensors, and then copy them back into the buffers. Inductor may turn
-# that back into an in-place call (its reinplacing pass); either way the
+# that back into an in-place call (its `reinplacing pass
+# <https://github.com/pytorch/pytorch/blob/main/torch/_inductor/fx_passes/reinplace.py>`__);
+# either way the
 # buffers must end up holding what an eager call writes, which the compiled
 # call below checks (backend ``aot_eager``: the graph capture and
 # functionalization of Inductor, without its code generation). Exported and
@@ -366,8 +366,9 @@ print(f"version counters after the compiled call: {versions(compiled_k, compiled
 # that, each in ``tools/bad_index.cu`` around the template's ``store_kv``
 # kernel (bf16 rows of 8 heads of 128 values, caches of 65,536 slots), timed
 # on a GPU by ``tools/record_bad_index.py``: a loop of calls between two
-# synchronizations, the five interleaved round by round, 21 rounds. The row
-# ``index_copy_ (torch)`` is PyTorch's own way, one ``index_copy_`` per cache:
+# synchronizations, the five and torch's way interleaved round by round, 21
+# rounds. The row ``index_copy_ (torch)`` is PyTorch's own way, one
+# ``index_copy_`` per cache:
 # two calls through the dispatcher, each checked by ``CUDA_KERNEL_ASSERT``,
 # which ends the kernel as ``__trap()`` does and which
 # `torch/headeronly/macros/Macros.h
@@ -388,8 +389,9 @@ title = "One call of a writing operator, by how it reports a bad slot (recorded)
 _ = bad_index.figure(costs, title)
 
 # %%
-# Each way against skipping, where the middle halves of the rounds overlap
-# "no measurable difference":
+# Each way against skipping: "no measurable difference" where the middle
+# halves of the rounds overlap; a way that does skip's work and measures
+# faster is called noise, whether the halves overlap or not:
 show(bad_index.cost_lines(costs))
 
 # %%

@@ -54,7 +54,12 @@ if not torch.cuda.is_available():
 # sphinx_gallery_parallel = False  # it times kernels on the CPU: runs alone
 from guidekit import benchmark
 from guidekit.recorded import listed, plots, sweeps
-from guidekit.recorded.long_rows import access_lines, behind_lines, odd_row_lines
+from guidekit.recorded.long_rows import (
+    access_lines,
+    behind_lines,
+    odd_row_lines,
+    slower_as_built,
+)
 from guidekit.recorded.pages import (
     compare,
     cpu_lines,
@@ -203,7 +208,7 @@ show(sweeps.rerun_lines(sweeps.rerun_changes(ALL_ROWS, again_file["sweep"]["rows
 # Odd row lengths
 # ---------------
 # A row of 12300 bfloat16 elements (24600 bytes) is not a whole number of
-# 16-byte vectors, and a slice may start anywhere. The CUDA kernels then take
+# 16-byte vectors, and a slice may start anywhere. The CUDA kernels then choose
 # the widest access that the row length, the stride and every pointer allow,
 # with more accesses per thread the narrower they are, for rows up to the
 # length the narrow kernels hold. The backward's narrow kernels hold shorter
@@ -239,6 +244,7 @@ WIDE = {k[1:]: r["vs_copy"] for k, r in WIDE_ROWS.items()}
 odd_file = recorded("sweep_odd_rows_h100.json")
 ODD = {k: r["vs_copy"] for k, r in sweeps.by_dtype(odd_file["sweep"]["rows"]).items()}
 show(odd_row_lines(WIDE, ODD, odd_file["sweep"]["ns"]))
+show(slower_as_built(WIDE, ODD))
 title = f"Odd row lengths, bfloat16: {odd_file['device']} (recorded)"
 _ = plots.odd_rows_figure(WIDE, ODD, odd_file["sweep"]["ns"], title)
 
@@ -252,8 +258,10 @@ for other_impl in ("F.rms_norm", "opguide triton"):
     show(behind_lines(ODD, other_impl))
 
 # %%
-# The narrower the access, the more instructions each byte takes; rows of an
-# odd number of elements take the narrowest, two bytes.
+# A narrower access takes more instructions per byte; rows of an odd number
+# of elements take the narrowest, two bytes. Where the ranges above do not
+# fall with the width, or a point trails its 16-byte-only build, the
+# instruction count is not what limits that kernel.
 #
 # On the CPU
 # ----------

@@ -314,7 +314,9 @@ say(
 #
 # On a GPU the page also times :func:`torch.library.triton_op` against a
 # direct launch of one small Triton kernel (``wrap_triton`` outside a traced
-# graph takes a higher-order operator on every call):
+# graph and outside a ``triton_op`` takes a higher-order operator on every
+# call: ``TraceableTritonKernelWrapper.__call__`` in `triton_kernel_wrap.py
+# <https://github.com/pytorch/pytorch/blob/main/torch/_higher_order_ops/triton_kernel_wrap.py>`__):
 from opguide import triton as triton_ops  # noqa: E402
 
 if torch.cuda.is_available() and not triton_ops.INTERPRET:

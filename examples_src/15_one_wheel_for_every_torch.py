@@ -28,7 +28,7 @@ In this step you will learn:
   its target torch and glibc versions newer than its platform tag, and what the
   check finds when one slips in;
 * that a wheel built once passes its tests under other torch releases
-  (recorded runs of a build with the CUDA kernel).
+  (recorded runs, each saying whether its wheel held the CUDA kernel).
 
 The project lives in ``stable/`` beside the guide's library: a package
 ``opguide_stable`` with one operator, ``opguide_stable::rms_norm``.
@@ -193,8 +193,8 @@ else:
 # The wheel's tag, ``cp310-abi3``, says "any CPython from 3.10 on". Nothing in
 # the name or the metadata pins a torch release beyond ``torch>=2.11``. With a
 # CPU-only torch and no ``USE_CUDA=1`` the wheel holds the CPU kernel only;
-# ``USE_CUDA=1`` with nvcc adds the CUDA kernel (the recorded runs below are of
-# such a build).
+# ``USE_CUDA=1`` with nvcc adds the CUDA kernel (each recorded run below says
+# which its wheel held).
 #
 # What the library takes from torch
 # ---------------------------------

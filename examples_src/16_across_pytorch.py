@@ -242,7 +242,7 @@ print("vmap over x, and over x and weight: equal to a loop over the batch")
 # (``grad``, ``vjp``, ``jacrev``) need every autograd formula they meet to be
 # one they can transform: a C++ ``torch::autograd::Function``, which the
 # library registers (:doc:`step 8 <08_autograd>`), is not, and neither is the Python one that
-# ``register_autograd`` builds. A per-example gradient needs a
+# ``register_autograd`` builds (the cell tries both). A per-example gradient needs a
 # ``torch.autograd.Function`` of your own, with ``setup_context`` and a
 # ``vmap`` method. The cell asks this torch for per-example gradients,
 # ``vmap(grad)``, and checks them against ``F.rms_norm``'s where it gives them:
@@ -276,6 +276,24 @@ else:
     expected = torch.vmap(torch.func.grad(lambda a: loss(a, torchs)))(xs)
     torch.testing.assert_close(per_example, expected)
     print("vmap(torch.func.grad): worked, equal to F.rms_norm's per-example gradients")
+
+# The same question for a formula registered from Python: an operator whose
+# backward comes from ``register_autograd``.
+import textwrap  # noqa: E402
+
+transforms_lib = torch.library.Library("opguide_transforms", "DEF")
+transforms_lib.define("scale(Tensor x) -> Tensor")
+transforms_lib.impl("scale", lambda a: a * 3, "CompositeExplicitAutograd")
+torch.library.register_autograd(
+    "opguide_transforms::scale", lambda ctx, grad: grad * 3, lib=transforms_lib
+)
+try:
+    torch.func.grad(lambda a: torch.ops.opguide_transforms.scale(a).sum())(xs[0])
+    print("torch.func.grad through a register_autograd formula: worked")
+except RuntimeError as error:
+    said = str(error).split(". For more")[0] + "."
+    said = f"torch.func.grad, register_autograd: {said}"
+    print(textwrap.fill(said, 88, subsequent_indent="    "))
 
 
 # %%
@@ -380,7 +398,8 @@ if HAVE_OUT_TAG:
         print("AOTInductor compiled the tagged pair")
     except Exception as error:  # torch._inductor.exc.InductorError
         lines = [line for line in str(error).splitlines() if "error:" in line]
-        print("AOTInductor:", (lines[0].split("error: ", 1)[1] if lines else str(error))[:140])
+        first = lines[0].split("error: ", 1)[1] if lines else str(error).splitlines()[0]
+        print(textwrap.fill(f"AOTInductor: {first}", 88, subsequent_indent="    "))
 else:
     print(f"skipped: torch {torch.__version__} has no torch.Tag.out, so there is no tagged pair")
 
@@ -580,7 +599,8 @@ print(
 #   the dtype your kernel wants under mixed precision, and none for an op that
 #   mutates its inputs.
 # * ``Tensor(a!)`` on anything the op writes; an ``out``-tagged overload only
-#   if the op need not go through AOTInductor (torch 2.13 to 2.15).
+#   if the op need not go through AOTInductor (the AOTInductor section above
+#   shows why).
 # * Launch on the current stream, allocate with PyTorch, never synchronise:
 #   then CUDA graphs, by hand or through ``reduce-overhead``, just work.
 # * Register a FLOP formula for each operator that computes, and write down

@@ -71,9 +71,9 @@ Run it with your answers (``copier copy`` alone asks them one by one):
    copier copy --defaults --data package=myops --data op_name=silu_mul \
        --data route=cpp --data kind=elementwise path/to/opguide/template myops
 
-The cell below runs exactly that. From opguide's git repository, its URL
-at a tag takes the folder's place:
-``copier copy --vcs-ref <tag> https://github.com/<owner>/opguide.git myops``.
+The cell below runs exactly that. From opguide's git repository, the URL
+you clone it from, at a tag, takes the folder's place:
+``copier copy --vcs-ref <tag> <git URL of opguide> myops``.
 """
 
 import importlib.util
@@ -161,7 +161,8 @@ rendered = run([*copier_copy, str(ROOT / "template"), "myops"], cwd=WORK, show=s
 # %%
 # What it wrote
 # -------------
-# A standalone project: nothing in it refers to opguide.
+# A standalone project: its code neither imports opguide nor builds against it
+# (its README names the template it came from, for ``copier update``).
 for path in sorted(PROJECT.rglob("*")):
     if path.is_file():
         lines = len(path.read_text().splitlines())

@@ -626,7 +626,8 @@ else:
 # hidden size 2048 with four layers, batch 4 by 2048 tokens, bfloat16; both
 # opguide backends, Liger and Quack where they import, the pass, and the
 # model kernelized in each group's mode with the support decided from the
-# record before it. It writes ``docs/recorded/model_step_<gpu>.json`` with
+# record before it (a record made before the tool ran that variant says it
+# holds no such row). It writes ``docs/recorded/model_step_<gpu>.json`` with
 # the device, the versions and the date. This page reads it: a table, the
 # fastest variant of each group, sentences computed from it, then a plot of
 # each variant's median divided by the median of the model's own norm in the

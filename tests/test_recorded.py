@@ -515,6 +515,20 @@ def test_floor_lines_set_each_training_call_against_the_empty_function():
     assert eager.floor_lines(rows([150]), at=(1, 8192)) == []  # no floor at that shape
 
 
+def test_slower_as_built_names_each_point_the_wider_access_lost():
+    from guidekit.recorded.long_rows import slower_as_built
+
+    wide = {("fused", "opguide", 2050): 0.72, ("fused", "opguide", 2052): 0.72,
+            ("fused", "opguide triton", 2050): 0.90}  # fmt: skip
+    odd = {("bf16", "fused", "opguide", 2050): 0.65, ("bf16", "fused", "opguide", 2052): 0.86,
+           ("bf16", "fused", "opguide triton", 2050): 0.50}  # fmt: skip
+    lines = slower_as_built(wide, odd)
+    assert lines[0].startswith("Surprising:")
+    assert lines[1:] == ["  fused N = 2050: 72% -> 65% (4-byte accesses as built)"]  # CUDA only
+    odd[("bf16", "fused", "opguide", 2050)] = 0.71  # within 2 points: not named
+    assert slower_as_built(wide, odd)[0].startswith("As built, no CUDA point trails")
+
+
 def test_planner_limits_match_the_tables_of_the_pages():
     got = long_rows.planner_limits()
     assert sweeps.ONE_BLOCK["forward"] == got["forward_cluster"]

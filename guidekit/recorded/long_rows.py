@@ -180,6 +180,36 @@ def odd_row_lines(wide_only: dict, odd: dict, ns: Sequence[int]) -> list[str]:
     return lines
 
 
+def slower_as_built(wide_only: dict, odd: dict, points: float = 0.02) -> list[str]:
+    """Where the CUDA kernels as built trail their 16-byte-only build, in bfloat16.
+
+    The 16-byte-only build takes a row that is no whole number of 16-byte
+    vectors one element at a time; as built, it takes the widest access the
+    row allows. A point where the wider access is slower by more than
+    ``points`` of the copy contradicts "wider is faster", and is named.
+
+    Returns:
+        One line per such point (``pass N: before -> after, access``), or one
+        line saying there is none.
+    """
+    found = [
+        f"  {p} N = {n}: {100 * old:.0f}% -> {100 * odd[('bf16', p, i, n)]:.0f}% "
+        f"({access_bytes(n)}-byte accesses as built)"
+        for (p, i, n), old in sorted(wide_only.items())
+        if i == "opguide" and ("bf16", p, i, n) in odd and odd[("bf16", p, i, n)] < old - points
+    ]
+    if not found:
+        return [
+            "As built, no CUDA point trails the 16-byte-only build by more than "
+            f"{100 * points:.0f} points."
+        ]
+    return [
+        f"Surprising: as built, the CUDA kernels trail the 16-byte-only build "
+        f"(one element at a time there) by more than {100 * points:.0f} points at:",
+        *found,
+    ]
+
+
 def access_bytes(n: int, size: int = 2) -> int:
     """The CUDA kernels' access for rows of n 16-bit elements (aligned pointers)."""
     return next((b for b in (16, 8, 4) if n * size % b == 0), size)
