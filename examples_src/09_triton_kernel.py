@@ -83,9 +83,9 @@ differ in what the compiler can see:
   launches the compiled kernel from its own generated code: no Python
   dispatch per call, and the launch takes part in CUDA graphs and in
   Inductor's autotuning, as :func:`torch.library.triton_op`'s documentation
-  describes it. It needs real, compiled Triton kernels; with the interpreter
-  ``opcheck`` fails (a cell below runs it), so a build without a GPU cannot
-  show this path.
+  describes it. Its checks need compiled Triton kernels: a cell below runs
+  ``opcheck`` on one with this machine's Triton, and says whether a build
+  without a GPU can show this path.
 
 Both wrap every eager call in Python layers of their own, which
 :doc:`step 11.2 <11_performance_2_eager>` measures. ``opguide`` takes a third
@@ -398,10 +398,10 @@ try:
     with warnings.catch_warnings():  # the interpreter reads a fake tensor's pointer
         warnings.simplefilter("ignore")
         torch.library.opcheck(double, (torch.randn(100, device=device),))
-    print(f"triton_op with {mode}: opcheck passed")
+    print(f"triton_op with {mode}: opcheck passed, so this build can show the path")
 except Exception as err:  # noqa: BLE001  (the page prints what failed)
     first = str(err).splitlines()[0].replace(" (scroll up for stack trace)", "")
-    print(f"triton_op with {mode}: opcheck failed:")
+    print(f"triton_op with {mode}: opcheck failed, so this build cannot show the path:")
     print(textwrap.fill(first, 88, subsequent_indent="    "))
 finally:
     fake_log.setLevel(level)
