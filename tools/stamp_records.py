@@ -12,7 +12,8 @@ records`` runs it after every record it makes.
 ``--from-git`` is for a record made before records stored their sources: it
 takes the sources as they were at the commit that last changed the record
 (``git log -1 -- RECORD``), and stamps only records that store no hash yet.
-``--check`` stamps nothing and lists the records whose sources changed; it
+``--check`` stamps nothing and lists the records whose sources changed, and
+those that store no hashes at all; it
 exits 1 if there is one.
 
 ``--same-code-since REV`` carries the stamp of a record over a change that
@@ -93,7 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     stale = 0
     for record in records:
         if args.check:
-            note = sources.stale_note(record, ROOT)
+            if sources.read_stored(record) is None:
+                note = (
+                    f"{record.name}: stores no hashes of its sources "
+                    f"(stamp it: tools/stamp_records.py docs/recorded/{record.name})"
+                )
+            else:
+                note = sources.stale_note(record, ROOT)
             if note:
                 print(note)
                 stale += 1
