@@ -179,13 +179,13 @@ if not torch.cuda.is_available():
 # Which registration is in use here
 # ---------------------------------
 import os
-import textwrap
 import time
 
 import torch
 
 import opguide
 from guidekit.recorded import load, triton_vs_cuda
+from guidekit.recorded.pages import say
 from opguide import rms_norm_reference
 from opguide import triton as triton_ops
 
@@ -268,7 +268,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # The gradients of the Triton operator against those that autograd computes
 # through the reference (float32, so the comparison is tight):
 schema = str(torch.ops.opguide.rms_norm_backward_triton.default._schema)
-print(textwrap.fill(schema, 88, subsequent_indent="    "))
+say(schema)
 x = torch.randn(37, 96, device=device, requires_grad=True)
 w = torch.randn(96, device=device, requires_grad=True)
 grad = torch.randn(37, 96, device=device)
@@ -299,7 +299,7 @@ checks = {
 for name, args in checks.items():
     result = torch.library.opcheck(getattr(torch.ops.opguide, name).default, args)
     line = ", ".join(f"{test.removeprefix('test_')} {v}" for test, v in result.items())
-    print(textwrap.fill(f"{name}: {line}", 88, subsequent_indent="    "))
+    say(f"{name}: {line}")
 
 # %%
 # ``torch.compile(fullgraph=True)`` raises at the first graph break, so a
@@ -402,7 +402,7 @@ try:
 except Exception as err:  # noqa: BLE001  (the page prints what failed)
     first = str(err).splitlines()[0].replace(" (scroll up for stack trace)", "")
     print(f"triton_op with {mode}: opcheck failed, so this build cannot show the path:")
-    print(textwrap.fill(first, 88, subsequent_indent="    "))
+    say(first)
 finally:
     fake_log.setLevel(level)
 

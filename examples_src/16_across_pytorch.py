@@ -279,8 +279,6 @@ else:
 
 # The same question for a formula registered from Python: an operator whose
 # backward comes from ``register_autograd``.
-import textwrap  # noqa: E402
-
 transforms_lib = torch.library.Library("opguide_transforms", "DEF")
 transforms_lib.define("scale(Tensor x) -> Tensor")
 transforms_lib.impl("scale", lambda a: a * 3, "CompositeExplicitAutograd")
@@ -291,9 +289,7 @@ try:
     torch.func.grad(lambda a: torch.ops.opguide_transforms.scale(a).sum())(xs[0])
     print("torch.func.grad through a register_autograd formula: worked")
 except RuntimeError as error:
-    said = str(error).split(". For more")[0] + "."
-    said = f"torch.func.grad, register_autograd: {said}"
-    print(textwrap.fill(said, 88, subsequent_indent="    "))
+    pages.say(f"torch.func.grad, register_autograd: {str(error).split('. For more')[0]}.")
 
 
 # %%
@@ -399,7 +395,7 @@ if HAVE_OUT_TAG:
     except Exception as error:  # torch._inductor.exc.InductorError
         lines = [line for line in str(error).splitlines() if "error:" in line]
         first = lines[0].split("error: ", 1)[1] if lines else str(error).splitlines()[0]
-        print(textwrap.fill(f"AOTInductor: {first}", 88, subsequent_indent="    "))
+        pages.say(f"AOTInductor: {first}")
 else:
     print(f"skipped: torch {torch.__version__} has no torch.Tag.out, so there is no tagged pair")
 

@@ -82,7 +82,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -513,11 +512,7 @@ try:
 finally:
     kernels.write_text(source)
 failures = [line for line in broken.stdout.splitlines() if line.startswith("FAILED")]
-print(
-    textwrap.fill(shown(failures[0]), 88, subsequent_indent="    ")
-    if failures
-    else "(no test failed)"
-)
+pages.say(shown(failures[0]) if failures else "(no test failed)")
 print(pytest_summary(broken.stdout))
 assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stderr[-2000:]
 

@@ -13,8 +13,7 @@ records`` runs it after every record it makes.
 takes the sources as they were at the commit that last changed the record
 (``git log -1 -- RECORD``), and stamps only records that store no hash yet.
 ``--check`` stamps nothing and lists the records whose sources changed, and
-those that store no hashes at all; it
-exits 1 if there is one.
+those that store no hashes at all; it exits 1 if there is one.
 
 ``--same-code-since REV`` carries the stamp of a record over a change that
 touched only comments: a record whose stored hashes are those of its sources

@@ -211,25 +211,25 @@ def floor_lines(rows: Sequence[dict], at: tuple[int, int] = (1, 4096)) -> list[s
         return []
     us = sorted(v * 1e6 for v in floor.values())
     impls = sorted({r["impl"] for r in rows if r["mode"] == "training"} - PARTS)
-    below = sorted(
+    calls = {impl: seconds(rows, impl, "training") for impl in impls}
+    below = [
         impl
-        for impl in impls
-        for shape, t in seconds(rows, impl, "training").items()
-        if shape in floor and t < floor[shape]
-    )
+        for impl, by_shape in calls.items()
+        if any(shape in floor and t < floor[shape] for shape, t in by_shape.items())
+    ]
     lines = [
         f"Autograd's floor, a Python autograd Function that launches nothing: "
         f"{statistics.median(us):.0f} us per training call (median over the shapes; "
         f"{us[0]:.0f} to {us[-1]:.0f} us). "
         + (
-            f"Below it at some shape: {', '.join(dict.fromkeys(below))}."
+            f"Below it at some shape: {', '.join(below)}."
             if below
             else "Every training call in the file costs more, at every shape."
         ),
         f"Training calls at {at[0]}x{at[1]} against that floor ({floor[at] * 1e6:.0f} us there):",
     ]
-    for impl in impls:
-        full = seconds(rows, impl, "training").get(at)
+    for impl, by_shape in calls.items():
+        full = by_shape.get(at)
         if full is not None:
             lines.append(f"  {impl:36} {full * 1e6:5.0f} us, {full / floor[at]:.2f}x the floor")
     return lines
