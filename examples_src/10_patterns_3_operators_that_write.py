@@ -353,7 +353,10 @@ print(f"version counters after the compiled call: {versions(compiled_k, compiled
 # path/to/opguide/template my-ops`` writes ``store_kv``, the key/value write
 # above with int32 or int64 slots, as C++ and CUDA kernels (or Triton only, with
 # ``--data route=triton``) with every test of this list, duplicate slots
-# included (each element keeps one writer's value, unspecified which). Its CUDA
+# included (each element keeps one writer's value, unspecified which).
+# ``--data written=x`` gives it one written tensor instead of two, and
+# ``--data written=k,v,extra`` three (``Tensor(a!)``, ``Tensor(b!)``,
+# ``Tensor(c!)``). Its CUDA
 # and Triton kernels report a slot out of range through an error flag that the
 # host reads after the launch, so the report survives a release build, where
 # ``-DNDEBUG`` removes every ``assert``.

@@ -2,11 +2,10 @@ r"""
 Step 18: Start your own operator
 ================================
 
-The seventeen steps before this one built one operator, RMSNorm, inside this repository. This
-step hands you a project of your own: a template that writes a complete,
-standalone operator library for an operator that is not in this guide, here
-``silu_mul`` (the SwiGLU activation, ``silu(x) * gate``), which this page then
-builds and tests, live.
+The steps before this one built one operator, RMSNorm, inside this repository. This
+step hands you a project of your own: a template that writes a standalone
+operator library for an operator not in this guide, here ``silu_mul`` (the
+SwiGLU activation, ``silu(x) * gate``), which this page builds and tests.
 
 In this step you will learn:
 
@@ -19,9 +18,9 @@ In this step you will learn:
 The template
 ------------
 ``template/`` in this repository is a `copier <https://copier.readthedocs.io>`_
-template. Copier asks a few questions, renders the files, leaves out those
-that do not apply (no ``csrc/`` for a Triton-only project), and records the
-answers in ``.copier-answers.yml`` so that ``copier update`` can later bring
+template. Copier asks questions, renders the files, leaves out those that do
+not apply (no ``csrc/`` for a Triton-only project), and records the answers
+in ``.copier-answers.yml``, from which ``copier update`` later brings
 template changes into your project. The questions:
 
 .. list-table::
@@ -62,6 +61,9 @@ template changes into your project. The questions:
        operator that only writes: ``store_kv(k, v, k_cache, v_cache, slot)``
        writes rows into two existing caches and returns nothing
        (:doc:`step 10.3 <10_patterns_3_operators_that_write>`)
+   * - ``written``
+     - ``kind=scatter`` only: the written tensors, comma-separated (``k,v``);
+       each name ``n`` is written into ``n_cache``
 
 Run it with your answers (``copier copy`` alone asks them one by one):
 
@@ -168,10 +170,9 @@ for path in sorted(PROJECT.rglob("*")):
         print(f"  {path.relative_to(PROJECT).as_posix():34} {lines:4} lines")
 
 # %%
-# The checklist below maps every generated file of this ``elementwise``
-# project to the step that explains it (another kind's README has its own
-# file table). To make the template's operator yours, change the files in
-# this order:
+# The checklist maps each generated file of this ``elementwise`` project to
+# the step that explains it (another kind's README has its own table). To
+# make the operator yours, change them in this order:
 #
 # .. list-table::
 #    :header-rows: 1
@@ -352,7 +353,8 @@ print("devices tested:", devices)
 # The CUDA kernel compiles without a GPU
 # --------------------------------------
 # ``tools/check_cuda_compiles.py`` runs ``nvcc -c`` on every ``csrc/*.cu``
-# with torch's include folders and flags, and prints the command whole
+# with torch's include folders and flags, for every architecture ``setup.py``
+# builds (a ``-gencode`` each), and prints the command whole
 # (``<torch>`` stands for the folder torch is installed in). On a machine
 # without nvcc it says that it skipped.
 output = run(
@@ -562,10 +564,9 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # the stable ABI) on every route; the CUDA kernel, which cannot raise, marks
 # it in an error flag the host reads after the launch, a release build
 # included (:doc:`step 10.3 <10_patterns_3_operators_that_write>` measures
-# what that wait costs).
-# The backward is the same kernel rotating back. The generated tests name
-# every argument, and build strided and overlapping inputs of any rank, so
-# they carry over to your own arguments. ``op_name=rope_`` adds the in-place
+# that wait). The backward is the same kernel rotating back. The generated
+# tests name every argument and build strided and overlapping inputs of any
+# rank, so they carry over to your own arguments. ``op_name=rope_`` adds the in-place
 # ``rope_``, which writes ``x``.
 #
 # ``--data kind=scatter`` starts from an operator that only writes, the
@@ -573,8 +574,10 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # ``store_kv(k, v, k_cache, v_cache, slot)`` copies ``k[t]`` and ``v[t]`` into
 # row ``slot[t]`` (int32 or int64; negative skips the token) of two existing
 # caches, in place (``Tensor(a!) k_cache, Tensor(b!) v_cache ... -> ()``),
-# without autograd. Its tests check untouched rows, bad and duplicate slots,
-# both version counters, ``inference_mode``, ``opcheck`` and a compiled call.
+# without autograd; ``--data written=x`` writes one tensor,
+# ``written=k,v,extra`` three, and every file follows the names. Its tests
+# check untouched rows, bad and duplicate slots, every version counter,
+# ``inference_mode``, ``opcheck`` and a compiled call.
 #
 # One build for every torch
 # -------------------------
@@ -658,10 +661,9 @@ else:
 # ``copier update`` merges a newer template into your project, keeping your
 # edits. It needs the template as a git repository with a tag per version,
 # and your project under git. A project copied from opguide's git URL at a
-# tag needs only ``copier update`` once it is committed: its answers already
-# name the repository and the tag. For a project copied from a folder, as
-# here, the generated README gives the commands; this guide's suite runs them
-# on a project with an edit of its own:
+# tag needs only ``copier update`` once committed. For one copied from a
+# folder, as here, the generated README gives the commands; this guide's
+# suite runs them on a project with an edit of its own:
 readme = (PROJECT / "README.md").read_text()
 for marker in ("adopt-template-command", "update-command"):
     block = readme.split(f"<!-- {marker} -->\n")[1].split(f"<!-- {marker}-end -->")[0]

@@ -23,6 +23,27 @@ OP_NAMES = {
     "scatter": "store_kv",
 }
 
+#: The tensors each route's scatter variant writes (the ``written`` question):
+#: one, two and three, so that every count is built, tested and run on a GPU
+#: somewhere; the C++ classic route keeps the template's default, the KV cache.
+SCATTER_WRITTEN = {
+    ("cpp", "classic"): "k,v",
+    ("cpp", "stable"): "x",
+    ("triton", "classic"): "k,v,extra",
+    ("python", "classic"): "k,v",
+}
+
+
+def answers(route: str, abi: str, kind: str, inplace: bool, package: str) -> dict[str, str]:
+    """The copier answers of one variant."""
+    out = dict(package=package, op_name=op_name(kind, inplace), route=route, kind=kind)
+    if route == "cpp":
+        out["abi"] = abi
+    if kind == "scatter":
+        out["written"] = SCATTER_WRITTEN[(route, abi)]
+    return out
+
+
 #: Every (route, abi, kind, inplace): the scatter kind only writes, so it has no in-place twin.
 EVERY = [
     (r, a, k, i)
@@ -53,7 +74,4 @@ def render_variant(dest_parent: Path, route: str, abi: str, kind: str, inplace: 
                    prefix: str = "tpl") -> Path:  # fmt: skip
     """Renders one variant into ``dest_parent/<package>``; returns the project folder."""
     package = package_name(route, abi, kind, inplace, prefix)
-    answers = dict(package=package, op_name=op_name(kind, inplace), route=route, kind=kind)
-    if route == "cpp":
-        answers["abi"] = abi
-    return render(dest_parent / package, **answers)
+    return render(dest_parent / package, **answers(route, abi, kind, inplace, package))

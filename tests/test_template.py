@@ -10,6 +10,7 @@ classic and stable elementwise projects.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shutil
@@ -344,3 +345,57 @@ def test_scatter_kind_reports_a_bad_slot_without_assert(tmp_path, abi):
 def test_scatter_kind_refuses_an_inplace_name(tmp_path):
     with pytest.raises(Exception, match="drop the trailing _"):
         render(tmp_path / "bad", kind="scatter", op_name="store_kv_")
+
+
+@pytest.mark.parametrize(
+    "written, words",
+    [
+        ("k,k", "each name once"),
+        ("k, V", "a name is lower case"),
+        ("k,slot", '"slot" is a keyword of Python or C++, or a name the generated code uses'),
+        ("k,int", '"int" is a keyword'),
+        ("k,v_cache", "a name ends neither in _cache, _ptr nor _contig"),
+        (",".join(f"t{i}" for i in range(9)), "at most 8 written tensors, got 9"),
+    ],
+)
+def test_scatter_kind_refuses_bad_written_names(tmp_path, written, words):
+    with pytest.raises(Exception, match=re.escape(words)):
+        render(tmp_path / "bad", kind="scatter", written=written)
+
+
+@pytest.mark.parametrize("written", ["x", "k,v", "a, b,c"])
+def test_scatter_kind_writes_the_tensors_it_is_given(tmp_path, written):
+    """Every file of the scatter kind takes the written tensors from the ``written`` answer.
+
+    One name gives one ``Tensor(a!)``, three give ``(a!)``, ``(b!)`` and
+    ``(c!)``, in the C++ schema, the ``custom_op``'s ``mutates_args``, every
+    kernel's parameters and the tests; nothing of the default ``k``/``v``
+    is left when other names are given. (test_template_cpp.py,
+    test_template_stable.py and test_template_triton.py build and run the
+    variants of ``guidekit.template_variants.SCATTER_WRITTEN``: one, two and
+    three tensors.)
+    """
+    names = [n.strip() for n in written.split(",")]
+    caches = [f"{n}_cache" for n in names]
+    for abi in ("classic", "stable"):
+        project = render(tmp_path / abi, package=f"w_{abi}", route="cpp", kind="scatter",
+                         abi=abi, written=written)  # fmt: skip
+        schema = (project / "csrc" / f"w_{abi}.cpp").read_text()
+        for i, cache in enumerate(caches):
+            assert f"Tensor({'abcdefgh'[i]}!) {cache}, " in schema, schema
+        assert f"Tensor({'abcdefgh'[len(caches)]}!)" not in schema
+        ops = (project / "src" / f"w_{abi}" / "ops.py").read_text()
+        params = ", ".join([*names, *caches, "slot"])
+        assert f"def _fake({params}) -> None:" in ops
+        if abi == "stable":
+            mutates = ", ".join(f'"{c}"' for c in caches) + ("," if len(caches) == 1 else "")
+            assert f"mutates_args=({mutates})" in ops
+        kernel = (project / "csrc" / "store_kv.cuh").read_text()
+        for name, cache in zip(names, caches, strict=True):
+            assert f"{cache}[s * row_size + i] = {name}[token * row_size + i];" in kernel
+        if names != ["k", "v"]:
+            every = "".join(p.read_text() for p in project.rglob("*") if p.is_file()
+                            and p.suffix in (".py", ".cpp", ".cu", ".cuh", ".h"))  # fmt: skip
+            assert not re.search(r"\bk_cache\b|\bv_cache\b", every), "the default names are left"
+        tests = (project / "tests" / "test_store_kv.py").read_text()
+        assert f"SOURCES = {json.dumps(names)}" in tests

@@ -4,10 +4,10 @@
 # wheelhouse made beforehand by tools/make_wheelhouse.py.
 #
 #   tools/gpu_suite.sh suite [WHEELHOUSE]                  # the whole suite: part 1, then part 2
-#   tools/gpu_suite.sh part 1|2 [WHEELHOUSE [PYTEST ARGS]] # one part; each fits a 10-minute call
+#   tools/gpu_suite.sh part 1|2 [WHEELHOUSE [PYTEST ARGS]] # one part; each under ten minutes on an H100
 #   tools/gpu_suite.sh tests [WHEELHOUSE [PYTEST ARGS...]] # pytest with your own arguments
 #   tools/gpu_suite.sh docs  [WHEELHOUSE]                  # build the site, gallery on the GPU
-#   tools/gpu_suite.sh records PART [WHEELHOUSE]           # PART 1 to 4; `records list` lists them
+#   tools/gpu_suite.sh records PART [WHEELHOUSE]           # PART 1 to 5; `records list` lists them
 #
 # Part 1 is tests/, part 2 the gallery scripts and the notebook. Both run
 # OPGUIDE_JOBS (default 8) pytest processes, whole files each, and end with
@@ -18,9 +18,10 @@
 # (tests/test_manifests.py), the C++ routes with CUDA.
 #
 # `records PART` remakes the records in docs/recorded/ that one command makes
-# from the sources as they are, in four parts that each fit in ten minutes on
-# an H100 (the benchmark's sweeps; its fixed shapes and eager calls; the tools'
-# programs; compute-sanitizer and the CUDA tests), stamps each with the hash of
+# from the sources as they are, in five parts that each take under ten minutes
+# on an H100 (the benchmark's sweeps; its fixed shapes and eager calls; the
+# tools' programs; compute-sanitizer and the CUDA tests; kernel variants),
+# stamps each with the hash of
 # the sources it measured (tools/stamp_records.py) and prints what it
 # refreshed. Then `OPGUIDE_STALE_RECORDS=fail tools/gpu_suite.sh tests .whl
 # tests/test_recorded.py` fails on any record left stale.
