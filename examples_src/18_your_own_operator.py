@@ -407,6 +407,12 @@ for path in gpu_records:
     )
 if not gpu_records:
     print("No recorded GPU run of the template's variants.")
+else:
+    from guidekit.template_variants import SCATTER_WRITTEN
+
+    # Each route's scatter project writes a different number of tensors.
+    written = "; ".join(f"{'/'.join(key)}: {names}" for key, names in SCATTER_WRITTEN.items())
+    pages.say(f"The scatter projects' written tensors (--data written=...): {written}")
 
 # %%
 # Its CI
