@@ -405,7 +405,14 @@ def check_generated_project(
     proc = venv.shell(f'cd .. && python -c "import {package}; print({package}.__file__)"')
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith(f"/src/{package}/__init__.py"), proc.stdout
-    nvcc = venv.start(venv.readme("nvcc-command")) if route == "cpp" else None
+    nvcc = None
+    every_arch = (route, abi, kind) == ("cpp", "classic", "scatter")
+    if route == "cpp":
+        # The README's nvcc check compiles for every architecture setup.py
+        # builds; one case checks that, the others compile for sm_90 alone
+        # (the same code, in a third of the time).
+        one_arch = "" if every_arch else "TORCH_CUDA_ARCH_LIST=9.0 "
+        nvcc = venv.start(one_arch + venv.readme("nvcc-command"))
     triton_targets = None
     if route != "python":
         triton_targets = venv.start(venv.readme("triton-targets-command"))
@@ -422,9 +429,9 @@ def check_generated_project(
         print(output)
         assert nvcc.returncode == 0, f"the generated nvcc check failed:\n{output}"
         if not output.startswith("SKIPPED"):
-            assert re.search(
-                rf"csrc/{functional}_cuda.cu: compiled for [^,]+, \d+ warnings?", output
-            ), output
+            arches = re.escape("7.5;8.0;9.0+PTX" if every_arch else "9.0")
+            compiled = rf"csrc/{functional}_cuda.cu: compiled for {arches}, \d+ warnings?"
+            assert re.search(compiled, output), output
     if abi == "stable" and route == "cpp" and shutil.which("nm"):
         # The README's ABI check: the built library calls torch only through
         # its C shim, and no shim function newer than its target torch.
