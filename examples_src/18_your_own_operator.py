@@ -62,8 +62,8 @@ template changes into your project. The questions:
        writes rows into two existing caches and returns nothing
        (:doc:`step 10.3 <10_patterns_3_operators_that_write>`)
    * - ``written``
-     - ``kind=scatter`` only: the written tensors, comma-separated (``k,v``);
-       each name ``n`` is written into ``n_cache``
+     - ``kind=scatter`` only: the written tensors (``k,v``): each ``n`` is
+       written into ``n_cache``, ``src:dst`` into ``dst``
 
 Run it with your answers (``copier copy`` alone asks them one by one):
 

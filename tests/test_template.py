@@ -354,7 +354,10 @@ def test_scatter_kind_refuses_an_inplace_name(tmp_path):
         ("k, V", "a name is lower case"),
         ("k,slot", '"slot" is a keyword of Python or C++, or a name the generated code uses'),
         ("k,int", '"int" is a keyword'),
-        ("k,v_cache", "a name ends neither in _cache, _ptr nor _contig"),
+        ("k,k_cache", "each name once, sources and buffers together"),
+        ("src:v,v", "each name once, sources and buffers together"),
+        ("src:dst:x", "at most one : in an entry"),
+        ("k,v_ptr", "a name ends neither in _ptr nor _contig"),
         (",".join(f"t{i}" for i in range(9)), "at most 8 written tensors, got 9"),
     ],
 )
@@ -363,20 +366,22 @@ def test_scatter_kind_refuses_bad_written_names(tmp_path, written, words):
         render(tmp_path / "bad", kind="scatter", written=written)
 
 
-@pytest.mark.parametrize("written", ["x", "k,v", "a, b,c"])
+@pytest.mark.parametrize("written", ["x", "k,v", "a, b,c", "src:dst", "k, v:values"])
 def test_scatter_kind_writes_the_tensors_it_is_given(tmp_path, written):
     """Every file of the scatter kind takes the written tensors from the ``written`` answer.
 
     One name gives one ``Tensor(a!)``, three give ``(a!)``, ``(b!)`` and
-    ``(c!)``, in the C++ schema, the ``custom_op``'s ``mutates_args``, every
+    ``(c!)``, and ``src:dst`` writes ``src`` into a buffer named ``dst``, in
+    the C++ schema, the ``custom_op``'s ``mutates_args``, every
     kernel's parameters and the tests; nothing of the default ``k``/``v``
     is left when other names are given. (test_template_cpp.py,
     test_template_stable.py and test_template_triton.py build and run the
     variants of ``guidekit.template_variants.SCATTER_WRITTEN``: one, two and
     three tensors.)
     """
-    names = [n.strip() for n in written.split(",")]
-    caches = [f"{n}_cache" for n in names]
+    entries = [[part.strip() for part in e.split(":")] for e in written.split(",")]
+    names = [e[0] for e in entries]
+    caches = [e[1] if len(e) > 1 else f"{e[0]}_cache" for e in entries]
     for abi in ("classic", "stable"):
         project = render(tmp_path / abi, package=f"w_{abi}", route="cpp", kind="scatter",
                          abi=abi, written=written)  # fmt: skip
@@ -393,9 +398,10 @@ def test_scatter_kind_writes_the_tensors_it_is_given(tmp_path, written):
         kernel = (project / "csrc" / "store_kv.cuh").read_text()
         for name, cache in zip(names, caches, strict=True):
             assert f"{cache}[s * row_size + i] = {name}[token * row_size + i];" in kernel
-        if names != ["k", "v"]:
-            every = "".join(p.read_text() for p in project.rglob("*") if p.is_file()
-                            and p.suffix in (".py", ".cpp", ".cu", ".cuh", ".h"))  # fmt: skip
-            assert not re.search(r"\bk_cache\b|\bv_cache\b", every), "the default names are left"
+        every = "".join(p.read_text() for p in project.rglob("*") if p.is_file()
+                        and p.suffix in (".py", ".cpp", ".cu", ".cuh", ".h", ".md"))  # fmt: skip
+        for default in {"k_cache", "v_cache"} - set(caches):
+            assert not re.search(rf"\b{default}\b", every), f"the default name {default} is left"
         tests = (project / "tests" / "test_store_kv.py").read_text()
         assert f"SOURCES = {json.dumps(names)}" in tests
+        assert f"CACHES = {json.dumps(caches)}" in tests
