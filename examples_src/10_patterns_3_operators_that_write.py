@@ -356,7 +356,10 @@ print(f"version counters after the compiled call: {versions(compiled_k, compiled
 # included (each element keeps one writer's value, unspecified which).
 # ``--data written=x`` gives it one written tensor instead of two, and
 # ``--data written=k,v,extra`` three (``Tensor(a!)``, ``Tensor(b!)``,
-# ``Tensor(c!)``). Its CUDA
+# ``Tensor(c!)``); ``src:dst`` names the written tensor ``dst``. Beyond the
+# wrapper above, it refuses a written tensor that overlaps any other argument,
+# a source included (each tensor's bytes from its first element to its last
+# are compared): a kernel could read a row that it has already written. Its CUDA
 # and Triton kernels report a slot out of range through an error flag that the
 # host reads after the launch, so the report survives a release build, where
 # ``-DNDEBUG`` removes every ``assert``.
