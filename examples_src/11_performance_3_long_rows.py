@@ -209,9 +209,9 @@ show(lessons.staged_lines(VARIANTS, LIBRARY))
 # 64-bit store, which needs no fence. The backward also waits one row late:
 # it writes its part of the next row before it waits for this row's total.
 # And it loads two rows ahead, not one, so that the loads it waits on have
-# had time to land. Two runs of ``tools/sweep_triton.py split``, one with
-# every split kernel fenced and one as built, each variant at the best of its
-# launch parameters (segment, warps), in % of the 1 GiB copy:
+# had time to land. Two runs of ``tools/sweep_triton.py``: ``split-fenced``,
+# every split kernel fenced, and ``split``, the slots, each variant at the best
+# of its launch parameters (segment, warps), in % of the 1 GiB copy:
 fenced_text = recorded_text("sweep_triton_split_fenced_h100.txt", 1)
 fenced = tool_outputs.split_sweep(fenced_text)
 slots = tool_outputs.split_sweep(recorded_text("sweep_triton_split_h100.txt", 1))

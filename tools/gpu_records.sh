@@ -127,6 +127,7 @@ part 2 (fixed shapes, eager calls, odd rows):
 part 3 (the tools):
   sweep_rms_norm_forward_cluster_h100.txt, sweep_rms_norm_backward_cluster_h100.txt,
   sweep_rms_norm_backward_pipelined_h100.txt, sweep_triton_split_h100.txt,
+  sweep_triton_split_fenced_h100.txt (tools/sweep_triton.py split-fenced),
   sweep_fused_add_rms_norm_h100.txt, sweep_rms_norm_forward_keep_packed_h100.txt
   (tools/sweep_rms_norm_forward_vectors.cu, and again with -DOPGUIDE_KEEP_PACKED=0),
   triton_registers_h100.json, minimal_cuda_h100.json, gpu_debug.json,
@@ -141,14 +142,12 @@ part 5 (kernel variants, tools/variants/NAME.patch, each beside the library as i
   sweep_odd_rows_16_byte_only_h100.json       odd_rows_16_byte_only.patch, --sweep
   sweep_fused_add_rms_norm_uncapped_h100.txt  fused_add_rms_norm_uncapped.patch, the part 3 tool
 by hand (no part):
-  a variant of a tool: sweep_triton_split_fenced_h100.txt (tools/sweep_triton.py split with
-    every split kernel counting its part in behind a release fence)
   two GPUs: two_gpus.json (tools/record_two_gpus.py), many_gpus_nccl.json (step 17)
   another torch: stable_abi_torch2.11_cuda.json, stable_abi_torch2.15_cpu.json
     (tools/record_stable_abi.py)
   the template's projects: template_stable_cuda_h100.json, template_classic_cuda_h100.json,
     template_triton_cuda_h100.json, template_python_cuda_h100.json
-    (tools/record_template_gpu.py build here, run there; run --memcheck scatter,indexed)
+    (tools/record_template_gpu.py build here, run there; run --memcheck scatter --jobs 7)
   the suite's own logs: gpu_suite_h100_tests.log, gpu_suite_h100_gallery_notebooks.log
     (tools/gpu_suite.sh part 1, part 2)
   longer than one part: model_step_h100.json (tools/record_model_step.py)
@@ -193,6 +192,7 @@ case "$part" in
     nvcc_sweep sweep_rms_norm_backward_cluster_h100.txt tools/sweep_rms_norm_backward_cluster.cu
     nvcc_sweep sweep_rms_norm_backward_pipelined_h100.txt tools/sweep_rms_norm_backward.cu pipelined
     text sweep_triton_split_h100.txt python3 tools/sweep_triton.py split
+    text sweep_triton_split_fenced_h100.txt python3 tools/sweep_triton.py split-fenced
     nvcc_sweep sweep_fused_add_rms_norm_h100.txt tools/sweep_fused_add_rms_norm.cu
     if want sweep_rms_norm_forward_keep_packed_h100.txt; then
       name=sweep_rms_norm_forward_keep_packed_h100.txt

@@ -11,7 +11,7 @@ it was built with, so it is built on the GPU machine itself. Two steps::
     python tools/record_template_gpu.py build build/template_gpu --abi stable --arch 9.0
     # on the GPU machine, no network needed
     python tools/record_template_gpu.py run build/template_gpu \\
-        --out docs/recorded/template_stable_cuda_h100.json
+        --out docs/recorded/template_stable_cuda_h100.json --jobs 7
 
 ``run`` installs each wheel alone (no dependencies: the machine's torch and
 Triton, and pytest and hypothesis, must be there) into a folder of its own,
@@ -20,12 +20,14 @@ items whose id names ``cuda``: the ones that ran the CUDA kernels. With
 ``--memcheck scatter,indexed`` it runs those kinds' CUDA items again under
 ``compute-sanitizer --tool memcheck``: the wheels are release builds
 (``-DNDEBUG``), so this checks that a bad index writes nothing out of bounds
-where no ``assert`` is left.
+where no ``assert`` is left. ``--jobs N`` runs N projects at once (they share
+only the GPU); the classic route's wheels then build at once too.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import os
@@ -116,6 +118,56 @@ def memcheck(project: Path, target: Path, scratch: str) -> dict:
     }
 
 
+def _one(project: Path, folder: Path, scratch: str, memcheck_kinds: list[str]) -> dict:
+    """Builds (classic ABI) or takes one project's wheel, installs it alone, runs its tests."""
+    wheel = sorted((folder / "wheels").glob(f"{project.name}-*.whl"))
+    if not wheel:  # classic ABI: built here, against this torch
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
+             "--no-deps", "-w", str(folder / "wheels"), "."],
+            cwd=project, capture_output=True, text=True,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            output = (proc.stdout + proc.stderr).splitlines()
+            errors = [line.strip() for line in output if "error:" in line][:10]
+            return {"project": project.name, "wheel": None, "pytest_exit_code": None,
+                    "summary": "the wheel did not build", "cuda_items": {},
+                    "failures": errors}  # fmt: skip
+        wheel = sorted((folder / "wheels").glob(f"{project.name}-*.whl"))
+    target = Path(scratch) / project.name
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+         str(target), str(wheel[0])],
+        check=True,
+    )  # fmt: skip
+    junit = Path(scratch) / f"{project.name}.xml"
+    # Each project runs from a folder of its own, so that concurrent runs share no files.
+    here = Path(scratch) / f"{project.name}.run"
+    here.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(target))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
+         f"--junitxml={junit}", str(project / "tests")],
+        cwd=here, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    lines = proc.stdout.strip().splitlines()
+    row = {
+        "project": project.name,
+        "wheel": wheel[0].name,
+        "pytest_exit_code": proc.returncode,
+        "summary": re.sub(r"=+", "", lines[-1]).strip() if lines else "(no output)",
+        "cuda_items": _cuda_items(junit) if junit.exists() else {},
+        "failures": [line for line in lines if line.startswith("FAILED")],
+    }
+    if any(f"_{kind}" in project.name for kind in memcheck_kinds):
+        row["memcheck"] = memcheck(project, target, str(here))
+    return row
+
+
+def _failed(row: dict) -> bool:
+    return row["pytest_exit_code"] != 0 or row.get("memcheck", {}).get("exit_code", 0) != 0
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
     import triton
@@ -125,59 +177,22 @@ def run(args: argparse.Namespace) -> int:
     folder = Path(args.dir).resolve()
     built = json.loads((folder / "built.json").read_text())
     projects = sorted(p for p in (folder / "projects").iterdir() if p.is_dir())
-    rows, failed = [], 0
+    rows: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        for number, project in enumerate(projects, 1):
-            wheel = sorted((folder / "wheels").glob(f"{project.name}-*.whl"))
-            if not wheel:  # classic ABI: built here, against this torch
-                proc = subprocess.run(
-                    [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
-                     "--no-deps", "-w", str(folder / "wheels"), "."],
-                    cwd=project, capture_output=True, text=True,
-                )  # fmt: skip
-                if proc.returncode != 0:
-                    output = (proc.stdout + proc.stderr).splitlines()
-                    errors = [line.strip() for line in output if "error:" in line][:10]
-                    print(f"[{number}/{len(projects)}] {project.name}: the wheel did not build")
-                    print("\n".join(errors))
-                    failed += 1
-                    rows.append({"project": project.name, "wheel": None, "pytest_exit_code": None,
-                                 "summary": "the wheel did not build", "cuda_items": {},
-                                 "failures": errors})  # fmt: skip
-                    continue
-                wheel = sorted((folder / "wheels").glob(f"{project.name}-*.whl"))
-            target = Path(scratch) / project.name
-            subprocess.run(
-                [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-                 str(target), str(wheel[0])],
-                check=True,
-            )  # fmt: skip
-            junit = Path(scratch) / f"{project.name}.xml"
-            env = dict(os.environ, PYTHONPATH=str(target))
-            proc = subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
-                 f"--junitxml={junit}", str(project / "tests")],
-                cwd=scratch, env=env, capture_output=True, text=True,
-            )  # fmt: skip
-            lines = proc.stdout.strip().splitlines()
-            summary = re.sub(r"=+", "", lines[-1]).strip() if lines else "(no output)"
-            cuda = _cuda_items(junit) if junit.exists() else {}
-            failed += proc.returncode != 0
-            rows.append(
-                {
-                    "project": project.name,
-                    "wheel": wheel[0].name,
-                    "pytest_exit_code": proc.returncode,
-                    "summary": summary,
-                    "cuda_items": cuda,
-                    "failures": [line for line in lines if line.startswith("FAILED")],
-                }
-            )
-            print(f"[{number}/{len(projects)}] {project.name}: {summary}; cuda items {cuda}")
-            if any(f"_{kind}" in project.name for kind in args.memcheck):
-                rows[-1]["memcheck"] = memcheck(project, target, scratch)
-                failed += rows[-1]["memcheck"]["exit_code"] != 0
-                print(f"[{number}/{len(projects)}] {project.name}: memcheck {rows[-1]['memcheck']}")
+        # Projects share nothing but the GPU, so --jobs of them run at once; each
+        # line below is printed when its project finishes.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = {pool.submit(_one, p, folder, scratch, args.memcheck): p for p in projects}
+            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                row = future.result()
+                rows[row["project"]] = row
+                extra = f"; memcheck {row['memcheck']}" if "memcheck" in row else ""
+                print(f"[{done}/{len(projects)}] {row['project']}: {row['summary']}; "
+                      f"cuda items {row['cuda_items']}{extra}", flush=True)  # fmt: skip
+                for line in row["failures"]:
+                    print("    " + line, flush=True)
+    rows = [rows[p.name] for p in projects]
+    failed = sum(_failed(row) for row in rows)
     record = {
         "format": 1,
         "built_with": built,
@@ -215,6 +230,7 @@ def main() -> int:
         type=lambda text: [k for k in text.split(",") if k],
         help="kinds whose CUDA tests also run under compute-sanitizer memcheck, e.g. scatter",
     )
+    r.add_argument("--jobs", type=int, default=1, help="projects run at once (default 1)")
     args = parser.parse_args()
     return build(args) if args.step == "build" else run(args)
 

@@ -9,6 +9,7 @@ differ from opguide/triton/ in the one thing each variant tries
 (the weight loaded before or after the reduction, cache hints, PDL).
 
     python3 tools/sweep_triton.py [forward] [backward] [fused] [grad-weight-sum] [split]
+                                  [split-fenced]
 
 grad-weight-sum times opguide's whole backward (its own launch rules) with each
 shape of the kernel that adds up grad_weight's partial rows (grad_weight_sum=).
@@ -20,6 +21,10 @@ as forced= configurations to opguide.triton.ops's launch functions, and, as the
 "before", copies of the kernels that wait for each row's total before they
 load the next row (forward: one program per segment of each row), and of the
 backward that loaded one row ahead instead of two ("one row late").
+split-fenced runs the same variants with every split kernel counting its part
+in behind a release fence (a float part, then an atomic count) instead of the
+slots: "row at a time" at each (SEG, num_warps) and "one row late" at each
+(SEG, num_warps, programs per SM).
 
 Times come from guidekit.benchmark.time_per_call: medians of batches queued
 behind a spin kernel, so the host's launch latency is not counted.
@@ -346,6 +351,28 @@ def wait_total_fenced(
 
 
 @triton.jit
+def count_in_either(
+    slots_ptr, partial_ptr, count_ptr, row, s, part, S, FENCED: tl.constexpr,
+):  # fmt: skip
+    # Counts a part in through the slots, or (FENCED) through the fenced count.
+    if FENCED:
+        count_in_fenced(partial_ptr, count_ptr, row, s, part, S)
+    else:
+        _count_in(slots_ptr, row, s, part, S)
+
+
+@triton.jit
+def wait_total_either(
+    slots_ptr, partial_ptr, count_ptr, row, S, SP: tl.constexpr, FENCED: tl.constexpr,
+):  # fmt: skip
+    if FENCED:
+        total = wait_total_fenced(partial_ptr, count_ptr, row, S, SP)
+    else:
+        total = _wait_total(slots_ptr, row, S, SP)
+    return total
+
+
+@triton.jit
 def fwd_split_fenced(
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype
@@ -370,7 +397,9 @@ def fwd_split_one_row_late(
     w_ptr,  # [N] weight, x's dtype
     y_ptr,  # [M, N] output, x's dtype
     slots_ptr,  # [M * S] int64, one slot per segment of each row
-    M, N, eps, S, SEG: tl.constexpr, SP: tl.constexpr,
+    partial_ptr,  # [M * S] float32, FENCED: one part per segment of each row
+    count_ptr,  # [M] int32, FENCED: the parts counted in so far, per row
+    M, N, eps, S, SEG: tl.constexpr, SP: tl.constexpr, FENCED: tl.constexpr,
 ):  # fmt: skip
     # The backward's way, tried on the forward: program (g, s) of G * S takes
     # segment s of the rows g, g + G, ... and counts in the next row's part
@@ -380,14 +409,16 @@ def fwd_split_one_row_late(
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     x = tl.load(x_ptr + g * N + cols, mask=mask, other=0.0)
     xf = x.to(tl.float32)
-    _count_in(slots_ptr, g, s, tl.sum(xf * xf, axis=0), S)
+    count_in_either(slots_ptr, partial_ptr, count_ptr, g, s, tl.sum(xf * xf, axis=0), S, FENCED)
     for row in range(g, M, G):
         ahead = row + G
         x_next = tl.load(x_ptr + ahead * N + cols, mask=mask & (ahead + 0 * cols < M), other=0.0)
         if ahead < M:
             xf = x_next.to(tl.float32)
-            _count_in(slots_ptr, ahead, s, tl.sum(xf * xf, axis=0), S)
-        total = _wait_total(slots_ptr, row, S, SP)
+            count_in_either(
+                slots_ptr, partial_ptr, count_ptr, ahead, s, tl.sum(xf * xf, axis=0), S, FENCED
+            )
+        total = wait_total_either(slots_ptr, partial_ptr, count_ptr, row, S, SP, FENCED)
         inv_rms = tl.rsqrt(total / N + eps).to(tl.float32)
         y = x.to(tl.float32) * inv_rms * w
         tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -440,7 +471,9 @@ def bwd_split_one_row_late(
     grad_x_ptr,  # [M, N] gradient of x, x's dtype
     grad_weight_partial_ptr,  # [G, N] float32, one row of partial sums per row group
     slots_ptr,  # [M * S] int64, one slot per segment of each row
-    M, N, S, SEG: tl.constexpr, SP: tl.constexpr,
+    partial_ptr,  # [M * S] float32, FENCED: one part per segment of each row
+    count_ptr,  # [M] int32, FENCED: the parts counted in so far, per row
+    M, N, S, SEG: tl.constexpr, SP: tl.constexpr, FENCED: tl.constexpr,
 ):  # fmt: skip
     # The library's split backward as it was before it loaded two rows ahead:
     # it loads the next row, counts in its part, then waits for this row's
@@ -453,7 +486,7 @@ def bwd_split_one_row_late(
     grad_y = tl.load(grad_y_ptr + g * N + cols, mask=mask, other=0.0)
     inv_rms = tl.load(inv_rms_ptr + g)
     part = tl.sum(grad_y.to(tl.float32) * w * x.to(tl.float32), axis=0) * inv_rms
-    _count_in(slots_ptr, g, s, part, S)
+    count_in_either(slots_ptr, partial_ptr, count_ptr, g, s, part, S, FENCED)
     for row in range(g, M, G):
         ahead = row + G
         next_mask = mask & (ahead + 0 * cols < M)
@@ -462,8 +495,8 @@ def bwd_split_one_row_late(
         inv_next = tl.load(inv_rms_ptr + tl.minimum(ahead, M - 1))
         if ahead < M:
             part = tl.sum(grad_y_next.to(tl.float32) * w * x_next.to(tl.float32), axis=0) * inv_next
-            _count_in(slots_ptr, ahead, s, part, S)
-        total = _wait_total(slots_ptr, row, S, SP)
+            count_in_either(slots_ptr, partial_ptr, count_ptr, ahead, s, part, S, FENCED)
+        total = wait_total_either(slots_ptr, partial_ptr, count_ptr, row, S, SP, FENCED)
         x_hat = x.to(tl.float32) * inv_rms
         gw = grad_y.to(tl.float32) * w
         grad_x = inv_rms * (gw - x_hat * (total / N))
@@ -483,7 +516,7 @@ def split_configs():
                   if 8 <= seg // (32 * warps) <= 64 and seg * per_sm <= 32768)  # fmt: skip
 
 
-def sweep_split(copy):
+def sweep_split(copy, fenced=False):
     print("split", flush=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     eps = 1e-6
@@ -491,8 +524,22 @@ def sweep_split(copy):
         m = 2**26 // n
         w = randn(n)
         if n > launch.MAX_REGISTER_ROW:
-            split_forward(m, n, w, eps, sms, copy)
-        split_backward(m, n, w, eps, sms, copy)
+            split_forward(m, n, w, eps, sms, copy, fenced)
+        split_backward(m, n, w, eps, sms, copy, fenced)
+
+
+def sweep_split_fenced(copy):
+    sweep_split(copy, fenced=True)
+
+
+def counters(x, m, s, fenced):
+    """(slots, partial, count): what a split kernel counts its parts in, the others a stub."""
+    if fenced:
+        partial = torch.empty(m * s, device="cuda", dtype=torch.float32)
+        count = torch.zeros(m, device="cuda", dtype=torch.int32)
+        return torch.empty(1, device="cuda", dtype=torch.int64), partial, count
+    stub = torch.empty(1, device="cuda", dtype=torch.int32)
+    return launch.row_slots(x, m, s), stub.float(), stub
 
 
 def _check(label, got, want, tol):
@@ -503,7 +550,7 @@ def _check(label, got, want, tol):
     return err <= tol
 
 
-def split_forward(m, n, w, eps, sms, copy):
+def split_forward(m, n, w, eps, sms, copy, fenced=False):
     sets = [(randn(m, n),) for _ in range(arg_sets_for(m, n, 2))]
     nbytes = 2 * m * n * 2
     want = reference(sets[0][0], w, eps)
@@ -514,14 +561,13 @@ def split_forward(m, n, w, eps, sms, copy):
 
     def late(x):
         y = torch.empty_like(x)
-        slots = launch.row_slots(x, m, s)
         fwd_split_one_row_late[(groups * s,)](
-            x, w, y, slots, m, n, eps, s, SEG=seg, SP=triton.next_power_of_2(s),
-            num_warps=warps,
+            x, w, y, *counters(x, m, s, fenced), m, n, eps, s, SEG=seg,
+            SP=triton.next_power_of_2(s), FENCED=fenced, num_warps=warps,
         )  # fmt: skip
         return y
 
-    def fenced(x, seg=16384, warps=8):
+    def each_row_fenced(x, seg=16384, warps=8):
         y = torch.empty_like(x)
         s = triton.cdiv(n, seg)
         partial = torch.empty(m * s, device="cuda", dtype=torch.float32)
@@ -532,11 +578,12 @@ def split_forward(m, n, w, eps, sms, copy):
         )  # fmt: skip
         return y
 
-    label = "fenced row at a time SEG 16384 warps 8"
-    if _check(label, fenced(sets[0][0]), want, 0.02):
-        us = time_us(fenced, sets)
-        results.append((us, label))
-        report(m, n, "forward " + label, us, nbytes, copy)
+    if not fenced:
+        label = "fenced row at a time SEG 16384 warps 8"
+        if _check(label, each_row_fenced(sets[0][0]), want, 0.02):
+            us = time_us(each_row_fenced, sets)
+            results.append((us, label))
+            report(m, n, "forward " + label, us, nbytes, copy)
     label = f"one row late SEG {seg} warps {warps} per SM {per_sm}"
     if _check(label, late(sets[0][0]), want, 0.02):
         us = time_us(late, sets)
@@ -552,16 +599,22 @@ def split_forward(m, n, w, eps, sms, copy):
         def run(x, forced=forced):
             return triton_ops.rms_norm_forward(x, w, eps, None, forced=forced)
 
+        if fenced:  # the same launch, every row's parts counted in behind a fence
+
+            def run(x, config=config):
+                return each_row_fenced(x, *config)
+
         if _check(label, run(sets[0][0]), want, 0.02):
             us = time_us(run, sets)
             results.append((us, label))
             report(m, n, "forward " + label, us, nbytes, copy)
-    for prefix in ("fenced", "row at a time", "one row late"):
+    for prefix in ("row at a time", "one row late") if fenced else ("fenced", "row at a time",
+                                                                     "one row late"):  # fmt: skip
         us, label = best(results, lambda label, prefix=prefix: label.startswith(prefix))
         report(m, n, "forward " + label, us, nbytes, copy, "best ")
 
 
-def split_backward(m, n, w, eps, sms, copy):
+def split_backward(m, n, w, eps, sms, copy, fenced=False):
     sets = []
     for _ in range(arg_sets_for(m, n, 3)):
         x = randn(m, n)
@@ -602,7 +655,8 @@ def split_backward(m, n, w, eps, sms, copy):
             label, grad_weight, want_grad_weight, 0.02
         )
 
-    label = f"fenced row at a time SEG {seg} warps {warps} per SM 2"
+    label = f"row at a time SEG {seg} warps {warps} per SM 2"
+    label = label if fenced else "fenced " + label
     if checked(label, before):
         us = time_us(before, sets)
         results.append((us, label))
@@ -617,10 +671,9 @@ def split_backward(m, n, w, eps, sms, copy):
             grad_x = torch.empty_like(x)
             grad_weight = torch.empty_like(w)
             grad_weight_partial = torch.empty(groups, n, device="cuda", dtype=torch.float32)
-            slots = launch.row_slots(x, m, s)
             bwd_split_one_row_late[(groups * s,)](
-                grad_y, x, w, inv, grad_x, grad_weight_partial, slots, m, n, s, SEG=seg,
-                SP=triton.next_power_of_2(s), num_warps=warps,
+                grad_y, x, w, inv, grad_x, grad_weight_partial, *counters(x, m, s, fenced), m,
+                n, s, SEG=seg, SP=triton.next_power_of_2(s), FENCED=fenced, num_warps=warps,
             )  # fmt: skip
             grad_weight_sum(grad_weight_partial, grad_weight, groups)
             return grad_x, grad_weight
@@ -636,14 +689,16 @@ def split_backward(m, n, w, eps, sms, copy):
     for config in split_configs():
         if triton.cdiv(n, config[0]) > sms or config[0] >= n:
             continue
-        for variant, make in (("one row late", one_row_late), ("two rows ahead", library)):
+        variants = (("one row late", one_row_late), ("two rows ahead", library))
+        for variant, make in variants[:1] if fenced else variants:
             label = "{} SEG {} warps {} per SM {}".format(variant, *config)
             run = make(config)
             if checked(label, run):
                 us = time_us(run, sets)
                 results.append((us, label))
                 report(m, n, "backward " + label, us, nbytes, copy)
-    for prefix in ("fenced", "one row late", "two rows ahead"):
+    prefixes = ("row at a time", "one row late")
+    for prefix in prefixes if fenced else ("fenced", "one row late", "two rows ahead"):
         us, label = best(results, lambda label, prefix=prefix: label.startswith(prefix))
         report(m, n, "backward " + label, us, nbytes, copy, "best ")
 
@@ -735,7 +790,7 @@ def main(argv):
     for name in passes:
         passes_by_name = {"forward": sweep_forward, "backward": sweep_backward,
                           "fused": sweep_fused, "grad-weight-sum": sweep_grad_weight_sum,
-                          "split": sweep_split}  # fmt: skip
+                          "split": sweep_split, "split-fenced": sweep_split_fenced}  # fmt: skip
         passes_by_name[name](copy)
 
 
