@@ -352,7 +352,10 @@ def wait_total_fenced(
 
 @triton.jit
 def count_in_either(
-    slots_ptr, partial_ptr, count_ptr, row, s, part, S, FENCED: tl.constexpr,
+    slots_ptr,  # [M * S] int64, one slot per segment of each row
+    partial_ptr,  # [M * S] float32, FENCED: one part per segment of each row
+    count_ptr,  # [M] int32, FENCED: the parts counted in so far, per row
+    row, s, part, S, FENCED: tl.constexpr,
 ):  # fmt: skip
     # Counts a part in through the slots, or (FENCED) through the fenced count.
     if FENCED:
@@ -363,7 +366,10 @@ def count_in_either(
 
 @triton.jit
 def wait_total_either(
-    slots_ptr, partial_ptr, count_ptr, row, S, SP: tl.constexpr, FENCED: tl.constexpr,
+    slots_ptr,  # [M * S] int64, one slot per segment of each row
+    partial_ptr,  # [M * S] float32, FENCED: one part per segment of each row
+    count_ptr,  # [M] int32, FENCED: the parts counted in so far, per row
+    row, S, SP: tl.constexpr, FENCED: tl.constexpr,
 ):  # fmt: skip
     if FENCED:
         total = wait_total_fenced(partial_ptr, count_ptr, row, S, SP)
