@@ -145,8 +145,8 @@ by hand (no part):
   two GPUs: two_gpus.json (tools/record_two_gpus.py), many_gpus_nccl.json (step 17)
   another torch: stable_abi_torch2.11_cuda.json, stable_abi_torch2.15_cpu.json
     (tools/record_stable_abi.py)
-  the template's projects: template_stable_cuda_h100.json, template_classic_cuda_h100.json,
-    template_triton_cuda_h100.json, template_python_cuda_h100.json
+  the template's projects: template_stable_cuda_h200.json, template_classic_cuda_h200.json,
+    template_triton_cuda_h200.json, template_python_cuda_h200.json
     (tools/record_template_gpu.py build here, run there; run --memcheck scatter --jobs 7)
   the suite's own logs: gpu_suite_h100_tests.log, gpu_suite_h100_gallery_notebooks.log
     (tools/gpu_suite.sh part 1, part 2)
