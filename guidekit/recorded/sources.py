@@ -68,8 +68,17 @@ MEASURED: dict[str, tuple[str, ...]] = {
     ),  # fmt: skip
     "gpu_debug.json": ("tools/gpu_debug/**", "tools/record_gpu_debug.py"),
     "stable_abi_*.json": ("stable/**", "tools/record_stable_abi.py"),
+    # What tools/record_template_gpu.py builds and runs: the answers, each
+    # project's package, its C++/CUDA sources and build files, and its tests;
+    # not its README, CI workflow or check scripts, which the GPU run never reads.
     "template_*_cuda_*.json": (
-        "template/**",
+        "template/copier.yml",
+        "template/questions.yml",
+        "template/project/pyproject.toml.jinja",
+        "template/project/*setup.py*",
+        "template/project/src/**",
+        "template/project/{% if route == 'cpp' %}csrc{% endif %}/**",
+        "template/project/tests/**",
         "guidekit/template_variants.py",
         "tools/record_template_gpu.py",
     ),  # fmt: skip
