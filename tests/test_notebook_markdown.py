@@ -185,3 +185,14 @@ End."""
 def test_leftover_rest_finds_roles_and_directives_outside_code():
     cell = "A :func:`f` and {doc}`page`.\n\n.. note:: raw\n\n```\n.. code:: kept\n```\n``:x:`y` ``"
     assert leftover_rest(cell) == [":func:`f`", "{doc}`page`", ".. note:: raw"]
+
+
+def test_anonymous_links_lose_the_underscore_sphinx_gallery_leaves():
+    """reST's ```t <url>`__`` comes out of sphinx-gallery as ``[t](url)_``: the tail goes."""
+    cell = "See [its notes](https://example.org/a.html)_, and [b](https://x.org/b)_.\n\n```\nf(a)_\n```"
+    assert leftover_rest(cell) == ["](https://example.org/a.html)_", "](https://x.org/b)_"]
+    converted = to_markdown(cell)
+    assert converted.rstrip() == (
+        "See [its notes](https://example.org/a.html), and [b](https://x.org/b).\n\n```\nf(a)_\n```"
+    )
+    assert not leftover_rest(converted)

@@ -715,11 +715,13 @@ def _line_numbers(spec: str, count: int) -> set[int]:
 
 def test_building_page_shows_each_logs_header_and_summary():
     """``docs/building.md`` shows recorded logs by line numbers: they must name the log's
-    first line and its pytest summary, so that a re-recorded log cannot shift them."""
+    first line and its summary (pytest's, or the site build's), so that a re-recorded log
+    cannot shift them."""
     page = (recorded_dir().parent / "building.md").read_text()
     includes = re.findall(r"```\{literalinclude\} recorded/(\S+)\n(?:.*\n)*?:lines: (.+)\n", page)
     assert len(includes) >= 3, includes
-    summary = re.compile(r"\b\d+ (passed|failed)\b.* in [\d.]+s")
+    # pytest's last line, or the site build's (tools/record_gpu_docs.sh).
+    summary = re.compile(r"\b\d+ (passed|failed)\b.* in [\d.]+s|^record_gpu_docs: the build took")
     for name, spec in includes:
         lines = (recorded_dir() / name).read_text().splitlines()
         shown = _line_numbers(spec, len(lines))

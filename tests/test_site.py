@@ -109,7 +109,8 @@ def test_downloaded_notebooks_carry_code_not_directives():
 
 
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
-REST_LEFT = re.compile(r":[a-z][\w-]*:`|^[ \t]*\.\. [A-Za-z][\w:-]*::", re.MULTILINE)
+# A role, a directive, or the "_" of reST's `title <url>`__ after a Markdown link.
+REST_LEFT = re.compile(r":[a-z][\w-]*:`|^[ \t]*\.\. [A-Za-z][\w:-]*::|\]\([^()\s]+\)_(?!\w)", re.M)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

@@ -51,6 +51,9 @@ ROLE = re.compile(
     re.DOTALL,
 )
 EXPLICIT = re.compile(r"^(?P<title>.*?)\s*<(?P<target>[^<>]+)>$", re.DOTALL)
+# sphinx-gallery turns reST's `title <url>`_ into [title](url), and leaves one
+# "_" of an anonymous link's "__" behind it: [title](url)_.
+LINK_TAIL = re.compile(r"(?P<link>\]\([^()\s]+\))_(?!\w)")
 
 ADMONITIONS = {
     "attention": "Attention",
@@ -285,6 +288,12 @@ def _role(match: re.Match, link: Link | None) -> str:
     return f"[{label}]({resolved[0]})"
 
 
+def _prose(lines: list[str], link: Link | None) -> str:
+    """Lines of prose (no fenced code) with their roles and link tails converted."""
+    text = ROLE.sub(lambda m: _role(m, link), "\n".join(lines))
+    return LINK_TAIL.sub(r"\g<link>", text)
+
+
 def _roles(text: str, link: Link | None) -> str:
     """``text`` with every role outside fenced code blocks converted."""
     out: list[str] = []
@@ -294,7 +303,7 @@ def _roles(text: str, link: Link | None) -> str:
         opened = FENCE.match(line)
         if fence is None and opened:
             fence = opened["fence"]
-            out.append(ROLE.sub(lambda m: _role(m, link), "\n".join(prose)))
+            out.append(_prose(prose, link))
             prose = []
             out.append(line)
         elif fence is not None:
@@ -304,7 +313,7 @@ def _roles(text: str, link: Link | None) -> str:
                 fence = None
         else:
             prose.append(line)
-    out.append(ROLE.sub(lambda m: _role(m, link), "\n".join(prose)))
+    out.append(_prose(prose, link))
     return "\n".join(part for part in out)
 
 
@@ -349,4 +358,5 @@ def leftover_rest(text: str) -> list[str]:
     outside = re.sub(r"``.+?``", "", "\n".join(prose), flags=re.DOTALL)
     found += re.findall(r":[a-z][\w-]*:`[^`\n]*`?|\{[a-z][\w:-]*\}`[^`\n]*`?", outside)
     found += [m.strip() for m in re.findall(r"^[ \t]*\.\. [A-Za-z][\w:-]*::.*$", outside, re.M)]
+    found += [m["link"] + "_" for m in LINK_TAIL.finditer(outside)]
     return found

@@ -106,6 +106,19 @@ MEASURED: dict[str, tuple[str, ...]] = {
         "tutorials/**",
         "tools/gpu_suite.sh",
     ),  # fmt: skip
+    # The site built on a GPU (tools/record_gpu_docs.sh): the pages it ran and
+    # what they ran, the site's build configuration and extensions.
+    "gpu_docs_*.log": (
+        *KERNELS,
+        *TRITON,
+        *LIBRARY,
+        "examples_src/**",
+        "tutorials/**",
+        "docs/conf.py",
+        "docs/_ext/**",
+        "tools/gpu_suite.sh",
+        "tools/record_gpu_docs.sh",
+    ),  # fmt: skip
     "sweep_triton_split*.txt": (*TRITON, *LIBRARY, "tools/sweep_triton.py"),
     "sweep_fused_add_rms_norm_uncapped_*.txt": (
         "csrc/common/**",
