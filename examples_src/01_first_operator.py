@@ -143,4 +143,5 @@ assert explanation.graph_break_count == 0
 # This Python operator is correct but runs several PyTorch kernels (square,
 # mean, add, rsqrt, two multiplies, and casts for half precision), most of
 # them reading and writing the whole tensor. The next step replaces the body
-# with one C++ kernel that reads each row once, behind a schema defined in C++.
+# with one C++ kernel that reads each row from memory once (its second pass
+# over the row finds it in cache), behind a schema defined in C++.

@@ -15,9 +15,8 @@ In this step you will learn:
 * how to compile-check the hipified, torch-free device code with ``hipcc`` on a
   machine with no AMD GPU.
 
-What this page did on the machine that built it is stated in its output:
-which files were hipified, which were compiled for which AMD targets, and that
-nothing ran on an AMD GPU (we have none to run on).
+The page's output says what was done: which files were hipified, and which
+were compiled for which AMD targets. No AMD GPU ran this code.
 
 What changes on AMD GPUs
 ------------------------
@@ -25,7 +24,14 @@ What changes on AMD GPUs
   the CDNA data-centre GPUs (MI200 ``gfx90a``, MI300 ``gfx94x``) and 32 on RDNA.
   Code that hard-codes 32 (shuffle loops, ``blockDim.x % 32``, per-warp shared
   memory) silently computes wrong sums on a 64-wide wavefront. The device code
-  takes the width from the compiler, and the host takes it from the device:
+  uses ``__AMDGCN_WAVEFRONT_SIZE`` where the compiler defines it, and 64
+  otherwise: the width of the CDNA GPUs (MI200, MI300) this guide targets.
+  The host takes the width from the device. LLVM deprecated that macro
+  (`llvm/llvm-project#112849 <https://github.com/llvm/llvm-project/pull/112849>`_)
+  and then removed it
+  (`llvm/llvm-project#157463 <https://github.com/llvm/llvm-project/pull/157463>`_),
+  so a build for a wave32 GPU (RDNA) with a compiler that lacks the macro
+  gets 64: such a build needs the width set to 32 explicitly.
 
   .. literalinclude:: /../csrc/common/platform.cuh
      :language: cuda
@@ -174,13 +180,14 @@ elif recorded is not None:
 else:
     print(f"not compiled for AMD: {result.reason}")
 print("not compiled: the hipified torch wrapper (needs a ROCm build of torch)")
-print("not run: anything on an AMD GPU (none was available to build this site)")
+print("not run: anything on an AMD GPU (no AMD GPU ran this code)")
 
 # %%
 # Building on a ROCm machine
 # --------------------------
 # Nothing in ``setup.py`` is CUDA-specific: with a ROCm build of torch,
-# ``torch.version.hip`` is set, ``CUDAExtension`` hipifies the ``.cu`` files into
-# the build tree and compiles them with hipcc, and ``PYTORCH_ROCM_ARCH``
+# ``torch.version.hip`` is set, ``CUDAExtension`` hipifies the ``.cu`` files
+# beside the sources (``x.cu`` gets an ``x.hip`` next to it, in the source
+# tree) and compiles them with hipcc, and ``PYTORCH_ROCM_ARCH``
 # (for example ``"gfx90a;gfx942"``) plays the part of ``TORCH_CUDA_ARCH_LIST``.
 # The same ``pip install --no-build-isolation .`` builds it.

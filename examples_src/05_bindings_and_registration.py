@@ -32,10 +32,12 @@ two tensors, and ``rms_norm_backward`` takes four.
    :caption: csrc/opguide.cpp
 
 A schema string is ``name(arguments) -> returns``. The types are few:
-``Tensor``, ``int`` (C++ ``int64_t``), ``float`` (C++ ``double``), ``bool``,
-``str``, ``Scalar``, ``ScalarType``, ``Device``, lists of these (``int[]``,
-``Tensor[]``), and optionals (``Tensor?``, ``int[]?``). Arguments may have
-defaults (``float eps=1e-6``); several returns are written as a tuple.
+``Tensor``, ``int`` (C++ ``int64_t``), ``SymInt`` (a size that may be
+symbolic under ``torch.compile``; C++ ``c10::SymInt``), ``float`` (C++
+``double``), ``bool``, ``str``, ``Scalar``, ``ScalarType``, ``Device``, lists
+of these (``int[]``, ``SymInt[]``, ``Tensor[]``), and optionals (``Tensor?``,
+``int[]?``). Arguments may have defaults (``float eps=1e-6``); several
+returns are written as a tuple.
 
 Annotations say what an operator does to memory. ``Tensor(a!) x`` means "x
 is written to, and anything else annotated ``(a)`` aliases it"; an in-place
@@ -217,7 +219,7 @@ assert explanation.graph_break_count >= 1
 # But while tracing, ``torch.compile`` runs every operator on *fake* tensors
 # (shapes and dtypes, no data) to learn what it returns, and this operator
 # has only a ``CPU`` kernel, which needs real data. Tracing stops with an
-# error that names the operator and says what to add:
+# error that names the operator:
 
 
 def with_op(x, w):

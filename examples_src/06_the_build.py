@@ -45,9 +45,9 @@ What it does, part by part:
 * ``make_extension`` describes the extension. ``CUDAExtension`` adds the CUDA
   include and library directories and compiles ``.cu`` files with nvcc;
   ``CppExtension`` is the CPU-only version. Both add torch's include
-  directories and libraries. ``py_limited_api=True`` makes
-  ``BuildExtension`` define ``Py_LIMITED_API`` and leave out
-  ``libtorch_python``, which is what allows the ``abi3`` tag;
+  directories and libraries. With ``py_limited_api=True`` they leave out
+  ``libtorch_python``, and ``BuildExtension`` defines ``Py_LIMITED_API``;
+  together these allow the ``abi3`` tag;
 * ``BuildExtension`` supplies the compiler flags torch needs (C++ standard,
   C++ ABI, ``-DTORCH_EXTENSION_NAME``) and compiles with ninja, in parallel
   (``MAX_JOBS`` jobs) and incrementally. The ``bdist_wheel`` option sets the
@@ -199,21 +199,34 @@ assert packages == ["opguide"], packages
 
 # %%
 # The tag is a promise that the library does not use any CPython API outside
-# the stable ABI. Its dynamic dependencies show it: torch's C++ libraries and
-# the C/C++ runtime, but no ``libpython`` and no ``libtorch_python`` (whose
-# API is tied to one Python version):
+# the stable ABI. Two things in the library show what it uses. Its dynamic
+# dependencies (``NEEDED``) should be torch's C++ libraries and the C/C++
+# runtime, without ``libtorch_python``, whose API is tied to one Python
+# version. (No extension lists ``libpython``: it finds the interpreter's
+# symbols in the process that loads it.) And the symbols it takes from other
+# libraries (``nm -D --undefined-only``) show which CPython functions
+# (``Py*``, ``_Py*``) it calls, if any:
 with zipfile.ZipFile(wheel) as zf:
     zf.extract(library, workdir / "unpacked")
-readelf = shutil.which("readelf")
-if readelf is None:
-    print("skipped: readelf (binutils) is not installed, so the dependencies are not listed")
+readelf, nm = shutil.which("readelf"), shutil.which("nm")
+if readelf is None or nm is None:
+    print("skipped: readelf or nm (binutils) is not installed, so the library is not inspected")
 else:
-    dynamic = subprocess.run(
-        [readelf, "-d", str(workdir / "unpacked" / library)], capture_output=True, text=True
-    ).stdout
+    unpacked = str(workdir / "unpacked" / library)
+    dynamic = subprocess.run([readelf, "-d", unpacked], capture_output=True, text=True).stdout
     needed = [line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "NEEDED" in line]
     print("NEEDED:", ", ".join(needed))
-    assert not any("python" in lib for lib in needed), needed
+    assert not any("torch_python" in lib for lib in needed), needed
+    symbols = subprocess.run(
+        [nm, "-D", "--undefined-only", unpacked], capture_output=True, text=True
+    ).stdout.split()
+    names = [s.split("@")[0] for s in symbols if s != "U" and s != "w"]
+    python_api = sorted(n for n in names if n.startswith(("Py", "_Py")))
+    print(f"undefined symbols: {len(names)}; of them CPython functions: {len(python_api)}")
+    if python_api:
+        print("  " + ", ".join(python_api))
+    else:
+        print("the library calls no CPython function at all")
 
 # %%
 # Installing it and importing it in a fresh process
@@ -272,8 +285,10 @@ print(Path(opguide.__file__).parent.relative_to(ROOT))
 # :func:`~torch.utils.cpp_extension.load` and
 # :func:`~torch.utils.cpp_extension.load_inline` compile at run time, with the
 # same flags. Without an explicit ``build_directory`` they build in
-# ``$TORCH_EXTENSIONS_DIR/<name>`` (default: a ``torch_extensions`` folder in
-# the user cache directory). This project sets ``TORCH_EXTENSIONS_DIR`` to
+# ``$TORCH_EXTENSIONS_DIR/<name>`` where that variable is set, and otherwise
+# in ``torch_extensions/<python>_<accelerator>/<name>`` in the user cache
+# directory (``py311_cu128``, say, for Python 3.11 and torch for CUDA 12.8;
+# ``cpu`` for a CPU-only torch). This project sets ``TORCH_EXTENSIONS_DIR`` to
 # ``build/torch_extensions`` in ``noxfile.py``, ``conftest.py`` and
 # ``docs/conf.py``, so that every cache stays in the repository. A second
 # build with unchanged sources and flags finds its objects there and only
@@ -329,7 +344,9 @@ shutil.rmtree(workdir)
 # ``manifests/cpp_rms_norm.txt`` lists, each to the same path, and write the
 # two files it names: the schemas its kernels and wrappers use, and the
 # package's ``__init__.py``, each cut here from this repository's own.
-# ``setup.py`` needs no edit: it builds the ``csrc/`` folders it finds.
+# ``setup.py`` needs no edit: it compiles the files of the ``csrc/`` folders
+# in its ``LIBRARY_DIRS`` list, and a listed folder that the copy lacks
+# (``fused_add_rms_norm/``) adds nothing.
 # ``tests/test_manifests.py`` copies exactly these files into an empty folder,
 # builds them in a virtual environment that holds only torch, and checks the
 # result against the formula. The list, with each file's lines:

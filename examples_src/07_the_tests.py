@@ -30,9 +30,12 @@ What each group guards against:
 ``test_matches_reference`` and ``test_matches_torch_rms_norm``
     Wrong results. Every dtype the kernel dispatches on, and row lengths
     below, at and off the kernel's 16-lane width, so that both the vector
-    loop and its tail run. Tolerances are those of one rounding to the output
-    dtype: a bfloat16 result carries 8 bits of mantissa, so ``1.6e-2`` is one
-    or two units in the last place, while float64 must agree to ``1e-12``.
+    loop and its tail run. Tolerances allow for one rounding to the output
+    dtype: a bfloat16 result carries 8 significant bits, so ``rtol=1.6e-2`` is
+    2 to 4 units in the last place (float16's ``2e-3``, with 11 bits, the
+    same). float32 (``1e-5``, about 80 to 170 units in the last place) and
+    float64 (``1e-12``) leave room for sums over the row taken in another
+    order than the reference's.
     Inputs are random, never zeros or ones, which would hide wrong indexing.
 
 ``test_batched_and_non_contiguous``, ``test_empty``, ``test_eps_is_used``
@@ -50,9 +53,12 @@ What each group guards against:
     ``torch.compile`` support: no graph break (``fullgraph=True``), forward
     and backward traced, and with ``dynamic=True`` one graph serving every
     shape. ``error_on_recompile`` turns a recompilation into an error, and
-    Dynamo's ``unique_graphs`` counter must read 1. Removing a fake kernel
-    from ``opguide/ops.py`` makes these fail with the messages shown in
-    :doc:`step 5 <05_bindings_and_registration>`.
+    Dynamo's ``unique_graphs`` counter must read 1. Both call
+    ``opguide.rms_norm(..., compiled="kernel")``: by default
+    ``torch.compile`` gets the operator's plain-PyTorch form (see
+    :mod:`opguide.backends`), and a test of that would trace no operator.
+    Removing a fake kernel from ``opguide/ops.py`` makes these fail with the
+    messages shown in :doc:`step 5 <05_bindings_and_registration>`.
 
 ``test_backward_matches_reference`` and ``test_gradcheck``
     Wrong gradients. The first compares with autograd through the reference,
@@ -68,9 +74,13 @@ What each group guards against:
 
 ``test_bad_input_*``, ``test_negative_eps``, ``test_not_a_tensor``
     Every wrong argument raises an error that names it and says what was
-    expected, from the Python wrapper and from the C++ checks (when the op is
-    called through ``torch.ops``). Each message is matched, so a changed or
-    misleading message fails the test.
+    expected, whether the call goes through ``opguide.rms_norm`` or straight
+    to ``torch.ops.opguide.rms_norm``. The wrapper hands plain tensors to the
+    C++ operator unchecked, so most messages come from the C++ checks; the
+    Python checks give the same messages for what reaches them (a list in
+    place of a tensor, a weight on the ``meta`` device, which dispatches to
+    the fake kernel). Each message is matched, so a changed or misleading
+    message fails the test.
 
 Property-based tests
 --------------------

@@ -48,12 +48,14 @@ machine code as its lines written in place:
    :caption: opguide/triton/prologue.py
 
 ``ROWS`` and ``num_warps`` are the fields of a frozen dataclass, which one
-function per operator fills in from the number of rows, the row length, the
-dtype and the device. The rules come from ``tools/sweep_triton.py``, which
-times every config on a GPU: about 2048 elements per program and 16 per
-thread. Under the interpreter they give one program per row and one warp. A
-tool that times another configuration passes it as ``forced=``; nothing in
-the module is overwritten:
+function per operator fills in. The forward's reads the row length (and, for
+rows too long for one program, the GPU's number of SMs); the backward's also
+reads the number of rows, the dtype and the GPU's shared memory. The rules
+come from ``tools/sweep_triton.py``, which times every config on a GPU: for
+the forward, about 2048 elements per program and 16 per thread (under the
+interpreter, one row per program and one warp). A tool that times
+another configuration passes it as ``forced=``; nothing in the module is
+overwritten:
 
 .. literalinclude:: /../opguide/triton/launch.py
    :language: python
@@ -63,10 +65,12 @@ the module is overwritten:
    :language: python
    :pyobject: forward_config
 
-Why a rule and not :func:`triton.autotune`: the autotuner times every config
-on the first call for each new value of its ``key`` (here ``N``) and keeps
-the fastest. The best config here also depends on the number of rows, and an
-autotuner keyed on ``N`` keeps whatever suited the first ``M`` it saw.
+Why a rule and not :func:`triton.autotune`: the autotuner compiles and times
+every config on the first call for each new value of its ``key``, and keeps
+the fastest. It chooses the kernel's parameters and nothing outside the
+kernel. The backward's number of programs is also the height of a buffer
+allocated before the launch, and it decides whether a second kernel runs
+(below). A rule decides all of it before the launch, from a sweep made once.
 
 custom_op or triton_op?
 -----------------------
@@ -79,11 +83,14 @@ differ in what the compiler can see:
   kernel run by the interpreter), and it needs a fake kernel
   (``register_fake``) to describe its outputs.
 * :func:`torch.library.triton_op`: the body is traced. Each launch wrapped in
-  :func:`torch.library.wrap_triton` becomes a node of the graph, and Inductor
-  launches the compiled kernel from its own generated code: no Python
-  dispatch per call, and the launch takes part in CUDA graphs and in
-  Inductor's autotuning, as :func:`torch.library.triton_op`'s documentation
-  describes it. Its checks need compiled Triton kernels: a cell below runs
+  :func:`torch.library.wrap_triton` becomes a node of the graph, which
+  Inductor compiles into its own generated code (the node is defined in
+  `torch/_higher_order_ops/triton_kernel_wrap.py
+  <https://github.com/pytorch/pytorch/blob/main/torch/_higher_order_ops/triton_kernel_wrap.py>`__).
+  In the words of :func:`torch.library.triton_op`'s documentation, it "makes
+  the implementation visible to these subsystems [``torch.compile`` and
+  ``torch.export``], allowing them to optimize the triton kernel(s)". Its
+  checks need compiled Triton kernels: a cell below runs
   ``opcheck`` on one with this machine's Triton, and says whether a build
   without a GPU can show this path.
 
@@ -229,7 +236,8 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # buffer, and a second kernel (``_grad_weight_sum_kernel``) adds up that buffer's rows
 # in a fixed order and writes ``grad_weight`` in its dtype. No two programs write
 # the same address, so no atomics are needed, and the result is the same on
-# every run. A plan of one program (a few rows, as when decoding) writes
+# every run. A single row of a length this kernel takes gets a plan of one
+# program (the programs never outnumber the rows), which writes
 # ``grad_weight`` itself, and the second kernel is not launched. ``inv_rms`` comes
 # from the forward, which saved it.
 #
@@ -253,7 +261,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # (shown whole at the end of the page). The backward operator returns two
 # tensors and takes the same arguments as the C++ one of :doc:`step 8
 # <08_autograd>`, so either backend's backward serves either forward;
-# :meth:`~torch.library.CustomOpDef.register_autograd` connects it to the
+# :func:`torch.library.register_autograd` connects it to the
 # forward, and ``rms_norm`` is what ``opguide.rms_norm(..., backend="triton")``
 # runs:
 #
@@ -335,10 +343,13 @@ print("grad_weight[:4] =", w.grad[:4])
 # A backend that records the graph that AOTAutograd hands to Inductor shows
 # what an operator defined with ``Library.define`` (or ``custom_op``) becomes:
 # one call to the operator. A ``triton_op`` would arrive as the kernel launch
-# itself (``triton_kernel_wrapper_functional``), which Inductor compiles into
-# its own code, as `its documentation
-# <https://docs.pytorch.org/docs/stable/library.html#torch.library.triton_op>`__
-# says.
+# itself: a ``triton_kernel_wrapper_functional`` node (`triton_kernel_wrap.py
+# <https://github.com/pytorch/pytorch/blob/main/torch/_higher_order_ops/triton_kernel_wrap.py>`__
+# defines it; Inductor's `post_grad.py
+# <https://github.com/pytorch/pytorch/blob/main/torch/_inductor/fx_passes/post_grad.py>`__
+# turns it into a launch that writes its outputs, and `lowering.py
+# <https://github.com/pytorch/pytorch/blob/main/torch/_inductor/lowering.py>`__
+# makes that a ``UserDefinedTritonKernel`` of the code it generates).
 from functorch.compile import make_boxed_func  # noqa: E402
 from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 
@@ -459,9 +470,13 @@ print(
 # %%
 # In the recorded run without the guard, the failures are the eager Triton
 # calls on the second GPU, inside Triton's launcher, and the CUDA graph
-# captured there; the C++/CUDA operators (their own ``CUDAGuard``) and the
-# compiled Triton path (Inductor sets the device in the code it generates)
-# pass either way.
+# captured there; the C++/CUDA operators (their own ``CUDAGuard``) pass
+# either way. The one compiled test, ``test_compiled_on_the_other_gpu``,
+# passes with ``backend="triton"`` too, but it shows less than its name: it
+# keeps the default ``compiled="native"``, so ``torch.compile`` receives the
+# plain-PyTorch form, and what runs on the other GPU is Inductor's own code
+# for it (Inductor sets the device in the code it generates). No test in the
+# record runs this page's Triton kernels compiled on the other GPU.
 
 # %%
 # How fast, on a GPU (recorded)

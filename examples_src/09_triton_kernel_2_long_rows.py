@@ -4,10 +4,11 @@ Step 9.2: Rows too long for one program
 
 The Triton kernels of :doc:`step 9 <09_triton_kernel>` hold whole rows in
 registers, up to ``launch.MAX_REGISTER_ROW`` elements in the forward and
-``launch.MAX_REGISTER_ROW_BACKWARD`` in the backward (the first cell prints
-both). A longer row does not fit in one program's registers. This step takes
-such rows: split over several programs that meet through global memory, and,
-past what a GPU can run at once, walked in chunks by one program.
+``launch.MAX_REGISTER_ROW_BACKWARD`` in the backward (the cell "Which
+kernel takes which row" prints both). A longer row does not fit in one
+program's registers. This step takes such rows: split over several programs
+that meet through global memory, and, past what a GPU can run at once,
+walked in chunks by one program.
 
 In this step you will learn:
 
@@ -29,9 +30,15 @@ store, and waits until all the row's slots are marked. Then each adds all the
 parts in the same order, so every segment uses the same total, the same on
 every run. This is what a thread-block cluster does for the CUDA kernels
 (:doc:`step 11.3 <11_performance_3_long_rows>`), without the cluster's
-guarantee that the programs run at the same time; the comment says why the
-wait still ends. The forward and fused kernels run one program per segment,
-the backward one per segment of a group of rows:
+guarantee that the programs run at the same time. The comment says why the
+wait still ends. Its argument rests on an order that CUDA does not promise:
+that the GPU starts no program later than one of higher index. NVIDIA GPUs
+do so in practice, and CUB's single-pass scan relies on the same order
+(`agent_scan.cuh
+<https://github.com/NVIDIA/cccl/blob/main/cub/cub/agent/agent_scan.cuh>`_:
+"Blocks are launched in increasing order"). The forward and fused kernels
+run one program per segment, the backward one per segment of a group of
+rows:
 
 .. literalinclude:: /../opguide/triton/split.py
    :language: python
@@ -204,12 +211,23 @@ fig = triton_vs_cuda.plot_fractions(record, PASSES, longer_than=LONGER_THAN, col
 ranges = triton_vs_cuda.range_lines(rows, PASSES, longer_than=LONGER_THAN)
 for line in ranges:
     print(line)
+
+# %%
+# Each point of the sweep is one timing, not repeated, so a small gap may be
+# noise: a gap under ``TIE`` points of the copy counts as a tie here.
+TIE = 1.0
 for pass_name, floor in LONGER_THAN.items():
-    ahead, total, gap = triton_vs_cuda.head_to_head(rows, pass_name, floor)
+    gaps = []  # Triton's % of the copy minus CUDA's, at each (dtype, N)
+    for dtype in triton_vs_cuda.DTYPES:
+        ours = dict(triton_vs_cuda.series(rows, pass_name, triton_vs_cuda.TRITON, dtype, floor))
+        theirs = dict(triton_vs_cuda.series(rows, pass_name, triton_vs_cuda.CUDA, dtype, floor))
+        gaps += [ours[n] - theirs[n] for n in sorted(ours.keys() & theirs.keys())]
+    triton_ahead = sum(g >= TIE for g in gaps)
+    cuda_ahead = sum(g <= -TIE for g in gaps)
     print(
-        f"{pass_name}, N > {floor}: Triton at least as fast as CUDA at {ahead} of "
-        f"{total} points"
-        + (f";\n    CUDA ahead by {gap:.1f} points of the copy at most" * (gap > 0))
+        f"{pass_name}, N > {floor}, {len(gaps)} points: Triton ahead at {triton_ahead}, "
+        f"CUDA at {cuda_ahead}, within {TIE:g} point at {len(gaps) - triton_ahead - cuda_ahead}"
+        + (f"; CUDA ahead by {-min(gaps):.1f} points at most" * (bool(gaps) and min(gaps) < 0))
     )
 # %%
 # Compiled for seven GPUs, run on none of them
@@ -221,12 +239,18 @@ for pass_name, floor in LONGER_THAN.items():
 # ``guidekit/triton_targets/`` does so for every launch configuration the
 # library's launch code chooses (it calls the operators on fake CUDA tensors
 # and records their launches), and reads registers, spills and shared memory
-# from the machine code. Here, the forward's split kernel, in each launch
-# configuration and dtype the library's launch code gives it (counted below
-# the table), on each target:
+# from the machine code. Here, the forward's split kernel on each target. By
+# default ``check`` takes a representative few of the kernel's launches, not
+# every one (``triton_targets.representative``): the launch that holds the
+# most bytes per thread, the one that holds the fewest, the one with the
+# largest staged block, and the heaviest with GDC where there is one. The
+# line under the table says which dtypes that gave.
+# ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every launch:
 from guidekit import triton_targets  # noqa: E402
+from guidekit.triton_targets.targets import FULL_ENV  # noqa: E402
 
-results = triton_targets.check(kernels=["_rms_norm_fwd_split_kernel"])
+full = os.environ.get(FULL_ENV, "0") == "1"
+results = triton_targets.check(kernels=["_rms_norm_fwd_split_kernel"], full=full)
 header = f"{'target':8} {'x':8} {'launch':24} {'regs':>4} {'spill':>5} {'shared':>6}"
 print(header, "budget")
 for u in results:
@@ -239,10 +263,15 @@ for u in results:
 for line in triton_vs_cuda.compile_lines(results):
     print(line)
 launches = sorted({triton_vs_cuda.launch_knobs(u.config) for u in results})
+checked = "every launch" if full else "the representative launches"
+x_dtypes = sorted({u.dtypes.split(",")[0] for u in results})
 print(
-    f"One launch configuration, {launches[0]}: the launch code makes no other."
-    if len(launches) == 1
-    else f"{len(launches)} launch configurations: {'; '.join(launches)}."
+    f"checked {checked} of the launch code: x in {', '.join(x_dtypes)}; "
+    + (
+        f"one launch configuration, {launches[0]}."
+        if len(launches) == 1
+        else f"{len(launches)} launch configurations: {'; '.join(launches)}."
+    )
 )
 for name, target in triton_targets.TARGETS.items():
     mine = [u for u in results if u.target == name]

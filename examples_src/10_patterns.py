@@ -223,9 +223,7 @@ print("inv_rms", tuple(inv_rms.shape), inv_rms.dtype)
 # backend and device available here (the output lists them), with and without
 # weight, a float32 residual under
 # bfloat16 activations, and a float32 output for float16 inputs. The updated
-# residual must match *exactly* (one rounding, the same everywhere), except
-# that Triton's interpreter rounds float32 to bfloat16 by truncation (a GPU
-# rounds to nearest), which can leave it one unit in the last place away.
+# residual must match *exactly* (one rounding, the same everywhere).
 # The tolerance of one rounding to each dtype (opguide's tests use the same table).
 from opguide.testing import TOLERANCES as TOL  # noqa: E402
 
@@ -255,10 +253,7 @@ for device, backend in devices:
         ref_out, ref_inv, ref_residual = fused_add_rms_norm_reference(
             x, before, weight, 1e-6, out_dtype
         )
-        interpreted = backend == "triton" and device == "cpu"
-        truncated = interpreted and res_dtype == torch.bfloat16
-        exact = dict(atol=0, rtol=2**-7 if truncated else 0)
-        torch.testing.assert_close(residual, ref_residual, **exact)
+        torch.testing.assert_close(residual, ref_residual, atol=0, rtol=0)
         torch.testing.assert_close(out, ref_out, **TOL[out.dtype])
         torch.testing.assert_close(inv_rms, ref_inv, **TOL[torch.float32])
         err = (out.float() - ref_out.float()).abs().max().item()

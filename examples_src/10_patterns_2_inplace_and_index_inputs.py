@@ -15,8 +15,9 @@ In this step you will learn:
   does not;
 * where the checks of an index input go: metadata in the wrapper and the
   fake kernel, values (an index out of range) in the kernel;
-* what a value check in Python costs: a failed ``fullgraph=True`` compile, a
-  graph break, and on a GPU a wait for the device;
+* what a value check in Python costs: a failed ``fullgraph=True`` compile
+  and a graph break, both shown, and on a GPU a wait for the device,
+  described (and timed only where the page runs on a GPU);
 * how to write a fake kernel for an output whose size depends on the data.
 """
 
@@ -134,13 +135,17 @@ for name in ("x", "residual"):
 # with ``torch.autograd.graph.increment_version``.) Two things ``custom_op``
 # does not do.
 # :func:`torch.library.register_autograd` refuses an operator that mutates, and
-# the body cannot refuse inputs in its place: it runs below autograd, with grad
-# mode off whether or not the caller trained, and under ``torch.compile`` it
-# receives the compiled graph's tensors, which require no grad. A probe that
-# prints what the body sees:
+# the body is a poor place to refuse inputs in its stead: it runs below
+# autograd. A probe prints what the body sees in three calls with the same
+# ``x``, which requires grad: an eager call with grad mode on (training), one
+# under ``torch.no_grad()``, and a compiled one:
+body_saw = []
+
+
 @torch.library.custom_op("opguide_demo::add_", mutates_args=("y",))
 def add_(x: torch.Tensor, y: torch.Tensor) -> None:
     grad_mode = torch.is_grad_enabled()
+    body_saw.append((grad_mode, x.requires_grad))
     print(f"    body sees: grad mode {grad_mode}, x.requires_grad {x.requires_grad}")
     y.add_(x)
 
@@ -166,7 +171,18 @@ print("eager call under torch.no_grad():")
 with torch.no_grad():
     add_(x, y)
 print("compiled call:")
-torch.compile(add_then_double, fullgraph=True)(x.detach(), y)
+torch.compile(add_then_double, fullgraph=True)(x, y)
+training, no_grad_call = body_saw[0], body_saw[1]
+if training == no_grad_call:
+    same = (
+        f"The training call and the no_grad one look the same to the body (grad mode "
+        f"{training[0]}, x.requires_grad {training[1]}): it cannot tell them apart."
+    )
+    print(textwrap.fill(same, 88))
+else:
+    print("The body sees the training call and the no_grad one differently.")
+modes = sorted({mode for mode, _ in body_saw})
+print(f"grad mode inside the body, over all {len(body_saw)} calls: {modes}")
 try:
     torch.library.register_autograd("opguide_demo::add_", lambda ctx, g: (g, g))
 except RuntimeError as error:
@@ -174,7 +190,7 @@ except RuntimeError as error:
     print(textwrap.fill(f"register_autograd: {refusal}", 88))
 
 # %%
-# So the Triton operator's refusal lives in :func:`opguide.fused_add_rms_norm_`,
+# The Triton operator's refusal lives in :func:`opguide.fused_add_rms_norm_`,
 # the function users call, where grad mode and ``requires_grad`` are those of
 # the caller (``torch.compile`` traces that check as well):
 #
@@ -212,8 +228,9 @@ print("written:", not torch.equal(t, before), "| version after the write:", t._v
 # schema writes an argument, so a new one without a case fails; for each, on
 # every backend and device, it checks the version bump, the saved-tensor error
 # above, the refusal of each input that requires grad, and that a
-# ``torch.no_grad()`` call is accepted. Its last test runs those checks on the
-# ``add_one_`` operator above and expects each to fail.
+# ``torch.no_grad()`` call is accepted. Its last test runs three of those
+# checks (all but the ``torch.no_grad()`` one) on the ``add_one_`` operator
+# above and expects each to fail.
 
 # %%
 # Index inputs and value checks

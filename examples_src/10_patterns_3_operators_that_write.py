@@ -39,6 +39,10 @@ In this step you will learn:
 #
 # The body writes with ``index_copy_``, row by row into the buffers' own
 # memory: no copy of a buffer is made, so a call costs the rows it writes.
+# On a GPU it also costs two waits for the device (host syncs): ``index[keep]``
+# must learn how many rows are kept, and ``int(rows.max())`` copies the
+# largest index to the host for the range check. A section below weighs the
+# ways a kernel can report a bad index instead.
 import os
 import warnings
 
@@ -53,6 +57,7 @@ def _write_rows(
 ) -> None:  # fmt: skip
     keep = index >= 0
     rows = index[keep]
+    # On a GPU, index[keep] and int(rows.max()) each wait for the device.
     if rows.numel() and int(rows.max()) >= k_cache.shape[0]:
         bad = int(rows.max())
         raise IndexError(f"write_rows_: index {bad} is out of range for {k_cache.shape[0]} rows")
@@ -362,18 +367,19 @@ print(f"version counters after the compiled call: {versions(compiled_k, compiled
 # are compared): a kernel could read a row that it has already written. Its CUDA
 # and Triton kernels report a slot out of range through an error flag that the
 # host reads after the launch, so the report survives a release build, where
-# ``-DNDEBUG`` removes every ``assert``.
+# ``-DNDEBUG`` removes every standard ``assert()``.
 
 # %%
 # What reporting a bad index costs on a GPU
 # -----------------------------------------
 # A kernel cannot raise. When a slot is past the caches it must write nothing
-# out of bounds, and the host must learn of it at some point. Five ways to do
-# that, each in ``tools/bad_index.cu`` around the template's ``store_kv``
-# kernel (bf16 rows of 8 heads of 128 values, caches of 65,536 slots), timed
-# on a GPU by ``tools/record_bad_index.py``: a loop of calls between two
-# synchronizations, the five and torch's way interleaved round by round, 21
-# rounds. The row ``index_copy_ (torch)`` is PyTorch's own way, one
+# out of bounds, and the host must learn of it at some point. Four ways to do
+# that, against skipping (the slot is left alone and no one is told), each in
+# ``tools/bad_index.cu`` around the template's ``store_kv`` kernel (bf16 rows
+# of 8 heads of 128 values, caches of 65,536 slots), timed on a GPU by
+# ``tools/record_bad_index.py``: a loop of calls between two
+# synchronizations, the five kernels and torch's way interleaved round by
+# round, 21 rounds. The row ``index_copy_ (torch)`` is PyTorch's own way, one
 # ``index_copy_`` per cache:
 # two calls through the dispatcher, each checked by ``CUDA_KERNEL_ASSERT``,
 # which ends the kernel as ``__trap()`` does and which

@@ -13,7 +13,8 @@ In this step you will learn:
 * how eager time differs from GPU time, and when the host sets it;
 * what each layer of a call (wrapper, operator, autograd) costs;
 * what the library does to keep each layer cheap;
-* what each registration layer costs on this machine, and which to choose.
+* what each registration layer costs, measured as this page runs, and which
+  to choose.
 
 The numbers are **recorded** on a GPU by ``python -m guidekit.benchmark
 --eager`` into ``docs/recorded/``; the page prints each file's device and
@@ -91,15 +92,18 @@ say(eager.wrapper_line(EAGER))
 # Where a training call goes
 # --------------------------
 # A training call's time, split: the operators alone, and the rest
-# (autograd's graph and its backward pass), medians over the shapes:
+# (autograd's graph and its backward pass), medians over the shapes. Each
+# median is taken on its own, so a line's parts need not add up to its total:
 show(eager.training_parts(EAGER)[1])
 show(eager.node_lines(EAGER))
 
 # %%
 # Under every training call sits autograd itself: the graph it records, the
 # backward pass on its own thread for each GPU, and the gradients it
-# accumulates. A Python Function that launches nothing measures that floor,
-# what autograd alone costs a call; each training call against it:
+# accumulates. A Python ``autograd.Function`` that launches nothing measures
+# what autograd costs around an operator written that way, in Python. Each
+# training call against it; then opguide's call less its operators, whose
+# Function is a C++ one:
 show(eager.floor_lines(EAGER))
 
 # %%
@@ -133,10 +137,10 @@ show(eager.floor_lines(EAGER))
 # ``python -m guidekit.benchmark --eager`` records these tables on your GPU.
 
 # %%
-# Each layer's cost, measured here
-# --------------------------------
+# Each layer's cost, measured as the page runs
+# --------------------------------------------
 # The tables above were recorded on a GPU. The registration layers cost host
-# time only, so they can be measured on the machine that builds this page.
+# time only, so this page measures them itself, on whatever CPU runs it.
 # Five ways to reach the same body, a function that allocates its output
 # and returns it (no kernel, so only the layer is timed): a direct Python
 # call; an operator defined with ``torch.library.Library``'s ``define`` (its
@@ -234,7 +238,7 @@ ax.errorbar(
     capsize=3,
 )
 ax.invert_yaxis()
-ax.set_xlabel("microseconds per call (this machine's CPU)")
+ax.set_xlabel("microseconds per call (CPU)")
 ax.set_title("One call through each registration layer, same body")
 fig.tight_layout()
 
@@ -370,8 +374,8 @@ if torch.cuda.is_available() and not triton_ops.INTERPRET:
         else:
             say(f"{b} and a {a}: no measurable difference here.")
 else:
-    print("No GPU here (or Triton's interpreter is on): triton_op against a direct launch")
-    print("is not measured on this machine.")
+    print("No GPU (or Triton's interpreter is on): triton_op against a direct launch")
+    print("is not measured.")
 
 # %%
 # Next: :doc:`11_performance_3_long_rows`, rows too long for one block.

@@ -120,13 +120,13 @@ for who, longest in LONGEST.items():
 # :doc:`step 9 <09_triton_kernel>`), each writing its part of the row's sum
 # into a slot and waiting for the others. The Triton backward splits rows
 # sooner than the forward: its register kernel holds ``x``, ``grad_y``, the
-# weight and its gradient, and the compiler's report on it says where that
-# stops fitting:
+# weight and its gradient. The compiler's report on it, at the rows it takes:
 show(lessons.spill_lines(recorded("triton_registers_h100.json"))[0])
 
 # %%
 # The long rows of the sweep of :doc:`11_performance`, bfloat16, next to
-# Quack and Liger (``-``: could not run):
+# Quack and Liger (in the fused pass, their fused kernels; ``-``: could not
+# run):
 sweep_file = recorded("sweep_h100.json")
 sweep = sweep_file["sweep"]
 ALL_ROWS = sweep["rows"]
@@ -143,8 +143,10 @@ _ = plots.long_rows_figure(AT, sweep["ns"], title)
 # %%
 # Right of the dotted line, the CUDA kernels split the row over a cluster;
 # the dashed line is the pass's target. The lines above name any cluster
-# row where Quack is faster. Both of opguide's kernels at the rows they
-# split, in both 16-bit types, against the targets:
+# row where Quack is faster. The Triton kernels (``opguide triton``) at rows
+# of 16384 and more, in both 16-bit types, against the targets; the
+# ``program`` column says whether the pass splits the row over programs or
+# gives it one:
 show(long_rows.triton_long_row_lines(sweeps.by_dtype(ALL_ROWS), sweep["ns"]))
 
 # %%
@@ -165,10 +167,9 @@ show(long_rows.triton_long_row_lines(sweeps.by_dtype(ALL_ROWS), sweep["ns"]))
 # Both ways, timed by ``tools/sweep_rms_norm_forward_cluster.cu`` and
 # ``..._backward_cluster.cu``; the tool's forward variants both loop over
 # rows in persistent clusters:
+BARRIER, PUSH = "loop 1024 x 4, barrier", "loop 512 x 4, push"
 forward_push = tool_outputs.cluster_sweep(
-    recorded_text("sweep_rms_norm_forward_cluster_h100.txt"),
-    "loop 1024 x 4, barrier",
-    after="loop 512 x 4, push",
+    recorded_text("sweep_rms_norm_forward_cluster_h100.txt"), BARRIER, after=PUSH
 )
 backward_push = tool_outputs.cluster_sweep(
     recorded_text("sweep_rms_norm_backward_cluster_h100.txt"), "512 x 4, 3 stages"
@@ -179,6 +180,27 @@ say(
     f"The sweep's backward is closer to the waiting variant at {', '.join(waiting)}."
     if waiting
     else "The sweep's long backward rows are closer to the pushing variant."
+)
+
+# %%
+# The forward's two variants differ in more than the exchange. A variant's
+# name gives its block, threads x 16-byte vectors a thread, so the barrier's
+# blocks are twice as wide; and their clusters, below, need not be the same
+# size. Unless the record has a barrier variant of the pushing one's shape
+# (the last line says), the forward's gain belongs to these changes
+# together, not to the push alone:
+FORWARD_TEXT = recorded_text("sweep_rms_norm_forward_cluster_h100.txt")
+for n, (barrier_size, push_size) in tool_outputs.cluster_sizes(
+    FORWARD_TEXT, (BARRIER, PUSH)
+).items():
+    if n > sweeps.ONE_BLOCK["forward"]:
+        say(f"forward N = {n:6}: clusters of {barrier_size} ({BARRIER}), {push_size} ({PUSH})")
+variants = tool_outputs.cluster_variants(FORWARD_TEXT)[0]
+barriers = sorted({v for _, _, v in variants if "barrier" in v})
+same_shape = PUSH.replace(", push", ", barrier") in barriers
+say(
+    f"Barrier variants in the record: {', '.join(barriers)}; "
+    + ("one has the pushing one's shape." if same_shape else "none has the pushing one's shape.")
 )
 
 # %%
@@ -228,7 +250,9 @@ show(lessons.split_lines(fenced, slots, built))
 # 16 or fewer (``SPLIT_BACKWARD`` in ``opguide/triton/launch.py`` lists the
 # spills; :doc:`step 9.2 <09_triton_kernel_2_long_rows>` checks the budgets).
 # Every change on this page, in points of the copy at each point it was
-# measured:
+# measured. The Triton lines set each variant at its best launch, not at the
+# library's; the ``push, forward`` line also carries the forward variants'
+# other block and cluster sizes (above):
 gains = long_rows.change_gains(forward_push, backward_push, per_row, fenced, slots)
 _ = plots.gains_figure(gains, "Long-row changes (recorded)")
 show(lessons.ranking_lines(gains))

@@ -56,6 +56,7 @@ from guidekit.recorded.pages import compare, recorded, say, show, tool_sweep
 
 packed = tool_sweep("sweep_rms_norm_forward_keep_packed_h100.txt")
 show(lessons.keep_packed_lines(packed))
+say(lessons.keep_packed_occupancy_line(packed))
 
 # %%
 # A test reads the machine code (``tests/test_compile_checks.py``) and fails
@@ -129,10 +130,12 @@ show(lines)
 # ------------------------------
 # A CUDA load or store can carry a ``.cs`` ("streaming") hint, and a Triton
 # load an ``eviction_policy="evict_first"``: the same request, to let L2
-# drop these lines first, as ``x`` and ``y`` are touched once. But when L2 is
-# full of lines nobody marked, as a model or the benchmark's clean leaves it,
-# marked lines lose to all of them. The CUDA forward with and without the
-# hints, then the Triton kernels with and without ``evict_first``:
+# drop these lines first, as ``x`` and ``y`` are touched once. What that
+# does depends on what else L2 holds. When it is full of lines nobody marked,
+# as a model or the benchmark's clean leaves it, the marked lines likely lose
+# to all of them; the runs below give the times, not the cause. The CUDA
+# forward with and without the hints, then the Triton kernels with and
+# without ``evict_first``:
 #
 # .. dropdown:: The three patches (tools/variants/)
 #
@@ -232,7 +235,8 @@ gains = {
     **({"register cap": [cap_gain]} if cap_gain is not None else {}),
     "loads first": [c.points for c in loads],
     "shared-memory pipeline": pipeline_gains,
-    "no .cs hints (CUDA)": [c.points for c in hints],
+    "no .cs (CUDA forward)": [c.points for c in hints],
+    "no .cs (CUDA backward)": [c.points for c in grad_x],
     "no evict_first (Triton)": [c.points for c in evict],
     "PDL": [c.points for c in pdl],
 }

@@ -139,10 +139,13 @@ for key in ("CPU:", "PrivateUse1:"):
 # Building and naming the device
 # ------------------------------
 # Naming the backend changes the whole process: a process can rename
-# ``PrivateUse1`` only once, and afterwards parts of PyTorch that loop over
-# devices (the random-state helpers used by ``torch.compile`` and
-# :func:`torch.library.opcheck`, for one) start asking the new device
-# questions. This page shares its process with the other steps, so the
+# ``PrivateUse1`` only once, and afterwards parts of PyTorch start asking the
+# new device questions. :func:`torch.manual_seed`, for example, then also
+# seeds it through ``torch.hostdev.manual_seed_all``, and warns when the
+# device's module has no such function (``_seed_custom_device`` in
+# `torch/random.py
+# <https://github.com/pytorch/pytorch/blob/main/torch/random.py>`__).
+# This page shares its process with the other steps, so the
 # backend is built, loaded and used in child processes, and the page prints
 # what they print.
 from guidekit.compile_checks import source_root, without_machine_paths  # noqa: E402
@@ -154,8 +157,9 @@ DISPATCHER_SRC = ROOT / "csrc" / "dispatcher"
 def run_child(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
     """Runs Python `code` (or a file, when `code` ends in .py) in a fresh process.
 
-    Its output comes back with this machine's folders written as ``<repo>``,
-    ``<venv>`` and ``<tmp>``.
+    Its output comes back with the folders it ran in written as ``<repo>``,
+    ``<venv>`` and ``<tmp>``, and PyTorch's log lines without their date and
+    time (``[W1127 16:31:54.750984 File.cpp:208]`` becomes ``[W File.cpp:208]``).
     """
     command = [code] if code.endswith(".py") else ["-c", textwrap.dedent(code)]
     child = subprocess.run(
@@ -166,7 +170,12 @@ def run_child(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
         timeout=600,
     )
     child.stdout = without_machine_paths(child.stdout)
-    child.stderr = without_machine_paths(child.stderr)
+    child.stderr = re.sub(
+        r"^\[([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+(?: \d+)? ",
+        r"[\1 ",
+        without_machine_paths(child.stderr),
+        flags=re.M,
+    )
     return child
 
 
@@ -223,8 +232,8 @@ print(child.stdout)
 #    :start-after: // [log-switch]
 #    :end-before: // [log-switch-end]
 #
-# The variable is read when the library is loaded. A one-line program, run
-# with it set:
+# The variable is read once, at the first call of an overriding kernel. A
+# one-line program, run with it set:
 #
 # .. literalinclude:: /../csrc/dispatcher/hostdev_demo.py
 #    :pyobject: tiny

@@ -131,7 +131,7 @@ def run_child(code: str) -> tuple[subprocess.CompletedProcess, str]:
     print(child.stdout)
     print("exit status:", child.returncode, "(-6 is SIGABRT)" if child.returncode == -6 else "")
     # The message, without the C++ stack trace that follows it.
-    stderr = without_machine_paths(child.stderr)  # <repo>, <venv> for this machine's folders
+    stderr = without_machine_paths(child.stderr)  # <repo>, <venv> for the folders it ran in
     message = stderr[: stderr.find("Exception raised from")].strip()
     first_line, _, what = message.partition("\n")
     print(first_line)
@@ -215,8 +215,8 @@ others = [
     if "opguide_mm" not in lib and not Path(lib).is_relative_to(ROOT / "opguide")
 ]
 if others:
-    # The site builds its pages in a few processes: a page built earlier in
-    # this one may have loaded a library too.
+    # A process may run several pages: one run earlier in it may have loaded a
+    # library too.
     print(f"loaded by other code in this process, not by this page: {', '.join(others)}")
 
 # %%

@@ -175,9 +175,9 @@ print(torch.library.opcheck(scale_fixed_, (torch.randn(4, 8), 2.0)))
 # Finding graph breaks
 # --------------------
 # ``torch.compile`` captures a function into a graph. Code it cannot capture
-# ends the graph and starts another (a *graph break*), which costs speed and,
-# for a custom operator, often means the operator ran outside the compiled
-# region. :func:`torch._dynamo.explain` traces the function and lists every
+# ends the graph and starts another (a *graph break*), which costs speed: the
+# code on either side is still compiled, and only the code that breaks runs
+# in Python. :func:`torch._dynamo.explain` traces the function and lists every
 # break with its reason and the line that caused it:
 import torch._dynamo  # noqa: E402
 

@@ -217,9 +217,12 @@ assert failed.returncode != 0
 # vmap
 # ----
 # :func:`torch.vmap` runs a function written for one example over a batch.
-# An operator without a rule fails under it; ``torch.library.register_vmap``
-# gives the rule. For ``rms_norm`` the batch is just more rows, so one call
-# serves it when the weight is shared:
+# An operator without a rule still runs under it, one example at a time,
+# through functorch's fallback loop, which warns of "a performance drop"
+# (`BatchedFallback.cpp
+# <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/functorch/BatchedFallback.cpp>`__);
+# ``torch.library.register_vmap`` gives the rule. For ``rms_norm`` the batch
+# is just more rows, so one call serves it when the weight is shared:
 #
 # .. literalinclude:: /../opguide/ops.py
 #    :language: python
@@ -334,7 +337,9 @@ print("\n".join(autocast_table("cpu")))
 # %%
 # Mutation contracts: the ``out`` and ``inplace`` tags
 # ----------------------------------------------------
-# torch 2.13 reads two tags on custom operators. ``inplace``: the op writes
+# Two tags of PyTorch's `tags.yaml
+# <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/tags.yaml>`__
+# describe how a custom operator writes. ``inplace``: the op writes
 # its first positional argument and returns it (``x.add_(y)``). ``out``:
 # the op writes keyword-only ``Tensor(a!)`` buffers that it never reads, and
 # returns exactly them (``torch.add(x, y, out=z)``). When a functional op has
@@ -411,7 +416,8 @@ else:
 # (:doc:`step 3 <03_cuda_kernel>`), and no opguide operator synchronises. An
 # operator that cannot follow them carries the ``cudagraph_unsafe`` tag
 # (``torch.Tag.cudagraph_unsafe``): Inductor then splits the graph around it
-# and replays the rest.
+# and replays the rest, as the tag's description in ``tags.yaml`` says (the
+# split is Inductor's graph partition, ``torch._inductor.config.graph_partition``).
 #
 # The cell runs these on a GPU, or shows a recorded GPU run when there is none
 # here; its last line says how the AOTInductor package of the block above did
@@ -563,8 +569,9 @@ print(counter.get_table())
 
 # %%
 # A call takes at least its bytes over the device's bandwidth, and at least
-# its FLOPs over the device's FLOP rate; FLOPs per byte says which is larger
-# (the roofline). The bytes over a call's measured time give the bandwidth the
+# its FLOPs over the device's FLOP rate; its FLOPs per byte, set against the
+# device's FLOP rate over its bandwidth, says which is larger (the roofline).
+# The bytes over a call's measured time give the bandwidth the
 # kernel reached:
 device = "cuda" if HAVE_GPU else "cpu"
 xb = torch.randn(4096, 1024, device=device)
@@ -595,8 +602,8 @@ print(
 #   the dtype your kernel wants under mixed precision, and none for an op that
 #   mutates its inputs.
 # * ``Tensor(a!)`` on anything the op writes; an ``out``-tagged overload only
-#   if the op need not go through AOTInductor (the AOTInductor section above
-#   shows why).
+#   if the op need not go through AOTInductor (the section on the ``out`` and
+#   ``inplace`` tags above shows why).
 # * Launch on the current stream, allocate with PyTorch, never synchronise:
 #   then CUDA graphs, by hand or through ``reduce-overhead``, just work.
 # * Register a FLOP formula for each operator that computes, and write down

@@ -52,7 +52,9 @@ Three points carry over to any operator:
   before.
 * **In-place updates need the placement to stay.** ``register_sharding``
   treats an operator whose name ends in ``_`` as one that writes and returns
-  its first argument; ``fused_add_rms_norm_`` writes its second and returns
+  its first argument (``OpSchema.is_inplace_op`` in DTensor's `_op_schema.py
+  <https://github.com/pytorch/pytorch/blob/main/torch/distributed/tensor/_op_schema.py>`__);
+  ``fused_add_rms_norm_`` writes its second and returns
   two new tensors. ``register_torch_dispatch`` lets the module handle DTensor
   arguments itself: it redistributes ``x`` to ``residual``'s layout, runs the
   kernel on the local shards, and refuses a ``residual`` sharded along its

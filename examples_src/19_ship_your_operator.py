@@ -57,7 +57,8 @@ for name, axes in counts.items():
 # ``abi3`` (``py_limited_api``, :doc:`step 6 <06_the_build>`) removes the
 # Python axis; the stable ABI (:doc:`step 15 <15_one_wheel_for_every_torch>`)
 # removes the torch axis. What is left is one wheel per platform and CUDA
-# major, built once and valid for every later torch.
+# major, built once and valid for the later torch releases (within the stable
+# ABI's promise of at least two years for each shim function).
 #
 # Building the wheel
 # ------------------
@@ -277,9 +278,9 @@ if len(sizes) >= 2:
 # %%
 # The minimal kernels are small; the library's production kernels
 # (``csrc/rms_norm/``) instantiate many more variants and grow the same way,
-# one copy of each per architecture. Lists in releases usually stop at the
-# oldest GPU the project supports and end with ``+PTX`` of the newest, so
-# that newer GPUs compile the PTX at load time.
+# one copy of each per architecture. A release's list starts at the oldest
+# GPU the project supports and ends with ``+PTX`` of the newest, so that
+# newer GPUs compile the PTX at load time.
 #
 # ``TORCH_TARGET_VERSION``'s bytes
 # --------------------------------
@@ -335,9 +336,10 @@ for value in (target_version(2, 11), "0x0211000000000000"):
 #
 # What to take to your own operator
 # ---------------------------------
-# * Build against the oldest torch (stable ABI: its target) in the
-#   ``manylinux_2_28`` container, torch's own tag; ``pip wheel
-#   --no-build-isolation --no-deps``.
+# * Build a classic-API wheel against the one torch it pins, a stable-ABI wheel
+#   against a torch new enough for its headers with ``TORCH_TARGET_VERSION``
+#   set to the oldest torch it supports; both in the ``manylinux_2_28``
+#   container, torch's own tag; ``pip wheel --no-build-isolation --no-deps``.
 # * ``auditwheel repair --exclude`` every library torch brings; check what
 #   was bundled.
 # * Pin the torch release in a classic-API wheel's metadata; give the

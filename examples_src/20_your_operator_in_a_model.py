@@ -205,8 +205,7 @@ for name, value in logits.items():
 #    :pyobject: inference_forward
 #
 # The first call of a compiled model compiles it, so it is timed apart. The
-# CPU that runs this page may be shared with other jobs (the machine that
-# builds the site is), and its speed drifts:
+# CPU that runs this page may be shared with other jobs, and its speed drifts:
 # the variants take turns, round after round, so that a slow moment falls on
 # all of them, and each result is a median with its quartiles. The code
 # Inductor generates at the first call is kept for a later section.
@@ -322,7 +321,7 @@ for mode, family in (("eager", models), ("compiled", compiled)):
 # %%
 # Inductor's CPU kernels run inside the row of the compiled graph and have no
 # row of their own (``torch.compile``'s option ``cpp.enable_kernel_profile``
-# gives them one, at the price of a slower compile; on a GPU the profiler
+# gives them one; on a GPU the profiler
 # lists every kernel by name). The generated code names them instead, after
 # every operation fused into each.
 #
@@ -377,8 +376,8 @@ else:
 # the norm of the sum, in the forms they take once traced (the Llama norm as
 # written, ``F.rms_norm``, ``opguide.rms_norm``), and puts the fused operator
 # in their place. It uses private Inductor APIs, so it is opt-in and lives
-# apart from the library (:doc:`step 11.2 <11_performance_2_eager>` has the
-# other experiment). The pattern is the model's code; the replacement calls the
+# apart from the library (:doc:`step 11.2 <11_performance_2_eager>` has
+# another). The pattern is the model's code; the replacement calls the
 # operator in its functional form, which Inductor then runs in place:
 #
 # .. literalinclude:: /../opguide/experimental/inductor_fusion.py
@@ -458,7 +457,8 @@ for step_name in STEPS:
 # Triton kernels with it). Inductor still writes a kernel of its own for the
 # pointwise operation after it, unless the private option
 # ``torch._inductor.config.epilogue_fusion_user_defined_triton_kernel``
-# (torch 2.12 and later, off by default) is on: then, by Inductor's source
+# (off by default; it is in torch 2.13's ``torch/_inductor/config.py``) is
+# on: then, by Inductor's source
 # (``UserDefinedTritonKernel.can_fuse_epilogue`` in
 # `torch/_inductor/ir.py <https://github.com/pytorch/pytorch/blob/v2.13.0/torch/_inductor/ir.py>`_),
 # it puts that operation into the user kernel's store, so the output is
@@ -581,8 +581,8 @@ packages = {
 for name, path in packages.items():
     print(f"{name} package, calls in its generated C++: {aoti_shim.calls(path)}")
 # Loading a package that calls opguide's operator ends the process with
-# signal 11 on torch 2.11 (seen on an H100 and an H200, and in
-# tests/test_across_pytorch.py), so the packages run on torch 2.13 and later.
+# signal 11 on torch 2.11 (tests/test_across_pytorch.py expects that crash on
+# a GPU machine's torch 2.11), so the packages run on torch 2.13 and later.
 LOADS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
 if not LOADS:
     print(f"Not loaded or timed: torch {torch.__version__} crashes loading such a package.")
@@ -622,8 +622,8 @@ else:
 # %%
 # On a GPU
 # --------
-# ``tools/record_model_step.py`` runs the same comparison on a GPU: a Llama of
-# hidden size 2048 with four layers, batch 4 by 2048 tokens, bfloat16; both
+# ``tools/record_model_step.py`` runs the same comparison on a GPU with a
+# larger Llama (the record's first lines give its size and batch); both
 # opguide backends, Liger and Quack where they import, the pass, and the
 # model kernelized in each group's mode with the support decided from the
 # record before it (a record made before the tool ran that variant says it
@@ -639,17 +639,23 @@ if not RECORDED:
     )
 for path in RECORDED:
     record = json.loads(path.read_text())
+    config = record["config"]
     about = (
         f"{path.name}: recorded on {record['device']}, {record['date']}; torch "
-        f"{record['torch']}, CUDA {record['cuda']}, triton {record['triton']}; "
+        f"{record['torch']}, CUDA {record['cuda']}, triton {record['triton']}; a Llama of "
+        f"hidden size {config['hidden_size']} with {config['num_hidden_layers']} layers; "
         f"{record['dtype']}, batch {record['batch']} x {record['seq']} tokens"
     )
     print(textwrap.fill(about, 80))
     say_stale(path.name)
     print("\n".join(model_record.record_table(record)))
+    after_add = 2 * config["num_hidden_layers"]  # every norm but the first layer's input norm
     for entry in record["fused_calls"]:
         if entry["count"]:
-            print(f"{entry['variant']}, {entry['step']}: {entry['count']} fused calls")
+            print(
+                f"{entry['variant']}, {entry['step']}: {entry['count']} fused calls "
+                f"({after_add} norms follow an add)"
+            )
     for sentence in model_record.record_winners(record):
         print(textwrap.fill(sentence, 80))
     for sentence in model_record.record_findings(record):
@@ -660,8 +666,9 @@ for path in RECORDED:
 # What to take from this step: measure the model, not only the kernel; time
 # compiled as well as eager, because Inductor's fusions change what your
 # operator competes with; let a layer declare only the modes where it is
-# measured faster, so that ``kernelize`` leaves the model's own code
-# elsewhere; and when an opaque operator loses a fusion, fuse it yourself,
+# measured faster, so that ``kernelize`` leaves the model's own code in the
+# other training and compiled modes (eager inference always runs a mapped
+# layer); and when an opaque operator loses a fusion, fuse it yourself,
 # either in the model's code or, without touching it, in the compiler. A
 # Triton operator with one store lets Inductor fuse what follows it, and an
 # AOTInductor package can call a C++ operator through a C shim instead of its

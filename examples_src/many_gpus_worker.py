@@ -252,9 +252,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Every check has passed and the process group is destroyed. With torch
-    # 2.13 on gloo, the interpreter's shutdown now and then aborts ("terminate
-    # called without an active exception", seen in about one run in eight),
-    # so the process leaves without it.
+    # Every check has passed and the process group is destroyed. On gloo the
+    # interpreter's shutdown can abort ("terminate called without an active
+    # exception") after the checks are done, so the process leaves without it.
     sys.stdout.flush()
     os._exit(0)

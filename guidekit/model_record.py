@@ -58,12 +58,15 @@ def record_table(record: dict) -> list[str]:
         median, quartiles and change from the model's own norm.
     """
     lines = []
-    for (mode, step), rows in record_rows(record).items():
+    groups = record_rows(record)
+    # Every name whole: the longest sets the column (the other columns take 36).
+    width = max([34] + [len(r["variant"]) for rows in groups.values() for r in rows])
+    for (mode, step), rows in groups.items():
         lines.append(f"{mode} {step}: ms, median (quartiles), change from the model's own")
         for r in sorted(rows, key=lambda r: r["median"]):
             quartiles = f"({r['q1']:.2f}-{r['q3']:.2f})"
             change = "" if r["ratio"] is None else f"{(r['ratio'] - 1) * 100:+6.1f}%"
-            lines.append(f"  {r['variant'][:34]:34} {r['median']:7.2f} {quartiles:13} {change}")
+            lines.append(f"  {r['variant']:{width}} {r['median']:7.2f} {quartiles:13} {change}")
     return lines
 
 
@@ -81,6 +84,14 @@ def record_winners(record: dict) -> list[str]:
     said = []
     for (mode, step), rows in record_rows(record).items():
         first, *others = sorted(rows, key=lambda r: r["median"])
+        if others and f"{compare(others[0], first)[0]:.1f}" == "0.0":
+            # Equal medians to the printed digit: a tie, whatever the order.
+            line = (
+                f"{mode.capitalize()} {step}: {first['variant']} and {others[0]['variant']} "
+                f"tie, {first['median']:.2f} ms by the medians"
+            )
+            said.append(line + ".")
+            continue
         line = (
             f"{mode.capitalize()} {step}: {first['variant']} is fastest, {first['median']:.2f} ms"
         )
@@ -171,16 +182,21 @@ def record_findings(record: dict) -> list[str]:
             continue
         win = min(fused, key=lambda r: r["median"])
         change, overlap = compare(win, base)
+        # A gap to win back only where the operator was measurably slower.
+        op_change, op_overlap = compare(best, base)
+        gap = op_change > 0 and not op_overlap
         if overlap:
             verdict = "no measurable difference"
-        elif change <= 0 and best["median"] > base["median"]:
-            verdict = "by the medians, the pass wins back the gap"
+        elif change <= 0 and gap:
+            verdict = "the pass wins back the operator's gap"
         elif change <= 0:
-            verdict = "by the medians, the step with the pass is faster too"
-        elif win["median"] < best["median"]:
-            verdict = "by the medians, the pass wins back part of the gap"
+            verdict = "the step with the pass is faster than with the model's own norm"
+        elif gap and win["median"] < best["median"]:
+            verdict = "the pass wins back part of the operator's gap"
+        elif gap:
+            verdict = "the pass does not win back the operator's gap"
         else:
-            verdict = "the pass does not win back the gap"
+            verdict = "the step with the pass is slower than with the model's own norm"
         said.append(
             f"Compiled with the fusion pass ({_backend(win['variant'])}), the {step} "
             f"takes {win['median']:.2f} ms, {change:+.1f}% from the model's own norm "
@@ -224,8 +240,20 @@ def _kernelized_findings(record: dict, groups: dict) -> list[str]:
             f"{r['median']:.2f} ms, {change:+.1f}% from the model's own norm "
             f"({'no measurable difference' if overlap else 'their quartiles do not overlap'})."
         )
-    if "from" in about:
-        said.append(f"The kernelized rows follow the support declared from {about['from']}.")
+    if about.get("from"):
+        declared = [
+            f"{layer}: {', '.join(f for f, on in flags.items() if on is True) or 'no flag'}"
+            for layer, flags in about.get("support", {}).items()
+        ]
+        said.append(
+            f"The kernelized layers declared what the earlier run of {about['from']} "
+            f"measured faster (this record replaced it): {'; '.join(declared)}."
+        )
+    elif "from" in about:
+        said.append(
+            "No earlier record was there when this one was made: the kernelized layers "
+            "declared no flag, so only eager inference runs them."
+        )
     return said
 
 

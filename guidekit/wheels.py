@@ -232,7 +232,7 @@ def repair(
 
 
 def platform_constraint(wheel: Path) -> str | None:
-    """The newest ``manylinux`` tag ``auditwheel show`` says ``wheel``'s libraries allow.
+    """The oldest ``manylinux`` tag ``auditwheel show`` says ``wheel``'s libraries allow.
 
     It comes from the glibc and libstdc++ symbol versions the libraries ask
     for, that is from the machine that built them. None where auditwheel

@@ -21,9 +21,8 @@ when it traces it:
 
 ``"native"`` (the default)
     the operator's plain-PyTorch form (:func:`opguide.rms_norm_reference`,
-    :func:`opguide.fused_add_rms_norm_reference`), which Inductor fuses with
-    its neighbours and generates code for, so that a compiled model is never
-    slower for having called opguide;
+    :func:`opguide.fused_add_rms_norm_reference`), so that Inductor can fuse
+    it with its neighbours;
 ``"kernel"``
     opguide's operator, as one call in the graph, running the kernel that
     ``backend=`` chooses.
@@ -107,9 +106,11 @@ def native_under_compile(fn: str, compiled: str) -> bool:
     True only while ``torch.compile`` or ``torch.export`` traces the call
     (:func:`torch.compiler.is_compiling`) and ``compiled`` is ``"native"``;
     eager calls always run opguide's kernels. Export is not told apart from
-    compile: ``torch.compiler.is_exporting`` is also true inside
-    ``torch.compile`` on torch 2.11, so a program meant to call the operator
-    (an AOTInductor package, say) passes ``compiled="kernel"``.
+    compile: on torch 2.11, ``torch.compiler.is_exporting`` is also true
+    inside ``torch.compile``
+    (https://github.com/pytorch/pytorch/issues/176347; on torch 2.13 it is
+    false there). A program meant to call the operator (an AOTInductor
+    package, say) passes ``compiled="kernel"``.
 
     Args:
         fn: the public function's name, for error messages.

@@ -1,8 +1,9 @@
 """Build ``opguide_stable._C`` on the LibTorch stable ABI: one wheel for every torch.
 
 The library includes only torch's stable headers and calls torch only through
-its C shim, so a build made against one torch loads into every later one (from
-``TORCH_TARGET_VERSION`` on). It has no Python module in it either, so with
+its C shim, so a build made against one torch loads into the later ones (from
+``TORCH_TARGET_VERSION`` on, for the two years at least that PyTorch keeps each
+shim function). It has no Python module in it either, so with
 ``py_limited_api`` the wheel is tagged ``cp310-abi3``: one wheel per platform,
 not one per Python and torch pair.
 

@@ -20,7 +20,8 @@ namespace and every device here that runs it:
   metadata (shape, strides, storage offset, dtype, device) alone, in the fake
   kernel and in the real one;
 * the public functions :func:`opguide.rms_norm` (backends ``"cpp"`` and
-  ``"triton"``) and :func:`opguide.fused_add_rms_norm_` (both backends), under
+  ``"triton"``) and :func:`opguide.fused_add_rms_norm_` (both backends), called
+  with ``compiled="kernel"`` so that the graph holds the operator, under
   ``torch.compile(fullgraph=True)``, return outputs with the strides, dtype and
   values of eager mode, and the written ``residual`` keeps its strides and
   gets eager's values: "aot_eager" over several layouts (the compile path
@@ -460,7 +461,7 @@ def test_compiled_rms_norm_has_eager_strides(backend, device, layout, compiler):
     weight = torch.randn(8, generator=torch.Generator().manual_seed(1)).to(device)
 
     def f(x, weight):
-        y = opguide.rms_norm(x, weight, 1e-6, backend=backend)
+        y = opguide.rms_norm(x, weight, 1e-6, backend=backend, compiled="kernel")
         # Inductor reads y in the code it generates for y * 2 with the strides
         # the fake kernel gave, and lays y * 2 out like them.
         return y, y * 2
@@ -478,7 +479,7 @@ def test_compiled_rms_norm_training_has_eager_strides(backend, device):
     # The training forward and the backward operator, traced by AOTAutograd.
 
     def f(x, weight):
-        return opguide.rms_norm(x, weight, 1e-6, backend=backend)
+        return opguide.rms_norm(x, weight, 1e-6, backend=backend, compiled="kernel")
 
     def step(fn):
         x = _layout("transposed", device).requires_grad_()
@@ -507,7 +508,9 @@ def test_compiled_fused_add_rms_norm_has_eager_strides(backend, device, layout, 
     weight = torch.randn(8, generator=gen).to(device)
 
     def f(x, residual, weight):
-        out, inv_rms = opguide.fused_add_rms_norm_(x, residual, weight, 1e-6, backend=backend)
+        out, inv_rms = opguide.fused_add_rms_norm_(
+            x, residual, weight, 1e-6, backend=backend, compiled="kernel"
+        )
         return out, inv_rms, out * 2, inv_rms * 2  # read with the fake kernel's strides
 
     residual_eager, residual_compiled = _layout(layout, device), _layout(layout, device)

@@ -123,13 +123,26 @@ def test_record_findings_branch_on_the_record():
     assert "cpp 32.00 ms (-20.0%), triton 36.00 ms (-10.0%)" in said[0]
     assert "5.0% slower" in said[1] and "opaque" in said[1]
     assert "do not overlap" in said[1]
-    assert "wins back the gap" in said[2] and "-5.0%" in said[2]
+    assert "wins back the operator's gap" in said[2] and "-5.0%" in said[2]
     assert said[3].startswith("This record holds no row of the kernelized model")
     assert said[3].endswith("not recorded.")
     assert said[4].startswith("Not measured on that machine: Quack")
     # The pass recovers part of the gap; then none of it.
-    assert "part of the gap" in model_record.record_findings(synthetic_record(10.5, 10.3))[2]
+    assert (
+        "part of the operator's gap"
+        in model_record.record_findings(synthetic_record(10.5, 10.3))[2]
+    )
     assert "does not win back" in model_record.record_findings(synthetic_record(10.5, 10.8))[2]
+    # No gap to win back where the operator's difference is within the spread:
+    # the pass is then set against the model's own norm alone.
+    no_gap = model_record.record_findings(synthetic_record(10.05, 9.5))
+    assert "no measurable difference" in no_gap[1]
+    assert no_gap[2].endswith(
+        "the step with the pass is faster than with the model's own norm. "
+        "Each backend of the pass: cpp 9.50 ms (-5.0%)."
+    )
+    slower = model_record.record_findings(synthetic_record(10.05, 10.5))[2]
+    assert "slower than with the model's own norm" in slower and "gap" not in slower
     # The operator ahead under compile, within the spread, and the pass too.
     close = model_record.record_findings(synthetic_record(9.95, 9.9))
     assert "9.95 ms: no measurable difference from the model's own norm (-0.5%" in close[1]
@@ -140,7 +153,7 @@ def test_record_findings_branch_on_the_record():
     # The operator ahead under compile, beyond the spread.
     faster = model_record.record_findings(synthetic_record(9.5, 9.0))
     assert "5.0% faster than with the model's own norm" in faster[1]
-    assert "faster too" in faster[2]
+    assert "the step with the pass is faster than with the model's own norm" in faster[2]
 
 
 def test_plot_record_has_a_panel_per_group():
@@ -193,6 +206,12 @@ def test_record_winners_say_no_measurable_difference_where_quartiles_overlap():
     # 9.95 against 10.0, each +-0.1: the quartiles overlap.
     assert said[1].startswith("Compiled inference forward: model's own + fusion pass (cpp) is")
     assert said[1].endswith("0.5% more time: no measurable difference.")
+    # Medians equal to the printed digit: a tie, neither named fastest.
+    tie = model_record.record_winners(synthetic_record(10.5, 10.0))[1]
+    assert tie == (
+        "Compiled inference forward: model's own and model's own + fusion pass (cpp) tie, "
+        "10.00 ms by the medians."
+    )
 
 
 def test_record_findings_read_the_kernelized_rows():
@@ -201,6 +220,10 @@ def test_record_findings_read_the_kernelized_rows():
     record["results"].append(row)
     record["kernelized"] = {
         "from": "model_step_x.json",
+        "support": {
+            "OpguideRMSNorm": {"has_backward": True, "can_torch_compile": False, "why": {}},
+            "OpguideRMSNormTriton": {"has_backward": False, "can_torch_compile": False},
+        },
         "forwards": [
             dict(
                 mode="compiled",
@@ -216,4 +239,15 @@ def test_record_findings_read_the_kernelized_rows():
         "LlamaRMSNorm.forward; 10.02 ms, +0.2% from the model's own norm "
         "(no measurable difference)."
     )
-    assert said[4] == "The kernelized rows follow the support declared from model_step_x.json."
+    assert said[4] == (
+        "The kernelized layers declared what the earlier run of model_step_x.json measured "
+        "faster (this record replaced it): OpguideRMSNorm: has_backward; "
+        "OpguideRMSNormTriton: no flag."
+    )
+    # A first record: nothing before it to decide from.
+    record["kernelized"]["from"] = None
+    assert model_record.record_findings(record)[4].startswith("No earlier record was there")
+    # The names are whole in the table, however long.
+    table = model_record.record_table(record)
+    assert any("kernelized opguide.rms_norm (cpp) " in line for line in table)
+    assert max(map(len, table)) <= 80

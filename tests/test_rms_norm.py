@@ -68,8 +68,10 @@ def test_opcheck(dtype):
 
 
 def test_compile_fullgraph():
+    # compiled="kernel": the graph holds opguide::rms_norm itself, traced with
+    # its fake kernel (the default, "native", would trace the reference).
     torch._dynamo.reset()
-    fn = torch.compile(lambda x, w: opguide.rms_norm(x, w) * 2, fullgraph=True)
+    fn = torch.compile(lambda x, w: opguide.rms_norm(x, w, compiled="kernel") * 2, fullgraph=True)
     x, w = make_inputs((8, 64), torch.float32)
     torch.testing.assert_close(fn(x, w), rms_norm_reference(x, w) * 2)
 
@@ -186,7 +188,8 @@ def test_forward_saves_inv_rms():
     "entry",
     [
         pytest.param(lambda x, w: opguide.rms_norm(x, w, 1e-3), id="opguide.rms_norm"),
-        # The inference op recomputes inv_rms in its backward.
+        # The operator itself: with inputs that require grad, its C++ autograd
+        # kernel runs the training forward, rms_norm_fwd, which saves inv_rms.
         pytest.param(lambda x, w: torch.ops.opguide.rms_norm(x, w, 1e-3), id="ops.rms_norm"),
     ],
 )
@@ -256,12 +259,13 @@ def test_opcheck_training_ops(dtype):
 
 def test_compile_dynamic_forward_backward_no_recompiles():
     # fullgraph: no graph break in forward or backward; dynamic=True plus
-    # error_on_recompile: one graph serves every shape below.
+    # error_on_recompile: one graph serves every shape below. compiled="kernel"
+    # puts the operators in the graph, traced with their fake kernels.
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
 
     def loss_fn(x, w):
-        return (opguide.rms_norm(x, w) * 2.0).sum()
+        return (opguide.rms_norm(x, w, compiled="kernel") * 2.0).sum()
 
     compiled = torch.compile(loss_fn, fullgraph=True, dynamic=True)
     with torch._dynamo.config.patch(error_on_recompile=True):

@@ -27,7 +27,7 @@ tools/gpu_suite.sh docs "$wheels" 2>&1 | tee "$log" || status=$?
 echo "record_gpu_docs: the build took $((SECONDS - start)) s and ended with status $status" | tee -a "$log"
 
 {
-  echo "# tools/gpu_suite.sh docs $wheels"
+  echo "# tools/record_gpu_docs.sh $wheels  (tools/gpu_suite.sh docs $wheels)"
   python3 -c 'import datetime, torch, triton
 print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__},",
       datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))'

@@ -56,12 +56,13 @@ __device__ __forceinline__ void cluster_barrier() {
 }
 
 // The sum over the cluster's blocks of `block_total` (which every thread of
-// a block holds). Block 0's thread 0 .. : each block publishes its total in
-// its own `slot`; after the barrier, lane j of every warp reads block j's
-// slot and the warp adds them in a fixed order, so every thread of every
-// block gets the same, deterministic total. Slots alternate between calls
-// (two of them, by `parity`): the barrier of the next call is what keeps a
-// fast block from overwriting a slot that a slow one still reads.
+// a block holds). Thread 0 of each block publishes its block's total in its
+// own `slot` (in its shared memory); after the barrier, lane j of every warp
+// reads block j's slot and the warp adds them in a fixed order, so every
+// thread of every block gets the same, deterministic total. A caller that
+// sums several rows alternates between two slots (&slots[parity] in
+// tools/sweep_rms_norm_forward_cluster.cu): the barrier of the next call is
+// what keeps a fast block from overwriting a slot that a slow one still reads.
 template <typename Acc>
 __device__ __forceinline__ Acc cluster_sum(Acc block_total, Acc* slot) {
 #if OPGUIDE_CLUSTER_DEVICE

@@ -1,6 +1,8 @@
 // Switches shared by the libraries that override ATen operators
-// (hostdev_backend.cpp, cpu_override.cpp). Both are read once, when the
-// library is loaded, because that is when TORCH_LIBRARY_IMPL blocks run.
+// (hostdev_backend.cpp, cpu_override.cpp). Each is read once: the disable
+// switches when the library is loaded, because that is when
+// TORCH_LIBRARY_IMPL blocks run; the log switch at the first call of an
+// overriding kernel (log_overrides() below).
 //
 //   OPGUIDE_DISABLE_OVERRIDE_<name>=1  do not register the override of
 //                                      aten::<name> (name without overload,

@@ -1,9 +1,8 @@
 // The autograd formula of opguide::rms_norm and opguide::rms_norm_fwd, in C++:
 // one dispatcher kernel per operator at the Autograd key, which every device
-// shares. A C++ autograd kernel costs less per call than one registered from
-// Python with torch.library.register_autograd, which re-enters the
-// interpreter on every call, with or without gradients
-// (guidekit/benchmark/ times both; docs/recorded/eager_bf16_h100.json).
+// shares. A C++ autograd kernel does not re-enter the Python interpreter;
+// one registered with torch.library.register_autograd does, on every call,
+// with or without gradients (examples_src/08_autograd.py times both).
 // Both operators build their graph with torch::autograd::Function, the
 // public C++ API.
 #include <ATen/core/dispatch/Dispatcher.h>

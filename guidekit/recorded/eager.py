@@ -180,6 +180,11 @@ def training_parts(rows: Sequence[dict]) -> tuple[dict, list[str]]:
             f"{impl:15} training {parts[impl][0]:5.0f} us: the operators {parts[impl][1]:4.0f} us, "
             f"autograd and the rest {parts[impl][2]:4.0f} us"
         )
+    if parts:
+        lines.append(
+            "Each figure is a median over the shapes, taken on its own (the rest: the median "
+            "of the per-shape differences), so the parts need not add up to the total."
+        )
     if {"opguide", "opguide triton"} <= parts.keys():
         cpp, tri = parts["opguide"], parts["opguide triton"]
         lines.append(
@@ -195,16 +200,23 @@ def training_parts(rows: Sequence[dict]) -> tuple[dict, list[str]]:
 
 
 def floor_lines(rows: Sequence[dict], at: tuple[int, int] = (1, 4096)) -> list[str]:
-    """Autograd's floor: the empty Python Function's training call, against each full call.
+    """The empty Python Function's training call, against each full call.
+
+    The empty Function measures what autograd costs around an operator
+    written as a Python ``autograd.Function``; opguide's C++ Function may cost
+    less, so the last line sets opguide's training call less its operators
+    against it, shape by shape, and says which way it goes.
 
     Args:
         rows: the eager rows.
-        at: the ``(m, n)`` shape at which each implementation is set against the floor.
+        at: the ``(m, n)`` shape at which each implementation is set against it.
 
     Returns:
-        The floor's median and range over the shapes, then one line per
-        implementation timed at ``at``: its training call and how far above the
-        floor it is. Empty if the file has no empty-Function rows.
+        The empty Function's median and range over the shapes, then one line
+        per implementation timed at ``at``: its training call and how many
+        times the empty Function's it takes; then opguide's line, if its
+        operators were timed alone. Empty if the file has no empty-Function
+        rows.
     """
     floor = seconds(rows, EMPTY_FUNCTION, "training")
     if not floor or at not in floor:
@@ -218,7 +230,7 @@ def floor_lines(rows: Sequence[dict], at: tuple[int, int] = (1, 4096)) -> list[s
         if any(shape in floor and t < floor[shape] for shape, t in by_shape.items())
     ]
     lines = [
-        f"Autograd's floor, a Python autograd Function that launches nothing: "
+        f"A Python autograd Function that launches nothing: "
         f"{statistics.median(us):.0f} us per training call (median over the shapes; "
         f"{us[0]:.0f} to {us[-1]:.0f} us). "
         + (
@@ -226,13 +238,52 @@ def floor_lines(rows: Sequence[dict], at: tuple[int, int] = (1, 4096)) -> list[s
             if below
             else "Every training call in the file costs more, at every shape."
         ),
-        f"Training calls at {at[0]}x{at[1]} against that floor ({floor[at] * 1e6:.0f} us there):",
+        f"Training calls at {at[0]}x{at[1]} against it ({floor[at] * 1e6:.0f} us there):",
     ]
     for impl, by_shape in calls.items():
         full = by_shape.get(at)
         if full is not None:
-            lines.append(f"  {impl:36} {full * 1e6:5.0f} us, {full / floor[at]:.2f}x the floor")
-    return lines
+            lines.append(
+                f"  {impl:36} {full * 1e6:5.0f} us, {full / floor[at]:.2f}x the empty Function"
+            )
+    return lines + cpp_function_line(calls.get("opguide", {}), rows, floor)
+
+
+def cpp_function_line(full: dict, rows: Sequence[dict], floor: dict) -> list[str]:
+    """opguide's training call less its operators, against the empty Python Function.
+
+    Args:
+        full: {(M, N): seconds} of opguide's training calls.
+        rows: the eager rows (for opguide's operators timed without autograd).
+        floor: {(M, N): seconds} of the empty Python Function's training calls.
+
+    Returns:
+        One line: at how many shapes the rest of opguide's call (its C++
+        Function, autograd and the rest) costs less than the empty Function,
+        the range of the differences, and what that says. Empty if opguide's
+        operators were not timed alone.
+    """
+    ops = seconds(rows, EAGER_KERNELS["opguide"], "training")
+    shapes = [k for k in ops if k in full and k in floor]
+    if not shapes:
+        return []
+    diffs = [1e6 * (full[k] - ops[k] - floor[k]) for k in shapes]
+    less = sum(d < 0 for d in diffs)
+    line = (
+        "opguide's training call less its operators (its C++ Function, autograd and the rest) "
+        f"against the empty Python Function: {min(diffs):+.1f} to {max(diffs):+.1f} us, "
+        f"less at {less} of {len(diffs)} shapes"
+    )
+    if less == len(diffs):
+        line += (
+            ": here opguide's C++ Function costs less than the Python one, so the empty "
+            "Python Function is no floor for opguide's call."
+        )
+    elif less == 0:
+        line += ": here the C++ Function saves nothing against the Python one."
+    else:
+        line += ": no consistent order between the C++ Function and the Python one."
+    return [line]
 
 
 def node_lines(rows: Sequence[dict]) -> list[str]:
@@ -245,8 +296,8 @@ def node_lines(rows: Sequence[dict]) -> list[str]:
     return [
         "A Function of one output (y) against one of two (y, inv_rms): "
         + (f"{median:.1f} us less" if median >= 0 else f"{-median:.1f} us more")
-        + f" per training call at the median shape, faster at {sum(d > 0 for d in saved)} "
-        f"of {len(saved)} shapes"
+        + " per training call (the median of the per-shape differences), faster at "
+        f"{sum(d > 0 for d in saved)} of {len(saved)} shapes"
     ]
 
 

@@ -288,6 +288,36 @@ def pdl_lines(changes: Sequence[float], clean_l2: bool) -> list[str]:
     return lines
 
 
+def keep_packed_occupancy_line(packed: list[dict]) -> str:
+    """Whether ``keep_packed``'s fewer registers let more threads run at once.
+
+    At four vectors per thread, each bfloat16 shape's fastest launch with and
+    without ``keep_packed``: their threads per multiprocessor (the tool's
+    ``threads/SM``). Where these are the same, the register counts cannot
+    explain the gap through occupancy.
+    """
+    pairs = []
+    for shape in dict.fromkeys(r["shape"] for r in packed):
+        want = {"dtype": "bf16", "shape": shape, "vecs/thr": 4}
+        on = best(packed, section="OPGUIDE_KEEP_PACKED=1", **want)
+        off = best(packed, section="OPGUIDE_KEEP_PACKED=0", **want)
+        if on and off and "threads/SM" in on and "threads/SM" in off:
+            pairs.append((on["threads/SM"], off["threads/SM"]))
+    same = sum(a == b for a, b in pairs)
+    head = (
+        f"At 4 vectors a thread, the fastest launches with and without keep_packed run as "
+        f"many threads per multiprocessor at {same} of {len(pairs)} shapes"
+    )
+    if pairs and same == len(pairs):
+        return (
+            head + ": the registers saved do not let more threads run at once; what makes "
+            "the gap, these runs do not show."
+        )
+    if same == 0 and pairs:
+        return head + ": keep_packed's fewer registers let more threads run, a possible cause."
+    return head + "."
+
+
 def keep_packed_gains(packed: list[dict]) -> list[float]:
     """Points gained by ``keep_packed`` at four vectors per thread, at each bfloat16 shape."""
     gains = []

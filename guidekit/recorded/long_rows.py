@@ -144,16 +144,25 @@ def triton_fused_faster(at_: dict, ns: Sequence[int]) -> list[str]:
 
 
 def triton_long_row_lines(rows_by_dtype: dict, ns: Sequence[int]) -> list[str]:
-    """The Triton kernels at rows of 16384 and more, both 16-bit types, against the targets."""
-    lines = [f"{'pass':8} {'N':>6} {'target':>6}  {'bfloat16':>14}  {'float16':>14}"]
+    """opguide's Triton kernels at rows of 16384 and more, both 16-bit types, against the targets.
+
+    The ``program`` column says whether the pass splits the row over programs
+    (``split``) or gives it one program (``one``), from :data:`.TRITON_BLOCK`.
+    """
+    lines = [
+        "opguide triton, rows of 16384 and more:",
+        f"{'pass':8} {'N':>6} {'program':>7} {'target':>6}  {'bfloat16':>14}  {'float16':>14}",
+    ]
     for pass_name, target in TARGETS.items():
         for n in (n for n in ns if n >= 16384):
             cells = []
             for dtype in ("bf16", "fp16"):
                 got = rows_by_dtype[(dtype, pass_name, "opguide triton", n)]["vs_copy"]
                 cells.append(f"{100 * got:5.1f}% {'met' if got >= target else 'MISSED':>7}")
+            split = "split" if n > TRITON_BLOCK[pass_name] else "one"
             lines.append(
-                f"{pass_name:8} {n:6} {100 * target:5.0f}%  {cells[0]:>14}  {cells[1]:>14}"
+                f"{pass_name:8} {n:6} {split:>7} {100 * target:5.0f}%  {cells[0]:>14}  "
+                f"{cells[1]:>14}"
             )
     return lines
 
@@ -215,16 +224,63 @@ def access_bytes(n: int, size: int = 2) -> int:
     return next((b for b in (16, 8, 4) if n * size % b == 0), size)
 
 
-def access_lines(odd: dict) -> list[str]:
-    """The CUDA kernels' lowest and highest % of the copy, by access width and pass."""
+def narrow_backward_longest(nbytes: int, csrc: Path = CSRC, size: int = 2) -> int:
+    """The longest row (elements of ``size`` bytes) the narrow backward of ``nbytes``
+    accesses holds: ``kBwdMaxThreads`` x ``narrow_backward_regs<nbytes>()`` vectors
+    (``csrc/rms_norm/rms_norm_config.h``; ``narrow_backward_plan`` in the planner).
+    Longer rows of such accesses take the chunked kernel, which reads the row twice.
+    """
+    config = (csrc / "rms_norm" / "rms_norm_config.h").read_text()
+    wide, other = re.search(
+        r"narrow_backward_regs\(\) \{\s*return kBytes == 8 \? (\d+) : (\d+);", config
+    ).groups()
+    regs = int(wide) if nbytes == 8 else int(other)
+    return constants(config)["kBwdMaxThreads"] * regs * (nbytes // size)
+
+
+def backward_chunked(n: int, csrc: Path = CSRC) -> bool:
+    """Whether the CUDA backward of an aligned row of n 16-bit elements takes the chunked kernel.
+
+    Only rows that are not whole 16-byte vectors can: the planner tries the
+    narrow kernels from the widest access the row allows down to 2 bytes, each
+    up to :func:`narrow_backward_longest`, and takes the chunked kernel when
+    none holds the row.
+    """
+    nbytes = access_bytes(n)
+    widths = [w for w in (8, 4, 2) if w <= nbytes]
+    return nbytes < 16 and all(n > narrow_backward_longest(w, csrc) for w in widths)
+
+
+def access_lines(odd: dict, csrc: Path = CSRC) -> list[str]:
+    """The CUDA kernels' lowest and highest % of the copy, by access width and pass.
+
+    The backward and training points whose backward takes the chunked kernel
+    (:func:`backward_chunked`) read the row twice whatever the access: they are
+    left out of the ranges, and the last line names them.
+    """
+
+    def counted(p: str, n: int) -> bool:
+        return not (p in ("backward", "training") and backward_chunked(n, csrc))
+
     lines = [f"{'access':8}" + "".join(f" {p:>10}" for p in SWEEP_PASSES)]
     for nbytes in (16, 8, 4, 2):
         cells = []
         for pass_name in SWEEP_PASSES:
             got = [v for (d, p, i, n), v in odd.items()
-                   if (p, i) == (pass_name, "opguide") and access_bytes(n) == nbytes]  # fmt: skip
+                   if (p, i) == (pass_name, "opguide") and access_bytes(n) == nbytes
+                   and counted(p, n)]  # fmt: skip
             cells.append(f"{100 * min(got):.0f}-{100 * max(got):.0f}%" if got else "-")
         lines.append(f"{f'{nbytes} B':8}" + "".join(f" {c:>10}" for c in cells))
+    chunked = sorted({n for (_, p, i, n) in odd if i == "opguide" and not counted(p, n)})
+    lines.append(
+        "Left out of backward and training: "
+        + (
+            f"N = {', '.join(map(str, chunked))}, whose backward takes the chunked kernel "
+            "(the row read twice)."
+            if chunked
+            else "none."
+        )
+    )
     return lines
 
 

@@ -24,10 +24,17 @@ COLORS = {
     "compile(reference)": "C3",
     "compile(unfused reference)": "C6",
     "eager add + F.rms_norm": "C8",
+    "compile(residual += x; F.rms_norm)": "C9",
     "liger": "C4",
     "quack": "C5",
+    # A peer's fused kernel takes its library's colour (the fused pass is a
+    # panel of its own).
+    "liger (fused)": "C4",
+    "quack (residual)": "C5",
     SAME_SIZE_COPY: "black",
 }
+#: The peers' kernels in the fused pass, by the name they have in the others.
+FUSED_PEER = {"liger": "liger (fused)", "quack": "quack (residual)"}
 
 
 def _figure(rows: int, cols: int, size: tuple[float, float]):
@@ -91,8 +98,10 @@ def long_rows_figure(at_: Mapping, ns: Sequence[int], title: str, shortest: int 
     """
     fig, axes = _figure(2, 2, (12, 8))
     long_ns = [n for n in ns if n >= shortest]
-    impls = ("opguide", "opguide triton", "quack", "liger", "F.rms_norm")
     for ax, pass_name in zip(axes.flat, SWEEP_PASSES, strict=True):
+        impls = ("opguide", "opguide triton", "quack", "liger", "F.rms_norm")
+        if pass_name == "fused":
+            impls = tuple(FUSED_PEER.get(i, i) for i in impls)
         for impl in impls:
             points = [(n, 100 * at_[(pass_name, impl, n)]["vs_copy"])
                       for n in long_ns if (pass_name, impl, n) in at_]  # fmt: skip
@@ -107,8 +116,11 @@ def long_rows_figure(at_: Mapping, ns: Sequence[int], title: str, shortest: int 
         ax.set_ylim(0, 110)
         ax.set_title(pass_name)
         ax.set_ylabel("% of the same-size copy")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=7)
+    legend = {}  # every panel's lines, each label once
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=5)
     fig.suptitle(title)
     return fig
 

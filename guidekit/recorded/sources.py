@@ -49,7 +49,13 @@ SWEEP_COMMON = ("tools/sweep_common.cuh",)
 #: A record's name (an ``fnmatch`` pattern; the first that matches wins) ->
 #: the globs of the sources it measured, relative to the repository root.
 MEASURED: dict[str, tuple[str, ...]] = {
-    "minimal_cuda_*.json": ("csrc/minimal/**", "tools/record_minimal_cuda.py"),
+    # The minimal kernel, and the library's CUDA kernel timed beside it.
+    "minimal_cuda_*.json": (
+        "csrc/minimal/**",
+        *KERNELS,
+        *LIBRARY,
+        "tools/record_minimal_cuda.py",
+    ),  # fmt: skip
     "bad_index_*.json": ("tools/bad_index.cu", "tools/record_bad_index.py"),
     "model_step_*.json": (
         *KERNELS,

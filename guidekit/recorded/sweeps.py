@@ -137,15 +137,41 @@ def dtype_gaps(rows: Iterable[dict]) -> list[float]:
     return [100 * abs(v["fp16"] - v["bf16"]) for v in found.values() if len(v) == 2]
 
 
-def target_lines(at_: dict, ns: Sequence[int]) -> list[str]:
+def rerun_spread(changes: dict[tuple, list], impl: str = "opguide") -> dict[str, float]:
+    """{pass: the largest change of ``impl`` between two runs, in points of the copy}.
+
+    Args:
+        changes: :func:`rerun_changes` of the two runs.
+        impl: the implementation whose changes count.
+    """
+    return {p: max(abs(c) for *_, c in found) for (i, p), found in changes.items() if i == impl}
+
+
+def peer_verdict(ours: float, best: float, spread: float = 0.0) -> str:
+    """``faster``, ``tie`` or ``SLOWER``: the CUDA kernel against the fastest peer.
+
+    Args:
+        ours, best: the two fractions of the copy.
+        spread: in points of the copy; a difference no larger is a tie, since a
+            second run of the same kernel moved it that far.
+    """
+    diff = 100 * (ours - best)
+    if abs(diff) <= spread:
+        return "tie"
+    return "faster" if diff > 0 else "SLOWER"
+
+
+def target_lines(at_: dict, ns: Sequence[int], spread: dict[str, float] | None = None) -> list[str]:
     """Per pass and N: each kernel against its target, and the fastest peer's speed.
 
-    The last column says whether opguide's CUDA kernel is at least as fast as
-    that peer (the passes of :data:`PASS_PEERS`).
+    The last column is :func:`peer_verdict` of opguide's CUDA kernel against
+    that peer (the passes of :data:`PASS_PEERS`), with ``spread`` ({pass:
+    points}, :func:`rerun_spread`; none: no ties but exact ones) as the tie.
     """
+    spread = spread or {}
     lines = [
         f"{'pass':8} {'N':>6}  {'opguide':>14}  {'opguide triton':>14}  "
-        f"{'fastest peer':>16}  {'opguide >=':>10}"
+        f"{'fastest peer':>16}  {'CUDA vs it':>10}"
     ]
     for pass_name, target in TARGETS.items():
         for n in ns:
@@ -163,9 +189,10 @@ def target_lines(at_: dict, ns: Sequence[int]) -> list[str]:
             if peers:
                 # vs_copy, not seconds: a peer read from its own run had its own copy.
                 best = max(peers, key=lambda r: r["vs_copy"])
-                ahead = at_[(pass_name, "opguide", n)]["vs_copy"] >= best["vs_copy"]
+                ours = at_[(pass_name, "opguide", n)]["vs_copy"]
+                verdict = peer_verdict(ours, best["vs_copy"], spread.get(pass_name, 0.0))
                 name = SHORT_PEER.get(best["impl"], best["impl"])
-                peer = f"{name:>9} {100 * best['vs_copy']:5.1f}%  {'yes' if ahead else 'NO':>10}"
+                peer = f"{name:>9} {100 * best['vs_copy']:5.1f}%  {verdict:>10}"
             lines.append(f"{pass_name:8} {n:6}  {cells[0]}  {cells[1]}  {peer}".rstrip())
     return lines
 
@@ -250,16 +277,25 @@ def expected_misses(misses: dict) -> tuple[list[str], list[str]]:
     return expected, other
 
 
-def slower_than_fastest_peer(rows_by_dtype: dict) -> tuple[list[str], int]:
-    """Points where the CUDA kernel is slower than the fastest peer of its pass.
+def slower_than_fastest_peer(
+    rows_by_dtype: dict, spread: dict[str, float] | None = None
+) -> dict[str, list[str]]:
+    """The CUDA kernel against the fastest peer of its pass, at every point.
 
     The passes and their peers are :data:`PASS_PEERS` (forward, training, and
     the fused residual-add + RMSNorm).
 
+    Args:
+        rows_by_dtype: :func:`by_dtype` of the sweep.
+        spread: {pass: points of the copy} (:func:`rerun_spread`): a difference
+            no larger is a tie (:func:`peer_verdict`). None: only equal is a tie.
+
     Returns:
-        ``(["dtype pass N", ...], how many points had a peer to compare with)``.
+        ``{"faster": [...], "tie": [...], "SLOWER": [...]}``, each a list of
+        ``"dtype pass N"``; together, every point that had a peer to compare with.
     """
-    slow, compared = [], 0
+    spread = spread or {}
+    found: dict[str, list[str]] = {"faster": [], "tie": [], "SLOWER": []}
     for d, p, impl, n in rows_by_dtype:
         if p not in PASS_PEERS or impl != "opguide":
             continue
@@ -270,10 +306,9 @@ def slower_than_fastest_peer(rows_by_dtype: dict) -> tuple[list[str], int]:
         ]
         if not peers:
             continue
-        compared += 1
-        if rows_by_dtype[(d, p, "opguide", n)]["vs_copy"] < max(peers):
-            slow.append(f"{d} {p} {n}")
-    return slow, compared
+        ours = rows_by_dtype[(d, p, "opguide", n)]["vs_copy"]
+        found[peer_verdict(ours, max(peers), spread.get(p, 0.0))].append(f"{d} {p} {n}")
+    return found
 
 
 def rerun_changes(first: Iterable[dict], again: Iterable[dict]) -> dict[tuple, list]:

@@ -70,6 +70,28 @@ def cluster_variants(text: str) -> tuple[dict, dict]:
     return variant, library
 
 
+def cluster_sizes(text: str, names: tuple[str, ...], dtype: str = "bf16") -> dict[int, tuple]:
+    """N -> the cluster size of each of ``names`` (None where a variant is missing), in ``dtype``.
+
+    Args:
+        text: the output of ``tools/sweep_rms_norm_*_cluster.cu``.
+        names: variant names, as the tool prints them.
+        dtype: ``"bf16"`` or ``"fp16"``.
+    """
+    sizes: dict[int, dict[str, int]] = {}
+    n = None
+    for line in text.splitlines():
+        head = LIBRARY_LINE.match(line)
+        if head:
+            n = int(head[2]) if head[1] == dtype else None
+            if n is not None:
+                sizes[n] = {}
+        found = CLUSTER_LINE.match(line)
+        if found and n is not None and found["name"] in names:
+            sizes[n][found["name"]] = int(found["cluster"])
+    return {n: tuple(got.get(name) for name in names) for n, got in sorted(sizes.items())}
+
+
 def split_sweep(text: str) -> tuple[dict, dict]:
     """``({(pass, variant, N): (%, its best launch)}, {(pass, variant, launch, N): %})``."""
     best, every = {}, {}

@@ -7,9 +7,10 @@ row length, the dtype and the device, and returns one of :class:`Registers`,
 :mod:`opguide.triton.ops` take that choice, or a ``forced=`` one, which is
 how ``tools/sweep_triton.py`` times each configuration. The numbers come from
 ``python3 tools/sweep_triton.py forward backward fused grad-weight-sum split`` on an
-H200 and an H100, not from :func:`triton.autotune` keyed on N: the best
-choice depends on the number of rows too, and such an autotuner keeps
-whatever suited the first number of rows it sees.
+H200 and an H100, not from :func:`triton.autotune` keyed on N: an autotuner
+picks a kernel's parameters only, while the backward's plan also sets, from
+the number of rows, how many programs run, the height of the buffer of
+partial sums allocated before the launch, and whether the second kernel runs.
 
 Two environment variables are read once, when this module is imported:
 ``OPGUIDE_PDL=0`` turns programmatic dependent launch off (for the CUDA

@@ -86,8 +86,9 @@ def _plan_backward(
     sum_grid = (cdiv(cols, grad_weight_sum.block_n),)
     if isinstance(config, Registers):
         # The whole row in registers, rows looped over by a grid that fits.
-        # A grid of one program (a few rows, as when decoding) holds the whole
-        # sum: it writes grad_weight itself, and the sum kernel is not launched.
+        # A grid of one program (a single row: the programs never outnumber the
+        # rows) holds the whole sum: it writes grad_weight itself, and the sum
+        # kernel is not launched.
         if config.programs == 1:
             sum_grid = ()
         return Plan(config, (config.programs,), a, config.programs, sum_grid=sum_grid)
