@@ -400,7 +400,11 @@ def test_fused_pass_names_missing_peers_with_the_reason(monkeypatch):
     import sys
 
     for name in ("liger_kernel", "quack", "vllm"):
-        monkeypatch.setitem(sys.modules, name, None)  # import fails: ImportError
+        # Each package and any of its modules that another test imported
+        # (an import finds a module in sys.modules before its parent).
+        loaded = [m for m in sys.modules if m == name or m.startswith(name + ".")]
+        for module in loaded or [name]:
+            monkeypatch.setitem(sys.modules, module, None)  # import fails: ImportError
     peers, missing = benchmark.peer_implementations("fused")
     assert not peers and set(missing) == set(benchmark.FUSED_PEERS)
     assert all(why.startswith(("ImportError", "ModuleNotFoundError")) for why in missing.values())
