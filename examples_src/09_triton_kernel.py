@@ -48,14 +48,12 @@ machine code as its lines written in place:
    :caption: opguide/triton/prologue.py
 
 ``ROWS`` and ``num_warps`` are the fields of a frozen dataclass, which one
-function per operator fills in. The forward's reads the row length (and, for
-rows too long for one program, the GPU's number of SMs); the backward's also
-reads the number of rows, the dtype and the GPU's shared memory. The rules
-come from ``tools/sweep_triton.py``, which times every config on a GPU: for
-the forward, about 2048 elements per program and 16 per thread (under the
-interpreter, one row per program and one warp). A tool that times
-another configuration passes it as ``forced=``; nothing in the module is
-overwritten:
+function per operator fills in: the forward's from the row length (and the
+SM count for very long rows), the backward's also from the number of rows,
+the dtype and shared memory. The rules come from ``tools/sweep_triton.py``:
+for the forward, about 2048 elements per program and 16 per thread (under the
+interpreter, one row per program and one warp). A tool that times another
+configuration passes it as ``forced=``:
 
 .. literalinclude:: /../opguide/triton/launch.py
    :language: python
@@ -65,12 +63,10 @@ overwritten:
    :language: python
    :pyobject: forward_config
 
-Why a rule and not :func:`triton.autotune`: the autotuner compiles and times
-every config on the first call for each new value of its ``key``, and keeps
-the fastest. It chooses the kernel's parameters and nothing outside the
-kernel. The backward's number of programs is also the height of a buffer
-allocated before the launch, and it decides whether a second kernel runs
-(below). A rule decides all of it before the launch, from a sweep made once.
+Why a rule and not :func:`triton.autotune`: the autotuner picks a kernel's
+parameters only. The backward's number of programs also sizes a buffer
+allocated before the launch and decides whether a second kernel runs
+(below); a rule decides all of it, from a sweep made once.
 
 custom_op or triton_op?
 -----------------------
@@ -84,11 +80,8 @@ differ in what the compiler can see:
   (``register_fake``) to describe its outputs.
 * :func:`torch.library.triton_op`: the body is traced. Each launch wrapped in
   :func:`torch.library.wrap_triton` becomes a node of the graph, which
-  Inductor compiles into its own generated code (the node is defined in
-  `torch/_higher_order_ops/triton_kernel_wrap.py
-  <https://github.com/pytorch/pytorch/blob/main/torch/_higher_order_ops/triton_kernel_wrap.py>`__).
-  In the words of :func:`torch.library.triton_op`'s documentation, it "makes
-  the implementation visible to these subsystems [``torch.compile`` and
+  Inductor compiles into its own code; its documentation says it "makes the
+  implementation visible to these subsystems [``torch.compile`` and
   ``torch.export``], allowing them to optimize the triton kernel(s)". Its
   checks need compiled Triton kernels: a cell below runs
   ``opcheck`` on one with this machine's Triton, and says whether a build
@@ -344,12 +337,8 @@ print("grad_weight[:4] =", w.grad[:4])
 # what an operator defined with ``Library.define`` (or ``custom_op``) becomes:
 # one call to the operator. A ``triton_op`` would arrive as the kernel launch
 # itself: a ``triton_kernel_wrapper_functional`` node (`triton_kernel_wrap.py
-# <https://github.com/pytorch/pytorch/blob/main/torch/_higher_order_ops/triton_kernel_wrap.py>`__
-# defines it; Inductor's `post_grad.py
-# <https://github.com/pytorch/pytorch/blob/main/torch/_inductor/fx_passes/post_grad.py>`__
-# turns it into a launch that writes its outputs, and `lowering.py
-# <https://github.com/pytorch/pytorch/blob/main/torch/_inductor/lowering.py>`__
-# makes that a ``UserDefinedTritonKernel`` of the code it generates).
+# <https://github.com/pytorch/pytorch/blob/main/torch/_higher_order_ops/triton_kernel_wrap.py>`__),
+# which Inductor compiles into its own code.
 from functorch.compile import make_boxed_func  # noqa: E402
 from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 
@@ -471,12 +460,9 @@ print(
 # In the recorded run without the guard, the failures are the eager Triton
 # calls on the second GPU, inside Triton's launcher, and the CUDA graph
 # captured there; the C++/CUDA operators (their own ``CUDAGuard``) pass
-# either way. The one compiled test, ``test_compiled_on_the_other_gpu``,
-# passes with ``backend="triton"`` too, but it shows less than its name: it
-# keeps the default ``compiled="native"``, so ``torch.compile`` receives the
-# plain-PyTorch form, and what runs on the other GPU is Inductor's own code
-# for it (Inductor sets the device in the code it generates). No test in the
-# record runs this page's Triton kernels compiled on the other GPU.
+# either way. The compiled test keeps the default ``compiled="native"``: on
+# the other GPU it runs Inductor's code for the plain-PyTorch form, not this
+# page's Triton kernels.
 
 # %%
 # How fast, on a GPU (recorded)
