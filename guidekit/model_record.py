@@ -235,11 +235,18 @@ def _kernelized_findings(record: dict, groups: dict) -> list[str]:
             continue
         change, overlap = compare(r, base)
         runs = forwards.get((mode, step, r["variant"]), "an unrecorded forward")
-        said.append(
+        sentence = (
             f"{mode.capitalize()} {step}, {r['variant']}: its norms run {runs}; "
             f"{r['median']:.2f} ms, {change:+.1f}% from the model's own norm "
             f"({'no measurable difference' if overlap else 'their quartiles do not overlap'})."
         )
+        if runs in forwards.values() and "Opguide" not in runs and not overlap:
+            # The model's own norm code in both rows, yet apart: say so.
+            sentence += (
+                " Its norms run the model's own code, as the model's own row does, so the "
+                "norm does not explain this difference; the record does not say what does."
+            )
+        said.append(sentence)
     if about.get("from"):
         declared = [
             f"{layer}: {', '.join(f for f, on in flags.items() if on is True) or 'no flag'}"

@@ -244,6 +244,14 @@ def test_record_findings_read_the_kernelized_rows():
         "faster (this record replaced it): OpguideRMSNorm: has_backward; "
         "OpguideRMSNormTriton: no flag."
     )
+    # A kernelized row that runs the model's own norm and still differs
+    # measurably: the sentence says the norm does not explain it.
+    apart = dict(row, median=10.5, q1=10.4, q3=10.6)
+    record["results"][-1] = apart
+    said_apart = model_record.record_findings(record)[3]
+    assert "their quartiles do not overlap" in said_apart
+    assert said_apart.endswith("the record does not say what does.")
+    record["results"][-1] = row
     # A first record: nothing before it to decide from.
     record["kernelized"]["from"] = None
     assert model_record.record_findings(record)[4].startswith("No earlier record was there")
