@@ -342,10 +342,12 @@ elif not HAVE_GPU:
 # ---------------------------------
 # ``tools/record_minimal_cuda.py`` builds the simple kernel as this page does
 # and times it on a GPU beside ``y.copy_(x)`` (the same bytes, no arithmetic),
-# ``F.rms_norm`` and ``opguide.rms_norm``, on rows x N = 2**24 elements, and
-# writes ``docs/recorded/minimal_cuda_<gpu>.json``. The cell shows each such
-# record: every speed as a fraction of the copy's (1.00 is as fast as copying
-# the bytes; the bars' lines span the middle half of the rounds).
+# ``F.rms_norm`` and ``opguide.rms_norm(..., backend="cpp")`` (the table's
+# ``minimal`` and ``opguide`` columns are the simple kernel and this one), on
+# rows x N = 2**24 elements, and writes
+# ``docs/recorded/minimal_cuda_<gpu>.json``. The cell shows each such record:
+# every speed as a fraction of the copy's (1.00 is as fast as copying the
+# bytes; the bars' lines span the middle half of the rounds).
 import importlib.util  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402

@@ -42,8 +42,10 @@ What changes on AMD GPUs
   threads taking part; HIP's ``__shfl_xor(v, lane)`` takes none. One function,
   ``shfl_xor``, covers
   both, in the header every kernel shares (``csrc/common/platform.cuh``).
-* **Sources and names.** hipify renames ``x.cu`` to ``x.hip`` and headers that
-  hold CUDA code (``rms_norm_forward.cuh`` becomes ``rms_norm_forward_hip.cuh``), rewrites
+* **Sources and names.** hipify renames ``x.cu`` to ``x.hip``, ``cuda`` in
+  a file name becoming ``hip`` (``rms_norm_cuda.cu`` becomes
+  ``rms_norm_hip.hip``), and headers that hold CUDA code
+  (``rms_norm_forward.cuh`` becomes ``rms_norm_forward_hip.cuh``); it rewrites
   ``cuda*`` calls and types to ``hip*`` and ``<<<grid, block, 0, stream>>>``
   launches to ``hipLaunchKernelGGL``. torch's own headers are mapped too:
   ``c10/cuda/CUDAGuard.h`` becomes ``c10/hip/HIPGuard.h``. In ROCm builds of
@@ -115,11 +117,11 @@ show_diff(WRAPPER, mapping[WRAPPER])
 # ``HIP_PLATFORM=amd`` makes it compile for AMD even where it would otherwise
 # hand the file to nvcc. It cannot compile the hipified *wrapper* (that needs
 # a ROCm build of torch's headers), so the check covers the torch-free device
-# code: every kernel, instantiated for the dtypes this hipcc compiles (the
-# output says which are left out), for MI200 (``gfx90a``) and MI300X
-# (``gfx942``; a hipcc whose clang predates it, such as this ROCm 5.2's, takes
-# ``gfx940``, the first target of the same instruction set: the output says
-# which).
+# code: every kernel, instantiated for the dtypes the hipcc at hand compiles,
+# for MI200 (``gfx90a``) and MI300X (``gfx942``; a hipcc whose clang predates
+# it, such as Debian's ROCm 5.2 hipcc, takes ``gfx940``, the first target of
+# the same instruction set). The output says which targets and dtypes; where
+# hipcc is missing, the recorded check below lists them.
 hipcc = compile_checks.find_hipcc()
 hip_source = mapping[CSRC / "device_checks" / "rms_norm.cu"]
 flags = []
@@ -188,6 +190,7 @@ print("not run: anything on an AMD GPU (no AMD GPU ran this code)")
 # Nothing in ``setup.py`` is CUDA-specific: with a ROCm build of torch,
 # ``torch.version.hip`` is set, ``CUDAExtension`` hipifies the ``.cu`` files
 # beside the sources (``x.cu`` gets an ``x.hip`` next to it, in the source
-# tree) and compiles them with hipcc, and ``PYTORCH_ROCM_ARCH``
+# tree, ``cuda`` in its name made ``hip`` as above) and compiles them with
+# hipcc, and ``PYTORCH_ROCM_ARCH``
 # (for example ``"gfx90a;gfx942"``) plays the part of ``TORCH_CUDA_ARCH_LIST``.
 # The same ``pip install --no-build-isolation .`` builds it.

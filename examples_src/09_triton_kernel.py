@@ -51,8 +51,9 @@ machine code as its lines written in place:
 function per operator fills in: the forward's from the row length (and the
 SM count for very long rows), the backward's also from the number of rows,
 the dtype and shared memory. The rules come from ``tools/sweep_triton.py``:
-for the forward, about 2048 elements per program and 16 per thread (under the
-interpreter, one row per program and one warp). A tool that times another
+for the forward, 2048 elements per program (one row, where longer) and 16 per
+thread, 32 for rows longer than 4096 (in the interpreter, one row and one
+warp a program). A tool that times another
 configuration passes it as ``forced=``:
 
 .. literalinclude:: /../opguide/triton/launch.py
@@ -83,9 +84,7 @@ differ in what the compiler can see:
   Inductor compiles into its own code; its documentation says it "makes the
   implementation visible to these subsystems [``torch.compile`` and
   ``torch.export``], allowing them to optimize the triton kernel(s)". Its
-  checks need compiled Triton kernels: a cell below runs
-  ``opcheck`` on one with this machine's Triton, and says whether a build
-  without a GPU can show this path.
+  checks need compiled Triton kernels (a cell below tries them here).
 
 Both wrap every eager call in Python layers of their own, which
 :doc:`step 11.2 <11_performance_2_eager>` measures. ``opguide`` takes a third
@@ -538,8 +537,9 @@ for label, path in counts:
 # memory, launch bounds, persistent kernels); Triton gets much of it from its
 # compiler and a few launch parameters. The recorded sweep above compares the
 # two on one GPU; :doc:`step 11 <11_performance>` compares them with other
-# libraries. The interpreter is a correctness tool, not a fast path: where it
-# runs, the cell times it next to the C++ kernel on the CPU.
+# libraries. This cell times the C++ kernel on the CPU, on torch's threads and
+# on one, and the interpreter (a correctness tool) where it runs. The cause
+# printed for slow threads is likely, not measured.
 import statistics  # noqa: E402
 
 

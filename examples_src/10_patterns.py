@@ -273,9 +273,13 @@ if not torch.cuda.is_available():
 # %%
 # opcheck, for each variant
 # -------------------------
-# The optional arguments change what the kernels do, so each combination is
-# checked: schema (does the kernel really write ``residual`` and nothing
-# else?), fake kernel, and tracing.
+# The optional arguments change what the kernels do, so
+# :func:`torch.library.opcheck` checks four variants on CPU tensors: schema
+# (does the kernel really write ``residual`` and nothing else?), autograd
+# registration, fake kernel, and tracing. It checks the C++ operator, and
+# the Triton operator only where Triton's interpreter runs (as on a build
+# without a GPU): only there does the Triton operator take CPU tensors. The
+# output names each operator checked.
 variants = {
     "weight": (torch.randn(4, 24), torch.randn(4, 24), torch.randn(24), 1e-6, None),
     "no weight": (torch.randn(4, 24), torch.randn(4, 24), None, 1e-6, None),
@@ -342,7 +346,7 @@ print(exported.graph_signature)
 # What matters to the caller: after a
 # compiled call, the residual they passed holds the update, and code that reads
 # it after the operator sees the new value. Two calls in a row, compiled and
-# eager side by side:
+# eager side by side, for the operators that the cell above checked:
 torch._dynamo.reset()
 
 

@@ -110,9 +110,11 @@ except RuntimeError as error:
 # ``custom_op``'s ``ADInplaceOrView`` kernel bumps each tensor named in
 # ``mutates_args`` before it calls the body (`custom_ops.py
 # <https://github.com/pytorch/pytorch/blob/main/torch/_library/custom_ops.py>`__,
-# ``adinplaceorview_impl``); the body's own ``index_copy_`` bumps too. The counters, measured
-# in grad mode, under ``no_grad`` and under ``inference_mode``, and for a call
-# whose body raises:
+# ``adinplaceorview_impl``). Whether the body's own ``index_copy_`` bumps
+# again depends on the torch release: older ones run the body below
+# ``ADInplaceOrView``, where an in-place op bumps nothing. So a call bumps
+# once or twice. The counters, measured in grad mode, under ``no_grad`` and
+# under ``inference_mode``, and for a call whose body raises:
 
 
 def versions(*tensors):

@@ -287,8 +287,10 @@ for other_impl in ("F.rms_norm", "opguide triton"):
 # On the CPU
 # ----------
 # The C++ CPU kernel on a float32 (4096, 4096) tensor, measured live while
-# this page is built, next to ``copy_`` (the floor) and ``clone`` (a copy
-# into newly allocated memory). An operator that returns a new tensor
+# this page is built, next to ``copy_`` (one read and one write of every
+# element, into a tensor that exists: the floor, unless a row that moves at
+# least as many bytes beats it; a line under the table says which) and
+# ``clone`` (a copy into newly allocated memory). An operator that returns a new tensor
 # allocates its output too, but what the new pages cost depends on how it
 # asks for them: this one asks for transparent huge pages for large outputs
 # (``csrc/rms_norm/rms_norm_cpu.cpp``), so it can beat ``clone``.

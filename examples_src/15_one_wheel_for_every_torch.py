@@ -395,7 +395,7 @@ if len(different) > len(on_gpu):
 #   ...). Most of those wrappers are inline calls of
 #   ``torch_call_dispatcher`` (or ``aoti_torch_call_dispatcher``), which
 #   calls any operator by name; the list of shim functions the library calls,
-#   printed above, shows which of them it uses.
+#   printed above where the check ran, shows which of them it uses.
 # * **The Python side.** The fake kernel is registered from Python
 #   (``torch.library``), as for the classic library
 #   (:doc:`step 5 <05_bindings_and_registration>`). The stable ABI has no autograd API: an

@@ -11,9 +11,9 @@ section below runs it.
 In this step you will learn:
 
 * how a model that calls the operator goes through ``torch.export`` and
-  AOTInductor into a package that runs without Python's ``opguide`` (on the
-  CPU here; the last cell says what the recorded GPU run gave), and why a
-  Python-only ``custom_op`` cannot;
+  AOTInductor into a package meant to run without Python's ``opguide`` (the
+  cells say whether it ran here, and the last cell how it did on a GPU),
+  and why a Python-only ``custom_op`` cannot;
 * how to give an operator a ``vmap`` rule, and where ``torch.func`` stops;
 * what the operator does under ``torch.autocast``, and how that is registered;
 * the ``out`` tag, which lets Inductor hand the kernel a buffer of its own
@@ -352,7 +352,8 @@ print("\n".join(autocast_table("cpu")))
 # it returns, so it is no ``inplace`` op. Its schema says exactly what it
 # does, ``Tensor(a!) residual``, and that is what export, functionalization
 # and Inductor need: above, export kept the call, and where the fresh process
-# ran AOTInductor's package, its updated ``residual`` matched eager mode's.
+# ran AOTInductor's package (the output above says whether it did), its
+# updated ``residual`` was checked against eager mode's.
 # ``rms_norm`` could have an ``out`` overload; ``opguide`` has none, for the
 # reason given below.
 #
@@ -572,7 +573,9 @@ print(counter.get_table())
 # its FLOPs over the device's FLOP rate; its FLOPs per byte, set against the
 # device's FLOP rate over its bandwidth, says which is larger (the roofline).
 # The bytes over a call's measured time give the bandwidth the
-# kernel reached:
+# kernel reached. On a GPU the tensors below fit in L2, so calls repeated on
+# them can read from the cache, and the figure can pass the memory's own
+# bandwidth:
 device = "cuda" if HAVE_GPU else "cpu"
 xb = torch.randn(4096, 1024, device=device)
 wb = torch.rand(1024, device=device) + 0.5

@@ -289,8 +289,9 @@ if len(sizes) >= 2:
 # minor in the next, the patch in the next. Written as it reads, ``2.11``
 # becomes ``0x0211...``, which is minor ``0x11``, 17: a target far in the
 # future, so every ``#if TORCH_FEATURE_VERSION >= ...`` block of the headers
-# is on and nothing stops a call that torch 2.11 lacks. The cell decodes both
-# and asks the compiler what the headers then see:
+# is on and nothing stops a call that torch 2.11 lacks. The cell asks the
+# compiler what the headers see with each value, and decodes each that
+# compiles:
 def target_version(major: int, minor: int) -> str:
     return f"0x{(major << 56) | (minor << 48):016x}"
 
@@ -324,8 +325,11 @@ for value in (target_version(2, 11), "0x0211000000000000"):
 
 # %%
 # The first is what ``stable/setup.py`` computes (``major << 56 | minor <<
-# 48``); the second compiles without a word. Step 15's ``check_abi.py
-# --target 2.11`` catches what such a build then calls.
+# 48``). With headers that know torch 2.13 (its release and later), the
+# second shows a build meant for 2.11 the APIs of 2.13, and nothing warns;
+# with older headers the question names a version they do not define, and
+# does not compile, as the output then says. Step 15's ``check_abi.py
+# --target 2.11`` catches what such a build calls.
 #
 # The functions this page called
 # ------------------------------

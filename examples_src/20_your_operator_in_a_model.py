@@ -580,9 +580,10 @@ packages = {
 }
 for name, path in packages.items():
     print(f"{name} package, calls in its generated C++: {aoti_shim.calls(path)}")
-# Loading a package that calls opguide's operator ends the process with
-# signal 11 on torch 2.11 (tests/test_across_pytorch.py expects that crash on
-# a GPU machine's torch 2.11), so the packages run on torch 2.13 and later.
+# Loading an AOTInductor package ends the process with signal 11 on torch
+# 2.11, one without opguide's operator too (step 16's package of a plain
+# Linear; tests/test_across_pytorch.py expects that crash on a GPU machine's
+# torch 2.11), so the packages run on torch 2.13 and later.
 LOADS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
 if not LOADS:
     print(f"Not loaded or timed: torch {torch.__version__} crashes loading such a package.")
@@ -672,5 +673,5 @@ for path in RECORDED:
 # either in the model's code or, without touching it, in the compiler. A
 # Triton operator with one store lets Inductor fuse what follows it, and an
 # AOTInductor package can call a C++ operator through a C shim instead of its
-# proxy executor; time the two packages, as above, before you take on the
-# private options the shim needs.
+# proxy executor; time the two packages, as above where they load, before
+# you take on the private options the shim needs.

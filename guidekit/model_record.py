@@ -88,7 +88,8 @@ def record_winners(record: dict) -> list[str]:
             # Equal medians to the printed digit: a tie, whatever the order.
             line = (
                 f"{mode.capitalize()} {step}: {first['variant']} and {others[0]['variant']} "
-                f"tie, {first['median']:.2f} ms by the medians"
+                f"tie, {first['median']:.2f} and {others[0]['median']:.2f} ms by the medians, "
+                "0.0% apart"
             )
             said.append(line + ".")
             continue
@@ -248,13 +249,19 @@ def _kernelized_findings(record: dict, groups: dict) -> list[str]:
             )
         said.append(sentence)
     if about.get("from"):
-        declared = [
-            f"{layer}: {', '.join(f for f, on in flags.items() if on is True) or 'no flag'}"
-            for layer, flags in about.get("support", {}).items()
-        ]
+        from guidekit.model_swap import measured_support
+
+        def flags(support: dict) -> str:
+            return "; ".join(
+                f"{layer}: {', '.join(f for f, on in s.items() if on is True) or 'no flag'}"
+                for layer, s in support.items()
+            )
+
+        used, own = flags(about.get("support", {})), flags(measured_support(record))
+        same = "the same flags" if used == own else f"other flags ({own})"
         said.append(
-            f"The kernelized layers declared what the earlier run of {about['from']} "
-            f"measured faster (this record replaced it): {'; '.join(declared)}."
+            f"The kernelized layers declared the modes that an earlier "
+            f"{about['from']} measured faster: {used}. This record's own numbers give {same}."
         )
     elif "from" in about:
         said.append(

@@ -427,10 +427,46 @@ def test_cpu_lines_and_the_live_check():
         return {"threads": 2, "target_vs_copy": 2.5, "rows": rows}  # fmt: skip
 
     lines = pages.cpu_lines(cpu(2.0))
-    assert lines[-1].endswith("the target of at most 2.5x is met.")
+    assert lines[-2].endswith("the target of at most 2.5x is met.")
+    assert lines[-1] == "No row takes less time than copy_: here it is the floor."
     assert pages.cpu_lines(cpu(6.0))[-1].startswith("Surprising: F.rms_norm takes 4.0x")
     live = pages.live_forward_lines()
     assert live and all(line.startswith(("SKIPPED", "LIVE")) for line in live)
+
+
+def test_floor_line_says_whether_copy_is_the_floor():
+    def rows(*vs_copy):
+        names = ("copy_ (memory floor)", "clone (copy + new memory)", "opguide (C++ kernel)")
+        return [{"impl": i, "vs_copy": v} for i, v in zip(names, vs_copy, strict=True)]
+
+    assert pages.floor_line(rows(1.0, 2.35, 1.2)).startswith("No row takes less time")
+    # 0.996 prints as 1.00x in the table: not faster as printed.
+    assert pages.floor_line(rows(1.0, 2.35, 0.996)).startswith("No row takes less time")
+    line = pages.floor_line(rows(1.0, 2.35, 0.86))
+    assert line.startswith("copy_ is no floor on this machine: opguide (C++ kernel) takes less")
+    line = pages.floor_line(rows(1.0, 0.9, 0.86))
+    assert "clone (copy + new memory), opguide (C++ kernel) take less" in line
+
+
+def test_f_rms_norm_cpu_operators_prints_no_warning(monkeypatch, capsys):
+    import warnings
+
+    import torch
+
+    def prepare_trace(self, *args, **kwargs):
+        # What torch 2.11 warns here; a warning prints its source file's path.
+        warnings.warn("Profiler clears events at the end of each cycle.", stacklevel=2)
+        return original(self, *args, **kwargs)
+
+    original = torch.profiler.profile.prepare_trace
+    monkeypatch.setattr(torch.profiler.profile, "prepare_trace", prepare_trace)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ops = pages.f_rms_norm_cpu_operators()
+    assert ops and all(op.startswith("aten::") for op in ops)
+    assert not caught, [str(w.message) for w in caught]
+    captured = capsys.readouterr()
+    assert "profiler.py" not in captured.out + captured.err
 
 
 def test_figures_draw_from_synthetic_records():

@@ -3,7 +3,7 @@
 Usage: ``python hostdev_demo.py LIBRARY PART`` with PART one of ``program``,
 ``tiny``, ``errors``. Gallery step 12 runs it in a child process, because
 naming the PrivateUse1 backend is once per process and changes how the rest
-of PyTorch sees devices (random-state helpers, for one, start asking
+of PyTorch sees devices (the random-state helpers, for example, start asking
 ``torch.hostdev`` for its generator state).
 """
 

@@ -9,6 +9,7 @@ which day measured it.
 from __future__ import annotations
 
 import textwrap
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -142,6 +143,7 @@ def cpu_lines(cpu: dict) -> list[str]:
         f"On {cpu['threads']} thread(s) the operator takes {mine:.2f}x copy_'s time: "
         f"the target of at most {target}x is {verdict}."
     )
+    lines.append(floor_line(cpu["rows"]))
     f_rms = next(r["vs_copy"] for r in cpu["rows"] if r["impl"] == "F.rms_norm")
     if f_rms > 2 * mine:
         ops = f_rms_norm_cpu_operators()
@@ -152,13 +154,39 @@ def cpu_lines(cpu: dict) -> list[str]:
     return lines
 
 
+def floor_line(rows: Sequence[dict]) -> str:
+    """Whether ``copy_`` is the floor of :func:`cpu_lines`' table: no other row takes less time
+    (as printed, to two decimals).
+
+    Each row that does reads and writes at least the bytes ``copy_`` moves, so
+    where one is faster, ``copy_`` does not run at the machine's memory
+    bandwidth.
+    """
+    faster = [
+        r["impl"] for r in rows if not r["impl"].startswith("copy_") and round(r["vs_copy"], 2) < 1
+    ]
+    if not faster:
+        return "No row takes less time than copy_: here it is the floor."
+    return (
+        f"copy_ is no floor on this machine: {listed(faster)} "
+        f"{'takes' if len(faster) == 1 else 'take'} less time than it with at least its "
+        "bytes to move, so ATen's copy_ does not run at this machine's memory bandwidth."
+    )
+
+
 def f_rms_norm_cpu_operators() -> list[str]:
-    """The ATen operators that ``F.rms_norm`` calls on the CPU, as the profiler lists them."""
+    """The ATen operators that ``F.rms_norm`` calls on the CPU, as the profiler lists them.
+
+    The profiler's warnings are silenced: some torch releases warn here, and a
+    warning prints the path of the profiler's source file on the page.
+    """
     import torch
 
     x, w = torch.randn(4, 64), torch.randn(64)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        torch.nn.functional.rms_norm(x, (64,), w)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            torch.nn.functional.rms_norm(x, (64,), w)
     return [e.key for e in prof.key_averages() if e.key.startswith("aten::")]
 
 

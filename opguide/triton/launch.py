@@ -198,7 +198,8 @@ def forward_config(
 ) -> Config:
     """The kernel and knobs of ``rms_norm``'s forward for ``rows`` rows of ``cols`` elements.
 
-    Registers: about 2048 elements per program and 16 per thread.
+    Registers: 2048 elements per program (one row, where longer) and 16 per
+    thread, 32 for rows longer than 4096.
 
     Args:
         rows: the number of rows (M).

@@ -24,8 +24,8 @@ from .prologue import aligned
 # The GPU starts programs in the order of their index, and those of a row are
 # neighbours, so a waiting program only ever waits for programs already
 # running, or next to start, as long as S programs fit on the GPU at once
-# (``launch.split_config`` keeps S to at most the number of SMs). The interpreter runs
-# programs one after another: there S is 1.
+# (``launch._split_or_chunked`` keeps S to at most the number of SMs). The
+# interpreter runs programs one after another: there S is 1.
 @triton.jit
 def _count_in(
     slots_ptr,  # [M * S] int64, one slot per segment of each row
@@ -106,7 +106,8 @@ def _rms_norm_bwd_split_kernel(
 ):  # fmt: skip
     N = aligned(N, ALIGN)  # a multiple of ALIGN: rows start aligned
     # Program (g, s) of G * S takes segment s of the rows g, g + G, g + 2G,
-    # ... (two programs per SM) and adds its segment of grad_weight over them
+    # ... (``per_sm`` programs per SM in all, ``launch.split_launch``; one for
+    # ``launch.SPLIT_BACKWARD``) and adds its segment of grad_weight over them
     # into row g of grad_weight_partial. It holds three rows: this one, whose total it
     # waits for; the next, whose part of the sum, sum(grad_y * w * x_hat), it
     # counts in before that wait; and the one after, whose loads it starts
