@@ -525,8 +525,8 @@ print(pytest_summary(broken.stdout))
 assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stderr[-2000:]
 
 # %%
-# The generated kernels are the simple ones, a thread per element or a block
-# per row; :doc:`step 11.4 <11_performance_4_tuning>` measures
+# The generated kernels are the simple ones, a grid-stride loop over the
+# elements or a block per row; :doc:`step 11.4 <11_performance_4_tuning>` measures
 # what makes RMSNorm's kernels fast, when your operator needs that.
 #
 # In-place operators
