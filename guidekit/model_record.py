@@ -84,7 +84,8 @@ def record_winners(record: dict) -> list[str]:
     said = []
     for (mode, step), rows in record_rows(record).items():
         first, *others = sorted(rows, key=lambda r: r["median"])
-        if others and f"{compare(others[0], first)[0]:.1f}" == "0.0":
+        change, overlap = compare(others[0], first) if others else (0.0, True)
+        if others and f"{change:.1f}" == "0.0":
             # Equal medians to the printed digit: a tie, whatever the order.
             line = (
                 f"{mode.capitalize()} {step}: {first['variant']} and {others[0]['variant']} "
@@ -97,7 +98,6 @@ def record_winners(record: dict) -> list[str]:
             f"{mode.capitalize()} {step}: {first['variant']} is fastest, {first['median']:.2f} ms"
         )
         if others:
-            change, overlap = compare(others[0], first)
             line += f"; next {others[0]['variant']}, {change:.1f}% more time: "
             line += "no measurable difference" if overlap else "their quartiles do not overlap"
         said.append(line + ".")
@@ -241,7 +241,8 @@ def _kernelized_findings(record: dict, groups: dict) -> list[str]:
             f"{r['median']:.2f} ms, {change:+.1f}% from the model's own norm "
             f"({'no measurable difference' if overlap else 'their quartiles do not overlap'})."
         )
-        if runs in forwards.values() and "Opguide" not in runs and not overlap:
+        recorded = (mode, step, r["variant"]) in forwards
+        if recorded and "Opguide" not in runs and not overlap:
             # The model's own norm code in both rows, yet apart: say so.
             sentence += (
                 " Its norms run the model's own code, as the model's own row does, so the "
