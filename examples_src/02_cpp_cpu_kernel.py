@@ -76,6 +76,7 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load
 
+from guidekit.buildinfo import load_line
 from guidekit.compile_checks import source_root
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/02.png"
@@ -84,7 +85,7 @@ ROOT = source_root()  # the opguide source tree (csrc/ is there)
 build_dir = ROOT / "build" / "jit" / "rms_norm_minimal_cpu"
 build_dir.mkdir(parents=True, exist_ok=True)
 
-start = time.perf_counter()
+start = time.time()
 library_path = load(
     name="rms_norm_minimal_cpu",
     sources=[str(ROOT / "csrc" / "minimal" / "rms_norm_minimal.cpp")],
@@ -94,7 +95,7 @@ library_path = load(
     is_python_module=False,
     verbose=False,
 )
-print(f"built and loaded {Path(library_path).name} in {time.perf_counter() - start:.1f} s")
+print(load_line(library_path, since=start))
 
 # %%
 # The operator is now in the dispatcher, with the schema from C++ and a kernel

@@ -91,8 +91,9 @@ if HAVE_GPU:
 # ------------------------------
 # ``nvcc -c`` needs no GPU. The wrapper compiles against the installed
 # torch's headers with the flags that torch's own extension builds give nvcc
-# (``COMMON_NVCC_FLAGS`` of :mod:`torch.utils.cpp_extension`, and
-# ``-std=c++20``, which it adds when no ``-std`` is given), and one more that a
+# (``COMMON_NVCC_FLAGS`` of :mod:`torch.utils.cpp_extension`, and the C++
+# standard it adds when no ``-std`` is given, which depends on the torch
+# release: ``guidekit.buildinfo.cxx_standard`` reads it), and one more that a
 # CPU-only torch needs: ``-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE``
 # (``c10/cuda/CUDAMacros.h`` would otherwise include
 # ``c10/cuda/impl/cuda_cmake_macros.h``, which only CUDA builds of torch ship).
@@ -133,24 +134,38 @@ if not HAVE_GPU:
 else:
     from torch.utils.cpp_extension import load
 
+    from guidekit.buildinfo import load_line
     from opguide.reference import rms_norm_reference
 
-    def jit_build(name, source):
+    def jit_build(name, source, **flags):
         build_dir = ROOT / "build" / "jit" / name
         build_dir.mkdir(parents=True, exist_ok=True)
         return load(
             name=name,
             sources=[str(source)],
-            extra_cflags=["-O3"],
-            extra_cuda_cflags=["-O3"],
             build_directory=str(build_dir),
             is_python_module=False,
+            **flags,
         )
 
-    start = time.perf_counter()
-    jit_build("rms_norm_minimal_cpu", CSRC / "minimal" / "rms_norm_minimal.cpp")
-    jit_build("rms_norm_minimal_cuda", CSRC / "minimal" / "rms_norm_minimal_cuda.cu")
-    print(f"built and loaded in {time.perf_counter() - start:.1f} s")
+    start = time.time()
+    # Step 2's flags exactly: with other flags, load builds a second library
+    # under the same name, and its TORCH_LIBRARY(opguide_minimal) aborts.
+    cpu_library = jit_build(
+        "rms_norm_minimal_cpu",
+        CSRC / "minimal" / "rms_norm_minimal.cpp",
+        extra_cflags=["-O3", "-fopenmp"],
+        extra_ldflags=["-fopenmp"],
+    )
+    print(load_line(cpu_library, since=start))
+    start = time.time()
+    cuda_library = jit_build(
+        "rms_norm_minimal_cuda",
+        CSRC / "minimal" / "rms_norm_minimal_cuda.cu",
+        extra_cflags=["-O3"],
+        extra_cuda_cflags=["-O3"],
+    )
+    print(load_line(cuda_library, since=start))
     op = torch.ops.opguide_minimal.rms_norm.default
     for key in ("CPU", "CUDA"):
         print(f"{key} kernel:", torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key))

@@ -485,13 +485,11 @@ fig = triton_vs_cuda.plot_fractions(sweep_record, list(LIMITS), limits=LIMITS)
 short = [r for r in sweep_record["sweep"]["rows"] if r["n"] <= LIMITS.get(r["pass"], 0)]
 for line in triton_vs_cuda.range_lines(short, list(LIMITS)):
     print(line)
+# Each point is one timing, so a gap under ``triton_vs_cuda.TIE`` points of
+# the copy counts as a tie.
 for pass_name, limit in LIMITS.items():
-    ahead, total, gap = triton_vs_cuda.head_to_head(short, pass_name)
-    print(
-        f"{pass_name}, N <= {limit}: Triton at least as fast as CUDA at {ahead} of "
-        f"{total} points"
-        + (f";\n    CUDA ahead by {gap:.1f} points of the copy at most" * (gap > 0))
-    )
+    score = triton_vs_cuda.head_to_head(short, pass_name)
+    print(f"{pass_name}, N <= {limit}: {score.sentence()}".replace("; ", ";\n    "))
 
 # %%
 # Trade-offs: Triton or CUDA C++?
@@ -529,7 +527,7 @@ for label, path in counts:
 # GPUs: the launch rules may deserve a second look). :doc:`Step 9.2
 # <09_triton_kernel_2_long_rows>` compiles one of them for AMD targets without
 # a GPU, ``tests/test_triton_targets.py`` every one; none has run on an AMD
-# GPU for this guide. CUDA C++ reaches ROCm through hipify plus the shims of
+# GPU here. CUDA C++ reaches ROCm through hipify plus the shims of
 # ``csrc/common/platform.cuh`` (warp width, shuffles), each architecture
 # compiled ahead of time.
 #
@@ -537,9 +535,9 @@ for label, path in counts:
 # memory, launch bounds, persistent kernels); Triton gets much of it from its
 # compiler and a few launch parameters. The recorded sweep above compares the
 # two on one GPU; :doc:`step 11 <11_performance>` compares them with other
-# libraries. This cell times the C++ kernel on the CPU, on torch's threads and
-# on one, and the interpreter (a correctness tool) where it runs. The cause
-# printed for slow threads is likely, not measured.
+# libraries. This cell times the C++ kernel on the CPU (torch's threads, and
+# one), the interpreter where it runs, and on a GPU both routes' eager calls.
+# The cause printed for slow threads is likely, not measured.
 import statistics  # noqa: E402
 
 
@@ -582,6 +580,18 @@ if triton_ops.INTERPRET:
     print(f"Triton interpreter, same input:        {times}")
 else:
     print("Triton interpreter: not timed (TRITON_INTERPRET is off: Triton compiles)")
+if device == "cuda":
+    # One eager call each, launch included, waited for: what a caller pays per
+    # call at this small shape, not the kernels' bandwidth (the sweep above).
+    xg, wg = x.to(device, torch.bfloat16), w.to(device, torch.bfloat16)
+    for backend, label in [("cpp", "CUDA kernel"), ("triton", "Triton kernel")]:
+
+        def call(backend=backend):
+            opguide.rms_norm(xg, wg, backend=backend)
+            torch.cuda.synchronize()
+
+        gpu_ms = median_ms(call, repeat=51)
+        print(f"{label}, GPU, (64, 1024) bfloat16:     {gpu_ms * 1e3:8.1f} us per call, synced")
 
 # %%
 # The files to take into your own project

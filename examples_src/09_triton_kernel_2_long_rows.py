@@ -118,7 +118,9 @@ if not torch.cuda.is_available():
 # ----------------------------
 # The planners' choice at a few row lengths, on this machine. Under the
 # interpreter, programs run one after another, so a split row has one
-# segment, and the chunked kernels start past ``2**17`` elements:
+# segment, and the chunked kernels start past ``2**17`` elements. On a GPU
+# they take rows of more segments than it has SMs: the last length printed
+# is the shortest ``2**k + 3`` that all three planners chunk here.
 import torch
 
 import opguide
@@ -132,7 +134,15 @@ launch = triton_ops.launch
 print("MAX_REGISTER_ROW =", launch.MAX_REGISTER_ROW)
 print("MAX_REGISTER_ROW_BACKWARD =", launch.MAX_REGISTER_ROW_BACKWARD)
 device = torch.device("cuda" if not triton_ops.INTERPRET else "cpu")
-for n in (8192, 8193, 16385, 20000, 2**17, 2**17 + 3):
+PLANNERS = (launch.forward_config, launch.backward_config, launch.fused_config)
+
+
+def all_chunked(n: int) -> bool:
+    return all(isinstance(plan(2, n, torch.float32, device), launch.Chunked) for plan in PLANNERS)
+
+
+chunked_n = next(2**k + 3 for k in range(17, 30) if all_chunked(2**k + 3))
+for n in sorted({8192, 8193, 16385, 20000, 2**17, 2**17 + 3, chunked_n}):
     forward = launch.forward_config(8, n, torch.float32, device)
     backward = launch.backward_config(8, n, torch.float32, device)
     kinds = f"forward {type(forward).__name__:9} backward {type(backward).__name__}"
@@ -141,12 +151,12 @@ for n in (8192, 8193, 16385, 20000, 2**17, 2**17 + 3):
 # %%
 # Checking the long rows
 # ----------------------
-# Two long rows, of 20000 and ``2**17 + 3`` elements (the cell above says
-# which kernels take them here), through the forward, the backward and the
-# fused operator of :doc:`step 10 <10_patterns>`, against the reference, in
-# float32:
+# Long rows, of 20000 elements, ``2**17 + 3`` and the first length that all
+# three planners chunk (the cell above says which kernels take them here),
+# through the forward, the backward and the fused operator of :doc:`step 10
+# <10_patterns>`, against the reference, in float32:
 torch.manual_seed(0)
-for n in (20000, 2**17 + 3):
+for n in sorted({20000, 2**17 + 3, chunked_n}):
     x = torch.randn(2, n, device=device, requires_grad=True)
     w = torch.randn(n, device=device, requires_grad=True)
     grad = torch.randn(2, n, device=device)
@@ -214,21 +224,11 @@ for line in ranges:
 
 # %%
 # Each point of the sweep is one timing, not repeated, so a small gap may be
-# noise: a gap under ``TIE`` points of the copy counts as a tie here.
-TIE = 1.0
+# noise: a gap under ``triton_vs_cuda.TIE`` points of the copy counts as a tie.
 for pass_name, floor in LONGER_THAN.items():
-    gaps = []  # Triton's % of the copy minus CUDA's, at each (dtype, N)
-    for dtype in triton_vs_cuda.DTYPES:
-        ours = dict(triton_vs_cuda.series(rows, pass_name, triton_vs_cuda.TRITON, dtype, floor))
-        theirs = dict(triton_vs_cuda.series(rows, pass_name, triton_vs_cuda.CUDA, dtype, floor))
-        gaps += [ours[n] - theirs[n] for n in sorted(ours.keys() & theirs.keys())]
-    triton_ahead = sum(g >= TIE for g in gaps)
-    cuda_ahead = sum(g <= -TIE for g in gaps)
-    print(
-        f"{pass_name}, N > {floor}, {len(gaps)} points: Triton ahead at {triton_ahead}, "
-        f"CUDA at {cuda_ahead}, within {TIE:g} point at {len(gaps) - triton_ahead - cuda_ahead}"
-        + (f"; CUDA ahead by {-min(gaps):.1f} points at most" * (bool(gaps) and min(gaps) < 0))
-    )
+    score = triton_vs_cuda.head_to_head(rows, pass_name, longer_than=floor)
+    print(f"{pass_name}, N > {floor}: {score.sentence()}".replace("; ", ";\n    "))
+
 # %%
 # Compiled for seven GPUs, run on none of them
 # ---------------------------------------------

@@ -274,12 +274,13 @@ if not torch.cuda.is_available():
 # opcheck, for each variant
 # -------------------------
 # The optional arguments change what the kernels do, so
-# :func:`torch.library.opcheck` checks four variants on CPU tensors: schema
-# (does the kernel really write ``residual`` and nothing else?), autograd
-# registration, fake kernel, and tracing. It checks the C++ operator, and
-# the Triton operator only where Triton's interpreter runs (as on a build
-# without a GPU): only there does the Triton operator take CPU tensors. The
-# output names each operator checked.
+# :func:`torch.library.opcheck` checks four variants: schema (does the kernel
+# really write ``residual`` and nothing else?), autograd registration, fake
+# kernel, and tracing. It checks the C++ operator on CPU tensors, both
+# operators on CUDA tensors where there is a GPU, and the Triton operator on
+# CPU tensors where Triton's interpreter runs (as on a build without a GPU):
+# only there does the Triton operator take CPU tensors. The output names each
+# operator and device checked.
 variants = {
     "weight": (torch.randn(4, 24), torch.randn(4, 24), torch.randn(24), 1e-6, None),
     "no weight": (torch.randn(4, 24), torch.randn(4, 24), None, 1e-6, None),
@@ -298,15 +299,19 @@ variants = {
         None,
     ),
 }
-ops = {"cpp": torch.ops.opguide.fused_add_rms_norm_.default}
+cpp_op = torch.ops.opguide.fused_add_rms_norm_.default
+checks = [("cpp", cpp_op, "cpu")]
 if triton_ops.INTERPRET:
-    ops["triton"] = torch.ops.opguide.fused_add_rms_norm_triton_.default
-for backend, op in ops.items():
+    checks.append(("triton", torch.ops.opguide.fused_add_rms_norm_triton_.default, "cpu"))
+elif torch.cuda.is_available():
+    checks.append(("cpp", cpp_op, "cuda"))
+    checks.append(("triton", torch.ops.opguide.fused_add_rms_norm_triton_.default, "cuda"))
+for backend, op, on in checks:
     for name, args in variants.items():
-        args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        args = tuple(a.to(on, copy=True) if isinstance(a, torch.Tensor) else a for a in args)
         result = torch.library.opcheck(op, args)
         print(
-            f"{backend:6} {name:17}",
+            f"{backend:6} {on:4} {name:17}",
             "ok" if set(result.values()) == {"SUCCESS"} else result,
         )
 
@@ -346,7 +351,7 @@ print(exported.graph_signature)
 # What matters to the caller: after a
 # compiled call, the residual they passed holds the update, and code that reads
 # it after the operator sees the new value. Two calls in a row, compiled and
-# eager side by side, for the operators that the cell above checked:
+# eager side by side, for the operators that the cell above checked on CPU:
 torch._dynamo.reset()
 
 
@@ -355,7 +360,7 @@ def block_boundary(x, residual, weight, backend):
     return out * 2, residual + 0  # reads the residual after the update
 
 
-for backend in ops:
+for backend in dict.fromkeys(b for b, _, on in checks if on == "cpu"):  # on CPU tensors
     compiled = torch.compile(block_boundary, fullgraph=True)
     x = torch.randn(8, 128)
     weight = torch.randn(128)
@@ -418,11 +423,9 @@ fused_limit = longest_register_row(launch.fused_config, torch.bfloat16)
 fig = triton_vs_cuda.plot_fractions(record, ["fused"], limits={"fused": fused_limit})
 for line in triton_vs_cuda.range_lines(rows, ["fused"]):
     print(line)
-ahead, total, gap = triton_vs_cuda.head_to_head(rows, "fused")
-print(
-    f"Triton at least as fast as CUDA at {ahead} of {total} points"
-    + (f";\n    CUDA ahead by {gap:.1f} points of the copy at most" if gap > 0 else "")
-)
+# One timing per point: a gap under ``triton_vs_cuda.TIE`` points is a tie.
+score = triton_vs_cuda.head_to_head(rows, "fused")
+print(score.sentence().replace("; ", ";\n    "))
 
 # %%
 # Trade-offs, again

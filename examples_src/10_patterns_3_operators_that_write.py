@@ -39,10 +39,11 @@ In this step you will learn:
 #
 # The body writes with ``index_copy_``, row by row into the buffers' own
 # memory: no copy of a buffer is made, so a call costs the rows it writes.
-# On a GPU it also costs two waits for the device (host syncs): ``index[keep]``
-# must learn how many rows are kept, and ``int(rows.max())`` copies the
-# largest index to the host for the range check. A section below weighs the
-# ways a kernel can report a bad index instead.
+# On a GPU it also waits for the device (host syncs): each boolean mask
+# (``index[keep]``, ``k[keep]``, ``v[keep]``) must learn how many rows are
+# kept, and ``int(rows.max())`` copies the largest index to the host for the
+# range check; a cell below counts them. A section below weighs the ways a
+# kernel can report a bad index instead.
 import os
 import warnings
 
@@ -57,7 +58,7 @@ def _write_rows(
 ) -> None:  # fmt: skip
     keep = index >= 0
     rows = index[keep]
-    # On a GPU, index[keep] and int(rows.max()) each wait for the device.
+    # On a GPU, each mask and int(rows.max()) wait for the device.
     if rows.numel() and int(rows.max()) >= k_cache.shape[0]:
         bad = int(rows.max())
         raise IndexError(f"write_rows_: index {bad} is out of range for {k_cache.shape[0]} rows")
@@ -78,6 +79,33 @@ k, v = torch.ones(3, 4), torch.full((3, 4), 2.0)
 index = torch.tensor([1, -1, 5])
 result = op(k_cache, v_cache, k, v, index)
 print(f"returned {result}; rows of k_cache written: {k_cache[:, 0].nonzero().flatten().tolist()}")
+
+# %%
+# On a GPU, ``torch.cuda.set_sync_debug_mode("warn")`` warns at each operation
+# that makes the host wait for the device; the cell counts the warnings of
+# one call on CUDA tensors:
+if torch.cuda.is_available():
+    on_gpu = [t.cuda() for t in (k_cache, v_cache, k, v, index)]
+    op(*on_gpu)  # the first call loads kernels; count the second
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            op(*on_gpu)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    print(f"host syncs in one call of write_rows_ on CUDA tensors: {len(syncs)}")
+    for w in syncs:
+        print("   ", str(w.message).splitlines()[0][:84])
+    print(
+        "as the prose above counts: three masks and one .max() read"
+        if len(syncs) == 4
+        else "Surprising: not the four waits the prose above counts (three masks, one .max())"
+    )
+else:
+    print("SKIPPED: no CUDA GPU here; on one, this cell counts a call's host syncs")
 
 # %%
 # Why nothing is returned

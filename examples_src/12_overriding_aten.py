@@ -148,6 +148,7 @@ for key in ("CPU:", "PrivateUse1:"):
 # This page shares its process with the other steps, so the
 # backend is built, loaded and used in child processes, and the page prints
 # what they print.
+from guidekit.buildinfo import load_line  # noqa: E402
 from guidekit.compile_checks import source_root, without_machine_paths  # noqa: E402
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
@@ -196,9 +197,9 @@ def build_in_child(name: str, source: str) -> str:
     return str(build_dir / f"{name}.so")  # the file load() built and printed
 
 
-start = time.perf_counter()
+start = time.time()
 hostdev_lib = build_in_child("opguide_hostdev", "hostdev_backend.cpp")
-print(f"built {Path(hostdev_lib).name} in {time.perf_counter() - start:.1f} s")
+print(load_line(hostdev_lib, since=start, loaded=False))
 
 # %%
 # The Python side of a backend gives the key a name: after

@@ -62,7 +62,7 @@ import torch
 from torch.utils.cpp_extension import load
 
 # sphinx-gallery runs this script from examples_src/; so does the test suite.
-from guidekit.buildinfo import format_build_config, registered_operators
+from guidekit.buildinfo import format_build_config, load_line, registered_operators
 from guidekit.compile_checks import source_root, without_machine_paths
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/13.png"
@@ -84,9 +84,9 @@ def build(name: str, source: str, *defines: str) -> str:
     )
 
 
-start = time.perf_counter()
+start = time.time()
 naive_lib = build("opguide_mm_naive", "matmul_naive.cpp")
-print(f"built and loaded {Path(naive_lib).name} in {time.perf_counter() - start:.1f} s")
+print(load_line(naive_lib, since=start))
 print("loaded:", naive_lib in torch.ops.loaded_libraries)
 print("operators in opguide_mm:", registered_operators("opguide_mm"))
 

@@ -304,9 +304,15 @@ def shown(output: str, keep: int = 1) -> str:
 
 if RECORDING.is_file():
     record = json.loads(RECORDING.read_text())
+    # nvcc --version's last line, "Build cuda_13.0.r13.0/compiler...", names the release.
+    release = re.search(r"cuda_(\d+\.\d+)", record["nvcc"])
+    nvcc = f"nvcc {release[1]}" if release else record["nvcc"]
+    # The recorder writes torch's version and its CUDA release: "2.11.0+cu130 13.0".
+    version, _, cuda = record["torch"].partition(" ")
+    torch_version = f"{version} (CUDA {cuda})" if cuda else version
     print(
         f"RECORDED on {record['device']} on {record['date']} (not run while this page was "
-        f"built). Driver {record['driver']}; torch {record['torch']}; {record['nvcc']}."
+        f"built). Driver {record['driver']}; torch {torch_version}; {nvcc}."
     )
     say_stale(RECORDING.name)
     for run in record["runs"]:
@@ -366,28 +372,32 @@ print(
 # The files of this step, whole
 # -----------------------------
 # The page above showed parts of these files; here each one is whole, as it
-# is compiled and run.
+# is compiled and run, numbered as the sanitizer's reports above number it.
 #
 # .. dropdown:: tools/gpu_debug/saxpy.cu
 #
 #    .. literalinclude:: /../tools/gpu_debug/saxpy.cu
 #       :language: cuda
 #       :caption: tools/gpu_debug/saxpy.cu
+#       :linenos:
 #
 # .. dropdown:: tools/gpu_debug/oob_write.cu
 #
 #    .. literalinclude:: /../tools/gpu_debug/oob_write.cu
 #       :language: cuda
 #       :caption: tools/gpu_debug/oob_write.cu
+#       :linenos:
 #
 # .. dropdown:: tools/gpu_debug/shared_race.cu
 #
 #    .. literalinclude:: /../tools/gpu_debug/shared_race.cu
 #       :language: cuda
 #       :caption: tools/gpu_debug/shared_race.cu
+#       :linenos:
 #
 # .. dropdown:: tools/gpu_debug/async_error.py
 #
 #    .. literalinclude:: /../tools/gpu_debug/async_error.py
 #       :language: python
 #       :caption: tools/gpu_debug/async_error.py
+#       :linenos:

@@ -69,6 +69,7 @@ for name, axes in counts.items():
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 
 import torch
@@ -117,6 +118,8 @@ if wheel is not None:
             print(f"  {name:24} from {origin}")
     exclude = wheels.torch_exclusions(wheel)
     print("to exclude from the repair:", ", ".join(exclude))
+else:
+    print("SKIPPED: no wheel was built here (see above), so there is nothing to read")
 
 # %%
 # Repairing it
@@ -126,7 +129,9 @@ if wheel is not None:
 # into the wheel every needed library that is not on the manylinux list of
 # system libraries. Torch's libraries are on no such list, and not on any
 # system path either, so a plain repair stops:
-if wheel is not None and missing:
+if wheel is None:
+    print("SKIPPED: no wheel was built here (see above), so there is nothing to repair")
+elif missing:
     print(f"SKIPPED: the repair needs {' and '.join(missing)} (pip install them)")
 repaired = None
 if wheel is not None and not missing:
@@ -150,6 +155,8 @@ if wheel is not None and not missing:
     print("bundled: ", ", ".join(wheels.bundled_libraries(repaired)) or "nothing")
     allowed = wheels.platform_constraint(wheel)
     print("the symbol versions the library asks for allow:", allowed)
+else:
+    print("SKIPPED: no repair here (see above)")
 
 # %%
 # The ``manylinux_2_X`` number is the oldest glibc the wheel runs with, and it
@@ -318,7 +325,10 @@ for value in (target_version(2, 11), "0x0211000000000000"):
     command += [str(probe), "-o", str(exe)]
     built = subprocess.run(command, capture_output=True, text=True)
     if built.returncode != 0:
-        print(f"{value}: did not compile: {built.stderr[-300:]}")
+        # The compiler's first error, without this machine's folders.
+        errors = [line for line in built.stderr.splitlines() if "error" in line]
+        first = compile_checks.without_machine_paths(errors[0] if errors else built.stderr[-300:])
+        print(textwrap.fill(f"{value}: did not compile: {first.strip()}", 88))
         continue
     sees = subprocess.run([str(exe)], capture_output=True, text=True).stdout.strip()
     print(f"{value} = torch {decode(value):8} 2.13 APIs visible: {sees == '1'}")

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from importlib import machinery
 
 import torch
@@ -75,9 +76,13 @@ def _compiler_version(compiler: str) -> str:
     return f"{path}: {first[0] if first else '(no version output)'}"
 
 
-def _cxx_standard() -> str:
-    # The -std flag BuildExtension and load() pass with this torch, read from
-    # torch.utils.cpp_extension itself so that it follows torch upgrades.
+def cxx_standard() -> str:
+    """The ``-std=c++NN`` flag that BuildExtension and ``load()`` pass with this torch.
+
+    Read from ``torch.utils.cpp_extension`` itself, so that it follows torch
+    upgrades (torch 2.11 builds extensions as C++17, later releases as C++20);
+    ``"(not found)"`` where that source names none.
+    """
     flags = re.findall(r"-std=c\+\+\d+", inspect.getsource(cpp_extension))
     return collections.Counter(flags).most_common(1)[0][0] if flags else "(not found)"
 
@@ -116,7 +121,7 @@ def build_config() -> dict[str, object]:
     cxx_flags = [
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         "-DTORCH_API_INCLUDE_EXTENSION_H",
-        _cxx_standard(),
+        cxx_standard(),
         "-fPIC",
     ]
     # Added only for py_limited_api=True extensions: the oldest CPython whose
@@ -170,6 +175,39 @@ def format_build_config(config: dict[str, object] | None = None) -> str:
         else:
             lines.append(f"{key:<{width}} : {value}")
     return "\n".join(lines)
+
+
+def load_line(
+    library: str | os.PathLike, since: float, name: str | None = None, loaded: bool = True
+) -> str:
+    """How a :func:`torch.utils.cpp_extension.load` call went, for a page's output.
+
+    ``load`` compiles only what changed, and returns at once for a library
+    this process has already loaded, so its time alone does not say whether
+    anything was built.
+
+    Args:
+        library: the library file ``load`` returned (or built).
+        since: :func:`time.time` just before the call.
+        name: how to name the library (default: the file's name).
+        loaded: whether this process loaded it (``False`` for a build in a
+            child process).
+
+    Returns:
+        ``"built and loaded NAME in 12.3 s"`` where the file is newer than
+        ``since``, else ``"loaded NAME in 0.1 s (its build was up to date)"``;
+        without ``loaded``, ``"built NAME ..."`` or ``"NAME was up to date ..."``.
+    """
+    seconds = time.time() - since
+    name = name or os.path.basename(library)
+    built = os.path.getmtime(library) >= since
+    if loaded:
+        if built:
+            return f"built and loaded {name} in {seconds:.1f} s"
+        return f"loaded {name} in {seconds:.1f} s (its build was up to date)"
+    if built:
+        return f"built {name} in {seconds:.1f} s"
+    return f"{name} was up to date (checked in {seconds:.1f} s)"
 
 
 def registered_operators(namespace: str) -> list[str]:

@@ -218,7 +218,12 @@ def nvcc_check(
         )
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS, include_paths
 
-    command = [nvcc, "-c", str(source), "-o", os.devnull, f"-arch={arch}", "-std=c++20"]
+    from guidekit.buildinfo import cxx_standard
+
+    # The C++ standard torch's own extension builds use with this torch.
+    standard = cxx_standard()
+    standard = standard if standard.startswith("-std=") else "-std=c++17"
+    command = [nvcc, "-c", str(source), "-o", os.devnull, f"-arch={arch}", standard]
     command += list(COMMON_NVCC_FLAGS) + ["-I" + str(source.parent)]
     inputs = [source, *_source_tree_headers(source)]
     if with_torch:

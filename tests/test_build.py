@@ -56,6 +56,18 @@ def test_build_config_reads_switches(monkeypatch):
     assert "MAX_JOBS=3" in text and "jit_cache" in text
 
 
+def test_load_line_tells_a_build_from_a_reused_library(tmp_path):
+    library = tmp_path / "libx.so"
+    library.write_bytes(b"")
+    old = library.stat().st_mtime
+    assert buildinfo.load_line(library, since=old + 10).startswith("loaded libx.so in ")
+    assert buildinfo.load_line(library, since=old + 10).endswith("(its build was up to date)")
+    assert buildinfo.load_line(library, since=old - 10).startswith("built and loaded libx.so in ")
+    assert buildinfo.load_line(library, since=old - 10, loaded=False).startswith("built libx.so")
+    reused = buildinfo.load_line(library, since=old + 10, loaded=False, name="x")
+    assert reused.startswith("x was up to date (checked in ")
+
+
 def test_buildinfo_runs_as_a_module_and_as_a_script():
     env = dict(os.environ, MAX_JOBS="2")
     for args in (["-m", "guidekit.buildinfo"], [str(ROOT / "guidekit" / "buildinfo.py")]):

@@ -95,6 +95,18 @@ def test_the_lines_the_page_prints_follow_the_record():
     assert len(bad_index.table_lines(record)) == 2 + len(bad_index.STRATEGIES) + 1
 
 
+def test_memcheck_summary_keeps_every_count_and_a_failed_exit():
+    run = {
+        "tests": "3 failed, 80 passed, 2 deselected in 9.1s",
+        "errors": "ERROR SUMMARY: 4 errors",
+    }
+    assert bad_index.memcheck_summary({"memcheck": {**run, "exit_code": 9}}) == (
+        "3 failed, 80 passed, 2 deselected; memcheck 4 errors, exit status 9"
+    )
+    clean = {"tests": "83 passed in 9.1s", "errors": "ERROR SUMMARY: 0 errors", "exit_code": 0}
+    assert bad_index.memcheck_summary({"memcheck": clean}) == "83 passed; memcheck 0 errors"
+
+
 def test_the_template_s_writing_kind_ran_clean_under_memcheck():
     """Step 10.3 shows the template's writing kind under memcheck: a C++ project among them,
     every run clean, and its tests include a slot past the caches on CUDA."""

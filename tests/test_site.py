@@ -69,6 +69,33 @@ def test_no_marker_comment_in_rendered_code():
     assert not leaks, "marker comments shown to readers:\n" + "\n".join(leaks[:20])
 
 
+LINENO = re.compile(r'<span class="linenos">\s*(\d+)</span>')
+
+
+def test_numbered_listings_keep_the_file_s_line_numbers():
+    """A numbered listing (``:linenos:``) blanks marker lines instead of dropping them, so
+    each number shown is the line's number in the file, as a compiler or sanitizer names it."""
+    checked, wrong = 0, []
+    for page in pages():
+        for match in CAPTIONED.finditer(page.read_text()):
+            path = ROOT / html.unescape(TAG.sub("", match[1])).strip()
+            if "linenos" not in match[2] or not path.is_file():
+                continue
+            lines = path.read_text().splitlines()
+            for shown in match[2].splitlines():
+                number = LINENO.search(shown)
+                if number is None:
+                    continue
+                text = html.unescape(TAG.sub("", shown[number.end() :])).rstrip()
+                expected = lines[int(number[1]) - 1]
+                expected = "" if MARKER.match(expected) else expected.rstrip()
+                checked += 1
+                if text != expected:
+                    wrong.append(f"{page.name}: {path.name}:{number[1]}: {text!r} != {expected!r}")
+    assert checked, "no numbered listing found"
+    assert not wrong, "\n".join(wrong[:10])
+
+
 def test_no_page_shows_the_library_registration_macros():
     shown = [str(p.relative_to(SITE)) for p in pages() if "OPGUIDE_LIBRARY" in p.read_text()]
     assert not shown, f"pages that show OPGUIDE_LIBRARY: {shown}"

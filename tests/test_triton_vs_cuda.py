@@ -31,7 +31,7 @@ ROWS = [
     row("forward", "opguide triton", 32768, 0.9),
     row("forward", "opguide", 1024, 0.95),
     row("forward", "opguide", 32768, 0.99),
-    row("forward", "opguide triton", 1024, 0.98, "fp16"),
+    row("forward", "opguide triton", 1024, 0.975, "fp16"),
     row("forward", "opguide", 1024, 0.97, "fp16"),
     row("forward", "copy (same bytes)", 1024, 1.0),
 ]
@@ -66,11 +66,22 @@ def test_range_lines():
     )
 
 
-def test_head_to_head():
-    ahead, total, gap = triton_vs_cuda.head_to_head(ROWS, "forward")
-    assert (ahead, total) == (2, 3)  # at 1024 in both types; not at 32768
-    assert round(gap, 6) == 9.0  # 99% against 90% at 32768
-    assert triton_vs_cuda.head_to_head(ROWS, "backward") == (0, 0, 0.0)
+def test_head_to_head_counts_small_gaps_as_ties():
+    score = triton_vs_cuda.head_to_head(ROWS, "forward")
+    # bf16 1024: Triton 5 points ahead; bf16 32768: CUDA 9 ahead; fp16 1024: 0.5, a tie
+    assert (score.triton_ahead, score.cuda_ahead, score.ties, score.points) == (1, 1, 1, 3)
+    assert round(score.cuda_lead, 6) == 9.0
+    assert score.sentence() == (
+        "Triton ahead at 1, CUDA at 1, within 1 point at 1 of 3 points; "
+        "CUDA ahead by 9.0 points of the copy at most"
+    )
+    # With a wider tie, every gap under it is a tie and no lead is claimed.
+    wide = triton_vs_cuda.head_to_head(ROWS, "forward", tie=10.0)
+    assert (wide.triton_ahead, wide.cuda_ahead, wide.ties) == (0, 0, 3)
+    assert "CUDA ahead by" not in wide.sentence()
+    assert triton_vs_cuda.head_to_head(ROWS, "backward").points == 0
+    # Only the rows longer than longer_than.
+    assert triton_vs_cuda.head_to_head(ROWS, "forward", longer_than=16384).cuda_ahead == 1
 
 
 def test_plot_has_a_panel_per_pass_and_says_recorded():

@@ -52,9 +52,13 @@ ARCHIVE_SKIP = re.compile(
 )
 
 
-def strip_markers(text: str) -> str:
-    """``text`` without its marker-comment lines."""
-    return "".join(line for line in text.splitlines(True) if not MARKER_LINE.match(line))
+def strip_markers(text: str, blank: bool = False) -> str:
+    """``text`` without its marker-comment lines, or with them blank (``blank``),
+    which keeps every other line at its number in the file."""
+    lines = text.splitlines(True)
+    if blank:
+        return "".join("\n" if MARKER_LINE.match(line) else line for line in lines)
+    return "".join(line for line in lines if not MARKER_LINE.match(line))
 
 
 class RecordedSources(SphinxDirective):
@@ -74,13 +78,16 @@ class RecordedSources(SphinxDirective):
 
 
 class MarkerFreeLiteralInclude(LiteralInclude):
-    """``literalinclude`` whose output leaves out marker-comment lines."""
+    """``literalinclude`` whose output leaves out marker-comment lines. With line
+    numbers (``:linenos:`` or ``:lineno-match:``) it blanks them instead, so the
+    numbers shown are the file's, as compilers and sanitizers print them."""
 
     def run(self) -> list[nodes.Node]:
         result = super().run()
+        numbered = "linenos" in self.options or "lineno-match" in self.options
         for node in result:
             for block in node.findall(nodes.literal_block):
-                text = strip_markers(block.astext())
+                text = strip_markers(block.astext(), blank=numbered)
                 block.rawsource = text
                 block.children = [nodes.Text(text)]
         return result
@@ -93,7 +100,8 @@ def _included_code(arg: str, options: dict[str, str], base: Path, app: Sphinx) -
     path = srcdir / arg.lstrip("/") if arg.startswith("/") else base / arg
     reader_options = {k: (True if v == "" else v) for k, v in options.items()}
     text, _ = LiteralIncludeReader(str(path.resolve()), reader_options, app.config).read()
-    return options.get("language", ""), strip_markers(text)
+    numbered = "linenos" in options or "lineno-match" in options
+    return options.get("language", ""), strip_markers(text, blank=numbered)
 
 
 def _site_root(app: Sphinx) -> str | None:

@@ -137,11 +137,14 @@ def summary_lines(record: Mapping) -> list[str]:
 
 
 def memcheck_summary(project: Mapping) -> str:
-    """``"83 passed, memcheck 0 errors"``: a template record's project run under memcheck
-    (``tools/record_template_gpu.py run --memcheck``)."""
-    tests = project["memcheck"]["tests"].split(" in ")[0].split(",")[0]  # "83 passed"
-    errors = project["memcheck"]["errors"].removeprefix("ERROR SUMMARY: ")  # "0 errors"
-    return f"{tests}, memcheck {errors}"
+    """``"83 passed, 2 deselected; memcheck 0 errors"``: a template record's project run
+    under memcheck (``tools/record_template_gpu.py run --memcheck``), every count of
+    pytest's summary, and the run's exit status where it is not 0."""
+    run = project["memcheck"]
+    tests = run["tests"].rsplit(" in ", 1)[0]  # "83 passed, 2 deselected"
+    errors = run["errors"].removeprefix("ERROR SUMMARY: ")  # "0 errors"
+    failed = f", exit status {run['exit_code']}" if run.get("exit_code", 0) != 0 else ""
+    return f"{tests}; memcheck {errors}{failed}"
 
 
 def memcheck_lines(records: Mapping[str, Mapping]) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 #: The two implementations that steps 9 and 10 compare: Triton and CUDA.
 TRITON, CUDA = "opguide triton", "opguide"
@@ -88,26 +89,56 @@ def range_lines(
     return lines
 
 
-def head_to_head(
-    rows: Iterable[dict], pass_name: str, longer_than: int = 0
-) -> tuple[int, int, float]:
-    """Triton against CUDA at each (dtype, N) of one pass.
+#: Each point of a sweep is one timing, not repeated: a gap under ``TIE``
+#: points of the copy between Triton and CUDA counts as a tie.
+TIE = 1.0
 
-    Returns:
-        ``(points where Triton is at least as fast, points, largest gap)``;
-        the gap is CUDA's % of the copy minus Triton's, in points, at the
-        point where CUDA leads most (negative where Triton leads everywhere).
+
+@dataclass(frozen=True)
+class Score:
+    """Triton against CUDA over the points of one pass (see :func:`head_to_head`)."""
+
+    triton_ahead: int
+    cuda_ahead: int
+    ties: int
+    cuda_lead: float  # CUDA's largest lead in points of the copy (0.0 where it never leads)
+
+    @property
+    def points(self) -> int:
+        return self.triton_ahead + self.cuda_ahead + self.ties
+
+    def sentence(self) -> str:
+        """``"Triton ahead at 3, CUDA at 1, within 1 point at 6 of 10 points; ..."``."""
+        text = (
+            f"Triton ahead at {self.triton_ahead}, CUDA at {self.cuda_ahead}, "
+            f"within {TIE:g} point at {self.ties} of {self.points} points"
+        )
+        if self.cuda_ahead:
+            text += f"; CUDA ahead by {self.cuda_lead:.1f} points of the copy at most"
+        return text
+
+
+def head_to_head(
+    rows: Iterable[dict], pass_name: str, longer_than: int = 0, tie: float = TIE
+) -> Score:
+    """Triton against CUDA at each (dtype, N) of one pass, gaps under ``tie`` counted as ties.
+
+    Args:
+        rows: the sweep's rows.
+        pass_name: the pass to compare.
+        longer_than: only rows longer than this.
+        tie: the smallest gap, in points of the copy, that counts as a lead.
     """
     rows = list(rows)
-    ahead, total, gap = 0, 0, None
+    gaps = []  # Triton's % of the copy minus CUDA's
     for dtype in DTYPES:
         triton = dict(series(rows, pass_name, TRITON, dtype, longer_than))
         cuda = dict(series(rows, pass_name, CUDA, dtype, longer_than))
-        for n in sorted(triton.keys() & cuda.keys()):
-            total += 1
-            ahead += triton[n] >= cuda[n]
-            gap = cuda[n] - triton[n] if gap is None else max(gap, cuda[n] - triton[n])
-    return ahead, total, 0.0 if gap is None else gap
+        gaps += [triton[n] - cuda[n] for n in sorted(triton.keys() & cuda.keys())]
+    triton_ahead = sum(g >= tie for g in gaps)
+    cuda_ahead = sum(g <= -tie for g in gaps)
+    lead = max((-g for g in gaps if g <= -tie), default=0.0)
+    return Score(triton_ahead, cuda_ahead, len(gaps) - triton_ahead - cuda_ahead, lead)
 
 
 def plot_fractions(
