@@ -47,16 +47,25 @@ def pages() -> list[Path]:
     return sorted(p for p in SITE.rglob("*.html") if "_static" not in p.parts)
 
 
+# The number Sphinx puts before each line of a listing with :linenos:.
+LINENO_SPAN = re.compile(r'<span class="linenos">[^<]*</span>')
+
+
+def code_text(block: str) -> str:
+    """A code block's HTML as text: its code, without line numbers."""
+    return html.unescape(TAG.sub("", LINENO_SPAN.sub("", block)))
+
+
 def code_blocks(page: Path) -> list[str]:
     """The text of every code block of a page, as a reader sees it."""
-    return [html.unescape(TAG.sub("", block)) for block in PRE.findall(page.read_text())]
+    return [code_text(block) for block in PRE.findall(page.read_text())]
 
 
 def captioned_blocks(page: Path) -> dict[str, str]:
     """{caption: code} for the code blocks that carry a caption (a file path)."""
     found = {}
     for match in CAPTIONED.finditer(page.read_text()):
-        found[html.unescape(TAG.sub("", match[1]))] = html.unescape(TAG.sub("", match[2]))
+        found[html.unescape(TAG.sub("", match[1]))] = code_text(match[2])
     return found
 
 
