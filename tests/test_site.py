@@ -105,6 +105,17 @@ def test_numbered_listings_keep_the_file_s_line_numbers():
     assert not wrong, "\n".join(wrong[:10])
 
 
+def test_building_page_shows_the_readme_s_gpu_commands_whole():
+    """building.md quotes the README's GPU commands by line numbers: every command shows."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- gpu-commands -->", 1)[1].split("<!-- gpu-commands-end -->")[0]
+    commands = [line.strip() for line in block.splitlines() if line.strip()]
+    commands = [line for line in commands if not line.startswith("```")]
+    shown = "\n".join(code_blocks(SITE / "building.html"))
+    missing = [line for line in commands if line not in shown]
+    assert not missing, f"building.html leaves out: {missing}"
+
+
 def test_no_page_shows_the_library_registration_macros():
     shown = [str(p.relative_to(SITE)) for p in pages() if "OPGUIDE_LIBRARY" in p.read_text()]
     assert not shown, f"pages that show OPGUIDE_LIBRARY: {shown}"

@@ -152,7 +152,8 @@ by hand (no part):
     (tools/gpu_suite.sh part 1, part 2)
   the site built on the GPU: gpu_docs_h100.log (tools/record_gpu_docs.sh)
   longer than one part: model_step_h100.json (tools/record_model_step.py)
-  elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json (step 16 on a GPU)
+  elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json
+    (step 16 on a GPU: OPGUIDE_RECORD_GPU=1 tools/gpu_suite.sh part 3)
 LIST
     exit 0 ;;
   1|2|3|4|5) ;;

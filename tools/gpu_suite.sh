@@ -3,15 +3,19 @@
 # CUDA build of torch and no network, installing the Python tools from a
 # wheelhouse made beforehand by tools/make_wheelhouse.py.
 #
-#   tools/gpu_suite.sh suite [WHEELHOUSE]                  # the whole suite: part 1, then part 2
-#   tools/gpu_suite.sh part 1|2 [WHEELHOUSE [PYTEST ARGS]] # one part; each under ten minutes on an H100
+#   tools/gpu_suite.sh suite [WHEELHOUSE]                    # the whole suite: parts 1, 2 and 3
+#   tools/gpu_suite.sh part 1|2|3 [WHEELHOUSE [PYTEST ARGS]] # one part; each under ten minutes on an H100
 #   tools/gpu_suite.sh tests [WHEELHOUSE [PYTEST ARGS...]] # pytest with your own arguments
 #   tools/gpu_suite.sh docs  [WHEELHOUSE]                  # build the site, gallery on the GPU
 #   tools/gpu_suite.sh records PART [WHEELHOUSE]           # PART 1 to 5; `records list` lists them
 #
-# Part 1 is tests/, part 2 the gallery scripts and the notebook. Both run
-# OPGUIDE_JOBS (default 8) pytest processes, whole files each, and end with
-# the failed items by name. Part 1 leaves out the tests that make virtual
+# Part 1 is tests/, part 2 the gallery scripts and the notebook but step 16,
+# part 3 step 16 alone: on a GPU its AOTInductor packages, compiled models and
+# CUDA graphs take minutes of compiling, and beside the other scripts it can
+# run past ten minutes. Each part runs OPGUIDE_JOBS (default 8) pytest
+# processes, whole files each, and ends with the failed items by name.
+# OPGUIDE_RECORD_GPU=1 makes part 3 re-make step 16's record
+# (docs/recorded/across_pytorch_gpu.json). Part 1 leaves out the tests that make virtual
 # environments from a package index (template, wheels): with no network they
 # cannot run here, and every CPU run of the README's test command runs them.
 # The manifests' projects are built there over the machine's own torch
@@ -39,7 +43,7 @@ fi
 shift
 part=""
 if [ "$session" = part ]; then
-  part="${1:?usage: tools/gpu_suite.sh part 1|2 [WHEELHOUSE]}"
+  part="${1:?usage: tools/gpu_suite.sh part 1|2|3 [WHEELHOUSE]}"
   shift
 fi
 wheels="$(cd "${1:-.whl}" && pwd)"
@@ -50,6 +54,7 @@ export OPGUIDE_SYSTEM_TORCH=1 OPGUIDE_WHEELHOUSE="$wheels" USE_CUDA=1
 export OPGUIDE_JOBS="${OPGUIDE_JOBS:-8}"
 
 # The tests that need a package index, left out of part 1 (see above).
+ACROSS=examples_src/16_across_pytorch.py  # part 3 (see above)
 NEEDS_INDEX=(tests/test_template*.py tests/test_wheels.py)
 
 run_part() {
@@ -63,8 +68,9 @@ run_part() {
         done
       done
       ;;
-    2) args+=(examples_src tutorials) ;;
-    *) echo "gpu_suite: no part $1 (parts: 1 tests/, 2 gallery and notebook)" >&2; return 2 ;;
+    2) args+=(examples_src tutorials "--ignore=$ACROSS") ;;
+    3) args+=("$ACROSS") ;;
+    *) echo "gpu_suite: no part $1 (parts: 1 tests/, 2 gallery and notebook, 3 step 16)" >&2; return 2 ;;
   esac
   echo "gpu_suite: part $1: pytest ${args[*]}"
   local start=$SECONDS status=0
@@ -78,6 +84,7 @@ case "$session" in
     status=0
     run_part 1 || status=$?
     run_part 2 || status=$?
+    run_part 3 || status=$?
     exit $status
     ;;
   part) run_part "$part" "$@" ;;
