@@ -68,8 +68,9 @@ run_part() {
         done
       done
       ;;
-    2) args+=(examples_src tutorials "--ignore=$ACROSS") ;;
-    3) args+=("$ACROSS") ;;
+    # -v: a line per finished script, so a part cut short says which did not finish.
+    2) args+=(-v examples_src tutorials "--ignore=$ACROSS") ;;
+    3) args+=(-v "$ACROSS") ;;
     *) echo "gpu_suite: no part $1 (parts: 1 tests/, 2 gallery and notebook, 3 step 16)" >&2; return 2 ;;
   esac
   echo "gpu_suite: part $1: pytest ${args[*]}"
