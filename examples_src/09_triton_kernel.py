@@ -334,10 +334,9 @@ print("grad_weight[:4] =", w.grad[:4])
 # ----------------------
 # A backend that records the graph that AOTAutograd hands to Inductor shows
 # what an operator defined with ``Library.define`` (or ``custom_op``) becomes:
-# one call to the operator. A ``triton_op`` would arrive as the kernel launch
-# itself: a ``triton_kernel_wrapper_functional`` node (`triton_kernel_wrap.py
-# <https://github.com/pytorch/pytorch/blob/main/torch/_higher_order_ops/triton_kernel_wrap.py>`__),
-# which Inductor compiles into its own code.
+# one call to the operator. A ``triton_op`` arrives as the kernel launch
+# itself (`triton_kernel_wrap.py
+# <https://github.com/pytorch/pytorch/blob/main/torch/_higher_order_ops/triton_kernel_wrap.py>`__).
 from functorch.compile import make_boxed_func  # noqa: E402
 from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 
@@ -393,10 +392,12 @@ mode = "the interpreter" if triton_ops.INTERPRET else "compiled kernels"
 fake_log = logging.getLogger("torch._subclasses.fake_tensor")  # logs the failure's stack
 level = fake_log.level
 fake_log.setLevel(logging.CRITICAL)
+checked = False
 try:
     with warnings.catch_warnings():  # the interpreter reads a fake tensor's pointer
         warnings.simplefilter("ignore")
         torch.library.opcheck(double, (torch.randn(100, device=device),))
+    checked = True
     print(f"triton_op with {mode}: opcheck passed, so this build can show the path")
 except Exception as err:  # noqa: BLE001  (the page prints what failed)
     first = str(err).splitlines()[0].replace(" (scroll up for stack trace)", "")
@@ -404,6 +405,25 @@ except Exception as err:  # noqa: BLE001  (the page prints what failed)
     say(first)
 finally:
     fake_log.setLevel(level)
+
+# %%
+# Where it passes, the graph of ``double(t) + 1``, recorded as above:
+if checked:
+    seen.clear()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled_double = torch.compile(
+            lambda t: double(t) + 1, backend=aot_autograd(fw_compiler=record_graph)
+        )
+        compiled_double(torch.randn(100, device=device))
+    print("the graph Inductor would receive:", ", ".join(seen))
+    print(
+        "the kernel launch is a node of the graph: Inductor launches it from its own code"
+        if any("triton_kernel_wrapper" in op for op in seen)
+        else "Surprising: no kernel launch in the graph, as if the triton_op were opaque"
+    )
+else:
+    print("not shown: the triton_op did not pass its checks here (above)")
 
 # %%
 # The device guard at work
