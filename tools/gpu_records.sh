@@ -149,11 +149,11 @@ by hand (no part):
     template_triton_cuda_h200.json, template_python_cuda_h200.json
     (tools/record_template_gpu.py build here, run there; run --memcheck scatter --jobs 7)
   the suite's own logs: gpu_suite_h100_tests.log, gpu_suite_h100_gallery_notebooks.log
-    (tools/gpu_suite.sh part 1, part 2)
+    (tools/record_gpu_suite.sh 1, tools/record_gpu_suite.sh 2 .whl --durations=10)
   the site built on the GPU: gpu_docs_h100.log (tools/record_gpu_docs.sh)
   longer than one part: model_step_h100.json (tools/record_model_step.py)
   elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json
-    (step 16 on a GPU: OPGUIDE_RECORD_GPU=1 tools/gpu_suite.sh part 3)
+    (step 16 on a GPU: tools/record_gpu_suite.sh 3)
 LIST
     exit 0 ;;
   1|2|3|4|5) ;;

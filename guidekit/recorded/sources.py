@@ -103,7 +103,15 @@ MEASURED: dict[str, tuple[str, ...]] = {
         "tests/test_fused_add_rms_norm.py",
         "tests/test_rms_norm.py",
     ),  # fmt: skip
-    "gpu_suite_*_tests.log": (*KERNELS, *TRITON, *LIBRARY, "tests/**", "tools/gpu_suite.sh"),
+    # The suite's logs (tools/record_gpu_suite.sh 1 and 2).
+    "gpu_suite_*_tests.log": (
+        *KERNELS,
+        *TRITON,
+        *LIBRARY,
+        "tests/**",
+        "tools/gpu_suite.sh",
+        "tools/record_gpu_suite.sh",
+    ),  # fmt: skip
     "gpu_suite_*_gallery_notebooks.log": (
         *KERNELS,
         *TRITON,
@@ -111,6 +119,7 @@ MEASURED: dict[str, tuple[str, ...]] = {
         "examples_src/**",
         "tutorials/**",
         "tools/gpu_suite.sh",
+        "tools/record_gpu_suite.sh",
     ),  # fmt: skip
     # The site built on a GPU (tools/record_gpu_docs.sh): the pages it ran and
     # what they ran, the site's build configuration and extensions.
