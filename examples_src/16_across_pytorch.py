@@ -384,7 +384,9 @@ else:
 # %%
 # And the reason ``opguide`` does without one: AOTInductor's C++ wrapper
 # turns that ``out`` call into a call of an ATen C shim function named after
-# the operator, which exists only for ATen's own operators, so the package
+# the operator, which torch provides only for ATen's own operators; without
+# one of your own (:doc:`step 20 <20_your_operator_in_a_model>` supplies one
+# through ``custom_ops_to_c_shims``, which this cell does not), the package
 # fails to compile. On a torch that has the tag, the cell tries it and prints
 # what happened:
 class Twice(torch.nn.Module):
@@ -573,9 +575,9 @@ print(counter.get_table())
 # its FLOPs over the device's FLOP rate; its FLOPs per byte, set against the
 # device's FLOP rate over its bandwidth, says which is larger (the roofline).
 # The bytes over a call's measured time give the bandwidth the
-# kernel reached. On a GPU the tensors below fit in L2, so calls repeated on
-# them can read from the cache, and the figure can pass the memory's own
-# bandwidth:
+# kernel reached. The tensors below (32 MiB read and written) can fit in a
+# large GPU's L2 (an H100's is 50 MB), so on such a GPU calls repeated on them
+# may read from the cache, and the figure is then not the memory's bandwidth:
 device = "cuda" if HAVE_GPU else "cpu"
 xb = torch.randn(4096, 1024, device=device)
 wb = torch.rand(1024, device=device) + 0.5

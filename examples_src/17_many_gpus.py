@@ -57,8 +57,9 @@ Three points carry over to any operator:
   ``fused_add_rms_norm_`` writes its second and returns
   two new tensors. ``register_torch_dispatch`` lets the module handle DTensor
   arguments itself: it redistributes ``x`` to ``residual``'s layout, runs the
-  kernel on the local shards, and refuses a ``residual`` sharded along its
-  rows (its layout cannot change in place) with an error that says what to do.
+  kernel on the local shards, and refuses a ``residual`` sharded along the
+  normalised (last) dimension, or a partial sum (its layout cannot change in
+  place), with an error that says what to do.
 
 ``opguide.rms_norm`` and ``opguide.fused_add_rms_norm_`` import
 ``opguide.distributed`` the first time they see a DTensor; code that calls

@@ -73,7 +73,7 @@ Run it with your answers (``copier copy`` alone asks them one by one):
    copier copy --defaults --data package=myops --data op_name=silu_mul \
        --data route=cpp --data kind=elementwise path/to/opguide/template myops
 
-The cell below runs exactly that. From opguide's git repository, the URL
+The cell below runs that, with ``--quiet``. From opguide's git repository, the URL
 you clone it from, at a tag, takes the folder's place:
 ``copier copy --vcs-ref <tag> <git URL of opguide> myops``.
 """
@@ -213,7 +213,7 @@ for path in sorted(PROJECT.rglob("*")):
 #      - :doc:`step 7 <07_the_tests>`
 #    * - ``tests/test_fake_kernels.py``
 #      - a strategy for each new argument name (it fails until there is one)
-#      - :doc:`step 10 <10_patterns>`
+#      - :doc:`step 7 <07_the_tests>` (strategies), :doc:`step 10 <10_patterns>` (fake kernels)
 #    * - ``tools/check_cuda_compiles.py``
 #      - nothing: it compiles every ``csrc/*.cu``
 #      - :doc:`step 3 <03_cuda_kernel>`
@@ -322,9 +322,8 @@ for path in sorted(PROJECT.rglob("*")):
 # -----------
 # The project's README gives its two commands. The first installs it in
 # editable mode without build isolation, so the library compiles against the
-# torch already installed (here ``--no-deps`` too: everything it needs is
-# installed already). With a CUDA build of torch and nvcc, ``setup.py`` also
-# builds the CUDA kernel.
+# torch already installed (here with ``--no-deps``). With a CUDA build of
+# torch and nvcc, ``setup.py`` also builds the CUDA kernel.
 pip = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", "."]
 build_log = run(pip, cwd=PROJECT, show='pip install --no-build-isolation --no-deps -e "."')
 built = sorted(p.name for p in (PROJECT / "src" / "myops").glob("_C.*"))
@@ -355,8 +354,8 @@ print("devices tested:", devices)
 # ``tools/check_cuda_compiles.py`` runs ``nvcc -c`` on every ``csrc/*.cu``
 # with torch's include folders and flags, for every architecture ``setup.py``
 # builds (a ``-gencode`` each), and prints the command whole
-# (``<torch>`` stands for the folder torch is installed in). On a machine
-# without nvcc it says that it skipped.
+# (``<torch>`` stands for the folder torch is installed in). Without nvcc it
+# says it skipped.
 output = run(
     [sys.executable, "tools/check_cuda_compiles.py"],
     cwd=PROJECT,
@@ -437,8 +436,9 @@ for job_id, job in workflow["jobs"].items():
             continued = line.endswith("\\")
 
 # %%
-# The cell checks that every README command line is in a ``run:`` of the
-# workflow, and lints the workflow with
+# The cell checks that each README command CI should run (all but copier's
+# and the offline wheelhouse's) is in a ``run:`` of the workflow, and lints
+# the workflow with
 # `actionlint <https://github.com/rhysd/actionlint>`_ where it is installed
 # (the ``docs`` and ``test`` extras bring it):
 readme = (PROJECT / "README.md").read_text()
@@ -552,9 +552,8 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # does; on the Triton route and the stable ABI (no call there bumps a version
 # counter) the in-place operator is a :func:`torch.library.custom_op` with
 # ``mutates_args=("x",)`` and the refusal is in the Python entry point. The
-# generated tests check each point; this guide's
-# ``test_generated_tests_catch_a_broken_kernel`` deletes the version bump and
-# a factor of the formula, and checks those tests fail.
+# generated tests check each point, and fail without the version bump
+# (``test_generated_tests_catch_a_broken_kernel`` checks it).
 #
 # Indexed operators
 # -----------------

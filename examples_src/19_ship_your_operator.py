@@ -58,7 +58,8 @@ for name, axes in counts.items():
 # Python axis; the stable ABI (:doc:`step 15 <15_one_wheel_for_every_torch>`)
 # removes the torch axis. What is left is one wheel per platform and CUDA
 # major, built once and valid for the later torch releases (within the stable
-# ABI's promise of at least two years for each shim function).
+# ABI's promise of at least two years for each shim function, in `its notes
+# <https://docs.pytorch.org/docs/stable/notes/libtorch_stable_abi.html>`__).
 #
 # Building the wheel
 # ------------------
@@ -145,9 +146,10 @@ if wheel is not None and not missing:
 # Bundling them would be worse than failing: a second copy of
 # ``libtorch_cpu.so`` in the process, next to the one ``import torch``
 # loaded. They are excluded; at run time the library finds them because torch
-# was imported first (the package's ``__init__.py`` does that). The same
-# holds for a CUDA build's ``libcudart``: a CUDA torch brings it from its
-# ``nvidia-cuda-runtime`` wheel, and ``torch_provided`` lists it.
+# was imported first (the package's ``__init__.py`` does that). A CUDA build
+# (not made here) needs ``libcudart`` too: a CUDA torch brings it from its
+# ``nvidia-cuda-runtime`` wheel, which ``torch_provided`` reads as it reads
+# ``torch/lib``.
 if wheel is not None and not missing:
     proc, repaired = wheels.repair(wheel, OUT / "wheelhouse", exclude=exclude)
     assert repaired is not None, proc.stdout + proc.stderr
@@ -192,6 +194,15 @@ if repaired is not None:
     run = venv.pytest(tests, cwd=tests)
     lines = run.stdout.strip().splitlines()
     print(lines[-1] if lines else run.stderr[-2000:])
+    # What was skipped, and why; and each warning's first line.
+    for line in lines:
+        if line.startswith("SKIPPED"):
+            print(" ", compile_checks.without_machine_paths(line))
+    if "warnings summary" in run.stdout:
+        summary = run.stdout.split("warnings summary", 1)[1].split("-- Docs:")[0]
+        for line in summary.strip("= \n").splitlines():
+            if line.startswith("  ") and "Warning" in line:
+                print("  warning:", compile_checks.without_machine_paths(line.strip()))
     assert run.returncode == 0, run.stdout[-3000:]
     elapsed = time.perf_counter() - start
     print(f"environment made, wheel installed and tested in {elapsed:.0f} s")

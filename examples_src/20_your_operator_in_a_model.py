@@ -289,7 +289,8 @@ fig.tight_layout()
 # -------------------
 # The profiler's table for one training step on the CPU, trimmed to the rows
 # of the norm: ATen's ``pow``, ``mean`` and ``rsqrt`` and their backward nodes
-# for the model's own norm, and the operators ``opguide::rms_norm_fwd`` and
+# for the model's own norm, and opguide's: ``opguide::rms_norm`` (the call),
+# the ``opguide::rms_norm_fwd`` that autograd dispatches it to, and
 # ``opguide::rms_norm_backward``. This section runs on the CPU only: the GPU
 # record of the last section holds times, not a profile.
 NORM_ROW = re.compile(r"rms_norm|rsqrt|pow|mean", re.IGNORECASE)
@@ -449,13 +450,14 @@ for step_name in STEPS:
 # fused; whether one pass over memory in opguide's kernel beats Inductor's own
 # is a question for the GPU, where the bytes set the time.
 #
-# Keeping the gain under compile: the Triton route
-# ------------------------------------------------
+# Fusing what follows a Triton operator
+# -------------------------------------
 # An operator made with :func:`torch.library.triton_op` is not opaque:
 # ``torch.compile`` traces into it and launches its Triton kernels from the
-# code it generates (:doc:`step 9 <09_triton_kernel>` registers opguide's
-# Triton kernels with it). Inductor still writes a kernel of its own for the
-# pointwise operation after it, unless the private option
+# code it generates (:doc:`step 9 <09_triton_kernel>` shows such a graph;
+# opguide's own Triton operators are opaque, as step 9 explains). Inductor
+# still writes a kernel of its own for the pointwise operation after it,
+# unless the private option
 # ``torch._inductor.config.epilogue_fusion_user_defined_triton_kernel``
 # (off by default; it is in torch 2.13's ``torch/_inductor/config.py``) is
 # on: then, by Inductor's source

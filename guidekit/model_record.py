@@ -261,12 +261,12 @@ def _kernelized_findings(record: dict, groups: dict) -> list[str]:
         used, own = flags(about.get("support", {})), flags(measured_support(record))
         same = "the same flags" if used == own else f"other flags ({own})"
         said.append(
-            f"The kernelized layers declared the modes that an earlier "
-            f"{about['from']} measured faster: {used}. This record's own numbers give {same}."
+            f"The kernelized layers declared the modes that this run was given "
+            f"(--support-from {about['from']}): {used}. This record's own numbers give {same}."
         )
     elif "from" in about:
         said.append(
-            "No earlier record was there when this one was made: the kernelized layers "
+            "This run was given no support record: the kernelized layers "
             "declared no flag, so only eager inference runs them."
         )
     return said

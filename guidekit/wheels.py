@@ -298,7 +298,8 @@ class FreshVenv:
         }
 
     def pytest(self, tests: Path, cwd: Path) -> subprocess.CompletedProcess:
-        """Runs pytest on ``tests`` from ``cwd`` (a folder with no copy of the package in it)."""
+        """Runs pytest on ``tests`` from ``cwd`` (a folder with no copy of the package in it),
+        naming each skipped test with its reason (``-rs``)."""
         return self.run(
-            self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests), cwd=cwd
+            self.python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tests), cwd=cwd
         )

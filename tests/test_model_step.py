@@ -240,8 +240,8 @@ def test_record_findings_read_the_kernelized_rows():
         "(no measurable difference)."
     )
     assert said[4].startswith(
-        "The kernelized layers declared the modes that an earlier model_step_x.json "
-        "measured faster: OpguideRMSNorm: has_backward; OpguideRMSNormTriton: no flag. "
+        "The kernelized layers declared the modes that this run was given "
+        "(--support-from model_step_x.json): OpguideRMSNorm: has_backward; OpguideRMSNormTriton: no flag. "
         "This record's own numbers give other flags ("
     )
     # A kernelized row that runs the model's own norm and still differs
@@ -252,9 +252,9 @@ def test_record_findings_read_the_kernelized_rows():
     assert "their quartiles do not overlap" in said_apart
     assert said_apart.endswith("the record does not say what does.")
     record["results"][-1] = row
-    # A first record: nothing before it to decide from.
+    # A run given no support record: nothing to decide from.
     record["kernelized"]["from"] = None
-    assert model_record.record_findings(record)[4].startswith("No earlier record was there")
+    assert model_record.record_findings(record)[4].startswith("This run was given no support")
     # The names are whole in the table, however long.
     table = model_record.record_table(record)
     assert any("kernelized opguide.rms_norm (cpp) " in line for line in table)
