@@ -241,7 +241,8 @@ def test_record_findings_read_the_kernelized_rows():
     )
     assert said[4].startswith(
         "The kernelized layers declared the modes that this run was given "
-        "(--support-from model_step_x.json): OpguideRMSNorm: has_backward; OpguideRMSNormTriton: no flag. "
+        "(--support-from model_step_x.json): OpguideRMSNorm: has_backward; "
+        "OpguideRMSNormTriton: no flag. "
         "This record's own numbers give other flags ("
     )
     # A kernelized row that runs the model's own norm and still differs
