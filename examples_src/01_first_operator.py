@@ -144,4 +144,4 @@ assert explanation.graph_break_count == 0
 # mean, add, rsqrt, two multiplies, and casts for half precision), most of
 # them reading and writing the whole tensor. The next step replaces the body
 # with one C++ kernel that reads each row from memory once (its second pass
-# over the row finds it in cache), behind a schema defined in C++.
+# over a row that fits in cache finds it there), behind a schema defined in C++.

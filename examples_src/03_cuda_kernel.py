@@ -27,8 +27,8 @@ One block of 256 threads per row. The threads stride over the row and each
 sums the squares of the elements it visits; the block combines the 256 sums in
 shared memory; every thread then scales the elements it visited. The sums are
 kept in ``Acc`` (float, or double for double) whatever the stored type. The
-header includes no torch file, so it is plain CUDA that nvcc (or hipcc, after
-:doc:`step 4 <04_hip_port>`'s hipify) compiles on its own:
+header includes no torch file, so it is plain CUDA that nvcc compiles on its
+own:
 
 .. literalinclude:: /../csrc/minimal/rms_norm_minimal.cuh
    :language: cuda
@@ -49,7 +49,9 @@ things every CUDA operator must do:
   ``c10::cuda::getCurrentCUDAStream()`` (``at::cuda::getCurrentCUDAStream`` is the
   same function), the stream PyTorch uses on this thread. A kernel launched on
   the default stream instead would race with work on side streams, and during
-  a CUDA graph capture it would make the capture fail;
+  a CUDA graph capture it would make the capture fail (PyTorch's `CUDA
+  semantics <https://docs.pytorch.org/docs/stable/notes/cuda.html#cuda-streams>`__
+  notes on streams and on graph capture);
 * **dtype dispatch**: ``AT_DISPATCH_FLOATING_TYPES_AND2`` instantiates the
   launcher for float32, float64, float16 and bfloat16;
 * **error checks**: ``C10_CUDA_CHECK`` on the launch's error code turns a bad
@@ -63,8 +65,9 @@ file defined, so the two files together are one operator with two kernels:
    :caption: csrc/minimal/rms_norm_minimal_cuda.cu
 
 The wrapper includes only ``c10/cuda`` headers, not ``ATen/cuda/CUDAContext.h``:
-the latter pulls in cuBLAS and cuSPARSE headers, which come with the CUDA
-toolkit and not with torch's CPU build, and this kernel needs neither.
+the latter pulls in the cuBLAS, cuSPARSE and cuSOLVER headers, which a CUDA
+install without those libraries (the compiler alone, as pip's
+``nvidia-cuda-nvcc`` brings it) lacks, and this kernel needs none of them.
 """
 
 # %%
@@ -188,17 +191,18 @@ else:
 # speed. What it adds to the simple kernel:
 #
 # * **16-byte loads**: eight bfloat16 (or four float32) elements per load
-#   instruction when the row length and the pointers allow, and the widest
-#   narrower access otherwise, for rows up to the length the narrow kernels
-#   hold; a longer such row's backward takes a kernel that reads the row twice
+#   instruction when the row length and the pointers allow; otherwise the
+#   widest narrower access (8, 4 or 2 bytes). In the backward, such odd rows
+#   that the narrow kernels cannot hold take a kernel that reads the row twice
 #   (measured in :doc:`step 11 <11_performance>`, "Odd row lengths");
 # * **the row held in registers**: each thread loads its part of ``x`` and of
 #   the weight once, before the reduction, and scales the values it holds, so
 #   ``x`` is read from memory once. One block holds a row of up to 1024
-#   threads x 4 loads (16-byte loads where the row allows); a longer row is
-#   read a second time, mostly from L2, except on Hopper where a row of
-#   whole 16-byte vectors of a 16- or 32-bit type goes to a thread-block
-#   cluster, which holds it (:doc:`step 11.3 <11_performance_3_long_rows>`);
+#   threads x 4 16-byte vectors; on GPUs of compute capability 9.0 and later a
+#   row of more than 2048 whole 16-byte vectors (32 KiB) of a 16- or 32-bit
+#   type goes to a thread-block cluster, which holds it (:doc:`step 11.3
+#   <11_performance_3_long_rows>`); elsewhere a row longer than a block holds
+#   is read a second time, mostly from L2;
 # * **several short rows per block**, and the number of threads per row chosen
 #   from the row length;
 # * **warp shuffles** for the reduction inside each warp, then one value per
@@ -206,8 +210,9 @@ else:
 # * ``keep_packed``, an empty ``asm`` statement that stops the compiler from
 #   keeping 32 converted floats alive where 16 packed bfloat16 registers do
 #   (measured in :doc:`step 11.4 <11_performance_4_tuning>`);
-# * **programmatic dependent launch** on Hopper (``common/launch.cuh``), so a
-#   kernel's start overlaps the end of the one before it (measured in step 11.4).
+# * **programmatic dependent launch** on compute capability 9.0 and later
+#   (``common/launch.cuh``), so a kernel's start overlaps the end of the one
+#   before it (measured in step 11.4).
 #
 # The same four duties (guard, stream, dispatch, checks) are in its wrapper.
 # The files, whole:
@@ -349,7 +354,7 @@ if HAVE_GPU and has_cuda_kernel:
         print(f"{name:30} {ms * 1e3:7.1f} us  {moved / ms / 1e6:6.0f} GB/s")
 elif not HAVE_GPU:
     print(
-        "SKIPPED: no CUDA GPU, nothing to run. The performance chapter shows recorded GPU numbers."
+        "SKIPPED: no CUDA GPU, nothing to run. Recorded GPU numbers for these kernels follow."
     )
 
 # %%
@@ -362,7 +367,9 @@ elif not HAVE_GPU:
 # rows x N = 2**24 elements, and writes
 # ``docs/recorded/minimal_cuda_<gpu>.json``. The cell shows each such record:
 # every speed as a fraction of the copy's (1.00 is as fast as copying the
-# bytes; the bars' lines span the middle half of the rounds).
+# bytes; the bars' lines span the middle half of the rounds). ``y.copy_(x)`` is
+# PyTorch's general copy kernel, not the memory's ceiling: a kernel made for
+# one job can beat it (:doc:`step 11 <11_performance>` sets the two apart).
 import importlib.util  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402

@@ -11,7 +11,7 @@ In this step you will learn:
 
 * what hipify changes in the real sources of :doc:`step 3 <03_cuda_kernel>`, shown as a diff;
 * what differs on AMD hardware that the code itself must handle (64-wide
-  wavefronts, shuffle intrinsics, bfloat16 headers);
+  wavefronts, NVIDIA-only features, shuffle intrinsics, bfloat16 headers);
 * how to compile-check the hipified, torch-free device code with ``hipcc`` on a
   machine with no AMD GPU.
 
@@ -38,6 +38,12 @@ What changes on AMD GPUs
      :start-after: // [portability]
      :end-before: // [portability-end]
 
+* **NVIDIA-only features.** The shared headers compile out, under HIP,
+  ``cp.async`` (``common/async_copy.cuh``), thread-block clusters
+  (``common/cluster.cuh``), programmatic dependent launch
+  (``common/launch.cuh``), the cache-hint loads and stores (``common/vec.cuh``)
+  and the ``keep_packed`` inline assembly (``common/keep_packed.cuh``); the
+  kernels then use plain loads, stores and launches.
 * **Warp intrinsics.** ``__shfl_xor_sync(mask, v, lane)`` takes a mask of the
   threads taking part; HIP's ``__shfl_xor(v, lane)`` takes none. One function,
   ``shfl_xor``, covers
@@ -120,7 +126,8 @@ show_diff(WRAPPER, mapping[WRAPPER])
 # code: every kernel, instantiated for the dtypes the hipcc at hand compiles,
 # for MI200 (``gfx90a``) and MI300X (``gfx942``; a hipcc whose clang predates
 # it, such as Debian's ROCm 5.2 hipcc, takes ``gfx940``, the first target of
-# the same instruction set). The output says which targets and dtypes; where
+# the same instruction set, whose code MI300X does not run). The output says
+# which targets and dtypes; where
 # hipcc is missing, the recorded check below lists them.
 hipcc = compile_checks.find_hipcc()
 hip_source = mapping[CSRC / "device_checks" / "rms_norm.cu"]

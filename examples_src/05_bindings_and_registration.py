@@ -279,8 +279,18 @@ print(
 # kernels are registered for ``CompositeExplicitAutograd``, which serves every
 # backend including ``Meta``, and since they only call ATen operators they
 # run on fake tensors as they are. A kernel that reads data pointers, like
-# opguide's, cannot; it needs a fake kernel.
-#
+# opguide's, cannot; it needs a fake kernel. On ``meta`` tensors, which have
+# shapes and no data:
+meta = torch.empty(4, 8, device="meta")
+low, high = torch.ops.opguide_step5.row_min_max(meta)
+total = torch.ops.opguide_step5.weighted_sum([meta, meta], [0.5, 0.5])
+scaled = torch.ops.opguide_step5.scale_(meta, 2.0)
+print(
+    f"row_min_max -> {tuple(low.shape)}, {tuple(high.shape)}; weighted_sum -> "
+    f"{tuple(total.shape)}; scale_ -> {tuple(scaled.shape)}, all on {scaled.device}"
+)
+
+# %%
 # A dispatcher operator brings more than ``torch.compile`` support: it can be
 # called from C++ and from TorchScript, ``torch.export`` can save it by name,
 # it can get autograd, vmap and per-device kernels, and
@@ -343,7 +353,7 @@ except ImportError as err:
 #
 # .. literalinclude:: /../opguide/__init__.py
 #    :language: python
-#    :start-after: """
+#    :start-at: from __future__ import annotations
 package = Path(opguide.__file__).parent
 # torch.ops.loaded_libraries names every library this process loaded; the
 # gallery may run other steps' pages in the same process, so keep opguide's.
@@ -365,8 +375,9 @@ for overload in [
 ]:
     print(overload._schema)
 
-matches = [str(s) for s in torch._C._jit_get_all_schemas() if "rms_norm" in s.name]
-print(f"\n{len(matches)} schemas mention rms_norm, e.g.:")
+schemas = torch._C._jit_get_all_schemas()  # every library this process loaded
+matches = [str(s) for s in schemas if s.name.startswith("aten::") and "rms_norm" in s.name]
+print(f"\n{len(matches)} ATen schemas mention rms_norm, e.g.:")
 for line in sorted(matches)[:4]:
     print(" ", line)
 
