@@ -353,9 +353,7 @@ if HAVE_GPU and has_cuda_kernel:
         ms = gpu_ms(fn)
         print(f"{name:30} {ms * 1e3:7.1f} us  {moved / ms / 1e6:6.0f} GB/s")
 elif not HAVE_GPU:
-    print(
-        "SKIPPED: no CUDA GPU, nothing to run. Recorded GPU numbers for these kernels follow."
-    )
+    print("SKIPPED: no CUDA GPU, nothing to run. Recorded GPU numbers for these kernels follow.")
 
 # %%
 # The simple kernel, timed on a GPU

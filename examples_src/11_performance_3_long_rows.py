@@ -55,8 +55,8 @@ if not torch.cuda.is_available():
 # from ``tools/sweep_rms_norm_forward_cluster.cu``
 # (``docs/recorded/sweep_rms_norm_forward_cluster_h100.txt``), whose lines
 # further down compare one block with a cluster of two at the shortest row it
-# times: the threshold is where clusters stop losing, not a measured gain of
-# theirs. The fused operator's one-block kernel reads a long row twice
+# times: there the two tie, and rows from that length to twice it, which
+# clusters take though one block could hold them, were not timed on one block. The fused operator's one-block kernel reads a long row twice
 # up to its threshold, and clusters take the longer rows. Then the
 # longest row each kernel family gives one block or one program:
 from guidekit.recorded import lessons, listed, long_rows, plots, sweeps, tool_outputs
@@ -117,7 +117,7 @@ for who, longest in LONGEST.items():
 #
 # Triton has no clusters: its long rows are split over programs that meet
 # through global memory (``opguide/triton/split.py``,
-# :doc:`step 9 <09_triton_kernel>`), each writing its part of the row's sum
+# :doc:`step 9.2 <09_triton_kernel_2_long_rows>`), each writing its part of the row's sum
 # into a slot and waiting for the others. The Triton backward splits rows
 # sooner than the forward: its register kernel holds ``x``, ``grad_y``, the
 # weight and its gradient. The compiler's report on it, at the rows it takes:
@@ -164,9 +164,12 @@ show(long_rows.triton_long_row_lines(sweeps.by_dtype(ALL_ROWS), sweep["ns"]))
 #    :start-after: // [cluster-push]
 #    :end-before: // [cluster-push-end]
 #
-# Both ways, timed by ``tools/sweep_rms_norm_forward_cluster.cu`` and
-# ``..._backward_cluster.cu``; the tool's forward variants both loop over
-# rows in persistent clusters:
+# The forward both ways, timed by ``tools/sweep_rms_norm_forward_cluster.cu``
+# (both variants loop over rows in persistent clusters). The backward always
+# pushes; ``..._backward_cluster.cu`` times the library's, which pushes its
+# next row's partial before it waits, against a variant that pushes after the
+# wait with 4 vectors a thread in 3 stages (the library picks both by row
+# length), so the gap need not be the ordering's alone:
 BARRIER, PUSH = "loop 1024 x 4, barrier", "loop 512 x 4, push"
 forward_push = tool_outputs.cluster_sweep(
     recorded_text("sweep_rms_norm_forward_cluster_h100.txt"), BARRIER, after=PUSH
@@ -177,9 +180,10 @@ backward_push = tool_outputs.cluster_sweep(
 lines, waiting = lessons.push_lines(forward_push, backward_push, AT)
 show(lines)
 say(
-    f"The sweep's backward is closer to the waiting variant at {', '.join(waiting)}."
+    f"The sweep's backward is closer to the variant that pushes after the wait at "
+    f"{', '.join(waiting)}."
     if waiting
-    else "The sweep's long backward rows are closer to the pushing variant."
+    else "The sweep's long backward rows are closer to the library's, which pushes ahead."
 )
 
 # %%

@@ -45,11 +45,14 @@ if not torch.cuda.is_available():
 # until it writes the output, so ``x`` is read once. The more vectors per
 # thread, the fewer threads a row needs, but the more registers each one
 # uses; past what ``__launch_bounds__`` allows, the compiler spills to
-# memory. In bfloat16, the floats of a first conversion take twice the
-# registers of the packed values; ``keep_packed`` (:doc:`step 3
-# <03_cuda_kernel>`) keeps the packed values alive across the reduction
-# instead. The forward, by vectors per thread, with and without
-# ``keep_packed``:
+# memory. In bfloat16, the compiler otherwise keeps the 32 floats of a first
+# conversion alive across the reduction, where 16 registers of packed values
+# would do; ``keep_packed`` (:doc:`step 3 <03_cuda_kernel>`) keeps the packed
+# values instead. Without it, the kernel at 4 vectors a thread needs more than
+# the 64 registers that ``__launch_bounds__(1024)`` allows and spills
+# (``test_without_keep_packed_bfloat16_spills`` in
+# ``tests/test_compile_checks.py`` compiles it and checks the spill). The
+# forward, by vectors per thread, with and without ``keep_packed``:
 from guidekit.recorded import fixed_shapes, lessons, plots, recorded_dir
 from guidekit.recorded import sources as record_sources
 from guidekit.recorded.pages import compare, recorded, say, show, tool_sweep

@@ -314,7 +314,9 @@ if previous:
 # (``OperatorEntry::registerKernel`` in `OperatorEntry.cpp
 # <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/core/dispatch/OperatorEntry.cpp>`__
 # prints that), not the CPU kernel the table held (the last line above names
-# its file); the dispatch table is the record of what was replaced. The log lines
+# its file); the table dumped before the load is the record of what was
+# replaced. The ``/__w/pytorch/...`` and ``/pytorch/...`` paths in these lines
+# are where PyTorch's own build machines compiled torch. The log lines
 # follow, one per call: three ``neg`` and one ``add`` (the checks use ``mul``,
 # ``stack`` and ``sum``, which are not overridden).
 #

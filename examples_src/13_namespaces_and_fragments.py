@@ -204,7 +204,8 @@ except RuntimeError as err:
 # first question is what the build saw. ``guidekit.buildinfo`` collects it
 # (``python -m guidekit.buildinfo`` prints the same); the loaded libraries at
 # the end are those loaded into this process with ``torch.ops.load_library``
-# or ``load``:
+# or ``load``, by this page or, where the site's build runs other pages in
+# the same process, by them (such as ``opguide/_C.abi3.so``):
 #
 # .. literalinclude:: /../guidekit/buildinfo.py
 #    :pyobject: build_config

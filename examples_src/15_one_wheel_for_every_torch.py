@@ -398,7 +398,8 @@ if len(different) > len(on_gpu):
 #   printed above where the check ran, shows which of them it uses.
 # * **The Python side.** The fake kernel is registered from Python
 #   (``torch.library``), as for the classic library
-#   (:doc:`step 5 <05_bindings_and_registration>`). The stable ABI has no autograd API: an
+#   (:doc:`step 5 <05_bindings_and_registration>`). The stable ABI's headers
+#   (``torch/csrc/stable``) hold no autograd API: an
 #   operator built on it that needs gradients registers its formula from
 #   Python with ``register_autograd``, as :doc:`step 8 <08_autograd>` shows
 #   (the classic library's formula is C++).

@@ -14,7 +14,8 @@ from .tool_outputs import best, launch
 
 
 def push_lines(forward: dict, backward: dict, at_: dict) -> tuple[list[str], list[str]]:
-    """Long rows with a barrier (or each row waited for) against pushed sums.
+    """Long rows: a barrier against pushed sums (forward); the backward's push after its
+    wait (another layout too) against the library's push ahead.
 
     Args:
         forward, backward: :func:`.tool_outputs.cluster_sweep` of the two tools.
@@ -26,15 +27,15 @@ def push_lines(forward: dict, backward: dict, at_: dict) -> tuple[list[str], lis
     """
     lines, older = [], []
     for pass_name, table, before in (
-        ("forward", forward, "barrier"),
-        ("backward", backward, "each row waited for"),
+        ("forward", forward, ("barrier", "pushed")),
+        ("backward", backward, ("pushed after the wait", "pushed ahead")),
     ):
         for n, (old, new) in table.items():
             if n <= ONE_BLOCK[pass_name]:
                 continue
             lines.append(
-                f"{pass_name:8} N = {n:6}: {before:20} {100 * old:4.0f}% of the copy; "
-                f"pushed {100 * new:4.0f}%"
+                f"{pass_name:8} N = {n:6}: {before[0]:21} {100 * old:4.0f}% of the copy; "
+                f"{before[1]} {100 * new:4.0f}%"
             )
             if pass_name == "backward":  # the library's backward is the pushing kernel
                 in_sweep = at_[(pass_name, "opguide", n)]["vs_copy"]
@@ -310,8 +311,9 @@ def keep_packed_occupancy_line(packed: list[dict]) -> str:
     )
     if pairs and same == len(pairs):
         return (
-            head + ": the registers saved do not let more threads run at once; what makes "
-            "the gap, these runs do not show."
+            head + ": the registers saved do not let more threads run at once; the spill "
+            "that keep_packed avoids (above) is the likelier cause, which these runs do not "
+            "time apart."
         )
     if same == 0 and pairs:
         return head + ": keep_packed's fewer registers let more threads run, a possible cause."

@@ -317,7 +317,8 @@ def change_gains(
 
     Args:
         forward_push, backward_push: :func:`.tool_outputs.cluster_sweep` of the
-            barrier (or each row waited for) against pushed sums.
+            barrier against pushed sums (forward), the backward pushed after its
+            wait against the library's, which pushes ahead.
         per_row: {dtype: [fractions gained]} of
             :func:`.lessons.per_row_cluster_lines`.
         fenced, slots: :func:`.tool_outputs.split_sweep` of the Triton split
@@ -326,7 +327,7 @@ def change_gains(
     gains = {
         "push, forward": [100 * (new - old) for n, (old, new) in forward_push.items()
                           if n > ONE_BLOCK["forward"]],
-        "push, backward": [100 * (new - old) for n, (old, new) in backward_push.items()
+        "push ahead, backward": [100 * (new - old) for n, (old, new) in backward_push.items()
                            if n > ONE_BLOCK["backward"]],
         "one row per cluster": [100 * g for found in per_row.values() for g in found],
     }  # fmt: skip
