@@ -55,9 +55,10 @@ if not torch.cuda.is_available():
 # from ``tools/sweep_rms_norm_forward_cluster.cu``
 # (``docs/recorded/sweep_rms_norm_forward_cluster_h100.txt``), whose lines
 # further down compare one block with a cluster of two at the shortest row it
-# times: there the two tie, and rows from that length to twice it, which
-# clusters take though one block could hold them, were not timed on one block. The fused operator's one-block kernel reads a long row twice
-# up to its threshold, and clusters take the longer rows. Then the
+# times; rows from that length to twice it, which clusters take though one
+# block could hold them, were not timed on one block. The fused operator's
+# one-block kernel reads a long row twice up to its threshold, and clusters
+# take the longer rows. Then the
 # longest row each kernel family gives one block or one program:
 from guidekit.recorded import lessons, listed, long_rows, plots, sweeps, tool_outputs
 from guidekit.recorded.pages import recorded, recorded_text, say, show
