@@ -31,7 +31,8 @@ fresh Python process.
 ------------
 One extension, ``opguide._C``, built from ``csrc/opguide.cpp`` and the
 ``.cpp`` files of ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/`` (and
-their ``.cu`` files when CUDA is built). The whole file:
+the ``.cu`` files of those folders and of ``csrc/common/`` when CUDA is
+built). The whole file:
 
 .. literalinclude:: /../setup.py
    :language: python
@@ -106,8 +107,8 @@ for switches in [{"DEBUG": "2"}, {"USE_CUDA": "1"}]:
 
 # %%
 # On a machine with a CUDA build of torch and a CUDA toolkit, ``USE_CUDA=1``
-# passes this check (exit status 0), and the last line is ``setup.py``'s
-# summary of what it would build.
+# passes this check (exit status 0), and ``setup.py`` prints its summary of
+# what it would build.
 #
 # Printing the build configuration
 # --------------------------------
@@ -179,7 +180,8 @@ print(f"built {wheel.name} in {elapsed:.1f} s")
 # ------------------------
 # The file name carries the tags ``{python}-{abi}-{platform}``: ``cp310-abi3``
 # means "CPython 3.10 or newer, stable ABI", so the same wheel installs on
-# 3.10, 3.11, 3.12 and later. The ``WHEEL`` metadata says the same, and the
+# 3.10, 3.11, 3.12 and later (CPython with the GIL: the free-threaded builds
+# take no ``abi3`` wheel). The ``WHEEL`` metadata says the same, and the
 # library inside is named ``_C.abi3.so``:
 python_tag, abi_tag, platform_tag = wheel.stem.split("-")[2:5]
 assert (python_tag, abi_tag) == ("cp310", "abi3"), wheel.name

@@ -187,7 +187,8 @@ w2 = torch.randn(5, dtype=torch.float64, requires_grad=True)
 try:
     torch.autograd.gradcheck(rms_norm_wrong_grad, (x2, w2))
 except GradcheckError as err:
-    print("GradcheckError:", str(err).splitlines()[0])
+    # The first line of the message; the Jacobians it prints next are long.
+    print("GradcheckError:", str(err).splitlines()[0].rstrip(","))
 else:
     raise AssertionError("gradcheck should reject the wrong formula")
 
@@ -222,16 +223,18 @@ else:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm.h
 #    :language: cpp
+#    :caption: csrc/rms_norm/rms_norm.h, the contract
 #    :start-after: // [backward-contract]
 #    :end-before: inline at::ScalarType rms_norm_acc_type
 #
 # The forward kernel of :doc:`step 2 <02_cpp_cpu_kernel>` stores ``inv_rms``
-# for the row when asked to (``inv_rms_out`` is ``nullptr`` for the inference
+# for the row when asked to (its ``inv_rms`` pointer is null for the inference
 # op). The host functions of both forward operators share one implementation:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_cpu.cpp
 #    :language: cpp
-#    :start-after: at::Tensor rms_norm_cpu(const at::Tensor& x
+#    :caption: csrc/rms_norm/rms_norm_cpu.cpp, the host functions
+#    :start-at: at::Tensor rms_norm_cpu(const at::Tensor& x
 #    :end-before: // [cpu-host-end]
 #
 # The C++ formula on the same inputs as the Python one above: its error
@@ -469,6 +472,7 @@ cost = {
     for name, found in runs.items()
 }
 print(f"{'autograd kernel':28} {'no grad':>9} {'fwd+bwd':>9}   (us a call, median)")
+print("(no grad: inputs that do not require grad, called in grad mode)")
 for name, (no_grad, train) in cost.items():
     print(f"{name:28} {no_grad:9.1f} {train:9.1f}")
 print(f"({torch.get_num_threads()} threads, {x.device})")
@@ -503,9 +507,11 @@ _ = plots.timings_figure(
 # %%
 # The Python kernel runs on every call, with gradients or without: it is the
 # ``Autograd`` kernel, and the dispatcher reaches it before the device's
-# kernel in grad mode and under ``no_grad`` alike (``inference_mode`` skips
-# it). At large sizes the kernels' time hides this;
-# at decode sizes it can be a visible share of the call (the last lines above
+# kernel whether or not an input requires grad (the "no grad" column); only
+# ``inference_mode`` skips it (`Inference Mode
+# <https://docs.pytorch.org/docs/stable/notes/autograd.html#inference-mode>`__).
+# At large sizes the kernels' time hides this; at decode sizes it can be a
+# visible share of the call (the last lines above
 # measure it here). Pick Python for a first version and for an
 # operator called on large tensors; pick C++ when the call itself must be
 # cheap, or when a program with no Python interpreter calls the operator and

@@ -14,7 +14,7 @@ In this step you will learn:
 
 * how to split a row over programs that exchange their partial sums, and
   why waiting for one another ends, without a cluster's guarantees;
-* how the backward splits its rows, and waits one row late;
+* how the backward splits its rows, and counts in the next row before it waits;
 * what takes a row of more segments than the GPU has multiprocessors;
 * how fast the split kernels run on a GPU, against the CUDA kernels'
   clusters (recorded);
@@ -47,9 +47,11 @@ rows:
 In the backward, program ``(g, s)`` takes segment ``s`` of the rows ``g``,
 ``g + G``, ``g + 2G``, ..., adds its segment of ``grad_weight`` over them into
 row ``g`` of the buffer that ``_grad_weight_sum_kernel`` sums (:doc:`step 9
-<09_triton_kernel>`), and waits one row late: it writes its part of the next
-row's sum before it waits for this row's total, and it has already started
-the loads of the row after that.
+<09_triton_kernel>`), and counts one row ahead: it writes its part of the
+next row's sum before it waits for this row's total, and it has already
+started the loads of the row after that (``two rows ahead`` in the recorded
+sweep of step 11.3, where ``one row late``, which loads one row ahead, is
+slower).
 
 Each planner of ``launch.py`` chooses a split only while the row's segments
 fit on the GPU at once, one per multiprocessor (SM) at most:
@@ -152,7 +154,8 @@ for n in sorted({8192, 8193, 16385, 20000, 2**17, 2**17 + 3, chunked_n}):
 # Checking the long rows
 # ----------------------
 # Long rows, of 20000 elements, ``2**17 + 3`` and the first length that all
-# three planners chunk (the cell above says which kernels take them here),
+# three planners chunk (the same as ``2**17 + 3`` under the interpreter; the
+# cell above says which kernels take them here),
 # through the forward, the backward and the fused operator of :doc:`step 10
 # <10_patterns>`, against the reference, in float32:
 torch.manual_seed(0)
@@ -230,8 +233,8 @@ for pass_name, floor in LONGER_THAN.items():
     print(f"{pass_name}, N > {floor}: {score.sentence()}".replace("; ", ";\n    "))
 
 # %%
-# Compiled for seven GPUs, run on none of them
-# ---------------------------------------------
+# Compiled for seven GPUs, without running them
+# ----------------------------------------------
 # Registers set where a row stops fitting in one program, and they differ
 # from GPU to GPU. Triton compiles for any GPU it is told about, not only the
 # one present: ``triton.compile`` with a ``GPUTarget`` goes down to AMD's
@@ -288,8 +291,9 @@ print(
 # spilling (the ``budget`` column: registers per thread for that many
 # warps, and shared memory per block). A line marked ``error`` is a launch
 # the library would make there that Triton refuses. What it does not show:
-# none of these kernels ran on those GPUs, so it says nothing about their
-# results or speed there; correctness on AMD GPUs is not tested by this.
+# this check runs no kernel, so it says nothing about results or speed (the
+# H100's is the recorded sweep above; the other targets have not run these
+# kernels); correctness on AMD GPUs is not tested by this.
 # ``tests/test_triton_targets.py`` runs the same check for every kernel and
 # fails on any spill outside a short list of known ones, each with its reason
 # (``KNOWN_SPILLS``); ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every
