@@ -48,8 +48,9 @@ Reading it left to right:
   each row (kept by real models for the backward pass). C++ returns a
   ``std::tuple``.
 
-The contract: ``residual += x`` computed in float32 and rounded once to the
-residual's dtype (which may be float32 under float16/bfloat16 activations);
+The contract: ``residual += x`` computed in float32 (float64 for a float64
+residual) and rounded once to the residual's dtype (which may be float32
+under float16/bfloat16 activations);
 then that stored value is normalised, scaled by ``weight`` if given, and
 written in ``out_dtype`` (default: the dtype of ``x``).
 
@@ -274,9 +275,10 @@ if not torch.cuda.is_available():
 # opcheck, for each variant
 # -------------------------
 # The optional arguments change what the kernels do, so
-# :func:`torch.library.opcheck` checks four variants: schema (does the kernel
-# really write ``residual`` and nothing else?), autograd registration, fake
-# kernel, and tracing. It checks the C++ operator on CPU tensors, both
+# :func:`torch.library.opcheck` checks four variants (weight, no weight,
+# ``out_dtype``, float32 residual), each with its four tests: schema (does the
+# kernel really write ``residual`` and nothing else?), autograd registration,
+# fake kernel, and tracing. It checks the C++ operator on CPU tensors, both
 # operators on CUDA tensors where there is a GPU, and the Triton operator on
 # CPU tensors where Triton's interpreter runs (as on a build without a GPU):
 # only there does the Triton operator take CPU tensors. The output names each
@@ -351,7 +353,7 @@ print(exported.graph_signature)
 # What matters to the caller: after a
 # compiled call, the residual they passed holds the update, and code that reads
 # it after the operator sees the new value. Two calls in a row, compiled and
-# eager side by side, for the operators that the cell above checked on CPU:
+# eager side by side, for the operators that the opcheck cell checked on CPU:
 torch._dynamo.reset()
 
 
@@ -494,8 +496,11 @@ for dtype in (torch.float32, torch.bfloat16):
 # ---------------------------------------
 # The fused operator on each route, as a manifest: the files to copy, each to
 # the same path, and those to write, cut from this repository's own.
-# ``tests/test_manifests.py`` builds each list alone in an empty folder and
-# checks it against the formula. The C++/CUDA route
+# ``tests/test_manifests.py`` checks that each list names every file its files
+# include or import; with ``OPGUIDE_MANIFESTS_FULL=1`` it also builds each
+# fused route alone in an empty folder and checks it against the operator's
+# reference (by default the suite builds the RMSNorm routes only). The
+# C++/CUDA route
 # (``manifests/cpp_fused_add_rms_norm.txt``):
 
 from guidekit import manifests  # noqa: E402

@@ -82,8 +82,9 @@ print(f"returned {result}; rows of k_cache written: {k_cache[:, 0].nonzero().fla
 
 # %%
 # On a GPU, ``torch.cuda.set_sync_debug_mode("warn")`` warns at each operation
-# that makes the host wait for the device; the cell counts the warnings of
-# one call on CUDA tensors:
+# it sees make the host wait for the device (a prototype, which by its own
+# warning does not detect every one); the cell counts the warnings of one
+# call on CUDA tensors:
 if torch.cuda.is_available():
     on_gpu = [t.cuda() for t in (k_cache, v_cache, k, v, index)]
     op(*on_gpu)  # the first call loads kernels; count the second
@@ -410,7 +411,9 @@ print(f"version counters after the compiled call: {versions(compiled_k, compiled
 # synchronizations, the five kernels and torch's way interleaved round by
 # round, 21 rounds. The row ``index_copy_ (torch)`` is PyTorch's own way, one
 # ``index_copy_`` per cache:
-# two calls through the dispatcher, each checked by ``CUDA_KERNEL_ASSERT``,
+# two calls through the dispatcher (each strategy is one launch, so the row
+# also carries the host's cost of a second call), each checked by
+# ``CUDA_KERNEL_ASSERT``,
 # which ends the kernel as ``__trap()`` does and which
 # `torch/headeronly/macros/Macros.h
 # <https://github.com/pytorch/pytorch/blob/main/torch/headeronly/macros/Macros.h>`__

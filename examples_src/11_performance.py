@@ -143,8 +143,9 @@ say(f"  with three:   {listed(sweeps.behind_peer(THREE, one_set['ns']))}")
 # backward through autograd); and the fused residual add + RMSNorm. Next to
 # opguide's CUDA and Triton kernels it times ``F.rms_norm``,
 # ``torch.compile`` of the Python reference, Liger-Kernel (Triton) and Quack
-# (CuTe DSL), in bfloat16 and float16. A peer that did not import is named,
-# with its own run where one was recorded:
+# (CuTe DSL), and vLLM's fused kernel where it imports, in bfloat16 and
+# float16. A peer that did not import is named, with its own run where one
+# was recorded:
 say(f"{sweep['dtypes']}, M * N = {sweep['elements']} elements")
 say(f"N = {sweep['ns']}")
 say(f"Triton {sweep_file['triton']}, CUDA {sweep_file['cuda']}")
@@ -166,8 +167,8 @@ _ = plots.sweep_figure(ROWS, sweep["ns"], title)
 # fused kernels and ``torch.compile`` of the two operations. A second run of
 # the sweep (further down) need not give the CUDA kernel the same numbers as
 # the first. Where it and the fastest peer are no further apart than the
-# largest change of that pass between the two runs (printed first), the last
-# column says ``tie``. bfloat16, every point:
+# CUDA kernel's largest change in that pass between the two runs (printed
+# first; the peers ran once), the last column says ``tie``. bfloat16, every point:
 say("targets: " + ", ".join(f"{p} {100 * t:.0f}%" for p, t in sweeps.TARGETS.items()))
 again_file = recorded("sweep_opguide_h100.json")
 RERUN = sweeps.rerun_changes(ALL_ROWS, again_file["sweep"]["rows"])

@@ -41,7 +41,8 @@ if not torch.cuda.is_available():
 # back, then one synchronisation. The same operators, bfloat16, in
 # microseconds per call at every shape. ``torch.ops`` is the bare operator
 # ``torch.ops.opguide.rms_norm``; ``opguide`` is the Python wrapper
-# :func:`opguide.rms_norm` with its argument checks; ``triton exp`` is the
+# :func:`opguide.rms_norm`, which hands plain tensors straight to the
+# operator and its C++ checks; ``triton exp`` is the
 # Triton backend's opt-in direct launch (below). Training calls the norm and
 # then ``backward``. The ``parts`` table times pieces of such a call: the
 # forward and backward operators without autograd (``ops``; ``F ops`` are
@@ -115,7 +116,8 @@ show(eager.floor_lines(EAGER))
 #   the interpreter on every call. Its ``torch::autograd::Function`` returns
 #   y alone and keeps ``inv_rms`` as a saved tensor, where
 #   ``opguide::rms_norm_fwd``'s returns both; autograd wraps every output.
-#   The output's last line measures that:
+#   The line "A Function of one output (y) against one of two" in the
+#   output above measures that:
 #
 #   .. literalinclude:: /../csrc/rms_norm/rms_norm_autograd.cpp
 #      :language: cpp
