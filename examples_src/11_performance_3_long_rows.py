@@ -156,7 +156,11 @@ show(long_rows.triton_long_row_lines(sweeps.by_dtype(ALL_ROWS), sweep["ns"]))
 # With ``cluster_sum`` above, every row stops the whole cluster at a barrier,
 # then reads the other blocks' totals, a second round trip. The kernels push
 # instead: each warp stores its partial sum into every block's shared memory
-# with ``st.async``, which counts the bytes on that block's *mbarrier*, and a
+# with ``st.async``, which counts the bytes on that block's *mbarrier* (the
+# `PTX ISA <https://docs.nvidia.com/cuda/parallel-thread-execution/>`__
+# defines both; the `CUDA Programming Guide
+# <https://docs.nvidia.com/cuda/cuda-c-programming-guide/>`__ describes
+# clusters and distributed shared memory), and a
 # block waits only until its own slots are full. The backward pushes its
 # partial of the next row before it waits for this row's total:
 #
@@ -233,7 +237,7 @@ show(lessons.staged_lines(VARIANTS, LIBRARY))
 # needs a release fence between the two (the count must not be seen before
 # the part), and a fence waits until every store the program has in flight
 # has landed. The Triton split kernels send the part and its mark in one
-# 64-bit store, which needs no fence. The backward also waits one row late:
+# 64-bit store, which needs no fence. The backward also counts one row ahead:
 # it writes its part of the next row before it waits for this row's total.
 # And it loads two rows ahead, not one, so that the loads it waits on have
 # had time to land. Two runs of ``tools/sweep_triton.py``: ``split-fenced``,

@@ -134,9 +134,8 @@ show(lines)
 # A CUDA load or store can carry a ``.cs`` ("streaming") hint, and a Triton
 # load an ``eviction_policy="evict_first"``: the same request, to let L2
 # drop these lines first, as ``x`` and ``y`` are touched once. What that
-# does depends on what else L2 holds. When it is full of lines nobody marked,
-# as a model or the benchmark's clean leaves it, the marked lines likely lose
-# to all of them; the runs below give the times, not the cause. The CUDA
+# does may depend on what else L2 holds; the runs below clean L2 before each
+# timing, as the benchmark does, and give the times, not the cause. The CUDA
 # forward with and without the hints, then the Triton kernels with and
 # without ``evict_first``:
 #
