@@ -11,8 +11,8 @@
 #
 # Part 1 is tests/, part 2 the gallery scripts and the notebook but step 16,
 # part 3 step 16 alone: on a GPU its AOTInductor packages, compiled models and
-# CUDA graphs take minutes of compiling, and beside the other scripts it can
-# run past ten minutes. Each part runs OPGUIDE_JOBS (default 8) pytest
+# CUDA graphs take minutes of compiling, and on a fresh H100 machine a part 2
+# that held it ran past ten minutes. Each part runs OPGUIDE_JOBS (default 8) pytest
 # processes, whole files each, and ends with the failed items by name.
 # OPGUIDE_RECORD_GPU=1 makes part 3 re-make step 16's record
 # (docs/recorded/across_pytorch_gpu.json). Part 1 leaves out the tests that make virtual
