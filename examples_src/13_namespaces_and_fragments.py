@@ -52,6 +52,7 @@ and the second ``matmul_tiled``, which computes the product in 64 x 64 tiles:
 # ``TORCH_LIBRARY`` and ``TORCH_LIBRARY_IMPL`` blocks register with the
 # dispatcher. A library built earlier is loaded the same way, by path.
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -209,7 +210,9 @@ except RuntimeError as err:
 #
 # .. literalinclude:: /../guidekit/buildinfo.py
 #    :pyobject: build_config
-print(without_machine_paths(format_build_config()))
+# <repo>, <venv>, <tmp> for this machine's folders, and <bin> for its compiler's.
+config = without_machine_paths(format_build_config())
+print(re.sub(r"^(compiler\s*: )\S*/", r"\1<bin>/", config, flags=re.M))
 others = [
     Path(lib).name
     for lib in sorted(torch.ops.loaded_libraries)

@@ -194,7 +194,8 @@ if repaired is not None:
     run = venv.pytest(tests, cwd=tests)
     lines = run.stdout.strip().splitlines()
     print(lines[-1] if lines else run.stderr[-2000:])
-    # What was skipped, and why; and each warning's first line.
+    # What was skipped, and why; and each warning's first line (torch warns when
+    # the environment has no NumPy, which these tests do not need).
     for line in lines:
         if line.startswith("SKIPPED"):
             print(" ", compile_checks.without_machine_paths(line))
@@ -202,7 +203,9 @@ if repaired is not None:
         summary = run.stdout.split("warnings summary", 1)[1].split("-- Docs:")[0]
         for line in summary.strip("= \n").splitlines():
             if line.startswith("  ") and "Warning" in line:
-                print("  warning:", compile_checks.without_machine_paths(line.strip()))
+                # "path:line: UserWarning: message": the warning without torch's path
+                warning = line.strip().split(": ", 1)[-1]
+                print(textwrap.fill(f"  warning: {warning}", 88, subsequent_indent="    "))
     assert run.returncode == 0, run.stdout[-3000:]
     elapsed = time.perf_counter() - start
     print(f"environment made, wheel installed and tested in {elapsed:.0f} s")
