@@ -210,8 +210,8 @@ except RuntimeError as err:
 #
 # .. literalinclude:: /../guidekit/buildinfo.py
 #    :pyobject: build_config
-# <repo>, <venv>, <tmp> for this machine's folders, and <bin> for its compiler's.
 config = without_machine_paths(format_build_config())
+# <repo>, <venv>, <tmp> for this machine's folders, and <bin> for its compiler's:
 print(re.sub(r"^(compiler\s*: )\S*/", r"\1<bin>/", config, flags=re.M))
 others = [
     Path(lib).name
