@@ -75,7 +75,6 @@ builds without it (below says why):
 # where you asked for CUDA. Asking ``setup.py`` only for the package version
 # runs these checks without compiling anything:
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -86,6 +85,7 @@ from importlib import metadata
 from pathlib import Path
 
 from guidekit import wheels  # noqa: E402
+from guidekit.buildinfo import without_compiler_folder  # noqa: E402
 from guidekit.compile_checks import source_root, without_machine_paths  # noqa: E402
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/06.png"
@@ -125,7 +125,7 @@ for switches in [{"DEBUG": "2"}, {"USE_CUDA": "1"}]:
 status, out = run([sys.executable, "-m", "guidekit.buildinfo"], env={"MAX_JOBS": "2"})
 assert status == 0, out
 # <repo>, <venv>, <tmp> for this machine's folders, and <bin> for its compiler's.
-print(re.sub(r"^(compiler\s*: )\S*/", r"\1<bin>/", without_machine_paths(out), flags=re.M))
+print(without_compiler_folder(without_machine_paths(out)))
 
 # %%
 # Comparing this output between a machine where the build works and one where

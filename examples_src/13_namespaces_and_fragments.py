@@ -52,7 +52,6 @@ and the second ``matmul_tiled``, which computes the product in 64 x 64 tiles:
 # ``TORCH_LIBRARY`` and ``TORCH_LIBRARY_IMPL`` blocks register with the
 # dispatcher. A library built earlier is loaded the same way, by path.
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -63,7 +62,12 @@ import torch
 from torch.utils.cpp_extension import load
 
 # sphinx-gallery runs this script from examples_src/; so does the test suite.
-from guidekit.buildinfo import format_build_config, load_line, registered_operators
+from guidekit.buildinfo import (
+    format_build_config,
+    load_line,
+    registered_operators,
+    without_compiler_folder,
+)
 from guidekit.compile_checks import source_root, without_machine_paths
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/13.png"
@@ -212,7 +216,7 @@ except RuntimeError as err:
 #    :pyobject: build_config
 config = without_machine_paths(format_build_config())
 # <repo>, <venv>, <tmp> for this machine's folders, and <bin> for its compiler's:
-print(re.sub(r"^(compiler\s*: )\S*/", r"\1<bin>/", config, flags=re.M))
+print(without_compiler_folder(config))
 others = [
     Path(lib).name
     for lib in sorted(torch.ops.loaded_libraries)

@@ -210,6 +210,12 @@ def load_line(
     return f"{name} was up to date (checked in {seconds:.1f} s)"
 
 
+def without_compiler_folder(text: str) -> str:
+    """``text`` (this module's output) with the folder of its ``compiler`` line written as
+    ``<bin>``: the folder says where the output was made, the name and version do not."""
+    return re.sub(r"^(compiler\s*: )\S*/", r"\1<bin>/", text, flags=re.M)
+
+
 def registered_operators(namespace: str) -> list[str]:
     """Lists the operators the dispatcher knows in ``namespace``, with overloads.
 
