@@ -245,19 +245,23 @@ for mode in ("eager", "compiled"):
 
 
 # %%
-# What the numbers say, computed from them: the fastest norm of each row, and
-# whether its lead is larger than the spread.
+# What the numbers say, computed from them: the fastest norm of each row where
+# its lead is larger than the spread, and no winner where it is not.
 def verdict(mode: str, step_name: str, names) -> str:
     ranked = sorted(names, key=lambda n: stats[mode, step_name, n]["median"])
     best, runner_up = ranked[0], ranked[1]
     b, r = stats[mode, step_name, best], stats[mode, step_name, runner_up]
     lead = (r["median"] - b["median"]) / r["median"] * 100
-    clear = b["q3"] < r["q1"]
-    said = f"{mode} {step_name}: {best} is fastest here, "
-    said += f"{lead:.1f}% ahead of {runner_up}; "
-    if clear:
-        return said + "their quartiles do not overlap."
-    return said + "their quartiles overlap, so this run cannot tell them apart."
+    if b["q3"] < r["q1"]:
+        return (
+            f"{mode} {step_name}: {best} is fastest here, {lead:.1f}% ahead of "
+            f"{runner_up}; their quartiles do not overlap."
+        )
+    return (
+        f"{mode} {step_name}: no measurable difference between the two fastest, {best} "
+        f"and {runner_up} ({b['median']:.2f} and {r['median']:.2f} ms by the medians); "
+        "their quartiles overlap."
+    )
 
 
 for mode in ("eager", "compiled"):
@@ -632,7 +636,8 @@ else:
 # record before it (a record made before the tool ran that variant says it
 # holds no such row). It writes ``docs/recorded/model_step_<gpu>.json`` with
 # the device, the versions and the date. This page reads it: a table, the
-# fastest variant of each group, sentences computed from it, then a plot of
+# fastest variant of each group where the record tells it from the next,
+# sentences computed from it, then a plot of
 # each variant's median divided by the median of the model's own norm in the
 # same mode and step, with the quartiles as error bars.
 if not RECORDED:

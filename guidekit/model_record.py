@@ -78,8 +78,9 @@ def record_winners(record: dict) -> list[str]:
 
     Returns:
         One sentence per ``(mode, step)``: the fastest variant by the median,
-        then the next; "no measurable difference" where their quartiles
-        overlap. A group of one variant names it alone.
+        then the next, where their quartiles do not overlap; where they do,
+        "no measurable difference" between the two, no winner named. A group
+        of one variant names it alone.
     """
     said = []
     for (mode, step), rows in record_rows(record).items():
@@ -94,12 +95,21 @@ def record_winners(record: dict) -> list[str]:
             )
             said.append(line + ".")
             continue
+        if others and overlap:
+            # Quartiles that overlap: the record names no winner.
+            line = (
+                f"{mode.capitalize()} {step}: no measurable difference between the two "
+                f"fastest, {first['variant']}, {first['median']:.2f} ms by the median, and "
+                f"{others[0]['variant']}, {change:.1f}% more time"
+            )
+            said.append(line + ".")
+            continue
         line = (
             f"{mode.capitalize()} {step}: {first['variant']} is fastest, {first['median']:.2f} ms"
         )
         if others:
             line += f"; next {others[0]['variant']}, {change:.1f}% more time: "
-            line += "no measurable difference" if overlap else "their quartiles do not overlap"
+            line += "their quartiles do not overlap"
         said.append(line + ".")
     return said
 
