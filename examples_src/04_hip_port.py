@@ -138,7 +138,7 @@ if hipcc is not None:
     print(f"hipcc: found ({(version.splitlines() or ['version unknown'])[0]});", end=" ")
     print("targets:", " and ".join(archs))
     if archs[-1] != "gfx942":
-        print("this hipcc's clang does not know gfx942 (LLVM 17 and later do): gfx940 instead")
+        print("this hipcc's clang does not know gfx942: gfx940 instead")
     if compile_checks.hip_has_bf16():
         print("hip/hip_bf16.h found: bfloat16 kernels included")
     else:
