@@ -10,7 +10,8 @@ then ``csrc/minimal/rms_norm_minimal_cuda.cu``, ``-O3``), checks it against
 the reference, and times four things on the same inputs:
 
 * ``y.copy_(x)`` into a tensor that exists: the bytes of one RMSNorm (read
-  ``x``, write ``y``) and no arithmetic, the floor for a norm;
+  ``x``, write ``y``) and no arithmetic, the reference a norm's time is
+  compared with (a reference, not a bound: a kernel can beat ``copy_``);
 * the minimal kernel, ``torch.ops.opguide_minimal.rms_norm``;
 * ``torch.nn.functional.rms_norm``;
 * ``opguide.rms_norm(..., backend="cpp")``, the library's CUDA kernel;

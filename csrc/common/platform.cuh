@@ -18,8 +18,9 @@ namespace opguide {
 
 // [portability]
 // A warp is 32 threads on NVIDIA GPUs; on AMD GPUs a wavefront is 64 threads
-// on CDNA (MI200/MI300, gfx90a/gfx94x) and 32 on RDNA. The compiler's macro
-// where it defines it, else 64 (CDNA). LLVM removed the macro
+// on CDNA (MI200/MI300, gfx90a/gfx94x) and 32 on RDNA. kWarpSize is the
+// compiler's __AMDGCN_WAVEFRONT_SIZE where it defines it, else 64 (CDNA). LLVM
+// removed the macro
 // (llvm/llvm-project#157463), so a wave32 (RDNA) build with a compiler that
 // lacks it needs kWarpSize set to 32.
 #if defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)

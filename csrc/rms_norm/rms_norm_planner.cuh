@@ -81,7 +81,7 @@ ForwardKernelFn<T> rms_norm_forward_kernel_for(const RowPlan& plan) {
 // enough. Rows that need less than a warp get a power of two of threads
 // each, and a block of 256 threads holds as many rows as fit (rows of 256
 // bfloat16 elements: 8 threads each, 32 rows per block). Both measured over
-// every row length: guidekit/benchmark.py, docs/recorded/sweep_h100.json.
+// every row length: python -m guidekit.benchmark, docs/recorded/sweep_h100.json.
 inline RowPlan rms_norm_forward_block_plan(int64_t rows, int64_t cols, int vec,
                                            int warp_size, int reg_vecs) {
   const int64_t nvec = (cols + vec - 1) / vec;

@@ -73,7 +73,7 @@ def _rms_norm_fwd_chunked_kernel(
 ):
     # Rows too long for registers: one program per row walks it in chunks of
     # BLOCK_N columns twice, once for the sum of squares, once to write y
-    # (the second read mostly hits the L2 cache).
+    # (where the row fits in the L2 cache, the second read can come from it).
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * N
     y_row = y_ptr + row * N

@@ -5,9 +5,10 @@ Each planner (:func:`forward_config`, :func:`backward_config`,
 row length, the dtype and the device, and returns one of :class:`Registers`,
 :class:`Split` or :class:`Chunked`; the launch functions of
 :mod:`opguide.triton.ops` take that choice, or a ``forced=`` one, which is
-how ``tools/sweep_triton.py`` times each configuration. The numbers come from
-``python3 tools/sweep_triton.py forward backward fused grad-weight-sum split`` on an
-H200 and an H100, not from :func:`triton.autotune` keyed on N: an autotuner
+how ``tools/sweep_triton.py`` times each configuration. The numbers were chosen
+with ``python3 tools/sweep_triton.py forward backward fused grad-weight-sum split``
+on a GPU (step 11.3 shows the records kept), not with :func:`triton.autotune`
+keyed on N: an autotuner
 picks a kernel's parameters only, while the backward's plan also sets, from
 the number of rows, how many programs run, the height of the buffer of
 partial sums allocated before the launch, and whether the second kernel runs.
@@ -104,9 +105,8 @@ class Chunked:
 class GradWeightSum:
     """The grad_weight sum: ``block_p`` partial rows by ``block_n`` columns per step.
 
-    Narrow column strips give many programs, tall ones few steps: (128, 32, 2)
-    against (32, 64, 4) takes the whole backward from 82% to 88% of the copy
-    at (8192, 4096) on an H200 (``tools/sweep_triton.py grad-weight-sum``).
+    Narrow column strips give many programs, tall ones few steps;
+    ``tools/sweep_triton.py grad-weight-sum`` times the alternatives on a GPU.
     """
 
     block_p: int = 128
