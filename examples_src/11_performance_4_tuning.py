@@ -53,7 +53,7 @@ if not torch.cuda.is_available():
 # (``test_without_keep_packed_bfloat16_spills`` in
 # ``tests/test_compile_checks.py`` compiles it and checks the spill). The
 # forward, by vectors per thread, with and without ``keep_packed``:
-from guidekit.recorded import fixed_shapes, lessons, plots, recorded_dir
+from guidekit.recorded import fixed_shapes, lessons, plots, recorded_dir, sweeps
 from guidekit.recorded import sources as record_sources
 from guidekit.recorded.pages import compare, recorded, say, show, tool_sweep
 
@@ -214,7 +214,16 @@ pdl = [
         ("PDL off", "PDL on"),
     )
 ]
-show(lessons.pdl_lines([c.points for c in pdl], pdl_on.get("clean_l2")))
+# Each point below is one run. How far a second run of the same kernels moves
+# a point, from step 11's two sweeps: a change no larger is no measurable
+# difference.
+rerun = sweeps.rerun_changes(
+    recorded("sweep_h100.json")["sweep"]["rows"],
+    recorded("sweep_opguide_h100.json")["sweep"]["rows"],
+)
+NOISE = sweeps.rerun_noise(rerun)
+say(f"a second run of the same kernels moves a point by up to {NOISE:.1f} points of the copy")
+show(lessons.pdl_lines([c.points for c in pdl], pdl_on.get("clean_l2"), NOISE))
 pdl_changed = [
     f for name in ("pdl_off.json", "pdl_on.json")
     for f in record_sources.stale_files(recorded_dir() / name) or []
@@ -243,7 +252,7 @@ gains = {
     "PDL": [c.points for c in pdl],
 }
 _ = plots.gains_figure(gains, "Tuning changes, before and after (recorded)")
-show(lessons.ranking_lines(gains))
+show(lessons.ranking_lines(gains, NOISE))
 
 # %%
 # The printed ranking is the page's conclusion: the changes at the top are

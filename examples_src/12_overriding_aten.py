@@ -313,10 +313,12 @@ if previous:
 # registration that first gave the operator its C++ signature, under any key
 # (``OperatorEntry::registerKernel`` in `OperatorEntry.cpp
 # <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/core/dispatch/OperatorEntry.cpp>`__
-# prints that), not the CPU kernel the table held (the last line above names
-# its file); the table dumped before the load is the record of what was
-# replaced. The ``/__w/pytorch/...`` and ``/pytorch/...`` paths in these lines
-# are where PyTorch's own build machines compiled torch. The log lines
+# prints that), which need not be the CPU kernel the table held: the last line
+# above names that file, and says so where it is not one of ATen's CPU
+# kernels. The table
+# dumped before the load is the record of what was replaced. Paths such as
+# ``/__w/pytorch/...`` in these lines are where PyTorch's own build machines
+# compiled torch. The log lines
 # follow, one per call: three ``neg`` and one ``add`` (the checks use ``mul``,
 # ``stack`` and ``sum``, which are not overridden).
 #

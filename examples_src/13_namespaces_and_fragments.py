@@ -210,7 +210,8 @@ except RuntimeError as err:
 # (``python -m guidekit.buildinfo`` prints the same); the loaded libraries at
 # the end are those loaded into this process with ``torch.ops.load_library``
 # or ``load``, by this page or, where the site's build runs other pages in
-# the same process, by them (such as ``opguide/_C.abi3.so``):
+# the same process, by them (the last line names those, as paths under the
+# checkout, ``<repo>``):
 #
 # .. literalinclude:: /../guidekit/buildinfo.py
 #    :pyobject: build_config
@@ -218,7 +219,7 @@ config = without_machine_paths(format_build_config())
 # <repo>, <venv>, <tmp> for this machine's folders, and <bin> for its compiler's:
 print(without_compiler_folder(config))
 others = [
-    Path(lib).name
+    without_machine_paths(lib)
     for lib in sorted(torch.ops.loaded_libraries)
     if "opguide_mm" not in lib and not Path(lib).is_relative_to(ROOT / "opguide")
 ]

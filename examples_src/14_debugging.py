@@ -29,8 +29,10 @@ a recording made by ``tools/record_gpu_debug.py``, labelled as such.
 # That is enough for a user, but not for the author of a library with many
 # checks and helper functions. With ``TORCH_SHOW_CPP_STACKTRACES=1`` the error
 # carries the C++ stack at the point it was raised. PyTorch reads the variable
-# when it starts, so the call runs in a child process, once without and once
-# with it:
+# once, the first time it needs it, and keeps the value
+# (``get_cpp_stacktraces_enabled`` in `torch/csrc/utils/cpp_stacktraces.cpp
+# <https://github.com/pytorch/pytorch/blob/main/torch/csrc/utils/cpp_stacktraces.cpp>`__),
+# so the call runs in a child process, once without and once with it:
 import collections
 import json
 import re

@@ -399,7 +399,8 @@ if len(different) > len(on_gpu):
 # * **The Python side.** The fake kernel is registered from Python
 #   (``torch.library``), as for the classic library
 #   (:doc:`step 5 <05_bindings_and_registration>`). The stable ABI's headers
-#   (``torch/csrc/stable``) hold no autograd API: an
+#   (`torch/csrc/stable <https://github.com/pytorch/pytorch/tree/main/torch/csrc/stable>`__)
+#   hold no autograd API: an
 #   operator built on it that needs gradients registers its formula from
 #   Python with ``register_autograd``, as :doc:`step 8 <08_autograd>` shows
 #   (the classic library's formula is C++).

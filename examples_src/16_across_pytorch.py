@@ -243,9 +243,10 @@ print("vmap over x, and over x and weight: equal to a loop over the batch")
 # Training through ``vmap`` works as usual (the backward runs on the whole
 # batch outside the transform). The function transforms of ``torch.func``
 # (``grad``, ``vjp``, ``jacrev``) need every autograd formula they meet to be
-# one they can transform: a C++ ``torch::autograd::Function``, which the
-# library registers (:doc:`step 8 <08_autograd>`), is not, and neither is the Python one that
-# ``register_autograd`` builds (the cell tries both). A per-example gradient needs a
+# one they can transform. Two are not, in the torch of the output below, which
+# tries both: a C++ ``torch::autograd::Function``, which the library registers
+# (:doc:`step 8 <08_autograd>`), and the Python one that ``register_autograd``
+# builds. Where neither works, a per-example gradient needs a
 # ``torch.autograd.Function`` of your own, with ``setup_context`` and a
 # ``vmap`` method. The cell asks this torch for per-example gradients,
 # ``vmap(grad)``, and checks them against ``F.rms_norm``'s where it gives them:
@@ -576,8 +577,10 @@ print(counter.get_table())
 # device's FLOP rate over its bandwidth, says which is larger (the roofline).
 # The bytes over a call's measured time give the bandwidth the
 # kernel reached. The tensors below (32 MiB read and written) can fit in a
-# large GPU's L2 (an H100's is 50 MB), so on such a GPU calls repeated on them
-# may read from the cache, and the figure is then not the memory's bandwidth:
+# large GPU's L2 (an H100's is 50 MB, by the `Hopper tuning guide
+# <https://docs.nvidia.com/cuda/hopper-tuning-guide/index.html>`__), so on
+# such a GPU calls repeated on them may read from the cache, and the figure
+# is then not the memory's bandwidth:
 device = "cuda" if HAVE_GPU else "cpu"
 xb = torch.randn(4096, 1024, device=device)
 wb = torch.rand(1024, device=device) + 0.5
@@ -607,8 +610,9 @@ print(
 #   the dtype your kernel wants under mixed precision, and none for an op that
 #   mutates its inputs.
 # * ``Tensor(a!)`` on anything the op writes; an ``out``-tagged overload only
-#   if the op need not go through AOTInductor (the section on the ``out`` and
-#   ``inplace`` tags above shows why).
+#   if the op need not go through AOTInductor or you give it a C shim
+#   (:doc:`step 20 <20_your_operator_in_a_model>`; the section on the ``out``
+#   and ``inplace`` tags above shows why).
 # * Launch on the current stream, allocate with PyTorch, never synchronise:
 #   then CUDA graphs, by hand or through ``reduce-overhead``, just work.
 # * Register a FLOP formula for each operator that computes, and write down

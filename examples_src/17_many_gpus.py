@@ -8,7 +8,9 @@ its part of the batch and a shard of every weight. PyTorch's distributed
 engine describes such tensors as ``DTensor``\ s: a local tensor on each
 device plus its *placement* on a device mesh (``Shard(dim)``, ``Replicate()``,
 ``Partial("sum")``). An operator that DTensor does not know stops it: the
-call fails with "does not have a sharding strategy registered". This step
+call fails with "does not have a sharding strategy registered" (`the error
+<https://github.com/pytorch/pytorch/blob/main/torch/distributed/tensor/_sharding_prop.py>`__
+of DTensor's sharding propagation). This step
 teaches DTensor how ``opguide``'s operators shard, then runs them, and one
 training step of a transformer block, in two processes.
 

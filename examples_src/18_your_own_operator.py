@@ -667,8 +667,9 @@ else:
 # edits. It needs the template as a git repository with a tag per version,
 # and your project under git. A project copied from opguide's git URL at a
 # tag needs only ``copier update`` once committed. For one copied from a
-# folder, as here, the generated README gives the commands; this guide's
-# suite runs them on a project with an edit of its own:
+# folder, as here, the generated README gives the commands;
+# ``tests/test_template.py::test_copier_update_works_with_the_readmes_commands``
+# runs them on a project with an edit of its own:
 readme = (PROJECT / "README.md").read_text()
 for marker in ("adopt-template-command", "update-command"):
     block = readme.split(f"<!-- {marker} -->\n")[1].split(f"<!-- {marker}-end -->")[0]

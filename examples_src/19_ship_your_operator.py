@@ -67,6 +67,7 @@ for name, axes in counts.items():
 # into a scratch folder, so that the build leaves the source tree as it was,
 # and builds the wheel against the installed torch. ``USE_CUDA=0`` keeps this
 # build to the CPU kernel, which needs no toolkit:
+import importlib.metadata
 import shutil
 import subprocess
 import sys
@@ -159,15 +160,21 @@ if wheel is not None and not missing:
     print("the symbol versions the library asks for allow:", allowed)
 else:
     print("SKIPPED: no repair here (see above)")
+# The tags of the torch installed here, from its wheel's metadata:
+torch_wheel = importlib.metadata.distribution("torch").read_text("WHEEL") or ""
+torch_tags = [line.split(":", 1)[1].strip() for line in torch_wheel.splitlines()
+              if line.startswith("Tag:")]  # fmt: skip
+print("the torch installed here is tagged:", ", ".join(torch_tags) or "(no WHEEL file)")
 
 # %%
 # The ``manylinux_2_X`` number is the oldest glibc the wheel runs with, and it
 # comes from the machine that built it: the glibc and libstdc++ of this
 # machine's compiler. A release is therefore built in an old system, the
-# ``manylinux_2_28`` container images of the PyPA (``quay.io/pypa``; torch's
-# own wheels carry that tag), or with ``cibuildwheel``, which runs the build
-# and the repair in them for each platform. The CI workflow of the project
-# template (:doc:`step 18 <18_your_own_operator>`) runs its wheel job in
+# ``manylinux_2_28`` container images of the PyPA (``quay.io/pypa``; the last
+# line above gives the tag of the torch installed here), or with
+# ``cibuildwheel``, which runs the build and the repair in them for each
+# platform. The CI workflow of the project template
+# (:doc:`step 18 <18_your_own_operator>`) runs its wheel job in
 # ``quay.io/pypa/manylinux_2_28_x86_64``, with the same ``auditwheel repair``
 # as here. Step 15's ``check_abi.py --manylinux`` reads the same symbol
 # versions and says whether a tag fits.
@@ -224,7 +231,9 @@ elif wheel is not None:
 #   (NVIDIA's own ``nvidia-*-cu12`` packages, CuPy);
 # * **one name, several indexes**: a local version label (``1.0+cu130``) on
 #   an index of your own per CUDA major, as PyTorch does for its wheels; PyPI
-#   refuses local versions, so ``pip install yourlib --index-url
+#   refuses local versions (`PEP 440
+#   <https://peps.python.org/pep-0440/#local-version-identifiers>`__ keeps them
+#   off public indexes), so ``pip install yourlib --index-url
 #   https://.../cu130`` is the user's command;
 # * **PyPI for one**: the CUDA major of PyPI's default torch on PyPI, the
 #   others on an index.

@@ -523,6 +523,17 @@ def test_gains_and_their_ranking():
     ]
     assert lessons.pdl_lines([1.0, 2.0], True)[-1] == "PDL gains at every point: it stays on."
     assert lessons.pdl_lines([-1.0, 0.5, -2.0], True)[-1].startswith("PDL does not pay")
+    # Against the spread of a second run: a gain of 1 point within 2.1 is no gain.
+    within = lessons.pdl_lines([0.6, 0.7, 3.0, 4.0], True, noise=2.1)
+    assert within[1] == "  past the 2.1 points a second run moves one: 2 gained, 0 lost, 2 within"
+    assert within[-1].startswith("PDL gains at 2 of 4 points by more than a second run")
+    none = lessons.pdl_lines([0.6, -0.7], True, noise=2.1)[-1]
+    assert none.startswith("No point moves by more than a second run moves one")
+    ranked = lessons.ranking_lines({"a": [1.0, -1.0], "b": [5.0], "c": [3.0, -4.0]}, noise=2.1)
+    assert ranked[-2:] == [
+        "Lose at some point by more than a second run moves one (2.1 points): c.",
+        "Lose by less than that, no measurable loss: a.",
+    ]
     packed = [
         {"dtype": "bf16", "shape": "8x64", "vecs/thr": 4, "pct": p, "section": s}
         for s, p in (("OPGUIDE_KEEP_PACKED=1", 95.0), ("OPGUIDE_KEEP_PACKED=0", 60.0))
@@ -634,7 +645,24 @@ def test_planner_limits_match_the_tables_of_the_pages():
 
 
 def test_triton_block_matches_the_launch_rules():
+    """Each pass's limit is the longest bfloat16 row its planner keeps in one program."""
     launch = pytest.importorskip("opguide.triton.launch")
+    import torch
+
+    cpu = torch.device("cpu")
+    planners = {
+        "forward": launch.forward_config,
+        "fused": launch.fused_config,
+        "backward": launch.backward_config,
+        "training": launch.backward_config,
+    }
+    assert planners.keys() == sweeps.TRITON_BLOCK.keys()
+    for name, planner in planners.items():
+        limit = sweeps.TRITON_BLOCK[name]
+        one = planner(1, limit, torch.bfloat16, cpu)
+        past = planner(1, limit + 1, torch.bfloat16, cpu)
+        assert isinstance(one, launch.Registers), (name, limit, one)
+        assert not isinstance(past, launch.Registers), (name, limit + 1, past)
     assert sweeps.TRITON_BLOCK["forward"] == launch.MAX_REGISTER_ROW
     assert sweeps.TRITON_BLOCK["backward"] == launch.MAX_REGISTER_ROW_BACKWARD
 
@@ -644,7 +672,7 @@ def test_triton_split_lines_split_each_pass_past_its_own_limit():
     at_ = sweeps.at(row(p, "opguide triton", n, 0.9) for p in ("forward", "fused") for n in ns)
     forward, fused = long_rows.triton_split_lines(at_, ns)
     assert forward.startswith("Triton split forward at N = 32768, 65536:")
-    assert fused.startswith("Triton split fused   at N = 65536:")
+    assert fused.startswith("Triton split fused   at N = 32768, 65536:")
     assert fused.endswith(f"(one program: N <= {sweeps.TRITON_BLOCK['fused']})")
 
 
@@ -847,7 +875,7 @@ def test_triton_long_row_lines_name_the_kernel_and_which_rows_it_splits():
     lines = long_rows.triton_long_row_lines(sweeps.by_dtype(rows), [16384, 32768])
     assert lines[0].startswith("opguide triton") and "program" in lines[1]
     split = {tuple(x.split()[:3]) for x in lines[2:]}
-    # One program holds the forward's 16384 and the fused pass's 32768; the
-    # backward splits rows of 16384.
-    assert {("forward", "16384", "one"), ("fused", "32768", "one"),
+    # One program holds the forward's and the fused pass's 16384; the backward
+    # splits rows of 16384, each pass rows of 32768.
+    assert {("forward", "16384", "one"), ("fused", "16384", "one"), ("fused", "32768", "split"),
             ("backward", "16384", "split"), ("forward", "32768", "split")} <= split  # fmt: skip

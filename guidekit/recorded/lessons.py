@@ -270,22 +270,47 @@ def spill_lines(registers: dict) -> tuple[list[str], list[int]]:
     return lines, spilled
 
 
-def pdl_lines(changes: Sequence[float], clean_l2: bool) -> list[str]:
-    """The verdict on programmatic dependent launch from its changes in points."""
-    median, lost = statistics.median(changes), sum(g < 0 for g in changes)
+def pdl_lines(changes: Sequence[float], clean_l2: bool, noise: float = 0.0) -> list[str]:
+    """The verdict on programmatic dependent launch from its changes in points.
+
+    Args:
+        changes: PDL on against off, in points of the copy, one per point measured.
+        clean_l2: whether the runs cleaned L2 before each batch.
+        noise: the most a second run of the same kernels moves a point (step 11's
+            rerun); a change no larger is no measurable difference.
+    """
+    median = statistics.median(changes)
+    lost = sum(g < 0 for g in changes)
+    gained_clearly = sum(g > noise for g in changes)
+    lost_clearly = sum(g < -noise for g in changes)
     lines = [
         f"PDL on: median {median:+.1f} points, from {min(changes):+.1f} "
         f"to {max(changes):+.1f}; {lost} of {len(changes)} points lost"
     ]
+    if noise:
+        lines.append(
+            f"  past the {noise:.1f} points a second run moves one: {gained_clearly} gained, "
+            f"{lost_clearly} lost, {len(changes) - gained_clearly - lost_clearly} within"
+        )
     if not clean_l2:
         lines.append("These two runs did not clean L2 before each batch: single points are less")
         lines.append("  certain.")
-    if lost and median > 0:
+    if noise and not gained_clearly and not lost_clearly:
+        lines.append(
+            "No point moves by more than a second run moves one: no measurable difference. "
+            "PDL stays on, since it loses nowhere measurably."
+        )
+    elif median <= 0:
+        lines.append("PDL does not pay here: the median point does not gain.")
+    elif lost_clearly:
         lines.append("A small change either way: PDL stays on for the median point's gain.")
-    elif median > 0:
+    elif gained_clearly == len(changes):
         lines.append("PDL gains at every point: it stays on.")
     else:
-        lines.append("PDL does not pay here: the median point does not gain.")
+        lines.append(
+            f"PDL gains at {gained_clearly} of {len(changes)} points by more than a second run "
+            "moves one, and loses nowhere by as much: it stays on."
+        )
     return lines
 
 
@@ -332,8 +357,12 @@ def keep_packed_gains(packed: list[dict]) -> list[float]:
     return gains
 
 
-def ranking_lines(gains: dict[str, Sequence[float]]) -> list[str]:
-    """The changes ranked by their median gain, and which of them lose somewhere."""
+def ranking_lines(gains: dict[str, Sequence[float]], noise: float = 0.0) -> list[str]:
+    """The changes ranked by their median gain, and which of them lose somewhere.
+
+    ``noise``: the most a second run moves a point (step 11's rerun); a change
+    that loses less than that somewhere is named apart, as no measurable loss.
+    """
     order = sorted(gains, key=lambda k: statistics.median(gains[k]), reverse=True)
     lines = [
         f"{name:26} median {statistics.median(gains[name]):+5.1f}, "
@@ -341,6 +370,15 @@ def ranking_lines(gains: dict[str, Sequence[float]]) -> list[str]:
         for name in order
     ]
     lines.append(f"Most: {order[0]}; least: {order[-1]}.")
-    both = [name for name in order if min(gains[name]) < 0]
-    lines.append(f"Lose at some point: {', '.join(both) or 'none'}.")
+    both = [name for name in order if min(gains[name]) < -noise]
+    within = [name for name in order if -noise <= min(gains[name]) < 0]
+    if noise:
+        lines.append(
+            f"Lose at some point by more than a second run moves one ({noise:.1f} points): "
+            f"{', '.join(both) or 'none'}."
+        )
+        if within:
+            lines.append(f"Lose by less than that, no measurable loss: {', '.join(within)}.")
+    else:
+        lines.append(f"Lose at some point: {', '.join(both) or 'none'}.")
     return lines
