@@ -40,8 +40,10 @@ rows, and ``x`` is read from memory once. The sum of squares is a
    :pyobject: _rms_norm_fwd_kernel
 
 Its first lines, shared with the other kernels, are ``@triton.jit`` helpers.
-Triton inlines a helper before it optimises, so it compiles to the same
-machine code as its lines written in place:
+Triton inlines a helper before it optimises (the inliner is the first pass
+of ``make_ttir`` in `its NVIDIA backend
+<https://github.com/triton-lang/triton/blob/main/third_party/nvidia/backend/compiler.py>`__),
+so the optimiser sees the helper's lines as if written in place:
 
 .. literalinclude:: /../opguide/triton/prologue.py
    :language: python

@@ -95,7 +95,7 @@ output share a dtype, and single elements otherwise (:doc:`step 11
 output without reading memory. Rows too long for the registers loop over the
 row in both passes, and the second pass re-reads the residual elements the
 thread itself wrote in the first. :doc:`Step 11.4 <11_performance_4_tuning>`
-measures the choices. Rows longer still (more than 4096 vectors, 32768
+measures the fused kernel's register cap. Rows longer still (more than 4096 vectors, 32768
 bfloat16 elements) go to a kernel that splits each row over a thread-block
 cluster on Hopper and later GPUs
 (``csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh``; :doc:`step 11.3

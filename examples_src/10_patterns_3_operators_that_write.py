@@ -42,7 +42,7 @@ In this step you will learn:
 # On a GPU it also waits for the device (host syncs): each boolean mask
 # (``index[keep]``, ``k[keep]``, ``v[keep]``) must learn how many rows are
 # kept, and ``int(rows.max())`` copies the largest index to the host for the
-# range check; a cell below counts them. A section below weighs the ways a
+# range check; a cell below counts them where a GPU is present. A section below weighs the ways a
 # kernel can report a bad index instead.
 import os
 import warnings

@@ -235,9 +235,12 @@ show(lessons.staged_lines(VARIANTS, LIBRARY))
 # --------------------
 # A split kernel that writes a part, then counts it in with an atomic add,
 # needs a release fence between the two (the count must not be seen before
-# the part), and a fence waits until every store the program has in flight
-# has landed. The Triton split kernels send the part and its mark in one
-# 64-bit store, which needs no fence. The backward also counts one row ahead:
+# the part; the `memory consistency model
+# <https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#memory-consistency-model>`__
+# of the PTX ISA), and a fence orders every store the program has made
+# before it against the count, which can make the program wait for them.
+# The Triton split kernels send the part and its mark in one 64-bit store,
+# which needs no fence. The backward also counts one row ahead:
 # it writes its part of the next row before it waits for this row's total.
 # And it loads two rows ahead, not one, so that the loads it waits on have
 # had time to land. Two runs of ``tools/sweep_triton.py``: ``split-fenced``,
@@ -253,11 +256,12 @@ show(lessons.split_lines(fenced, slots, built))
 # %%
 # The forward's lines name its best launch each way: with the fence, and with
 # slots. The backward's line names how far the library's launch falls behind
-# the best one the sweep found: the faster launches hold 32 values a thread
-# and spill registers on sm_80 and sm_90 under Triton 3.8 and 3.9, so the
+# the best one the sweep found: the faster launches hold 32 values a thread,
+# which the comment on ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py``
+# records as spilling registers on sm_80 and sm_90 with Triton 3.8 and 3.9
+# (not shown here; the sweep's own Triton is in its header above), so the
 # library takes the fastest at its slowest row length among those that hold
-# 16 or fewer (``SPLIT_BACKWARD`` in ``opguide/triton/launch.py`` lists the
-# spills; :doc:`step 9.2 <09_triton_kernel_2_long_rows>` checks the budgets).
+# 16 or fewer.
 # Every change on this page, in points of the copy at each point it was
 # measured. The Triton lines set each variant at its best launch, not at the
 # library's; the ``push, forward`` line also carries the forward variants'

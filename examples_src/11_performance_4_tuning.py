@@ -82,8 +82,10 @@ show(lines)
 # All loads before the arithmetic
 # -------------------------------
 # A thread needs eight 16-byte vectors (four of ``x``, four of the weight).
-# Written as one loop that loads a vector and adds its squares, the compiler
-# makes each load wait for the previous sum. Written as all the loads first,
+# Written as one loop that loads a vector and adds its squares, the kernel
+# is slower (below); a likely cause, which this page does not show, is that
+# the compiler then makes each load wait for the previous sum. Written as all
+# the loads first,
 # then the sums, the eight loads are in flight together;
 # ``tests/test_compile_checks.py`` checks the order in the machine code:
 #

@@ -157,8 +157,9 @@ def run_fresh(pt2: Path, io: Path, device: str) -> str:
         cwd=OUT,
     )
     if result.returncode != 0 and not TORCH_2_13:
-        # Seen with torch 2.11: the fresh process crashes (exit -11). The
-        # control below says whether any package fails to load there.
+        # Before torch 2.13 a fresh process may fail to load a package (this
+        # page's GPU record shows torch 2.11's). The control below says
+        # whether any package, a plain Linear's, fails to load there.
         plain = plain_package_loads(device)
         return (
             f"the fresh process FAILED with exit code {result.returncode} on torch "

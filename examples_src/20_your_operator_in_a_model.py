@@ -118,7 +118,7 @@ from pathlib import Path
 from kernels import Mode
 
 from guidekit import model_swap
-from guidekit.recorded.pages import say_stale
+from guidekit.recorded.pages import say, say_stale
 
 RECORDED = sorted((source_root() / "docs" / "recorded").glob("model_step_*.json"))
 decided_from = json.loads(RECORDED[0].read_text()) if RECORDED else None
@@ -266,7 +266,7 @@ def verdict(mode: str, step_name: str, names) -> str:
 
 for mode in ("eager", "compiled"):
     for step_name in STEPS:
-        print(verdict(mode, step_name, NORMS))
+        say(verdict(mode, step_name, NORMS))
 
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
 for ax, step_name in zip(axes, STEPS, strict=True):
@@ -586,13 +586,15 @@ packages = {
 }
 for name, path in packages.items():
     print(f"{name} package, calls in its generated C++: {aoti_shim.calls(path)}")
-# Loading an AOTInductor package ends the process with signal 11 on torch
-# 2.11, one without opguide's operator too (step 16's package of a plain
-# Linear; tests/test_across_pytorch.py expects that crash on a GPU machine's
-# torch 2.11), so the packages run on torch 2.13 and later.
+# Step 16's GPU record shows a fresh process of torch 2.11 crashing as it
+# loads a package, one of a plain Linear too; this page loads the packages
+# on torch 2.13 and later only.
 LOADS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
 if not LOADS:
-    print(f"Not loaded or timed: torch {torch.__version__} crashes loading such a package.")
+    print(
+        f"Not loaded or timed: torch {torch.__version__} is older than 2.13, the first "
+        "this page loads AOTInductor packages on (step 16 shows torch 2.11's crash)."
+    )
 else:
     with torch.no_grad():
         want = stack(tokens)

@@ -176,9 +176,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 // [copy-end]
 
 // "torch.float32", as Python prints a dtype.
-// Messages are built from strings (std::to_string), not by streaming numbers:
-// streaming goes through the locale facets of the libstdc++ the process
-// loaded, which need not be the one this library was built against.
+// Messages are built from strings (std::to_string), not by streaming numbers,
+// so that no message goes through the locale facets of whichever libstdc++
+// the process loaded.
 std::string shape_str(at::IntArrayRef sizes) {
   std::string out = "[";
   for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);

@@ -210,8 +210,8 @@ def register_cap_lines(uncapped: list[dict], capped: list[dict]) -> tuple[list[s
     if gain is None:
         lines.append(
             f"without the cap the compiler already stays at {regs[0]} registers: the cap "
-            f"changes no instruction, and the {pct[1] - pct[0]:+.1f} points between the two "
-            "runs are the runs' own spread"
+            f"takes no register away, so the {pct[1] - pct[0]:+.1f} points between the two "
+            "runs do not come from fewer registers"
         )
     else:
         lines.append(
