@@ -144,11 +144,13 @@ The project lives in ``stable/`` beside the guide's library: a package
 # its own:
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import torch
 
@@ -380,13 +382,46 @@ if len(different) > len(on_gpu):
         " parametrise over the devices present)."
     )
 
+
+# %%
+# A CUDA build links the CUDA runtime by the name the runtime gives itself,
+# its ``SONAME``. The toolkit here, where there is one, says which (the
+# ``libcudart.so`` that its ``nvcc`` links, read with ``readelf -d``):
+def cudart_soname() -> str | None:
+    """The SONAME of the libcudart.so that nvcc links, or None without nvcc or readelf."""
+    nvcc = compile_checks.find_nvcc()
+    if nvcc is None or shutil.which("readelf") is None:
+        return None
+    # nvcc --dryrun prints the commands it would run, its library folders among them.
+    dry = subprocess.run(
+        [nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+        capture_output=True,
+        text=True,
+    )
+    for folder in re.findall(r'"-L([^"]+)"', dry.stdout + dry.stderr):
+        library = Path(folder) / "libcudart.so"
+        if library.exists():
+            out = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True)
+            found = re.search(r"Library soname: \[(.+?)\]", out.stdout)
+            return found[1] if found else None
+    return None
+
+
+soname = cudart_soname()
+print(
+    f"the CUDA runtime of the toolkit here: {soname}"
+    if soname
+    else "SKIPPED: no CUDA toolkit (or no readelf) here to read the runtime's name from"
+)
+
 # %%
 # What the stable ABI does not cover
 # ----------------------------------
-# * **The CUDA runtime.** The CUDA build links ``libcudart.so.13`` (the
-#   runtime's file name carries its major version), which a CUDA 12 torch
-#   neither ships nor loads; this guide has not run that build against a
-#   CUDA 12 torch. One wheel per CUDA major version remains.
+# * **The CUDA runtime.** The CUDA build links the runtime by that name,
+#   which carries the CUDA major version (``libcudart.so.13`` from CUDA 13),
+#   and a torch of another CUDA major brings another runtime; this guide has
+#   not run a CUDA 13 build against a CUDA 12 torch. One wheel per CUDA major
+#   version remains.
 # * **Older torch.** ``TORCH_TARGET_VERSION`` is a floor: the headers let the
 #   library call the shim functions of 2.11 and earlier, so the wheel is for
 #   2.11 and later; this guide does not run it on 2.10.
