@@ -39,11 +39,9 @@ rows, and ``x`` is read from memory once. The sum of squares is a
    :language: python
    :pyobject: _rms_norm_fwd_kernel
 
-Its first lines, shared with the other kernels, are ``@triton.jit`` helpers.
-Triton inlines a helper before it optimises (the inliner is the first pass
-of ``make_ttir`` in `its NVIDIA backend
-<https://github.com/triton-lang/triton/blob/main/third_party/nvidia/backend/compiler.py>`__),
-so the optimiser sees the helper's lines as if written in place:
+Its first lines, shared with the other kernels, are ``@triton.jit`` helpers,
+which Triton inlines before it optimises (the first pass of `make_ttir
+<https://github.com/triton-lang/triton/blob/main/third_party/nvidia/backend/compiler.py>`__):
 
 .. literalinclude:: /../opguide/triton/prologue.py
    :language: python
