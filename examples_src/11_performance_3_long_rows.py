@@ -268,8 +268,9 @@ show(lessons.split_lines(fenced, slots, built))
 # other block and cluster sizes (above):
 gains = long_rows.change_gains(forward_push, backward_push, per_row, fenced, slots)
 _ = plots.gains_figure(gains, "Long-row changes (recorded)")
-# Against how far a second run of the same kernels moves a point (step 11's
-# two sweeps): a loss no larger is no measurable loss.
+# Against how far a second run of the library's kernels moved a point in
+# step 11's two sweeps, taken as the spread of these variants' runs too: a
+# loss no larger is no measurable loss.
 rerun = sweeps.rerun_changes(
     recorded("sweep_h100.json")["sweep"]["rows"],
     recorded("sweep_opguide_h100.json")["sweep"]["rows"],

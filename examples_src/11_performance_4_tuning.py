@@ -216,15 +216,15 @@ pdl = [
         ("PDL off", "PDL on"),
     )
 ]
-# Each point below is one run. How far a second run of the same kernels moves
-# a point, from step 11's two sweeps: a change no larger is no measurable
-# difference.
+# Each point below is one run. How far a second run of the library's kernels
+# moved a point in step 11's two sweeps, taken as the spread of these runs
+# too: a change no larger is no measurable difference.
 rerun = sweeps.rerun_changes(
     recorded("sweep_h100.json")["sweep"]["rows"],
     recorded("sweep_opguide_h100.json")["sweep"]["rows"],
 )
 NOISE = sweeps.rerun_noise(rerun)
-say(f"a second run of the same kernels moves a point by up to {NOISE:.1f} points of the copy")
+say(f"a second run of the library's kernels moved a point by up to {NOISE:.2f} points of the copy")
 show(lessons.pdl_lines([c.points for c in pdl], pdl_on.get("clean_l2"), NOISE))
 pdl_changed = [
     f for name in ("pdl_off.json", "pdl_on.json")
@@ -258,8 +258,8 @@ show(lessons.ranking_lines(gains, NOISE))
 
 # %%
 # The printed ranking is the page's conclusion: the changes at the top are
-# the ones to make first in a kernel of your own, and a change whose points
-# fall on both sides of zero is one to measure on your own GPU before you
-# keep it.
+# the ones to make first in a kernel of your own, and a change listed as
+# losing by more than a second run moves a point is one to measure on your
+# own GPU before you keep it.
 #
 # Back to the start of the step: :doc:`11_performance`.

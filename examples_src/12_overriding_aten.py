@@ -304,6 +304,8 @@ previous = re.search(r"previous kernel: registered at \S*?([^/\s]+):\d+", child.
 if previous:
     kind = "" if previous[1].startswith("RegisterCPU") else ", not a file of ATen's CPU kernels"
     print(f"the warning's previous kernel is in {previous[1]}{kind}")
+else:
+    print("the warning names no previous kernel's file here")
 
 # %%
 # The stdout shows the dispatch table pointing at our file. The stderr starts

@@ -210,8 +210,8 @@ except RuntimeError as err:
 # (``python -m guidekit.buildinfo`` prints the same); the loaded libraries at
 # the end are those loaded into this process with ``torch.ops.load_library``
 # or ``load``, by this page or, where the site's build runs other pages in
-# the same process, by them (the last line names those, as paths under the
-# checkout, ``<repo>``):
+# the same process, by them (the last line names those, with this machine's
+# folders written as ``<repo>``, ``<venv>`` and ``<tmp>``):
 #
 # .. literalinclude:: /../guidekit/buildinfo.py
 #    :pyobject: build_config

@@ -244,10 +244,11 @@ print("vmap over x, and over x and weight: equal to a loop over the batch")
 # Training through ``vmap`` works as usual (the backward runs on the whole
 # batch outside the transform). The function transforms of ``torch.func``
 # (``grad``, ``vjp``, ``jacrev``) need every autograd formula they meet to be
-# one they can transform. Two are not, in the torch of the output below, which
-# tries both: a C++ ``torch::autograd::Function``, which the library registers
+# one they can transform. The cell below tries two: a C++
+# ``torch::autograd::Function``, which the library registers
 # (:doc:`step 8 <08_autograd>`), and the Python one that ``register_autograd``
-# builds. Where neither works, a per-example gradient needs a
+# builds; its output says whether this torch transforms each. Where neither
+# works, a per-example gradient needs a
 # ``torch.autograd.Function`` of your own, with ``setup_context`` and a
 # ``vmap`` method. The cell asks this torch for per-example gradients,
 # ``vmap(grad)``, and checks them against ``F.rms_norm``'s where it gives them:
@@ -386,10 +387,10 @@ else:
 # %%
 # And the reason ``opguide`` does without one: AOTInductor's C++ wrapper
 # turns that ``out`` call into a call of an ATen C shim function named after
-# the operator, which torch provides only for ATen's own operators; without
-# one of your own (:doc:`step 20 <20_your_operator_in_a_model>` supplies one
-# through ``custom_ops_to_c_shims``, which this cell does not), the package
-# fails to compile. On a torch that has the tag, the cell tries it and prints
+# the operator, which torch provides only for ATen's own operators, and this
+# cell supplies none (:doc:`step 20 <20_your_operator_in_a_model>` supplies
+# one for a functional operator through ``custom_ops_to_c_shims``), so the
+# package fails to compile. On a torch that has the tag, the cell tries it and prints
 # what happened:
 class Twice(torch.nn.Module):
     def forward(self, a):
@@ -611,9 +612,8 @@ print(
 #   the dtype your kernel wants under mixed precision, and none for an op that
 #   mutates its inputs.
 # * ``Tensor(a!)`` on anything the op writes; an ``out``-tagged overload only
-#   if the op need not go through AOTInductor or you give it a C shim
-#   (:doc:`step 20 <20_your_operator_in_a_model>`; the section on the ``out``
-#   and ``inplace`` tags above shows why).
+#   if the op need not go through AOTInductor (the section on the ``out`` and
+#   ``inplace`` tags above shows why).
 # * Launch on the current stream, allocate with PyTorch, never synchronise:
 #   then CUDA graphs, by hand or through ``reduce-overhead``, just work.
 # * Register a FLOP formula for each operator that computes, and write down

@@ -161,7 +161,10 @@ if wheel is not None and not missing:
 else:
     print("SKIPPED: no repair here (see above)")
 # The tags of the torch installed here, from its wheel's metadata:
-torch_wheel = importlib.metadata.distribution("torch").read_text("WHEEL") or ""
+try:
+    torch_wheel = importlib.metadata.distribution("torch").read_text("WHEEL") or ""
+except importlib.metadata.PackageNotFoundError:  # a torch without its metadata
+    torch_wheel = ""
 torch_tags = [line.split(":", 1)[1].strip() for line in torch_wheel.splitlines()
               if line.startswith("Tag:")]  # fmt: skip
 print("the torch installed here is tagged:", ", ".join(torch_tags) or "(no WHEEL file)")

@@ -525,13 +525,18 @@ def test_gains_and_their_ranking():
     assert lessons.pdl_lines([-1.0, 0.5, -2.0], True)[-1].startswith("PDL does not pay")
     # Against the spread of a second run: a gain of 1 point within 2.1 is no gain.
     within = lessons.pdl_lines([0.6, 0.7, 3.0, 4.0], True, noise=2.1)
-    assert within[1] == "  past the 2.1 points a second run moves one: 2 gained, 0 lost, 2 within"
+    assert within[1] == "  past the 2.10 points a second run moves one: 2 gained, 0 lost, 2 within"
     assert within[-1].startswith("PDL gains at 2 of 4 points by more than a second run")
     none = lessons.pdl_lines([0.6, -0.7], True, noise=2.1)[-1]
     assert none.startswith("No point moves by more than a second run moves one")
+    # A gain and a loss, each past the noise: neither side wins.
+    mixed = lessons.pdl_lines([0.5, -8.0, 0.6, 3.0], True, noise=2.1)[-1]
+    assert mixed.startswith("PDL gains at 1 points and loses at 1 (at most 8.0 points)")
+    assert lessons.pdl_lines([-3.0, 0.5], True, noise=2.1)[-1].endswith(": off.")
     ranked = lessons.ranking_lines({"a": [1.0, -1.0], "b": [5.0], "c": [3.0, -4.0]}, noise=2.1)
-    assert ranked[-2:] == [
-        "Lose at some point by more than a second run moves one (2.1 points): c.",
+    assert ranked[-3:] == [
+        "Most: b; least: no measurable difference between a and c.",
+        "Lose at some point by more than a second run moves one (2.10 points): c.",
         "Lose by less than that, no measurable loss: a.",
     ]
     packed = [

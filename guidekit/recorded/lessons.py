@@ -274,43 +274,58 @@ def pdl_lines(changes: Sequence[float], clean_l2: bool, noise: float = 0.0) -> l
     """The verdict on programmatic dependent launch from its changes in points.
 
     Args:
-        changes: PDL on against off, in points of the copy, one per point measured.
+        changes: PDL on against off, in points of the copy, one per point measured
+            (at least one).
         clean_l2: whether the runs cleaned L2 before each batch.
-        noise: the most a second run of the same kernels moves a point (step 11's
-            rerun); a change no larger is no measurable difference.
+        noise: the most a second run moves a point (step 11's rerun); with it, a
+            change no larger is no measurable difference and the verdict counts
+            only the changes past it. Without it (0), the verdict reads the signs.
     """
     median = statistics.median(changes)
-    lost = sum(g < 0 for g in changes)
-    gained_clearly = sum(g > noise for g in changes)
-    lost_clearly = sum(g < -noise for g in changes)
-    lines = [
-        f"PDL on: median {median:+.1f} points, from {min(changes):+.1f} "
-        f"to {max(changes):+.1f}; {lost} of {len(changes)} points lost"
-    ]
-    if noise:
-        lines.append(
-            f"  past the {noise:.1f} points a second run moves one: {gained_clearly} gained, "
-            f"{lost_clearly} lost, {len(changes) - gained_clearly - lost_clearly} within"
-        )
+    if not noise:
+        lost = sum(g < 0 for g in changes)
+        lines = [
+            f"PDL on: median {median:+.1f} points, from {min(changes):+.1f} "
+            f"to {max(changes):+.1f}; {lost} of {len(changes)} points below zero"
+        ]
+        if median <= 0:
+            verdict = "PDL does not pay here: the median point does not gain."
+        elif lost:
+            verdict = "A small change either way: PDL stays on for the median point's gain."
+        else:
+            verdict = "PDL gains at every point: it stays on."
+    else:
+        gained = sum(g > noise for g in changes)
+        lost = sum(g < -noise for g in changes)
+        lines = [
+            f"PDL on: median {median:+.1f} points, from {min(changes):+.1f} to {max(changes):+.1f}",
+            f"  past the {noise:.2f} points a second run moves one: {gained} gained, "
+            f"{lost} lost, {len(changes) - gained - lost} within",
+        ]
+        if not gained and not lost:
+            verdict = (
+                "No point moves by more than a second run moves one: no measurable "
+                "difference. PDL stays on, since it loses nowhere measurably."
+            )
+        elif not gained:
+            verdict = f"PDL loses at {lost} points by more than a second run moves one: off."
+        elif lost:
+            verdict = (
+                f"PDL gains at {gained} points and loses at {lost} (at most "
+                f"{-min(changes):.1f} points) by more than a second run moves one: "
+                "measure it on your own GPU."
+            )
+        elif gained == len(changes):
+            verdict = "PDL gains at every point by more than a second run moves one: it stays on."
+        else:
+            verdict = (
+                f"PDL gains at {gained} of {len(changes)} points by more than a second run "
+                "moves one, and loses nowhere by as much: it stays on."
+            )
     if not clean_l2:
         lines.append("These two runs did not clean L2 before each batch: single points are less")
         lines.append("  certain.")
-    if noise and not gained_clearly and not lost_clearly:
-        lines.append(
-            "No point moves by more than a second run moves one: no measurable difference. "
-            "PDL stays on, since it loses nowhere measurably."
-        )
-    elif median <= 0:
-        lines.append("PDL does not pay here: the median point does not gain.")
-    elif lost_clearly:
-        lines.append("A small change either way: PDL stays on for the median point's gain.")
-    elif gained_clearly == len(changes):
-        lines.append("PDL gains at every point: it stays on.")
-    else:
-        lines.append(
-            f"PDL gains at {gained_clearly} of {len(changes)} points by more than a second run "
-            "moves one, and loses nowhere by as much: it stays on."
-        )
+    lines.append(verdict)
     return lines
 
 
@@ -360,21 +375,37 @@ def keep_packed_gains(packed: list[dict]) -> list[float]:
 def ranking_lines(gains: dict[str, Sequence[float]], noise: float = 0.0) -> list[str]:
     """The changes ranked by their median gain, and which of them lose somewhere.
 
-    ``noise``: the most a second run moves a point (step 11's rerun); a change
-    that loses less than that somewhere is named apart, as no measurable loss.
+    ``noise``: the most a second run moves a point (step 11's rerun). With it,
+    the first and last are named only where their medians stand further than
+    that from the next, and a change that loses less than that somewhere is
+    named apart, as no measurable loss. ``gains`` holds at least one change.
     """
     order = sorted(gains, key=lambda k: statistics.median(gains[k]), reverse=True)
+    med = {name: statistics.median(gains[name]) for name in order}
     lines = [
-        f"{name:26} median {statistics.median(gains[name]):+5.1f}, "
+        f"{name:26} median {med[name]:+5.1f}, "
         f"{min(gains[name]):+5.1f} to {max(gains[name]):+5.1f} ({len(gains[name])} points)"
         for name in order
     ]
-    lines.append(f"Most: {order[0]}; least: {order[-1]}.")
+    if len(order) > 1 and noise:
+        top = (
+            order[0]
+            if med[order[0]] - med[order[1]] > noise
+            else f"no measurable difference between {order[0]} and {order[1]}"
+        )
+        bottom = (
+            order[-1]
+            if med[order[-2]] - med[order[-1]] > noise
+            else f"no measurable difference between {order[-2]} and {order[-1]}"
+        )
+        lines.append(f"Most: {top}; least: {bottom}.")
+    else:
+        lines.append(f"Most: {order[0]}; least: {order[-1]}.")
     both = [name for name in order if min(gains[name]) < -noise]
     within = [name for name in order if -noise <= min(gains[name]) < 0]
     if noise:
         lines.append(
-            f"Lose at some point by more than a second run moves one ({noise:.1f} points): "
+            f"Lose at some point by more than a second run moves one ({noise:.2f} points): "
             f"{', '.join(both) or 'none'}."
         )
         if within:

@@ -7,7 +7,8 @@ row length, the dtype and the device, and returns one of :class:`Registers`,
 :mod:`opguide.triton.ops` take that choice, or a ``forced=`` one, which is
 how ``tools/sweep_triton.py`` times each configuration. The numbers were chosen
 with ``python3 tools/sweep_triton.py forward backward fused grad-weight-sum split``
-on a GPU (step 11.3 shows the records kept), not with :func:`triton.autotune`
+on a GPU (step 11.3 shows the split sweep's records; the others are not
+kept), not with :func:`triton.autotune`
 keyed on N: an autotuner
 picks a kernel's parameters only, while the backward's plan also sets, from
 the number of rows, how many programs run, the height of the buffer of
