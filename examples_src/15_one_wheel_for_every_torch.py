@@ -386,33 +386,43 @@ if len(different) > len(on_gpu):
 # %%
 # A CUDA build links the CUDA runtime by the name the runtime gives itself,
 # its ``SONAME``. The toolkit here, where there is one, says which (the
-# ``libcudart.so`` that its ``nvcc`` links, read with ``readelf -d``):
-def cudart_soname() -> str | None:
-    """The SONAME of the libcudart.so that nvcc links, or None without nvcc or readelf."""
+# ``libcudart.so`` that ``-lcudart`` finds, read with ``readelf -d``):
+def cudart_soname() -> tuple[str | None, str]:
+    """The SONAME of the libcudart.so that ``-lcudart`` finds, or None and why not.
+
+    nvcc's library folders first (``nvcc --dryrun`` prints them), then the
+    linker's cache (``ldconfig -p``, where a distribution installs CUDA).
+    """
+    if shutil.which("readelf") is None:
+        return None, "no readelf here"
+    folders = []
     nvcc = compile_checks.find_nvcc()
-    if nvcc is None or shutil.which("readelf") is None:
-        return None
-    # nvcc --dryrun prints the commands it would run, its library folders among them.
-    dry = subprocess.run(
-        [nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
-        capture_output=True,
-        text=True,
-    )
-    for folder in re.findall(r'"-L([^"]+)"', dry.stdout + dry.stderr):
-        library = Path(folder) / "libcudart.so"
+    if nvcc is not None:
+        dry = subprocess.run(
+            [nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        folders = re.findall(r'-L"?([^"\s]+)"?', dry.stdout + dry.stderr)
+    candidates = [Path(f) / "libcudart.so" for f in folders]
+    if shutil.which("ldconfig") or Path("/sbin/ldconfig").exists():
+        cache = subprocess.run(
+            [shutil.which("ldconfig") or "/sbin/ldconfig", "-p"],
+            capture_output=True, text=True, timeout=60,
+        ).stdout  # fmt: skip
+        candidates += [Path(p) for p in re.findall(r"libcudart\.so \([^)]*\) => (\S+)", cache)]
+    for library in candidates:
         if library.exists():
-            out = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True)
+            out = subprocess.run(
+                ["readelf", "-d", str(library)], capture_output=True, text=True, timeout=60
+            )
             found = re.search(r"Library soname: \[(.+?)\]", out.stdout)
-            return found[1] if found else None
-    return None
+            return (found[1], "") if found else (None, "its libcudart.so names no SONAME")
+    where = "nvcc's folders or " if nvcc is not None else ""
+    return None, f"no libcudart.so in {where}the linker's cache here"
 
 
-soname = cudart_soname()
-print(
-    f"the CUDA runtime of the toolkit here: {soname}"
-    if soname
-    else "SKIPPED: no CUDA toolkit (or no readelf) here to read the runtime's name from"
-)
+soname, where = cudart_soname()
+print(f"the CUDA runtime here: {soname}" if soname else f"SKIPPED: {where}")
 
 # %%
 # What the stable ABI does not cover

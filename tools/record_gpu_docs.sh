@@ -21,8 +21,8 @@
 # each earlier build the limit stopped; below them, the build's own lines:
 # sphinx-gallery's time for each step (its own, or the time it stored when an
 # earlier build ran the step), how many steps an earlier build had run, the
-# notebook's time, and the build's last lines. The whole output stays in
-# build/gpu_docs.log. The record is stamped with the hash of the sources the
+# notebook's time, and the build's last lines. The whole output of every
+# build stays in build/gpu_docs.log. The record is stamped with the hash of the sources the
 # build ran (tools/stamp_records.py); the site is in docs/_build/html.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,34 +32,52 @@ python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU visible
 gpu="$(python3 -c 'import torch; from guidekit.recorded import short_gpu_name as s; print(s(torch.cuda.get_device_name()))')"
 record="docs/recorded/gpu_docs_$gpu.log"
 log=build/gpu_docs.log
-# One line for each earlier build that the limit stopped, and the hash of the
-# sources that build ran.
+# The first line: what the builds must share (the sources' hash, the GPU,
+# torch, Triton, the wheelhouse); then one line for each earlier build that
+# the limit stopped.
 stopped=build/gpu_docs_stopped.txt
 mkdir -p build
 venv="$(python3 -c 'import sys; print(sys.prefix)')"
-sources_hash() {
-  python3 -c 'import sys; from guidekit.recorded import sources; print(sources.current(sys.argv[1])["sha256"])' "$(basename "$record")"
+identity() {
+  python3 -c 'import sys, torch, triton
+from guidekit.recorded import sources
+print(sources.current(sys.argv[1])["sha256"], torch.cuda.get_device_name(), torch.__version__,
+      triton.__version__, sys.argv[2])' "$(basename "$record")" "$(cd "$wheels" && pwd)"
 }
-# The gallery's steps (conf.py's filename_pattern) that a build has run.
+# The gallery's steps (conf.py's filename_pattern) whose page a build wrote:
+# the hash of the script (sphinx-gallery writes it after the run) and the page.
 steps_run() {
-  local n=0 script
+  local n=0 name
   for script in examples_src/[0-9][0-9]_*.py; do
-    [ -e "docs/auto_examples/$(basename "$script").md5" ] && n=$((n + 1))
+    name="docs/auto_examples/$(basename "$script" .py)"
+    [ -e "$name.py.md5" ] && [ -e "$name.rst" ] && n=$((n + 1))
   done
   echo "$n"
 }
 
 if [ -s "$stopped" ]; then
-  if [ "$(head -1 "$stopped")" != "$(sources_hash)" ]; then
-    echo "record_gpu_docs: the sources changed since an earlier build stopped; to start again:" >&2
-    echo "  rm -rf docs/auto_examples $stopped" >&2
+  if [ "$(head -1 "$stopped")" != "$(identity)" ]; then
+    echo "record_gpu_docs: the sources, GPU, torch, Triton or wheelhouse changed since an" >&2
+    echo "earlier build stopped; to start again: rm -rf docs/auto_examples $stopped" >&2
     exit 2
   fi
+  # Pages written since the stop came from another build: not this record's.
+  if [ -n "$(find docs/auto_examples -name '*.md5' -newer "$stopped" 2>/dev/null | head -1)" ]; then
+    echo "record_gpu_docs: another build wrote gallery pages since the last stop; to start" >&2
+    echo "again: rm -rf docs/auto_examples $stopped" >&2
+    exit 2
+  fi
+  # A step stopped between its hash and its page runs again.
+  for md5 in docs/auto_examples/*.py.md5; do
+    [ -e "$md5" ] && [ ! -e "${md5%.py.md5}.rst" ] && rm -f "$md5"
+  done
   echo "record_gpu_docs: going on from $(($(wc -l <"$stopped") - 1)) stopped build(s), $(steps_run) gallery steps run"
+  echo "--- the next build ---" >>"$log"
 else
   # A first build runs every step: pages that an older build left are removed.
   rm -rf docs/auto_examples
-  sources_hash >"$stopped"
+  identity >"$stopped"
+  : >"$log"
 fi
 
 # docs/conf.py: run only the gallery steps that have no page yet.
@@ -67,15 +85,23 @@ export OPGUIDE_DOCS_GO_ON=1
 status=0
 start=$SECONDS
 # timeout signals the build's whole process group: nox, Sphinx and the gallery's workers.
-timeout --kill-after=20 "$limit" tools/gpu_suite.sh docs "$wheels" 2>&1 | tee "$log" || status=$?
+timeout --kill-after=20 "$limit" tools/gpu_suite.sh docs "$wheels" 2>&1 | tee -a "$log" || status=$?
 took=$((SECONDS - start))
 total="$(find examples_src -maxdepth 1 -name '[0-9][0-9]_*.py' | wc -l)"
-if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
-  line="an earlier build, stopped at ${limit} s (OPGUIDE_DOCS_LIMIT), had run $(steps_run) of $total gallery steps"
-  echo "$line" >>"$stopped"
+# 124: the limit; 137: killed after it (a kill before it, such as the OOM
+# killer's, is a failure).
+if [ "$status" -eq 124 ] || { [ "$status" -eq 137 ] && [ "$took" -ge "$limit" ]; }; then
+  echo "an earlier build, stopped at ${limit} s (OPGUIDE_DOCS_LIMIT); $(steps_run) of $total gallery steps had run by then" >>"$stopped"
+  touch "$stopped"
   echo "record_gpu_docs: the build stopped at ${limit} s with $(steps_run) of $total gallery steps run;"
   echo "record_gpu_docs: run the same command again on this machine to finish it ($record is unchanged)"
   exit 3
+fi
+# A warning of a stopped build fails the record as the build's own -W would.
+earlier="$(tac "$log" | sed -n '/^--- the next build ---$/,$p' | grep -c -E '(^|: )(WARNING|ERROR):' || true)"
+if [ "$(wc -l <"$stopped")" -gt 1 ] && [ "$earlier" -gt 0 ] && [ "$status" -eq 0 ]; then
+  echo "record_gpu_docs: a stopped build printed $earlier warning(s) or error(s) (in $log)"
+  status=1
 fi
 echo "record_gpu_docs: the build took $took s and ended with status $status" | tee -a "$log"
 
@@ -95,9 +121,13 @@ print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {tri
     /using torch|generating gallery \(|Executed notebook|Sphinx-Gallery successfully|after excluding|build succeeded|build finished|(^|: )(WARNING|ERROR):|Exception occurred|Extension error|Session docs|record_gpu_docs:/ { print }
   ' | sed -e "s|$PWD|<checkout>|g" -e "s|$venv|<venv>|g"
 } > "$record"
-rm -f "$stopped"
 python3 tools/stamp_records.py "$record"
 echo "refreshed: $(basename "$record")"
 summary="$(grep -n '^record_gpu_docs: the build took' "$record" | tail -1 | cut -d: -f1)"
-echo "docs/building.md shows its lines 1-2 and the build's own lines up to ${summary:-?}"
+first="$(grep -n 'generating gallery (' "$record" | head -1 | cut -d: -f1)"
+stops=$(($(wc -l <"$stopped") - 1))
+rm -f "$stopped"
+shown="1-2"
+[ "$stops" -gt 0 ] && shown="$shown,4-$((3 + stops))"
+echo "docs/building.md shows its lines $shown,${first:-?}-${summary:-?} (the header, the stopped builds, the run)"
 exit "$status"
