@@ -98,7 +98,12 @@ if [ "$status" -eq 124 ] || { [ "$status" -eq 137 ] && [ "$took" -ge "$limit" ];
   exit 3
 fi
 # A warning of a stopped build fails the record as the build's own -W would.
-earlier="$(tac "$log" | sed -n '/^--- the next build ---$/,$p' | grep -c -E '(^|: )(WARNING|ERROR):' || true)"
+# Sphinx's own lines only (from its command on): pip warns in the same words.
+sphinx_warnings() {
+  awk '/^--- the next build ---$/ { on = 0 } /nox > .*-m sphinx / { on = 1 }
+       on && /(^|: )(WARNING|ERROR):/ { n++ } END { print n + 0 }'
+}
+earlier="$(tac "$log" | sed -n '/^--- the next build ---$/,$p' | tac | sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' | sphinx_warnings)"
 if [ "$(wc -l <"$stopped")" -gt 1 ] && [ "$earlier" -gt 0 ] && [ "$status" -eq 0 ]; then
   echo "record_gpu_docs: a stopped build printed $earlier warning(s) or error(s) (in $log)"
   status=1
@@ -115,10 +120,13 @@ print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {tri
   # Colours and progress lines out; then the lines about the run: the
   # gallery's jobs and times, the notebook, warnings and errors, the end.
   sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' "$log" | tr '\r' '\n' | awk '
+    /^--- the next build ---$/ { sphinx = 0 }
+    /nox > .*-m sphinx / { sphinx = 1 }
     /^computation time summary:/ { times = 1; print; next }
     times && /^ *- / { print; next }
     { times = 0 }
-    /using torch|generating gallery \(|Executed notebook|Sphinx-Gallery successfully|after excluding|build succeeded|build finished|(^|: )(WARNING|ERROR):|Exception occurred|Extension error|Session docs|record_gpu_docs:/ { print }
+    sphinx && /(^|: )(WARNING|ERROR):/ { print; next }
+    /using torch|generating gallery \(|Executed notebook|Sphinx-Gallery successfully|after excluding|build succeeded|build finished|Exception occurred|Extension error|Session docs|record_gpu_docs:/ { print }
   ' | sed -e "s|$PWD|<checkout>|g" -e "s|$venv|<venv>|g"
 } > "$record"
 python3 tools/stamp_records.py "$record"
@@ -128,6 +136,7 @@ first="$(grep -n 'generating gallery (' "$record" | head -1 | cut -d: -f1)"
 stops=$(($(wc -l <"$stopped") - 1))
 rm -f "$stopped"
 shown="1-2"
-[ "$stops" -gt 0 ] && shown="$shown,4-$((3 + stops))"
+[ "$stops" -eq 1 ] && shown="$shown,4"
+[ "$stops" -gt 1 ] && shown="$shown,4-$((3 + stops))"
 echo "docs/building.md shows its lines $shown,${first:-?}-${summary:-?} (the header, the stopped builds, the run)"
 exit "$status"
