@@ -596,13 +596,21 @@ def median_ms(fn, repeat=5):
     return statistics.median(times)
 
 
+def one_thread_ms(fn):
+    """median_ms of ``fn`` with torch on one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return median_ms(fn)
+    finally:
+        torch.set_num_threads(threads)
+
+
 x = torch.randn(64, 1024)
 w = torch.randn(1024)
-cpp_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="cpp"))
 threads = torch.get_num_threads()
-torch.set_num_threads(1)
-one_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="cpp"))
-torch.set_num_threads(threads)
+cpp_ms = median_ms(lambda: opguide.rms_norm(x, w, backend="cpp"))
+one_ms = one_thread_ms(lambda: opguide.rms_norm(x, w, backend="cpp"))
 print(f"C++ kernel, CPU, (64, 1024) float32:   {cpp_ms:8.3f} ms ({threads} threads)")
 print(f"C++ kernel, CPU, the same on one thread: {one_ms:8.3f} ms")
 if cpp_ms > 5 * one_ms:
@@ -610,9 +618,7 @@ if cpp_ms > 5 * one_ms:
     # torch.exp on four times ATen's grain size (32768 elements) per thread.
     z = torch.randn(threads * 2**15 * 4)
     ctl_ms = median_ms(lambda: torch.exp(z))
-    torch.set_num_threads(1)
-    ctl_one_ms = median_ms(lambda: torch.exp(z))
-    torch.set_num_threads(threads)
+    ctl_one_ms = one_thread_ms(lambda: torch.exp(z))
     mine, ctl = cpp_ms / one_ms, ctl_ms / ctl_one_ms
     print(
         f"Surprising: on one thread the same call takes {one_ms:.3f} ms, {mine:.0f}x less.\n"

@@ -61,7 +61,7 @@ if not torch.cuda.is_available():
 # take the longer rows. Then the
 # longest row each kernel family gives one block or one program:
 from guidekit.recorded import lessons, listed, long_rows, plots, sweeps, tool_outputs
-from guidekit.recorded.pages import recorded, recorded_text, say, show
+from guidekit.recorded.pages import recorded, recorded_text, rerun_noise, say, show
 from opguide.triton import launch as triton_launch
 
 show(long_rows.planner_lines())
@@ -271,11 +271,7 @@ _ = plots.gains_figure(gains, "Long-row changes (recorded)")
 # Against how far a second run of the library's kernels moved a point in
 # step 11's two sweeps, taken as the spread of these variants' runs too: a
 # loss no larger is no measurable loss.
-rerun = sweeps.rerun_changes(
-    recorded("sweep_h100.json")["sweep"]["rows"],
-    recorded("sweep_opguide_h100.json")["sweep"]["rows"],
-)
-show(lessons.ranking_lines(gains, sweeps.rerun_noise(rerun)))
+show(lessons.ranking_lines(gains, rerun_noise()))
 
 # %%
 # Next: :doc:`11_performance_4_tuning`, the changes that hold for rows of

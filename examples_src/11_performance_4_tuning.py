@@ -53,9 +53,9 @@ if not torch.cuda.is_available():
 # (``test_without_keep_packed_bfloat16_spills`` in
 # ``tests/test_compile_checks.py`` compiles it and checks the spill). The
 # forward, by vectors per thread, with and without ``keep_packed``:
-from guidekit.recorded import fixed_shapes, lessons, plots, recorded_dir, sweeps
+from guidekit.recorded import fixed_shapes, lessons, plots, recorded_dir
 from guidekit.recorded import sources as record_sources
-from guidekit.recorded.pages import compare, recorded, say, show, tool_sweep
+from guidekit.recorded.pages import compare, recorded, rerun_noise, say, show, tool_sweep
 
 packed = tool_sweep("sweep_rms_norm_forward_keep_packed_h100.txt")
 show(lessons.keep_packed_lines(packed))
@@ -219,11 +219,7 @@ pdl = [
 # Each point below is one run. How far a second run of the library's kernels
 # moved a point in step 11's two sweeps, taken as the spread of these runs
 # too: a change no larger is no measurable difference.
-rerun = sweeps.rerun_changes(
-    recorded("sweep_h100.json")["sweep"]["rows"],
-    recorded("sweep_opguide_h100.json")["sweep"]["rows"],
-)
-NOISE = sweeps.rerun_noise(rerun)
+NOISE = rerun_noise()
 say(f"a second run of the library's kernels moved a point by up to {NOISE:.2f} points of the copy")
 show(lessons.pdl_lines([c.points for c in pdl], pdl_on.get("clean_l2"), NOISE))
 pdl_changed = [

@@ -387,17 +387,16 @@ def ranking_lines(gains: dict[str, Sequence[float]], noise: float = 0.0) -> list
         f"{min(gains[name]):+5.1f} to {max(gains[name]):+5.1f} ({len(gains[name])} points)"
         for name in order
     ]
-    if len(order) > 1 and noise:
-        top = (
-            order[0]
-            if med[order[0]] - med[order[1]] > noise
-            else f"no measurable difference between {order[0]} and {order[1]}"
-        )
-        bottom = (
-            order[-1]
-            if med[order[-2]] - med[order[-1]] > noise
-            else f"no measurable difference between {order[-2]} and {order[-1]}"
-        )
+
+    def apart(above: str, below: str, end: str) -> str:
+        """``end`` (one of two neighbours in the ranking), unless ``noise`` covers their gap."""
+        if not noise or med[above] - med[below] > noise:
+            return end
+        return f"no measurable difference between {above} and {below}"
+
+    if len(order) > 1:
+        top = apart(order[0], order[1], order[0])
+        bottom = apart(order[-2], order[-1], order[-1])
         lines.append(f"Most: {top}; least: {bottom}.")
     else:
         lines.append(f"Most: {order[0]}; least: {order[-1]}.")

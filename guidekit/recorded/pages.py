@@ -105,6 +105,21 @@ def compare(
     return changes
 
 
+def rerun_noise() -> float:
+    """How far a second run of the library's kernels moved a point in step 11's two sweeps.
+
+    Reads ``sweep_h100.json`` and ``sweep_opguide_h100.json`` (printing their
+    device lines) and returns :func:`.sweeps.rerun_noise` of the two, in
+    points of the copy: steps 11.3 and 11.4 take it as the spread of their
+    own runs.
+    """
+    rerun = sweeps.rerun_changes(
+        recorded("sweep_h100.json")["sweep"]["rows"],
+        recorded("sweep_opguide_h100.json")["sweep"]["rows"],
+    )
+    return sweeps.rerun_noise(rerun)
+
+
 def sweep_rows(sweep_file: dict, directory: Path | None = None) -> list[dict]:
     """The sweep's rows, with each missing peer's rows from its own recorded run.
 
