@@ -319,8 +319,8 @@ else:
 # above names that file, and says so where it is not one of ATen's CPU
 # kernels. The table
 # dumped before the load is the record of what was replaced. Paths such as
-# ``/__w/pytorch/...`` in these lines are where PyTorch's own build machines
-# compiled torch. The log lines
+# ``/__w/pytorch/...`` or ``/pytorch/...`` in these lines (they differ between
+# torch builds) are where PyTorch's own build machines compiled torch. The log lines
 # follow, one per call: three ``neg`` and one ``add`` (the checks use ``mul``,
 # ``stack`` and ``sum``, which are not overridden).
 #

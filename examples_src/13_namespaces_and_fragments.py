@@ -209,9 +209,10 @@ except RuntimeError as err:
 # first question is what the build saw. ``guidekit.buildinfo`` collects it
 # (``python -m guidekit.buildinfo`` prints the same); the loaded libraries at
 # the end are those loaded into this process with ``torch.ops.load_library``
-# or ``load``, by this page or, where the site's build runs other pages in
-# the same process, by them (the last line names those, with this machine's
-# folders written as ``<repo>``, ``<venv>`` and ``<tmp>``):
+# or ``load``: opguide's own library, which ``import opguide`` loads, this
+# page's, and, where the site's build runs other pages in the same process,
+# theirs (a last line names those, with this machine's folders written as
+# ``<repo>``, ``<venv>`` and ``<tmp>``):
 #
 # .. literalinclude:: /../guidekit/buildinfo.py
 #    :pyobject: build_config

@@ -93,8 +93,9 @@ for line in frames:
         print(textwrap.shorten(line, width=150, placeholder=" ..."))
 
 # %%
-# The stack is symbolised with ``addr2line``, which takes a few seconds and
-# works best on a library built with ``-g`` (``DEBUG=1`` for ``setup.py``).
+# The stack is symbolised with ``addr2line`` (torch's
+# `unwind.cpp <https://github.com/pytorch/pytorch/blob/main/torch/csrc/profiler/unwind/unwind.cpp>`__
+# runs it), which works best on a library built with ``-g`` (``DEBUG=1`` for ``setup.py``).
 #
 # Reading an opcheck failure
 # --------------------------

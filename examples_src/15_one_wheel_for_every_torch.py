@@ -290,8 +290,10 @@ else:
 # A shim newer than the target, and glibc
 # ---------------------------------------
 # Two more promises a wheel makes. torch's stable headers declare each shim
-# function inside an ``#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_X_0``
-# block, which names the release that added it; a build without
+# function added since torch 2.10 inside an
+# ``#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_X_0`` block, which names the
+# release that added it (the older ``aoti_torch_*`` functions sit outside any
+# block: every torch with the C shim has them); a build without
 # ``TORCH_TARGET_VERSION`` can call one that the oldest supported torch lacks,
 # and only that torch finds out, at load time. ``--target`` reads those blocks
 # from the installed headers and checks every shim symbol the library imports.

@@ -12,7 +12,8 @@ In this step you will learn:
 
 * how a model that calls the operator goes through ``torch.export`` and
   AOTInductor into a package meant to run without Python's ``opguide`` (the
-  cells say whether it ran here, and the last cell how it did on a GPU),
+  cells say whether it ran here, and the last line of the GPU section how
+  it did on a GPU),
   and why a Python-only ``custom_op`` cannot;
 * how to give an operator a ``vmap`` rule, and where ``torch.func`` stops;
 * what the operator does under ``torch.autocast``, and how that is registered;

@@ -532,11 +532,12 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # In-place operators
 # ------------------
 # ``--data op_name=silu_mul_`` gives the same project plus the in-place
-# ``silu_mul_(x, gate)``, which writes the result into ``x`` and returns it;
-# the functional ``silu_mul``, with its backward and autograd formula, comes
-# with it, because the in-place operator has none. The schema says what it
+# ``silu_mul_(x, gate)``, which writes the result into ``x`` (the Python
+# function returns ``x``; the operator itself returns nothing); the
+# functional ``silu_mul``, with its backward and autograd formula, comes with
+# it, because the in-place operator has none. The schema says what it
 # writes, ``silu_mul_(Tensor(a!) x, Tensor gate) -> ()``, and the project
-# keeps the contract of PyTorch's own in-place operators
+# keeps the autograd contract of PyTorch's own in-place operators
 # (:doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>`):
 #
 # * it bumps ``x``'s version counter, so a tensor that autograd saved and the

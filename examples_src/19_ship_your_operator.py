@@ -6,10 +6,11 @@ A project that builds and passes its tests on your machine is one
 ``pip install`` away from your users, if the wheel is right: tagged for the
 platforms it runs on, carrying the libraries it needs and none of torch's,
 and saying which torch it loads into. This step takes the stable-ABI project
-of :doc:`step 15 <15_one_wheel_for_every_torch>` through a release on this
-machine, live: build the wheel, read its tags, repair it with ``auditwheel``,
-install the repaired wheel into a fresh virtual environment and run the
-project's tests there.
+of :doc:`step 15 <15_one_wheel_for_every_torch>` through a release, live
+wherever the installed torch is 2.13 or later (the stable headers the project
+builds against; each cell says when it skips): build the wheel, read its tags,
+repair it with ``auditwheel``, install the repaired wheel into a fresh virtual
+environment and run the project's tests there.
 
 In this step you will learn:
 

@@ -303,8 +303,12 @@ NORM_ROW = re.compile(r"rms_norm|rsqrt|pow|mean", re.IGNORECASE)
 def norm_rows(model) -> list[tuple[str, int, float]]:
     model_step.training_step(model, ids)
     cpu = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=cpu) as prof:
-        model_step.training_step(model, ids)
+    with warnings.catch_warnings():
+        # Some torch releases warn that the profiler keeps one cycle's events;
+        # this profile is one cycle.
+        warnings.filterwarnings("ignore", message=".*Profiler clears events")
+        with torch.profiler.profile(activities=cpu) as prof:
+            model_step.training_step(model, ids)
     rows = [
         (e.key, e.count, e.self_cpu_time_total / 1e3)
         for e in prof.key_averages()
@@ -448,6 +452,11 @@ for step_name in STEPS:
         f"({change:+.1f}%); "
         + ("within the spread of this run" if overlap else "outside the spread")
     )
+    in_us = {
+        label: {k: v * 1e3 for k, v in pass_stats[step_name, label].items()}
+        for label in ("compiled", "compiled + pass")
+    }
+    _ = model_step.plot_per_call(in_us, f"{step_name}: compiled, without and with the pass")
 
 # %%
 # On the CPU the fused operator competes with a kernel that Inductor also
@@ -468,7 +477,8 @@ for step_name in STEPS:
 # (``UserDefinedTritonKernel.can_fuse_epilogue`` in
 # `torch/_inductor/ir.py <https://github.com/pytorch/pytorch/blob/v2.13.0/torch/_inductor/ir.py>`_),
 # it puts that operation into the user kernel's store, so the output is
-# written once (the cell below checks this where it can run, on a GPU).
+# written once (the cell below checks this where it can run: on a GPU, with
+# a torch that has the option).
 # That source states what it needs of the kernel: one output tensor,
 # written by the only ``tl.store`` of the kernel's source and never read by
 # it, allocated empty inside the operator; and what it needs of the
@@ -539,8 +549,11 @@ else:
 # ``torch.export`` and AOTInductor (:doc:`16_across_pytorch`) compile a model
 # into a package that runs without Python. ``opguide.rms_norm`` is not an ATen
 # operator, so the package's generated C++ calls it through the proxy
-# executor, which boxes the arguments and calls the operator by name at every
-# call. Two private options of ``torch._inductor.config`` give the package a
+# executor, which at every call boxes the arguments onto a stack and makes a
+# boxed dispatcher call through an operator handle that it looked up by name
+# once, when the package loaded (``OSSOpKernelOperator`` in
+# `oss_proxy_executor.h <https://github.com/pytorch/pytorch/blob/main/torch/csrc/inductor/aoti_torch/oss_proxy_executor.h>`__).
+# Two private options of ``torch._inductor.config`` give the package a
 # direct call instead: ``aot_inductor.custom_ops_to_c_shims`` declares a C
 # function per operator, named ``aoti_torch_<device>_<operator>``, and
 # ``aot_inductor.custom_op_libs`` links the library that defines it. The
@@ -587,13 +600,15 @@ packages = {
 for name, path in packages.items():
     print(f"{name} package, calls in its generated C++: {aoti_shim.calls(path)}")
 # Step 16's GPU record shows a fresh process of torch 2.11 crashing as it
-# loads a package, one of a plain Linear too; this page loads the packages
-# on torch 2.13 and later only.
+# loads a CUDA package, one of a plain Linear too; this page does not try its
+# CPU packages on a torch older than 2.13.
 LOADS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
 if not LOADS:
     print(
         f"Not loaded or timed: torch {torch.__version__} is older than 2.13, the first "
-        "this page loads AOTInductor packages on (step 16 shows torch 2.11's crash)."
+        "this page loads AOTInductor packages on (step 16's record shows torch 2.11 "
+        "crashing as a fresh process loads a CUDA package; this page does not try "
+        "older ones)."
     )
 else:
     with torch.no_grad():
@@ -679,8 +694,10 @@ for path in RECORDED:
 # measured faster, so that ``kernelize`` leaves the model's own code in the
 # other training and compiled modes (eager inference always runs a mapped
 # layer); and when an opaque operator loses a fusion, fuse it yourself,
-# either in the model's code or, without touching it, in the compiler. A
-# Triton operator with one store lets Inductor fuse what follows it, and an
+# either in the model's code or, without touching it, in the compiler. With
+# the private option ``epilogue_fusion_user_defined_triton_kernel`` on, a
+# Triton operator with one store lets Inductor fuse what follows it (by
+# Inductor's source; the cell above shows it only where it runs), and an
 # AOTInductor package can call a C++ operator through a C shim instead of its
 # proxy executor; time the two packages, as above where they load, before
 # you take on the private options the shim needs.

@@ -211,9 +211,11 @@ def load_line(
 
 
 def without_compiler_folder(text: str) -> str:
-    """``text`` (this module's output) with the folder of its ``compiler`` line written as
-    ``<bin>``: the folder says where the output was made, the name and version do not."""
-    return re.sub(r"^(compiler\s*: )\S*/", r"\1<bin>/", text, flags=re.M)
+    """``text`` (this module's output) with the compiler's folder written as ``<bin>``, in
+    the ``compiler`` line and in the ``CXX`` and ``CC`` switches of the ``env`` line: the
+    folder says where the output was made, the name and version do not."""
+    text = re.sub(r"^(compiler\s*: )\S*/", r"\1<bin>/", text, flags=re.M)
+    return re.sub(r"\b(CXX|CC)=[^\s,]*/", r"\1=<bin>/", text)
 
 
 def registered_operators(namespace: str) -> list[str]:

@@ -15,6 +15,9 @@ variant's times in interleaved rounds, with their median and quartiles.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from guidekit.model_step import compare, spread
 
 OWN = "model's own"
@@ -270,9 +273,14 @@ def _kernelized_findings(record: dict, groups: dict) -> list[str]:
 
         used, own = flags(about.get("support", {})), flags(measured_support(record))
         same = "the same flags" if used == own else f"other flags ({own})"
+        out = re.search(r"--out (\S+)", record.get("command", ""))
+        source = about["from"]
+        if out and Path(out.group(1)).name == source:
+            # Remade in place: the flags came from the record this one replaced.
+            source += ", the record that this one replaced"
         said.append(
             f"The kernelized layers declared the modes that this run was given "
-            f"(--support-from {about['from']}): {used}. This record's own numbers give {same}."
+            f"(--support-from {source}): {used}. This record's own numbers give {same}."
         )
     elif "from" in about:
         said.append(

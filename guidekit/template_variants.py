@@ -44,7 +44,8 @@ def answers(route: str, abi: str, kind: str, inplace: bool, package: str) -> dic
     return out
 
 
-#: Every (route, abi, kind, inplace): the scatter kind only writes, so it has no in-place twin.
+#: Every variant, as (route, abi, kind, inplace) tuples; the scatter kind only writes, so it has
+#: no in-place twin.
 EVERY = [
     (r, a, k, i)
     for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])

@@ -35,8 +35,8 @@
 namespace opguide_mm {
 
 inline void check_matmul_args(const at::Tensor& a, const at::Tensor& b, const char* op) {
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, op, ": a and b must be 2-D, got ", std::to_string(a.dim()),
-              "-D and ", std::to_string(b.dim()), "-D");
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, op, ": a and b must be 2-D, got ",
+              std::to_string(a.dim()), "-D and ", std::to_string(b.dim()), "-D");
   TORCH_CHECK(a.size(1) == b.size(0), op, ": b must have ", std::to_string(a.size(1)),
               " rows to match the columns of a, got ", std::to_string(b.size(0)));
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": b must have the dtype of a");
