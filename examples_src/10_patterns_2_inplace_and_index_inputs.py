@@ -274,10 +274,11 @@ index_library = load(
 print(load_line(index_library, since=start))
 index_ops = torch.ops.opguide_index
 
-# Some builds of torch end the process with a signal, not an error, when an
-# extension built by cpp_extension.load throws a C++ exception. A child
-# process throws once first; where it dies, the cells below that raise from
-# the kernel say so and skip.
+# On some machines a C++ exception thrown from this library, built by
+# cpp_extension.load, ends the process with a signal instead of reaching
+# Python, while opguide's own library's exceptions do reach it; the cause is
+# not known here. A child process throws once first; where it dies, the
+# cells below that raise from the kernel say so and skip.
 throw_once = (
     "import torch; "
     f"torch.ops.load_library({str(next(index_build.glob('opguide_index*.so')))!r}); "
@@ -299,8 +300,10 @@ print(index_ops.unique_indices.default._schema)
 
 # %%
 # The kernel checks every index value with ``TORCH_CHECK_INDEX``, which
-# Python sees as :class:`IndexError`; the message names the value, where it
-# is in the index, and the valid range:
+# Python sees as :class:`IndexError` where this library's C++ exceptions
+# reach Python (the line above says whether they do here; where they do not,
+# the cells that raise one skip); the message names the value, where it is
+# in the index, and the valid range:
 table = torch.arange(15.0).reshape(5, 3)
 index = torch.tensor([[0, 4], [2, 2]])
 rows = index_ops.gather_rows(table, index)
@@ -430,7 +433,8 @@ except IndexError as err:
 # Under ``torch.compile(fullgraph=True)`` the ``if`` needs a value that exists
 # only when the graph runs, so tracing fails. The wrapper that leaves the
 # value check to the kernel compiles, and its compiled form raises the
-# kernel's :class:`IndexError` at run time:
+# kernel's :class:`IndexError` at run time (where the line near the top says
+# that this library's exceptions reach Python):
 compile_results = {}
 for fn in (gather_rows_checked_in_python, gather_rows):
     torch._dynamo.reset()

@@ -45,6 +45,7 @@ In this step you will learn:
 # range check; a cell below counts them where a GPU is present. A section below weighs the ways a
 # kernel can report a bad index instead.
 import os
+import textwrap
 import warnings
 
 import torch
@@ -121,7 +122,7 @@ try:
 
     _add_one(torch.zeros(3))
 except RuntimeError as error:
-    print(f"refused: {str(error).split(': ', 1)[1][:150]}...")
+    print(textwrap.shorten(f"refused: {str(error).split(': ', 1)[1]}", 150, placeholder=" ..."))
 
 # %%
 # A schema that returns an alias must say so (``-> Tensor(a!)``, as
@@ -216,7 +217,7 @@ try:
     y.backward()
     print("backward() ran")
 except RuntimeError as error:
-    print(f"backward() raised: {str(error)[:160]}...")
+    print(textwrap.shorten(f"backward() raised: {error}", 170, placeholder=" ..."))
 
 # %%
 # The wrapper's checks
@@ -232,10 +233,11 @@ except RuntimeError as error:
 # * **The index's values.** Metadata checks go in the wrapper and the fake
 #   kernel; a value in range is checked by the body, which sees values
 #   (:doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>`).
-# * **Duplicate indices.** ``index_copy_``'s documentation says that with
-#   duplicates "the result is nondeterministic since it depends on which copy
-#   occurs last". Say so in the docstring, or refuse duplicates (a sort, at a
-#   cost), or define an order. Plain stores to one element from threads that
+# * **Duplicate indices.** The documentation of
+#   :meth:`torch.Tensor.index_copy_` says that with duplicates "the result is
+#   nondeterministic since it depends on which copy occurs last". Say so in
+#   the docstring, or refuse duplicates (a sort, at a cost), or define an
+#   order. Plain stores to one element from threads that
 #   race are a data race, which C++ leaves undefined: to promise one writer's
 #   value, make the stores atomic or give each row one writer.
 # * **Writes that accumulate** (``index_add_``'s semantics, the reference to
@@ -360,7 +362,11 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
     exported = torch.export.export(CacheUpdate(), (k, v, index)).run_decompositions({})
 code = exported.graph_module.code.strip()
-print("\n".join(line.strip()[:110] for line in code.splitlines() if "auto_functionalized" in line))
+for line in code.splitlines():
+    if "auto_functionalized" in line:  # wrapped between tokens: no name is cut in two
+        wrapped = textwrap.wrap(line.strip(), 88, subsequent_indent="    ",
+                                break_long_words=False, break_on_hyphens=False)  # fmt: skip
+        print("\n".join(wrapped))
 written_back = sorted(exported.graph_signature.buffers_to_mutate.values())
 print(f"buffers the graph writes back: {written_back}")
 
@@ -450,7 +456,8 @@ show(bad_index.outcome_lines(costs))
 # %%
 # The two ways that tell the host during the call make it wait for the
 # kernel, so it cannot queue the next launches while the GPU works; that
-# wait is what they cost above skipping. The pre-pass writes no token when
+# wait, and for the pre-pass its second launch, is what they cost above
+# skipping. The pre-pass writes no token when
 # one is bad; the flag writes the good ones. A flag read only where the host
 # waits anyway (the end of a decoding step, say) and the trap add no wait to
 # the call; the flag tells late and names no call, the trap ends every later

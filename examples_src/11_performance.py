@@ -3,9 +3,10 @@ Step 11: Performance against the memory floor
 =============================================
 
 RMSNorm reads each element once and writes it once: it is memory-bound, its
-time set by the bytes it moves, and a copy of the same bytes is the
-yardstick. This page answers one question: how close do opguide's kernels
-come to that floor, and to the other libraries, at every row length?
+time set by the bytes it moves: those bytes are its floor, and a copy of the
+same bytes is the yardstick. This page answers one question: how close do
+opguide's kernels come to that yardstick, and to the other libraries, at
+every row length?
 
 In this step you will learn:
 
@@ -26,8 +27,8 @@ guidekit.benchmark`` and the ``tools/sweep_*`` programs wrote them on a GPU
 into ``docs/recorded/``. Each page prints the device and the date of every
 file it reads, and :mod:`guidekit.recorded` (tested in
 ``tests/test_recorded.py``) computes what the page says of them. The CPU
-measurement at the end runs live, and so does a two-point GPU check where
-the page is built on a GPU.
+measurement at the end runs live, and so does the forward at two row
+lengths where the page is built on a GPU.
 """
 
 # %%
@@ -81,8 +82,10 @@ say("training  the forward's bytes plus the backward's")
 # Which bandwidth to divide by? Not the data sheet's, which no kernel
 # reaches. In the same run, the benchmark times ``copy (same bytes)``, a
 # ``copy_`` of exactly the pass's bytes, and reports each implementation as
-# the copy's time over its own: 100% is the copy's speed. A copy of one
-# gigabyte is timed too, as the device's bandwidth.
+# the copy's time over its own: 100% is the copy's speed, and a kernel that
+# moves its bytes faster than torch's ``copy_`` scores more. A copy of one
+# gigabyte is timed too, as the device's bandwidth. The last line below says
+# how much the copy's own speed moves between row lengths.
 sweep_file = recorded("sweep_h100.json")
 sweep = sweep_file["sweep"]
 say(f"1 GiB copy: {sweep_file['copy_bandwidth_GBps']:.0f} GB/s")
@@ -316,8 +319,10 @@ _ = plots.timings_figure(
 # ``--cpu-only`` the CPU measurement; ``--out`` saves the result as JSON
 # with its device, versions and date. On a machine with a CUDA GPU and
 # opguide's CUDA kernels, this page also times the forward at two row
-# lengths live:
-show(live_forward_lines())
+# lengths live, on as many elements a call as the sweep above, each beside
+# the sweep's number (another run, so expect them to differ by a few points,
+# more where other work shares the GPU):
+show(live_forward_lines(sweep=sweep))
 
 # %%
 # Next: :doc:`11_performance_2_eager`, what a call costs when the host, not

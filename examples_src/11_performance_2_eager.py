@@ -117,7 +117,7 @@ show(eager.floor_lines(EAGER))
 #   y alone and keeps ``inv_rms`` as a saved tensor, where
 #   ``opguide::rms_norm_fwd``'s returns both; autograd wraps every output.
 #   The line "A Function of one output (y) against one of two" in the
-#   output above measures that:
+#   output above gives one run's estimate of what that saves:
 #
 #   .. literalinclude:: /../csrc/rms_norm/rms_norm_autograd.cpp
 #      :language: cpp

@@ -256,12 +256,13 @@ show(lessons.split_lines(fenced, slots, built))
 # %%
 # The forward's lines name its best launch each way: with the fence, and with
 # slots. The backward's line names how far the library's launch falls behind
-# the best one the sweep found: the faster launches hold 32 values a thread,
-# which the comment on ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py``
-# records as spilling registers on sm_80 and sm_90 with Triton 3.8 and 3.9
-# (not shown here; the sweep's own Triton is in its header above), so the
-# library takes the fastest at its slowest row length among those that hold
-# 16 or fewer.
+# the best one the sweep found: the faster launches hold 32 values a thread.
+# The library keeps to launches that hold 16 or fewer, the fastest of those
+# at its slowest row length, and gives up the points that line prints: the
+# comment on ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py`` says that 32
+# values a thread spilled registers on sm_80 and sm_90 with Triton 3.8 and
+# 3.9, an observation that no record here shows (the sweep's own Triton is
+# in its header above).
 # Every change on this page, in points of the copy at each point it was
 # measured. The Triton lines set each variant at its best launch, not at the
 # library's; the ``push, forward`` line also carries the forward variants'

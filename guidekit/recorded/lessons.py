@@ -376,9 +376,11 @@ def ranking_lines(gains: dict[str, Sequence[float]], noise: float = 0.0) -> list
     """The changes ranked by their median gain, and which of them lose somewhere.
 
     ``noise``: the most a second run moves a point (step 11's rerun). With it,
-    the first and last are named only where their medians stand further than
-    that from the next, and a change that loses less than that somewhere is
-    named apart, as no measurable loss. ``gains`` holds at least one change.
+    neighbours in the ranking whose medians stand no further apart than that
+    are named together, as not ordered; the first and last are named only
+    where their medians stand further than that from the next, and a change
+    that loses less than that somewhere is named apart, as no measurable loss.
+    ``gains`` holds at least one change.
     """
     order = sorted(gains, key=lambda k: statistics.median(gains[k]), reverse=True)
     med = {name: statistics.median(gains[name]) for name in order}
@@ -387,6 +389,22 @@ def ranking_lines(gains: dict[str, Sequence[float]], noise: float = 0.0) -> list
         f"{min(gains[name]):+5.1f} to {max(gains[name]):+5.1f} ({len(gains[name])} points)"
         for name in order
     ]
+    if noise:
+        groups, group = [], [order[0]]
+        for above, below in zip(order, order[1:], strict=False):
+            if med[above] - med[below] <= noise:
+                group.append(below)
+            else:
+                groups.append(group)
+                group = [below]
+        groups.append(group)
+        close = [g for g in groups if len(g) > 1]
+        if close:
+            named = "; ".join(", ".join(g[:-1]) + " and " + g[-1] for g in close)
+            lines.append(
+                f"Medians within {noise:.2f} points of the next, so not ordered by this "
+                f"run: {named}."
+            )
 
     def apart(above: str, below: str, end: str) -> str:
         """``end`` (one of two neighbours in the ranking), unless ``noise`` covers their gap."""

@@ -9,7 +9,6 @@ or over programs that meet through memory (Triton); rows that are not whole
 from __future__ import annotations
 
 import re
-import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -70,7 +69,9 @@ def planner_lines(csrc: Path = CSRC) -> list[str]:
         (
             f"The forward takes clusters for rows longer than {got['forward_cluster']} "
             f"that one block could still hold (up to {got['forward_holds']} elements): "
-            "the planner's threshold (the sweep below says how the two kernels compare)."
+            "the planner's threshold (the sweep below compares the two kernels at the "
+            "longest row one block takes; the longer rows that clusters take were not "
+            "timed on one block)."
             if got["forward_cluster"] < got["forward_holds"]
             else "The forward takes clusters only for rows one block cannot hold."
         ),
@@ -306,7 +307,7 @@ def behind_lines(odd: dict, other: str) -> list[str]:
     lines = [f"CUDA more than 2 points behind {other} at {len(found)} of {len(both)} points:"]
     for pass_name in dict.fromkeys(k[1] for k, _ in both):  # the passes compared
         where = ", ".join(point for p, point in found if p == pass_name)
-        lines.append(textwrap.fill(f"{pass_name}: {where or 'none'}", 78, subsequent_indent="    "))
+        lines.append(f"{pass_name}: {where or 'none'}")  # the page wraps it (pages.say)
     return lines
 
 

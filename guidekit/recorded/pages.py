@@ -205,8 +205,13 @@ def f_rms_norm_cpu_operators() -> list[str]:
     return [e.key for e in prof.key_averages() if e.key.startswith("aten::")]
 
 
-def live_forward_lines(ns: Sequence[int] = (4096, 65536)) -> list[str]:
+def live_forward_lines(ns: Sequence[int] = (4096, 65536), sweep: dict | None = None) -> list[str]:
     """The CUDA forward timed live at ``ns``, where a CUDA GPU and opguide's CUDA kernels are.
+
+    Args:
+        ns: the row lengths.
+        sweep: a recorded sweep (a record's ``"sweep"``): the live run then moves as many
+            elements a call as it did, and each line gives its bf16 forward at that N beside.
 
     Returns a ``SKIPPED`` line that says why otherwise, or when the live run fails
     (a live check must not break the page).
@@ -221,16 +226,28 @@ def live_forward_lines(ns: Sequence[int] = (4096, 65536)) -> list[str]:
             "SKIPPED: no CUDA GPU with opguide's CUDA kernels here; "
             "the GPU numbers are the recorded ones."
         ]
+    elements = sweep["elements"] if sweep else 2**24
     try:
         live = benchmark.run_sweep(
-            torch.device("cuda"), ns=tuple(ns), elements=2**24, passes=("forward",),
+            torch.device("cuda"), ns=tuple(ns), elements=elements, passes=("forward",),
             only=("opguide", SAME_SIZE_COPY),
         )  # fmt: skip
     except Exception as err:
         return [f"SKIPPED: the live check failed: {type(err).__name__}: {err}"]
-    return [
-        f"LIVE {torch.cuda.get_device_name()}: {r['impl']} N = {r['n']}: "
-        f"{100 * r['vs_copy']:.1f}% of the same-size copy"
-        for r in live["rows"]
-        if r["impl"] != SAME_SIZE_COPY
-    ]
+    then = {
+        r["n"]: r["vs_copy"]
+        for r in (sweep or {}).get("rows", [])
+        if r["impl"] == "opguide" and r["pass"] == "forward" and r["dtype"] == "bf16"
+    }
+    lines = []
+    for r in live["rows"]:
+        if r["impl"] == SAME_SIZE_COPY:
+            continue
+        line = (
+            f"LIVE {torch.cuda.get_device_name()}: {r['impl']} N = {r['n']}: "
+            f"{100 * r['vs_copy']:.1f}% of the same-size copy"
+        )
+        if r["n"] in then:
+            line += f" (recorded: {100 * then[r['n']]:.1f}%)"
+        lines.append(line)
+    return lines
