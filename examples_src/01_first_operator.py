@@ -141,7 +141,8 @@ assert explanation.graph_break_count == 0
 # What's next
 # -----------
 # This Python operator is correct but runs several PyTorch kernels (square,
-# mean, add, rsqrt, two multiplies, and casts for half precision), most of
-# them reading and writing the whole tensor. The next step replaces the body
-# with one C++ kernel that reads each row from memory once (its second pass
-# over a row that fits in cache finds it there), behind a schema defined in C++.
+# mean, add, rsqrt, two multiplies, and casts for half precision); on a
+# float32 input four of them read the whole tensor and three also write one.
+# The next step replaces the body with one C++ kernel that reads each row
+# from memory once (its second pass over a row that fits in cache finds it
+# there), behind a schema defined in C++.

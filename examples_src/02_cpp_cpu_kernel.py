@@ -313,7 +313,8 @@ clone = median["x.clone() (same bytes)"]
 print(f"the library kernel takes {median[LIBRARY] / clone:.2f}x the time of x.clone()")
 if COPY in wide:
     print(
-        "even the copy's samples spread widely: other work shared the cores; the order may change"
+        "even the copy's samples spread widely: something on this machine (other work "
+        "sharing the cores, for one) slowed some rounds; the order may change"
     )
 elif wide:
     print(f"the samples of {', '.join(wide)} spread widely; those of y.copy_(x) did not")

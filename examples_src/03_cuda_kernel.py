@@ -40,8 +40,9 @@ The ``.cu`` file is the only place that knows about tensors. It does four
 things every CUDA operator must do:
 
 * **device guard**: ``c10::cuda::CUDAGuard`` makes ``x``'s GPU current for the
-  duration of the call, so allocations and the launch go to the right GPU on a
-  multi-GPU machine, whichever GPU the caller made current (without it, a
+  duration of the call, so the launch, and the stream that
+  ``getCurrentCUDAStream()`` returns, belong to ``x``'s GPU on a multi-GPU
+  machine, whichever GPU the caller made current (without it, a
   launcher that uses the current GPU fails or computes on the wrong one:
   :doc:`step 9 <09_triton_kernel>` shows the Triton launches failing on the
   second of two GPUs when their guard is removed);

@@ -50,8 +50,9 @@ What changes on AMD GPUs
   both, in the header every kernel shares (``csrc/common/platform.cuh``).
 * **Sources and names.** hipify renames ``x.cu`` to ``x.hip``, ``cuda`` in
   a file name becoming ``hip`` (``rms_norm_cuda.cu`` becomes
-  ``rms_norm_hip.hip``), and headers that hold CUDA code
-  (``rms_norm_forward.cuh`` becomes ``rms_norm_forward_hip.cuh``); it rewrites
+  ``rms_norm_hip.hip``), and any other file in which it rewrote something
+  (``rms_norm_forward.cuh`` becomes ``rms_norm_forward_hip.cuh``; a file with
+  nothing to rewrite keeps its name, as the list above shows); it rewrites
   ``cuda*`` calls and types to ``hip*`` and ``<<<grid, block, 0, stream>>>``
   launches to ``hipLaunchKernelGGL``. torch's own headers are mapped too:
   ``c10/cuda/CUDAGuard.h`` becomes ``c10/hip/HIPGuard.h``. In ROCm builds of

@@ -25,7 +25,9 @@ opguide's schemas
 -----------------
 All of opguide's operators are defined in one file. Besides ``rms_norm``,
 there is a training pair (:doc:`step 8 <08_autograd>` explains it): ``rms_norm_fwd`` returns
-two tensors, and ``rms_norm_backward`` takes four.
+two tensors, and ``rms_norm_backward`` takes four; and ``fused_add_rms_norm_``
+(:doc:`step 10 <10_patterns>`), which writes one of its inputs
+(``Tensor(a!)``).
 
 .. literalinclude:: /../csrc/opguide.cpp
    :language: cpp

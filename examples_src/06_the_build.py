@@ -204,10 +204,11 @@ assert packages == ["opguide"], packages
 # %%
 # The tag is a promise that the library does not use any CPython API outside
 # the stable ABI. Two things in the library show what it uses. Its dynamic
-# dependencies (``NEEDED``) should be torch's C++ libraries and the C/C++
-# runtime, without ``libtorch_python``, whose API is tied to one Python
-# version. (No extension lists ``libpython``: it finds the interpreter's
-# symbols in the process that loads it.) And the symbols it takes from other
+# dependencies (``NEEDED``) should be torch's C++ libraries, the C/C++
+# runtime and, in a CUDA build, the CUDA runtime (``libcudart``), without
+# ``libtorch_python``, whose API is tied to one Python version. (An extension
+# that setuptools builds on Linux does not list ``libpython``: it finds the
+# interpreter's symbols in the process that loads it.) And the symbols it takes from other
 # libraries (``nm -D --undefined-only``) show which CPython functions
 # (``Py*``, ``_Py*``) it calls, if any:
 with zipfile.ZipFile(wheel) as zf:

@@ -19,7 +19,8 @@ In this step you will learn:
   ``Autograd`` dispatch key), and what each way costs per call;
 * how to change the forward so that it returns what the backward needs
   (``rms_norm_fwd``), and save only that, not a copy of the output;
-* how to write the backward kernel: one pass per row, float32 accumulation,
+* how to write the backward kernel: one read of each row from memory (two
+  loops, the second finding the row in cache), float32 accumulation,
   and a ``grad_weight`` reduction that gives the same bits on any number of
   threads;
 * how ``torch.compile`` traces forward and backward into one graph each;
@@ -198,11 +199,15 @@ else:
 # Autograd attaches to the operator, by name, as its kernel for the
 # ``Autograd`` dispatch key, which every device shares. The library registers
 # it in C++, with ``torch::autograd::Function``, the public C++ API: the same
-# ``forward`` and ``backward`` as the Python pair above, with ``forward``
-# running below autograd (``Function::apply`` sees to it) and saving what
-# ``backward`` needs. ``backward`` returns one gradient per input of
-# ``forward``; an undefined tensor means "no gradient" (for ``eps``, and for
-# an input that does not require one):
+# ``forward`` and ``backward`` as the Python pair above. ``Function::apply``
+# runs ``forward`` with grad mode off, nothing more: ``forward``'s call to
+# ``opguide::rms_norm_fwd`` reaches that operator's ``Autograd`` kernel again,
+# which, seeing that no gradient is needed (``needs_grad``), goes below
+# autograd with ``at::AutoDispatchBelowADInplaceOrView``; without that check
+# the call would recurse. ``forward`` saves what ``backward`` needs.
+# ``backward`` returns one gradient per input of ``forward``; an undefined
+# tensor means "no gradient" (for ``eps``, and for an input that does not
+# require one):
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_autograd.cpp
 #    :language: cpp

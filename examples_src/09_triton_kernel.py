@@ -513,8 +513,8 @@ if faster:
         f"above 100% ({', '.join(faster)}): faster than torch's copy_ of the same bytes,\n"
         "    which is no ceiling (step 11)"
     )
-# Each point is one timing, so a gap under ``triton_vs_cuda.TIE`` points of
-# the copy counts as a tie.
+# Each point is the median of one run's batches, with no spread recorded, so
+# a gap under ``triton_vs_cuda.TIE`` points of the copy counts as a tie.
 for pass_name, limit in LIMITS.items():
     score = triton_vs_cuda.head_to_head(short, pass_name)
     print(f"{pass_name}, N <= {limit}: {score.sentence()}".replace("; ", ";\n    "))

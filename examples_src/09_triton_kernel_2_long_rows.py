@@ -226,8 +226,9 @@ for line in ranges:
     print(line)
 
 # %%
-# Each point of the sweep is one timing, not repeated, so a small gap may be
-# noise: a gap under ``triton_vs_cuda.TIE`` points of the copy counts as a tie.
+# Each point of the sweep is the median of one run's batches; the sweep was
+# not repeated and records no spread, so a small gap may be noise: a gap
+# under ``triton_vs_cuda.TIE`` points of the copy counts as a tie.
 for pass_name, floor in LONGER_THAN.items():
     score = triton_vs_cuda.head_to_head(rows, pass_name, longer_than=floor)
     print(f"{pass_name}, N > {floor}: {score.sentence()}".replace("; ", ";\n    "))
@@ -249,13 +250,15 @@ for pass_name, floor in LONGER_THAN.items():
 # largest staged block, and the heaviest with GDC where there is one. The
 # line under the table says which dtypes that gave.
 # ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every launch:
+from importlib.metadata import version  # noqa: E402
+
 from guidekit import triton_targets  # noqa: E402
 from guidekit.triton_targets.targets import FULL_ENV  # noqa: E402
 
 full = os.environ.get(FULL_ENV, "0") == "1"
 results = triton_targets.check(kernels=["_rms_norm_fwd_split_kernel"], full=full)
 header = f"{'target':8} {'x':8} {'launch':24} {'regs':>4} {'spill':>5} {'shared':>6}"
-print(header, "budget")
+print(header, "budget", f"(Triton {version('triton')})")
 for u in results:
     knobs = triton_vs_cuda.launch_knobs(u.config)
     print(

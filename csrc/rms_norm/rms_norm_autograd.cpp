@@ -46,7 +46,9 @@ Pair call_backward(const at::Tensor& grad_y, const at::Tensor& x,
   return op.call(grad_y, x, weight, inv_rms);
 }
 
-// forward runs below autograd (Function::apply sees to it) and saves what
+// forward runs with grad mode off (Function::apply turns it off): its call
+// to opguide::rms_norm_fwd passes through the Autograd kernel below again,
+// which, needing no gradient, goes below autograd. forward saves what
 // backward needs: x and weight (by reference, not copied) and one float per
 // row. backward returns one gradient per input of forward: x, weight, eps.
 struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {

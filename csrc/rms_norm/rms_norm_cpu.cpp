@@ -1,4 +1,5 @@
-// RMSNorm forward on the CPU: one pass over each row, fp32 accumulation,
+// RMSNorm forward on the CPU: one read of each row from memory (the second
+// loop finds it in cache), fp32 accumulation,
 // rows spread over threads with at::parallel_for.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
