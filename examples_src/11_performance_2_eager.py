@@ -369,6 +369,10 @@ if torch.cuda.is_available() and not triton_ops.INTERPRET:
     for name, values in launch_us.items():
         q1, median, q3 = quartiles(values)
         print(f"{name:20} {median:6.2f} us per call [{q1:.2f}-{q3:.2f}]")
+    _ = plots.timings_figure(
+        {"us a call, each of 15 rounds": launch_us},
+        f"Launching a Triton kernel on {torch.cuda.get_device_name()} (measured live)",
+    )
     for a, b in (("direct launch", "triton_op"), ("direct launch", "wrap_triton, eager")):
         qa, qb = quartiles(launch_us[a]), quartiles(launch_us[b])
         if qb[0] > qa[2]:
