@@ -76,3 +76,19 @@ def test_buildinfo_runs_as_a_module_and_as_a_script():
         ).stdout
         assert out.startswith("torch ") and torch.__version__ in out
         assert "include_dirs" in out and "MAX_JOBS=2" in out
+
+
+def test_compiler_folder_is_hidden_in_the_compiler_and_env_lines():
+    text = (
+        "compiler          : /opt/gcc/bin/g++: g++ (GCC) 13.3.0\n"
+        "env               : USE_CUDA=1, CUDA_HOME=/usr/local/cuda, CXX=/opt/gcc/bin/g++, "
+        "CC=/opt/gcc/bin/gcc, MAX_JOBS=4"
+    )
+    shown = buildinfo.without_compiler_folder(text)
+    assert "/opt/gcc" not in shown
+    assert "compiler          : <bin>/g++: g++ (GCC) 13.3.0" in shown
+    assert "CXX=<bin>/g++, CC=<bin>/gcc, MAX_JOBS=4" in shown
+    # CUDA_HOME is a toolkit's folder, not the compiler's: it stays.
+    assert "CUDA_HOME=/usr/local/cuda" in shown
+    # A compiler named without a folder is left as it is.
+    assert buildinfo.without_compiler_folder("env : CXX=g++") == "env : CXX=g++"

@@ -534,6 +534,12 @@ def test_gains_and_their_ranking():
     assert mixed.startswith("PDL gains at 1 points and loses at 1 (at most 8.0 points)")
     assert lessons.pdl_lines([-3.0, 0.5], True, noise=2.1)[-1].endswith(": off.")
     ranked = lessons.ranking_lines({"a": [1.0, -1.0], "b": [5.0], "c": [3.0, -4.0]}, noise=2.1)
+    # Neighbours whose medians are within the noise are named together, not ordered.
+    assert ranked[3] == (
+        "Medians within 2.10 points of the next, so not ordered by this run: a and c."
+    )
+    spread = lessons.ranking_lines({"a": [9.0], "b": [5.0], "c": [1.0]}, noise=2.1)
+    assert not any(line.startswith("Medians within") for line in spread)
     assert ranked[-3:] == [
         "Most: b; least: no measurable difference between a and c.",
         "Lose at some point by more than a second run moves one (2.10 points): c.",
@@ -884,3 +890,17 @@ def test_triton_long_row_lines_name_the_kernel_and_which_rows_it_splits():
     # splits rows of 16384, each pass rows of 32768.
     assert {("forward", "16384", "one"), ("fused", "16384", "one"), ("fused", "32768", "split"),
             ("backward", "16384", "split"), ("forward", "32768", "split")} <= split  # fmt: skip
+
+
+def test_copy_lines_say_how_far_the_copy_moves_across_row_lengths():
+    rows = [
+        {"pass": p, "impl": sweeps.SAME_SIZE_COPY, "bytes": 2**28, "GBps": g, "seconds": 1e-4}
+        for p in sweeps.SWEEP_PASSES
+        for g in (2900.0, 2958.0)
+    ]
+    lines = sweeps.copy_lines(rows)
+    assert lines[0].endswith("same-size copy 2900-2958 GB/s, median 100 us")
+    assert "floor" not in " ".join(lines)
+    assert lines[-1].startswith(
+        "The copy moves the same bytes at every N, yet its speed differs by up to 2.0%"
+    )
