@@ -52,7 +52,7 @@ What changes on AMD GPUs
   a file name becoming ``hip`` (``rms_norm_cuda.cu`` becomes
   ``rms_norm_hip.hip``), and any other file in which it rewrote something
   (``rms_norm_forward.cuh`` becomes ``rms_norm_forward_hip.cuh``; a file with
-  nothing to rewrite keeps its name, as the list above shows); it rewrites
+  nothing to rewrite keeps its name, as the list below shows); it rewrites
   ``cuda*`` calls and types to ``hip*`` and ``<<<grid, block, 0, stream>>>``
   launches to ``hipLaunchKernelGGL``. torch's own headers are mapped too:
   ``c10/cuda/CUDAGuard.h`` becomes ``c10/hip/HIPGuard.h``. In ROCm builds of

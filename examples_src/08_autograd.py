@@ -200,7 +200,8 @@ else:
 # ``Autograd`` dispatch key, which every device shares. The library registers
 # it in C++, with ``torch::autograd::Function``, the public C++ API: the same
 # ``forward`` and ``backward`` as the Python pair above. ``Function::apply``
-# runs ``forward`` with grad mode off, nothing more: ``forward``'s call to
+# turns grad mode off around ``forward`` and does not leave the ``Autograd``
+# key: ``forward``'s call to
 # ``opguide::rms_norm_fwd`` reaches that operator's ``Autograd`` kernel again,
 # which, seeing that no gradient is needed (``needs_grad``), goes below
 # autograd with ``at::AutoDispatchBelowADInplaceOrView``; without that check

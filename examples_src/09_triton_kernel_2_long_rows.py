@@ -250,7 +250,7 @@ for pass_name, floor in LONGER_THAN.items():
 # largest staged block, and the heaviest with GDC where there is one. The
 # line under the table says which dtypes that gave.
 # ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every launch:
-from importlib.metadata import version  # noqa: E402
+import triton  # noqa: E402
 
 from guidekit import triton_targets  # noqa: E402
 from guidekit.triton_targets.targets import FULL_ENV  # noqa: E402
@@ -258,7 +258,7 @@ from guidekit.triton_targets.targets import FULL_ENV  # noqa: E402
 full = os.environ.get(FULL_ENV, "0") == "1"
 results = triton_targets.check(kernels=["_rms_norm_fwd_split_kernel"], full=full)
 header = f"{'target':8} {'x':8} {'launch':24} {'regs':>4} {'spill':>5} {'shared':>6}"
-print(header, "budget", f"(Triton {version('triton')})")
+print(header, "budget", f"(Triton {triton.__version__})")
 for u in results:
     knobs = triton_vs_cuda.launch_knobs(u.config)
     print(

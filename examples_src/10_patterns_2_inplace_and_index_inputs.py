@@ -303,8 +303,9 @@ print(index_ops.unique_indices.default._schema)
 # %%
 # The kernel checks every index value with ``TORCH_CHECK_INDEX``, which
 # Python sees as :class:`IndexError` where this library's C++ exceptions
-# reach Python (the line above says whether they do here; where they do not,
-# the cells that raise one skip); the message names the value, where it is
+# reach Python (the line "a kernel's C++ exception reaches Python here"
+# above says whether they do; where they do not, the cells that raise one
+# skip); the message names the value, where it is
 # in the index, and the valid range:
 table = torch.arange(15.0).reshape(5, 3)
 index = torch.tensor([[0, 4], [2, 2]])
@@ -435,8 +436,8 @@ except IndexError as err:
 # Under ``torch.compile(fullgraph=True)`` the ``if`` needs a value that exists
 # only when the graph runs, so tracing fails. The wrapper that leaves the
 # value check to the kernel compiles, and its compiled form raises the
-# kernel's :class:`IndexError` at run time (where the line near the top says
-# that this library's exceptions reach Python):
+# kernel's :class:`IndexError` at run time (where the line "a kernel's C++
+# exception reaches Python here" above says True):
 compile_results = {}
 for fn in (gather_rows_checked_in_python, gather_rows):
     torch._dynamo.reset()
@@ -518,12 +519,13 @@ if torch.cuda.is_available():
     middle = {name: statistics.quantiles(v, n=4) for name, v in check_us.items()}
     for name, (q1, median, q3) in middle.items():
         print(f"{name + ':':25} {median:.1f} us per call, middle half {q1:.1f} to {q3:.1f}")
-    (_, unchecked, q3_unchecked), (q1_checked, checked, _) = middle.values()
+    (q1_unchecked, unchecked, q3_unchecked), (q1_checked, checked, q3_checked) = middle.values()
+    apart = q1_checked > q3_unchecked or q1_unchecked > q3_checked
     print(
-        f"the check takes {checked / unchecked:.2f}x the time per call; "
+        f"a call with the check takes {checked / unchecked:.2f}x the time of one without; "
         + (
             "the middle halves do not overlap"
-            if q1_checked > q3_unchecked
+            if apart
             else "the middle halves overlap: no measurable difference"
         )
     )

@@ -237,9 +237,9 @@ except RuntimeError as error:
 #   :meth:`torch.Tensor.index_copy_` says that with duplicates "the result is
 #   nondeterministic since it depends on which copy occurs last". Say so in
 #   the docstring, or refuse duplicates (a sort, at a cost), or define an
-#   order. Plain stores to one element from threads that
-#   race are a data race, which C++ leaves undefined: to promise one writer's
-#   value, make the stores atomic or give each row one writer.
+#   order. Plain stores to one element from threads that race are a data
+#   race, which C++ leaves undefined: to promise one writer's value, make the
+#   stores atomic or give each row one writer.
 # * **Writes that accumulate** (``index_add_``'s semantics, the reference to
 #   test against): duplicates must add, so the GPU kernels add atomically
 #   (CUDA's ``atomicAdd`` takes ``__half`` from compute capability 7.0 and
@@ -457,8 +457,8 @@ show(bad_index.outcome_lines(costs))
 # The two ways that tell the host during the call make it wait for the
 # kernel, so it cannot queue the next launches while the GPU works; that
 # wait, and for the pre-pass its second launch, is what they cost above
-# skipping. The pre-pass writes no token when
-# one is bad; the flag writes the good ones. A flag read only where the host
+# skipping. The pre-pass writes no token when one is bad; the flag writes
+# the good ones. A flag read only where the host
 # waits anyway (the end of a decoding step, say) and the trap add no wait to
 # the call; the flag tells late and names no call, the trap ends every later
 # CUDA call of the process, as a device assert in ``index_copy_`` does. The

@@ -320,9 +320,10 @@ _ = plots.timings_figure(
 # with its device, versions and date. On a machine with a CUDA GPU and
 # opguide's CUDA kernels, this page also times the forward at two row
 # lengths live, on as many elements a call as the sweep above, each beside
-# the sweep's number (another run, so expect them to differ by a few points,
-# more where other work shares the GPU):
-show(live_forward_lines(sweep=sweep))
+# the sweep's number and the GPU it was recorded on (on the same GPU model,
+# another run: expect a few points of difference, more where other work
+# shares the GPU; on another GPU the two need not agree):
+show(live_forward_lines(sweep=sweep, recorded_on=sweep_file["device"]))
 
 # %%
 # Next: :doc:`11_performance_2_eager`, what a call costs when the host, not

@@ -173,7 +173,9 @@ evict = [
     )
 ]
 low, high = fixed_shapes.gain_range(hints + evict)
-NOISE = rerun_noise()  # the most a second run moved a point (step 11's rerun)
+# The most a second run moved a point: step 11's rerun, whose two records
+# print their lines here.
+NOISE = rerun_noise()
 past = sum(abs(c.points) > NOISE for c in hints + evict)
 say(
     f"without the hints: {low:+.1f} to {high:+.1f} points; {past} of {len(hints + evict)} "
@@ -181,9 +183,10 @@ say(
 )
 
 # %%
-# The library's forward kernels use no hints, a choice that the line above
-# backs only as far as its points move past a second run's. The backward
-# keeps ``.cs`` on
+# The library's forward kernels use no hints. The line above gives the
+# range of what leaving them out gained, and how many of those points moved
+# by more than a second run moves one: only those show it measurably. The
+# backward keeps ``.cs`` on
 # its ``grad_x`` stores; the same runs measured it both ways:
 grad_x = compare("backward", ["opguide"], hints_on, hints_off, ("hints", "no hints"))
 most = fixed_shapes.largest(grad_x)

@@ -273,14 +273,17 @@ def _kernelized_findings(record: dict, groups: dict) -> list[str]:
 
         used, own = flags(about.get("support", {})), flags(measured_support(record))
         same = "the same flags" if used == own else f"other flags ({own})"
-        out = re.search(r"--out (\S+)", record.get("command", ""))
-        source = about["from"]
-        if out and Path(out.group(1)).name == source:
-            # Remade in place: the flags came from the record this one replaced.
+        command = record.get("command", "")
+        out = re.search(r"--out (\S+)", command)
+        # Without --support-from the tool reads the record that --out replaces.
+        given = "--support-from" in command or not command
+        source = f"--support-from {about['from']}" if given else f"read from {about['from']}"
+        if out and Path(out.group(1)).name == about["from"]:
+            # Remade in place (by name): the flags came from the record this one replaced.
             source += ", the record that this one replaced"
         said.append(
             f"The kernelized layers declared the modes that this run was given "
-            f"(--support-from {source}): {used}. This record's own numbers give {same}."
+            f"({source}): {used}. This record's own numbers give {same}."
         )
     elif "from" in about:
         said.append(

@@ -255,10 +255,11 @@ def test_record_findings_read_the_kernelized_rows():
     record["results"][-1] = apart
     # A record remade in place names the record it replaced as where its flags came from.
     record["command"] = "python tools/record_model_step.py --out model_step_x.json"
-    assert (
-        "(--support-from model_step_x.json, the record that this one replaced)"
-        in (model_record.record_findings(record)[4])
-    )
+    said_replaced = model_record.record_findings(record)[4]
+    assert "(read from model_step_x.json, the record that this one replaced)" in said_replaced
+    record["command"] += " --support-from model_step_x.json"
+    said_replaced = model_record.record_findings(record)[4]
+    assert "(--support-from model_step_x.json, the record that this one replaced)" in said_replaced
     said_apart = model_record.record_findings(record)[3]
     assert "their quartiles do not overlap" in said_apart
     assert said_apart.endswith("the record does not say what does.")

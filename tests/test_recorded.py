@@ -536,7 +536,7 @@ def test_gains_and_their_ranking():
     ranked = lessons.ranking_lines({"a": [1.0, -1.0], "b": [5.0], "c": [3.0, -4.0]}, noise=2.1)
     # Neighbours whose medians are within the noise are named together, not ordered.
     assert ranked[3] == (
-        "Medians within 2.10 points of the next, so not ordered by this run: a and c."
+        'Medians within 2.10 points of the next, so not ordered by this run: "a" and "c".'
     )
     spread = lessons.ranking_lines({"a": [9.0], "b": [5.0], "c": [1.0]}, noise=2.1)
     assert not any(line.startswith("Medians within") for line in spread)
@@ -902,5 +902,6 @@ def test_copy_lines_say_how_far_the_copy_moves_across_row_lengths():
     assert lines[0].endswith("same-size copy 2900-2958 GB/s, median 100 us")
     assert "floor" not in " ".join(lines)
     assert lines[-1].startswith(
-        "The copy moves the same bytes at every N, yet its speed differs by up to 2.0%"
+        "The copy moves the same bytes at every N to within 0.00%, yet its speed differs by "
+        "up to 2.0%"
     )

@@ -306,8 +306,8 @@ def node_lines(rows: Sequence[dict]) -> list[str]:
         + (f"{median:.1f} us less" if median >= 0 else f"{-median:.1f} us more")
         + " per training call (the median of the per-shape differences), faster at "
         f"{sum(d > 0 for d in saved)} of {len(saved)} shapes. One run: its spread is "
-        f"not measured, and the one-output call alone takes {min(ours):.0f} to "
-        f"{max(ours):.0f} us across the shapes."
+        f"not measured, and a training call through the one-output Function takes "
+        f"{min(ours):.0f} to {max(ours):.0f} us across the shapes."
     ]
 
 

@@ -400,7 +400,10 @@ def ranking_lines(gains: dict[str, Sequence[float]], noise: float = 0.0) -> list
         groups.append(group)
         close = [g for g in groups if len(g) > 1]
         if close:
-            named = "; ".join(", ".join(g[:-1]) + " and " + g[-1] for g in close)
+            # Quoted: a change's name may hold a comma ("push, forward").
+            named = "; ".join(
+                ", ".join(f'"{n}"' for n in g[:-1]) + f' and "{g[-1]}"' for g in close
+            )
             lines.append(
                 f"Medians within {noise:.2f} points of the next, so not ordered by this "
                 f"run: {named}."

@@ -205,13 +205,16 @@ def f_rms_norm_cpu_operators() -> list[str]:
     return [e.key for e in prof.key_averages() if e.key.startswith("aten::")]
 
 
-def live_forward_lines(ns: Sequence[int] = (4096, 65536), sweep: dict | None = None) -> list[str]:
+def live_forward_lines(
+    ns: Sequence[int] = (4096, 65536), sweep: dict | None = None, recorded_on: str = ""
+) -> list[str]:
     """The CUDA forward timed live at ``ns``, where a CUDA GPU and opguide's CUDA kernels are.
 
     Args:
         ns: the row lengths.
         sweep: a recorded sweep (a record's ``"sweep"``): the live run then moves as many
             elements a call as it did, and each line gives its bf16 forward at that N beside.
+        recorded_on: the GPU the sweep was recorded on, named beside its number.
 
     Returns a ``SKIPPED`` line that says why otherwise, or when the live run fails
     (a live check must not break the page).
@@ -248,6 +251,7 @@ def live_forward_lines(ns: Sequence[int] = (4096, 65536), sweep: dict | None = N
             f"{100 * r['vs_copy']:.1f}% of the same-size copy"
         )
         if r["n"] in then:
-            line += f" (recorded: {100 * then[r['n']]:.1f}%)"
+            on = f" on {recorded_on}" if recorded_on else ""
+            line += f" (recorded{on}: {100 * then[r['n']]:.1f}%)"
         lines.append(line)
     return lines
