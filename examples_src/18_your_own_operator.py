@@ -320,10 +320,9 @@ for path in sorted(PROJECT.rglob("*")):
 #
 # Building it
 # -----------
-# The project's README gives its two commands. The first installs it in
-# editable mode without build isolation, so the library compiles against the
-# torch already installed (here with ``--no-deps``). With a CUDA build of
-# torch and nvcc, ``setup.py`` also builds the CUDA kernel.
+# The project's README gives its two commands. The first installs it
+# editable (here with ``--no-deps``) without build isolation, so the library
+# compiles against the torch installed. With a CUDA build of torch and nvcc, ``setup.py`` also builds the CUDA kernel.
 pip = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", "."]
 build_log = run(pip, cwd=PROJECT, show='pip install --no-build-isolation --no-deps -e "."')
 built = sorted(p.name for p in (PROJECT / "src" / "myops").glob("_C.*"))
@@ -532,10 +531,10 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # In-place operators
 # ------------------
 # ``--data op_name=silu_mul_`` gives the same project plus the in-place
-# ``silu_mul_(x, gate)``, which writes the result into ``x`` (the Python
-# function returns ``x``; the operator itself returns nothing); the
-# functional ``silu_mul``, with its backward and autograd formula, comes with
-# it, because the in-place operator has none. The schema says what it
+# ``silu_mul_(x, gate)``, which writes the result into ``x`` (the operator
+# returns nothing, its Python function ``x``); the functional ``silu_mul``,
+# with its backward and autograd formula, comes with it: the in-place
+# operator has none. The schema says what it
 # writes, ``silu_mul_(Tensor(a!) x, Tensor gate) -> ()``, and the project
 # keeps the autograd contract of PyTorch's own in-place operators
 # (:doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>`):
