@@ -251,16 +251,15 @@ print("written:", not torch.equal(t, before), "| version after the write:", t._v
 #    .. literalinclude:: /../csrc/index_inputs/gather_rows.cpp
 #       :language: cpp
 #       :caption: csrc/index_inputs/gather_rows.cpp
-import statistics
 import subprocess
 import sys
 import time
 
 from torch.utils.cpp_extension import load
 
+from guidekit import model_step
 from guidekit.buildinfo import load_line
 from guidekit.compile_checks import source_root
-from guidekit.recorded import plots
 
 ROOT = source_root()  # the opguide source tree, wherever this script runs from
 index_build = ROOT / "build" / "jit" / "opguide_index"
@@ -492,47 +491,26 @@ if torch.cuda.is_available():
     def embedding_unchecked(table, index):
         return torch.nn.functional.embedding(index, table)
 
-    def microseconds_per_call(fns, rounds=15, calls=100):
-        """Host time per call of each of ``fns``: one value per round, the functions in
-        turns, the GPU's queue drained before and after each batch of ``calls``."""
-        times = {name: [] for name in fns}
-        for fn in fns.values():
-            for _ in range(20):
-                fn(gpu_table, gpu_index)
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                torch.cuda.synchronize()
-                start = time.perf_counter()
-                for _ in range(calls):
-                    fn(gpu_table, gpu_index)
-                torch.cuda.synchronize()
-                times[name].append((time.perf_counter() - start) / calls * 1e6)
-        return times
-
     print(torch.cuda.get_device_name(), "| table 100000 x 256 float32, 4096 indices")
-    check_us = microseconds_per_call(
+    # 15 rounds in turns, each 100 calls between two synchronizations.
+    check_us = model_step.time_per_call(
         {
-            "without the Python check": embedding_unchecked,
-            "with the Python check": embedding_checked_in_python,
-        }
+            "without the Python check": lambda: embedding_unchecked(gpu_table, gpu_index),
+            "with the Python check": lambda: embedding_checked_in_python(gpu_table, gpu_index),
+        },
+        rounds=15,
+        sync=torch.cuda.synchronize,
+        reps=100,
     )
-    middle = {name: statistics.quantiles(v, n=4) for name, v in check_us.items()}
-    for name, (q1, median, q3) in middle.items():
-        print(f"{name + ':':25} {median:.1f} us per call, middle half {q1:.1f} to {q3:.1f}")
-    (q1_unchecked, unchecked, q3_unchecked), (q1_checked, checked, q3_checked) = middle.values()
-    apart = q1_checked > q3_unchecked or q1_unchecked > q3_checked
+    for name, s in check_us.items():
+        middle = f"middle half {s['q1']:.1f} to {s['q3']:.1f}"
+        print(f"{name + ':':25} {s['median']:.1f} us per call, {middle}")
     print(
-        f"a call with the check takes {checked / unchecked:.2f}x the time of one without; "
-        + (
-            "the middle halves do not overlap"
-            if apart
-            else "the middle halves overlap: no measurable difference"
+        textwrap.fill(
+            model_step.versus(check_us, "with the Python check", "without the Python check"), 88
         )
     )
-    _ = plots.timings_figure(
-        {"us a call, each of 15 rounds": check_us},
-        "A value check in Python on GPU tensors (measured live)",
-    )
+    _ = model_step.plot_per_call(check_us, "A value check in Python on GPU tensors (measured live)")
 
     # The mode warns that it is a prototype that misses some synchronizing calls.
     prototype = "Synchronization debug mode is a prototype"

@@ -323,7 +323,7 @@ _ = plots.timings_figure(
 # the sweep's number and the GPU it was recorded on (on the same GPU model,
 # another run: expect a few points of difference, more where other work
 # shares the GPU; on another GPU the two need not agree):
-show(live_forward_lines(sweep=sweep, recorded_on=sweep_file["device"]))
+show(live_forward_lines(record=sweep_file))
 
 # %%
 # Next: :doc:`11_performance_2_eager`, what a call costs when the host, not

@@ -322,7 +322,8 @@ for path in sorted(PROJECT.rglob("*")):
 # -----------
 # The project's README gives its two commands. The first installs it
 # editable (here with ``--no-deps``) without build isolation, so the library
-# compiles against the torch installed. With a CUDA build of torch and nvcc, ``setup.py`` also builds the CUDA kernel.
+# compiles against the torch installed. With a CUDA build of torch and nvcc,
+# ``setup.py`` also builds the CUDA kernel.
 pip = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", "."]
 build_log = run(pip, cwd=PROJECT, show='pip install --no-build-isolation --no-deps -e "."')
 built = sorted(p.name for p in (PROJECT / "src" / "myops").glob("_C.*"))

@@ -389,10 +389,15 @@ def ranking_lines(gains: dict[str, Sequence[float]], noise: float = 0.0) -> list
         f"{min(gains[name]):+5.1f} to {max(gains[name]):+5.1f} ({len(gains[name])} points)"
         for name in order
     ]
+    # close_to_next[i]: the noise covers the gap between the i-th change and the next.
+    close_to_next = [
+        bool(noise) and med[above] - med[below] <= noise
+        for above, below in zip(order, order[1:], strict=False)
+    ]
     if noise:
         groups, group = [], [order[0]]
-        for above, below in zip(order, order[1:], strict=False):
-            if med[above] - med[below] <= noise:
+        for below, tied in zip(order[1:], close_to_next, strict=True):
+            if tied:
                 group.append(below)
             else:
                 groups.append(group)
@@ -409,16 +414,15 @@ def ranking_lines(gains: dict[str, Sequence[float]], noise: float = 0.0) -> list
                 f"run: {named}."
             )
 
-    def apart(above: str, below: str, end: str) -> str:
-        """``end`` (one of two neighbours in the ranking), unless ``noise`` covers their gap."""
-        if not noise or med[above] - med[below] > noise:
+    def apart(i: int, end: str) -> str:
+        """``end`` (the i-th change or the next), unless the noise covers their gap."""
+        if not close_to_next[i]:
             return end
-        return f"no measurable difference between {above} and {below}"
+        return f"no measurable difference between {order[i]} and {order[i + 1]}"
 
     if len(order) > 1:
-        top = apart(order[0], order[1], order[0])
-        bottom = apart(order[-2], order[-1], order[-1])
-        lines.append(f"Most: {top}; least: {bottom}.")
+        last = len(order) - 2  # the gap above the last change
+        lines.append(f"Most: {apart(0, order[0])}; least: {apart(last, order[-1])}.")
     else:
         lines.append(f"Most: {order[0]}; least: {order[-1]}.")
     both = [name for name in order if min(gains[name]) < -noise]

@@ -205,16 +205,14 @@ def f_rms_norm_cpu_operators() -> list[str]:
     return [e.key for e in prof.key_averages() if e.key.startswith("aten::")]
 
 
-def live_forward_lines(
-    ns: Sequence[int] = (4096, 65536), sweep: dict | None = None, recorded_on: str = ""
-) -> list[str]:
+def live_forward_lines(ns: Sequence[int] = (4096, 65536), record: dict | None = None) -> list[str]:
     """The CUDA forward timed live at ``ns``, where a CUDA GPU and opguide's CUDA kernels are.
 
     Args:
         ns: the row lengths.
-        sweep: a recorded sweep (a record's ``"sweep"``): the live run then moves as many
-            elements a call as it did, and each line gives its bf16 forward at that N beside.
-        recorded_on: the GPU the sweep was recorded on, named beside its number.
+        record: a recorded sweep (``sweep_h100.json`` as :func:`recorded` reads it): the live
+            run then moves as many elements a call as its sweep did, and each line gives the
+            record's bf16 forward at that N beside, with the GPU it was recorded on.
 
     Returns a ``SKIPPED`` line that says why otherwise, or when the live run fails
     (a live check must not break the page).
@@ -229,7 +227,8 @@ def live_forward_lines(
             "SKIPPED: no CUDA GPU with opguide's CUDA kernels here; "
             "the GPU numbers are the recorded ones."
         ]
-    elements = sweep["elements"] if sweep else 2**24
+    sweep = record["sweep"] if record else {}
+    elements = sweep.get("elements", 2**24)
     try:
         live = benchmark.run_sweep(
             torch.device("cuda"), ns=tuple(ns), elements=elements, passes=("forward",),
@@ -239,7 +238,7 @@ def live_forward_lines(
         return [f"SKIPPED: the live check failed: {type(err).__name__}: {err}"]
     then = {
         r["n"]: r["vs_copy"]
-        for r in (sweep or {}).get("rows", [])
+        for r in sweep.get("rows", [])
         if r["impl"] == "opguide" and r["pass"] == "forward" and r["dtype"] == "bf16"
     }
     lines = []
@@ -251,7 +250,6 @@ def live_forward_lines(
             f"{100 * r['vs_copy']:.1f}% of the same-size copy"
         )
         if r["n"] in then:
-            on = f" on {recorded_on}" if recorded_on else ""
-            line += f" (recorded{on}: {100 * then[r['n']]:.1f}%)"
+            line += f" (recorded on {record['device']}: {100 * then[r['n']]:.1f}%)"
         lines.append(line)
     return lines
