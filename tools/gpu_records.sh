@@ -151,7 +151,8 @@ by hand (no part):
   the suite's own logs: gpu_suite_h100_tests.log, gpu_suite_h100_gallery_notebooks.log
     (tools/record_gpu_suite.sh 1, tools/record_gpu_suite.sh 2 .whl --durations=10)
   the site built on the GPU: gpu_docs_h100.log (tools/record_gpu_docs.sh; where the
-    build stops at its time limit, the same command again finishes it)
+    build stops at its time limit, the same command again finishes it; a docs
+    wheelhouse made with make_wheelhouse.py --leave-out .whl needs .whl installed first)
   longer than one part: model_step_h100.json (tools/record_model_step.py)
   elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json
     (step 16 on a GPU: tools/record_gpu_suite.sh 3)

@@ -10,6 +10,14 @@ sessions at it with ``OPGUIDE_WHEELHOUSE``. torch itself is never downloaded.
 ``--skip-present`` drops wheels of packages that the target already has (one
 name per line), to keep the folder small; pip on the target still checks
 that the installed versions satisfy every requirement.
+
+``--leave-out DIR`` drops the wheels that wheelhouse DIR already holds, for a
+machine that takes only so much at a time: install DIR's wheels there first
+(``pip install --no-index --find-links DIR DIR/*.whl``), then use this one.
+For example, the docs' tools beside a wheelhouse made as above with ``--extras test``:
+
+    python tools/make_wheelhouse.py --python-version 3.12 --dest docs-whl \\
+        --extras docs --skip-present tools/gpu_image_packages.txt --leave-out .whl
 """
 
 from __future__ import annotations
@@ -54,7 +62,10 @@ def main() -> int:
     parser.add_argument("--python-version", default="3.12")
     parser.add_argument("--extras", default="docs,test")
     parser.add_argument("--skip-present", type=Path)
+    parser.add_argument("--leave-out", type=Path, metavar="DIR")
     args = parser.parse_args()
+    if args.leave_out and not args.leave_out.is_dir():
+        parser.error(f"--leave-out: {args.leave_out} is not a folder")
     args.dest.mkdir(parents=True, exist_ok=True)
     reqs = requirements(args.extras.split(","))
     cmd = [
@@ -84,6 +95,12 @@ def main() -> int:
         for wheel in sorted(args.dest.glob("*.whl")):
             if normalise(wheel.name.split("-")[0]) in present:
                 wheel.unlink()
+    if args.leave_out:
+        held = {w.name for w in args.leave_out.glob("*.whl")}
+        for wheel in sorted(args.dest.glob("*.whl")):
+            if wheel.name in held:
+                wheel.unlink()
+        print(f"left out the wheels that {args.leave_out} holds: install those first")
     wheels = sorted(args.dest.glob("*.whl"))
     size = sum(w.stat().st_size for w in wheels) / 2**20
     print(f"{len(wheels)} wheels, {size:.1f} MiB in {args.dest}")
