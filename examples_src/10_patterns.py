@@ -277,7 +277,7 @@ if not torch.cuda.is_available():
 # The optional arguments change what the kernels do, so
 # :func:`torch.library.opcheck` checks four variants (weight, no weight,
 # ``out_dtype``, float32 residual), each with its four tests: schema (does the
-# kernel really write ``residual`` and nothing else?), autograd registration,
+# kernel write nothing that the schema leaves unmarked?), autograd registration,
 # fake kernel, and tracing. It checks the C++ operator on CPU tensors, both
 # operators on CUDA tensors where there is a GPU, and the Triton operator on
 # CPU tensors where Triton's interpreter runs (as on a build without a GPU):
