@@ -21,8 +21,8 @@ In this step you will learn:
   autograd saved;
 * which checks are the wrapper's: the index's range, two written tensors
   that are one, inputs that need grad, and what duplicate indices mean;
-* what it costs a GPU kernel to report an index out of range, five ways, and
-  which way PyTorch's own index kernels take.
+* what it costs a GPU kernel to report an index out of range, four ways
+  against not reporting it, and which way PyTorch's own index kernels take.
 """
 
 # %%
@@ -204,7 +204,7 @@ print(f"is_inference(): {cache_k.is_inference()}; rows written: {written}")
 # %%
 # A written tensor that autograd saved
 # ------------------------------------
-# ``y`` saved ``k_cache`` to differentiate ``w * k_cache``; the operator then
+# ``y`` saved ``k_saved`` to differentiate ``w * k_saved``; the operator then
 # overwrites it, here under ``no_grad`` as a cache update in serving code is.
 # ``backward()`` compares the saved version with the current one and raises
 # instead of computing a gradient from the new values:

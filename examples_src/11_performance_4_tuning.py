@@ -64,9 +64,9 @@ say(lessons.keep_packed_occupancy_line(packed))
 # %%
 # A test reads the machine code (``tests/test_compile_checks.py``) and fails
 # if the forward spills. Registers also set how many blocks fit on a
-# multiprocessor, which has 65536 of them. The fused kernel runs rows of 1024
-# threads; ``__launch_bounds__(1024, 2)`` caps it at 32 registers per thread,
-# so that two such blocks fit. Without the cap and with the cap:
+# multiprocessor, which has 65536 of them. The fused kernel's blocks have up to
+# 1024 threads; ``__launch_bounds__(1024, 2)`` caps it at 32 registers per
+# thread, so that two such blocks fit. Without the cap and with the cap:
 #
 # .. dropdown:: tools/variants/fused_add_rms_norm_uncapped.patch
 #
