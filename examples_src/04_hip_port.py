@@ -195,10 +195,13 @@ print("not run: anything on an AMD GPU (no AMD GPU ran this code)")
 # %%
 # Building on a ROCm machine
 # --------------------------
-# Nothing in ``setup.py`` is CUDA-specific: with a ROCm build of torch,
+# ``setup.py`` has a ROCm path too: with a ROCm build of torch,
 # ``torch.version.hip`` is set, ``CUDAExtension`` hipifies the ``.cu`` files
 # beside the sources (``x.cu`` gets an ``x.hip`` next to it, in the source
 # tree, ``cuda`` in its name made ``hip`` as above) and compiles them with
 # hipcc, and ``PYTORCH_ROCM_ARCH``
 # (for example ``"gfx90a;gfx942"``) plays the part of ``TORCH_CUDA_ARCH_LIST``.
-# The same ``pip install --no-build-isolation .`` builds it.
+# The same ``pip install --no-build-isolation .`` is meant to build it, but
+# this guide has not built the package against a ROCm torch (the output above
+# says so). If it fails, look first at the flags ``setup.py`` gives nvcc
+# (``-lineinfo``), which ``CUDAExtension`` hands to hipcc on ROCm.

@@ -220,8 +220,9 @@ assert explanation.graph_break_count >= 1
 # The dispatcher operator has a schema, so Dynamo can put it in the graph.
 # But while tracing, ``torch.compile`` runs every operator on *fake* tensors
 # (shapes and dtypes, no data) to learn what it returns, and this operator
-# has only a ``CPU`` kernel, which needs real data. Tracing stops with an
-# error that names the operator:
+# has a kernel for the ``CPU`` key only: fake tensors never reach it, and it
+# has no fake (Meta) kernel. Tracing stops with an error that names the
+# operator:
 
 
 def with_op(x, w):
