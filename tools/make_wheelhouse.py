@@ -66,6 +66,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.leave_out and not args.leave_out.is_dir():
         parser.error(f"--leave-out: {args.leave_out} is not a folder")
+    if args.leave_out and args.leave_out.resolve() == args.dest.resolve():
+        parser.error("--leave-out: DIR is --dest itself, which would leave out every wheel")
     args.dest.mkdir(parents=True, exist_ok=True)
     reqs = requirements(args.extras.split(","))
     cmd = [
