@@ -64,8 +64,9 @@ print("matches torch.nn.functional.rms_norm")
 # %%
 # The fake kernel
 # ---------------
-# ``torch.compile`` does not run operators while it traces; it runs them on
-# *fake* tensors, which have a shape, dtype, device and strides but no data.
+# While it traces, ``torch.compile`` does not run an operator's real kernel;
+# it runs the operator on *fake* tensors, which have a shape, dtype, device
+# and strides but no data.
 # An operator's fake kernel computes the output's metadata from the inputs'.
 # It must describe exactly what the real kernel returns: here a new
 # contiguous tensor with the shape and dtype of ``x``.
@@ -92,7 +93,9 @@ for dtype in (torch.float32, torch.bfloat16):
 # %%
 # Had the fake kernel returned the wrong dtype, opcheck would say so. Here is a
 # second operator with a deliberately wrong fake kernel, so you can recognise
-# the failure when you meet it:
+# the failure when you meet it. The message ends with "(scroll up for stack
+# trace)": the trace is that of the exception opcheck wraps, which pytest
+# would print and this page does not:
 
 
 @torch.library.custom_op("opguide_step1::rms_norm_bad_fake", mutates_args=())

@@ -129,7 +129,11 @@ for dtype in TOL:  # float32, float16, bfloat16 and float64
 # %%
 # With ``-fopenmp``, ``at::parallel_for`` shares the rows among PyTorch's
 # intra-op threads (:func:`torch.get_num_threads`); a build without the flag
-# runs on one thread whatever that setting. The kernel timed on one thread and
+# runs on one thread whatever that setting. That holds for a torch that uses
+# OpenMP for intra-op parallelism, as the Linux wheels do;
+# a torch built with its native thread pool defines ``INTRA_OP_PARALLEL`` in
+# ``ATen/ParallelNative.h`` whatever the flags, and shares the rows without
+# ``-fopenmp``. The kernel timed on one thread and
 # on all of them (the best of nine calls each, the two settings taking turns):
 x_big, w_big = torch.randn(4096, 4096), torch.randn(4096)
 threads = torch.get_num_threads()

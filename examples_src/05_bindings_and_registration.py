@@ -243,7 +243,8 @@ else:
 # %%
 # :func:`torch.library.opcheck` reports the same gap from a test, in its
 # ``test_faketensor`` check; at the end of the exception chain (pytest prints
-# the whole chain) the dispatcher says what is missing:
+# the whole chain, which opcheck's "scroll up for stack trace" refers to) the
+# dispatcher says what is missing:
 try:
     torch.library.opcheck(ops.rms_norm.default, (x, w, 1e-6))
 except Exception as err:  # OpCheckError
@@ -297,8 +298,12 @@ print(
 # A dispatcher operator brings more than ``torch.compile`` support: it can be
 # called from C++ and from TorchScript, ``torch.export`` can save it by name,
 # it can get autograd, vmap and per-device kernels, and
-# :func:`torch.library.opcheck` can test all of that. None of this is
-# available to a pybind11 function.
+# :func:`torch.library.opcheck` can test all of that (PyTorch's `custom
+# operators landing page
+# <https://pytorch.org/tutorials/advanced/custom_ops_landing_page.html>`__
+# lists them; :doc:`step 8 <08_autograd>` shows autograd and :doc:`step 16
+# <16_across_pytorch>` export and vmap). None of this is available to a
+# pybind11 function.
 #
 # Where opguide's fake kernels live
 # ---------------------------------
@@ -333,7 +338,7 @@ print(
 # bookkeeping), and importing it fails:
 import opguide  # noqa: E402
 
-print("pybind11 module:", type(ext).__name__, Path(ext.__file__).name)
+print(f"pybind11 module {ext.__name__}:", Path(ext.__file__).name)
 print("opguide library:", Path(opguide._library.library_path()).name)
 try:
     importlib.import_module("opguide._C")
@@ -341,9 +346,10 @@ except ImportError as err:
     print("import opguide._C ->", type(err).__name__ + ":", err)
 
 # %%
-# Not depending on the CPython module API is what lets ``_C`` use Python's
-# stable ABI (``abi3``): one binary for every Python from 3.10 on (:doc:`step 6 <06_the_build>`
-# builds that wheel). The package loads it on import, once:
+# Calling no CPython function at all (and not linking ``libtorch_python``) is
+# what lets ``_C`` use Python's stable ABI (``abi3``): one binary for every
+# Python from 3.10 on (:doc:`step 6 <06_the_build>` builds that wheel). The
+# package loads it on import, once:
 #
 # .. literalinclude:: /../opguide/_library.py
 #    :language: python

@@ -349,6 +349,8 @@ shutil.rmtree(workdir)
 # ``manifests/cpp_rms_norm.txt`` lists, each to the same path, and write the
 # two files it names: the schemas its kernels and wrappers use, and the
 # package's ``__init__.py``, each cut here from this repository's own.
+# ``fused_add_rms_norm_``'s schema stays in the first, without kernels,
+# because ``opguide/backends.py`` looks that operator up by name on import.
 # ``setup.py`` needs no edit: it compiles the files of the ``csrc/`` folders
 # in its ``LIBRARY_DIRS`` list, and a listed folder that the copy lacks
 # (``fused_add_rms_norm/``) adds nothing.

@@ -486,8 +486,8 @@ for i, what in enumerate(("without gradients", "with a backward")):
     cpp_runs = [r[i] for r in runs["C++ (the library)"]]
     py_runs = [r[i] for r in runs["Python (register_autograd)"]]
     cpp_mid, py_mid = statistics.median(cpp_runs), statistics.median(py_runs)
-    spans = f"C++ {min(cpp_runs):.1f}-{max(cpp_runs):.1f} us, "
-    spans += f"Python {min(py_runs):.1f}-{max(py_runs):.1f} us"
+    spans = f"C++ {min(cpp_runs):.2f}-{max(cpp_runs):.2f} us, "
+    spans += f"Python {min(py_runs):.2f}-{max(py_runs):.2f} us"
     if max(cpp_runs) >= min(py_runs) and max(py_runs) >= min(cpp_runs):
         print(f"{what}: no measurable difference (the three runs overlap: {spans})")
     else:
@@ -578,8 +578,9 @@ torch._dynamo.reset()
 #   which tests it (``test_autograd_registration``). Use it for an operator
 #   that others call: a library like opguide.
 # * ``torch.autograd.Function`` attaches it to a **Python function**. Only
-#   code that calls ``RMSNormFunction.apply`` gets gradients; calling the
-#   operator directly does not. Its ``forward`` may run any Python and any
+#   code that calls ``RMSNormFunction.apply`` gets this formula; an operator
+#   with no formula registered of its own, called directly, gets none (opguide's
+#   operators have their C++ one). Its ``forward`` may run any Python and any
 #   number of operators, so it is the right tool for a model-local trick
 #   (a custom gradient for a few existing operators, gradient clipping inside
 #   a layer) that does not need to be an operator at all.

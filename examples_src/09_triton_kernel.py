@@ -164,9 +164,7 @@ operators refuse CPU tensors and name the variable:
 """
 
 # %%
-# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
-# program selects it before anything imports ``triton`` (opguide only reads
-# the choice, in :mod:`opguide.triton.interpreter`):
+# This page's first cell makes that choice:
 import os
 
 import torch
@@ -178,6 +176,10 @@ if not torch.cuda.is_available():
 # %%
 # Which registration is in use here
 # ---------------------------------
+# ``register_op`` keeps one Python layer: the forward operators'
+# ``register_autograd`` formula, a Python ``Autograd`` kernel run on every
+# call (:doc:`step 8 <08_autograd>`; :doc:`step 11.2
+# <11_performance_2_eager>` measures it).
 import os
 import time
 
@@ -204,7 +206,8 @@ device = "cuda" if torch.cuda.is_available() and not triton_ops.INTERPRET else "
 # Checking the forward against the reference
 # ------------------------------------------
 # Random inputs, three dtypes, row lengths that are and are not powers of
-# two (the mask covers the padding of the block).
+# two (the mask covers the padding of the block). The Triton kernels take
+# these three only: float64 needs ``backend="cpp"``.
 # The tolerance of one rounding to each dtype (opguide's tests use the same table).
 from opguide.testing import TOLERANCES as TOL  # noqa: E402
 
@@ -229,14 +232,13 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # buffer, and a second kernel (``_grad_weight_sum_kernel``) adds up that buffer's rows
 # in a fixed order and writes ``grad_weight`` in its dtype. No two programs write
 # the same address, so no atomics are needed, and the result is the same on
-# every run. A single row of a length this kernel takes gets a plan of one
-# program (the programs never outnumber the rows), which writes
-# ``grad_weight`` itself, and the second kernel is not launched. ``inv_rms`` comes
-# from the forward, which saved it.
+# every run. A single row gets one program (programs never outnumber rows),
+# which writes ``grad_weight`` itself; the second kernel is not launched.
+# ``inv_rms`` comes from the forward.
 #
-# There are only as many programs as fit on the GPU at once, each looping over
-# its rows with ``tl.range``, whose ``num_stages`` argument lets Triton
-# load the next rows while it computes the current ones (``STAGES``). Short
+# The programs, as many as fit on the GPU at once, loop over their rows with
+# ``tl.range``, whose ``num_stages`` lets Triton load the next rows while it
+# computes the current ones (``STAGES``). Short
 # rows come ``ROWS`` at a time, so that each step of the loop has a few
 # thousand elements to work on. The ``GDC`` flag turns on programmatic
 # dependent launch (``pdl_prologue`` above;
@@ -333,9 +335,9 @@ print("grad_weight[:4] =", w.grad[:4])
 # %%
 # What Inductor receives
 # ----------------------
-# A backend that records the graph that AOTAutograd hands to Inductor shows
-# what an operator defined with ``Library.define`` (or ``custom_op``) becomes:
-# one call to the operator. A ``triton_op`` arrives as the kernel launch
+# A backend that records the graph AOTAutograd hands to Inductor shows what
+# an operator defined with ``Library.define`` (or ``custom_op``) becomes: one
+# call. A ``triton_op`` arrives as the kernel launch
 # itself (`triton_kernel_wrap.py
 # <https://github.com/pytorch/pytorch/blob/main/torch/_higher_order_ops/triton_kernel_wrap.py>`__).
 from functorch.compile import make_boxed_func  # noqa: E402
@@ -361,8 +363,10 @@ print(
 )
 
 # %%
-# A ``triton_op`` checked as step 7 checks an operator, on this machine's
-# Triton (compiled, or the interpreter):
+# A ``triton_op`` checked as step 7 checks an operator. Under Triton's
+# interpreter its ``test_faketensor`` fails, so a build without a GPU shows
+# only that failure; on a GPU it passes, and the next cell's graph holds the
+# kernel launch (a ``triton_kernel_wrapper_functional`` node):
 import logging  # noqa: E402
 import warnings  # noqa: E402
 
@@ -431,10 +435,9 @@ else:
 # ------------------------
 # ``tests/test_two_gpus.py`` calls every operator, with each backend, on
 # ``cuda:1`` while ``cuda:0`` is current: what a second pipeline stage or a
-# model moved with ``.to("cuda:1")`` does. With two GPUs here it runs live,
-# followed by a run recorded with the guard removed; otherwise the page shows
-# two runs recorded on a two-GPU machine, one as the code is and one with the
-# guard removed (``tools/record_two_gpus.py``):
+# model moved with ``.to("cuda:1")`` does. With two GPUs here it runs live;
+# otherwise the page shows a run recorded on a two-GPU machine. A recorded run
+# with the guard removed follows either way (``tools/record_two_gpus.py``):
 import json
 import subprocess
 import sys
@@ -477,19 +480,19 @@ print(
 )
 
 # %%
-# In the recorded run without the guard, the failures are the eager Triton
-# calls on the second GPU, inside Triton's launcher, and the CUDA graph
-# captured there; the C++/CUDA operators (their own ``CUDAGuard``) pass
-# either way. The compiled test keeps the default ``compiled="native"``: on
-# the other GPU it runs Inductor's code for the plain-PyTorch form, not this
-# page's Triton kernels.
+# Without the guard, the eager Triton calls on the second GPU fail inside
+# Triton's launcher, and so does the CUDA graph captured there; the C++/CUDA
+# operators (their own ``CUDAGuard``) pass either way. The compiled test
+# keeps the default ``compiled="native"``: on the other GPU it runs
+# Inductor's code for the plain-PyTorch form, not this page's Triton kernels.
 
 # %%
 # How fast, on a GPU (recorded)
 # -----------------------------
 # ``python -m guidekit.benchmark --sweep`` times each kernel at ten row
-# lengths with the same bytes in all (``M * N`` fixed), next to a copy of
-# those bytes. The recorded sweep, read from ``docs/recorded/``: the Triton
+# lengths with the same bytes in all (``M * N`` fixed: 2**26 elements here,
+# four times step 3's table, so the two differ), next to a copy of those
+# bytes. The recorded sweep, read from ``docs/recorded/``: the Triton
 # kernels of this page and the CUDA kernels of :doc:`step 3 <03_cuda_kernel>`
 # in % of the copy, both 16-bit types. The dotted line is the longest row one
 # Triton program holds; longer rows are split (:doc:`step 9.2
@@ -514,7 +517,7 @@ if faster:
         "    which is no ceiling (step 11)"
     )
 # Each point is the median of one run's batches, with no spread recorded, so
-# a gap under ``triton_vs_cuda.TIE`` points of the copy counts as a tie.
+# a gap under 1 point of the copy (``triton_vs_cuda.TIE``) counts as a tie.
 for pass_name, limit in LIMITS.items():
     score = triton_vs_cuda.head_to_head(short, pass_name)
     print(f"{pass_name}, N <= {limit}: {score.sentence()}".replace("; ", ";\n    "))
@@ -524,8 +527,8 @@ for pass_name, limit in LIMITS.items():
 # -------------------------------
 # **Effort.** The Triton kernels take fewer lines than the CUDA ones, with no
 # build step: indexing is by blocks, and masks replace the bounds checks and
-# the vectorised and scalar paths of the CUDA kernel. Lines of code of the
-# two routes' kernels and host code (no blank lines, comments or docstrings):
+# the vectorised and scalar paths of the CUDA kernel. Lines of each route's
+# kernels and host code (no blank lines, comments or docstrings):
 import ast  # noqa: E402
 
 
@@ -658,6 +661,8 @@ if device == "cuda":
 
         gpu_ms = median_ms(call, repeat=51)
         print(f"{label}, GPU, (64, 1024) bfloat16:     {gpu_ms * 1e3:8.1f} us per call, synced")
+else:
+    print("CUDA and Triton kernels, GPU: not timed (this build runs the kernels on the CPU)")
 
 # %%
 # The files to take into your own project
@@ -676,8 +681,7 @@ print(manifests.shown("triton_rms_norm"))
 # %%
 # The files of this step, whole
 # -----------------------------
-# The page above showed parts of these files; here each one is whole, as it
-# is compiled and run.
+# Each file that the page above showed in parts:
 #
 # .. dropdown:: opguide/triton/__init__.py
 #

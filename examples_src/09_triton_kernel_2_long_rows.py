@@ -182,6 +182,13 @@ for n in sorted({20000, 2**17 + 3, chunked_n}):
     print(f"N = {n}: forward, backward and fused match; max |y error| = {err:.1e}")
 
 # %%
+# Under the interpreter each split row above is one segment, so the wait
+# between a row's programs does not run; on a GPU the split kernels run the
+# same rows with several segments. That run is in the :doc:`Building page's GPU
+# records </building>`: the GPU suite's gallery log, in which this step
+# passed, and a site build on a GPU.
+
+# %%
 # How fast, on a GPU (recorded)
 # -----------------------------
 # The recorded sweep of :doc:`step 9 <09_triton_kernel>`, at the row lengths
@@ -190,7 +197,14 @@ for n in sorted({20000, 2**17 + 3, chunked_n}):
 # (:doc:`step 11.3 <11_performance_3_long_rows>`), in % of a copy of the same
 # bytes, both 16-bit types. The segments of the sweep's longest row, computed
 # from the launch rules, say which kernel ran: the split one wherever the
-# GPU has at least that many SMs.
+# GPU has at least that many SMs. The split backward runs at the library's
+# launch, segments of 4096 on 16 warps, 8 values each of ``x`` and ``grad_y``
+# a thread (the comment on ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py``):
+# 69-79% of the copy in the sweep of :doc:`step 11.3
+# <11_performance_3_long_rows>`. That sweep's fastest launches, 86-91%, hold
+# 32 values a thread, which spilled registers on sm_80 and sm_90 with Triton
+# 3.8 and 3.9 (the same comment), so the backward's numbers here stay below
+# step 11.3's best.
 record = load("sweep_opguide_h100.json")
 print("recorded:", triton_vs_cuda.measured_on(record))
 say_stale("sweep_opguide_h100.json")
@@ -228,7 +242,7 @@ for line in ranges:
 # %%
 # Each point of the sweep is the median of one run's batches; the sweep was
 # not repeated and records no spread, so a small gap may be noise: a gap
-# under ``triton_vs_cuda.TIE`` points of the copy counts as a tie.
+# under 1 point of the copy (``triton_vs_cuda.TIE``) counts as a tie.
 for pass_name, floor in LONGER_THAN.items():
     score = triton_vs_cuda.head_to_head(rows, pass_name, longer_than=floor)
     print(f"{pass_name}, N > {floor}: {score.sentence()}".replace("; ", ";\n    "))
@@ -295,8 +309,10 @@ print(
 # warps, and shared memory per block). A line marked ``error`` is a launch
 # the library would make there that Triton refuses. What it does not show:
 # this check runs no kernel, so it says nothing about results or speed (the
-# H100's is the recorded sweep above; the other targets have not run these
-# kernels); correctness on AMD GPUs is not tested by this.
+# H100's is the recorded sweep above, compiled by the Triton that its
+# ``recorded:`` line names, while this table comes from the Triton installed
+# here, whose register counts may differ; the other targets have not run
+# these kernels); correctness on AMD GPUs is not tested by this.
 # ``tests/test_triton_targets.py`` runs the same check for every kernel and
 # fails on any spill outside a short list of known ones, each with its reason
 # (``KNOWN_SPILLS``); ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every

@@ -90,14 +90,18 @@ The device code lives in a torch-free header
 vector (up to 1024 threads; short rows share a block). Rows that are not whole
 16-byte vectors take 8- or 4-byte accesses when ``x``, the residual and the
 output share a dtype, and single elements otherwise (:doc:`step 11
-<11_performance>`, "Odd row lengths"). Each thread keeps its vector of ``h = x
-+ residual`` and of the weight in registers, so the second pass writes the
-output without reading memory. Rows too long for the registers loop over the
+<11_performance>`, "Odd row lengths"; at the one row length where that step
+times this kernel with 4-byte accesses, it is slower with them than with
+single elements). Each thread keeps its vector of ``h = x + residual`` and of
+the weight in registers, so the second pass writes the output without reading
+memory. Rows too long for the registers loop over the
 row in both passes, and the second pass re-reads the residual elements the
 thread itself wrote in the first. :doc:`Step 11.4 <11_performance_4_tuning>`
-measures the fused kernel's register cap. Rows longer still (more than 4096 vectors, 32768
-bfloat16 elements) go to a kernel that splits each row over a thread-block
-cluster on Hopper and later GPUs
+measures the fused kernel's register cap; the reason the kernel's comment
+gives for two blocks per SM (with one, the memory system idles between rows)
+is not timed: no record runs the kernel at one block per SM. Rows longer
+still (more than 4096 vectors, 32768 bfloat16 elements) go to a kernel that
+splits each row over a thread-block cluster on Hopper and later GPUs
 (``csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh``; :doc:`step 11.3
 <11_performance_3_long_rows>`), which the planner
 (``csrc/fused_add_rms_norm/fused_add_rms_norm_planner.cuh``) chooses when the

@@ -277,9 +277,12 @@ index_ops = torch.ops.opguide_index
 
 # On some machines a C++ exception thrown from this library, built by
 # cpp_extension.load, ends the process with a signal instead of reaching
-# Python, while opguide's own library's exceptions do reach it; the cause is
-# not known here. A child process throws once first; where it dies, the
-# cells below that raise from the kernel say so and skip.
+# Python, while opguide's own library's exceptions (built by setup.py) reach
+# it on the same machine. This page does not look for the difference between
+# the two builds that causes it; it tests for the symptom instead. A child
+# process throws once first; where it does not end with an IndexError, the
+# cells below that raise from the kernel skip, and say so with the child's
+# return code (a negative code is the signal that ended it).
 throw_once = (
     "import torch; "
     f"torch.ops.load_library({str(next(index_build.glob('opguide_index*.so')))!r}); "

@@ -214,7 +214,17 @@ for reason, where in why_not.items():
 # The lines above are the conclusion: where a target is missed, or a peer is
 # faster, they name the point. Rows longer than a block holds are split over
 # blocks or programs that wait for each other:
-# :doc:`11_performance_3_long_rows` shows how.
+# :doc:`11_performance_3_long_rows` shows how. The CUDA forward sends to
+# clusters some rows that one block could still hold (that page prints the
+# two lengths); the longest such row of this sweep runs on a cluster by that
+# choice, which no record times on one block. The Triton backward's misses on
+# split rows come from its launch, not from splitting itself: in that page's
+# sweep of the split kernels ("Wait without a fence"), the same backward at
+# its fastest launch, which holds 32 values a thread, is above the backward's
+# target at every row length timed. The library keeps to 16 values a thread
+# or fewer, because at 32 the kernel spills registers with Triton 3.8 and 3.9
+# (the comment on ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py``), which
+# no record here shows; the sweep's own Triton is printed above.
 #
 # How much of this is the run? The same sweep of opguide's kernels and the
 # copy, recorded again on the same kind of GPU with the same versions
@@ -286,7 +296,12 @@ for other_impl in ("F.rms_norm", "opguide triton"):
 # A narrower access takes more instructions per byte; rows of an odd number
 # of elements take the narrowest, two bytes. Where the ranges above do not
 # fall with the width, or a point trails its 16-byte-only build, the
-# instruction count is not what limits that kernel.
+# instruction count is not what limits that kernel. The fused kernel's 4-byte
+# path is such a point: at the one row length measured with it (2050), it is
+# slower in bfloat16 than the single elements that the 16-byte-only build
+# takes there, and in both 16-bit types slower than its own single elements
+# at 2049. For the fused kernel at that row length the planner's 4-byte
+# choice is a measured loss; these runs do not time its cause.
 #
 # On the CPU
 # ----------

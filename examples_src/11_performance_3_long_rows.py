@@ -12,8 +12,9 @@ In this step you will learn:
 
 * how a thread-block cluster shares a row between blocks (CUDA, Hopper);
 * how Triton programs share a row through global memory instead;
-* why the blocks of a row should push their sums rather than wait at a
-  barrier, and why a Triton program should not fence.
+* what pushing the sums, together with the block and cluster sizes that
+  came with it, gained over waiting at a barrier, and why a Triton program
+  should not fence.
 
 The GPU numbers are **recorded** in ``docs/recorded/`` by ``python -m
 guidekit.benchmark --sweep`` and by the ``tools/sweep_*`` programs; the page
@@ -73,7 +74,11 @@ for who, longest in LONGEST.items():
 # %%
 # The kernels are in ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``, one
 # family a file. The simplest exchange publishes each block's total in its
-# shared memory and, after a cluster barrier, reads all of them:
+# shared memory and, after a cluster barrier, reads all of them. A kernel that
+# uses it also ends with one more cluster barrier after its last row, so that
+# no block exits while another still reads its slot (the CUDA Programming
+# Guide's rule for distributed shared memory; ``cluster_sum``'s caller in
+# ``tools/sweep_rms_norm_forward_cluster.cu`` does so):
 #
 # .. literalinclude:: /../csrc/common/cluster.cuh
 #    :language: cuda
@@ -151,8 +156,8 @@ _ = plots.long_rows_figure(AT, sweep["ns"], title)
 show(long_rows.triton_long_row_lines(sweeps.by_dtype(ALL_ROWS), sweep["ns"]))
 
 # %%
-# Push the sums; do not wait at a barrier
-# ---------------------------------------
+# Push the sums, or wait at a barrier
+# -----------------------------------
 # With ``cluster_sum`` above, every row stops the whole cluster at a barrier,
 # then reads the other blocks' totals, a second round trip. The kernels push
 # instead: each warp stores its partial sum into every block's shared memory
@@ -234,13 +239,16 @@ show(lessons.staged_lines(VARIANTS, LIBRARY))
 # Wait without a fence
 # --------------------
 # A split kernel that writes a part, then counts it in with an atomic add,
-# needs a release fence between the two (the count must not be seen before
-# the part; the `memory consistency model
+# needs release ordering between the two, a fence or a release atomic (the
+# count must not be seen before the part; the `memory consistency model
 # <https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#memory-consistency-model>`__
-# of the PTX ISA), and a fence orders every store the program has made
-# before it against the count, which can make the program wait for them.
-# The Triton split kernels send the part and its mark in one 64-bit store,
-# which needs no fence. The backward also counts one row ahead:
+# of the PTX ISA); the fenced variants below count with a release atomic
+# add. Either orders every store the program has made before it against the
+# count, which can make the program wait for them. The Triton split kernels
+# send the part and its mark in one 64-bit relaxed atomic exchange
+# (``tl.atomic_xchg`` in ``opguide/triton/split.py``), which needs no
+# release ordering: a reader that sees the mark has the part in the same
+# word. The backward also counts one row ahead:
 # it writes its part of the next row before it waits for this row's total.
 # And it loads two rows ahead, not one, so that the loads it waits on have
 # had time to land. Two runs of ``tools/sweep_triton.py``: ``split-fenced``,
@@ -262,7 +270,10 @@ show(lessons.split_lines(fenced, slots, built))
 # comment on ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py`` says that 32
 # values a thread spilled registers on sm_80 and sm_90 with Triton 3.8 and
 # 3.9, an observation that no record here shows (the sweep's own Triton is
-# in its header above).
+# in its header above). At its fastest launch the split backward is above
+# the backward's target at every row length this sweep times: the Triton
+# backward's misses on split rows in :doc:`11_performance` are what the
+# library's launch gives up, not a cost of splitting itself.
 # Every change on this page, in points of the copy at each point it was
 # measured. The Triton lines set each variant at its best launch, not at the
 # library's; the ``push, forward`` line also carries the forward variants'

@@ -158,9 +158,10 @@ def run_fresh(pt2: Path, io: Path, device: str) -> str:
         cwd=OUT,
     )
     if result.returncode != 0 and not TORCH_2_13:
-        # Before torch 2.13 a fresh process may fail to load a package (this
-        # page's GPU record shows torch 2.11's). The control below says
-        # whether any package, a plain Linear's, fails to load there.
+        # On the GPU machine of this page's record (torch 2.11) a fresh
+        # process crashed loading the package. The control below says whether
+        # a plain Linear's package crashes there too, that is, whether the
+        # crash is this operator's or that torch's and machine's.
         plain = plain_package_loads(device)
         return (
             f"the fresh process FAILED with exit code {result.returncode} on torch "

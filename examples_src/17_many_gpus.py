@@ -126,8 +126,8 @@ print(f"(exit status 0, {seconds:.0f} s)")
 # %%
 # Reading the output
 # ------------------
-# ``S(1)`` is ``Shard(1)``, ``P(sum)`` is ``Partial("sum")``. What the lines
-# above say, read from them:
+# ``S(1)`` is ``Shard(1)``, ``R`` is ``Replicate()``, ``P(sum)`` is
+# ``Partial("sum")``. What the lines above say, read from them:
 ops = [line for line in report if line.endswith("; equal")]
 rows_split = [line for line in ops if "x S(2)" not in line]
 silent = [line for line in rows_split if "no collective" in line]

@@ -225,6 +225,10 @@ elif wheel is not None:
     print("SKIPPED: no repaired wheel to install (see above)")
 
 # %%
+# A warning in that output, if any, is torch's own at import: the fresh
+# environment has no NumPy, which these tests do not need (the path in it is
+# where PyTorch's CI compiled torch, as step 12 explains).
+#
 # CUDA builds and their names
 # ---------------------------
 # One package name cannot hold a CUDA 12 and a CUDA 13 wheel for the same
@@ -323,7 +327,8 @@ if len(sizes) >= 2:
 # minor in the next, the patch in the next. Written as it reads, ``2.11``
 # becomes ``0x0211...``, which is minor ``0x11``, 17: a target far in the
 # future, so every ``#if TORCH_FEATURE_VERSION >= ...`` block of the headers
-# is on and nothing stops a call that torch 2.11 lacks. The cell asks the
+# is on, and headers older than torch 2.15 do not stop a call that torch
+# 2.11 lacks. The cell asks the
 # compiler what the headers see with each value, and decodes each that
 # compiles:
 def target_version(major: int, minor: int) -> str:
@@ -362,10 +367,12 @@ for value in (target_version(2, 11), "0x0211000000000000"):
 
 # %%
 # The first is what ``stable/setup.py`` computes (``major << 56 | minor <<
-# 48``). With headers that know torch 2.13 (its release and later), the
-# second shows a build meant for 2.11 the APIs of 2.13, and nothing warns;
-# with older headers the question names a version they do not define, and
-# does not compile, as the output then says. Step 15's ``check_abi.py
+# 48``). With the headers of torch 2.13 and 2.14, the second shows a build
+# meant for 2.11 the APIs of 2.13, and nothing warns; from torch 2.15 on, the
+# headers refuse a target newer than themselves with an ``#error``
+# (`pytorch#193962 <https://github.com/pytorch/pytorch/pull/193962>`__), and
+# with headers older than 2.13 the question names a version they do not
+# define; either way it does not compile, as the output then says. Step 15's ``check_abi.py
 # --target 2.11`` catches what such a build calls.
 #
 # The functions this page called

@@ -649,9 +649,12 @@ else:
 # ``tools/record_model_step.py`` runs the same comparison on a GPU with a
 # larger Llama (the record's first lines give its size and batch); both
 # opguide backends, Liger and Quack where they import, the pass, and the
-# model kernelized in each group's mode with the support decided from the
-# record before it (a record made before the tool ran that variant says it
-# holds no such row). It writes ``docs/recorded/model_step_<gpu>.json`` with
+# model kernelized in each group's mode. A layer may declare only the modes
+# it is measured faster in, so the tool takes those flags from an earlier run
+# of itself: the record it is about to overwrite, or the one named by
+# ``--support-from`` (the output says which, and whether this record's own
+# numbers give the same flags; a record made before the tool ran a variant
+# holds no row for it). It writes ``docs/recorded/model_step_<gpu>.json`` with
 # the device, the versions and the date. This page reads it: a table, the
 # fastest variant of each group where the record tells it from the next,
 # sentences computed from it, then a plot of
@@ -693,11 +696,15 @@ for path in RECORDED:
 # operator competes with; let a layer declare only the modes where it is
 # measured faster, so that ``kernelize`` leaves the model's own code in the
 # other training and compiled modes (eager inference always runs a mapped
-# layer); and when an opaque operator loses a fusion, fuse it yourself,
-# either in the model's code or, without touching it, in the compiler. With
+# layer); and when an opaque operator loses a fusion, you can fuse it
+# yourself, in the model's code or, without touching it, in the compiler, and
+# then measure whether it pays: the records above say whether the pass beat
+# the model's own code or only won back the operator's loss. With
 # the private option ``epilogue_fusion_user_defined_triton_kernel`` on, a
-# Triton operator with one store lets Inductor fuse what follows it (by
-# Inductor's source; the cell above shows it only where it runs), and an
+# Triton operator with one store lets Inductor fuse what follows it (by the
+# option's comment in `torch/_inductor/config.py
+# <https://github.com/pytorch/pytorch/blob/v2.13.0/torch/_inductor/config.py>`__;
+# the cell above shows it only where it runs), and an
 # AOTInductor package can call a C++ operator through a C shim instead of its
 # proxy executor; time the two packages, as above where they load, before
 # you take on the private options the shim needs.

@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,7 +119,10 @@ def without_machine_paths(text: str) -> str:
     if sys.prefix != sys.base_prefix:
         text = text.replace(sys.prefix, "<venv>")
     text = text.replace(str(source_root()), "<repo>")
-    return text.replace(tempfile.gettempdir().rstrip("/") + "/", "<tmp>/")
+    text = text.replace(tempfile.gettempdir().rstrip("/") + "/", "<tmp>/")
+    # A folder from tempfile.mkdtemp() without a prefix ("tmp" and eight random
+    # characters) differs on every run; it says nothing the reader can use.
+    return re.sub(r"<tmp>/tmp[a-z0-9_]{8}/", "<tmp>/", text)
 
 
 def _version(compiler: str, env: dict[str, str] | None = None) -> str:
