@@ -148,7 +148,7 @@ by hand (no part):
   the template's projects: template_stable_cuda_h200.json, template_classic_cuda_h200.json,
     template_triton_cuda_h200.json, template_python_cuda_h200.json
     (tools/record_template_gpu.py build here, run there; run --memcheck scatter --jobs 7)
-  the suite's own logs: gpu_suite_h100_tests.log, gpu_suite_h100_gallery_notebooks.log
+  the suite's own logs: gpu_suite_h100_tests.log, gpu_suite_h200_gallery_notebooks.log
     (tools/record_gpu_suite.sh 1, tools/record_gpu_suite.sh 2 .whl --durations=10)
   the site built on the GPU: gpu_docs_h100.log (tools/record_gpu_docs.sh; where the
     build stops at its time limit, the same command again finishes it; a docs
