@@ -2,7 +2,7 @@
 // one dispatcher kernel per operator at the Autograd key, which every device
 // shares. A C++ autograd kernel does not re-enter the Python interpreter;
 // one registered with torch.library.register_autograd does, on every call,
-// with or without gradients (examples_src/08_autograd.py times both).
+// with or without gradients (step 8 of the guide times both).
 // Both operators build their graph with torch::autograd::Function, the
 // public C++ API.
 #include <ATen/core/dispatch/Dispatcher.h>
