@@ -8,7 +8,7 @@ A CPU-only machine cannot run the CUDA kernels, but it can still compile them:
 * :func:`hipify` runs torch's hipify on CUDA sources, as a ROCm build of torch
   does before compiling them, and :func:`hipcc_check` compiles the hipified
   torch-free device code for AMD GPUs with ``hipcc``.
-* :func:`kernel_machine_code` (:mod:`guidekit.machine_code`, imported here)
+* :func:`~guidekit.machine_code.kernel_machine_code` (:mod:`guidekit.machine_code`, imported here)
   reads back what nvcc made of a torch-free kernel: registers, stack, SASS.
 
 Each check returns a :class:`CompileResult` and never raises when a compiler
@@ -318,7 +318,7 @@ def hip_archs(hipcc: str | None = None) -> tuple[str, ...]:
     instruction set (GFX9.4).
 
     Args:
-        hipcc: the hipcc to ask (default: :func:`find_hipcc`).
+        hipcc: the hipcc to ask (default: :func:`~guidekit.compilers.find_hipcc`).
 
     Returns:
         The targets, ``gfx90a`` first.

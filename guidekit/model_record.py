@@ -32,7 +32,7 @@ def record_rows(record: dict) -> dict[tuple[str, str], list[dict]]:
     """A record's results by ``(mode, step)``, each relative to the model's own norm.
 
     Args:
-        record: a ``model_step_<gpu>.json`` read with :func:`json.loads`.
+        record: a ``model_step_<gpu>.json`` read with ``json.loads``.
 
     Returns:
         ``{(mode, step): [row, ...]}`` in the record's order; each row has
@@ -77,7 +77,7 @@ def record_winners(record: dict) -> list[str]:
     """Per group of the record, the fastest variant, and whether the record tells it from the next.
 
     Args:
-        record: a ``model_step_<gpu>.json`` read with :func:`json.loads`.
+        record: a ``model_step_<gpu>.json`` read with ``json.loads``.
 
     Returns:
         One sentence per ``(mode, step)``: the fastest variant by the median,
@@ -132,7 +132,7 @@ def record_findings(record: dict) -> list[str]:
     norm with the fusion pass, against the same; the variants not measured.
 
     Args:
-        record: a ``model_step_<gpu>.json`` read with :func:`json.loads`.
+        record: a ``model_step_<gpu>.json`` read with ``json.loads``.
 
     Returns:
         The sentences, in that order; a comparison whose rows are absent

@@ -60,7 +60,7 @@ def measured_support(record: dict | None) -> dict[str, dict]:
     and ``kernelize`` leaves the model's own code in that mode.
 
     Args:
-        record: a ``model_step_<gpu>.json`` read with :func:`json.loads`, or
+        record: a ``model_step_<gpu>.json`` read with ``json.loads``, or
             ``None`` where there is none (nothing is declared).
 
     Returns:

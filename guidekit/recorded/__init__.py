@@ -8,24 +8,24 @@ gains of an optimisation), so that every claim the page makes comes out of a
 function that ``tests/test_recorded.py`` runs on small synthetic records and
 on the recorded files themselves.
 
-* :mod:`.fixed_shapes`: two fixed-shape runs side by side, in % of the copy;
-* :mod:`.sweeps`: the sweep over the row length: floors, targets, misses,
+* ``fixed_shapes``: two fixed-shape runs side by side, in % of the copy;
+* ``sweeps``: the sweep over the row length: floors, targets, misses,
   peers;
-* :mod:`.long_rows`: long rows split over blocks or programs, and odd row
+* ``long_rows``: long rows split over blocks or programs, and odd row
   lengths;
-* :mod:`.tool_outputs`: the text that the ``tools/sweep_*`` programs print;
-* :mod:`.lessons`: the tuning changes measured before and after, ranked;
-* :mod:`.eager`: wall-clock times per call, and the parts of a training call;
-* :mod:`.pages`: what a page calls in one line: read a file and print its
+* ``tool_outputs``: the text that the ``tools/sweep_*`` programs print;
+* ``lessons``: the tuning changes measured before and after, ranked;
+* ``eager``: wall-clock times per call, and the parts of a training call;
+* ``pages``: what a page calls in one line: read a file and print its
   device and date, print computed lines, report what a page measures live;
-* :mod:`.plots`: the pages' figures, drawn from the same records.
-* :mod:`.triton_vs_cuda`: steps 9 and 10's view of a sweep, the Triton kernels
+* ``plots``: the pages' figures, drawn from the same records.
+* ``triton_vs_cuda``: steps 9 and 10's view of a sweep, the Triton kernels
   beside the CUDA ones in % of the copy.
-* :mod:`.sources`: the sources each record measured, their stored hashes, and
+* ``sources``: the sources each record measured, their stored hashes, and
   the sentence a page prints when they have changed since.
-* :mod:`.equivalence`: whether a source changed in its comments only, so that
+* ``equivalence``: whether a source changed in its comments only, so that
   a record's stamp may be carried over the change.
-* :mod:`.bad_index`: step 10.3's view of what reporting a bad index costs a
+* ``bad_index``: step 10.3's view of what reporting a bad index costs a
   writing kernel per call, five ways.
 
 Functions that return ``list[str]`` return lines to print; the others return
