@@ -16,6 +16,22 @@
 # changed since the first one stopped. A first build starts from no gallery
 # pages, so that every step in the record ran on the sources it is stamped with.
 #
+# A stopped build also packs what the next one needs into
+# build/gpu_docs_state.tar.gz: the gallery's pages, the two files below, and
+# the files of the build tree that those pages show (step 18's project, for
+# one). To go on on another machine with the same GPU, torch, Triton and
+# wheelhouse path, unpack it in the checkout (`tar xzf
+# build/gpu_docs_state.tar.gz`) and run the same command. A step whose page
+# shows a file that is not there runs again.
+#
+# torch 2.11 checks that each of the CPU's vector instruction sets works by
+# compiling a small library and loading it in a new Python that imports torch,
+# up to three times in every new process that compiles or loads a graph; step
+# 16 starts several such processes, and on an H200 machine their checks took
+# a large part of its six minutes. The build sets TORCHINDUCTOR_VEC_ISA_OK=1
+# (unless it is set already): Inductor then takes the instruction set that
+# /proc/cpuinfo names without the check.
+#
 # The record's first line is the command, its second the GPU, torch, Triton
 # and the date, its third how its paths were shortened, then one line for
 # each earlier build the limit stopped; below them, the build's own lines:
@@ -54,6 +70,12 @@ steps_run() {
   done
   echo "$n"
 }
+# The files of the checkout that a gallery page shows (`.. literalinclude::
+# /../PATH`), one PATH a line; PAGES are .rst files.
+shown_files() {
+  { grep -ho '^ *\.\. \(literalinclude\|include\):: */\.\./[^ ]*' "$@" 2>/dev/null || true; } |
+    sed -e 's|.*:: */\.\./||' | sort -u
+}
 
 if [ -s "$stopped" ]; then
   if [ "$(head -1 "$stopped")" != "$(identity)" ]; then
@@ -71,17 +93,29 @@ if [ -s "$stopped" ]; then
   for md5 in docs/auto_examples/*.py.md5; do
     [ -e "$md5" ] && [ ! -e "${md5%.py.md5}.rst" ] && rm -f "$md5"
   done
+  # So does a step whose page shows a file that its run wrote and that is not
+  # here (a build stopped on another machine, unpacked without it).
+  for md5 in docs/auto_examples/*.py.md5; do
+    [ -e "$md5" ] || continue
+    missing="$(shown_files "${md5%.py.md5}.rst" | while read -r path; do [ -e "$path" ] || echo "$path"; done)"
+    missing="${missing%%$'\n'*}"
+    if [ -n "$missing" ]; then
+      rm -f "$md5"
+      echo "record_gpu_docs: $(basename "${md5%.py.md5}") runs again: its page shows $missing, which is not here"
+    fi
+  done
   echo "record_gpu_docs: going on from $(($(wc -l <"$stopped") - 1)) stopped build(s), $(steps_run) gallery steps run"
   echo "--- the next build ---" >>"$log"
 else
   # A first build runs every step: pages that an older build left are removed.
-  rm -rf docs/auto_examples
+  rm -rf docs/auto_examples build/gpu_docs_state.tar.gz build/gpu_docs_state.files
   identity >"$stopped"
   : >"$log"
 fi
 
 # docs/conf.py: run only the gallery steps that have no page yet.
 export OPGUIDE_DOCS_GO_ON=1
+export TORCHINDUCTOR_VEC_ISA_OK="${TORCHINDUCTOR_VEC_ISA_OK-1}"
 status=0
 start=$SECONDS
 # timeout signals the build's whole process group: nox, Sphinx and the gallery's workers.
@@ -93,8 +127,16 @@ total="$(find examples_src -maxdepth 1 -name '[0-9][0-9]_*.py' | wc -l)"
 if [ "$status" -eq 124 ] || { [ "$status" -eq 137 ] && [ "$took" -ge "$limit" ]; }; then
   echo "an earlier build, stopped at ${limit} s (OPGUIDE_DOCS_LIMIT); $(steps_run) of $total gallery steps had run by then" >>"$stopped"
   touch "$stopped"
+  # What a build on another machine needs to go on (see above); modification
+  # times are kept, so that the check against pages written since holds there.
+  state=build/gpu_docs_state.tar.gz
+  shown_files docs/auto_examples/*.rst | grep '^build/' | while read -r path; do
+    [ -e "$path" ] && echo "$path"
+  done >build/gpu_docs_state.files || true
+  tar czf "$state" docs/auto_examples "$stopped" "$log" -T build/gpu_docs_state.files
   echo "record_gpu_docs: the build stopped at ${limit} s with $(steps_run) of $total gallery steps run;"
-  echo "record_gpu_docs: run the same command again on this machine to finish it ($record is unchanged)"
+  echo "record_gpu_docs: run the same command again on this machine to finish it ($record is unchanged),"
+  echo "record_gpu_docs: or on another like it after unpacking $state ($(du -h "$state" | cut -f1)) in the checkout"
   exit 3
 fi
 # A warning of a stopped build fails the record as the build's own -W would.
@@ -134,7 +176,7 @@ echo "refreshed: $(basename "$record")"
 summary="$(grep -n '^record_gpu_docs: the build took' "$record" | tail -1 | cut -d: -f1)"
 first="$(grep -n 'generating gallery (' "$record" | head -1 | cut -d: -f1)"
 stops=$(($(wc -l <"$stopped") - 1))
-rm -f "$stopped"
+rm -f "$stopped" build/gpu_docs_state.tar.gz build/gpu_docs_state.files
 shown="1-2"
 [ "$stops" -eq 1 ] && shown="$shown,4"
 [ "$stops" -gt 1 ] && shown="$shown,4-$((3 + stops))"
