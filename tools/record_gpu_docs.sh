@@ -17,20 +17,12 @@
 # pages, so that every step in the record ran on the sources it is stamped with.
 #
 # A stopped build also packs what the next one needs into
-# build/gpu_docs_state.tar.gz: the gallery's pages, the two files below, and
-# the files of the build tree that those pages show (step 18's project, for
-# one). To go on on another machine with the same GPU, torch, Triton and
-# wheelhouse path, unpack it in the checkout (`tar xzf
+# build/gpu_docs_state.tar.gz: the gallery's pages, build/gpu_docs_stopped.txt,
+# build/gpu_docs.log and the files of the build tree that those pages show
+# (step 18's project, for one). To go on on another machine with the same GPU,
+# torch, Triton and wheelhouse path, unpack it in the checkout (`tar xzf
 # build/gpu_docs_state.tar.gz`) and run the same command. A step whose page
 # shows a file that is not there runs again.
-#
-# torch 2.11 checks that each of the CPU's vector instruction sets works by
-# compiling a small library and loading it in a new Python that imports torch,
-# up to three times in every new process that compiles or loads a graph; step
-# 16 starts several such processes, and on an H200 machine their checks took
-# a large part of its six minutes. The build sets TORCHINDUCTOR_VEC_ISA_OK=1
-# (unless it is set already): Inductor then takes the instruction set that
-# /proc/cpuinfo names without the check.
 #
 # The record's first line is the command, its second the GPU, torch, Triton
 # and the date, its third how its paths were shortened, then one line for
@@ -115,7 +107,6 @@ fi
 
 # docs/conf.py: run only the gallery steps that have no page yet.
 export OPGUIDE_DOCS_GO_ON=1
-export TORCHINDUCTOR_VEC_ISA_OK="${TORCHINDUCTOR_VEC_ISA_OK-1}"
 status=0
 start=$SECONDS
 # timeout signals the build's whole process group: nox, Sphinx and the gallery's workers.
