@@ -158,6 +158,8 @@ _longest_first_split()
 # -- Cross references ---------------------------------------------------------
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
+# Defaults as written in the source (``sync=lambda: None``), not their repr.
+autodoc_preserve_defaults = True
 napoleon_google_docstring = True
 
 

@@ -46,7 +46,7 @@ FLAGS = {
     "has_backward": [("eager", "training step")],
     "can_torch_compile": [("compiled", "training step"), ("compiled", "inference forward")],
 }
-#: Every flag declared: each layer runs in every mode, as a measurement needs.
+#: Every flag declared, so that each layer runs in every mode, as a measurement needs.
 EVERY_MODE = {layer: dict.fromkeys(FLAGS, True) for layer in LAYERS}
 
 

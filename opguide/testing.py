@@ -20,20 +20,20 @@ from .reference import rms_norm_reference
 
 __all__ = ["TOLERANCES", "GRAD_TOLERANCES", "make_inputs", "reference_grads", "assert_grads_close"]
 
-#: ``assert_close`` tolerances of the forward output, by dtype: for float16
-#: and bfloat16 about twice the dtype's machine epsilon (the output's rounding, on
-#: top of float32 accumulation in another order than the reference's), for
-#: float32 1e-5 both ways (``torch.testing``'s default atol; its default
-#: rtol for float32 is 1.3e-6).
+#: ``assert_close`` tolerances of the forward output, by dtype. For float16
+#: and bfloat16 they are about twice the dtype's machine epsilon (the output's
+#: rounding, on top of float32 accumulation in another order than the
+#: reference's); for float32 1e-5 both ways (``torch.testing``'s default atol;
+#: its default rtol for float32 is 1.3e-6).
 TOLERANCES = {
     torch.float32: dict(atol=1e-5, rtol=1e-5),
     torch.float16: dict(atol=2e-3, rtol=2e-3),
     torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
     torch.float64: dict(atol=1e-12, rtol=1e-12),
 }
-#: Tolerances of the gradients, by dtype: grad_x sums over a row and grad_weight over
-#: rows, so they are looser in low precision (grad_weight's absolute tolerance
-#: also grows with the rows; see :func:`assert_grads_close`).
+#: Tolerances of the gradients, by dtype. grad_x sums over a row and grad_weight
+#: over rows, so they are looser in low precision (grad_weight's absolute
+#: tolerance also grows with the rows; see :func:`assert_grads_close`).
 GRAD_TOLERANCES = {
     torch.float32: dict(atol=1e-4, rtol=1e-4),
     torch.float16: dict(atol=1e-2, rtol=1e-2),
