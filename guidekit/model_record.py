@@ -57,7 +57,7 @@ def record_table(record: dict) -> list[str]:
     """The record as lines of text: each group's variants, fastest first, in ms.
 
     Returns:
-        Lines of at most 80 columns: per group a heading, then per variant its
+        Lines of at most 80 columns. Per group a heading, then per variant its
         median, quartiles and change from the model's own norm.
     """
     lines = []

@@ -83,9 +83,9 @@ def _quack():
     return quack
 
 
-#: The norms a model can be given: a name, then the ``forward`` that replaces
-#: ``LlamaRMSNorm.forward`` (``None``: the model's own), or a function that
-#: imports a peer library and returns its ``forward``.
+#: The norms a model can be given, by name. Each name maps to the ``forward``
+#: that replaces ``LlamaRMSNorm.forward`` (``None`` for the model's own), or to
+#: a function that imports a peer library and returns its ``forward``.
 NORMS: dict[str, Callable | None] = {
     "model's own": None,
     "F.rms_norm": f_rms_norm,

@@ -36,15 +36,15 @@ Run ``python -m guidekit.benchmark --help``; ``--cpu-only`` runs the CPU part.
 
 Its modules, each one part of the job:
 
-* :mod:`.passes`: the passes, dtypes and bytes model, the rows and skips;
-* :mod:`.timing`: GPU batches behind a spin, round robin, clean L2, rotation;
-* :mod:`.implementations`: what each pass compares, and the peer libraries;
-* :mod:`.fixed_shapes`: each pass at fixed shapes, and :func:`measure`;
-* :mod:`.sweep`: every row length at a fixed number of elements;
-* :mod:`.eager`: wall-clock time per call, and the parts of a training call;
-* :mod:`.cpu`: the cost of a call and the C++ CPU kernel, on any machine;
-* :mod:`.results`: the environment, the text reports, saving a result file;
-* :mod:`.cli`: the command line (``__main__`` runs it).
+* ``passes``: the passes, dtypes and bytes model, the rows and skips;
+* ``timing``: GPU batches behind a spin, round robin, clean L2, rotation;
+* ``implementations``: what each pass compares, and the peer libraries;
+* ``fixed_shapes``: each pass at fixed shapes, and ``measure``;
+* ``sweep``: every row length at a fixed number of elements;
+* ``eager``: wall-clock time per call, and the parts of a training call;
+* ``cpu``: the cost of a call and the C++ CPU kernel, on any machine;
+* ``results``: the environment, the text reports, saving a result file;
+* ``cli``: the command line (``__main__`` runs it).
 """
 
 from .cli import main
