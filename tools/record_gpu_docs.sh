@@ -81,15 +81,17 @@ if [ -s "$stopped" ]; then
     echo "again: rm -rf docs/auto_examples $stopped" >&2
     exit 2
   fi
-  # A step stopped between its hash and its page runs again.
-  for md5 in docs/auto_examples/*.py.md5; do
-    [ -e "$md5" ] && [ ! -e "${md5%.py.md5}.rst" ] && rm -f "$md5"
-  done
-  # So does a step whose page shows a file that its run wrote and that is not
-  # here (a build stopped on another machine, unpacked without it).
+  # A step stopped between its hash and its page runs again; so does a step
+  # whose page shows a file that its run wrote and that is not here (a build
+  # stopped on another machine, unpacked without it).
   for md5 in docs/auto_examples/*.py.md5; do
     [ -e "$md5" ] || continue
-    missing="$(shown_files "${md5%.py.md5}.rst" | while read -r path; do [ -e "$path" ] || echo "$path"; done)"
+    page="${md5%.py.md5}.rst"
+    if [ ! -e "$page" ]; then
+      rm -f "$md5"
+      continue
+    fi
+    missing="$(shown_files "$page" | while read -r path; do [ -e "$path" ] || echo "$path"; done)"
     missing="${missing%%$'\n'*}"
     if [ -n "$missing" ]; then
       rm -f "$md5"
@@ -100,7 +102,7 @@ if [ -s "$stopped" ]; then
   echo "--- the next build ---" >>"$log"
 else
   # A first build runs every step: pages that an older build left are removed.
-  rm -rf docs/auto_examples build/gpu_docs_state.tar.gz build/gpu_docs_state.files
+  rm -rf docs/auto_examples build/gpu_docs_state.tar.gz
   identity >"$stopped"
   : >"$log"
 fi
@@ -121,10 +123,9 @@ if [ "$status" -eq 124 ] || { [ "$status" -eq 137 ] && [ "$took" -ge "$limit" ];
   # What a build on another machine needs to go on (see above); modification
   # times are kept, so that the check against pages written since holds there.
   state=build/gpu_docs_state.tar.gz
-  shown_files docs/auto_examples/*.rst | grep '^build/' | while read -r path; do
-    [ -e "$path" ] && echo "$path"
-  done >build/gpu_docs_state.files || true
-  tar czf "$state" docs/auto_examples "$stopped" "$log" -T build/gpu_docs_state.files
+  shown_files docs/auto_examples/*.rst | { grep '^build/' || true; } | while read -r path; do
+    if [ -e "$path" ]; then echo "$path"; fi
+  done | tar czf "$state" docs/auto_examples "$stopped" "$log" -T -
   echo "record_gpu_docs: the build stopped at ${limit} s with $(steps_run) of $total gallery steps run;"
   echo "record_gpu_docs: run the same command again on this machine to finish it ($record is unchanged),"
   echo "record_gpu_docs: or on another like it after unpacking $state ($(du -h "$state" | cut -f1)) in the checkout"
@@ -167,7 +168,7 @@ echo "refreshed: $(basename "$record")"
 summary="$(grep -n '^record_gpu_docs: the build took' "$record" | tail -1 | cut -d: -f1)"
 first="$(grep -n 'generating gallery (' "$record" | head -1 | cut -d: -f1)"
 stops=$(($(wc -l <"$stopped") - 1))
-rm -f "$stopped" build/gpu_docs_state.tar.gz build/gpu_docs_state.files
+rm -f "$stopped" build/gpu_docs_state.tar.gz
 shown="1-2"
 [ "$stops" -eq 1 ] && shown="$shown,4"
 [ "$stops" -gt 1 ] && shown="$shown,4-$((3 + stops))"
