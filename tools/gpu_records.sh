@@ -150,7 +150,7 @@ by hand (no part):
     (tools/record_template_gpu.py build here, run there; run --memcheck scatter --jobs 7)
   the suite's own logs: gpu_suite_h100_tests.log, gpu_suite_h200_gallery_notebooks.log
     (tools/record_gpu_suite.sh 1, tools/record_gpu_suite.sh 2 .whl --durations=10)
-  the site built on the GPU: gpu_docs_h100.log (tools/record_gpu_docs.sh; where the
+  the site built on the GPU: gpu_docs_h200.log (tools/record_gpu_docs.sh; where the
     build stops at its time limit, the same command again finishes it; a docs
     wheelhouse made with make_wheelhouse.py --leave-out .whl needs .whl installed first)
   longer than one part: model_step_h100.json (tools/record_model_step.py)
