@@ -4,8 +4,8 @@
 per mode (eager, compiled) and step (training step, inference forward), each
 variant's times in interleaved rounds, with their median and quartiles.
 
-* :func:`record_rows` and :func:`record_table`: the results by group, as
-  ratios to the model's own norm, and as lines of text;
+* :func:`record_table`: the results by group
+  (:func:`guidekit.model_swap.record_rows`) as lines of text;
 * :func:`record_winners`: the fastest variant of each group, and whether the
   record can tell it from the next;
 * :func:`record_findings`: opguide's operator, the fusion pass and the
@@ -19,38 +19,13 @@ import re
 from pathlib import Path
 
 from guidekit.model_step import compare, spread
+from guidekit.model_swap import OWN, measured_support, record_rows
 
-OWN = "model's own"
 OPGUIDE = "opguide.rms_norm"
 FUSION_PASS = "fusion pass"
 #: The prefix of the rows of a model swapped by ``kernels.kernelize`` with the
 #: support its layers declare (:mod:`guidekit.model_swap`).
 KERNELIZED = "kernelized "
-
-
-def record_rows(record: dict) -> dict[tuple[str, str], list[dict]]:
-    """A record's results by ``(mode, step)``, each relative to the model's own norm.
-
-    Args:
-        record: a ``model_step_<gpu>.json`` read with ``json.loads``.
-
-    Returns:
-        ``{(mode, step): [row, ...]}`` in the record's order; each row has
-        ``variant``, ``median``, ``q1``, ``q3`` (milliseconds) and ``ratio``,
-        ``ratio_q1``, ``ratio_q3``: those divided by the median of the model's
-        own norm in the same group (``None`` where the group has no such row).
-    """
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for row in record["results"]:
-        keep = {k: row[k] for k in ("variant", "median", "q1", "q3")}
-        groups.setdefault((row["mode"], row["step"]), []).append(keep)
-    for rows in groups.values():
-        own = next((r["median"] for r in rows if r["variant"] == OWN), None)
-        for r in rows:
-            for key in ("median", "q1", "q3"):
-                name = "ratio" if key == "median" else f"ratio_{key}"
-                r[name] = None if own is None else r[key] / own
-    return groups
 
 
 def record_table(record: dict) -> list[str]:
@@ -263,7 +238,6 @@ def _kernelized_findings(record: dict, groups: dict) -> list[str]:
             )
         said.append(sentence)
     if about.get("from"):
-        from guidekit.model_swap import measured_support
 
         def flags(support: dict) -> str:
             return "; ".join(

@@ -10,6 +10,8 @@ shows it faster than the model's own code.
 
 * :data:`LAYERS` and :data:`FLAGS`: the layers, the record's row that
   measures each, and the steps that decide each flag;
+* :func:`record_rows`: a record's results by group, as ratios to the model's
+  own norm (:data:`OWN`), which the flags are decided from;
 * :func:`measured_support`: each layer's flags, decided from a record;
 * :func:`layer_repository`: a local kernel repository with those flags;
 * :func:`marked_norm` and :func:`kernelized`: ``LlamaRMSNorm`` marked for
@@ -29,8 +31,10 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from guidekit.model_record import OWN, record_rows
 from guidekit.model_step import compare
+
+#: The variant of a record that is the model's own norm, which the others are measured against.
+OWN = "model's own"
 
 #: The layers of the repository, each with the variant of the record that
 #: measures it (``tools/record_model_step.py`` names them so).
@@ -48,6 +52,31 @@ FLAGS = {
 }
 #: Every flag declared, so that each layer runs in every mode, as a measurement needs.
 EVERY_MODE = {layer: dict.fromkeys(FLAGS, True) for layer in LAYERS}
+
+
+def record_rows(record: dict) -> dict[tuple[str, str], list[dict]]:
+    """A record's results by ``(mode, step)``, each relative to the model's own norm.
+
+    Args:
+        record: a ``model_step_<gpu>.json`` read with ``json.loads``.
+
+    Returns:
+        ``{(mode, step): [row, ...]}`` in the record's order; each row has
+        ``variant``, ``median``, ``q1``, ``q3`` (milliseconds) and ``ratio``,
+        ``ratio_q1``, ``ratio_q3``: those divided by the median of the model's
+        own norm in the same group (``None`` where the group has no such row).
+    """
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in record["results"]:
+        keep = {k: row[k] for k in ("variant", "median", "q1", "q3")}
+        groups.setdefault((row["mode"], row["step"]), []).append(keep)
+    for rows in groups.values():
+        own = next((r["median"] for r in rows if r["variant"] == OWN), None)
+        for r in rows:
+            for key in ("median", "q1", "q3"):
+                name = "ratio" if key == "median" else f"ratio_{key}"
+                r[name] = None if own is None else r[key] / own
+    return groups
 
 
 def measured_support(record: dict | None) -> dict[str, dict]:

@@ -1,0 +1,160 @@
+"""The repository's shape: no import cycles, settings documented, files of a readable length.
+
+* the modules of ``opguide/``, ``guidekit/`` and ``tools/*.py`` import each
+  other without a cycle (:func:`import_cycles`), counting imports inside
+  functions too: a deferred import that dodges a cycle at load time still
+  ties the two modules together;
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def python_modules(root: Path) -> dict[str, Path]:
+    """``{dotted name: file}`` for the modules of ``opguide/``, ``guidekit/`` and ``tools/*.py``.
+
+    A tool runs as a script with ``tools/`` on its path, so ``tools/x.py`` is
+    ``tools.x`` and another tool reaches it as ``import x``.
+    """
+    modules = {}
+    for package in ("opguide", "guidekit"):
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for path in sorted((root / "tools").glob("*.py")):
+        modules[f"tools.{path.stem}"] = path
+    return modules
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", None)
+    return isinstance(node, ast.If) and name == "TYPE_CHECKING"
+
+
+def imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that ``name`` (at ``path``) imports, anywhere in the file.
+
+    ``import a.b`` and ``from a import b`` name ``a.b`` where it is a module of
+    ``modules``, else the nearest package above it that is; relative imports
+    are resolved against ``name``'s package. Imports under ``if TYPE_CHECKING:``
+    do not run and are left out.
+    """
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tools = {m.partition(".")[2] for m in modules if m.startswith("tools.")}
+
+    def known(dotted: str) -> str | None:
+        while dotted and dotted not in modules:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    found = set()
+    stack = [ast.parse(path.read_text(), str(path))]
+    while stack:
+        node = stack.pop()
+        if _type_checking_only(node):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = alias.name
+                if name.startswith("tools.") and target.partition(".")[0] in tools:
+                    target = f"tools.{target}"
+                found.add(known(target))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if name.startswith("tools.") and source.partition(".")[0] in tools:
+                source = f"tools.{source}"
+            for alias in node.names:
+                whole = f"{source}.{alias.name}"
+                found.add(whole if whole in modules else known(source))
+    return found - {None, name}
+
+
+def import_cycles(modules: dict[str, Path]) -> list[list[str]]:
+    """Each group of ``modules`` that import each other in a cycle, as a sorted list of names."""
+    graph = {name: imported(name, path, modules) for name, path in modules.items()}
+    # Tarjan's strongly connected components, iterative: a component of more
+    # than one module is a cycle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    cycles.append(sorted(group))
+    return sorted(cycles)
+
+
+def test_no_import_cycles():
+    modules = python_modules(ROOT)
+    assert "guidekit.model_swap" in modules and "tools.stamp_records" in modules
+    cycles = import_cycles(modules)
+    assert not cycles, "modules that import each other in a cycle:\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_import_cycles_are_found(tmp_path):
+    files = {
+        # absolute, deferred into a function
+        "guidekit/a.py": "def f():\n    from guidekit.b import g\n",
+        "guidekit/b.py": "import guidekit.a\n",
+        # relative, through a package's __init__
+        "opguide/__init__.py": "from . import c\n",
+        "opguide/c.py": "from .d import x\n",
+        "opguide/d.py": "from opguide import c\n",
+        # a tool reaches another by its bare name
+        "tools/e.py": "import f\n",
+        "tools/f.py": "from e import y\n",
+        # no cycle: only for type checkers
+        "guidekit/g.py": "import typing\nif typing.TYPE_CHECKING:\n    import guidekit.h\n",
+        "guidekit/h.py": "import guidekit.g\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert import_cycles(python_modules(tmp_path)) == [
+        ["guidekit.a", "guidekit.b"],
+        ["opguide.c", "opguide.d"],
+        ["tools.e", "tools.f"],
+    ]
