@@ -4,14 +4,18 @@
   other without a cycle (:func:`import_cycles`), counting imports inside
   functions too: a deferred import that dodges a cycle at load time still
   ties the two modules together;
+* every ``OPGUIDE_*`` environment variable that the code reads has a row in
+  the README's "Settings" table, and every row names one that it reads.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+THIS_FILE = Path(__file__).resolve()
+ROOT = THIS_FILE.parent.parent
 
 
 def python_modules(root: Path) -> dict[str, Path]:
@@ -158,3 +162,99 @@ def test_import_cycles_are_found(tmp_path):
         ["opguide.c", "opguide.d"],
         ["tools.e", "tools.f"],
     ]
+
+
+# -- Settings ---------------------------------------------------------------------
+
+#: Where the repository's code reads its settings: the library, the C++ and
+#: stable sources, the guide's machinery, tools, tests, pages and build files.
+SETTINGS_CODE = (
+    "opguide", "csrc", "stable", "guidekit", "tools", "tests", "examples_src",
+    "docs/_ext", "docs/conf.py", "conftest.py", "noxfile.py", "setup.py", ".ci",
+)  # fmt: skip
+SETTING = re.compile(r"\bOPGUIDE_[A-Z0-9_]+")
+#: A preprocessor name of the C++/CUDA sources: a compile-time switch, not a setting.
+MACRO = re.compile(
+    r"(?:#\s*(?:define|ifdef|ifndef|if|elif)\s+!?|defined\s*\(\s*|-D)(OPGUIDE_[A-Z0-9_]+)"
+)
+#: Names of the form that are neither settings nor macros, and why.
+NOT_SETTINGS = {
+    "OPGUIDE_CALL": "a regular expression of step 20",
+    "OPGUIDE_LOG": "tests/test_dispatcher.py clears the settings that start so",
+    "OPGUIDE_OVERRIDE": "tests/test_dispatcher.py clears the settings that start so",
+    "OPGUIDE_LIBRARY": "a macro that tests/test_site.py makes sure no page shows",
+}
+
+
+def code_texts(root: Path) -> dict[Path, str]:
+    """The text of every file of :data:`SETTINGS_CODE` under ``root`` (binaries left out).
+
+    This file is left out: its own examples and lists are no use of a name.
+    """
+    texts = {}
+    for name in SETTINGS_CODE:
+        top = root / name
+        for path in sorted(top.rglob("*") if top.is_dir() else [top]):
+            if not path.is_file() or "__pycache__" in path.parts or path == THIS_FILE:
+                continue
+            try:
+                texts[path] = path.read_text()
+            except UnicodeDecodeError:
+                continue
+    return texts
+
+
+def settings_read(texts: dict[Path, str]) -> dict[str, list[str]]:
+    """``{OPGUIDE_* setting: files that name it}``: every such name but macros and NOT_SETTINGS.
+
+    A name that ends in ``_`` (``OPGUIDE_DISABLE_OVERRIDE_<name>``) is one
+    setting per operator name.
+    """
+    macros = {m for text in texts.values() for m in MACRO.findall(text)}
+    found: dict[str, list[str]] = {}
+    for path, text in texts.items():
+        for name in sorted(set(SETTING.findall(text)) - macros - set(NOT_SETTINGS)):
+            found.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    return found
+
+
+def settings_table() -> dict[str, str]:
+    """``{OPGUIDE_* name: effect}`` of the README's "### Settings" table."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Settings", 1)[1].split("\n#", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) >= 2:
+            for name in SETTING.findall(cells[0]):
+                rows[name] = cells[1]
+    return rows
+
+
+def test_every_setting_is_in_the_readme_table():
+    read = settings_read(code_texts(ROOT))
+    assert "OPGUIDE_PDL" in read and "OPGUIDE_JOBS" in read  # the search finds settings
+    table = settings_table()
+    missing = [f"{name} (read in {', '.join(where)})" for name, where in read.items()
+               if name not in table]  # fmt: skip
+    assert not missing, "settings missing from README.md's Settings table:\n" + "\n".join(missing)
+    unused = sorted(set(table) - set(read))
+    assert not unused, f"README.md's Settings table names settings no code reads: {unused}"
+    empty = sorted(name for name, effect in table.items() if not effect)
+    assert not empty, f"Settings rows without an effect: {empty}"
+
+
+def test_not_settings_are_still_named_in_the_code():
+    texts = code_texts(ROOT).values()
+    named = {m for text in texts for m in SETTING.findall(text)}
+    gone = sorted(set(NOT_SETTINGS) - named)
+    assert not gone, f"NOT_SETTINGS names no longer in the code, to drop from the list: {gone}"
+
+
+def test_macros_are_not_taken_for_settings(tmp_path):
+    texts = {
+        ROOT / "a.cuh": "#ifndef OPGUIDE_SWITCH\n#define OPGUIDE_SWITCH 1\n#endif\n",
+        ROOT / "b.py": 'flags = ["-DOPGUIDE_FLAG"]\nx = os.environ.get("OPGUIDE_READ")\n',
+        ROOT / "c.cu": "#if !defined(OPGUIDE_OTHER)\n#endif\n",
+    }
+    assert settings_read(texts) == {"OPGUIDE_READ": ["b.py"]}
