@@ -83,7 +83,9 @@ def _pip(session: nox.Session, *args: str, python: str = "python") -> None:
 def _build_fingerprint(session: nox.Session, python: str) -> str:
     """Hashes what the compiled library depends on: sources, build files, torch."""
     digest = hashlib.sha256()
+    # The registry names the operators' folders that setup.py compiles.
     inputs = sorted(ROOT.glob("csrc/**/*")) + [ROOT / "setup.py", ROOT / "pyproject.toml"]
+    inputs.append(ROOT / "opguide" / "registry.py")
     inputs += sorted(ROOT.glob("opguide/_C.*"))  # a library rebuilt by another session
     for path in inputs:
         if path.is_file():
@@ -235,9 +237,18 @@ def docs(session: nox.Session) -> None:
     session.log(f"site: {ROOT / 'docs/_build/html/index.html'}")
 
 
-# The library's C++/CUDA folders that .clang-format covers (the guide's demo
-# folders under csrc/ keep the layout their pages show).
-CLANG_FORMAT_DIRS = ("common", "rms_norm", "fused_add_rms_norm")
+def _clang_format_dirs() -> list[pathlib.Path]:
+    """The library's C++/CUDA folders that .clang-format covers: the shared device
+    code and each operator's folder of the registry (the guide's demo folders
+    under csrc/ keep the layout their pages show)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_registry", ROOT / "opguide" / "registry.py")
+    registry = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = registry
+    spec.loader.exec_module(registry)
+    folders = [ROOT / op.csrc for op in registry.OPERATORS if op.csrc is not None]
+    return [ROOT / "csrc" / "common", *folders]
 
 
 @nox.session(venv_backend=VENV_BACKEND)
@@ -251,6 +262,6 @@ def lint(session: nox.Session) -> None:
         session.log("clang-format check skipped: clang-format is not installed")
         return
     sources = [ROOT / "csrc" / "opguide.cpp"]
-    for folder in CLANG_FORMAT_DIRS:
-        sources += sorted(p for p in (ROOT / "csrc" / folder).iterdir() if p.is_file())
+    for folder in _clang_format_dirs():
+        sources += sorted(p for p in folder.iterdir() if p.is_file())
     session.run(clang_format, "--dry-run", "--Werror", *map(str, sources), external=True)

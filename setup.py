@@ -23,6 +23,7 @@ torch you already have: ``pip install --no-build-isolation .``
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -39,10 +40,25 @@ from torch.utils.cpp_extension import (
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("csrc")
-# The library's folders: the schema file at the top of csrc/, the shared
-# device code, one folder per operator. The guide's demo folders (minimal/,
-# dispatcher/, index_inputs/, device_checks/) stay out of the extension.
-LIBRARY_DIRS = ["", "common", "rms_norm", "fused_add_rms_norm"]
+
+
+def _registry():
+    """opguide/registry.py, read as a file: the package cannot be imported before it is built."""
+    spec = importlib.util.spec_from_file_location(
+        "_opguide_registry", os.path.join(HERE, "opguide", "registry.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+# The library's folders: the namespace file at the top of csrc/, the shared
+# device code, and the folder of each operator of the registry. The guide's
+# demo folders (minimal/, dispatcher/, index_inputs/, device_checks/) stay out.
+LIBRARY_DIRS = ["", "common"] + [
+    os.path.relpath(op.csrc, CSRC) for op in _registry().OPERATORS if op.csrc is not None
+]
 
 
 def _csrc_files(*patterns: str) -> list[str]:

@@ -168,13 +168,13 @@ print(torch.library.opcheck(op, sample))
 # %%
 # The library's CPU kernel
 # ------------------------
-# opguide itself is built the way a library is: one file of schemas, one file
-# per kernel, and the argument checks in a file that the CPU and the CUDA
-# kernels share. The schemas of every opguide operator:
+# opguide itself is built the way a library is: one folder per operator,
+# holding one file of schemas, one file per kernel, and the argument checks in
+# a file that the CPU and the CUDA kernels share. RMSNorm's schemas:
 #
-# .. literalinclude:: /../csrc/opguide.cpp
+# .. literalinclude:: /../csrc/rms_norm/rms_norm_schema.cpp
 #    :language: cpp
-#    :caption: csrc/opguide.cpp
+#    :caption: csrc/rms_norm/rms_norm_schema.cpp
 #
 # Its CPU kernel computes the same thing as the minimal one, with three
 # additions, each explained where the file makes it:

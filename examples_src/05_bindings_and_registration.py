@@ -23,15 +23,24 @@ In this step you will learn:
 
 opguide's schemas
 -----------------
-All of opguide's operators are defined in one file. Besides ``rms_norm``,
-there is a training pair (:doc:`step 8 <08_autograd>` explains it): ``rms_norm_fwd`` returns
-two tensors, and ``rms_norm_backward`` takes four; and ``fused_add_rms_norm_``
-(:doc:`step 10 <10_patterns>`), which writes one of its inputs
-(``Tensor(a!)``).
+``TORCH_LIBRARY`` claims a namespace once, in one file of the library:
 
 .. literalinclude:: /../csrc/opguide.cpp
    :language: cpp
    :caption: csrc/opguide.cpp
+
+Each operator's folder adds its schemas to that namespace with
+``TORCH_LIBRARY_FRAGMENT``, so a new operator is a new folder and no shared
+file changes (``opguide/registry.py`` lists the folders that ``setup.py``
+compiles). Besides ``rms_norm``, RMSNorm's folder defines a training pair
+(:doc:`step 8 <08_autograd>` explains it): ``rms_norm_fwd`` returns two
+tensors, and ``rms_norm_backward`` takes four.
+``fused_add_rms_norm_`` (:doc:`step 10 <10_patterns>`) writes one of its
+inputs (``Tensor(a!)``).
+
+.. literalinclude:: /../csrc/rms_norm/rms_norm_schema.cpp
+   :language: cpp
+   :caption: csrc/rms_norm/rms_norm_schema.cpp
 
 A schema string is ``name(arguments) -> returns``. The types are few:
 ``Tensor``, ``int`` (C++ ``int64_t``), ``SymInt`` (a size that may be

@@ -30,8 +30,8 @@ fresh Python process.
 ``setup.py``
 ------------
 One extension, ``opguide._C``, built from ``csrc/opguide.cpp`` and the
-``.cpp`` files of ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/`` (and
-the ``.cu`` files of those folders and of ``csrc/common/`` when CUDA is
+``.cpp`` files of each operator's folder that ``opguide/registry.py`` lists
+(and the ``.cu`` files of those folders and of ``csrc/common/`` when CUDA is
 built). The whole file:
 
 .. literalinclude:: /../setup.py
@@ -43,6 +43,9 @@ What it does, part by part:
 * the docstring lists the switches it reads; ``_flag`` refuses anything but
   ``0``/``1`` and ``_want_cuda`` decides whether to build CUDA, and says why
   not when it does not;
+* ``_registry`` reads ``opguide/registry.py`` as a file (the package cannot
+  be imported before its library is built), and ``LIBRARY_DIRS`` takes each
+  operator's ``csrc`` folder from it;
 * ``make_extension`` describes the extension. ``CUDAExtension`` adds the CUDA
   include and library directories and compiles ``.cu`` files with nvcc;
   ``CppExtension`` is the CPU-only version. Both add torch's include
@@ -347,13 +350,11 @@ shutil.rmtree(workdir)
 # The wheel above holds every operator. To take only RMSNorm on this route
 # into a project of your own, copy the files that
 # ``manifests/cpp_rms_norm.txt`` lists, each to the same path, and write the
-# two files it names: the schemas its kernels and wrappers use, and the
+# two files it names: the registry with RMSNorm's entry alone, and the
 # package's ``__init__.py``, each cut here from this repository's own.
-# ``fused_add_rms_norm_``'s schema stays in the first, without kernels,
-# because ``opguide/backends.py`` looks that operator up by name on import.
-# ``setup.py`` needs no edit: it compiles the files of the ``csrc/`` folders
-# in its ``LIBRARY_DIRS`` list, and a listed folder that the copy lacks
-# (``fused_add_rms_norm/``) adds nothing.
+# ``setup.py`` needs no edit: it compiles ``csrc/opguide.cpp``,
+# ``csrc/common/`` and the ``csrc`` folder of each operator that
+# ``opguide/registry.py`` lists.
 # ``tests/test_manifests.py`` copies exactly these files into an empty folder,
 # builds them in a virtual environment that holds only torch, and checks the
 # result against the formula. The list, with each file's lines:

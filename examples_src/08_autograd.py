@@ -52,7 +52,7 @@ The schemas
 it. A training pair sits beside it: a forward that also returns ``inv_rms``
 (``r`` above, one float32 per row) and the backward, which takes it:
 
-.. literalinclude:: /../csrc/opguide.cpp
+.. literalinclude:: /../csrc/rms_norm/rms_norm_schema.cpp
    :language: cpp
    :start-after: // [schema-rms-norm-training]
    :end-before: // [schema-rms-norm-training-end]

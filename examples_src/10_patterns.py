@@ -28,7 +28,7 @@ inputs: where their checks go.
 
 The schema
 ----------
-.. literalinclude:: /../csrc/opguide.cpp
+.. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_schema.cpp
    :language: cpp
    :start-after: // [schema-fused-add-rms-norm]
    :end-before: // [schema-fused-add-rms-norm-end]

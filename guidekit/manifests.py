@@ -4,9 +4,8 @@ A manifest lists the files of this repository to copy, each to the same path
 in the reader's project, and the files to write (``write PATH``), each made
 here from this repository's file of that path, cut to the route:
 
-* ``csrc/opguide.cpp`` keeps the ``m.def`` schemas whose operator a copied
-  file implements (``m.impl("name"``) or names (``opguide::name``,
-  ``torch.ops.opguide.name``, ``"name"``), with the comments above each;
+* ``opguide/registry.py`` keeps the entries of the route's operators (on
+  the C++ route without their Triton fields);
 * ``opguide/__init__.py`` keeps the statements whose package imports are all
   copied, and the statements that use only what those bind.
 
@@ -25,16 +24,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from opguide import registry
+
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "manifests"
-ROUTES = ("cpp_rms_norm", "cpp_fused_add_rms_norm", "triton_rms_norm", "triton_fused_add_rms_norm")
+#: Every route of every operator of the registry, ``<route>_<operator>``.
+ROUTES = tuple(name for op in registry.OPERATORS for name in op.manifests())
 PACKAGE = "opguide"
-# A line that holds only a marker comment, which pages use to cut files.
-_MARKER = re.compile(r"^[ \t]*(?://|#)[ \t]*\[[A-Za-z0-9_-]+\][ \t]*$")
+_REGISTRY_MODULE = re.compile(r'\b(?:triton_)?module="([A-Za-z0-9_.]+)"')
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
-_IMPL = re.compile(r'm\.impl\(\s*"([A-Za-z0-9_]+)"')
-_NAMED = re.compile(r"(?:opguide::|torch\.ops\.opguide\.)([A-Za-z0-9_]+)")
-_DEF = re.compile(r'm\.def\(\s*"([A-Za-z0-9_]+)\(')
 _C_SOURCES = (".cpp", ".cu")
 _C_HEADERS = (".h", ".cuh")
 
@@ -184,7 +182,12 @@ def problems(manifest: Manifest, root: Path = ROOT) -> list[str]:
         if not path.endswith(".py") or path == "setup.py":
             return []
         text = written.get(path)
-        return python_imports(text if text is not None else (root / path).read_text(), path, root)
+        text = text if text is not None else (root / path).read_text()
+        found = python_imports(text, path, root)
+        if path == "opguide/registry.py":
+            # The package imports the modules that the registry's entries name.
+            found += [_module_file(m, root) for m in _REGISTRY_MODULE.findall(text)]
+        return found
 
     def edges(path: str) -> list[str]:
         needed = c_edges(path) + py_edges(path)
@@ -203,48 +206,42 @@ def problems(manifest: Manifest, root: Path = ROOT) -> list[str]:
     return sorted(set(found))
 
 
-def _schemas_used(manifest: Manifest, root: Path) -> set[str]:
-    """The operators of ``csrc/opguide.cpp`` that a copied file implements or names."""
-    defined = _DEF.findall(re.sub(r'"\\s*"', "", (root / "csrc" / "opguide.cpp").read_text()))
-    texts = [(root / p).read_text() for p in manifest.copy if p.endswith(_C_SOURCES + (".py",))]
-    used = set()
-    for text in texts:
-        used |= set(_IMPL.findall(text)) | set(_NAMED.findall(text))
-        # A name in quotes: an operator looked up by name (getattr(torch.ops.opguide, name)).
-        used |= {name for name in defined if re.search(rf"[\"']{name}[\"']", text)}
-    return used
+def _operator_of(manifest: Manifest) -> registry.Operator:
+    """The registry's entry of the operator that ``manifest`` (``<route>_<operator>``) is for."""
+    for op in registry.OPERATORS:
+        if manifest.route in op.manifests():
+            return op
+    raise ValueError(f"manifests/{manifest.route}.txt: no operator of opguide.registry has it")
 
 
-def _cut_schemas(text: str, keep: set[str]) -> str:
-    """``csrc/opguide.cpp`` with the ``m.def`` statements of ``keep`` only."""
-    lines = [line for line in text.splitlines(True) if not _MARKER.match(line)]
-    out, pending, statement = [], [], []
-    inside = False
-    for line in lines:
-        stripped = line.strip()
-        if not inside:
-            if stripped.startswith("TORCH_LIBRARY("):
-                inside = True
-            out.append(line)
+def _cut_registry(text: str, manifest: Manifest) -> str:
+    """``opguide/registry.py`` with the route's operator alone; on the C++ route
+    without its Triton operators, module and kernel families."""
+    op = _operator_of(manifest)
+    cpp = manifest.route.startswith("cpp_")
+    lines = text.splitlines(True)
+    tree = ast.parse(text)
+    table = next(
+        n for n in tree.body if isinstance(n, ast.AnnAssign) and n.target.id == "OPERATORS"
+    )
+    drop: set[int] = set()  # 0-based line numbers
+    for entry in table.value.elts:
+        name = next(k.value.value for k in entry.keywords if k.arg == "name")
+        if name != op.name:
+            drop |= set(range(entry.lineno - 1, entry.end_lineno))
             continue
-        if statement or stripped.startswith("m.def("):
-            statement.append(line)
-            if stripped.endswith(");"):
-                names = _DEF.findall(re.sub(r'"\s*"', "", "".join(statement)))
-                if names and names[0] in keep:
-                    out += pending + statement
-                pending, statement = [], []
-        elif stripped.startswith("//"):
-            pending.append(line)
-        else:
-            inside = not stripped.startswith("}")
-            out += ([] if stripped.startswith("}") else pending) + [line]
-            pending = []
-    return "".join(out)
+        for keyword in entry.keywords if cpp else ():
+            if keyword.arg in ("triton_ops", "triton_module", "routes"):
+                drop |= set(range(keyword.lineno - 1, keyword.end_lineno))
+            elif keyword.arg in ("kernels", "planning"):
+                for key, value in zip(keyword.value.keys, keyword.value.values, strict=True):
+                    if key.value.startswith("triton"):
+                        drop |= set(range(key.lineno - 1, value.end_lineno))
+    return "".join(line for i, line in enumerate(lines) if i not in drop)
 
 
 def _bound_names(node: ast.stmt) -> set[str]:
-    names = set()
+    names = {node.name} if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else set()
     for sub in ast.walk(node):
         if isinstance(sub, (ast.Import, ast.ImportFrom)):
             names |= {(a.asname or a.name).split(".")[0] for a in sub.names}
@@ -310,8 +307,14 @@ def _cut_init(text: str, path: str, listed: set[str], root: Path) -> str:
             op = "+=" if isinstance(node, ast.AugAssign) else "="
             chunk = f"__all__ {op} {names!r}\n".replace("'", '"')
         out.append(chunk)
-    body = "\n".join(c if c.endswith("\n") else c + "\n" for c in out)
-    return re.sub(r"\n{3,}", "\n\n", body)
+    parts = []
+    for i, chunk in enumerate(out):
+        chunk = chunk.strip("\n") + "\n"
+        # Two blank lines around a function or class, one between other statements.
+        blocks = (out[i - 1] if i else "", chunk)
+        defs = any(re.match(r"(def|class|@)", c.lstrip("\n")) for c in blocks)
+        parts.append(("\n\n" if defs else "\n") * bool(i) + chunk)
+    return "".join(parts)
 
 
 def cut(manifest: Manifest, path: str, root: Path = ROOT) -> str:
@@ -322,8 +325,8 @@ def cut(manifest: Manifest, path: str, root: Path = ROOT) -> str:
     """
     text = (root / path).read_text()
     listed = set(manifest.copy) | set(manifest.write)
-    if path == "csrc/opguide.cpp":
-        return _cut_schemas(text, _schemas_used(manifest, root))
+    if path == "opguide/registry.py":
+        return _cut_registry(text, manifest)
     if path.endswith("__init__.py"):
         return _cut_init(text, path, listed, root)
     raise ValueError(f"{manifest.route}: no rule cuts {path}")

@@ -38,6 +38,8 @@ import importlib.util
 
 import torch
 
+from .registry import OPERATORS
+
 BACKENDS = ("auto", "cpp", "triton")
 COMPILED = ("native", "kernel")
 TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
@@ -52,8 +54,6 @@ def triton_ready() -> bool:
 
 
 def _compiled_device_types(op_name: str) -> frozenset[str]:
-    # Read once, at import: the compiled library registers its kernels when it
-    # is loaded, and torch.compile need not trace the dispatcher query.
     op = getattr(torch.ops.opguide, op_name).default
     return frozenset(
         device
@@ -62,11 +62,19 @@ def _compiled_device_types(op_name: str) -> frozenset[str]:
     )
 
 
-_COMPILED = {name: _compiled_device_types(name) for name in ("rms_norm", "fused_add_rms_norm_")}
+# Read once, at import, for every compiled operator of the registry: the
+# compiled library registers its kernels when it is loaded, and torch.compile
+# need not trace the dispatcher query.
+_COMPILED = {name: _compiled_device_types(name) for op in OPERATORS for name in op.ops}
 
 
 def compiled_device_types(op_name: str) -> frozenset[str]:
-    """The device types (``"cpu"``, ``"cuda"``) with a compiled kernel for ``op_name``."""
+    """The device types (``"cpu"``, ``"cuda"``) with a compiled kernel for ``op_name``.
+
+    Args:
+        op_name: a compiled operator of :data:`opguide.registry.OPERATORS`
+            (``"rms_norm"``).
+    """
     return _COMPILED[op_name]
 
 

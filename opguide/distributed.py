@@ -38,6 +38,7 @@ import torch
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
+from . import registry
 from .backends import triton_ready
 
 __all__: list[str] = []  # importing the module is what it is for
@@ -73,13 +74,17 @@ def _backward_rule(grad_y, x, weight, inv_rms):
     return strategies
 
 
-register_sharding(ops.rms_norm.default)(_forward_rule)
-register_sharding(ops.rms_norm_fwd.default)(_forward_with_stats_rule)
-register_sharding(ops.rms_norm_backward.default)(_backward_rule)
-if triton_ready():
-    register_sharding(ops.rms_norm_triton.default)(_forward_rule)
-    register_sharding(ops.rms_norm_fwd_triton.default)(_forward_with_stats_rule)
-    register_sharding(ops.rms_norm_backward_triton.default)(_backward_rule)
+def _with_twin(compiled: str, triton: str | None) -> list[str]:
+    """The operator and its Triton twin, where the Triton operators are defined."""
+    return [compiled] + ([triton] if triton is not None and triton_ready() else [])
+
+
+# RMSNorm's inference forward, training forward and backward (the registry's
+# order), each with its Triton twin.
+_RULES = (_forward_rule, _forward_with_stats_rule, _backward_rule)
+for _ops, _rule in zip(registry.get("rms_norm").twins(), _RULES, strict=True):
+    for _name in _with_twin(*_ops):
+        register_sharding(getattr(ops, _name).default)(_rule)
 
 
 def _holds_whole_rows(placements, ndim: int) -> bool:
@@ -138,6 +143,6 @@ def _register_fused(name: str) -> None:
     torch.library.register_torch_dispatch(op, DTensor, rule)
 
 
-_register_fused("fused_add_rms_norm_")
-if triton_ready():
-    _register_fused("fused_add_rms_norm_triton_")
+for _ops in registry.get("fused_add_rms_norm").twins():
+    for _name in _with_twin(*_ops):
+        _register_fused(_name)

@@ -27,19 +27,22 @@ from math import prod
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
+from . import registry
+
 _OPS = torch.ops.opguide
 
 
-def _defined(*names: str) -> list:
-    # The packets torch.ops.opguide.<name>. The Triton twins exist only where
-    # opguide.triton could be imported.
-    return [getattr(_OPS, name) for name in names if hasattr(_OPS, name)]
+def _defined(*names: str | None) -> list:
+    # The packets torch.ops.opguide.<name> of an operator and its Triton twin,
+    # which exists only where the Triton module could be imported.
+    return [getattr(_OPS, name) for name in names if name and hasattr(_OPS, name)]
 
 
-_INFERENCE = _defined("rms_norm", "rms_norm_triton")
-_TRAINING = _defined("rms_norm_fwd", "rms_norm_fwd_triton")  # also return inv_rms
-_BACKWARD = _defined("rms_norm_backward", "rms_norm_backward_triton")
-_FUSED = _defined("fused_add_rms_norm_", "fused_add_rms_norm_triton_")
+# The registry's operators, each with its twin: the inference forward, the
+# training forward (which also returns inv_rms) and the backward of RMSNorm;
+# the fused residual-add + RMSNorm.
+_INFERENCE, _TRAINING, _BACKWARD = (_defined(*ops) for ops in registry.get("rms_norm").twins())
+(_FUSED,) = (_defined(*ops) for ops in registry.get("fused_add_rms_norm").twins())
 
 
 @register_flop_formula(_INFERENCE + _TRAINING)

@@ -19,8 +19,9 @@
   ``USE_CUDA=0`` (on a GPU machine with nvcc, with CUDA, and checked on the
   GPU too), their ``.cu`` files' includes resolved by ``nvcc -M`` from the copy
   when nvcc is present (``python -m guidekit.compile_checks`` compiles them);
-  the Triton routes run in Triton's interpreter without a GPU. The two fused
-  routes build only with ``OPGUIDE_MANIFESTS_FULL=1``.
+  the Triton routes run in Triton's interpreter without a GPU. Each route's
+  check is ``manifests/<route>.check.py``; the routes of operators other than
+  the first of the registry build only with ``OPGUIDE_MANIFESTS_FULL=1``.
 
 Measured with ``--durations=0`` on 2 cores shared with other builds (load
 average 11-13), torch 2.13.0 CPU, pip's cache warm: the torch-only venv
@@ -47,74 +48,27 @@ from template_helpers import clone_venv
 
 from guidekit import manifests
 from guidekit.compile_checks import find_nvcc
+from opguide import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 ROUTES = list(manifests.ROUTES)
-# The builds of the fused routes share most of their files with the RMSNorm
-# routes' builds and cost as much again; their manifests are always checked
-# (test_manifest_lists_what_its_files_need), their builds only with
+# The routes of the running example (the registry's first operator) are
+# built by default; the other operators' routes share most of their files with
+# those and cost as much again to build, so their manifests are always checked
+# (test_manifest_lists_what_its_files_need) and their builds run only with
 # OPGUIDE_MANIFESTS_FULL=1, to keep the suite's time.
 FULL = os.environ.get("OPGUIDE_MANIFESTS_FULL") == "1"
+FIRST = registry.OPERATORS[0].manifests()
 BUILT_ROUTES = [
     r
-    if FULL or "fused" not in r
+    if FULL or r in FIRST
     else pytest.param(
         r, marks=pytest.mark.skip(reason="set OPGUIDE_MANIFESTS_FULL=1 to build this route too")
     )
     for r in ROUTES
 ]
-
-CHECKS = {
-    "cpp_rms_norm": """
-import torch, opguide
-for device in DEVICES:
-    x = torch.randn(5, 37, dtype=torch.float64, device=device, requires_grad=True)
-    w = torch.randn(37, dtype=torch.float64, device=device, requires_grad=True)
-    ref = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
-    torch.testing.assert_close(opguide.rms_norm(x, w, 1e-6), ref)
-    torch.autograd.gradcheck(lambda x, w: opguide.rms_norm(x, w, 1e-6), (x, w))
-    print("rms_norm matches the reference on", device)
-""",
-    "cpp_fused_add_rms_norm": """
-import torch, opguide
-for device in DEVICES:
-    x = torch.randn(5, 37, dtype=torch.float64, device=device)
-    residual = torch.randn(5, 37, dtype=torch.float64, device=device)
-    w = torch.randn(37, dtype=torch.float64, device=device)
-    summed = residual + x
-    out, _ = opguide.fused_add_rms_norm_(x, residual, w, 1e-6)
-    torch.testing.assert_close(residual, summed)
-    ref = summed / torch.sqrt(summed.pow(2).mean(-1, keepdim=True) + 1e-6) * w
-    torch.testing.assert_close(out, ref)
-    print("fused_add_rms_norm_ matches the reference on", device)
-""",
-    "triton_rms_norm": """
-import torch, opguide.triton
-x = torch.randn(5, 37, device=DEVICE, requires_grad=True)
-w = torch.randn(37, device=DEVICE, requires_grad=True)
-y = opguide.triton.rms_norm(x, w, 1e-6)
-ref = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
-torch.testing.assert_close(y, ref)
-y.sum().backward()
-grads = torch.autograd.grad(ref.sum(), (x, w))
-torch.testing.assert_close((x.grad, w.grad), grads)
-print("rms_norm matches the reference on", DEVICE)
-""",
-    "triton_fused_add_rms_norm": """
-import torch, opguide.triton
-x = torch.randn(5, 37, device=DEVICE)
-residual = torch.randn(5, 37, device=DEVICE)
-w = torch.randn(37, device=DEVICE)
-summed = residual + x
-out, _ = opguide.triton.fused_add_rms_norm_triton_(x, residual, w, 1e-6)
-torch.testing.assert_close(residual, summed)
-ref = summed / torch.sqrt(summed.pow(2).mean(-1, keepdim=True) + 1e-6) * w
-torch.testing.assert_close(out, ref)
-print("fused_add_rms_norm_triton_ matches the reference on", DEVICE)
-""",
-}
 
 
 def make_project(manifest: manifests.Manifest, dest: Path) -> Path:
@@ -239,7 +193,7 @@ def test_route_builds_and_runs(route, request, tmp_path):
         status, output = shell(build, project, env)
         assert status == 0, f"the copied project does not build:\n{output[-6000:]}"
         devices = ["cpu", "cuda"] if gpu and find_nvcc() else ["cpu"]
-        check = f"DEVICES = {devices!r}\n" + CHECKS[route]
+        args = devices
     else:
         # Triton and the NumPy its interpreter needs, the versions this suite runs.
         wanted = [f"triton=={metadata.version('triton')}", f"numpy=={metadata.version('numpy')}"]
@@ -247,9 +201,9 @@ def test_route_builds_and_runs(route, request, tmp_path):
         assert status == 0, output[-3000:]
         if not gpu:
             env["TRITON_INTERPRET"] = "1"
-        check = f"DEVICE = {'cuda' if gpu else 'cpu'!r}\n" + CHECKS[route]
-    check += "\nimport os; print('from', os.path.dirname(os.path.dirname(opguide.__file__)))\n"
-    status, output = shell([python, "-c", check], project, env)
+        args = ["cuda" if gpu else "cpu"]
+    check = str(ROOT / "manifests" / f"{route}.check.py")
+    status, output = shell([python, check, *args], project, env)
     assert status == 0, f"the copied project fails its check:\n{output[-6000:]}"
     assert "matches the reference" in output, output
     assert f"from {project}" in output, f"the check did not import the copied project: {output}"
