@@ -85,18 +85,22 @@ class _Kept:
         self.run = self.compiled.run
         self.handles = self.compiled.function, self.compiled.packed_metadata
 
-    def __call__(self, grid: int, stream: int, *args) -> None:
+    def __call__(self, grid: int, stream: int, *args) -> bool:
+        """Launches on ``stream``; False where launchers refuse direct launches (then always)."""
         values = args + self.constants
         hooks = triton.knobs.runtime  # as JITFunction.run passes them
-        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
-        if _no_hook(enter) and _no_hook(leave):
-            # With no hook to call, the launch metadata (built for the hooks
-            # only) is not built, and the launcher calls nothing back.
-            self.run(grid, 1, 1, stream, *self.handles, None, None, None, *values)
-            return
-        grid3 = (grid, 1, 1)
-        meta = None if enter is None else self.compiled.launch_metadata(grid3, stream, *values)
-        self.run(grid, 1, 1, stream, *self.handles, meta, enter, leave, *values)
+        enter, leave, meta = hooks.launch_enter_hook, hooks.launch_exit_hook, None
+        try:
+            if _no_hook(enter) and _no_hook(leave):
+                # With no hook to call, the launch metadata (built for the hooks
+                # only) is not built, and the launcher calls nothing back.
+                enter = leave = None
+            elif enter is not None:
+                meta = self.compiled.launch_metadata((grid, 1, 1), stream, *values)
+            self.run(grid, 1, 1, stream, *self.handles, meta, enter, leave, *values)
+        except TypeError:
+            _Kept.works = False
+        return _Kept.works
 
 
 def _no_hook(hook) -> bool:
@@ -108,22 +112,44 @@ def _no_hook(hook) -> bool:
     return hook is None or getattr(hook, "calls", None) == []
 
 
-# Per GPU, dtype and N: the planners' answers (they read the GPU's
-# properties, which costs more than a launch), the PDL options, and the kept
-# kernels, filled in by the first aligned call of each.
+# Per GPU, dtype and N: the planners' answers as each kernel's launch options
+# (the planners read the GPU's properties, which costs more than a launch),
+# and the kept kernels, filled in by the first aligned call of each.
 _PLANS: dict = {}
 
 
 class _Plan:
     def __init__(self, x: torch.Tensor, n: int):
         forward = launch.forward_config(2**31, n, x.dtype, x.device)
-        self.block = forward.block_n
-        self.align = launch.align(n)
-        self.rows, self.warps = forward.rows, forward.num_warps
         # Only rows of up to MAX_REGISTER_ROW_BACKWARD are launched directly.
-        self.backward_config = launch.backward_config(2**31, n, x.dtype, x.device)
-        self.grad_weight_grid = triton.cdiv(n, launch.GRAD_WEIGHT_SUM.block_n)
-        self.pdl = launch.pdl_options(x)
+        backward = launch.backward_config(2**31, n, x.dtype, x.device)
+        weight_sum = launch.GRAD_WEIGHT_SUM
+        align, pdl = launch.align(n), launch.pdl_options(x)
+        self.rows, self.programs = forward.rows, backward.programs
+        self.grad_weight_grid = triton.cdiv(n, weight_sum.block_n)
+        # Each kernel's launch options but STORE_INV, which each forward call sets.
+        self.forward_kw = dict(
+            BLOCK_N=forward.block_n,
+            ROWS=forward.rows,
+            ALIGN=align,
+            num_warps=forward.num_warps,
+            **pdl,
+        )
+        self.backward_kw = dict(
+            BLOCK_N=backward.block_n,
+            ROWS=backward.rows,
+            STAGES=backward.stages,
+            ALIGN=align,
+            num_warps=backward.num_warps,
+            **pdl,
+        )
+        self.grad_weight_sum_kw = dict(
+            BLOCK_P=weight_sum.block_p,
+            BLOCK_N=weight_sum.block_n,
+            ALIGN=align,
+            num_warps=weight_sum.num_warps,
+            **pdl,
+        )
         self.forward = {}  # training (STORE_INV) -> _Kept
         self.backward = self.grad_weight_sum = None
 
@@ -161,24 +187,15 @@ def direct_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, training: 
     grid = triton.cdiv(m, plan.rows)
     kept = plan.forward.get(training)
     if kept is not None and aligned and _Kept.works:
-        try:
-            stream = torch._C._cuda_getCurrentRawStream(x.get_device())
-            kept(grid, stream, *pointers, m, n, eps)
+        stream = torch._C._cuda_getCurrentRawStream(x.get_device())
+        if kept(grid, stream, *pointers, m, n, eps):
             return y, inv_rms
-        except TypeError:
-            _Kept.works = False
     args = (x, weight, y, inv_rms, m, n, eps)
-    kw = dict(
-        BLOCK_N=plan.block,
-        ROWS=plan.rows,
-        STORE_INV=training,
-        ALIGN=plan.align,
-        num_warps=plan.warps,
-    )
+    kw = dict(plan.forward_kw, STORE_INV=training)
     if aligned:
-        plan.forward[training] = _Kept(_rms_norm_fwd_kernel, grid, args, {**kw, **plan.pdl})
+        plan.forward[training] = _Kept(_rms_norm_fwd_kernel, grid, args, kw)
     else:  # compiled for these pointers: launched, not kept
-        _rms_norm_fwd_kernel[(grid,)](*args, **kw, **plan.pdl)
+        _rms_norm_fwd_kernel[(grid,)](*args, **kw)
     return y, inv_rms
 
 
@@ -201,8 +218,7 @@ def direct_backward(grad, x, weight, inv_rms):
     if n > launch.MAX_REGISTER_ROW_BACKWARD or x.get_device() != torch._C._cuda_getDevice():
         return rms_norm_backward_triton(grad_y, x, weight, inv_rms)  # through the operator
     plan = _plan(x, n)
-    config = plan.backward_config
-    programs = min(config.programs, m)
+    programs = min(plan.programs, m)
     grad_x = torch.empty_like(x)
     grad_weight = torch.empty_like(weight)
     grad_weight_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
@@ -210,39 +226,18 @@ def direct_backward(grad, x, weight, inv_rms):
         grad_y.data_ptr(), x.data_ptr(), weight.data_ptr(), inv_rms.data_ptr(), grad_x.data_ptr(),
         grad_weight_partial.data_ptr(), grad_weight.data_ptr(),
     )  # fmt: skip
-    if functools.reduce(operator.or_, pointers) % 16:
-        return rms_norm_backward_triton(
-            grad_y, x, weight, inv_rms
-        )  # not a call kernels are kept for
+    if functools.reduce(operator.or_, pointers) % 16:  # not a call kernels are kept for
+        return rms_norm_backward_triton(grad_y, x, weight, inv_rms)
     if plan.backward is not None and _Kept.works:
-        try:
-            stream = torch._C._cuda_getCurrentRawStream(x.get_device())
-            plan.backward(programs, stream, *pointers[:6], m, n)
-            plan.grad_weight_sum(
-                plan.grad_weight_grid, stream, pointers[5], pointers[6], programs, n
-            )
+        stream = torch._C._cuda_getCurrentRawStream(x.get_device())
+        summed = plan.grad_weight_grid, stream, pointers[5], pointers[6], programs, n
+        if plan.backward(programs, stream, *pointers[:6], m, n) and plan.grad_weight_sum(*summed):
             return grad_x, grad_weight
-        except TypeError:
-            _Kept.works = False
     main = (grad_y, x, weight, inv_rms, grad_x, grad_weight_partial, m, n)
-    kw = dict(
-        BLOCK_N=config.block_n,
-        ROWS=config.rows,
-        STAGES=config.stages,
-        ALIGN=plan.align,
-        num_warps=config.num_warps,
-    )
-    plan.backward = _Kept(_rms_norm_bwd_kernel, programs, main, {**kw, **plan.pdl})
-    grad_weight_sum = launch.GRAD_WEIGHT_SUM
-    kw = dict(
-        BLOCK_P=grad_weight_sum.block_p,
-        BLOCK_N=grad_weight_sum.block_n,
-        ALIGN=plan.align,
-        num_warps=grad_weight_sum.num_warps,
-    )
+    plan.backward = _Kept(_rms_norm_bwd_kernel, programs, main, plan.backward_kw)
     total = (grad_weight_partial, grad_weight, programs, n)
     plan.grad_weight_sum = _Kept(
-        _grad_weight_sum_kernel, plan.grad_weight_grid, total, {**kw, **plan.pdl}
+        _grad_weight_sum_kernel, plan.grad_weight_grid, total, plan.grad_weight_sum_kw
     )
     return grad_x, grad_weight
 
