@@ -8,11 +8,10 @@ its shape and dtype in a comment.
 """
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
-
-from guidekit.recorded.sources import tree_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,8 +33,22 @@ RETIRED = {
 
 def _tracked_sources() -> list[Path]:
     """The sources git does not ignore (every file, in a source archive), records left out."""
-    paths = tree_paths(ROOT, tuple(f"**{suffix}" for suffix in SOURCE_SUFFIXES))
-    return [ROOT / p for p in paths if not p.startswith(SKIP) and "/." not in f"/{p}"]
+    try:
+        paths = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT, check=True, capture_output=True, text=True,
+        ).stdout.splitlines()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        paths = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*")]
+        paths = [p for p in paths if not re.search(r"(^|/)(build|__pycache__)/", p)]
+    return [
+        ROOT / p
+        for p in paths
+        if Path(p).suffix in SOURCE_SUFFIXES
+        and (ROOT / p).is_file()
+        and not p.startswith(SKIP)
+        and "/." not in f"/{p}"
+    ]
 
 
 def test_retired_names_are_gone():

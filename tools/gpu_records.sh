@@ -108,7 +108,7 @@ vbench() {  # vbench NAME PATCH [BENCHMARK ARGS...]: bench, with tools/variants/
   (cd "$dir" && PYTHONPATH="$dir" python3 -m guidekit.benchmark "$@" --out "$OLDPWD/$out/$name")
   done_ "$name"
 }
-done_() { python3 tools/stamp_records.py "$out/$1" && echo "refreshed: $1"; }
+done_() { python3 -m guidekit.recorded.stamp "$out/$1" && echo "refreshed: $1"; }
 gpu="$(python3 -c 'import torch; from guidekit.recorded import short_gpu_name as s; print(s(torch.cuda.get_device_name()))' 2>/dev/null || echo gpu)"
 
 case "$part" in
@@ -150,9 +150,6 @@ by hand (no part):
     (tools/record_template_gpu.py build here, run there; run --memcheck scatter --jobs 7)
   the suite's own logs: gpu_suite_h100_tests.log, gpu_suite_h200_gallery_notebooks.log
     (tools/record_gpu_suite.sh 1, tools/record_gpu_suite.sh 2 .whl --durations=10)
-  the site built on the GPU: gpu_docs_h200.log (tools/record_gpu_docs.sh; where the
-    build stops at its time limit, the same command again finishes it; a docs
-    wheelhouse made with make_wheelhouse.py --leave-out .whl needs .whl installed first)
   longer than one part: model_step_h100.json (tools/record_model_step.py)
   elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json
     (step 16 on a GPU: tools/record_gpu_suite.sh 3)
@@ -261,4 +258,4 @@ case "$part" in
       text sweep_fused_add_rms_norm_uncapped_h100.txt "$scratch/sweep_uncapped"
     fi ;;
 esac
-echo "part $part done; tools/stamp_records.py --check lists the records still stale"
+echo "part $part done; python3 -m guidekit.recorded.stamp --check lists the records still stale"

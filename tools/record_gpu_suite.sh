@@ -14,7 +14,7 @@
 # its third how its paths were shortened; below them, the part's output as it
 # came, less pytest-benchmark's warnings. The whole output stays in
 # build/gpu_suite_part<N>.log. The record is stamped with the hash of the
-# sources it ran (tools/stamp_records.py). The script ends with the line
+# sources it ran (python -m guidekit.recorded.stamp). The script ends with the line
 # numbers of the log's header and summary, which docs/building.md shows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +52,7 @@ print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__},",
   echo "# paths: <checkout> is the clone, <venv> the machine's Python environment"
   grep -v -e PytestBenchmarkWarning -e 'warner(' "$log" | sed -e "s|$PWD|<checkout>|g" -e "s|$venv|<venv>|g"
 } > "$record"
-python3 tools/stamp_records.py "$record"
+python3 -m guidekit.recorded.stamp "$record"
 echo "refreshed: $(basename "$record") (part $part ended with status $status)"
 summary="$(grep -n -E '\b[0-9]+ (passed|failed)\b.* in [0-9.]+s' "$record" | tail -1 | cut -d: -f1)"
 echo "docs/building.md shows its lines 1-2,${summary:-?} (the header and pytest's summary)"

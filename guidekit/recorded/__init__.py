@@ -21,10 +21,10 @@ on the recorded files themselves.
 * ``plots``: the pages' figures, drawn from the same records.
 * ``triton_vs_cuda``: steps 9 and 10's view of a sweep, the Triton kernels
   beside the CUDA ones in % of the copy.
-* ``sources``: the sources each record measured, their stored hashes, and
-  the sentence a page prints when they have changed since.
-* ``equivalence``: whether a source changed in its comments only, so that
-  a record's stamp may be carried over the change.
+* ``sources``: the files each record measured, their stored hashes, and
+  the sentence a page prints when they have changed since;
+  ``equivalence``: the code of a file that those hashes cover (no comments);
+  ``stamp``: the command that stores and checks the hashes.
 * ``bad_index``: step 10.3's view of what reporting a bad index costs a
   writing kernel per call, five ways.
 

@@ -1,28 +1,30 @@
-"""Whether two versions of a source file differ in their comments only.
+"""A source file's code, without its comments: what a record's hash of it covers.
 
 A record measured code, not prose: a comment that changes in a kernel's
-source changes no instruction the record timed. ``tools/stamp_records.py
---same-code-since REV`` uses :func:`same_code` to carry a record's stamp over
-such a change, and only over such a change: every file that differs must
-have the same code as at ``REV``, compared as follows.
+source changes no instruction the record timed. :func:`code` gives the part
+of a file that a record's stored hash covers:
 
-* Python (``.py``): the syntax trees, docstrings removed, are equal
-  (comments and line breaks are not in the tree).
-* C, C++ and CUDA (``.h``, ``.cuh``, ``.cu``, ``.cpp``, ``.c``): with ``//``
-  and ``/* */`` comments removed (not inside string or character literals),
-  the same non-empty lines, each with its runs of spaces made one. Code that
-  only moved to another line counts as changed: this errs on the side of a
-  stale record.
-* A patch (``.patch``, the kernel variants of ``tools/variants/``): the same
-  files and the same removed and added lines, in order; its context lines
-  and hunk positions follow the sources, which are compared on their own.
-* Anything else: byte for byte.
+* Python (``.py``): the syntax tree, docstrings removed (comments and line
+  breaks are not in the tree), written out by :func:`_tree` the same way on
+  every Python version;
+* C, C++ and CUDA (``.h``, ``.cuh``, ``.cu``, ``.cpp``, ``.c``): the lines
+  without ``//`` and ``/* */`` comments (not inside string or character
+  literals), each stripped with its runs of spaces made one, empty lines
+  left out. Code that only moved to another line counts as changed: this
+  errs on the side of a stale record;
+* a patch (``.patch``, the kernel variants of ``tools/variants/``): its file
+  names and its removed and added lines, in order; its context lines and hunk
+  positions follow the sources, which are hashed on their own;
+* shell scripts, TOML and YAML: the lines that are not ``#`` comments;
+* anything else: its bytes.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+
+__all__ = ["code"]
 
 C_SUFFIXES = (".h", ".cuh", ".cu", ".cpp", ".c", ".hpp")
 
@@ -35,23 +37,34 @@ _C_TOKENS = re.compile(
 )
 
 
-def strip_c_comments(text: str) -> list[str]:
-    """The lines of C/C++/CUDA ``text`` without comments: stripped, spaces collapsed, none empty."""
-
-    def keep_literals(m: re.Match) -> str:
+def _c_lines(text: str) -> list[str]:
+    def drop_comment(m: re.Match) -> str:
         token = m.group(0)
-        if token.startswith("//"):
-            return ""
         if token.startswith("/*"):
             return "\n" * token.count("\n") or " "  # keep the line structure
-        return token
+        return "" if token.startswith("//") else token
 
-    code = _C_TOKENS.sub(keep_literals, text)
-    lines = (re.sub(r"\s+", " ", line).strip() for line in code.splitlines())
+    lines = (
+        re.sub(r"\s+", " ", line).strip() for line in _C_TOKENS.sub(drop_comment, text).splitlines()
+    )
     return [line for line in lines if line]
 
 
-def _python_tree(text: str) -> str:
+def _tree(node: object) -> str:
+    """``ast.dump`` less empty fields, which Python versions write differently."""
+    if isinstance(node, list):
+        return "[" + ",".join(map(_tree, node)) + "]"
+    if not isinstance(node, ast.AST):
+        return repr(node)
+    fields = ",".join(
+        f"{name}={_tree(value)}"
+        for name, value in ast.iter_fields(node)
+        if value is not None and value != [] and name not in ("ctx", "type_comment", "kind")
+    )
+    return f"{type(node).__name__}({fields})"
+
+
+def _python(text: str) -> str:
     tree = ast.parse(text)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -63,34 +76,27 @@ def _python_tree(text: str) -> str:
             and isinstance(body[0].value.value, str)
         ):
             node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree)
+    return _tree(tree)
 
 
-def patch_changes(text: str) -> list[str]:
-    """A patch's file names and its removed and added lines, in order (no context)."""
-    return [line for line in text.splitlines() if line[:1] in "+-"]
+def code(path: str, data: bytes) -> bytes:
+    """The code of a file of the name ``path`` and the content ``data`` (see the module).
 
-
-def same_code(path: str, before: bytes, after: bytes) -> bool:
-    """Whether ``after`` is ``before`` with only comments (and docstrings) changed.
-
-    Args:
-        path: the file's name (its suffix picks the language).
-        before, after: the two versions' contents.
+    A file that does not parse as its suffix says (a Python syntax error, bytes
+    that are not UTF-8) is its bytes.
     """
-    if before == after:
-        return True
     try:
-        old, new = before.decode(), after.decode()
-    except UnicodeDecodeError:
-        return False
-    if path.endswith(".py"):
-        try:
-            return _python_tree(old) == _python_tree(new)
-        except SyntaxError:
-            return False
+        text = data.decode()
+        if path.endswith(".py"):
+            return _python(text).encode()
+    except (UnicodeDecodeError, SyntaxError):
+        return data
     if path.endswith(".patch"):
-        return patch_changes(old) == patch_changes(new)
-    if path.endswith(C_SUFFIXES):
-        return strip_c_comments(old) == strip_c_comments(new)
-    return False
+        lines = [line for line in text.splitlines() if line[:1] in "+-"]
+    elif path.endswith(C_SUFFIXES):
+        lines = _c_lines(text)
+    elif path.endswith((".sh", ".toml", ".yml", ".yaml")):
+        lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    else:
+        return data
+    return "\n".join(lines).encode()

@@ -1,326 +1,247 @@
 """Which sources each record in ``docs/recorded/`` measured, and whether they changed since.
 
-Every record stores the content hash of the sources it measured: the kernels,
-their planners and launch rules, the Python that calls them and the tool that
-recorded it. A JSON record keeps it in its ``"sources"`` field; a text record
-(``.txt``, ``.log``) in a file beside it, ``<record>.sources``, which holds
-the same JSON object. The object is ``{"sha256": ..., "files": {path:
-sha256}}``: one hash over the sorted relative paths and their bytes, and one
-per file, so that a page can name the files that changed.
+A record stores the hash of each file that set its numbers: the kernels it
+ran, the code that planned and launched them, and the script that measured
+them. :data:`MEASURED` names them, per record, in the words of the operator
+registry (``opguide/registry.py``): ``"cuda:forward"`` is the CUDA kernel
+families of the forward pass, their operator's CUDA planning files and the
+shared device and launch code; ``"triton:fused"`` the same for Triton;
+``"python:rms_norm"`` an operator's Python wrapper; ``"bench:sweep"`` the
+benchmark modules that time a sweep; anything else is a path.
 
-:data:`MEASURED` is the one table from a record's name to the sources it
-measured. :func:`stale_files` compares a record's stored hashes with the
-files as they are; :func:`stale_note` is the sentence a page prints beside the
-record when they differ. ``tools/stamp_records.py`` writes the hashes.
+A JSON record keeps ``{"sha256": total, "files": {path: hash}}`` in its
+``"sources"`` field; a text record (``.txt``, ``.log``) in ``<record>.sources``
+beside it. Each file's hash is that of its code
+(:func:`guidekit.recorded.equivalence.code`), so a change to comments or
+docstrings stales no record. :func:`stale_files` names the listed files
+whose code changed, and those added to or removed from the list;
+:func:`stale_note` is the sentence a page prints beside the record.
+``python -m guidekit.recorded.stamp`` writes and checks the hashes.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
+import importlib.util
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+import sys
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
-__all__ = [
-    "MEASURED",
-    "current",
-    "digest",
-    "measured_globs",
-    "read_stored",
-    "stale_files",
-    "stale_note",
-    "tree_paths",
-    "write_stored",
-]
+from .equivalence import code
 
-#: The CUDA and C++ kernels, their planners, launch rules and configuration.
-KERNELS = ("csrc/opguide.cpp", "csrc/common/**", "csrc/rms_norm/**", "csrc/fused_add_rms_norm/**")
-#: The Triton kernels and their launch rules.
-TRITON = ("opguide/triton/**",)
-#: The Python operators, wrappers and autograd around the kernels.
-LIBRARY = ("opguide/*.py", "opguide/experimental/**")
-#: The benchmark that times them.
-BENCHMARK = ("guidekit/benchmark/**",)
-#: The torch-free sweep programs' shared harness.
-SWEEP_COMMON = ("tools/sweep_common.cuh",)
+__all__ = ["MEASURED", "digest", "measured", "read_stored", "stale_files", "stale_note", "stamp"]
+
+#: The benchmark modules that time each kind of run (``python -m guidekit.benchmark``).
+_BENCH = "guidekit/benchmark/"
+BENCH = {
+    "fixed": ("timing.py", "passes.py", "implementations.py", "fixed_shapes.py"),
+    "sweep": ("timing.py", "passes.py", "implementations.py", "fixed_shapes.py", "sweep.py"),
+    "eager": ("timing.py", "passes.py", "implementations.py", "eager.py"),
+}
+#: The operator whose kernels each pass runs (``training``: forward, then backward).
+PASS_OPERATOR = {"forward": "rms_norm", "backward": "rms_norm", "fused": "fused_add_rms_norm"}
+ALL = "forward,backward,fused"
+BOTH = "rms_norm,fused_add_rms_norm"
+#: Each variant of the template's GPU records: its (route, abi).
+TEMPLATE_ROUTES = {
+    "stable": ("cpp", "stable"),
+    "classic": ("cpp", "classic"),
+    "triton": ("triton", "classic"),
+    "python": ("python", "classic"),
+}
+_VARIANT = "tools/variants/{}.patch"
+_SWEEP_TOOL = ("tools/sweep_common.cuh",)
 
 #: A record's name (an ``fnmatch`` pattern; the first that matches wins) ->
-#: the globs of the sources it measured, relative to the repository root.
+#: what it measured (see the module's docstring).
+# fmt: off
 MEASURED: dict[str, tuple[str, ...]] = {
-    # The minimal kernel, and the library's CUDA kernel timed beside it.
-    "minimal_cuda_*.json": (
-        "csrc/minimal/**",
-        *KERNELS,
-        *LIBRARY,
-        "tools/record_minimal_cuda.py",
-    ),  # fmt: skip
+    # The minimal kernel, and the library's CUDA forward timed beside it.
+    "minimal_cuda_*.json": ("csrc/minimal/rms_norm_minimal.cpp",
+                            "csrc/minimal/rms_norm_minimal.cuh",
+                            "csrc/minimal/rms_norm_minimal_cuda.cu", "cuda:forward",
+                            "tools/record_minimal_cuda.py"),
     "bad_index_*.json": ("tools/bad_index.cu", "tools/record_bad_index.py"),
-    "model_step_*.json": (
-        *KERNELS,
-        *TRITON,
-        *LIBRARY,
-        "guidekit/model_step.py",
-        "tools/record_model_step.py",
-    ),  # fmt: skip
-    "triton_registers_*.json": (*TRITON, "tools/record_triton_registers.py"),
-    "two_gpus.json": (
-        *KERNELS,
-        *TRITON,
-        *LIBRARY,
-        "tests/test_two_gpus.py",
-        "tools/record_two_gpus.py",
-    ),  # fmt: skip
-    "gpu_debug.json": ("tools/gpu_debug/**", "tools/record_gpu_debug.py"),
-    "stable_abi_*.json": ("stable/**", "tools/record_stable_abi.py"),
-    # What tools/record_template_gpu.py builds and runs: the answers, each
-    # project's package, its C++/CUDA sources and build files, and its tests;
-    # not its README, CI workflow or check scripts, which the GPU run never reads.
-    "template_*_cuda_*.json": (
-        "template/copier.yml",
-        "template/questions.yml",
-        "template/project/pyproject.toml.jinja",
-        "template/project/*setup.py*",
-        "template/project/src/**",
-        "template/project/{% if route == 'cpp' %}csrc{% endif %}/**",
-        "template/project/tests/**",
-        "guidekit/template_variants.py",
-        "tools/record_template_gpu.py",
-    ),  # fmt: skip
-    "hipcc_check.json": (*KERNELS, "csrc/device_checks/**", "guidekit/compile_checks.py"),
-    "across_pytorch_gpu.json": (*KERNELS, *TRITON, *LIBRARY, "examples_src/16_across_pytorch.py"),
-    "many_gpus_nccl.json": (
-        *LIBRARY,
-        "examples_src/17_many_gpus.py",
-        "examples_src/many_gpus_worker.py",
-    ),  # fmt: skip
-    "sanitizer_*.txt": (*KERNELS, *TRITON, *LIBRARY, "tools/sanitize_kernels.py"),
-    "cuda_tests_*.log": (
-        *KERNELS,
-        *LIBRARY,
-        "tests/test_rms_norm_cuda.py",
-        "tests/test_fused_add_rms_norm.py",
-        "tests/test_rms_norm.py",
-    ),  # fmt: skip
-    # The suite's logs (tools/record_gpu_suite.sh 1 and 2).
-    "gpu_suite_*_tests.log": (
-        *KERNELS,
-        *TRITON,
-        *LIBRARY,
-        "tests/**",
-        "tools/gpu_suite.sh",
-        "tools/record_gpu_suite.sh",
-    ),  # fmt: skip
-    "gpu_suite_*_gallery_notebooks.log": (
-        *KERNELS,
-        *TRITON,
-        *LIBRARY,
-        "examples_src/**",
-        "tutorials/**",
-        "tools/gpu_suite.sh",
-        "tools/record_gpu_suite.sh",
-    ),  # fmt: skip
-    # The site built on a GPU (tools/record_gpu_docs.sh): the pages it ran and
-    # what they ran, the site's build configuration and extensions.
-    "gpu_docs_*.log": (
-        *KERNELS,
-        *TRITON,
-        *LIBRARY,
-        "examples_src/**",
-        "tutorials/**",
-        "docs/conf.py",
-        "docs/_ext/**",
-        "tools/gpu_suite.sh",
-        "tools/record_gpu_docs.sh",
-    ),  # fmt: skip
-    "sweep_triton_split*.txt": (*TRITON, *LIBRARY, "tools/sweep_triton.py"),
-    "sweep_fused_add_rms_norm_uncapped_*.txt": (
-        "csrc/common/**",
-        "csrc/fused_add_rms_norm/**",
-        *SWEEP_COMMON,
-        "tools/sweep_fused_add_rms_norm.cu",
-        "tools/variants/fused_add_rms_norm_uncapped.patch",
-    ),  # fmt: skip
-    "sweep_fused_add_rms_norm*.txt": (
-        "csrc/common/**",
-        "csrc/fused_add_rms_norm/**",
-        *SWEEP_COMMON,
-        "tools/sweep_fused_add_rms_norm.cu",
-    ),  # fmt: skip
-    "sweep_rms_norm_backward_cluster_*.txt": (
-        "csrc/common/**",
-        "csrc/rms_norm/**",
-        *SWEEP_COMMON,
-        "tools/sweep_rms_norm_backward_cluster.cu",
-    ),  # fmt: skip
-    "sweep_rms_norm_backward_pipelined_*.txt": (
-        "csrc/common/**",
-        "csrc/rms_norm/**",
-        *SWEEP_COMMON,
-        "tools/sweep_rms_norm_backward.cu",
-    ),  # fmt: skip
-    "sweep_rms_norm_forward_cluster_*.txt": (
-        "csrc/common/**",
-        "csrc/rms_norm/**",
-        *SWEEP_COMMON,
-        "tools/sweep_rms_norm_forward_cluster.cu",
-    ),  # fmt: skip
-    "sweep_rms_norm_forward_keep_packed_*.txt": (
-        "csrc/common/**",
-        "csrc/rms_norm/**",
-        *SWEEP_COMMON,
-        "tools/sweep_rms_norm_forward_vectors.cu",
-    ),  # fmt: skip
-    # A benchmark of a variant of the kernels (tools/gpu_records.sh 5): the
-    # sources it was applied to, and the patch.
-    **{
-        f"{record}_*.json": (
-            *KERNELS,
-            *TRITON,
-            *LIBRARY,
-            *BENCHMARK,
-            f"tools/variants/{patch}.patch",
-        )
-        for record, patch in (
-            ("cuda_forward_hints_on", "cuda_forward_hints_on"),
-            ("cuda_forward_hints_off", "cuda_hints_off"),
-            ("cuda_forward_loads_interleaved", "cuda_forward_loads_interleaved"),
-            ("triton_evict_first_on", "triton_evict_first_on"),
-            ("sweep_odd_rows_16_byte_only", "odd_rows_16_byte_only"),
-        )
-    },
-    # Every other JSON record is an output of python -m guidekit.benchmark.
-    "*.json": (*KERNELS, *TRITON, *LIBRARY, *BENCHMARK),
+    "model_step_*.json": (f"cuda:{ALL}", f"triton:{ALL}", f"python:{BOTH}",
+                          "opguide/experimental/inductor_fusion.py", "guidekit/model_step.py",
+                          "tools/record_model_step.py"),
+    "triton_registers_*.json": ("triton:forward,backward", "tools/record_triton_registers.py"),
+    "two_gpus.json": (f"cuda:{ALL}", f"triton:{ALL}", f"python:{BOTH}", "tests/test_two_gpus.py",
+                      "tools/record_two_gpus.py"),
+    "gpu_debug.json": ("tools/gpu_debug/async_error.py", "tools/gpu_debug/oob_write.cu",
+                       "tools/gpu_debug/saxpy.cu", "tools/gpu_debug/shared_race.cu",
+                       "tools/record_gpu_debug.py"),
+    "stable_abi_*.json": ("stable/csrc/rms_norm.cpp", "stable/csrc/rms_norm.h",
+                          "stable/csrc/rms_norm_cuda.cu", "stable/opguide_stable/__init__.py",
+                          "stable/pyproject.toml", "stable/setup.py",
+                          "stable/tests/test_opguide_stable.py", "tools/record_stable_abi.py"),
+    # What tools/record_template_gpu.py renders for the record's route and runs.
+    "template_*_cuda_*.json": ("template:", "guidekit/template_variants.py",
+                               "tools/record_template_gpu.py"),
+    "hipcc_check.json": ("csrc/device_checks/rms_norm.cu",
+                         "csrc/device_checks/fused_add_rms_norm.cu", f"cuda:{ALL}",
+                         "guidekit/compile_checks.py"),
+    "across_pytorch_gpu.json": (f"cuda:{ALL}", f"python:{BOTH}",
+                                "examples_src/16_across_pytorch.py"),
+    "many_gpus_nccl.json": ("python:rms_norm", "opguide/distributed.py",
+                            "examples_src/17_many_gpus.py", "examples_src/many_gpus_worker.py"),
+    "sanitizer_*.txt": (f"cuda:{ALL}", f"triton:{ALL}", f"python:{BOTH}",
+                        "tools/sanitize_kernels.py"),
+    "cuda_tests_*.log": (f"cuda:{ALL}", f"python:{BOTH}", "tests/test_rms_norm_cuda.py",
+                         "tests/test_fused_add_rms_norm.py", "tests/test_rms_norm.py"),
+    # The suite's logs (tools/record_gpu_suite.sh 1 and 2, which writes down
+    # what tools/gpu_suite.sh ran): the library's kernels as the suite ran them
+    # on the GPU. The tests and pages are checked on every CPU run; a change to
+    # one of them changes a count in the log, not what the log says of the GPU.
+    "gpu_suite_*.log": (f"cuda:{ALL}", f"triton:{ALL}", f"python:{BOTH}", "tools/gpu_suite.sh"),
+    # The tools' own sweeps (tools/gpu_records.sh 3 and 5).
+    "sweep_triton_split*.txt": ("triton:forward,backward", "tools/sweep_triton.py"),
+    "sweep_fused_add_rms_norm_uncapped_*.txt": ("cuda:fused", *_SWEEP_TOOL,
+                                                "tools/sweep_fused_add_rms_norm.cu",
+                                                _VARIANT.format("fused_add_rms_norm_uncapped")),
+    "sweep_fused_add_rms_norm*.txt": ("cuda:fused", *_SWEEP_TOOL,
+                                      "tools/sweep_fused_add_rms_norm.cu"),
+    "sweep_rms_norm_backward_cluster_*.txt": ("cuda:backward", *_SWEEP_TOOL,
+                                              "tools/sweep_rms_norm_backward_cluster.cu"),
+    "sweep_rms_norm_backward_pipelined_*.txt": ("cuda:backward", *_SWEEP_TOOL,
+                                                "tools/sweep_rms_norm_backward.cu"),
+    "sweep_rms_norm_forward_cluster_*.txt": ("cuda:forward", *_SWEEP_TOOL,
+                                             "tools/sweep_rms_norm_forward_cluster.cu"),
+    "sweep_rms_norm_forward_keep_packed_*.txt": ("cuda:forward", *_SWEEP_TOOL,
+                                                 "tools/sweep_rms_norm_forward_vectors.cu"),
+    # python -m guidekit.benchmark: the kernels of the passes and the
+    # implementations (--passes, --impls) that each record ran (tools/gpu_records.sh).
+    "eager_*.json": ("cuda:forward,backward", "triton:forward,backward", "python:rms_norm",
+                     "opguide/experimental/triton_eager.py", "bench:eager"),
+    "cuda_forward_hints_on_*": ("cuda:forward,backward", "bench:fixed",
+                                _VARIANT.format("cuda_forward_hints_on")),
+    "cuda_forward_hints_off_*": ("cuda:forward,backward", "bench:fixed",
+                                 _VARIANT.format("cuda_hints_off")),
+    "pdl_o*.json": ("cuda:forward,backward", "bench:fixed"),
+    "cuda_forward_loads_interleaved_*": ("cuda:forward", "bench:fixed",
+                                         _VARIANT.format("cuda_forward_loads_interleaved")),
+    "cuda_forward_loads_first_*": ("cuda:forward", "bench:fixed"),
+    "triton_evict_first_on_*": ("triton:forward,fused", "bench:fixed",
+                                _VARIANT.format("triton_evict_first_on")),
+    "triton_evict_first_off_*": ("triton:forward,fused", "bench:fixed"),
+    "l2_*.json": ("cuda:forward,fused", "triton:forward,fused", "bench:fixed"),
+    "sweep_one_input_set_*": ("cuda:forward", "triton:forward", "bench:sweep"),
+    "sweep_backward_*": ("cuda:backward", "triton:backward", "bench:sweep"),
+    "sweep_odd_rows_16_byte_only_*": (f"cuda:{ALL}", f"triton:{ALL}", "bench:sweep",
+                                      _VARIANT.format("odd_rows_16_byte_only")),
+    "sweep_*.json": (f"cuda:{ALL}", f"triton:{ALL}", "bench:sweep"),
 }
+# fmt: on
 
-#: Files under a measured glob that are build products, not sources.
-NOT_SOURCES = re.compile(r"(^|/)(__pycache__|build)/|\.(pyc|so|o|a|d)$")
 #: The suffix of a text record's hash file.
 SIDECAR = ".sources"
+#: The repository this module belongs to: its registry and its records.
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY = ROOT / "opguide" / "registry.py"
 
 
-def measured_globs(record: str) -> tuple[str, ...]:
-    """The globs of the sources that the record ``record`` (a file name) measured.
+@cache
+def registry():
+    """``opguide/registry.py``, read as a file: it needs no torch and no built library."""
+    spec = importlib.util.spec_from_file_location("_opguide_registry", REGISTRY)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _route(route: str, passes: str) -> list[str]:
+    """The kernel families that ``passes`` run on ``route``, their planning, the shared code."""
+    reg, files = registry(), []
+    for name in passes.replace("training", "forward,backward").split(","):
+        op = reg.get(PASS_OPERATOR[name])
+        for family, paths in op.kernels.items():
+            if family.startswith(f"{route}_{name}") or family == f"{route}_split":
+                files += paths
+        files += op.planning[route]
+    roles = ("triton",) if route == "triton" else ("device", "cluster", "launch")
+    return files + [p for role in roles for p in reg.COMMON[role]]
+
+
+def _template(record: str, listed: Callable[[str], list[str]]) -> list[str]:
+    """The template's files that render for the route of ``template_<variant>_cuda_*.json``."""
+    route, abi = TEMPLATE_ROUTES[record.split("_")[1]]
+    names = {"route": route, "abi": abi}
+
+    def renders(path: str) -> bool:
+        for condition in re.findall(r"{% if (.*?) %}", path):
+            # Clauses on the operator's kind hold for some project of the record.
+            clauses = [c for c in condition.split(" and ") if "route" in c or "abi" in c]
+            if not all(eval(c, {}, names) for c in clauses):  # noqa: S307 (the repo's own names)
+                return False
+        return True
+
+    keep = re.compile(r"template/(copier|questions)\.yml|template/project/(pyproject|.*setup\.py"
+                      r"|src/|tests/|\{% if route == 'cpp' %\}csrc)")  # fmt: skip
+    return [p for p in listed("template") if keep.match(p) and renders(p)]
+
+
+def measured(record: str, listed: Callable[[str], list[str]] | None = None) -> list[str]:
+    """The files that the record ``record`` (a file name) measured, sorted.
+
+    Args:
+        record: the record's file name.
+        listed: folder -> the files under it, relative to the repository
+            (default: this checkout's); only the template's records list one.
 
     Raises:
         KeyError: if no pattern of :data:`MEASURED` matches the name.
     """
-    for pattern, globs in MEASURED.items():
-        if fnmatch.fnmatchcase(record, pattern):
-            return globs
-    raise KeyError(f"no entry in guidekit.recorded.sources.MEASURED for {record}")
+    spec = next((s for p, s in MEASURED.items() if fnmatch.fnmatchcase(record, p)), None)
+    if spec is None:
+        raise KeyError(f"no entry in guidekit.recorded.sources.MEASURED for {record}")
+    files: list[str] = []
+    for item in spec:
+        kind, _, arg = item.partition(":")
+        if kind in ("cuda", "triton"):
+            files += _route(kind, arg)
+        elif kind == "python":
+            files += [p for op in arg.split(",") for p in registry().get(op).python]
+        elif kind == "bench":
+            files += [_BENCH + name for name in BENCH[arg]]
+        elif kind == "template":
+            files += _template(record, listed or _lister(ROOT))
+        else:
+            files.append(item)
+    return sorted(set(files))
 
 
-def _glob_regex(globs: Sequence[str]) -> re.Pattern:
-    """One pattern for the globs: ``**`` any path, ``*`` any name within a folder."""
-    parts = []
-    for glob in globs:
-        pieces = re.split(r"(\*\*|\*)", glob)
-        parts.append(
-            "".join(".*" if p == "**" else "[^/]*" if p == "*" else re.escape(p) for p in pieces)
-        )
-    return re.compile("(?:" + "|".join(parts) + r")\Z")
-
-
-def select(paths: Iterable[str], globs: Sequence[str]) -> list[str]:
-    """The paths (relative, ``/``-separated) that one of ``globs`` matches, sorted,
-    build products left out."""
-    pattern = _glob_regex(globs)
-    return sorted(p for p in paths if pattern.match(p) and not NOT_SOURCES.search(p))
+def _lister(root: Path) -> Callable[[str], list[str]]:
+    return lambda folder: [p.relative_to(root).as_posix() for p in (root / folder).rglob("*")
+                           if p.is_file() and "__pycache__" not in p.parts]  # fmt: skip
 
 
 def digest(files: dict[str, bytes]) -> dict:
-    """The stored form of a set of sources: ``{"sha256": all, "files": {path: sha256}}``.
+    """The stored form of a record's sources: ``{"sha256": total, "files": {path: hash}}``.
 
     Args:
         files: relative path -> content.
 
     Returns:
-        The sha256 over the sorted paths, each followed by a NUL, its content's
-        length and its content; and each file's own sha256.
+        Each file's hash of its code (:func:`~guidekit.recorded.equivalence.code`),
+        and one hash over the sorted paths and those hashes.
     """
-    total = hashlib.sha256()
-    for path in sorted(files):
-        data = files[path]
-        total.update(path.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
-    return {
-        "sha256": total.hexdigest(),
-        "files": {p: hashlib.sha256(files[p]).hexdigest() for p in sorted(files)},
-    }
-
-
-def tree_paths(root: Path, globs: Sequence[str]) -> list[str]:
-    """The files under ``root`` that the globs match, relative to it, sorted.
-
-    ``**`` matches any path, ``*`` any name within a folder (``"**.py"``: every
-    Python file, ``"csrc/*.cpp"``: those directly in ``csrc``). In a git work
-    tree these are the files git does not ignore (so build outputs and caches
-    never count); elsewhere (a source archive) every file, less
-    :data:`NOT_SOURCES`.
-    """
-    import subprocess
-
-    try:
-        listed = subprocess.run(
-            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-            cwd=root, check=True, capture_output=True,
-        ).stdout.decode().split("\0")  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        listed = None
-    if listed is not None and (root / ".git").exists():
-        return select([p for p in listed if p and (root / p).is_file()], globs)
-    tops = {g.split("*")[0].rsplit("/", 1)[0] if "/" in g.split("*")[0] else "" for g in globs}
-    found = set()
-    for top in tops:
-        base = root / top
-        if base.is_file():
-            found.add(top)
-        elif base.is_dir():
-            found.update(p.relative_to(root).as_posix() for p in base.rglob("*") if p.is_file())
-    return select(found, globs)
+    hashes = {p: hashlib.sha256(code(p, files[p])).hexdigest() for p in sorted(files)}
+    total = hashlib.sha256("".join(f"{p}\0{h}\n" for p, h in hashes.items()).encode())
+    return {"sha256": total.hexdigest(), "files": hashes}
 
 
 def current(record: str, root: Path | None = None) -> dict:
     """The stored form (:func:`digest`) of ``record``'s sources as they are under ``root``.
 
-    Args:
-        record: the record's file name.
-        root: the repository root (default: the source tree of this checkout).
+    A listed file that is missing counts as empty, so that it shows as changed.
     """
-    root = root or _source_root()
-    paths = tree_paths(root, measured_globs(record))
-    return digest({p: (root / p).read_bytes() for p in paths})
-
-
-def files_at_commit(
-    record: str, root: Path, commit: str, run: Callable | None = None
-) -> dict[str, bytes]:
-    """``record``'s sources as they were at a git ``commit``: relative path -> content.
-
-    Args:
-        record: the record's file name.
-        root: the repository root (a git work tree).
-        commit: the commit to read them from.
-        run: ``subprocess.run`` (tests pass another).
-    """
-    import subprocess
-
-    run = run or subprocess.run
-
-    def git(*args: str) -> bytes:
-        return run(["git", *args], cwd=root, check=True, capture_output=True).stdout
-
-    listed = git("ls-tree", "-r", "--name-only", commit).decode().splitlines()
-    return {p: git("show", f"{commit}:{p}") for p in select(listed, measured_globs(record))}
-
-
-def at_commit(record: str, root: Path, commit: str, run: Callable | None = None) -> dict:
-    """The stored form (:func:`digest`) of ``record``'s sources as they were at a git ``commit``.
-
-    Arguments as for :func:`files_at_commit`.
-    """
-    return digest(files_at_commit(record, root, commit, run))
+    root = root or ROOT
+    paths = measured(record, _lister(root))
+    return digest({p: (root / p).read_bytes() if (root / p).is_file() else b"" for p in paths})
 
 
 def read_stored(path: Path) -> dict | None:
@@ -334,48 +255,37 @@ def read_stored(path: Path) -> dict | None:
 def write_stored(path: Path, stored: dict) -> None:
     """Stores ``stored`` (:func:`digest`'s form) with the record at ``path``.
 
-    A JSON record gets a ``"sources"`` field (its other fields keep their
-    order); a text record a ``<name>.sources`` file beside it.
+    A JSON record gets a ``"sources"`` field, written with the record's own
+    indent and final newline so that its diff is that field alone; a text
+    record a ``<name>.sources`` file beside it.
     """
-    if path.suffix == ".json":
-        text = path.read_text()
-        data = json.loads(text)
-        data["sources"] = stored
-        # Written as it was (its indent, its final newline), so that the
-        # record's diff is the new field alone.
-        lines = text.splitlines()
-        indent = len(lines[1]) - len(lines[1].lstrip(" ")) if len(lines) > 1 else None
-        end = "\n" if text.endswith("\n") else ""
-        path.write_text(json.dumps(data, indent=indent) + end)
-    else:
+    if path.suffix != ".json":
         path.with_name(path.name + SIDECAR).write_text(json.dumps(stored, indent=1) + "\n")
+        return
+    text = path.read_text()
+    data = json.loads(text)
+    data["sources"] = stored
+    lines = text.splitlines()
+    indent = len(lines[1]) - len(lines[1].lstrip(" ")) if len(lines) > 1 else None
+    path.write_text(json.dumps(data, indent=indent) + ("\n" if text.endswith("\n") else ""))
 
 
 def stale_files(path: Path, root: Path | None = None) -> list[str] | None:
-    """The measured sources that differ from those the record at ``path`` stores.
-
-    Args:
-        path: the record.
-        root: the repository root whose sources are compared.
+    """The measured files whose code differs from what the record at ``path`` stores.
 
     Returns:
-        The paths changed, added or removed since the record was made, sorted
-        (empty: none); None if the record stores no hashes.
+        The paths changed, or added to or removed from the record's list since
+        it was made, sorted (empty: none); None if the record stores no hashes.
     """
     stored = read_stored(path)
     if stored is None:
         return None
-    now = current(path.name, root)
-    then, files = stored["files"], now["files"]
-    if stored["sha256"] == now["sha256"]:
-        return []
-    return sorted(p for p in then.keys() | files.keys() if then.get(p) != files.get(p))
+    then, now = stored["files"], current(path.name, root or _source_root())["files"]
+    return sorted(p for p in then.keys() | now.keys() if then.get(p) != now.get(p))
 
 
 def stale_note(path: Path, root: Path | None = None, most: int = 6) -> str | None:
-    """The sentence a page prints beside a record whose sources changed.
-
-    Returns None when they did not, or when the record stores no hashes.
+    """The sentence a page prints beside a record whose sources changed; None if none did.
 
     Args:
         path: the record.
@@ -398,15 +308,7 @@ def _source_root() -> Path:
 
 
 def stamp(path: Path, root: Path | None = None) -> dict:
-    """Stores with the record at ``path`` the hashes of its sources as they are now.
-
-    Args:
-        path: the record, just written.
-        root: the repository root (default: the source tree of this checkout).
-
-    Returns:
-        What it stored (:func:`digest`'s form).
-    """
-    stored = current(path.name, root)
+    """Stores with the record at ``path`` the hashes of its sources as they are; returns them."""
+    stored = current(path.name, root or _source_root())
     write_stored(path, stored)
     return stored
