@@ -98,10 +98,9 @@ sphinx_gallery_conf = {
     "filename_pattern": r"/\d\d_",
     # A program that a step shows and launches (torchrun), not a page.
     "ignore_pattern": r"__init__\.py|_worker\.py$",
-    # tools/record_gpu_docs.sh sets OPGUIDE_DOCS_GO_ON=1: a build that goes on
-    # from one stopped by its time limit runs only the steps not yet run (each
-    # finished step's page stores the hash of its script; the tool starts from
-    # no pages and refuses sources changed in between).
+    # OPGUIDE_DOCS_GO_ON=1: a build that goes on from a stopped one runs only
+    # the steps whose page this build tree does not hold yet for the same
+    # script (each finished step's page stores the hash of its script).
     "run_stale_examples": os.environ.get("OPGUIDE_DOCS_GO_ON") != "1",
     # Scripts run GALLERY_JOBS at a time, in worker processes (most of their
     # time is spent compiling on one core); the few that time kernels on the

@@ -26,7 +26,7 @@
 # on an H100 (the benchmark's sweeps; its fixed shapes and eager calls; the
 # tools' programs; compute-sanitizer and the CUDA tests; kernel variants),
 # stamps each with the hash of
-# the sources it measured (tools/stamp_records.py) and prints what it
+# the sources it measured (python -m guidekit.recorded.stamp) and prints what it
 # refreshed. Then `OPGUIDE_STALE_RECORDS=fail tools/gpu_suite.sh tests .whl
 # tests/test_recorded.py` fails on any record left stale.
 #
