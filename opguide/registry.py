@@ -159,6 +159,47 @@ OPERATORS: tuple[Operator, ...] = (
         },
         python=("opguide/fused_add_rms_norm.py", "opguide/_checks.py", "opguide/backends.py"),
     ),
+    Operator(
+        name="silu_and_mul",
+        module="opguide.silu_and_mul",
+        public=("silu_and_mul", "silu_and_mul_reference"),
+        csrc="csrc/silu_and_mul",
+        ops=("silu_and_mul", "silu_and_mul_backward"),
+        triton_ops=("silu_and_mul_triton", "silu_and_mul_backward_triton"),
+        triton_module="opguide.silu_and_mul.triton",
+        routes=("cpp", "triton"),
+        # One family per route: the forward and backward kernels of each
+        # share their file.
+        kernels={
+            "cpu": (
+                "csrc/silu_and_mul/silu_and_mul_cpu.h",
+                "csrc/silu_and_mul/silu_and_mul_cpu.cpp",
+            ),
+            "cuda": ("csrc/silu_and_mul/silu_and_mul.cuh",),
+            "triton": ("opguide/silu_and_mul/triton/kernels.py",),
+        },
+        planning={
+            "cpu": (
+                "csrc/silu_and_mul/silu_and_mul.h",
+                "csrc/silu_and_mul/silu_and_mul_checks.cpp",
+                "csrc/silu_and_mul/silu_and_mul_schema.cpp",
+            ),
+            "cuda": (
+                "csrc/silu_and_mul/silu_and_mul_config.h",
+                "csrc/silu_and_mul/silu_and_mul_cuda.cu",
+            ),
+            "triton": (
+                "opguide/silu_and_mul/triton/ops.py",
+                "opguide/triton/launch.py",
+                "opguide/triton/ops.py",
+            ),
+        },
+        python=(
+            "opguide/silu_and_mul/ops.py",
+            "opguide/silu_and_mul/_checks.py",
+            "opguide/backends.py",
+        ),
+    ),
 )
 
 
