@@ -302,7 +302,10 @@ def _cut_init(text: str, path: str, listed: set[str], root: Path) -> str:
         target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
         if isinstance(target, ast.Name) and target.id == "__all__":
             names = [e.value for e in node.value.elts if e.value in defined]
-            if not names:
+            if not names and node.value.elts:
+                continue
+            if not node.value.elts:  # the empty list that later statements add to
+                out.append(chunk)
                 continue
             op = "+=" if isinstance(node, ast.AugAssign) else "="
             chunk = f"__all__ {op} {names!r}\n".replace("'", '"')

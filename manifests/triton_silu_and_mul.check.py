@@ -7,7 +7,7 @@ import sys
 import torch
 
 import opguide
-from opguide.silu_and_mul.triton import silu_and_mul_triton
+from opguide._silu_and_mul.triton import silu_and_mul_triton
 
 DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 x = torch.randn(5, 2 * 37, device=DEVICE, requires_grad=True)

@@ -17,13 +17,15 @@ from . import _library
 
 _library.load()
 
+__all__: list[str] = []
+
 from .reference import (  # noqa: E402
     fused_add_rms_norm_reference,
     rms_norm_backward_reference,
     rms_norm_reference,
 )
 
-__all__ = ["rms_norm_reference", "rms_norm_backward_reference", "fused_add_rms_norm_reference"]
+__all__ += ["rms_norm_reference", "rms_norm_backward_reference", "fused_add_rms_norm_reference"]
 
 
 def _import_operators() -> None:

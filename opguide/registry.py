@@ -161,12 +161,12 @@ OPERATORS: tuple[Operator, ...] = (
     ),
     Operator(
         name="silu_and_mul",
-        module="opguide.silu_and_mul",
+        module="opguide._silu_and_mul",
         public=("silu_and_mul", "silu_and_mul_reference"),
         csrc="csrc/silu_and_mul",
         ops=("silu_and_mul", "silu_and_mul_backward"),
         triton_ops=("silu_and_mul_triton", "silu_and_mul_backward_triton"),
-        triton_module="opguide.silu_and_mul.triton",
+        triton_module="opguide._silu_and_mul.triton",
         routes=("cpp", "triton"),
         # One family per route: the forward and backward kernels of each
         # share their file.
@@ -176,7 +176,7 @@ OPERATORS: tuple[Operator, ...] = (
                 "csrc/silu_and_mul/silu_and_mul_cpu.cpp",
             ),
             "cuda": ("csrc/silu_and_mul/silu_and_mul.cuh",),
-            "triton": ("opguide/silu_and_mul/triton/kernels.py",),
+            "triton": ("opguide/_silu_and_mul/triton/kernels.py",),
         },
         planning={
             "cpu": (
@@ -189,14 +189,14 @@ OPERATORS: tuple[Operator, ...] = (
                 "csrc/silu_and_mul/silu_and_mul_cuda.cu",
             ),
             "triton": (
-                "opguide/silu_and_mul/triton/ops.py",
+                "opguide/_silu_and_mul/triton/ops.py",
                 "opguide/triton/launch.py",
                 "opguide/triton/ops.py",
             ),
         },
         python=(
-            "opguide/silu_and_mul/ops.py",
-            "opguide/silu_and_mul/_checks.py",
+            "opguide/_silu_and_mul/ops.py",
+            "opguide/_silu_and_mul/_checks.py",
             "opguide/backends.py",
         ),
     ),

@@ -8,7 +8,7 @@ import torch
 
 import opguide
 from opguide import backends, silu_and_mul_reference
-from opguide.silu_and_mul.reference import silu_and_mul_backward_reference
+from opguide._silu_and_mul.reference import silu_and_mul_backward_reference
 from opguide.testing import TOLERANCES
 
 pytestmark = pytest.mark.cuda

@@ -70,23 +70,32 @@ def _implementations(device: torch.device) -> tuple[dict, dict[str, str]]:
     return impls, missing
 
 
-def _arg_sets(rows: int, d: int, dtype, device, backward: bool, halves: bool) -> list[tuple]:
+def _inputs(rows: int, d: int, dtype, device, backward: bool) -> list[tuple]:
+    """Enough sets of (x, grad_y or None) to exceed L2, drawn on the device."""
     sets = _rotation(rows * d * dtype.itemsize * (5 if backward else 3), device)
     out = []
     for s in range(sets):
-        gen = torch.Generator(device="cpu").manual_seed(s)
-        x = torch.randn(rows, 2 * d, generator=gen).to(device=device, dtype=dtype)
-        inputs = [h.contiguous() for h in x.chunk(2, dim=-1)] if halves else [x]
+        gen = torch.Generator(device=device).manual_seed(s)
+        x = torch.randn(rows, 2 * d, generator=gen, device=device, dtype=dtype)
+        grad_y = torch.randn(rows, d, generator=gen, device=device, dtype=dtype)
+        out.append((x, grad_y if backward else None))
+    return out
+
+
+def _arg_sets(inputs: list[tuple], backward: bool, halves: bool) -> list[tuple]:
+    """Each set as the implementation takes it: x, or its two halves (contiguous)."""
+    out = []
+    for x, grad_y in inputs:
+        args = [h.contiguous() for h in x.chunk(2, dim=-1)] if halves else [x]
         if backward:
-            inputs = [t.requires_grad_() for t in inputs]
-            inputs.append(torch.randn(rows, d, generator=gen).to(device=device, dtype=dtype))
-        out.append(tuple(inputs))
+            args = [a.detach().clone().requires_grad_() for a in args] + [grad_y]
+        out.append(tuple(args))
     return out
 
 
 def _copy_sets(rows: int, cols: int, dtype, device) -> list[tuple]:
     sets = _rotation(2 * rows * cols * dtype.itemsize, device)
-    src = [torch.randn(rows, cols, device=device).to(dtype) for _ in range(sets)]
+    src = [torch.randn(rows, cols, device=device, dtype=dtype) for _ in range(sets)]
     return [(s, torch.empty_like(s)) for s in src]
 
 
@@ -97,10 +106,12 @@ def measure(shapes, dtypes, device, rounds: int, calls: int) -> dict:
     for rows, d in shapes:
         for dtype in dtypes:
             for backward in (False, True):
+                print(f"silu_and_mul: {rows}x{d} {dtype} backward={backward}", file=sys.stderr)
+                inputs = _inputs(rows, d, dtype, device, backward)
                 fns = {}
                 for name, (f, halves) in impls.items():
                     fn = _fwd_bwd(f) if backward else f
-                    fns[name] = (fn, _arg_sets(rows, d, dtype, device, backward, halves))
+                    fns[name] = (fn, _arg_sets(inputs, backward, halves))
                 # Forward: 3d elements a row moved; with the backward 8d.
                 copy_cols = 4 * d if backward else 3 * d // 2
                 copies = _copy_sets(rows, copy_cols, dtype, device)
@@ -114,7 +125,7 @@ def measure(shapes, dtypes, device, rounds: int, calls: int) -> dict:
                         "pass": "forward+backward" if backward else "forward", "impl": name,
                         "seconds": t, "pct_of_copy": 100 * seconds["copy"] / t,
                     })  # fmt: skip
-                del fns
+                del fns, inputs
     return {"results": rows_out, "missing": missing}
 
 
