@@ -295,7 +295,7 @@ def test_flop_counter_counts_forward_and_backward():
     counts = counter.get_flop_counts()["Global"]
     assert counts[OPS.silu_and_mul] == 5 * 60
     assert counts[OPS.silu_and_mul_backward] == 10 * 60
-    if backends.triton_ready():
+    if backends.triton_ready() and os.environ.get("TRITON_INTERPRET") == "1":
         with FlopCounterMode(display=False) as counter:
             opguide.silu_and_mul(x.detach(), backend="triton")
         assert counter.get_flop_counts()["Global"][OPS.silu_and_mul_triton] == 5 * 60

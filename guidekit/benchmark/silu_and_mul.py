@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,8 +57,11 @@ def _implementations(device: torch.device) -> tuple[dict, dict[str, str]]:
     impls, missing = {}, {}
     # The compiled library's kernels: CUDA on a GPU, C++ on the CPU (--smoke).
     impls[f"opguide {device.type}"] = (lambda x: opguide.silu_and_mul(x, backend="cpp"), False)
-    if opguide.backends.triton_ready():
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    if opguide.backends.triton_ready() and (device.type == "cuda" or interpret):
         impls["opguide triton"] = (lambda x: opguide.silu_and_mul(x, backend="triton"), False)
+    elif opguide.backends.triton_ready():
+        missing["opguide triton"] = "CPU tensors run in Triton's interpreter: TRITON_INTERPRET=1"
     else:
         missing["opguide triton"] = "Triton is not usable in this process"
     impls["torch.compile"] = (torch.compile(opguide.silu_and_mul_reference), False)
