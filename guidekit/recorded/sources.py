@@ -25,6 +25,7 @@ import fnmatch
 import hashlib
 import importlib.util
 import json
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -130,7 +131,6 @@ MEASURED: dict[str, tuple[str, ...]] = {
     "triton_evict_first_off_*": ("triton:forward,fused", "bench:fixed"),
     "l2_*.json": ("cuda:forward,fused", "triton:forward,fused", "bench:fixed"),
     "sweep_one_input_set_*": ("cuda:forward", "triton:forward", "bench:sweep"),
-    "sweep_backward_*": ("cuda:backward", "triton:backward", "bench:sweep"),
     "sweep_odd_rows_16_byte_only_*": (f"cuda:{ALL}", f"triton:{ALL}", "bench:sweep",
                                       _VARIANT.format("odd_rows_16_byte_only")),
     "sweep_*.json": (f"cuda:{ALL}", f"triton:{ALL}", "bench:sweep"),
@@ -197,7 +197,7 @@ def measured(record: str, listed: Callable[[str], list[str]] | None = None) -> l
     """
     spec = next((s for p, s in MEASURED.items() if fnmatch.fnmatchcase(record, p)), None)
     if spec is None:
-        raise KeyError(f"no entry in guidekit.recorded.sources.MEASURED for {record}")
+        return _operator_benchmark(record)
     files: list[str] = []
     for item in spec:
         kind, _, arg = item.partition(":")
@@ -212,6 +212,38 @@ def measured(record: str, listed: Callable[[str], list[str]] | None = None) -> l
         else:
             files.append(item)
     return sorted(set(files))
+
+
+def _includes(paths: list[str]) -> set[str]:
+    """``paths`` and the repository's headers they include, directly or not."""
+    found, todo = set(), list(paths)
+    while todo:
+        path = todo.pop()
+        if path in found or not (ROOT / path).is_file():
+            continue
+        found.add(path)
+        for name in re.findall(r'^#include "([^"]+)"', (ROOT / path).read_text(), re.M):
+            todo.append(os.path.normpath(os.path.join(os.path.dirname(path), name)))
+    return found
+
+
+def _operator_benchmark(record: str) -> list[str]:
+    """What ``<operator>_<gpu>.json``, written by ``python -m guidekit.benchmark.<operator>``,
+    measured: the operator's CUDA and Triton kernels and planning, the headers they
+    include, its Python, the shared Triton code, the benchmark module and its timing.
+
+    Raises:
+        KeyError: the name is no operator's benchmark record.
+    """
+    for op in registry().OPERATORS:
+        tool = f"{_BENCH}{op.name}.py"
+        if fnmatch.fnmatchcase(record, f"{op.name}_*.json") and (ROOT / tool).is_file():
+            gpu = [f for k, v in (*op.kernels.items(), *op.planning.items())
+                   if k.startswith(("cuda", "triton")) for f in v]  # fmt: skip
+            cuda = _includes([f for f in gpu if f.startswith("csrc/")])
+            bench = [tool, _BENCH + "timing.py", _BENCH + "results.py"]
+            return sorted({*gpu, *cuda, *op.python, *registry().COMMON["triton"], *bench})
+    raise KeyError(f"no entry in guidekit.recorded.sources.MEASURED for {record}")
 
 
 def _lister(root: Path) -> Callable[[str], list[str]]:
