@@ -80,7 +80,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch.autograd.gradcheck import GradcheckError
 
 import opguide
-from guidekit.recorded import plots
+from guidekit.recorded.pages import bars_figure
 from opguide import rms_norm_backward_reference
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/08.png"
@@ -497,7 +497,7 @@ for i, what in enumerate(("without gradients", "with a backward")):
             f"({(py_mid - cpp_mid) / cpp_mid:+.0%} of the C++ call; {spans})"
         )
 # Both timings of this page, the median as a bar and each run as a dot:
-_ = plots.timings_figure(
+_ = bars_figure(
     {
         "backward, (2048, 4096) float32: ms a call, 3 runs": times,
         **{

@@ -186,8 +186,7 @@ import time
 import torch
 
 import opguide
-from guidekit.recorded import load, triton_vs_cuda
-from guidekit.recorded.pages import say
+from guidekit.recorded.pages import lines_figure, ranges, recorded, say, select, show, versus
 from opguide import rms_norm_reference
 from opguide import triton as triton_ops
 
@@ -497,30 +496,29 @@ print(
 # in % of the copy, both 16-bit types. The dotted line is the longest row one
 # Triton program holds; longer rows are split (:doc:`step 9.2
 # <09_triton_kernel_2_long_rows>`).
-sweep_record = load("sweep_opguide_h100.json")
-print("recorded:", triton_vs_cuda.measured_on(sweep_record))
-say_stale("sweep_opguide_h100.json")
+sweep_record = recorded("sweep_opguide_h100.json")
+say(f"Triton {sweep_record['triton']}, CUDA {sweep_record['cuda']}")
 LIMITS = {
     "forward": triton_ops.launch.MAX_REGISTER_ROW,
     "backward": triton_ops.launch.MAX_REGISTER_ROW_BACKWARD,
 }
-fig = triton_vs_cuda.plot_fractions(sweep_record, list(LIMITS), limits=LIMITS)
+ROUTES = ("opguide triton", "opguide")  # Triton, and the CUDA kernels
+rows = select(sweep_record["sweep"]["rows"], impl=ROUTES, **{"pass": tuple(LIMITS)})
+title = f"Recorded on {sweep_record['device']}"
+fig = lines_figure(rows, title, series=("impl", "dtype"), marks={"limit": LIMITS})
 # The rows this page's register kernels take: N up to each pass's limit.
-short = [r for r in sweep_record["sweep"]["rows"] if r["n"] <= LIMITS.get(r["pass"], 0)]
-for line in triton_vs_cuda.range_lines(short, list(LIMITS)):
-    print(line)
-ours = triton_vs_cuda.LABELS
-faster = sorted({ours[r["impl"]] for r in short if r["impl"] in ours and r["vs_copy"] > 1})
+short = [r for r in rows if r["n"] <= LIMITS[r["pass"]]]
+show(ranges(short, ("pass", "dtype", "impl")))
+faster = sorted({r["impl"] for r in short if r["vs_copy"] > 1})
 if faster:
-    print(
-        f"above 100% ({', '.join(faster)}): faster than torch's copy_ of the same bytes,\n"
-        "    which is no ceiling (step 11)"
+    say(
+        f"above 100% ({', '.join(faster)}): faster than torch's copy_ of the same bytes, "
+        "which is no ceiling (step 11)"
     )
 # Each point is the median of one run's batches, with no spread recorded, so
-# a gap under 1 point of the copy (``triton_vs_cuda.TIE``) counts as a tie.
+# a gap under 1 point of the copy counts as a tie.
 for pass_name, limit in LIMITS.items():
-    score = triton_vs_cuda.head_to_head(short, pass_name)
-    print(f"{pass_name}, N <= {limit}: {score.sentence()}".replace("; ", ";\n    "))
+    say(f"{pass_name}, N <= {limit}: " + versus(select(short, **{"pass": pass_name}), *ROUTES))
 
 # %%
 # Trade-offs: Triton or CUDA C++?

@@ -126,8 +126,7 @@ if not torch.cuda.is_available():
 import torch
 
 import opguide
-from guidekit.recorded import load, triton_vs_cuda
-from guidekit.recorded.pages import say_stale
+from guidekit.recorded.pages import lines_figure, ranges, recorded, say, select, show, versus
 from opguide import rms_norm_reference
 from opguide import triton as triton_ops
 from opguide.testing import TOLERANCES as TOL
@@ -199,16 +198,13 @@ for n in sorted({20000, 2**17 + 3, chunked_n}):
 # from the launch rules, say which kernel ran: the split one wherever the
 # GPU has at least that many SMs. The split backward runs at the library's
 # launch, segments of 4096 on 16 warps, 8 values each of ``x`` and ``grad_y``
-# a thread (the comment on ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py``):
-# 69-79% of the copy in the sweep of :doc:`step 11.3
-# <11_performance_3_long_rows>`. That sweep's fastest launches, 86-91%, hold
-# 32 values a thread, which spilled registers on sm_80 and sm_90 with Triton
-# 3.8 and 3.9 (the same comment), so the backward's numbers here stay below
-# step 11.3's best.
-record = load("sweep_opguide_h100.json")
-print("recorded:", triton_vs_cuda.measured_on(record))
-say_stale("sweep_opguide_h100.json")
-rows = record["sweep"]["rows"]
+# a thread (the comment on ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py``).
+# :doc:`Step 11.3 <11_performance_3_long_rows>` times the split backward at
+# its fastest launches too, which hold 32 values a thread and spilled
+# registers on sm_80 and sm_90 with Triton 3.8 and 3.9 (the same comment), and
+# prints how far the library's launch stays behind them.
+record = recorded("sweep_opguide_h100.json")
+say(f"Triton {record['triton']}, CUDA {record['cuda']}")
 longest = max(record["sweep"]["ns"])
 # The fused kernel's limit depends on the dtype: the longest 16-bit row it
 # keeps in registers, asked of its planner.
@@ -233,19 +229,21 @@ for pass_name, split in SPLITS.items():
         f"{pass_name:8} N > {LONGER_THAN[pass_name]:5}: split; N = {longest} is "
         f"{split.segments(longest)} segments of {split.seg}"
     )
-PASSES = list(LONGER_THAN)
-fig = triton_vs_cuda.plot_fractions(record, PASSES, longer_than=LONGER_THAN, columns=2)
-ranges = triton_vs_cuda.range_lines(rows, PASSES, longer_than=LONGER_THAN)
-for line in ranges:
-    print(line)
+ROUTES = ("opguide triton", "opguide")  # Triton, and the CUDA kernels
+rows = [
+    r
+    for r in select(record["sweep"]["rows"], impl=ROUTES, **{"pass": tuple(LONGER_THAN)})
+    if r["n"] > LONGER_THAN[r["pass"]]
+]
+fig = lines_figure(rows, f"Recorded on {record['device']}", series=("impl", "dtype"))
+show(ranges(rows, ("pass", "dtype", "impl")))
 
 # %%
 # Each point of the sweep is the median of one run's batches; the sweep was
 # not repeated and records no spread, so a small gap may be noise: a gap
-# under 1 point of the copy (``triton_vs_cuda.TIE``) counts as a tie.
+# under 1 point of the copy counts as a tie.
 for pass_name, floor in LONGER_THAN.items():
-    score = triton_vs_cuda.head_to_head(rows, pass_name, longer_than=floor)
-    print(f"{pass_name}, N > {floor}: {score.sentence()}".replace("; ", ";\n    "))
+    say(f"{pass_name}, N > {floor}: " + versus(select(rows, **{"pass": pass_name}), *ROUTES))
 
 # %%
 # Compiled for seven GPUs, without running them
@@ -273,16 +271,25 @@ full = os.environ.get(FULL_ENV, "0") == "1"
 results = triton_targets.check(kernels=["_rms_norm_fwd_split_kernel"], full=full)
 header = f"{'target':8} {'x':8} {'launch':24} {'regs':>4} {'spill':>5} {'shared':>6}"
 print(header, "budget", f"(Triton {triton.__version__})")
+
+
+def knobs(config: str) -> str:
+    """The words of a compiled variant's configuration that set its launch shape."""
+    return " ".join(w for w in config.split() if w.startswith(("BLOCK_N", "ROWS", "SEG", "num_w")))
+
+
 for u in results:
-    knobs = triton_vs_cuda.launch_knobs(u.config)
     print(
-        f"{u.target:8} {u.dtypes[:7]:8} {knobs:24} {u.regs:>4} "
+        f"{u.target:8} {u.dtypes[:7]:8} {knobs(u.config):24} {u.regs:>4} "
         f"{u.spills + u.sgpr_spills:>5} {u.shared:>6} "
         f"{u.reg_budget}r/{u.smem_budget // 1024}K {u.status}"
     )
-for line in triton_vs_cuda.compile_lines(results):
-    print(line)
-launches = sorted({triton_vs_cuda.launch_knobs(u.config) for u in results})
+statuses = ("ok", "spill", "over budget", "error")
+print(
+    f"{len(results)} compiles: "
+    + ", ".join(f"{sum(u.status == s for u in results)} {s}" for s in statuses)
+)
+launches = sorted({knobs(u.config) for u in results})
 checked = "every launch" if full else "the representative launches"
 x_dtypes = sorted({u.dtypes.split(",")[0] for u in results})
 print(
@@ -310,7 +317,7 @@ print(
 # the library would make there that Triton refuses. What it does not show:
 # this check runs no kernel, so it says nothing about results or speed (the
 # H100's is the recorded sweep above, compiled by the Triton that its
-# ``recorded:`` line names, while this table comes from the Triton installed
+# ``Triton`` line names, while this table comes from the Triton installed
 # here, whose register counts may differ; the other targets have not run
 # these kernels); correctness on AMD GPUs is not tested by this.
 # ``tests/test_triton_targets.py`` runs the same check for every kernel and

@@ -192,8 +192,7 @@ import warnings
 import torch
 
 import opguide
-from guidekit.recorded import load, triton_vs_cuda
-from guidekit.recorded.pages import say_stale
+from guidekit.recorded.pages import lines_figure, ranges, recorded, say, select, show, versus
 from opguide import fused_add_rms_norm_reference
 from opguide import triton as triton_ops
 
@@ -420,18 +419,17 @@ def longest_register_row(planner, dtype: torch.dtype) -> int:
     return max(n for n in fits if isinstance(planner(1, n, dtype, cpu), Registers))
 
 
-record = load("sweep_opguide_h100.json")
-rows = record["sweep"]["rows"]
-print("recorded:", triton_vs_cuda.measured_on(record))
-say_stale("sweep_opguide_h100.json")
-print(textwrap.fill("bytes per call: " + record["bytes_model"]["fused"], 88))
+record = recorded("sweep_opguide_h100.json")
+say(f"Triton {record['triton']}, CUDA {record['cuda']}")
+say("bytes per call: " + record["bytes_model"]["fused"])
 fused_limit = longest_register_row(launch.fused_config, torch.bfloat16)
-fig = triton_vs_cuda.plot_fractions(record, ["fused"], limits={"fused": fused_limit})
-for line in triton_vs_cuda.range_lines(rows, ["fused"]):
-    print(line)
-# One timing per point: a gap under ``triton_vs_cuda.TIE`` points is a tie.
-score = triton_vs_cuda.head_to_head(rows, "fused")
-print(score.sentence().replace("; ", ";\n    "))
+ROUTES = ("opguide triton", "opguide")  # Triton, and the CUDA kernel
+rows = select(record["sweep"]["rows"], impl=ROUTES, **{"pass": "fused"})
+title = f"Recorded on {record['device']}"
+fig = lines_figure(rows, title, series=("impl", "dtype"), marks={"limit": {"fused": fused_limit}})
+show(ranges(rows, ("pass", "dtype", "impl")))
+# One timing per point: a gap under 1 point of the copy is a tie.
+say(versus(rows, *ROUTES))
 
 # %%
 # Trade-offs, again

@@ -426,32 +426,67 @@ print(f"version counters after the compiled call: {versions(compiled_k, compiled
 # keeps when ``NDEBUG`` is defined (`IndexKernel.cu
 # <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cuda/IndexKernel.cu>`__
 # checks ``index_copy_`` so).
-import json  # noqa: E402
-
-from guidekit.recorded import bad_index, recorded_dir  # noqa: E402
-from guidekit.recorded.pages import recorded, say, say_stale, show  # noqa: E402
+from guidekit.recorded.pages import bars_figure, recorded, say, say_stale, show, table  # noqa: E402
 
 costs = recorded("bad_index_h100.json")
-for name, what in bad_index.STRATEGIES.items():
+STRATEGIES = {
+    "skip": "the token writes nothing; nobody is told",
+    "flag_read": "error flag, read by the host after every launch (the template's)",
+    "flag_later": "error flag, read where the host waits anyway",
+    "pre_pass": "a checking kernel, read by the host, then the write",
+    "trap": "__trap() in the kernel: the launch fails",
+}
+for name, what in STRATEGIES.items():
     say(f"{name:11} {what}")
-show(bad_index.table_lines(costs))
+ROUNDS = [
+    {"way": way, "tokens": shape["tokens"], **t}
+    for shape in costs["shapes"]
+    for way, t in shape["us_per_call"].items()
+]
+say("us per call, median [middle half of the rounds], by token count:")
+show(
+    table(
+        ROUNDS,
+        ("way",),
+        "tokens",
+        lambda t: f"{t['median_us']:.1f} [{t['q1_us']:.1f}-{t['q3_us']:.1f}]",
+    )
+)
 title = "One call of a writing operator, by how it reports a bad slot (recorded)"
-_ = bad_index.figure(costs, title)
+_ = bars_figure(
+    {
+        f"{s['tokens']} token(s), us per call": {
+            way: t["samples_us"] for way, t in s["us_per_call"].items()
+        }
+        for s in costs["shapes"]
+    },
+    title,
+)
 
 # %%
 # Each way against skipping: "no measurable difference" where the middle
 # halves of the rounds overlap; a way that does skip's work and measures
-# faster is called noise, whether the halves overlap or not:
-show(bad_index.cost_lines(costs))
-
-# %%
-# Across the token counts:
-show(bad_index.summary_lines(costs))
+# faster is noise:
+for shape in costs["shapes"]:
+    t = shape["us_per_call"]
+    skip = t["skip"]
+    said = []
+    for way in ("flag_read", "flag_later", "pre_pass", "trap"):
+        if t[way]["q1_us"] <= skip["q3_us"] and skip["q1_us"] <= t[way]["q3_us"]:
+            said.append(f"{way} no measurable difference")
+        else:
+            extra = t[way]["median_us"] - skip["median_us"]
+            # flag_later and trap do skip's work on good slots: faster is noise.
+            noise = " (noise)" if extra < 0 and way in ("flag_later", "trap") else ""
+            said.append(f"{way} {extra:+.1f} us{noise}")
+    say(f"{shape['tokens']} token(s): " + "; ".join(said))
 
 # %%
 # And what each did with one bad slot (token 5 of 16), the trap in a process
 # of its own:
-show(bad_index.outcome_lines(costs))
+for way, outcome in costs["bad_slot"].items():
+    told = [f"{k.replace('_', ' ')}: {'none' if v == -1 else v}" for k, v in outcome.items()]
+    say(f"{way}: " + ", ".join(t for t in told if not t.endswith("None")))
 
 # %%
 # The two ways that tell the host during the call make it wait for the
@@ -472,11 +507,19 @@ show(bad_index.outcome_lines(costs))
 # ``compute-sanitizer --tool memcheck`` (``tools/record_template_gpu.py run
 # --memcheck scatter``), the out-of-range cases included; each line names the
 # project, its tests and the sanitizer's summary:
-template_records = {
-    path.name: json.loads(path.read_text())
-    for path in sorted(recorded_dir().glob("template_*_cuda_*.json"))
-}
-memchecked = bad_index.memcheck_lines(template_records)
+import json  # noqa: E402
+
+from guidekit.recorded import recorded_dir  # noqa: E402
+
+memchecked = []
+for path in sorted(recorded_dir().glob("template_*_cuda_*.json")):
+    say_stale(path.name)
+    for project in json.loads(path.read_text())["projects"]:
+        if checked := project.get("memcheck"):
+            failed = f", exit status {checked['exit_code']}" if checked.get("exit_code", 0) else ""
+            tests = checked["tests"].rsplit(" in ", 1)[0]  # the counts, not the time
+            errors = checked["errors"].removeprefix("ERROR SUMMARY: ")
+            memchecked.append(
+                f"{path.name}: {project['project']}: {tests}; memcheck {errors}{failed}"
+            )
 show(memchecked or ["no recorded memcheck run of the template's writing kind"])
-for name in template_records:
-    say_stale(name)

@@ -25,8 +25,8 @@ Step 11 has four pages, each answering one question:
 The GPU numbers on these pages are **recorded**: ``python -m
 guidekit.benchmark`` and the ``tools/sweep_*`` programs wrote them on a GPU
 into ``docs/recorded/``. Each page prints the device and the date of every
-file it reads, and :mod:`guidekit.recorded` (tested in
-``tests/test_recorded.py``) computes what the page says of them. The CPU
+file it reads (with ``guidekit.recorded.pages``, tested in
+``tests/test_recorded.py``) and computes each number it states from them. The CPU
 measurement at the end runs live, and so does the forward at two row
 lengths where the page is built on a GPU.
 """
@@ -54,21 +54,16 @@ if not torch.cuda.is_available():
 
 # sphinx_gallery_parallel = False  # it times kernels on the CPU: runs alone
 from guidekit import benchmark
-from guidekit.recorded import listed, plots, sweeps
-from guidekit.recorded.long_rows import (
-    access_lines,
-    behind_lines,
-    odd_row_lines,
-    slower_as_built,
-)
+from guidekit.recorded import listed
 from guidekit.recorded.pages import (
-    compare,
-    cpu_lines,
-    live_forward_lines,
+    bars_figure,
+    fixed_changes,
+    lines_figure,
     recorded,
     say,
+    select,
     show,
-    sweep_rows,
+    table,
 )
 
 for pass_name in benchmark.GPU_PASSES:
@@ -84,12 +79,20 @@ say("training  the forward's bytes plus the backward's")
 # ``copy_`` of exactly the pass's bytes, and reports each implementation as
 # the copy's time over its own: 100% is the copy's speed, and a kernel that
 # moves its bytes faster than torch's ``copy_`` scores more. A copy of one
-# gigabyte is timed too, as the device's bandwidth. The last line below says
-# how much the copy's own speed moves between row lengths.
+# gigabyte is timed too, as the device's bandwidth. The last line says how
+# much the copy's own speed moves between row lengths of one pass:
 sweep_file = recorded("sweep_h100.json")
 sweep = sweep_file["sweep"]
 say(f"1 GiB copy: {sweep_file['copy_bandwidth_GBps']:.0f} GB/s")
-show(sweeps.copy_lines([r for r in sweep["rows"] if r["dtype"] == "bf16"]))
+copies = select(sweep["rows"], impl=benchmark.SAME_SIZE_COPY, dtype="bf16")
+spread = max(
+    max(r["GBps"] for r in found) / min(r["GBps"] for r in found) - 1
+    for found in (select(copies, **{"pass": p}) for p in benchmark.SWEEP_PASSES)
+)
+say(
+    f"The same-size copy's speed differs by up to {100 * spread:.1f}% between the row lengths "
+    "of one pass: percentages at different N are that much off one scale."
+)
 
 # %%
 # How to time
@@ -112,32 +115,36 @@ show(sweeps.copy_lines([r for r in sweep["rows"] if r["dtype"] == "bf16"]))
 # clean (``--keep-l2``) and with it, in % of the 1 GiB copy:
 kept, cleaned = recorded("l2_keep_h100.json"), recorded("l2_clean_h100.json")
 impls = ["opguide", "opguide triton", "compile(reference)", "F.rms_norm"]
-l2 = compare("forward", impls, kept, cleaned, ("L2 as left", "L2 cleaned"))
-moved = [c for c in l2 if abs(c.points) > 1]
-say(f"Moved by more than a point: {listed(sorted({c.impl for c in moved}))}")
-say(f"The largest change: {max(l2, key=lambda c: abs(c.points)).points:+.1f} points")
+l2 = fixed_changes(kept, cleaned, "forward", impls)
+show(table(l2, ("impl", "shape"), "pass", lambda r: f"{r['before']:.1%} -> {r['after']:.1%}"))
+say(
+    f"Moved by more than a point: {listed(sorted({c['impl'] for c in l2 if abs(c['points']) > 1}))}"
+)
+say(f"The largest change: {max((c['points'] for c in l2), key=abs):+.1f} points")
 
 # %%
 # Why three input sets? The sweep's ``x`` alone is larger than L2 (its size
 # is printed below), yet a call that reads the set the call before it read
 # may find part of it there, and how much depends on the kernel. The
 # bfloat16 forward of the sweep below, recorded by a separate command with
-# one set (``--min-sets 1``), against three:
+# one set (``--min-sets 1``), in points of the copy gained against three:
 one_set = recorded("sweep_one_input_set_h100.json")["sweep"]
-ONE = sweeps.fractions(one_set["rows"])
-FORWARD = [r for r in sweep["rows"] if (r["dtype"], r["pass"]) == ("bf16", "forward")]
-THREE = sweeps.fractions(FORWARD)
+THREE = {
+    (r["impl"], r["n"]): r["vs_copy"]
+    for r in sweep["rows"]
+    if (r["dtype"], r["pass"]) == ("bf16", "forward")
+}
+gains = [
+    {**r, "points": 100 * (r["vs_copy"] - THREE[(r["impl"], r["n"])])}
+    for r in one_set["rows"]
+    if r["impl"] != benchmark.SAME_SIZE_COPY
+]
 say(f"x in bfloat16: {sweep['elements'] * 2 / 2**20:.0f} MiB per input set")
-say(f"sets: {one_set['min_sets']} against {sweep['min_sets']}")
-show(sweeps.one_set_lines(sweeps.one_set_gains(ONE, THREE)))
-say("the CUDA forward slower than Liger or Quack at N =")
-say(f"  with one set: {listed(sweeps.behind_peer(ONE, one_set['ns']))}")
-say(f"  with three:   {listed(sweeps.behind_peer(THREE, one_set['ns']))}")
+show(table(gains, ("impl",), "n", lambda r: f"{r['points']:+.1f}"))
+top = max(gains, key=lambda r: r["points"])
+say(f"The most one set gains: {top['points']:.1f} points, {top['impl']} at N = {top['n']}")
 
 # %%
-# The last two lines say where the order of the kernels depends on the
-# number of input sets.
-#
 # Every row length
 # ----------------
 # The sweep keeps ``M * N`` fixed, so every point moves the same bytes and
@@ -147,62 +154,79 @@ say(f"  with three:   {listed(sweeps.behind_peer(THREE, one_set['ns']))}")
 # opguide's CUDA and Triton kernels it times ``F.rms_norm``,
 # ``torch.compile`` of the Python reference, Liger-Kernel (Triton) and Quack
 # (CuTe DSL), and vLLM's fused kernel where it imports, in bfloat16 and
-# float16. A peer that did not import is named, with its own run where one
-# was recorded:
+# float16. A peer that did not import is named:
 say(f"{sweep['dtypes']}, M * N = {sweep['elements']} elements")
 say(f"N = {sweep['ns']}")
 say(f"Triton {sweep_file['triton']}, CUDA {sweep_file['cuda']}")
-ALL_ROWS = sweep_rows(sweep_file)
-ROWS = [r for r in ALL_ROWS if r["dtype"] == "bf16"]
-AT, BY_DTYPE = sweeps.at(ROWS), sweeps.by_dtype(ALL_ROWS)
-
-# %%
-# Each pass in GB/s against the row length, bfloat16; the dashed line is the
-# copy of the same bytes:
-title = f"RMSNorm, bfloat16, GPU time: {sweep_file['device']} (recorded)"
-_ = plots.sweep_figure(ROWS, sweep["ns"], title)
+for name, why in sweep["peers_missing"].items():
+    say(f"did not import when recorded: {name} ({why})")
 
 # %%
 # The targets, in % of the same-size copy, apply to both of opguide's
-# kernels; the CUDA kernel should also be at least as fast as the fastest of
-# Liger, Quack, ``F.rms_norm`` and ``torch.compile`` in the forward and in
-# training, and, in the fused residual-add + RMSNorm, as Liger's and Quack's
-# fused kernels and ``torch.compile`` of the two operations. A second run of
-# the sweep (further down) need not give the CUDA kernel the same numbers as
-# the first. Where it and the fastest peer are no further apart than the
-# CUDA kernel's largest change in that pass between the two runs (printed
-# first; the peers ran once), the last column says ``tie``. bfloat16, every point:
-say("targets: " + ", ".join(f"{p} {100 * t:.0f}%" for p, t in sweeps.TARGETS.items()))
-again_file = recorded("sweep_opguide_h100.json")
-RERUN = sweeps.rerun_changes(ALL_ROWS, again_file["sweep"]["rows"])
-SPREAD = sweeps.rerun_spread(RERUN)
-say(
-    "a tie within: "
-    + ", ".join(f"{p} {SPREAD[p]:.2f} points" for p in sweeps.PASS_PEERS if p in SPREAD)
+# kernels: 90% in the forward and in the fused residual-add + RMSNorm, 85% in
+# the backward and in training. The CUDA kernel should also be at least as
+# fast as the fastest peer: Liger, Quack, ``F.rms_norm`` and
+# ``torch.compile`` in the forward and in training; in the fused pass,
+# Liger's and Quack's fused kernels and ``torch.compile`` of the two
+# operations. Each pass against the row length, bfloat16 (float16 dashed for
+# opguide's kernels), with its target:
+TARGETS = {"forward": 0.90, "backward": 0.85, "training": 0.85, "fused": 0.90}
+OURS = ("opguide", "opguide triton")
+PEERS = (
+    "liger",
+    "quack",
+    "F.rms_norm",
+    "compile(reference)",
+    "liger (fused)",
+    "quack (residual)",
+    "compile(residual += x; F.rms_norm)",
+    "compile(unfused reference)",
 )
-show(sweeps.target_lines(AT, sweep["ns"], SPREAD))
-say("float16, the same targets:")
-show(sweeps.dtype_target_lines(BY_DTYPE))
-misses = sweeps.target_misses(BY_DTYPE)
-expected, other = sweeps.expected_misses(misses)
-say(f"Misses on rows split over blocks or programs: {'; '.join(expected) or 'none'}")
-say(f"Misses on rows one block or program holds: {'; '.join(other) or 'none'}")
-against = sweeps.slower_than_fastest_peer(BY_DTYPE, SPREAD)
-slow = against["SLOWER"]
+ROWS = select(sweep["rows"], impl=OURS + PEERS, dtype="bf16")
+title = f"RMSNorm, GPU time: {sweep_file['device']} (recorded)"
+marks = {"target": {p: 100 * t for p, t in TARGETS.items()}}
+shown = ROWS + select(sweep["rows"], impl=OURS, dtype="fp16")
+_ = lines_figure(shown, title, series=("impl", "dtype"), marks=marks)
+
+# %%
+# Every bfloat16 point, then the misses and the CUDA kernel against the
+# fastest peer of its pass, both 16-bit types. A second run of the sweep
+# (``sweep_opguide_h100.json``, recorded again on the same kind of GPU with
+# the same versions) need not give the CUDA kernel the same numbers: a gap
+# to the peer no larger than the most that second run moved a point of the
+# CUDA kernel (printed) counts as a tie.
+fastest = {}  # (pass, N) -> the fastest peer's row, named in its cell
+for r in select(ROWS, impl=PEERS):
+    if r["vs_copy"] > fastest.get((r["pass"], r["n"]), {"vs_copy": 0})["vs_copy"]:
+        peer = r["impl"].split("(")[0].strip()  # its library: "compile", "quack", ...
+        fastest[(r["pass"], r["n"])] = {**r, "impl": "fastest peer", "peer": peer}
+cells = select(ROWS, impl=OURS) + list(fastest.values())
+show(table(cells, ("pass", "n"), "impl", lambda r: f"{r.get('peer', '')} {r['vs_copy']:.1%}"))
+misses = {}  # (impl, pass, dtype) -> the row lengths where it misses the target
+for r in select(sweep["rows"], impl=OURS):
+    if r["vs_copy"] < TARGETS[r["pass"]]:
+        misses.setdefault((r["impl"], r["pass"], r["dtype"]), []).append(r["n"])
+for (impl, pass_name, dtype), ns in misses.items():
+    say(f"missed: {impl} {pass_name} {dtype} at N = {listed(ns)}")
+if not misses:
+    say("missed: none")
+FIRST = {(r["impl"], r["pass"], r["dtype"], r["n"]): r["vs_copy"] for r in sweep["rows"]}
+RERUN = [
+    {**r, "points": 100 * (r["vs_copy"] - FIRST[k])}
+    for r in recorded("sweep_opguide_h100.json")["sweep"]["rows"]
+    if r["impl"] in OURS and (k := (r["impl"], r["pass"], r["dtype"], r["n"])) in FIRST
+]
+tie = max(abs(r["points"]) for r in select(RERUN, impl="opguide"))
+lead = {}  # (pass, dtype, N) -> the CUDA kernel's % of the copy less the fastest peer's
+for r in select(sweep["rows"], impl=PEERS, **{"pass": ("forward", "training", "fused")}):
+    key = (r["pass"], r["dtype"], r["n"])
+    lead[key] = min(lead.get(key, 100.0), 100 * (FIRST[("opguide", *key)] - r["vs_copy"]))
+slower = [" ".join(map(str, k)) for k, v in lead.items() if v < -tie]
 say(
-    f"The CUDA kernel against the fastest peer, at {sum(map(len, against.values()))} forward, "
-    "training and fused points, both 16-bit types: "
-    f"faster at {len(against['faster'])}, a tie at {len(against['tie'])}, "
-    f"slower at {len(slow)}"
+    f"The CUDA kernel against the fastest peer, a tie within {tie:.2f} points: faster at "
+    f"{sum(v > tie for v in lead.values())}, a tie at {sum(abs(v) <= tie for v in lead.values())}"
+    f", slower at {len(slower)} of {len(lead)} points: {listed(slower)}"
 )
-say(f"  slower: {listed(slow)}")
-say(f"  a tie: {listed(against['tie'])}")
-behind = sorted({s.split()[1] for s in slow})
-if behind:
-    say(f"The passes where a peer is faster somewhere: {', '.join(behind)}; the table above")
-    say("  names that peer at each N (the 'fastest peer' column).")
-gaps = sweeps.dtype_gaps(ALL_ROWS)
-say(f"float16 against bfloat16, opguide: at most {max(gaps):.1f} points apart")
 why_not: dict[str, list[str]] = {}  # each reason once, with the points it stopped
 for s in sweep["skipped"]:
     why_not.setdefault(s["reason"], []).append(f"{s['pass']} {s['impl']} {s['dtype']} N={s['n']}")
@@ -211,26 +235,21 @@ for reason, where in why_not.items():
     say(f"  {reason}")
 
 # %%
-# The lines above are the conclusion: where a target is missed, or a peer is
-# faster, they name the point. Rows longer than a block holds are split over
+# The lines above are the conclusion: they name each missed target and each
+# point where a peer is faster. Rows longer than a block holds are split over
 # blocks or programs that wait for each other:
-# :doc:`11_performance_3_long_rows` shows how. The CUDA forward sends to
-# clusters some rows that one block could still hold (that page prints the
-# two lengths); the longest such row of this sweep runs on a cluster by that
-# choice, which no record times on one block. The Triton backward's misses on
-# split rows come from its launch, not from splitting itself: in that page's
-# sweep of the split kernels ("Wait without a fence"), the same backward at
-# its fastest launch, which holds 32 values a thread, is above the backward's
-# target at every row length timed. The library keeps to 16 values a thread
-# or fewer, because at 32 the kernel spills registers with Triton 3.8 and 3.9
-# (the comment on ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py``), which
-# no record here shows; the sweep's own Triton is printed above.
+# :doc:`11_performance_3_long_rows` shows how, and what the Triton backward's
+# launch gives up on split rows. The library keeps the split backward to 16
+# values a thread or fewer, because at 32 the kernel spills registers with
+# Triton 3.8 and 3.9 (the comment on ``SPLIT_BACKWARD`` in
+# ``opguide/triton/launch.py``), which no record here shows; the sweep's own
+# Triton is printed above.
 #
-# How much of this is the run? The same sweep of opguide's kernels and the
-# copy, recorded again on the same kind of GPU with the same versions
-# (``sweep_opguide_h100.json``, read above), against the run above, in points
-# of the copy:
-show(sweeps.rerun_lines(RERUN))
+# How much of this is the run? The second run against the first, each
+# kernel's lowest and highest change in points of the copy:
+for impl, pass_name in dict.fromkeys((r["impl"], r["pass"]) for r in RERUN):
+    moved = [r["points"] for r in select(RERUN, impl=impl, **{"pass": pass_name})]
+    say(f"{impl:15} {pass_name:9} {min(moved):+5.1f} to {max(moved):+5.1f} points")
 
 # %%
 # A difference between two kernels smaller than these changes is not one to
@@ -246,8 +265,7 @@ show(sweeps.rerun_lines(RERUN))
 # rows than that (``narrow_backward_plan`` in
 # ``csrc/rms_norm/rms_norm_planner.cuh``, below the lines shown, with
 # ``narrow_backward_regs`` in ``csrc/rms_norm/rms_norm_config.h``); a longer
-# odd row's backward takes the chunked kernel, which reads the row twice. The
-# table below gives each row length's before and after:
+# odd row's backward takes the chunked kernel, which reads the row twice:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_planner.cuh
 #    :language: cuda
@@ -261,47 +279,49 @@ show(sweeps.rerun_lines(RERUN))
 #    :language: python
 #    :pyobject: align
 #
-# Two recorded runs, with 16-byte accesses only and as built (bfloat16, % of
-# the same-size copy, before and after; ``F.rms_norm`` from the second run;
-# ``-``: a point the run did not record, such as ``F.rms_norm`` in the fused
-# pass, which it has no kernel for):
+# Two recorded runs, as built and with 16-byte accesses only (the CUDA
+# kernels then take a row that is no whole number of vectors one element at
+# a time), bfloat16, % of the same-size copy (``-``: a point the run did not
+# record, such as ``F.rms_norm`` in the fused pass, which it has no kernel
+# for):
 #
 # .. dropdown:: tools/variants/odd_rows_16_byte_only.patch (16-byte accesses or one element)
 #
 #    .. literalinclude:: /../tools/variants/odd_rows_16_byte_only.patch
 #       :language: diff
 #       :caption: tools/variants/odd_rows_16_byte_only.patch
-wide_file = recorded("sweep_odd_rows_16_byte_only_h100.json")
-WIDE_ROWS = sweeps.by_dtype(wide_file["sweep"]["rows"])
-WIDE = {k[1:]: r["vs_copy"] for k, r in WIDE_ROWS.items()}
 odd_file = recorded("sweep_odd_rows_h100.json")
-ODD = {k: r["vs_copy"] for k, r in sweeps.by_dtype(odd_file["sweep"]["rows"]).items()}
-show(odd_row_lines(WIDE, ODD, odd_file["sweep"]["ns"]))
-show(slower_as_built(WIDE, ODD))
+ODD = select(
+    odd_file["sweep"]["rows"], dtype="bf16", impl=("opguide", "opguide triton", "F.rms_norm")
+)
+WIDE = [
+    {**r, "impl": "CUDA, 16-byte only"}
+    for r in select(
+        recorded("sweep_odd_rows_16_byte_only_h100.json")["sweep"]["rows"],
+        dtype="bf16",
+        impl="opguide",
+    )
+]
+show(table(ODD + WIDE, ("pass", "n"), "impl", lambda r: f"{r['vs_copy']:.0%}"))
 title = f"Odd row lengths, bfloat16: {odd_file['device']} (recorded)"
-_ = plots.odd_rows_figure(WIDE, ODD, odd_file["sweep"]["ns"], title)
-
-# %%
-# The plot's crosses are the CUDA kernels with 16-byte accesses only, where
-# they can take the row at all. By access width, both 16-bit types, the
-# lowest and highest % of the copy (the backward and training points whose
-# backward takes the chunked kernel are left out: that kernel reads the row
-# twice whatever the access), and where the CUDA kernels trail by more than 2
-# points:
-show(access_lines(ODD))
-for other_impl in ("F.rms_norm", "opguide triton"):
-    show(behind_lines(ODD, other_impl))
+_ = lines_figure(ODD + WIDE, title)
+wide_at = {(r["pass"], r["n"]): r["vs_copy"] for r in WIDE}
+trail = [
+    f"{r['pass']} {r['n']}"
+    for r in select(ODD, impl="opguide")
+    if r["vs_copy"] < wide_at.get((r["pass"], r["n"]), 0) - 0.02
+]
+say(
+    f"Where the CUDA kernels as built trail the 16-byte-only build by more than 2 points: "
+    f"{listed(trail)}"
+)
 
 # %%
 # A narrower access takes more instructions per byte; rows of an odd number
-# of elements take the narrowest, two bytes. Where the ranges above do not
-# fall with the width, or a point trails its 16-byte-only build, the
-# instruction count is not what limits that kernel. The fused kernel's 4-byte
-# path is such a point: at the one row length measured with it (2050), it is
-# slower in bfloat16 than the single elements that the 16-byte-only build
-# takes there, and in both 16-bit types slower than its own single elements
-# at 2049. For the fused kernel at that row length the planner's 4-byte
-# choice is a measured loss; these runs do not time its cause.
+# of elements take the narrowest, two bytes. Where a point as built trails
+# its 16-byte-only build (the last line names each), the instruction count
+# is not what limits that kernel there, and the planner's choice is a
+# measured loss at that row length; these runs do not time its cause.
 #
 # On the CPU
 # ----------
@@ -316,8 +336,27 @@ for other_impl in ("F.rms_norm", "opguide triton"):
 # ``opguide into existing y`` times the loop alone.
 # The implementations take turns; medians count:
 cpu = benchmark.run_cpu_kernel()
-show(cpu_lines(cpu))
-_ = plots.timings_figure(
+for r in cpu["rows"]:
+    say(
+        f"  {r['impl']:28} {r['seconds'] * 1e3:7.2f} ms {r['GBps']:6.1f} GB/s "
+        f"{r['vs_copy']:5.2f}x copy_"
+    )
+mine = next(r["vs_copy"] for r in cpu["rows"] if r["impl"] == "opguide (C++ kernel)")
+verdict = "met" if mine <= cpu["target_vs_copy"] else "missed"
+say(
+    f"On {cpu['threads']} thread(s) the operator takes {mine:.2f}x copy_'s time: the target "
+    f"of at most {cpu['target_vs_copy']}x is {verdict}."
+)
+faster = [
+    r["impl"]
+    for r in cpu["rows"]
+    if not r["impl"].startswith("copy_") and round(r["vs_copy"], 2) < 1
+]
+say(
+    f"Faster than copy_ with at least its bytes to move: {listed(faster)}"
+    + (" (so here copy_ does not run at the memory's bandwidth)." if faster else ".")
+)
+_ = bars_figure(
     {
         f"float32 {tuple(cpu['shape'])}: ms a call, median of {cpu['rounds']} rounds": {
             r["impl"]: [1e3 * r["seconds"]] for r in cpu["rows"]
@@ -335,10 +374,29 @@ _ = plots.timings_figure(
 # with its device, versions and date. On a machine with a CUDA GPU and
 # opguide's CUDA kernels, this page also times the forward at two row
 # lengths live, on as many elements a call as the sweep above, each beside
-# the sweep's number and the GPU it was recorded on (on the same GPU model,
-# another run: expect a few points of difference, more where other work
-# shares the GPU; on another GPU the two need not agree):
-show(live_forward_lines(record=sweep_file))
+# the sweep's number (on the same GPU model, another run: expect a few
+# points of difference, more where other work shares the GPU; on another
+# GPU the two need not agree):
+op = torch.ops.opguide.rms_norm.default
+if torch.cuda.is_available() and op.has_kernel_for_dispatch_key(torch.DispatchKey.CUDA):
+    only = ("opguide", benchmark.SAME_SIZE_COPY)
+    live = benchmark.run_sweep(
+        torch.device("cuda"),
+        ns=(4096, 65536),
+        elements=sweep["elements"],
+        passes=("forward",),
+        only=only,
+    )
+    for r in select(live["rows"], impl="opguide"):
+        say(
+            f"LIVE {torch.cuda.get_device_name()}: N = {r['n']}: {r['vs_copy']:.1%} of the copy "
+            f"(recorded: {FIRST[('opguide', 'forward', 'bf16', r['n'])]:.1%})"
+        )
+else:
+    say(
+        "SKIPPED: no CUDA GPU with opguide's CUDA kernels here; the GPU numbers are the "
+        "recorded ones."
+    )
 
 # %%
 # Next: :doc:`11_performance_2_eager`, what a call costs when the host, not

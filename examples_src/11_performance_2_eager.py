@@ -39,73 +39,115 @@ if not torch.cuda.is_available():
 # ----------
 # **Eager time** is the wall clock of calls made as a user makes them, back to
 # back, then one synchronisation. The same operators, bfloat16, in
-# microseconds per call at every shape. ``torch.ops`` is the bare operator
-# ``torch.ops.opguide.rms_norm``; ``opguide`` is the Python wrapper
-# :func:`opguide.rms_norm`, which hands plain tensors straight to the
-# operator and its C++ checks; ``triton exp`` is the
-# Triton backend's opt-in direct launch (below). Training calls the norm and
-# then ``backward``. The ``parts`` table times pieces of such a call: the
-# forward and backward operators without autograd (``ops``; ``F ops`` are
-# the ATen operators under ``F.rms_norm``), ``opguide::rms_norm_fwd`` under
-# its ``torch::autograd::Function`` of two outputs (``Function``), and
-# autograd around a Python Function that launches nothing (``empty Fn``):
-from guidekit.recorded import eager, plots, sweeps
-from guidekit.recorded.pages import recorded, say, show
+# microseconds per call: the median over eight shapes (1 to 1024 rows of
+# 4096 or 8192), their range, and the range of the ratio to ``F.rms_norm``'s
+# call at the same shape. ``torch.ops.opguide.rms_norm`` is the bare operator;
+# ``opguide`` is the Python wrapper :func:`opguide.rms_norm`, which hands
+# plain tensors straight to the operator and its C++ checks; ``experimental
+# eager`` is the Triton backend's opt-in direct launch (below). Training
+# calls the norm and then ``backward``. Some training rows time pieces of
+# such a call: the forward and backward operators without autograd (``ops``,
+# ``launches``; ``F.rms_norm ops`` are the ATen operators under
+# ``F.rms_norm``), ``opguide::rms_norm_fwd`` under its
+# ``torch::autograd::Function`` of two outputs (``autograd::Function``), and
+# autograd around a Python Function that launches nothing:
+import statistics
+
+from guidekit.benchmark.eager import EAGER_KERNELS, EMPTY_FUNCTION, FUNCTION_NODE
+from guidekit.benchmark.eager import TRITON_EXPERIMENTAL as EXPERIMENTAL
+from guidekit.recorded.pages import bars_figure, recorded, say, select
 
 eager_file = recorded("eager_bf16_h100.json")
 EAGER = eager_file["eager"]["rows"]
 EAGER_FP16 = recorded("eager_fp16_h100.json")["eager"]["rows"]
-show(eager.tables(EAGER))
+
+
+def us(impl: str, mode: str, rows=EAGER) -> dict:
+    """{(M, N): microseconds per call} of one implementation's calls."""
+    return {(r["m"], r["n"]): 1e6 * r["seconds"] for r in select(rows, impl=impl, mode=mode)}
+
+
+for mode in ("forward", "training"):
+    for impl in dict.fromkeys(r["impl"] for r in select(EAGER, mode=mode)):
+        t = us(impl, mode).values()
+        ratio = [r["vs_F.rms_norm"] for r in select(EAGER, impl=impl, mode=mode)]
+        say(
+            f"{mode:8} {impl:43} {statistics.median(t):6.1f} us ({min(t):.1f}-{max(t):.1f}), "
+            f"{min(ratio):.2f}-{max(ratio):.2f}x F"
+        )
+_ = bars_figure(
+    {
+        f"{mode}, us per call at each shape": {
+            i: list(us(i, mode).values())
+            for i in dict.fromkeys(r["impl"] for r in select(EAGER, mode=mode))
+        }
+        for mode in ("forward", "training")
+    },
+    f"Eager calls, bfloat16: {eager_file['device']} (recorded)",
+)
 
 # %%
 # Does the GPU or the host set these times? If the GPU did, 1024 rows would
-# take far longer than one. ``F.rms_norm`` at both, and a training call
-# against its kernels' GPU time in the sweep of :doc:`11_performance`:
-sweep = recorded("sweep_h100.json")["sweep"]
-AT = sweeps.at(r for r in sweep["rows"] if r["dtype"] == "bf16")
-show(eager.batch_lines(EAGER, AT))
-
-# %%
-# Each implementation's calls, the median over the shapes and the range as
-# a whisker (log scale):
-title = f"Eager calls, bfloat16: {eager_file['device']} (recorded)"
-_ = plots.eager_figure(EAGER, title)
-
-# %%
-# The targets: opguide's calls at most as slow as ``F.rms_norm``'s, and the
-# Triton backend's direct launch at most twice; the ranges, in both 16-bit
-# types:
-show(eager.target_lines({"bf16": EAGER, "fp16": EAGER_FP16}))
-
-# %%
-# The Triton backend's default path goes through its custom operators and a
-# plain Triton launch (``kernel[grid](...)``), as Liger's kernels do; against
-# ``F.rms_norm`` and Liger:
-show(eager.plain_launch_lines({"bf16": EAGER, "fp16": EAGER_FP16}))
-
-# %%
-# A plain Triton launch binds its arguments in Python on every call; a C++
-# operator's launch does that in C++. The checked wrapper (``opguide``) against
-# the bare operator (``torch.ops.opguide.rms_norm.default``), shape by shape:
-say(eager.wrapper_line(EAGER))
+# take far longer than one. The targets: opguide's calls at most as slow as
+# ``F.rms_norm``'s, and the Triton backend's direct launch at most twice, in
+# both 16-bit types; then the checked wrapper against the bare operator,
+# shape by shape:
+forward = us("F.rms_norm", "forward")
+growth = max(forward[(1024, n)] / forward[(1, n)] for n in (4096, 8192))
+say(f"F.rms_norm forward, 1024 rows against 1: at most {growth:.2f}x the time for 1024x the work")
+for dtype, rows in (("bf16", EAGER), ("fp16", EAGER_FP16)):
+    for impl, target in (("opguide", 1.0), (EXPERIMENTAL, 2.0)):
+        for mode in ("forward", "training"):
+            ratio = [r["vs_F.rms_norm"] for r in select(rows, impl=impl, mode=mode)]
+            verdict = (
+                "met"
+                if max(ratio) <= target
+                else f"missed at {sum(g > target for g in ratio)} shapes"
+            )
+            say(
+                f"{dtype} {impl} {mode}: at most {max(ratio):.2f}x F.rms_norm "
+                f"(target {target:.0f}x): {verdict}"
+            )
+bare, wrapper = us("torch.ops.opguide.rms_norm", "forward"), us("opguide", "forward")
+extra = sorted(wrapper[k] - t for k, t in bare.items())
+say(
+    f"The checked wrapper against the bare operator: {extra[0]:+.1f} to {extra[-1]:+.1f} us, "
+    f"median {statistics.median(extra):+.1f} us, slower at {sum(e > 0 for e in extra)} of "
+    f"{len(extra)} shapes"
+)
 
 # %%
 # Where a training call goes
 # --------------------------
 # A training call's time, split: the operators alone, and the rest
-# (autograd's graph and its backward pass), medians over the shapes. Each
-# median is taken on its own, so a line's parts need not add up to its total:
-show(eager.training_parts(EAGER)[1])
-show(eager.node_lines(EAGER))
-
-# %%
-# Under every training call sits autograd itself: the graph it records, the
-# backward pass on its own thread for each GPU, and the gradients it
-# accumulates. A Python ``autograd.Function`` that launches nothing measures
-# what autograd costs around an operator written that way, in Python. Each
-# training call against it; then opguide's call less its operators, whose
-# Function is a C++ one:
-show(eager.floor_lines(EAGER))
+# (autograd's graph and its backward pass), medians over the shapes, each
+# taken on its own (so the parts need not add up to the total); then
+# ``rms_norm``'s Function (one output) against ``rms_norm_fwd``'s (two), and
+# the Python Function that launches nothing, the cost of autograd around an
+# operator written in Python:
+for impl, only in EAGER_KERNELS.items():
+    full, ops = us(impl, "training"), us(only, "training")
+    if ops:
+        rest = statistics.median(full[k] - ops[k] for k in ops)
+        say(
+            f"{impl:34} training {statistics.median(full.values()):4.0f} us; the operators "
+            f"{statistics.median(ops.values()):4.0f}, the rest {rest:4.0f}"
+        )
+node, two = us("opguide", "training"), us(FUNCTION_NODE, "training")
+saved = [two[k] - node[k] for k in node]
+say(
+    f"A Function of one output (y) against one of two (y, inv_rms) saves "
+    f"{statistics.median(saved):+.1f} us per training call (median), faster at "
+    f"{sum(d > 0 for d in saved)} of {len(saved)} shapes"
+)
+empty = us(EMPTY_FUNCTION, "training")
+ops = us(EAGER_KERNELS["opguide"], "training")
+below = sum(node[k] - ops[k] < empty[k] for k in empty)
+say(
+    f"The empty Python Function: {statistics.median(empty.values()):.0f} us per training call "
+    f"(median); opguide's call less its operators costs less than it at {below} of "
+    f"{len(empty)} shapes"
+)
 
 # %%
 # Every layer of a call counts when the host sets the time. What the
@@ -116,8 +158,8 @@ show(eager.floor_lines(EAGER))
 #   the interpreter on every call. Its ``torch::autograd::Function`` returns
 #   y alone and keeps ``inv_rms`` as a saved tensor, where
 #   ``opguide::rms_norm_fwd``'s returns both; autograd wraps every output.
-#   The line "A Function of one output (y) against one of two" in the
-#   output above gives one run's estimate of what that saves:
+#   The line "A Function of one output (y) against one of two" above
+#   gives one run's estimate of what that saves:
 #
 #   .. literalinclude:: /../csrc/rms_norm/rms_norm_autograd.cpp
 #      :language: cpp
@@ -134,7 +176,7 @@ show(eager.floor_lines(EAGER))
 #   directly, with pointers as ints and no launch metadata unless a profiler
 #   hook wants it (``torch.compile``, export, ``vmap``, DTensor and long rows
 #   take the operators). Training calls ``Function``'s C++ ``apply`` itself.
-#   The ``triton exp`` rows above measure it.
+#   The ``experimental eager`` rows above measure it.
 #
 # ``python -m guidekit.benchmark --eager`` records these tables on your GPU.
 
@@ -152,7 +194,6 @@ show(eager.floor_lines(EAGER))
 # times every layer once, in turn, so that a busy moment of a shared machine
 # touches them all; the page reports the median over 15 rounds and the
 # quartiles in brackets.
-import statistics  # noqa: E402
 import time  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
@@ -369,7 +410,7 @@ if torch.cuda.is_available() and not triton_ops.INTERPRET:
     for name, values in launch_us.items():
         q1, median, q3 = quartiles(values)
         print(f"{name:20} {median:6.2f} us per call [{q1:.2f}-{q3:.2f}]")
-    _ = plots.timings_figure(
+    _ = bars_figure(
         {"us a call, each of 15 rounds": launch_us},
         f"Launching a Triton kernel on {torch.cuda.get_device_name()} (measured live)",
     )

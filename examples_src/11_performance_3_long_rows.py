@@ -61,15 +61,51 @@ if not torch.cuda.is_available():
 # one-block kernel reads a long row twice up to its threshold, and clusters
 # take the longer rows. Then the
 # longest row each kernel family gives one block or one program:
-from guidekit.recorded import lessons, listed, long_rows, plots, sweeps, tool_outputs
-from guidekit.recorded.pages import recorded, recorded_text, rerun_noise, say, show
+import re
+
+from guidekit.compile_checks import source_root
+from guidekit.recorded.pages import (
+    bars_figure,
+    lines_figure,
+    ranking,
+    recorded,
+    recorded_text,
+    rerun_noise,
+    say,
+    select,
+    show,
+    table,
+    tool_rows,
+)
 from opguide.triton import launch as triton_launch
 
-show(long_rows.planner_lines())
-LONGEST = {"CUDA block": sweeps.ONE_BLOCK, "Triton program": sweeps.TRITON_BLOCK}
-for who, longest in LONGEST.items():
-    upto = ", ".join(f"{p} {n}" for p, n in longest.items())
-    say(f"rows given one {who}, up to: {upto}")
+
+def constants(path: str) -> dict[str, int]:
+    """The integer ``constexpr`` constants of one of the library's C++ headers."""
+    text = (source_root() / "csrc" / path).read_text()
+    return {k: int(v) for k, v in re.findall(r"constexpr\s+\w+\s+(k\w+)\s*=\s*(\d+)\s*;", text)}
+
+
+rms = constants("rms_norm/rms_norm_config.h")
+fused = constants("fused_add_rms_norm/fused_add_rms_norm_config.h")
+holds = rms["kMaxThreadsPerRow"] * rms["kForwardRegVecs"] * 8  # 8 bfloat16 to a vector
+# The longest bfloat16 row each pass gives one CUDA block (clusters past it);
+# the backward's block holds kBwdMaxThreads x 4 vectors (rms_norm_planner.cuh).
+ONE_BLOCK = {
+    "forward": rms["kClusterForwardMinVecs"] * 8,
+    "backward": rms["kBwdMaxThreads"] * 4 * 8,
+    "training": rms["kBwdMaxThreads"] * 4 * 8,
+    "fused": fused["kFusedClusterMinVecs"] * 8,
+}
+say(
+    f"forward: one block holds {holds} elements; the planner sends rows past "
+    f"{ONE_BLOCK['forward']} to clusters"
+)
+say("rows given one CUDA block, up to: " + ", ".join(f"{p} {n}" for p, n in ONE_BLOCK.items()))
+say(
+    f"rows given one Triton program, up to: forward {triton_launch.MAX_REGISTER_ROW}, "
+    f"backward {triton_launch.MAX_REGISTER_ROW_BACKWARD}"
+)
 
 # %%
 # The kernels are in ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``, one
@@ -127,33 +163,44 @@ for who, longest in LONGEST.items():
 # into a slot and waiting for the others. The Triton backward splits rows
 # sooner than the forward: its register kernel holds ``x``, ``grad_y``, the
 # weight and its gradient. The compiler's report on it, at the rows it takes:
-show(lessons.spill_lines(recorded("triton_registers_h100.json"))[0])
+registers = recorded("triton_registers_h100.json")["kernels"]
+backward = select(registers, kernel="_rms_norm_bwd_kernel")
+show(
+    table(
+        backward,
+        ("n",),
+        "kernel",
+        lambda k: f"{k['registers']} registers, {k['spill_bytes']} bytes spilled",
+    )
+)
+say(f"spills at N = {[k['n'] for k in backward if k['spill_bytes']] or 'none'}")
 
 # %%
 # The long rows of the sweep of :doc:`11_performance`, bfloat16, next to
 # Quack and Liger (in the fused pass, their fused kernels; ``-``: could not
-# run):
+# run). Right of the dotted line, the CUDA kernels split the row over a
+# cluster:
 sweep_file = recorded("sweep_h100.json")
-sweep = sweep_file["sweep"]
-ALL_ROWS = sweep["rows"]
-AT = sweeps.at(r for r in ALL_ROWS if r["dtype"] == "bf16")
-lines, behind = long_rows.cluster_lines(AT, sweep["ns"])
-show(lines)
-say("cluster rows where Quack is faster: " + ("; ".join(behind) or "none"))
-show(long_rows.triton_split_lines(AT, sweep["ns"]))
-faster = long_rows.triton_fused_faster(AT, sweep["ns"])
-say(f"Triton fused faster than the CUDA cluster kernel by a point at: {listed(faster)}")
+FUSED_PEER = {"liger (fused)": "liger", "quack (residual)": "quack"}
+LONG = [
+    {**r, "impl": FUSED_PEER.get(r["impl"], r["impl"])}
+    for r in select(
+        sweep_file["sweep"]["rows"],
+        dtype="bf16",
+        n=lambda n: n >= 8192,
+        impl=("opguide", "opguide triton", "liger", "quack", *FUSED_PEER),
+    )
+]
+show(table(select(LONG, n=lambda n: n >= 32768), ("pass", "n"), "impl"))
+at = {(r["pass"], r["impl"], r["n"]): r["vs_copy"] for r in LONG}
+behind = [
+    f"{p} {n}"
+    for (p, i, n), v in at.items()
+    if i == "quack" and n > ONE_BLOCK[p] and v > at[(p, "opguide", n)]
+]
+say(f"cluster rows where Quack is faster: {', '.join(behind) or 'none'}")
 title = f"Long rows, bfloat16: {sweep_file['device']} (recorded)"
-_ = plots.long_rows_figure(AT, sweep["ns"], title)
-
-# %%
-# Right of the dotted line, the CUDA kernels split the row over a cluster;
-# the dashed line is the pass's target. The lines above name any cluster
-# row where Quack is faster. The Triton kernels (``opguide triton``) at rows
-# of 16384 and more, in both 16-bit types, against the targets; the
-# ``program`` column says whether the pass splits the row over programs or
-# gives it one:
-show(long_rows.triton_long_row_lines(sweeps.by_dtype(ALL_ROWS), sweep["ns"]))
+_ = lines_figure(LONG, title, marks={"limit": ONE_BLOCK})
 
 # %%
 # Push the sums, or wait at a barrier
@@ -179,43 +226,20 @@ show(long_rows.triton_long_row_lines(sweeps.by_dtype(ALL_ROWS), sweep["ns"]))
 # pushes; ``..._backward_cluster.cu`` times the library's, which pushes its
 # next row's partial before it waits, against a variant that pushes after the
 # wait with 4 vectors a thread in 3 stages (the library picks both by row
-# length), so the gap need not be the ordering's alone:
+# length), so the gap need not be the ordering's alone. A variant's name
+# gives its block, threads x 16-byte vectors a thread, and each cell its
+# cluster size: the forward's variants differ in those too, so its gain
+# belongs to these changes together, not to the push alone:
 BARRIER, PUSH = "loop 1024 x 4, barrier", "loop 512 x 4, push"
-forward_push = tool_outputs.cluster_sweep(
-    recorded_text("sweep_rms_norm_forward_cluster_h100.txt"), BARRIER, after=PUSH
+FORWARD = tool_rows(recorded_text("sweep_rms_norm_forward_cluster_h100.txt"))
+BACKWARD = tool_rows(recorded_text("sweep_rms_norm_backward_cluster_h100.txt"))
+pushed = select(
+    FORWARD, dtype="bf16", variant=(BARRIER, PUSH), n=lambda n: n > ONE_BLOCK["forward"]
 )
-backward_push = tool_outputs.cluster_sweep(
-    recorded_text("sweep_rms_norm_backward_cluster_h100.txt"), "512 x 4, 3 stages"
-)
-lines, waiting = lessons.push_lines(forward_push, backward_push, AT)
-show(lines)
-say(
-    f"The sweep's backward is closer to the variant that pushes after the wait at "
-    f"{', '.join(waiting)}."
-    if waiting
-    else "The sweep's long backward rows are closer to the library's, which pushes ahead."
-)
-
-# %%
-# The forward's two variants differ in more than the exchange. A variant's
-# name gives its block, threads x 16-byte vectors a thread, so the barrier's
-# blocks are twice as wide; and their clusters, below, need not be the same
-# size. Unless the record has a barrier variant of the pushing one's shape
-# (the last line says), the forward's gain belongs to these changes
-# together, not to the push alone:
-FORWARD_TEXT = recorded_text("sweep_rms_norm_forward_cluster_h100.txt")
-for n, (barrier_size, push_size) in tool_outputs.cluster_sizes(
-    FORWARD_TEXT, (BARRIER, PUSH)
-).items():
-    if n > sweeps.ONE_BLOCK["forward"]:
-        say(f"forward N = {n:6}: clusters of {barrier_size} ({BARRIER}), {push_size} ({PUSH})")
-variants = tool_outputs.cluster_variants(FORWARD_TEXT)[0]
-barriers = sorted({v for _, _, v in variants if "barrier" in v})
-same_shape = PUSH.replace(", push", ", barrier") in barriers
-say(
-    f"Barrier variants in the record: {', '.join(barriers)}; "
-    + ("one has the pushing one's shape." if same_shape else "none has the pushing one's shape.")
-)
+ahead = select(BACKWARD, dtype="bf16", variant=("library", "512 x 4, 3 stages"))
+for pass_name, rows in (("forward", pushed), ("backward", ahead)):
+    say(f"{pass_name}, % of the copy (cluster size):")
+    show(table(rows, ("n",), "variant", lambda r: f"{r['pct']:.0f}% ({r.get('cluster', '-')})"))
 
 # %%
 # One row per cluster, many small blocks
@@ -226,14 +250,15 @@ say(
 # library gives each cluster one row, in small blocks (128 threads, a 16 KiB
 # slice staged with ``cp.async``): several share a multiprocessor, and while
 # one waits the others load. The same tool times both, and at 16384 the
-# one-block kernel against a cluster of two:
-FORWARD_CLUSTER = recorded_text("sweep_rms_norm_forward_cluster_h100.txt")
-VARIANTS, LIBRARY = tool_outputs.cluster_variants(FORWARD_CLUSTER)
-lines, per_row = lessons.per_row_cluster_lines(VARIANTS, LIBRARY)
-show(lines)
-# The tool also stages x one to three rows ahead inside the persistent loop
-# ("staged"), which keeps more bytes in flight too:
-show(lessons.staged_lines(VARIANTS, LIBRARY))
+# one-block kernel against a cluster of two; its ``staged`` variants stage
+# ``x`` one to three rows ahead inside the persistent loop, the best of them
+# in the last column:
+staged = {}
+for r in select(FORWARD, variant=lambda v: v.startswith("staged")):
+    if r["pct"] > staged.get((r["dtype"], r["n"]), {"pct": 0})["pct"]:
+        staged[(r["dtype"], r["n"])] = {**r, "variant": "best staged"}
+per_row = select(FORWARD, variant=("library", PUSH, "one row 128 x 8")) + list(staged.values())
+show(table(per_row, ("dtype", "n"), "variant", lambda r: f"{r['pct']:.0f}%"))
 
 # %%
 # Wait without a fence
@@ -253,37 +278,77 @@ show(lessons.staged_lines(VARIANTS, LIBRARY))
 # And it loads two rows ahead, not one, so that the loads it waits on have
 # had time to land. Two runs of ``tools/sweep_triton.py``: ``split-fenced``,
 # every split kernel fenced, and ``split``, the slots, each variant at the best
-# of its launch parameters (segment, warps), in % of the 1 GiB copy:
-fenced_text = recorded_text("sweep_triton_split_fenced_h100.txt", 1)
-fenced = tool_outputs.split_sweep(fenced_text)
-slots = tool_outputs.split_sweep(recorded_text("sweep_triton_split_h100.txt", 1))
+# of its launch parameters (segment, warps), in % of the 1 GiB copy, then the
+# library's launch of the split backward against the best:
+fenced = select(tool_rows(recorded_text("sweep_triton_split_fenced_h100.txt")), best=True)
+slots = tool_rows(recorded_text("sweep_triton_split_h100.txt"))
+# Columns: fenced, each row waited for, and one row late; with slots the
+# same two, and the backward's two rows ahead.
+SHORT = {"row at a time": "each row", "one row late": "late", "two rows ahead": "ahead"}
+SPLIT = [{**r, "variant": f"fenced, {SHORT[r['variant']]}"} for r in fenced] + [
+    {**r, "variant": f"slots, {SHORT[r['variant']]}"}
+    for r in select(slots, best=True, variant=tuple(SHORT))
+]
+SPLIT.sort(key=lambda r: (r["pass"], r["n"]))
+show(table(SPLIT, ("pass", "n"), "variant", lambda r: f"{r['pct']:.1f}%"))
 b = triton_launch.SPLIT_BACKWARD  # the library's launch of the split backward
-built = f"SEG {b.seg} warps {b.num_warps} per SM {b.per_sm}"
-show(lessons.split_lines(fenced, slots, built))
+built = select(
+    slots,
+    best=False,
+    variant="two rows ahead",
+    launch=f"SEG {b.seg} warps {b.num_warps} per SM {b.per_sm}",
+)
+top = {r["n"]: r["pct"] for r in select(slots, best=True, variant="two rows ahead")}
+say(
+    f"the library's launch ({b.seg}, {b.num_warps} warps, {b.per_sm} per SM) behind the best "
+    f"launch: at most {max(top[r['n']] - r['pct'] for r in built):.1f} points"
+)
+
 
 # %%
-# The forward's lines name its best launch each way: with the fence, and with
-# slots. The backward's line names how far the library's launch falls behind
-# the best one the sweep found: the faster launches hold 32 values a thread.
-# The library keeps to launches that hold 16 or fewer, the fastest of those
-# at its slowest row length, and gives up the points that line prints: the
-# comment on ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py`` says that 32
-# values a thread spilled registers on sm_80 and sm_90 with Triton 3.8 and
-# 3.9, an observation that no record here shows (the sweep's own Triton is
-# in its header above). At its fastest launch the split backward is above
-# the backward's target at every row length this sweep times: the Triton
-# backward's misses on split rows in :doc:`11_performance` are what the
-# library's launch gives up, not a cost of splitting itself.
+# The backward's best launches hold 32 values a thread. The library keeps to
+# launches that hold 16 or fewer, the fastest of those at its slowest row
+# length, and gives up the points that the last line prints: the comment on
+# ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py`` says that 32 values a
+# thread spilled registers on sm_80 and sm_90 with Triton 3.8 and 3.9, an
+# observation that no record here shows (the sweep's own Triton is in its
+# header above). Where the best launch meets the backward's target at a row
+# length, the Triton backward's misses on split rows in :doc:`11_performance`
+# are what the library's launch gives up, not a cost of splitting itself.
+#
 # Every change on this page, in points of the copy at each point it was
-# measured. The Triton lines set each variant at its best launch, not at the
-# library's; the ``push, forward`` line also carries the forward variants'
-# other block and cluster sizes (above):
-gains = long_rows.change_gains(forward_push, backward_push, per_row, fenced, slots)
-_ = plots.gains_figure(gains, "Long-row changes (recorded)")
-# Against how far a second run of the library's kernels moved a point in
-# step 11's two sweeps, taken as the spread of these variants' runs too: a
-# loss no larger is no measurable loss.
-show(lessons.ranking_lines(gains, rerun_noise()))
+# measured (the Triton lines at each variant's best launch, not the
+# library's), ranked against how far a second run of the library's kernels
+# moved a point in step 11's two sweeps: a loss no larger is no measurable
+# loss.
+def gain(new: list[dict], old: list[dict], key=("dtype", "n")) -> list[float]:
+    """Points of the copy ``new`` gains over ``old`` at each point both timed."""
+    before = {tuple(r.get(k) for k in key): r["pct"] for r in old}
+    return [r["pct"] - before[k] for r in new if (k := tuple(r.get(k) for k in key)) in before]
+
+
+long_forward = select(FORWARD, n=lambda n: n > ONE_BLOCK["forward"])
+gains = {
+    "push, forward": gain(select(pushed, variant=PUSH), select(pushed, variant=BARRIER)),
+    "push ahead, backward": gain(
+        select(ahead, variant="library"), select(ahead, variant="512 x 4, 3 stages")
+    ),
+    "one row per cluster": gain(
+        select(long_forward, variant="library"), select(long_forward, variant=PUSH)
+    ),
+    "Triton forward: slots": gain(
+        select(slots, best=True, variant="row at a time"),
+        select(fenced, variant="row at a time", **{"pass": "forward"}),
+        ("pass", "n"),
+    ),
+    "Triton backward: slots, ahead": gain(
+        select(slots, best=True, variant="two rows ahead"),
+        select(fenced, variant="row at a time", **{"pass": "backward"}),
+        ("pass", "n"),
+    ),
+}
+_ = bars_figure({"points of the copy gained": gains}, "Long-row changes (recorded)")
+show(ranking(gains, rerun_noise()))
 
 # %%
 # Next: :doc:`11_performance_4_tuning`, the changes that hold for rows of

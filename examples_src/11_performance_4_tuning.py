@@ -53,13 +53,42 @@ if not torch.cuda.is_available():
 # (``test_without_keep_packed_bfloat16_spills`` in
 # ``tests/test_compile_checks.py`` compiles it and checks the spill). The
 # forward, by vectors per thread, with and without ``keep_packed``:
-from guidekit.recorded import fixed_shapes, lessons, plots, recorded_dir
+from guidekit.recorded import recorded_dir
 from guidekit.recorded import sources as record_sources
-from guidekit.recorded.pages import compare, recorded, rerun_noise, say, show, tool_sweep
+from guidekit.recorded.pages import (
+    bars_figure,
+    best,
+    fixed_changes,
+    ranking,
+    recorded,
+    recorded_text,
+    rerun_noise,
+    say,
+    select,
+    show,
+    table,
+    tool_rows,
+)
 
-packed = tool_sweep("sweep_rms_norm_forward_keep_packed_h100.txt")
-show(lessons.keep_packed_lines(packed))
-say(lessons.keep_packed_occupancy_line(packed))
+packed = tool_rows(recorded_text("sweep_rms_norm_forward_keep_packed_h100.txt"))
+ON, OFF = "OPGUIDE_KEEP_PACKED=1", "OPGUIDE_KEEP_PACKED=0"
+columns = {"4 vecs": (ON, 4), "2 vecs": (ON, 2), "1 vec": (ON, 1), "4, no keep_packed": (OFF, 4)}
+cells = [
+    {**found, "column": name}
+    for shape in dict.fromkeys(r["shape"] for r in packed)
+    for name, (section, vecs) in columns.items()
+    if (found := best(packed, dtype="bf16", shape=shape, section=section, **{"vecs/thr": vecs}))
+]
+show(table(cells, ("shape",), "column", lambda r: f"{r['pct']:.1f}% ({r['regs']} reg)"))
+on, off = select(cells, column="4 vecs"), select(cells, column="4, no keep_packed")
+keep_packed = [a["pct"] - b["pct"] for a, b in zip(on, off, strict=True)]
+same = sum(a["threads/SM"] == b["threads/SM"] for a, b in zip(on, off, strict=True))
+say(
+    f"keep_packed at 4 vectors a thread: {min(keep_packed):+.1f} to {max(keep_packed):+.1f} "
+    f"points; its fastest launches run as many threads per multiprocessor as those without "
+    f"it at {same} of {len(on)} shapes (where they do, its fewer registers do not explain "
+    "the gap through occupancy)"
+)
 
 # %%
 # A test reads the machine code (``tests/test_compile_checks.py``) and fails
@@ -77,10 +106,22 @@ say(lessons.keep_packed_occupancy_line(packed))
 #    .. literalinclude:: /../tools/variants/fused_add_rms_norm_uncapped.patch
 #       :language: diff
 #       :caption: tools/variants/fused_add_rms_norm_uncapped.patch
-uncapped = tool_sweep("sweep_fused_add_rms_norm_uncapped_h100.txt")
-capped = tool_sweep("sweep_fused_add_rms_norm_h100.txt")
-lines, cap_gain = lessons.register_cap_lines(uncapped, capped)
-show(lines)
+caps = []
+for label, name in (("no cap", "_uncapped"), ("cap", "")):
+    rows = tool_rows(recorded_text(f"sweep_fused_add_rms_norm{name}_h100.txt"))
+    found = best(rows, dtype="fp16", shape="4096x8192", **{"vecs/thr": 1, "rows/blk": 1})
+    caps.append(found)
+    say(
+        f"fp16 4096x8192, {label:6}: {found['regs']} registers, {found['blocks/SM']} block(s) "
+        f"per SM: {found['pct']}% of the copy"
+    )
+taken = caps[0]["regs"] - caps[1]["regs"]
+cap_gain = caps[1]["pct"] - caps[0]["pct"] if taken else None
+say(
+    f"the cap takes {taken} registers a thread away: {caps[1]['pct'] - caps[0]['pct']:+.1f} points"
+    if taken
+    else "the cap takes no register away: the two runs time the same machine code"
+)
 
 # %%
 # All loads before the arithmetic
@@ -106,14 +147,15 @@ show(lines)
 #    .. literalinclude:: /../tools/variants/cuda_forward_loads_interleaved.patch
 #       :language: diff
 #       :caption: tools/variants/cuda_forward_loads_interleaved.patch
-loads = compare(
-    "forward",
-    ["opguide"],
-    recorded("cuda_forward_loads_interleaved_h100.json"),
-    recorded("cuda_forward_loads_first_h100.json"),
-    ("interleaved", "loads first"),
+loads_first = recorded("cuda_forward_loads_first_h100.json")
+loads = fixed_changes(
+    recorded("cuda_forward_loads_interleaved_h100.json"), loads_first, "forward", ["opguide"]
 )
-say("gain: {:+.1f} to {:+.1f} points".format(*fixed_shapes.gain_range(loads)))
+BEFORE_AFTER = lambda r: f"{r['before']:.1%} -> {r['after']:.1%}"  # noqa: E731
+show(table(loads, ("impl", "shape"), "pass", BEFORE_AFTER))
+say(
+    f"gain: {min(c['points'] for c in loads):+.1f} to {max(c['points'] for c in loads):+.1f} points"
+)
 
 # %%
 # The backward: a pipeline in shared memory
@@ -130,10 +172,17 @@ say("gain: {:+.1f} to {:+.1f} points".format(*fixed_shapes.gain_range(loads)))
 #    :end-before: // [pipelined-backward-kernel-end]
 #
 # The register-prefetch kernel against the best pipelined layout, per shape:
-lines, pipeline_gains = lessons.pipeline_lines(
-    tool_sweep("sweep_rms_norm_backward_pipelined_h100.txt")
-)
-show(lines)
+pipelined = tool_rows(recorded_text("sweep_rms_norm_backward_pipelined_h100.txt"))
+pipeline_gains = []
+for dtype, shape in dict.fromkeys((r["dtype"], r["shape"]) for r in pipelined):
+    prefetch = best(pipelined, dtype=dtype, shape=shape, prefetch=1)
+    staged = best(pipelined, dtype=dtype, shape=shape, stages=lambda n: n > 0)
+    pipeline_gains.append(staged["pct"] - prefetch["pct"])
+    say(
+        f"  {dtype} {shape:>10}: prefetch {prefetch['pct']:5.1f}%, pipeline {staged['pct']:5.1f}% "
+        f"({staged['stages']} stages, {staged['regs']} registers)"
+    )
+say(f"gain: {min(pipeline_gains):+.1f} to {max(pipeline_gains):+.1f} points")
 
 # %%
 # Cache hints, and what L2 holds
@@ -159,34 +208,25 @@ show(lines)
 #    .. literalinclude:: /../tools/variants/triton_evict_first_on.patch
 #       :language: diff
 #       :caption: tools/variants/triton_evict_first_on.patch
-hints_on, hints_off = (
-    recorded("cuda_forward_hints_on_h100.json"),
-    recorded("cuda_forward_hints_off_h100.json"),
-)
-hints = compare("forward", ["opguide"], hints_on, hints_off, ("hints", "no hints"))
-evict_on, evict_off = (
-    recorded("triton_evict_first_on_h100.json"),
-    recorded("triton_evict_first_off_h100.json"),
-)
+hints_on = recorded("cuda_forward_hints_on_h100.json")
+hints_off = recorded("cuda_forward_hints_off_h100.json")
+hints = fixed_changes(hints_on, hints_off, "forward", ["opguide"])
+evict_on = recorded("triton_evict_first_on_h100.json")
+evict_off = recorded("triton_evict_first_off_h100.json")
 evict = [
-    change
-    for pass_name in ("forward", "fused")
-    for change in compare(
-        pass_name,
-        ["opguide triton"],
-        evict_on,
-        evict_off,
-        ("evict", "none"),
-    )
+    c
+    for p in ("forward", "fused")
+    for c in fixed_changes(evict_on, evict_off, p, ["opguide triton"])
 ]
-low, high = fixed_shapes.gain_range(hints + evict)
+show(table(hints + evict, ("pass", "shape"), "impl", BEFORE_AFTER))
 # The most a second run moved a point: step 11's rerun, whose two records
 # print their lines here.
 NOISE = rerun_noise()
-past = sum(abs(c.points) > NOISE for c in hints + evict)
+moved = [c["points"] for c in hints + evict]
 say(
-    f"without the hints: {low:+.1f} to {high:+.1f} points; {past} of {len(hints + evict)} "
-    f"points move by more than the {NOISE:.2f} points a second run moves one"
+    f"without the hints: {min(moved):+.1f} to {max(moved):+.1f} points; "
+    f"{sum(abs(m) > NOISE for m in moved)} of {len(moved)} points move by more than the "
+    f"{NOISE:.2f} points a second run moves one"
 )
 
 # %%
@@ -195,9 +235,9 @@ say(
 # by more than a second run moves one: only those show it measurably. The
 # backward keeps ``.cs`` on
 # its ``grad_x`` stores; the same runs measured it both ways:
-grad_x = compare("backward", ["opguide"], hints_on, hints_off, ("hints", "no hints"))
-most = fixed_shapes.largest(grad_x)
-say(f"without them, the backward's largest change: {most.points:+.1f} at {most.where}")
+grad_x = fixed_changes(hints_on, hints_off, "backward", ["opguide"])
+most = max(grad_x, key=lambda c: abs(c["points"]))
+say(f"without them, the backward's largest change: {most['points']:+.1f} at {most['shape']}")
 
 # %%
 # Programmatic dependent launch
@@ -220,28 +260,30 @@ say(f"without them, the backward's largest change: {most.points:+.1f} at {most.w
 #
 # The CUDA kernels with ``OPGUIDE_PDL=0`` and ``=1``. PDL is on by default on
 # Hopper, so the ``PDL on`` forward is the same kernel as the ``loads first``
-# and ``no hints`` forward above, timed in another run. At 8192x4096 and
-# 4096x8192 it reads about two points higher than in those two runs, while
-# the backward as built reads within half a point of the ``hints`` run. Part
-# of the forward's gains below is that gap between runs: against the
-# ``loads first`` run, PDL's bfloat16 forward gains +1.0 to +2.5 points.
+# and ``no hints`` forward above, timed in another run; the first line below
+# says how far the two runs of that kernel stand apart, a part of the
+# forward's gains that is the gap between runs, not PDL:
 pdl_off, pdl_on = recorded("pdl_off.json"), recorded("pdl_on.json")
-pdl = [
-    change
-    for pass_name in ("forward", "backward")
-    for change in compare(
-        pass_name,
-        ["opguide"],
-        pdl_off,
-        pdl_on,
-        ("PDL off", "PDL on"),
-    )
-]
-# Each point below is one run. How far a second run of the library's kernels
-# moved a point in step 11's two sweeps, taken as the spread of these runs
-# too: a change no larger is no measurable difference.
-say(f"a second run of the library's kernels moved a point by up to {NOISE:.2f} points of the copy")
-show(lessons.pdl_lines([c.points for c in pdl], pdl_on.get("clean_l2"), NOISE))
+gap = [c["points"] for c in fixed_changes(loads_first, pdl_on, "forward", ["opguide"])]
+say(
+    f"PDL on against the loads-first run, the same forward: {round(min(gap), 1) + 0.0:+.1f} to "
+    f"{max(gap):+.1f} points"
+)
+pdl = [c for p in ("forward", "backward") for c in fixed_changes(pdl_off, pdl_on, p, ["opguide"])]
+show(table(pdl, ("pass", "shape"), "impl", BEFORE_AFTER))
+points = [c["points"] for c in pdl]
+gained, lost = sum(g > NOISE for g in points), sum(g < -NOISE for g in points)
+say(
+    f"PDL on: {min(points):+.1f} to {max(points):+.1f} points; past the {NOISE:.2f} points a "
+    f"second run moves one, {gained} gained, {lost} lost, {len(points) - gained - lost} within"
+)
+say(
+    "PDL stays on: it loses nowhere measurably."
+    if not lost
+    else f"PDL loses measurably at {lost} points: measure it on your own GPU."
+)
+if not pdl_on.get("clean_l2"):
+    say("These two runs did not clean L2 before each batch: single points are less certain.")
 pdl_changed = [
     f for name in ("pdl_off.json", "pdl_on.json")
     for f in record_sources.stale_files(recorded_dir() / name) or []
@@ -262,23 +304,23 @@ if pdl_changed:
 # against its own ``PDL off`` run, so its forward points carry the gap
 # between runs described above):
 gains = {
-    "keep_packed": lessons.keep_packed_gains(packed),
+    "keep_packed": keep_packed,
     **({"register cap": [cap_gain]} if cap_gain is not None else {}),
-    "loads first": [c.points for c in loads],
+    "loads first": [c["points"] for c in loads],
     "shared-memory pipeline": pipeline_gains,
-    "no .cs (CUDA forward)": [c.points for c in hints],
-    "no .cs (CUDA backward)": [c.points for c in grad_x],
-    "no evict_first (Triton)": [c.points for c in evict],
-    "PDL": [c.points for c in pdl],
+    "no .cs (CUDA forward)": [c["points"] for c in hints],
+    "no .cs (CUDA backward)": [c["points"] for c in grad_x],
+    "no evict_first (Triton)": [c["points"] for c in evict],
+    "PDL": points,
 }
-_ = plots.gains_figure(gains, "Tuning changes, before and after (recorded)")
-show(lessons.ranking_lines(gains, NOISE))
+_ = bars_figure({"points of the copy gained": gains}, "Tuning changes, before and after (recorded)")
+show(ranking(gains, NOISE))
 
 # %%
 # The printed ranking is the page's conclusion: the changes at the top are
-# the ones to make first in a kernel of your own (changes that it names as
-# not ordered by this run are ones to time both ways), and a change listed as
-# losing by more than a second run moves a point is one to measure on your
-# own GPU before you keep it.
+# the ones to make first in a kernel of your own (two whose medians stand
+# closer than a second run moves a point, printed in its last line, this run
+# does not order), and a change listed as losing by more than that is one to
+# measure on your own GPU before you keep it.
 #
 # Back to the start of the step: :doc:`11_performance`.

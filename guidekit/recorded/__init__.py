@@ -1,35 +1,18 @@
-"""The recorded GPU results that the pages print, read, analysed and plotted.
+"""The recorded GPU results that the pages print, and the bookkeeping that keeps them honest.
 
 ``docs/recorded/`` holds result files written on a GPU: JSON files of
-``python -m guidekit.benchmark`` and text files of the ``tools/sweep_*``
-programs. The functions here turn them into the tables and the counts that
-the performance pages print (targets met or missed, points behind a peer,
-gains of an optimisation), so that every claim the page makes comes out of a
-function that ``tests/test_recorded.py`` runs on small synthetic records and
-on the recorded files themselves.
+``python -m guidekit.benchmark`` and of the ``tools/record_*.py`` tools, and
+the text that the ``tools/sweep_*`` programs print.
 
-* ``fixed_shapes``: two fixed-shape runs side by side, in % of the copy;
-* ``sweeps``: the sweep over the row length: floors, targets, misses,
-  peers;
-* ``long_rows``: long rows split over blocks or programs, and odd row
-  lengths;
-* ``tool_outputs``: the text that the ``tools/sweep_*`` programs print;
-* ``lessons``: the tuning changes measured before and after, ranked;
-* ``eager``: wall-clock times per call, and the parts of a training call;
-* ``pages``: what a page calls in one line: read a file and print its
-  device and date, print computed lines, report what a page measures live;
-* ``plots``: the pages' figures, drawn from the same records.
-* ``triton_vs_cuda``: steps 9 and 10's view of a sweep, the Triton kernels
-  beside the CUDA ones in % of the copy.
+* ``pages``: what a page calls to show a record: read it and print where and
+  when it was measured, pick its rows, print them as a table, draw them;
+  the page computes each sentence it states from the same rows
+  (``tests/test_recorded.py`` runs these readers on small synthetic records
+  and on the recorded files);
 * ``sources``: the files each record measured, their stored hashes, and
   the sentence a page prints when they have changed since;
   ``equivalence``: the code of a file that those hashes cover (no comments);
   ``stamp``: the command that stores and checks the hashes.
-* ``bad_index``: step 10.3's view of what reporting a bad index costs a
-  writing kernel per call, five ways.
-
-Functions that return ``list[str]`` return lines to print; the others return
-the numbers that those lines state.
 """
 
 from __future__ import annotations

@@ -1,24 +1,37 @@
-"""What the step 11 pages call in one line: read a recorded file and say where it was measured,
-print the lines the other modules compute, and report the measurements a page makes live.
+"""What a page calls to show a record: read it, pick rows, print a table, draw one figure.
 
-Every reader here prints the recorded file's device line (or lines) before it
-returns the data, so a page never shows a number without saying which GPU and
-which day measured it.
+Every reader here prints the record's device line (or its date and device
+lines) before it returns the data, and names the sources it measured that
+have changed since, so a page never shows a number without saying which GPU
+and which day measured it. The rest is generic: rows are dicts (a sweep's
+``pass``, ``impl``, ``dtype``, ``n``, ``vs_copy``, ...), picked with
+:func:`select`, printed with :func:`table` or :func:`ranges` and drawn with
+:func:`lines_figure` or :func:`bars_figure`; a page computes the sentence
+it states from the same rows.
 """
 
 from __future__ import annotations
 
+import re
+import statistics
 import textwrap
-import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from guidekit.benchmark.passes import SAME_SIZE_COPY
-
-from . import describe, fixed_shapes, listed, load, recorded_dir, sources, sweeps, tool_outputs
+from . import describe, load, recorded_dir, sources
 
 #: The widest line a page prints: wider ones would scroll sideways at 1280 px.
 WIDTH = 88
+#: One colour per implementation, the same on every figure.
+COLORS = {
+    "opguide": "C0",
+    "opguide triton": "C1",
+    "F.rms_norm": "C2",
+    "liger": "C4",
+    "liger (fused)": "C4",
+    "quack": "C5",
+    "quack (residual)": "C5",
+}
 
 
 def say(line: str) -> None:
@@ -26,11 +39,14 @@ def say(line: str) -> None:
     print(textwrap.fill(line, WIDTH, subsequent_indent="    ") if len(line) > WIDTH else line)
 
 
+def show(lines: Iterable[str]) -> None:
+    """Prints each line with :func:`say`."""
+    for line in lines:
+        say(line)
+
+
 def say_stale(name: str, directory: Path | None = None) -> None:
     """Prints, when the sources a record measured have changed since, which ones.
-
-    Every reader here calls it after the record's device line; a page that
-    reads a record another way calls it beside what it prints.
 
     Args:
         name: the record's file name in ``docs/recorded/``.
@@ -54,202 +70,339 @@ def recorded(name: str, directory: Path | None = None) -> dict:
     return data
 
 
-def recorded_text(name: str, device_lines: int | None = None, directory=None) -> str:
-    """A tool's recorded output (``tools/sweep_*``); prints its first ``device_lines``
-    device lines (all of them by default)."""
+def recorded_text(name: str, directory: Path | None = None) -> str:
+    """A tool's recorded text output; prints its date and its first device line.
+
+    ``tools/gpu_records.sh`` starts each text record with ``# <GPU>, ...,
+    <date>`` and the tool prints a line that starts with ``NVIDIA``.
+    """
     text = ((directory or recorded_dir()) / name).read_text()
-    say_when(name, text)
-    for line in tool_outputs.device_lines(text)[:device_lines]:
-        say(f"{name}: {line}")
+    date = re.search(r"\b(\d{4}-\d\d-\d\d)\s*$", text.split("\n", 1)[0])
+    device = next((line for line in text.splitlines() if line.startswith("NVIDIA")), "no device")
+    say(f"{name}: {device}, " + (f"recorded {date[1]}" if date else "no date recorded"))
     say_stale(name, directory)
     return text
 
 
-def say_when(name: str, text: str) -> None:
-    """Prints the date a text record was made, or that it names none."""
-    when = tool_outputs.recorded_when(text)
-    say(f"{name}: recorded {when}" if when else f"{name}: the record names no date")
+def tool_rows(text: str) -> list[dict]:
+    """The timed lines of a ``tools/sweep_*`` program's output, one dict each.
 
-
-def tool_sweep(name: str, directory: Path | None = None) -> list[dict]:
-    """The data lines of a tool's recorded sweep (:func:`.tool_outputs.read_sweep`);
-    prints its device line."""
-    text = ((directory or recorded_dir()) / name).read_text()
-    say_when(name, text)
-    header, lines = tool_outputs.read_sweep(text)
-    for line in header:
-        say(f"{name}: {line}")
-    say_stale(name, directory)
-    return lines
-
-
-def show(lines: Iterable[str]) -> None:
-    """Prints lines that :mod:`guidekit.recorded` computed, each wrapped by :func:`say`."""
-    for line in lines:
-        say(line)
-
-
-def compare(
-    pass_name: str, impls: Sequence[str], before: dict, after: dict, labels: tuple[str, str]
-) -> list[fixed_shapes.Change]:
-    """Prints two fixed-shape runs side by side (% of the copy); returns the changes.
-
-    Args:
-        pass_name: ``"forward"``, ``"backward"`` or ``"fused"``.
-        impls: the implementations to compare.
-        before, after: the two result files.
-        labels: the two columns' names.
+    A CUDA tool prints a shape's head (``bf16 M=4096 N=16384: library ...
+    0.97 of copy``), then one line per variant (``  name  cluster 2 x 66:
+    ... 0.81 of copy``) or per launch (``  bf16 32768x4096 vecs/thr 4 ...
+    99.4%``), under a setting's line (``OPGUIDE_KEEP_PACKED=1, ...``);
+    ``tools/sweep_triton.py split`` prints ``[best] MxN pass variant SEG ...
+    us P%``. Each dict has ``pct`` (% of the copy), ``dtype``, ``n``,
+    ``shape``, ``section`` (the setting), ``variant`` where the line names
+    one, ``best`` (a Triton line that is a variant's best launch), and every
+    ``name value`` field of the line (``regs``, ``vecs/thr``, ``cluster``, ...).
     """
-    changes = fixed_shapes.compare(pass_name, impls, before, after)
-    show(fixed_shapes.compare_lines(pass_name, changes, labels))
-    return changes
-
-
-def rerun_noise() -> float:
-    """How far a second run of the library's kernels moved a point in step 11's two sweeps.
-
-    Reads ``sweep_h100.json`` and ``sweep_opguide_h100.json`` (printing their
-    device lines) and returns :func:`.sweeps.rerun_noise` of the two, in
-    points of the copy: steps 11.3 and 11.4 take it as the spread of their
-    own runs.
-    """
-    rerun = sweeps.rerun_changes(
-        recorded("sweep_h100.json")["sweep"]["rows"],
-        recorded("sweep_opguide_h100.json")["sweep"]["rows"],
-    )
-    return sweeps.rerun_noise(rerun)
-
-
-def sweep_rows(sweep_file: dict, directory: Path | None = None) -> list[dict]:
-    """The sweep's rows, with each missing peer's rows from its own recorded run.
-
-    A peer that did not import in the sweep's process may have been recorded
-    alone (``sweep_<peer>_h100.json``, next to opguide's CUDA kernel). This
-    prints which peers were missing, the command of each own run, and how the
-    CUDA kernel fares against the peer in that run's processes.
-    """
-    directory = directory or recorded_dir()
-    sweep = sweep_file["sweep"]
-    rows = list(sweep["rows"])
-    for name, why in sweep["peers_missing"].items():
-        say(f"did not import when recorded: {name} ({why})")
-        if not (directory / f"sweep_{name}_h100.json").exists():
-            continue
-        own = recorded(f"sweep_{name}_h100.json", directory)
-        say(f"  {own['command']}")
-        rows += [r for r in own["sweep"]["rows"] if r["impl"] == name]
-        ahead, points, lost = sweeps.head_to_head(own["sweep"]["rows"], name)
-        print(f"  there, opguide's CUDA kernel at least as fast as {name} at {ahead} of {points}")
-        say(f"  slower at: {listed(lost)}")
+    rows, dtype, n, section = [], None, None, ""
+    for line in text.splitlines():
+        if line.startswith("OPGUIDE_"):
+            section = line.split(",")[0]
+        if head := re.match(r"(\w+) M=\d+ N=(\d+): library .*?(\d\.\d\d) of copy", line):
+            dtype, n = head[1], int(head[2])
+            rows.append({"dtype": dtype, "n": n, "variant": "library", "pct": 100 * float(head[3])})
+        elif v := re.match(r"  (.+?)\s+cluster\s+(\d+) x\s+\d+:.*?(\d\.\d\d) of copy", line):
+            rows.append(
+                dict(dtype=dtype, n=n, variant=v[1], cluster=int(v[2]), pct=100 * float(v[3]))
+            )
+        elif t := re.match(
+            r"\s+(best\s+)?\d+x(\d+) (\w+) (.+?) (SEG .+?)\s+[\d.]+ us\s+([\d.]+)%", line
+        ):
+            launch = dict(variant=t[4], launch=t[5].strip(), best=bool(t[1]), pct=float(t[6]))
+            rows.append({"n": int(t[2]), "pass": t[3], **launch})
+        elif (p := re.search(r"(\d+\.\d)%", line)) and line.startswith("  "):
+            dtype_, shape = line.split()[:2]
+            fields = {
+                k: int(v)
+                for k, v in re.findall(r"([a-z][A-Za-z_/]*[A-Za-z])\s+(\d+)(?![\d.x])", line)
+            }
+            rows.append(
+                {
+                    "dtype": dtype_,
+                    "shape": shape,
+                    "n": int(shape.split("x")[-1]),
+                    "section": section,
+                    "pct": float(p[1]),
+                    **fields,
+                }
+            )
     return rows
 
 
-def cpu_lines(cpu: dict) -> list[str]:
-    """The table of :func:`guidekit.benchmark.run_cpu_kernel`'s result and its verdict."""
-    lines = [
-        f"  {r['impl']:28} {r['seconds'] * 1e3:7.2f} ms {r['GBps']:6.1f} GB/s "
-        f"{r['vs_copy']:5.2f}x copy_"
-        for r in cpu["rows"]
-    ]
-    mine = next(r["vs_copy"] for r in cpu["rows"] if r["impl"] == "opguide (C++ kernel)")
-    target = cpu["target_vs_copy"]
-    verdict = "met" if mine <= target else "missed"
-    lines.append(
-        f"On {cpu['threads']} thread(s) the operator takes {mine:.2f}x copy_'s time: "
-        f"the target of at most {target}x is {verdict}."
-    )
-    lines.append(floor_line(cpu["rows"]))
-    f_rms = next(r["vs_copy"] for r in cpu["rows"] if r["impl"] == "F.rms_norm")
-    if f_rms > 2 * mine:
-        ops = f_rms_norm_cpu_operators()
-        lines.append(
-            f"Surprising: F.rms_norm takes {f_rms / mine:.1f}x the operator's time. On the CPU it "
-            f"goes through {len(ops)} ATen operators ({', '.join(ops)}), not one kernel."
-        )
-    return lines
+def select(rows: Iterable[dict], **where) -> list[dict]:
+    """The rows whose fields equal ``where``'s values; a tuple, list or set value means
+    one of them, a callable one a test of the field (``n=lambda n: n > 8192``)."""
+
+    def matches(value, want) -> bool:
+        if callable(want):
+            return want(value)
+        return value in want if isinstance(want, tuple | list | set) else value == want
+
+    return [r for r in rows if all(k in r and matches(r[k], w) for k, w in where.items())]
 
 
-def floor_line(rows: Sequence[dict]) -> str:
-    """Whether ``copy_`` is the floor of :func:`cpu_lines`' table: no other row takes less time
-    (as printed, to two decimals).
-
-    Each row that does reads and writes at least the bytes ``copy_`` moves, so
-    where one is faster, ``copy_`` does not run at the machine's memory
-    bandwidth.
-    """
-    faster = [
-        r["impl"] for r in rows if not r["impl"].startswith("copy_") and round(r["vs_copy"], 2) < 1
-    ]
-    if not faster:
-        return "No row takes less time than copy_: here it is the floor."
-    return (
-        f"copy_ is no floor on this machine: {listed(faster)} "
-        f"{'takes' if len(faster) == 1 else 'take'} less time than it with at least its "
-        "bytes to move, so ATen's copy_ does not run at this machine's memory bandwidth."
-    )
+def best(rows: Iterable[dict], **where) -> dict | None:
+    """The row of :func:`select` with the highest ``pct`` (None if none matches)."""
+    return max(select(rows, **where), key=lambda r: r["pct"], default=None)
 
 
-def f_rms_norm_cpu_operators() -> list[str]:
-    """The ATen operators that ``F.rms_norm`` calls on the CPU, as the profiler lists them.
-
-    The profiler's warnings are silenced: some torch releases warn here, and a
-    warning prints the path of the profiler's source file on the page.
-    """
-    import torch
-
-    x, w = torch.randn(4, 64), torch.randn(64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            torch.nn.functional.rms_norm(x, (64,), w)
-    return [e.key for e in prof.key_averages() if e.key.startswith("aten::")]
+def percent(row: dict) -> str:
+    """A sweep row's speed as % of the copy of the same bytes."""
+    return f"{100 * row['vs_copy']:.1f}%"
 
 
-def live_forward_lines(ns: Sequence[int] = (4096, 65536), record: dict | None = None) -> list[str]:
-    """The CUDA forward timed live at ``ns``, where a CUDA GPU and opguide's CUDA kernels are.
+def table(
+    rows: Iterable[dict], down: Sequence[str], across: str, cell: Callable[[dict], str] = percent
+) -> list[str]:
+    """Rows as a table: one line per value of the ``down`` fields, one column per ``across``.
 
     Args:
-        ns: the row lengths.
-        record: a recorded sweep (``sweep_h100.json`` as :func:`recorded` reads it): the live
-            run then moves as many elements a call as its sweep did, and each line gives the
-            record's bf16 forward at that N beside, with the GPU it was recorded on.
-
-    Returns a ``SKIPPED`` line that says why otherwise, or when the live run fails
-    (a live check must not break the page).
+        rows: the rows to show.
+        down: the fields that name a line (``("pass", "n")``).
+        across: the field whose values are the columns (``"impl"``).
+        cell: a row -> its cell's text (default :func:`percent`); ``-`` where none.
     """
-    import torch
-
-    from guidekit import benchmark
-
-    op = torch.ops.opguide.rms_norm.default
-    if not (torch.cuda.is_available() and op.has_kernel_for_dispatch_key(torch.DispatchKey.CUDA)):
-        return [
-            "SKIPPED: no CUDA GPU with opguide's CUDA kernels here; "
-            "the GPU numbers are the recorded ones."
-        ]
-    sweep = record["sweep"] if record else {}
-    elements = sweep.get("elements", 2**24)
-    try:
-        live = benchmark.run_sweep(
-            torch.device("cuda"), ns=tuple(ns), elements=elements, passes=("forward",),
-            only=("opguide", SAME_SIZE_COPY),
-        )  # fmt: skip
-    except Exception as err:
-        return [f"SKIPPED: the live check failed: {type(err).__name__}: {err}"]
-    then = {
-        r["n"]: r["vs_copy"]
-        for r in sweep.get("rows", [])
-        if r["impl"] == "opguide" and r["pass"] == "forward" and r["dtype"] == "bf16"
-    }
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault(tuple(r[k] for k in down), {})[r[across]] = cell(r)
+    columns = list(dict.fromkeys(c for found in cells.values() for c in found))
+    # Each column as wide as its widest text, the name or a cell.
+    names = [*down, *columns]
+    texts = [
+        [*map(str, key), *(found.get(c, "-") for c in columns)] for key, found in cells.items()
+    ]
+    widths = [max(len(str(n)), *(len(t[i]) for t in texts)) for i, n in enumerate(names)]
     lines = []
-    for r in live["rows"]:
-        if r["impl"] == SAME_SIZE_COPY:
-            continue
-        line = (
-            f"LIVE {torch.cuda.get_device_name()}: {r['impl']} N = {r['n']}: "
-            f"{100 * r['vs_copy']:.1f}% of the same-size copy"
+    for line in [list(map(str, names)), *texts]:
+        left = " ".join(f"{t:{w}}" for t, w in zip(line[: len(down)], widths, strict=False))
+        right = "".join(
+            f"  {t:>{w}}" for t, w in zip(line[len(down) :], widths[len(down) :], strict=True)
         )
-        if r["n"] in then:
-            line += f" (recorded on {record['device']}: {100 * then[r['n']]:.1f}%)"
-        lines.append(line)
+        lines.append((left + right).rstrip())
     return lines
+
+
+def ranges(rows: Iterable[dict], by: Sequence[str], value: str = "vs_copy") -> list[str]:
+    """Per group of ``by``'s fields: the lowest, median and highest ``value``, in %, with the N
+    of the two ends (``value`` ``"vs_copy"`` is a fraction, ``"pct"`` already in %)."""
+    scale = 100 if value == "vs_copy" else 1
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in by), []).append((scale * r[value], r["n"]))
+    lines = []
+    for key, found in groups.items():
+        (low, at_low), (high, at_high) = min(found), max(found)
+        middle = statistics.median(v for v, _ in found)
+        lines.append(
+            f"{' '.join(map(str, key))}: {low:.1f}% (N = {at_low}) to {high:.1f}% "
+            f"(N = {at_high}), median {middle:.1f}%"
+        )
+    return lines
+
+
+def versus(rows: Iterable[dict], ours: str, theirs: str, tie: float = 1.0) -> str:
+    """``ours`` against ``theirs`` at each point both timed (same pass, dtype and N).
+
+    Args:
+        rows: sweep rows.
+        ours, theirs: two implementations.
+        tie: a gap under this many points of the copy counts as a tie (a point
+            of a sweep is one timing, with no spread recorded).
+
+    Returns:
+        ``"ours ahead at 3, theirs at 1, within 1 point at 6 of 10 points"``,
+        with ``theirs``' largest lead where it leads.
+    """
+    at = {(r["pass"], r["dtype"], r["n"], r["impl"]): r["vs_copy"] for r in rows}
+    gaps = [
+        100 * (v - at[(*k[:3], theirs)])
+        for k, v in at.items()
+        if k[3] == ours and (*k[:3], theirs) in at
+    ]
+    ahead, behind = sum(g >= tie for g in gaps), sum(g <= -tie for g in gaps)
+    text = (
+        f"{ours} ahead at {ahead}, {theirs} at {behind}, within {tie:g} point at "
+        f"{len(gaps) - ahead - behind} of {len(gaps)} points"
+    )
+    if behind:
+        text += f"; {theirs} ahead by {-min(gaps):.1f} points of the copy at most"
+    return text
+
+
+def fixed_changes(before: dict, after: dict, pass_name: str, impls: Sequence[str]) -> list[dict]:
+    """Two fixed-shape runs point by point, in % of their 1 GiB copies (``of_copy``).
+
+    Returns:
+        One row per point both measured, for :func:`table`: ``impl``,
+        ``shape`` (``"dtype MxN"``), ``before`` and ``after`` (fractions),
+        ``points`` (100 * (after - before)).
+    """
+    old = {(r["impl"], r["dtype"], r["m"], r["n"]): r["of_copy"] for r in before[pass_name]}
+    return [
+        {
+            "pass": pass_name,
+            "impl": r["impl"],
+            "shape": f"{r['dtype']} {r['m']}x{r['n']}",
+            "before": old[k],
+            "after": r["of_copy"],
+            "points": 100 * (r["of_copy"] - old[k]),
+        }
+        for r in after[pass_name]
+        if r["impl"] in impls and (k := (r["impl"], r["dtype"], r["m"], r["n"])) in old
+    ]
+
+
+def rerun_noise() -> float:
+    """The most a second run moved a point of opguide's two kernel families, in points of
+    the copy: ``sweep_h100.json`` against ``sweep_opguide_h100.json`` (their device lines
+    printed). A change no larger is no measurable difference."""
+    first = {
+        (r["impl"], r["pass"], r["dtype"], r["n"]): r["vs_copy"]
+        for r in recorded("sweep_h100.json")["sweep"]["rows"]
+    }
+    again = select(
+        recorded("sweep_opguide_h100.json")["sweep"]["rows"], impl=("opguide", "opguide triton")
+    )
+    return max(
+        abs(100 * (r["vs_copy"] - first[k]))
+        for r in again
+        if (k := (r["impl"], r["pass"], r["dtype"], r["n"])) in first
+    )
+
+
+def ranking(gains: Mapping[str, Sequence[float]], noise: float) -> list[str]:
+    """Changes ranked by their median gain (points of the copy), and which lose measurably.
+
+    Args:
+        gains: {change: [points gained at each point measured]}, at least one.
+        noise: the most a second run moves a point (:func:`rerun_noise`); a
+            loss no larger is no measurable loss.
+    """
+    order = sorted(gains, key=lambda k: statistics.median(gains[k]), reverse=True)
+    lines = [
+        f"{k:26} median {statistics.median(gains[k]):+5.1f}, {min(gains[k]):+5.1f} to "
+        f"{max(gains[k]):+5.1f} ({len(gains[k])} points)"
+        for k in order
+    ]
+    lose = [k for k in order if min(gains[k]) < -noise]
+    lines.append(
+        f"Lose at some point by more than a second run moves one ({noise:.2f} points): "
+        f"{', '.join(lose) or 'none'}."
+    )
+    return lines
+
+
+def _figure(rows: int, cols: int, size: tuple[float, float]):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(rows, cols, figsize=size, layout="constrained", squeeze=False)
+    fig.set_facecolor("white")
+    for ax in axes.flat:
+        ax.set_facecolor("white")
+        ax.grid(alpha=0.3)
+    return fig, axes
+
+
+def lines_figure(
+    rows: Sequence[dict],
+    title: str,
+    panel: str = "pass",
+    series: Sequence[str] = ("impl",),
+    y: Callable[[dict], float] = lambda r: 100 * r["vs_copy"],
+    ylabel: str = "% of the same-size copy",
+    marks: Mapping[str, Mapping[str, float]] | None = None,
+    columns: int = 2,
+):
+    """One panel per value of ``panel``, one line per value of the ``series`` fields, against N.
+
+    Args:
+        rows: the rows to draw (a sweep's, or :func:`tool_rows`').
+        title: the figure's title (say where and when it was recorded).
+        panel: the field whose values are the panels.
+        series: the fields that name a line; a float16 line is dashed.
+        y: a row -> its height.
+        ylabel: the y axis' label.
+        marks: ``{"target": {panel: y}, "limit": {panel: N}}``: a dashed
+            horizontal or dotted vertical grey line per panel, under that name.
+        columns: panels per row of the figure.
+
+    Returns:
+        The matplotlib figure (drawn with pyplot, so sphinx-gallery shows it).
+    """
+    names = list(dict.fromkeys(r[panel] for r in rows))
+    cols = min(columns, len(names))
+    fig, axes = _figure(-(-len(names) // cols), cols, (5.8 * cols, 4.2 * -(-len(names) // cols)))
+    for ax in axes.flat[len(names) :]:
+        ax.remove()
+    legend: dict = {}
+    for ax, name in zip(axes.flat, names, strict=False):
+        found = select(rows, **{panel: name})
+        for key in dict.fromkeys(tuple(r[s] for s in series) for r in found):
+            points = sorted((r["n"], y(r)) for r in found if tuple(r[s] for s in series) == key)
+            (line,) = ax.plot(
+                *zip(*points, strict=True),
+                marker="o",
+                markersize=3,
+                linestyle="--" if "fp16" in key else "-",
+                color=COLORS.get(key[0]),
+                label=", ".join(map(str, key)),
+            )
+            legend.setdefault(line.get_label(), line)
+        for mark, at in (marks or {}).items():
+            if name in at:
+                draw = ax.axhline if mark == "target" else ax.axvline
+                legend.setdefault(
+                    mark,
+                    draw(
+                        at[name],
+                        color="grey",
+                        label=mark,
+                        linestyle="--" if mark == "target" else ":",
+                    ),
+                )
+        ns = sorted({r["n"] for r in found})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns], rotation=45, fontsize=8)
+        ax.minorticks_off()
+        ax.set(title=str(name), xlabel="N (row length)", ylabel=ylabel)
+    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=4, fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def bars_figure(panels: Mapping[str, Mapping[str, Sequence[float]]], title: str):
+    """Per panel, one bar per name: the median of its values, a whisker from the lowest to
+    the highest and a dot for each where there are several.
+
+    Args:
+        panels: {panel title (its unit in it): {name: [values]}}.
+        title: the figure's title.
+    """
+    fig, axes = _figure(len(panels), 1, (9, sum(0.5 * len(p) + 1.2 for p in panels.values())))
+    for ax, (name, runs) in zip(axes.flat, panels.items(), strict=True):
+        keys = list(runs)
+        mid = [statistics.median(runs[k]) for k in keys]
+        spread = [
+            [m - min(runs[k]) for m, k in zip(mid, keys, strict=True)],
+            [max(runs[k]) - m for m, k in zip(mid, keys, strict=True)],
+        ]
+        ax.barh(
+            range(len(keys)),
+            mid,
+            xerr=spread,
+            capsize=3,
+            alpha=0.5,
+            color=[f"C{i}" for i in range(len(keys))],
+        )
+        for i, k in enumerate(keys):
+            if len(runs[k]) > 1:
+                ax.plot(runs[k], [i] * len(runs[k]), "o", color="black", markersize=3)
+        ax.set_yticks(range(len(keys)), keys)
+        ax.invert_yaxis()
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_title(name, fontsize=10)
+    fig.suptitle(title)
+    return fig
