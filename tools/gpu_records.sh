@@ -121,7 +121,6 @@ part 1 (the benchmark's sweeps):
 part 2 (fixed shapes, eager calls, odd rows):
   eager_bf16_h100.json, eager_fp16_h100.json          --eager --dtypes bf16|fp16
   sweep_odd_rows_h100.json                            --sweep --sweep-ns 2049,...,12300
-  sweep_backward_fp16_short_rows_again_h100.json      --sweep --dtypes fp16 --passes backward
   l2_keep_h100.json, l2_clean_h100.json               fixed shapes, --keep-l2 or not
   pdl_off.json, pdl_on.json                           OPGUIDE_PDL=0|1
 part 3 (the tools):
@@ -179,8 +178,6 @@ case "$part" in
       --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
       --passes forward,backward,training,fused \
       --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"
-    bench sweep_backward_fp16_short_rows_again_h100.json --sweep --dtypes fp16 --passes backward \
-      --sweep-ns 256,512,1024 --impls "opguide,opguide triton,copy (same bytes)"
     shapes=(--passes forward,fused --shapes 8192x4096,4096x8192,65536x1024 --dtypes bf16)
     bench l2_keep_h100.json "${shapes[@]}" --keep-l2
     bench l2_clean_h100.json "${shapes[@]}"
