@@ -12,13 +12,15 @@ import functools
 import pytest
 
 from guidekit import compile_checks
+from opguide import registry
 
 pytestmark = pytest.mark.cpu
 ROOT = compile_checks.source_root()
 CSRC = ROOT / "csrc"
 DEVICE_CHECKS = sorted((CSRC / "device_checks").glob("*.cu"))
-OPERATOR_FOLDERS = ("common", "rms_norm", "fused_add_rms_norm")
-EXTENSION_SOURCES = sorted(p for f in OPERATOR_FOLDERS for p in (CSRC / f).glob("*.cu"))
+# The library's CUDA sources: the shared device code and each operator's folder.
+OPERATOR_FOLDERS = [CSRC / "common", *(ROOT / op.csrc for op in registry.OPERATORS if op.csrc)]
+EXTENSION_SOURCES = sorted(p for f in OPERATOR_FOLDERS for p in f.glob("*.cu"))
 
 
 def _require(result):

@@ -1,8 +1,9 @@
-"""silu_and_mul's CUDA sources compiled without a GPU: the torch wrapper with nvcc
-against torch's headers, the torch-free kernels alone (and for AMD GPUs with
-hipcc after hipify, where hipcc is installed), and what nvcc makes of the
-kernels: registers and spills, which the configuration's comments rely on.
-Skipped, with the reason, when a compiler is missing."""
+"""silu_and_mul's CUDA sources compiled without a GPU: the torch-free kernels alone
+(and for AMD GPUs with hipcc after hipify, where hipcc is installed), and what
+nvcc makes of the kernels: registers and spills, which the configuration's
+comments rely on. The torch wrapper is compiled against torch's headers by
+tests/test_compile_checks.py, with every operator's. Skipped, with the reason,
+when a compiler is missing."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from guidekit import compile_checks
 
 pytestmark = pytest.mark.cpu
 CSRC = compile_checks.source_root() / "csrc"
-FOLDER = CSRC / "silu_and_mul"
 
 # Every instance the launch functions can pick, forward and backward.
 DEVICE_CODE = """
@@ -49,10 +49,6 @@ def _require(result):
     if result.status == "skipped":
         pytest.skip(result.reason)
     assert result.ok, result.summary() + "\n" + result.output[-6000:]
-
-
-def test_nvcc_compiles_the_torch_wrapper():
-    _require(compile_checks.nvcc_check(FOLDER / "silu_and_mul_cuda.cu", with_torch=True))
 
 
 def test_nvcc_compiles_the_kernels_without_torch(tmp_path):
