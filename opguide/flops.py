@@ -22,6 +22,7 @@ not compile while a dispatch mode is active): the counts are the eager calls'.
 
 from __future__ import annotations
 
+import importlib
 from math import prod
 
 import torch
@@ -146,6 +147,13 @@ _BYTES = {
     **dict.fromkeys(_BACKWARD, _rms_norm_backward_bytes),
     **dict.fromkeys(_FUSED, _fused_bytes),
 }
+# Other operators of the registry give their own formulas: their module's
+# MIN_BYTES, {compiled operator name: function}, which the Triton twin shares.
+for _op in registry.OPERATORS:
+    _own = getattr(importlib.import_module(_op.module), "MIN_BYTES", {})
+    for _compiled, _triton in _op.twins():
+        if _compiled in _own:
+            _BYTES.update(dict.fromkeys(_defined(_compiled, _triton), _own[_compiled]))
 
 
 def min_bytes(op, *args, **kwargs) -> tuple[int, int]:

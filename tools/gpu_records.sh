@@ -3,7 +3,7 @@
 # fit in one ten-minute call (see tools/gpu_suite.sh):
 #
 #   tools/gpu_records.sh list                # which part makes which record, and how
-#   tools/gpu_records.sh PART [WHEELHOUSE]   # PART 1 to 5
+#   tools/gpu_records.sh PART [WHEELHOUSE]   # PART 1 to 6
 #   tools/gpu_records.sh PART WHEELHOUSE NAME  # only the records of PART that NAME, a
 #                                            # name or a pattern, matches (sweep_h100.json,
 #                                            # "cuda_forward_hints_*"), when a part is too
@@ -11,7 +11,8 @@
 #
 # Each part builds opguide's CUDA kernels in place (once: later parts reuse the
 # build), runs its commands, writes each record into docs/recorded/, stamps it
-# with the hash of the sources it measured and prints "refreshed: NAME". A
+# with the hash of the sources it measured and prints "refreshed: NAME".
+# Part 6 runs each operator's own benchmark (guidekit/benchmark/OPERATOR.py).
 # Part 5 measures variants of the kernels: each is a patch in tools/variants/,
 # applied to a copy of the sources under build/ (the work tree is left as it
 # is), built and timed next to the library as it is; the record stores the
@@ -21,7 +22,7 @@
 # its sources changed since.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part="${1:?usage: tools/gpu_records.sh list|1|2|3|4|5 [WHEELHOUSE]}"
+part="${1:?usage: tools/gpu_records.sh list|1|2|3|4|5|6 [WHEELHOUSE]}"
 out=docs/recorded
 only="${3:-}"
 # want NAME: is NAME made in this run? (NAME matches the pattern given, e.g. "triton_evict_*")
@@ -108,6 +109,17 @@ vbench() {  # vbench NAME PATCH [BENCHMARK ARGS...]: bench, with tools/variants/
   (cd "$dir" && PYTHONPATH="$dir" python3 -m guidekit.benchmark "$@" --out "$OLDPWD/$out/$name")
   done_ "$name"
 }
+# The registry's operators that have a benchmark of their own (guidekit/benchmark/NAME.py).
+operator_benchmarks() {
+  python3 - <<'PY'
+import importlib.util, pathlib, sys
+spec = importlib.util.spec_from_file_location("registry", "opguide/registry.py")
+registry = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(registry)
+print(*(op.name for op in registry.OPERATORS
+        if pathlib.Path(f"guidekit/benchmark/{op.name}.py").is_file()))
+PY
+}
 done_() { python3 -m guidekit.recorded.stamp "$out/$1" && echo "refreshed: $1"; }
 gpu="$(python3 -c 'import torch; from guidekit.recorded import short_gpu_name as s; print(s(torch.cuda.get_device_name()))' 2>/dev/null || echo gpu)"
 
@@ -153,9 +165,13 @@ by hand (no part):
   elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json
     (step 16 on a GPU: tools/record_gpu_suite.sh 3)
 LIST
+    echo "part 6 (each operator's own benchmark, python -m guidekit.benchmark.OPERATOR):"
+    for op in $(operator_benchmarks); do
+      for f in "$out/${op}"_*.json; do [[ -e "$f" ]] && echo "  $(basename "$f")"; done
+    done
     exit 0 ;;
-  1|2|3|4|5) ;;
-  *) echo "unknown part: $part (list, 1, 2, 3, 4 or 5)" >&2; exit 2 ;;
+  1|2|3|4|5|6) ;;
+  *) echo "unknown part: $part (list, 1, 2, 3, 4, 5 or 6)" >&2; exit 2 ;;
 esac
 [[ "$gpu" == h100 || "$gpu" == h200 ]] || echo "note: the records' names say h100/h200; this GPU is $gpu"
 wheels="$(cd "${2:-.whl}" 2>/dev/null && pwd || true)"
@@ -254,5 +270,11 @@ case "$part" in
         -I"$dir/csrc"
       text sweep_fused_add_rms_norm_uncapped_h100.txt "$scratch/sweep_uncapped"
     fi ;;
+  6)
+    for op in $(operator_benchmarks); do
+      want "${op}_$gpu.json" || continue
+      python3 -m guidekit.benchmark."$op" --out "$out/${op}_$gpu.json"
+      done_ "${op}_$gpu.json"
+    done ;;
 esac
 echo "part $part done; python3 -m guidekit.recorded.stamp --check lists the records still stale"

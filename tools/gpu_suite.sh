@@ -7,7 +7,7 @@
 #   tools/gpu_suite.sh part 1|2|3 [WHEELHOUSE [PYTEST ARGS]] # one part; each under ten minutes on an H100
 #   tools/gpu_suite.sh tests [WHEELHOUSE [PYTEST ARGS...]] # pytest with your own arguments
 #   tools/gpu_suite.sh docs  [WHEELHOUSE]                  # build the site, gallery on the GPU
-#   tools/gpu_suite.sh records PART [WHEELHOUSE]           # PART 1 to 5; `records list` lists them
+#   tools/gpu_suite.sh records PART [WHEELHOUSE]           # PART 1 to 6; `records list` lists them
 #
 # Part 1 is tests/, part 2 the gallery scripts and the notebook but step 16,
 # part 3 step 16 alone: on a GPU its AOTInductor packages, compiled models and

@@ -18,5 +18,11 @@ that implements it:
 
 from .ops import silu_and_mul
 from .reference import silu_and_mul_backward_reference, silu_and_mul_reference
+from .rules import MIN_BYTES
 
-__all__ = ["silu_and_mul", "silu_and_mul_backward_reference", "silu_and_mul_reference"]
+__all__ = [
+    "MIN_BYTES",
+    "silu_and_mul",
+    "silu_and_mul_backward_reference",
+    "silu_and_mul_reference",
+]

@@ -96,3 +96,18 @@ def silu_and_mul_backward_flop(grad_shape, x_shape, *args, out_shape=None, **kwa
         ``10 * grad_y.numel()``.
     """
     return 10 * prod(grad_shape)
+
+
+# The bytes each operator must read and write at the least, for
+# opguide.flops.min_bytes: every input read once, every output written once.
+def _forward_bytes(x) -> tuple[int, int]:
+    return x.numel() * x.element_size(), x.numel() // 2 * x.element_size()
+
+
+def _backward_bytes(grad_y, x) -> tuple[int, int]:
+    read = (grad_y.numel() + x.numel()) * x.element_size()
+    return read, x.numel() * x.element_size()
+
+
+#: Compiled operator -> its bytes formula (its Triton twin shares it).
+MIN_BYTES = {"silu_and_mul": _forward_bytes, "silu_and_mul_backward": _backward_bytes}
