@@ -6,9 +6,9 @@ own; this package holds what the guide needs around it:
 * :mod:`guidekit.benchmark`: GPU time and eager time of the operators, their
   peers and a same-bytes copy (``python -m guidekit.benchmark --help``), one
   module per part of the job;
-* :mod:`guidekit.recorded`: the recorded results of ``docs/recorded/`` read
-  and analysed (targets, misses, peers, each optimisation's gain), as the
-  performance step prints them;
+* :mod:`guidekit.recorded`: the recorded results of ``docs/recorded/``, the
+  sources each measured (and whether they changed since), and the small
+  reader that prints a record's rows as tables and plots on the pages;
 * :mod:`guidekit.compile_checks`: ``nvcc``/``hipcc`` compile checks and the
   machine code of the CUDA kernels, on machines without a GPU;
 * :mod:`guidekit.buildinfo`: what an extension build sees on this machine
