@@ -160,6 +160,7 @@ OPERATORS: tuple[Operator, ...] = (
         python=("opguide/fused_add_rms_norm.py", "opguide/_checks.py", "opguide/backends.py"),
     ),
     Operator(
+        # [registry-silu-and-mul]
         name="silu_and_mul",
         module="opguide._silu_and_mul",
         public=("silu_and_mul", "silu_and_mul_reference"),
@@ -199,6 +200,7 @@ OPERATORS: tuple[Operator, ...] = (
             "opguide/_silu_and_mul/_checks.py",
             "opguide/backends.py",
         ),
+        # [registry-silu-and-mul-end]
     ),
 )
 
