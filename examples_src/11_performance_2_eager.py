@@ -57,9 +57,9 @@ from guidekit.benchmark.eager import EAGER_KERNELS, EMPTY_FUNCTION, FUNCTION_NOD
 from guidekit.benchmark.eager import TRITON_EXPERIMENTAL as EXPERIMENTAL
 from guidekit.recorded.pages import bars_figure, recorded, say, select
 
-eager_file = recorded("eager_bf16_h100.json")
+eager_file = recorded("eager_bf16_h200.json")
 EAGER = eager_file["eager"]["rows"]
-EAGER_FP16 = recorded("eager_fp16_h100.json")["eager"]["rows"]
+EAGER_FP16 = recorded("eager_fp16_h200.json")["eager"]["rows"]
 
 
 def us(impl: str, mode: str, rows=EAGER) -> dict:

@@ -237,7 +237,9 @@ def _cut_registry(text: str, manifest: Manifest) -> str:
                 for key, value in zip(keyword.value.keys, keyword.value.values, strict=True):
                     if key.value.startswith("triton"):
                         drop |= set(range(key.lineno - 1, value.end_lineno))
-    return "".join(line for i, line in enumerate(lines) if i not in drop)
+    # A marker comment cuts a page's excerpt; the reader's copy has no page.
+    marker = re.compile(r"^[ \t]*#[ \t]*\[[A-Za-z0-9_-]+\][ \t]*$")
+    return "".join(line for i, line in enumerate(lines) if i not in drop and not marker.match(line))
 
 
 def _bound_names(node: ast.stmt) -> set[str]:

@@ -131,7 +131,7 @@ part 1 (the benchmark's sweeps):
   sweep_opguide_h100.json          the same with --impls opguide,opguide triton,copy (same bytes)
   sweep_one_input_set_h100.json    --sweep --dtypes bf16 --passes forward --min-sets 1
 part 2 (fixed shapes, eager calls, odd rows):
-  eager_bf16_h100.json, eager_fp16_h100.json          --eager --dtypes bf16|fp16
+  eager_bf16_h200.json, eager_fp16_h200.json          --eager --dtypes bf16|fp16
   sweep_odd_rows_h100.json                            --sweep --sweep-ns 2049,...,12300
   l2_keep_h100.json, l2_clean_h100.json               fixed shapes, --keep-l2 or not
   pdl_off.json, pdl_on.json                           OPGUIDE_PDL=0|1
@@ -189,7 +189,7 @@ case "$part" in
     sweep sweep_opguide_h100.json --impls "opguide,opguide triton,copy (same bytes)"
     bench sweep_one_input_set_h100.json --sweep --dtypes bf16 --passes forward --min-sets 1 ;;
   2)
-    for d in bf16 fp16; do bench "eager_${d}_h100.json" --eager --dtypes "$d"; done
+    for d in bf16 fp16; do bench "eager_${d}_$gpu.json" --eager --dtypes "$d"; done
     bench sweep_odd_rows_h100.json --sweep --dtypes bf16,fp16 \
       --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
       --passes forward,backward,training,fused \

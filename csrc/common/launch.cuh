@@ -168,7 +168,7 @@ cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3
 // microseconds: more than the whole host side of a small call. Both depend
 // only on the kernel, its block and the device, so each is asked once per
 // device and remembered (python -m guidekit.benchmark times the eager call;
-// docs/recorded/eager_bf16_h100.json).
+// docs/recorded/eager_bf16_h200.json).
 inline int current_device_index() {
   int device = 0;
   (void)cudaGetDevice(&device);

@@ -9,7 +9,7 @@
 namespace opguide {
 
 // The checks every backend runs before it touches memory; the messages name
-// the argument and what was expected, worded as opguide/silu_and_mul/_checks.py
+// the argument and what was expected, worded as opguide/_silu_and_mul/_checks.py
 // words them. Defined out of line in silu_and_mul_checks.cpp, so that nvcc's
 // host pass and the C++ compiler share one definition (see rms_norm.h).
 void check_silu_and_mul_args(const at::Tensor& x);

@@ -1,5 +1,5 @@
 // Argument checks of silu_and_mul on every backend (declared in
-// silu_and_mul.h). The messages match opguide/silu_and_mul/_checks.py, so an
+// silu_and_mul.h). The messages match opguide/_silu_and_mul/_checks.py, so an
 // error reads the same from the Python wrapper, the fake kernels and
 // torch.ops.opguide.silu_and_mul called directly.
 #include <ATen/ATen.h>

@@ -2,7 +2,7 @@
 // operator's schemas live in its own folder, so adding one edits no shared
 // file. Kernels attach per dispatch key in silu_and_mul_cpu.cpp and
 // silu_and_mul_cuda.cu; the fake kernels, autograd, vmap and autocast rules
-// are registered from Python (opguide/silu_and_mul/ops.py).
+// are registered from Python (opguide/_silu_and_mul/ops.py).
 #include <torch/library.h>
 
 TORCH_LIBRARY_FRAGMENT(opguide, m) {

@@ -8,7 +8,7 @@ tensors on a GPU, nothing tracing or transforming) needs none of them, and
 this module skips them all, for rows the kernels hold in registers; every
 other call (torch.compile, export, vmap, a dispatch mode, DTensor, long rows)
 still goes through the operators. ``guidekit.benchmark --eager`` measures
-both (docs/recorded/eager_bf16_h100.json).
+both (docs/recorded/eager_bf16_h200.json).
 
 It is not in the library's default path because it depends on internals
 that any torch or Triton release may change, each to save microseconds:
