@@ -212,9 +212,10 @@ print(torch.library.opcheck(op, sample))
 # The checks are declared in ``rms_norm.h`` and defined once in
 # ``rms_norm_checks.cpp``. Each names the argument and what was expected, in
 # the words the Python wrapper uses, and spells dtypes and shapes as Python
-# prints them:
+# prints them, through ``csrc/common/messages.h``, which every operator's
+# checks share:
 #
-# .. dropdown:: csrc/rms_norm/rms_norm.h and csrc/rms_norm/rms_norm_checks.cpp, the whole files
+# .. dropdown:: The checks and the message pieces, the whole files
 #
 #    .. literalinclude:: /../csrc/rms_norm/rms_norm.h
 #       :language: cpp
@@ -223,6 +224,14 @@ print(torch.library.opcheck(op, sample))
 #    .. literalinclude:: /../csrc/rms_norm/rms_norm_checks.cpp
 #       :language: cpp
 #       :caption: csrc/rms_norm/rms_norm_checks.cpp
+#
+#    .. literalinclude:: /../csrc/common/messages.h
+#       :language: cpp
+#       :caption: csrc/common/messages.h
+#
+#    .. literalinclude:: /../csrc/common/messages.cpp
+#       :language: cpp
+#       :caption: csrc/common/messages.cpp
 #
 # The installed package
 # ---------------------

@@ -65,7 +65,8 @@ class Operator:
         return tuple(f"{route}_{self.name}" for route in self.routes)
 
 
-#: Device code that every operator's CUDA kernels share, by role.
+#: Code that every operator shares, by role: device code, launch helpers,
+#: Triton helpers and the pieces of error messages.
 COMMON: Mapping[str, tuple[str, ...]] = {
     "device": (
         "csrc/common/platform.cuh",
@@ -81,6 +82,7 @@ COMMON: Mapping[str, tuple[str, ...]] = {
         "csrc/common/launch_settings.cu",
     ),
     "triton": ("opguide/triton/prologue.py", "opguide/triton/interpreter.py"),
+    "messages": ("csrc/common/messages.h", "csrc/common/messages.cpp"),
 }
 
 _RMS = "csrc/rms_norm/"

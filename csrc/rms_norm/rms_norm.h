@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "../common/launch_settings.h"
+#include "../common/messages.h"
 
 namespace opguide {
 
@@ -21,11 +22,6 @@ namespace opguide {
 // once in a .cpp keeps one definition for every caller.
 void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight, double eps);
 
-// Pieces of error messages, spelled as Python prints them ("torch.float32",
-// "(4, 8)", "1e-06"), built from strings only (see rms_norm_checks.cpp).
-std::string dtype_name(at::ScalarType t);
-std::string shape_str(at::IntArrayRef sizes);
-std::string number_str(double v);
 
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps);
 

@@ -8,45 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "../common/messages.h"
 #include "silu_and_mul.h"
 
 namespace opguide {
-namespace {
-
-// "torch.float32", as Python prints a dtype. Messages are built from strings
-// only, never by streaming numbers (see rms_norm_checks.cpp for why).
-std::string py_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return "torch.float32";
-    case at::kDouble:
-      return "torch.float64";
-    case at::kHalf:
-      return "torch.float16";
-    case at::kBFloat16:
-      return "torch.bfloat16";
-    case at::kInt:
-      return "torch.int32";
-    case at::kLong:
-      return "torch.int64";
-    case at::kBool:
-      return "torch.bool";
-    default:
-      return std::string("torch.") + c10::toString(t);
-  }
-}
-
-// "(4, 8)" or "(5,)", as Python prints a shape.
-std::string py_shape(at::IntArrayRef sizes) {
-  std::string out = "(";
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    out += std::to_string(sizes[i]);
-    if (i + 1 < sizes.size()) out += ", ";
-  }
-  return out + (sizes.size() == 1 ? ",)" : ")");
-}
-
-}  // namespace
 
 void check_silu_and_mul_args(const at::Tensor& x) {
   const at::ScalarType t = x.scalar_type();
@@ -54,14 +19,14 @@ void check_silu_and_mul_args(const at::Tensor& x) {
       t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble,
       "silu_and_mul: x must be a floating-point tensor (float32, "
       "float16, bfloat16 or float64), got ",
-      py_dtype(t));
+      dtype_name(t));
   TORCH_CHECK_VALUE(x.dim() >= 1,
                     "silu_and_mul: x must have at least one dimension, (..., 2*d), "
                     "got a 0-d tensor");
   TORCH_CHECK_VALUE(x.size(-1) % 2 == 0,
                     "silu_and_mul: the last dimension of x must be even (x is "
                     "(..., 2*d), the gate then the up projection), got shape ",
-                    py_shape(x.sizes()));
+                    shape_str(x.sizes()));
 }
 
 void check_silu_and_mul_backward_args(const at::Tensor& grad_y, const at::Tensor& x) {
@@ -70,12 +35,12 @@ void check_silu_and_mul_backward_args(const at::Tensor& grad_y, const at::Tensor
   y_shape.back() /= 2;
   TORCH_CHECK_VALUE(grad_y.sizes() == at::IntArrayRef(y_shape),
                     "silu_and_mul_backward: grad_y must have the shape of y ",
-                    py_shape(y_shape), " (x.shape[:-1] + (d,)), got ",
-                    py_shape(grad_y.sizes()));
+                    shape_str(y_shape), " (x.shape[:-1] + (d,)), got ",
+                    shape_str(grad_y.sizes()));
   TORCH_CHECK_TYPE(grad_y.scalar_type() == x.scalar_type(),
                    "silu_and_mul_backward: grad_y must have the dtype of x (",
-                   py_dtype(x.scalar_type()), "), got ",
-                   py_dtype(grad_y.scalar_type()));
+                   dtype_name(x.scalar_type()), "), got ",
+                   dtype_name(grad_y.scalar_type()));
   TORCH_CHECK(grad_y.device() == x.device(),
               "silu_and_mul_backward: grad_y must be on the device of x (",
               x.device().str(), "), got ", grad_y.device().str());
