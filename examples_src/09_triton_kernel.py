@@ -267,6 +267,12 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 #    :language: python
 #    :caption: opguide/triton/autograd.py
 #
+# .. dropdown:: opguide/triton/__init__.py, the package, whose ``rms_norm`` picks the operator
+#
+#    .. literalinclude:: /../opguide/triton/__init__.py
+#       :language: python
+#       :caption: opguide/triton/__init__.py
+#
 # The gradients of the Triton operator against those that autograd computes
 # through the reference (float32, so the comparison is tight):
 schema = str(torch.ops.opguide.rms_norm_backward_triton.default._schema)

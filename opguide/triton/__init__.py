@@ -22,13 +22,16 @@ Users reach them through ``backend="triton"`` of :func:`opguide.rms_norm` and
 * ``launch.py``: each kernel's knobs as frozen dataclasses, one planner per operator;
 * ``plans.py``: each planner's choice and its grid, cached per problem for eager calls;
 * ``ops.py``: the launch functions and the operators (``Library.define`` and ``impl``);
-* ``autograd.py``: ``register_autograd`` for the operators.
+* ``autograd.py``: ``register_autograd`` for the operators;
+* this file: :func:`rms_norm`, which picks the training or the inference operator.
 """
 
 from .interpreter import INTERPRET
 
 # isort: split
-from .autograd import rms_norm
+import torch
+
+from . import autograd  # noqa: F401  (registers each operator's backward)
 from .launch import MAX_REGISTER_ROW, MAX_REGISTER_ROW_BACKWARD
 from .ops import (
     SUPPORTED_DTYPES,
@@ -49,3 +52,20 @@ __all__ = [
     "rms_norm_fwd_triton",
     "rms_norm_triton",
 ]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """What ``opguide.rms_norm(x, weight, eps, backend="triton")`` runs on checked arguments.
+
+    The training operator when gradients are needed (it keeps inv_rms for the
+    backward), the inference one if not.
+
+    Args:
+        x, weight, eps: checked as :func:`opguide.rms_norm` checks them.
+
+    Returns:
+        y, with the shape and dtype of x.
+    """
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return rms_norm_fwd_triton(x, weight, eps)[0]
+    return rms_norm_triton(x, weight, eps)

@@ -8,7 +8,7 @@ backward serves either forward.
 
 import torch
 
-from .ops import rms_norm_backward_triton, rms_norm_fwd_triton, rms_norm_triton
+from .ops import rms_norm_backward_triton, rms_norm_fwd_triton
 
 
 def _fwd_setup_context(ctx, inputs, output):
@@ -52,20 +52,3 @@ def _backward(ctx, grad_y):
 
 
 torch.library.register_autograd("opguide::rms_norm_triton", _backward, setup_context=_setup_context)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """What ``opguide.rms_norm(x, weight, eps, backend="triton")`` runs on checked arguments.
-
-    The training operator when gradients are needed (it keeps inv_rms for the
-    backward), the inference one if not.
-
-    Args:
-        x, weight, eps: checked as :func:`opguide.rms_norm` checks them.
-
-    Returns:
-        y, with the shape and dtype of x.
-    """
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return rms_norm_fwd_triton(x, weight, eps)[0]
-    return rms_norm_triton(x, weight, eps)
