@@ -24,7 +24,9 @@ In this step you will learn:
   :doc:`step 10 <10_patterns>` into the compiled graph, still without
   editing the model;
 * what Inductor needs of a Triton kernel to fuse the operation after it;
-* how an AOTInductor package calls your operator directly, through a C shim.
+* how an AOTInductor package calls your operator directly, through a C shim;
+* how a second operator, :func:`opguide.silu_and_mul`, goes into the model's
+  MLPs, which transformers does not mark for ``kernels``.
 
 The model here is small and runs live on the CPU. The same comparison on a
 GPU, with a larger model in bfloat16, is recorded by
@@ -642,6 +644,107 @@ else:
     print(textwrap.fill(said, 80))
     title = f"AOTInductor package, 4 norms, CPU, {tokens.shape[0]} rows"
     _ = model_step.plot_per_call(a, title)
+
+# %%
+# A second operator in the MLPs: ``silu_and_mul``
+# -----------------------------------------------
+# Each decoder layer's MLP computes ``down_proj(act_fn(gate_proj(x)) *
+# up_proj(x))``, with SiLU for ``act_fn``: two matmuls of the same input, then
+# the activation and the product, which :func:`opguide.silu_and_mul` does in
+# one pass over a tensor that holds the gate projection then the up
+# projection side by side. A layer that makes that tensor with one matmul and
+# calls the operator:
+#
+# .. literalinclude:: /../guidekit/kernel_layers_silu_and_mul.py
+#    :language: python
+#    :caption: guidekit/kernel_layers_silu_and_mul.py
+#
+# Transformers marks the norms for ``kernels``; whether it marks
+# ``LlamaMLP`` with ``use_kernel_forward_from_hub`` depends on the release,
+# and the cell below prints it. Where it does not, ``kernels``' own
+# ``replace_kernel_forward_from_hub`` marks the class, as it marks the norm
+# where transformers does not, and ``kernelize`` then swaps the MLPs'
+# ``forward`` the way it swaps the norms'.
+# It runs on each MLP alone, so that the norms keep the ``forward`` they
+# were given:
+#
+# .. literalinclude:: /../guidekit/model_swap_silu_and_mul.py
+#    :language: python
+#    :pyobject: marked_mlp
+#
+# .. literalinclude:: /../guidekit/model_swap_silu_and_mul.py
+#    :language: python
+#    :pyobject: kernelized
+#
+# No GPU record measures this layer, so nothing decides its flags from a
+# measurement; the repository here declares both, as the norms' comparison
+# repository does, and the layer runs in every mode. The model keeps its own
+# norms, so that the only change is the MLP. The check: the loss, every
+# gradient and the logits, against the model left alone.
+from collections import Counter
+
+from transformers.models.llama.modeling_llama import LlamaMLP
+
+from guidekit import model_swap_silu_and_mul as mlp_swap
+
+marked_by = getattr(LlamaMLP, "kernel_layer_name", None)
+print(f"LlamaMLP marked by transformers: {marked_by or 'no'}; marked as {mlp_swap.marked_mlp()!r}")
+mlp_repository = mlp_swap.layer_repository(Path(tempfile.mkdtemp()), True, True)
+own_mlp = models["model's own"]
+swapped_mlp = mlp_swap.kernelized(copy.deepcopy(base), mlp_repository, EVERY)
+print(f"MLPs run {dict(mlp_swap.mlp_forwards(swapped_mlp))}")
+want = model_step.training_step(own_mlp, ids)
+with model_swap.OpguideCalls() as counted:
+    loss = model_step.training_step(swapped_mlp, ids)
+print(f"opguide calls in a training step: {dict(counted.counts)}")
+own_grads = dict(own_mlp.named_parameters())
+grad_gap = max(
+    (p.grad - own_grads[name].grad).abs().max().item() for name, p in swapped_mlp.named_parameters()
+)
+own_logits = model_step.inference_forward(own_mlp, ids)
+logits_gap = (model_step.inference_forward(swapped_mlp, ids) - own_logits).abs().max().item()
+print(
+    f"largest difference from the model's own: loss {(loss - want).abs().item():.1e}, "
+    f"gradients {grad_gap:.1e}, logits {logits_gap:.1e}"
+)
+torch.testing.assert_close(loss, want, atol=1e-5, rtol=1e-5)
+assert grad_gap < 1e-4 and logits_gap < 1e-4
+
+# %%
+# Timed as the norms were, eager and compiled, both steps, in turns, against
+# the model with its own MLP. The layer's time includes the copy that joins
+# the two weights at each call. Compiled, the layer calls the operator
+# (``compiled="kernel"``), which Inductor cannot fuse with the matmuls around
+# it; the generated code shows the calls, forward and backward:
+compiled_mlp = torch.compile(swapped_mlp)
+SILU_CALL = re.compile(r"torch\.ops\.opguide\.(silu_and_mul\w*)\.default\(")
+for step_name, step in STEPS.items():
+    got, code = run_and_get_code(step, compiled_mlp, ids)
+    torch.testing.assert_close(got, step(own_mlp, ids), atol=1e-4, rtol=1e-4)
+    made = Counter(SILU_CALL.findall("\n".join(code)))
+    print(f"compiled {step_name}: calls in the generated code {dict(made)}")
+    assert made["silu_and_mul"] == CONFIG["num_hidden_layers"]
+MLP_NAMES = ("model's own MLP", "silu_and_mul MLP")
+mlp_calls = {}
+for mode, family in (
+    ("eager", (own_mlp, swapped_mlp)),
+    ("compiled", (compiled["model's own"], compiled_mlp)),
+):
+    for step_name, step in STEPS.items():
+        for name, model in zip(MLP_NAMES, family, strict=True):
+            mlp_calls[mode, step_name, name] = functools.partial(step, model, ids)
+mlp_stats = {
+    key: model_step.summary(value)
+    for key, value in model_step.time_interleaved(mlp_calls, ROUNDS).items()
+}
+print(f"milliseconds per call, median (quartiles) of {ROUNDS} interleaved rounds")
+for mode in ("eager", "compiled"):
+    for step_name in STEPS:
+        pair = {name: mlp_stats[mode, step_name, name] for name in MLP_NAMES}
+        cells = [f"{n} {s['median']:.2f} ({s['q1']:.2f}-{s['q3']:.2f})" for n, s in pair.items()]
+        print(f"{mode:8} {step_name:17} " + ";  ".join(cells))
+        said = model_step.versus(pair, "silu_and_mul MLP", "model's own MLP")
+        say(f"{mode} {step_name}: {said}")
 
 # %%
 # On a GPU
