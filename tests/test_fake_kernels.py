@@ -45,8 +45,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import importlib.util
 import math
 import os
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -56,6 +59,7 @@ from hypothesis import strategies as st
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import opguide
+from opguide import registry
 from opguide.backends import compiled_device_types, triton_ready
 
 NAMESPACE = "opguide"
@@ -228,6 +232,21 @@ CASES: dict[str, Case] = {
     ),
     "fused_add_rms_norm_triton_": Case(TRITON_DEVICES, TRITON_DTYPES, fused_args(TRITON_DTYPES)),
 }
+
+
+def _own_cases() -> dict[str, Case]:
+    """The cases of the registry's other operators: ``fake_cases(kit)`` in each one's
+    own ``tests/test_<name>.py``, given this module for its builders."""
+    found = {}
+    for op in registry.OPERATORS:
+        if set(op.ops) <= set(CASES) or importlib.util.find_spec(f"test_{op.name}") is None:
+            continue
+        own = getattr(importlib.import_module(f"test_{op.name}"), "fake_cases", None)
+        found.update(own(sys.modules[__name__]) if own else {})
+    return found
+
+
+CASES.update(_own_cases())
 
 
 def operators_without_a_case(namespace: str, cases: dict) -> list[str]:

@@ -202,8 +202,9 @@ def test_route_builds_and_runs(route, request, tmp_path):
         if not gpu:
             env["TRITON_INTERPRET"] = "1"
         args = ["cuda" if gpu else "cpu"]
-    check = str(ROOT / "manifests" / f"{route}.check.py")
-    status, output = shell([python, check, *args], project, env)
+    # Run from the project, as its reader would: the copy's package is the one imported.
+    check = shutil.copy(ROOT / "manifests" / f"{route}.check.py", project)
+    status, output = shell([python, Path(check).name, *args], project, env)
     assert status == 0, f"the copied project fails its check:\n{output[-6000:]}"
     assert "matches the reference" in output, output
     assert f"from {project}" in output, f"the check did not import the copied project: {output}"

@@ -339,3 +339,28 @@ def test_benchmark_smoke(tmp_path, capsys):
     assert {"opguide cpu", "torch.compile", "copy"} <= impls
     assert all(r["seconds"] > 0 for r in result["results"])
     assert "liger" in impls or "liger" in result["missing"]
+
+
+def fake_cases(kit):
+    """This operator's cases for tests/test_fake_kernels.py, whose module is ``kit``:
+    the devices and dtypes each operator takes, and an argument builder."""
+    from hypothesis import strategies as st
+
+    def forward_args(draw, device, dtype):
+        batch, d = draw(kit.batch_shapes()), draw(st.sampled_from([0, 1, 2, 5, 33]))
+        return (draw(kit.strided((*batch, 2 * d), dtype, device)),)
+
+    def backward_args(draw, device, dtype):
+        batch, d = draw(kit.batch_shapes()), draw(st.sampled_from([0, 1, 2, 5, 33]))
+        grad_y = draw(kit.strided((*batch, d), dtype, device))
+        return grad_y, draw(kit.strided((*batch, 2 * d), dtype, device))
+
+    compiled = kit._devices("cpu", "cuda")
+    compiled = tuple(d for d in compiled if d in backends.compiled_device_types("silu_and_mul"))
+    triton = (kit.TRITON_DEVICES, kit.TRITON_DTYPES)
+    return {
+        "silu_and_mul": kit.Case(compiled, kit.FLOATING, forward_args),
+        "silu_and_mul_backward": kit.Case(compiled, kit.FLOATING, backward_args),
+        "silu_and_mul_triton": kit.Case(*triton, forward_args),
+        "silu_and_mul_backward_triton": kit.Case(*triton, backward_args),
+    }
