@@ -31,8 +31,8 @@ SUPPORT = json.loads(_SUPPORT_FILE.read_text()) if _SUPPORT_FILE.exists() else {
 class OpguideSiluAndMulMLP(torch.nn.Module):
     """A Llama MLP on one gate-and-up matmul and ``opguide.silu_and_mul``."""
 
-    has_backward = bool(SUPPORT.get("has_backward", False))
-    can_torch_compile = bool(SUPPORT.get("can_torch_compile", False))
+    has_backward = bool(SUPPORT.get("OpguideSiluAndMulMLP", {}).get("has_backward"))
+    can_torch_compile = bool(SUPPORT.get("OpguideSiluAndMulMLP", {}).get("can_torch_compile"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_proj, self.up_proj

@@ -122,8 +122,13 @@ def measured_support(record: dict | None) -> dict[str, dict]:
     return support
 
 
-def layer_repository(folder: Path | str, support: dict[str, dict]) -> Path:
-    """Writes a local kernel repository of :mod:`guidekit.kernel_layers` with ``support``'s flags.
+def layer_repository(
+    folder: Path | str,
+    support: dict[str, dict],
+    name: str = "opguide-rms-norm",
+    layers: Path | None = None,
+) -> Path:
+    """Writes a local kernel repository of the layers of ``layers`` with ``support``'s flags.
 
     The layout is the one ``kernels.LocalLayerRepository`` loads:
     ``build/torch-universal/`` (Python only, any device) holding
@@ -135,19 +140,22 @@ def layer_repository(folder: Path | str, support: dict[str, dict]) -> Path:
         folder: where the repository's folder is made.
         support: ``{layer: {"has_backward": bool, "can_torch_compile": bool}}``,
             as :func:`measured_support` returns (its ``"why"`` is left out).
+        name: the repository's name.
+        layers: the file that becomes its ``layers.py`` (default: the norms',
+            :mod:`guidekit.kernel_layers`).
 
     Returns:
         The repository's folder, for ``kernels.LocalLayerRepository``.
     """
     flags = {layer: {f: bool(s.get(f)) for f in FLAGS} for layer, s in support.items()}
     digest = hashlib.sha256(json.dumps(flags, sort_keys=True).encode()).hexdigest()[:12]
-    repo = Path(folder) / f"opguide-rms-norm-{digest}"
+    repo = Path(folder) / f"{name}-{digest}"
     variant = repo / "build" / "torch-universal"
     variant.mkdir(parents=True, exist_ok=True)
     metadata = {
-        "name": "opguide-rms-norm",
+        "name": name,
         # The module's name in sys.modules: one per support.
-        "id": f"opguide_rms_norm_{digest}",
+        "id": f"{name.replace('-', '_')}_{digest}",
         "version": 1,
         "license": "BSD-3-Clause",
         "python-depends": [],
@@ -156,7 +164,8 @@ def layer_repository(folder: Path | str, support: dict[str, dict]) -> Path:
     (variant / "metadata.json").write_text(json.dumps(metadata, indent=1) + "\n")
     (variant / "support.json").write_text(json.dumps(flags, indent=1) + "\n")
     (variant / "__init__.py").write_text("from . import layers\n")
-    shutil.copyfile(Path(__file__).with_name("kernel_layers.py"), variant / "layers.py")
+    layers = layers or Path(__file__).with_name("kernel_layers.py")
+    shutil.copyfile(layers, variant / "layers.py")
     return repo
 
 

@@ -17,13 +17,12 @@ does for a norm that transformers leaves unmarked.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import shutil
 from collections import Counter
 from pathlib import Path
 
 import torch
+
+from . import model_swap
 
 #: The layer's class name in the repository.
 LAYER = "OpguideSiluAndMulMLP"
@@ -32,14 +31,9 @@ MARK = "SiluAndMulMLP"
 
 
 def layer_repository(folder: Path | str, has_backward: bool, can_torch_compile: bool) -> Path:
-    """Writes a local kernel repository whose ``layers.py`` holds the MLP layer.
-
-    The layout is the one ``kernels.LocalLayerRepository`` loads:
-    ``build/torch-universal/`` (Python only, any device) holding
-    ``metadata.json``, the package (``__init__.py`` and ``layers.py``, a copy
-    of :mod:`guidekit.kernel_layers_silu_and_mul`) and ``support.json``, the
-    layer's flags. ``kernels`` keeps a loaded repository for the rest of the
-    process, so each pair of flags gets a folder of its own.
+    """Writes a local kernel repository whose ``layers.py`` holds the MLP layer
+    (a copy of :mod:`guidekit.kernel_layers_silu_and_mul`), with the layer's flags,
+    the way :func:`guidekit.model_swap.layer_repository` writes the norms'.
 
     Args:
         folder: where the repository's folder is made.
@@ -49,26 +43,11 @@ def layer_repository(folder: Path | str, has_backward: bool, can_torch_compile: 
     Returns:
         The repository's folder, for ``kernels.LocalLayerRepository``.
     """
-    flags = {"has_backward": bool(has_backward), "can_torch_compile": bool(can_torch_compile)}
-    digest = hashlib.sha256(json.dumps(flags, sort_keys=True).encode()).hexdigest()[:12]
-    repo = Path(folder) / f"opguide-silu-and-mul-mlp-{digest}"
-    variant = repo / "build" / "torch-universal"
-    variant.mkdir(parents=True, exist_ok=True)
-    metadata = {
-        "name": "opguide-silu-and-mul-mlp",
-        # The module's name in sys.modules: one per pair of flags.
-        "id": f"opguide_silu_and_mul_mlp_{digest}",
-        "version": 1,
-        "license": "BSD-3-Clause",
-        "python-depends": [],
-        "backend": {"type": "cpu"},
-    }
-    (variant / "metadata.json").write_text(json.dumps(metadata, indent=1) + "\n")
-    (variant / "support.json").write_text(json.dumps(flags, indent=1) + "\n")
-    (variant / "__init__.py").write_text("from . import layers\n")
+    flags = {"has_backward": has_backward, "can_torch_compile": can_torch_compile}
     layers = Path(__file__).with_name("kernel_layers_silu_and_mul.py")
-    shutil.copyfile(layers, variant / "layers.py")
-    return repo
+    return model_swap.layer_repository(
+        folder, {LAYER: flags}, name="opguide-silu-and-mul-mlp", layers=layers
+    )
 
 
 def marked_mlp() -> str:
