@@ -520,6 +520,12 @@ print(manifests.shown("triton_fused_add_rms_norm"))
 # The page above showed parts of these files; here each one is whole, as it
 # is compiled and run.
 #
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_schema.cpp
+#
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_schema.cpp
+#       :language: cpp
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_schema.cpp
+#
 # .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm.h
 #
 #    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm.h
