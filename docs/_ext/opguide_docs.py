@@ -94,11 +94,23 @@ class MarkerFreeLiteralInclude(LiteralInclude):
 
 
 # ---------------------------------------------------------------- notebooks --
+#: literalinclude's options that take a number, as its directive converts them.
+NUMBER_OPTIONS = ("dedent", "lineno-start", "tab-width")
+
+
+def _option_value(key: str, value: str):
+    """An option's text as ``LiteralInclude`` hands it to its reader: a flag is True,
+    a number an int (``:dedent:`` alone: None, every common indent)."""
+    if key in NUMBER_OPTIONS:
+        return int(value) if value else None
+    return True if value == "" else value
+
+
 def _included_code(arg: str, options: dict[str, str], base: Path, app: Sphinx) -> tuple[str, str]:
     """(language, text) that ``.. literalinclude:: arg`` with ``options`` shows."""
     srcdir = Path(app.srcdir)
     path = srcdir / arg.lstrip("/") if arg.startswith("/") else base / arg
-    reader_options = {k: (True if v == "" else v) for k, v in options.items()}
+    reader_options = {k: _option_value(k, v) for k, v in options.items()}
     text, _ = LiteralIncludeReader(str(path.resolve()), reader_options, app.config).read()
     numbered = "linenos" in options or "lineno-match" in options
     return options.get("language", ""), strip_markers(text, blank=numbered)
