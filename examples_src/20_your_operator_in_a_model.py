@@ -25,8 +25,7 @@ In this step you will learn:
   editing the model;
 * what Inductor needs of a Triton kernel to fuse the operation after it;
 * how an AOTInductor package calls your operator directly, through a C shim;
-* how a second operator, :func:`opguide.silu_and_mul`, goes into the model's
-  MLPs, which transformers does not mark for ``kernels``.
+* how a second operator, :func:`opguide.silu_and_mul`, goes into the MLPs.
 
 The model here is small and runs live on the CPU. The same comparison on a
 GPU, with a larger model in bfloat16, is recorded by
@@ -648,25 +647,17 @@ else:
 # %%
 # A second operator in the MLPs: ``silu_and_mul``
 # -----------------------------------------------
-# Each decoder layer's MLP computes ``down_proj(act_fn(gate_proj(x)) *
-# up_proj(x))``, with SiLU for ``act_fn``: two matmuls of the same input, then
-# the activation and the product, which :func:`opguide.silu_and_mul` does in
-# one pass over a tensor that holds the gate projection then the up
-# projection side by side. A layer that makes that tensor with one matmul and
-# calls the operator:
+# A Llama MLP computes ``down_proj(silu(gate_proj(x)) * up_proj(x))``. This
+# layer makes both projections with one matmul and hands the result to
+# :func:`opguide.silu_and_mul` (:doc:`step 21 <21_a_second_operator>`):
 #
 # .. literalinclude:: /../guidekit/kernel_layers_silu_and_mul.py
 #    :language: python
 #    :caption: guidekit/kernel_layers_silu_and_mul.py
 #
-# Transformers marks the norms for ``kernels``; whether it marks
-# ``LlamaMLP`` with ``use_kernel_forward_from_hub`` depends on the release,
-# and the cell below prints it. Where it does not, ``kernels``' own
-# ``replace_kernel_forward_from_hub`` marks the class, as it marks the norm
-# where transformers does not, and ``kernelize`` then swaps the MLPs'
-# ``forward`` the way it swaps the norms'.
-# It runs on each MLP alone, so that the norms keep the ``forward`` they
-# were given:
+# Where transformers does not mark ``LlamaMLP`` for ``kernels`` (the cell
+# prints which), ``replace_kernel_forward_from_hub`` marks it, and
+# ``kernelize`` swaps each MLP alone, so that the norms keep theirs:
 #
 # .. literalinclude:: /../guidekit/model_swap_silu_and_mul.py
 #    :language: python
@@ -676,11 +667,9 @@ else:
 #    :language: python
 #    :pyobject: kernelized
 #
-# No GPU record measures this layer, so nothing decides its flags from a
-# measurement; the repository here declares both, as the norms' comparison
-# repository does, and the layer runs in every mode. The model keeps its own
-# norms, so that the only change is the MLP. The check: the loss, every
-# gradient and the logits, against the model left alone.
+# The layer declares both modes (no GPU record measures it), and the model
+# keeps its own norms. The check: loss, gradients and logits against the
+# model left alone.
 from collections import Counter
 
 from transformers.models.llama.modeling_llama import LlamaMLP
@@ -711,11 +700,9 @@ torch.testing.assert_close(loss, want, atol=1e-5, rtol=1e-5)
 assert grad_gap < 1e-4 and logits_gap < 1e-4
 
 # %%
-# Timed as the norms were, eager and compiled, both steps, in turns, against
-# the model with its own MLP. The layer's time includes the copy that joins
-# the two weights at each call. Compiled, the layer calls the operator
-# (``compiled="kernel"``), which Inductor cannot fuse with the matmuls around
-# it; the generated code shows the calls, forward and backward:
+# Timed as the norms were. The layer's time includes joining the two weights
+# at each call; compiled, Inductor cannot fuse the operator with the matmuls
+# around it, and the generated code shows its calls:
 compiled_mlp = torch.compile(swapped_mlp)
 SILU_CALL = re.compile(r"torch\.ops\.opguide\.(silu_and_mul\w*)\.default\(")
 for step_name, step in STEPS.items():
@@ -753,16 +740,13 @@ for mode in ("eager", "compiled"):
 # larger Llama (the record's first lines give its size and batch); both
 # opguide backends, Liger and Quack where they import, the pass, and the
 # model kernelized in each group's mode. A layer may declare only the modes
-# it is measured faster in, so the tool takes those flags from an earlier run
-# of itself: the record it is about to overwrite, or the one named by
-# ``--support-from`` (the output says which, and whether this record's own
-# numbers give the same flags; a record made before the tool ran a variant
-# holds no row for it). It writes ``docs/recorded/model_step_<gpu>.json`` with
-# the device, the versions and the date. This page reads it: a table, the
+# it is measured faster in, so the tool takes those flags from an earlier
+# record (the one it overwrites, or ``--support-from``; the output says which
+# and whether this record's own numbers agree). It writes
+# ``docs/recorded/model_step_<gpu>.json``. This page reads it: a table, the
 # fastest variant of each group where the record tells it from the next,
-# sentences computed from it, then a plot of
-# each variant's median divided by the median of the model's own norm in the
-# same mode and step, with the quartiles as error bars.
+# sentences computed from it, and a plot of each variant's median over the
+# model's own norm's in the same mode and step, quartiles as error bars.
 if not RECORDED:
     print(
         "No GPU record is present (docs/recorded/model_step_<gpu>.json): this page "
@@ -797,17 +781,9 @@ for path in RECORDED:
 # What to take from this step: measure the model, not only the kernel; time
 # compiled as well as eager, because Inductor's fusions change what your
 # operator competes with; let a layer declare only the modes where it is
-# measured faster, so that ``kernelize`` leaves the model's own code in the
-# other training and compiled modes (eager inference always runs a mapped
-# layer); and when an opaque operator loses a fusion, you can fuse it
-# yourself, in the model's code or, without touching it, in the compiler, and
-# then measure whether it pays: the records above say whether the pass beat
-# the model's own code or only won back the operator's loss. With
-# the private option ``epilogue_fusion_user_defined_triton_kernel`` on, a
-# Triton operator with one store lets Inductor fuse what follows it (by the
-# option's comment in `torch/_inductor/config.py
-# <https://github.com/pytorch/pytorch/blob/v2.13.0/torch/_inductor/config.py>`__;
-# the cell above shows it only where it runs), and an
-# AOTInductor package can call a C++ operator through a C shim instead of its
-# proxy executor; time the two packages, as above where they load, before
-# you take on the private options the shim needs.
+# measured faster (eager inference always runs a mapped layer); and when an
+# opaque operator loses a fusion, fuse it yourself, in the model's code or in
+# the compiler, then measure whether it pays. A Triton operator with one
+# store lets Inductor fuse what follows it under a private option, and an
+# AOTInductor package can call a C++ operator through a C shim: time both
+# before you take on the private options they need.
