@@ -1,8 +1,10 @@
 // The launchers of the RMSNorm CUDA kernels: each runs a plan of
-// rms_norm_planner.cuh, and run_rms_norm_forward / run_rms_norm_backward
-// plan (or take a forced plan) and launch. The host wrapper
-// (rms_norm_cuda.cu) and the sweep tools (tools/sweep_*.cu) call these.
-// Torch-free.
+// rms_norm_planner.cuh. run_rms_norm_forward plans the forward (or takes a
+// forced plan) and launches it; the backward is planned by
+// rms_norm_backward_plan_for, so that the caller can allocate the grad_weight
+// partial rows the plan needs, then launched by launch_rms_norm_backward. The
+// host wrapper (rms_norm_cuda.cu) and the sweep tools (tools/sweep_*.cu) call
+// these. Torch-free.
 #pragma once
 
 #include <cuda_runtime.h>
