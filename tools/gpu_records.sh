@@ -111,14 +111,7 @@ vbench() {  # vbench NAME PATCH [BENCHMARK ARGS...]: bench, with tools/variants/
 }
 # The registry's operators that have a benchmark of their own (guidekit/benchmark/NAME.py).
 operator_benchmarks() {
-  python3 - <<'PY'
-import importlib.util, pathlib, sys
-spec = importlib.util.spec_from_file_location("registry", "opguide/registry.py")
-registry = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(registry)
-print(*(op.name for op in registry.OPERATORS
-        if pathlib.Path(f"guidekit/benchmark/{op.name}.py").is_file()))
-PY
+  python3 -c 'from guidekit.recorded.sources import operator_benchmarks as o; print(*o())'
 }
 done_() { python3 -m guidekit.recorded.stamp "$out/$1" && echo "refreshed: $1"; }
 gpu="$(python3 -c 'import torch; from guidekit.recorded import short_gpu_name as s; print(s(torch.cuda.get_device_name()))' 2>/dev/null || echo gpu)"

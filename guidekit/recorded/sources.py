@@ -34,7 +34,16 @@ from pathlib import Path
 
 from .equivalence import code
 
-__all__ = ["MEASURED", "digest", "measured", "read_stored", "stale_files", "stale_note", "stamp"]
+__all__ = [
+    "MEASURED",
+    "digest",
+    "measured",
+    "operator_benchmarks",
+    "read_stored",
+    "stale_files",
+    "stale_note",
+    "stamp",
+]
 
 #: The benchmark modules that time each kind of run (``python -m guidekit.benchmark``).
 _BENCH = "guidekit/benchmark/"
@@ -227,6 +236,12 @@ def _includes(paths: list[str]) -> set[str]:
     return found
 
 
+def operator_benchmarks() -> list[str]:
+    """The registry's operators that have a benchmark of their own,
+    ``guidekit/benchmark/<name>.py`` (``tools/gpu_records.sh 6`` runs each)."""
+    return [op.name for op in registry().OPERATORS if (ROOT / f"{_BENCH}{op.name}.py").is_file()]
+
+
 def _operator_benchmark(record: str) -> list[str]:
     """What ``<operator>_<gpu>.json``, written by ``python -m guidekit.benchmark.<operator>``,
     measured: the operator's CUDA and Triton kernels and planning, the headers they
@@ -235,9 +250,9 @@ def _operator_benchmark(record: str) -> list[str]:
     Raises:
         KeyError: the name is no operator's benchmark record.
     """
-    for op in registry().OPERATORS:
-        tool = f"{_BENCH}{op.name}.py"
-        if fnmatch.fnmatchcase(record, f"{op.name}_*.json") and (ROOT / tool).is_file():
+    for name in operator_benchmarks():
+        op, tool = registry().get(name), f"{_BENCH}{name}.py"
+        if fnmatch.fnmatchcase(record, f"{name}_*.json"):
             gpu = [f for k, v in (*op.kernels.items(), *op.planning.items())
                    if k.startswith(("cuda", "triton")) for f in v]  # fmt: skip
             cuda = _includes([f for f in gpu if f.startswith("csrc/")])
