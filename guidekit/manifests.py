@@ -31,6 +31,8 @@ FOLDER = ROOT / "manifests"
 #: Every route of every operator of the registry, ``<route>_<operator>``.
 ROUTES = tuple(name for op in registry.OPERATORS for name in op.manifests())
 PACKAGE = "opguide"
+# A line that holds only a marker comment, which pages use to cut files.
+_MARKER = re.compile(r"^[ \t]*(?://|#)[ \t]*\[[A-Za-z0-9_-]+\][ \t]*$")
 _REGISTRY_MODULE = re.compile(r'\b(?:triton_)?module="([A-Za-z0-9_.]+)"')
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
 _C_SOURCES = (".cpp", ".cu")
@@ -238,8 +240,8 @@ def _cut_registry(text: str, manifest: Manifest) -> str:
                     if key.value.startswith("triton"):
                         drop |= set(range(key.lineno - 1, value.end_lineno))
     # A marker comment cuts a page's excerpt; the reader's copy has no page.
-    marker = re.compile(r"^[ \t]*#[ \t]*\[[A-Za-z0-9_-]+\][ \t]*$")
-    return "".join(line for i, line in enumerate(lines) if i not in drop and not marker.match(line))
+    kept = (line for i, line in enumerate(lines) if i not in drop)
+    return "".join(line for line in kept if not _MARKER.match(line))
 
 
 def _bound_names(node: ast.stmt) -> set[str]:
