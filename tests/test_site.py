@@ -12,7 +12,9 @@ skip, saying so.
   no directive): its links reach the pages they name;
 * the MyST notebook page offers itself as a valid Jupyter notebook;
 * the source archive offered on the landing page holds the project, without
-  the check of the site's prose (tests/test_history_words.py) and its words.
+  the check of the site's prose (tests/test_history_words.py) and its words;
+* read from the sources, so they run without a built site: the prose outside
+  the API reference is at most 30 000 words, and no gallery page is over 2 000.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ CAPTIONED = re.compile(
     re.DOTALL,
 )
 
-pytestmark = pytest.mark.skipif(
+# The checks of the built site skip without one; the prose counts read the sources.
+needs_site = pytest.mark.skipif(
     not (SITE / "index.html").is_file(),
     reason="the site is not built (run the README's docs command first)",
 )
@@ -69,6 +72,7 @@ def captioned_blocks(page: Path) -> dict[str, str]:
     return found
 
 
+@needs_site
 def test_no_marker_comment_in_rendered_code():
     leaks = []
     for page in pages():
@@ -81,6 +85,7 @@ def test_no_marker_comment_in_rendered_code():
 LINENO = re.compile(r'<span class="linenos">\s*(\d+)</span>')
 
 
+@needs_site
 def test_numbered_listings_keep_the_file_s_line_numbers():
     """A numbered listing (``:linenos:``) blanks marker lines instead of dropping them, so
     each number shown is the line's number in the file, as a compiler or sanitizer names it."""
@@ -105,6 +110,7 @@ def test_numbered_listings_keep_the_file_s_line_numbers():
     assert not wrong, "\n".join(wrong[:10])
 
 
+@needs_site
 def test_building_page_shows_the_readme_s_gpu_commands_whole():
     """building.md quotes the README's GPU commands by line numbers: every command shows."""
     readme = (ROOT / "README.md").read_text()
@@ -116,11 +122,13 @@ def test_building_page_shows_the_readme_s_gpu_commands_whole():
     assert not missing, f"building.html leaves out: {missing}"
 
 
+@needs_site
 def test_no_page_shows_the_library_registration_macros():
     shown = [str(p.relative_to(SITE)) for p in pages() if "OPGUIDE_LIBRARY" in p.read_text()]
     assert not shown, f"pages that show OPGUIDE_LIBRARY: {shown}"
 
 
+@needs_site
 @pytest.mark.parametrize(
     "page, files",
     [
@@ -142,6 +150,7 @@ def test_steps_2_and_3_show_a_complete_minimal_kernel(page, files):
         assert "TORCH_LIBRARY" in shown or name.endswith(".cuh")
 
 
+@needs_site
 def test_downloaded_notebooks_carry_code_not_directives():
     notebooks = sorted((SITE / "_downloads").rglob("*.ipynb"))
     assert len(notebooks) >= 15, f"expected a notebook per gallery step, found {len(notebooks)}"
@@ -183,6 +192,7 @@ def markdown_prose(notebook: Path) -> str:
     return re.sub(r"``.+?``", "", "\n".join(prose), flags=re.DOTALL)
 
 
+@needs_site
 def test_downloaded_notebooks_hold_no_rest():
     # Jupyter shows a reST role or directive as raw text.
     leftovers = []
@@ -193,6 +203,7 @@ def test_downloaded_notebooks_hold_no_rest():
     assert not leftovers, "reST in the notebooks' Markdown:\n" + "\n".join(leftovers[:20])
 
 
+@needs_site
 def test_downloaded_notebooks_have_no_relative_link():
     """A downloaded notebook leaves the site: its links are absolute, or not there."""
     relative, absolute = [], 0
@@ -210,6 +221,7 @@ def test_downloaded_notebooks_have_no_relative_link():
     assert absolute >= 20, f"the roles of the steps became only {absolute} links"
 
 
+@needs_site
 def test_the_myst_notebook_is_offered_as_a_jupyter_notebook():
     import jupytext
     import nbformat
@@ -227,6 +239,7 @@ def test_the_myst_notebook_is_offered_as_a_jupyter_notebook():
     assert not REST_LEFT.search(markdown_prose(path))
 
 
+@needs_site
 def test_source_archive_holds_the_project():
     archives = sorted((SITE / "_downloads").rglob("opguide-source.tar.gz"))
     assert archives, "no source archive among the downloads"
@@ -253,6 +266,7 @@ MACHINERY = ("guidekit/", "tests/test_compile_checks.py")
 INCLUDE = re.compile(r"literalinclude:: /\.\./(\S+)")
 
 
+@needs_site
 def test_every_file_a_step_shows_is_shown_whole_somewhere():
     """A file that a step quotes appears whole, captioned with its path, on some page."""
     quoted = set()
@@ -279,32 +293,205 @@ def test_every_file_a_step_shows_is_shown_whole_somewhere():
     assert not differ, f"shown under their path but not whole: {differ}"
 
 
-def gallery_prose_words(script: Path) -> int:
-    """Words of prose in a gallery script: its docstring and the text of its ``# %%`` cells.
+# -- Prose: the words a reader reads -------------------------------------------
+# Directives whose body is code, a file or a list of pages, never prose; the
+# body of any other directive (a dropdown, a note, a card, a table) is prose.
+CODE_DIRECTIVES = frozenset(
+    {
+        "code",
+        "code-block",
+        "code-cell",
+        "csv-table",
+        "doctest",
+        "figure",
+        "highlight",
+        "image",
+        "include",
+        "literalinclude",
+        "math",
+        "raw",
+        "recorded-sources",
+        "sourcecode",
+        "testcode",
+        "testoutput",
+        "toctree",
+    }
+)
+REST_DIRECTIVE = re.compile(r"^(\s*)\.\. ([A-Za-z][\w:-]*)::(.*)$")
+# A directive's option (``:language: cpp``) or a field: not prose.
+REST_OPTION = re.compile(r"^\s*:[\w -]+:(\s|$)")
+MYST_FENCE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})\s*(?:\{([\w:-]+)\})?(.*)$")
 
-    reST directive lines and their options (``.. literalinclude::``,
-    ``:language:``) are not prose and are not counted; code and output are not.
-    """
-    source = script.read_text()
-    words = len((ast.get_docstring(ast.parse(source)) or "").split())
-    in_text = False
-    for line in source.splitlines():
-        if line.startswith("# %%"):
-            in_text = True
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def rest_prose_words(text: str) -> int:
+    """Words of prose in reST: outside literal blocks (``::``), comments, directive
+    options and the bodies of :data:`CODE_DIRECTIVES`; a directive's title counts."""
+    words = 0
+    skip_deeper = None  # skip the lines indented deeper than this: a code body
+    literal_after = None  # a paragraph ended with "::": an indented literal block follows
+    for line in text.splitlines():
+        if skip_deeper is not None:
+            if not line.strip() or _indent(line) > skip_deeper:
+                continue
+            skip_deeper = None
+        if literal_after is not None and line.strip():
+            if _indent(line) > literal_after:
+                skip_deeper, literal_after = literal_after, None
+                continue
+            literal_after = None
+        directive = REST_DIRECTIVE.match(line)
+        if directive:
+            if directive[2] in CODE_DIRECTIVES:
+                skip_deeper = _indent(line)
+            else:
+                words += len(directive[3].split())
             continue
-        if in_text and line.startswith("#"):
-            text = line[1:].strip()
-            if not text.startswith(("..", ":")):
-                words += len(text.split())
-        else:
-            in_text = False
+        if line.lstrip().startswith(".."):  # a comment or a link target
+            skip_deeper = _indent(line)
+            continue
+        if REST_OPTION.match(line):
+            continue
+        text_line = line.rstrip()
+        if text_line.endswith("::"):
+            literal_after = _indent(line)
+            text_line = text_line[:-2]
+        words += len(text_line.split())
     return words
 
 
-GALLERY_PAGES = sorted((ROOT / "examples_src").glob("[0-9][0-9]_*.py"))
+def myst_prose_words(text: str) -> int:
+    """Words of prose in a MyST Markdown page or notebook: outside its front matter,
+    fenced code, the bodies of :data:`CODE_DIRECTIVES`, options and HTML comments."""
+    lines = text.splitlines()
+    if lines and lines[0].strip() == "---":
+        lines = lines[lines.index("---", 1) + 1 :]
+    words, fences, in_comment = 0, [], False  # fences: (fence, whether its body is prose)
+    for line in lines:
+        stripped = line.strip()
+        if in_comment:
+            in_comment = "-->" not in stripped
+            continue
+        if fences:
+            fence, prose = fences[-1]
+            if stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
+                fences.pop()
+                continue
+            if not prose:
+                continue
+        if stripped.startswith("<!--"):
+            in_comment = "-->" not in stripped
+            continue
+        opened = MYST_FENCE.match(line)
+        if opened and (opened[1][0] != ":" or opened[2]):
+            prose = bool(opened[2]) and opened[2] not in CODE_DIRECTIVES
+            fences.append((opened[1], prose))
+            words += len(opened[3].split()) if prose else 0
+            continue
+        if stripped == "+++" or (fences and REST_OPTION.match(line)):
+            continue
+        words += len(stripped.lstrip("#").split())  # a heading's "#" is no word
+    return words
 
 
-@pytest.mark.parametrize("script", GALLERY_PAGES, ids=lambda p: p.name)
+def gallery_prose_words(script: Path) -> int:
+    """Words of prose in a gallery script: its docstring and its ``# %%`` text cells, as reST."""
+    source = script.read_text()
+    texts, cell = [ast.get_docstring(ast.parse(source)) or ""], None
+    for line in source.splitlines():
+        if line.startswith("# %%"):
+            cell = []
+            texts.append(cell)
+        elif cell is not None and line.startswith("#"):
+            cell.append(line[2:] if line.startswith("# ") else line[1:])
+        else:
+            cell = None
+    return sum(rest_prose_words(t if isinstance(t, str) else "\n".join(t)) for t in texts)
+
+
+def gallery_ignored() -> re.Pattern:
+    """sphinx-gallery's ``ignore_pattern`` from docs/conf.py: scripts that are no page."""
+    for node in ast.walk(ast.parse((ROOT / "docs" / "conf.py").read_text())):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == "ignore_pattern":
+                    return re.compile(ast.literal_eval(value))
+    raise AssertionError("docs/conf.py's sphinx_gallery_conf has no ignore_pattern")
+
+
+def gallery_folders() -> list[Path]:
+    """Every gallery of the site (and sub-gallery): a folder with a GALLERY_HEADER.rst."""
+    headers = list(ROOT.glob("*/GALLERY_HEADER.rst")) + list(ROOT.glob("*/*/GALLERY_HEADER.rst"))
+    return sorted(
+        h.parent for h in headers if h.relative_to(ROOT).parts[0] not in ("docs", "build")
+    )
+
+
+def gallery_pages() -> list[Path]:
+    """The scripts every gallery makes a page of."""
+    ignored = gallery_ignored()
+    return [
+        script
+        for folder in gallery_folders()
+        for script in sorted(folder.glob("*.py"))
+        if not ignored.search(str(script))
+    ]
+
+
+# Pages whose words are not the guide's prose: the API reference is the
+# docstrings, read when looked up.
+NOT_PROSE = ("docs/reference.md",)
+HIDDEN_FOLDERS = ("_build", "_generated", "auto_examples", "tutorials")
+
+
+def site_prose_words() -> dict[str, int]:
+    """{page's source: words of prose} for every page of the site but the API reference."""
+    counted = {}
+    for script in gallery_pages():
+        counted[str(script.relative_to(ROOT))] = gallery_prose_words(script)
+    for folder in gallery_folders():
+        header = folder / "GALLERY_HEADER.rst"
+        counted[str(header.relative_to(ROOT))] = rest_prose_words(header.read_text())
+    docs = ROOT / "docs"
+    sources = [p for p in docs.rglob("*") if p.suffix in (".md", ".rst")]
+    sources = [p for p in sources if not set(p.relative_to(docs).parts) & set(HIDDEN_FOLDERS)]
+    sources += sorted((ROOT / "tutorials").rglob("*.md"))
+    for page in sorted(sources):
+        name = str(page.relative_to(ROOT))
+        if name not in NOT_PROSE:
+            count = myst_prose_words if page.suffix == ".md" else rest_prose_words
+            counted[name] = count(page.read_text())
+    return counted
+
+
+#: The whole site's prose outside the API reference, in words: read in a few sittings.
+SITE_PROSE_WORDS = 30_000
+
+
+def test_site_prose_words_fit_the_budget():
+    counted = site_prose_words()
+    total = sum(counted.values())
+    table = "\n".join(f"{words:7d}  {page}" for page, words in sorted(counted.items()))
+    assert total <= SITE_PROSE_WORDS, f"{total} words of prose, over {SITE_PROSE_WORDS}:\n{table}"
+
+
+def test_prose_words_leave_out_code():
+    # The counters must see prose and nothing else, or the budget above means nothing.
+    rest = "Some words here::\n\n    code not counted\n\n.. literalinclude:: /x.py\n   :lines: 1\n"
+    rest += "\n.. dropdown:: Two words\n\n   Three more words\n"
+    assert rest_prose_words(rest) == 3 + 2 + 3
+    myst = "---\njupytext: {}\n---\n# Title\n```{code-cell}\nx = 1\n```\n:::{note}\n:class: y\n"
+    myst += "One two\n:::\n```{literalinclude} a.py\n:language: python\n```\n<!-- hidden -->\n"
+    assert myst_prose_words(myst) == 1 + 2
+
+
+GALLERY_PAGES = gallery_pages()
+
+
+@pytest.mark.parametrize("script", GALLERY_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_gallery_page_fits_one_sitting(script):
     # A page is read in one sitting: at most 2 000 words of prose.
     words = gallery_prose_words(script)
