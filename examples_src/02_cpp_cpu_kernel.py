@@ -2,73 +2,40 @@ r"""
 Step 2: A C++ CPU kernel
 ========================
 
-The Python operator of :doc:`step 1 <01_first_operator>` runs six PyTorch
-kernels on a float32 input (square, mean, add, reciprocal square root and two
-multiplies), four of which read the whole tensor. Here the same operator
-becomes one C++ kernel that reads each row from memory once (its second pass
-over a row that fits in cache finds it there), with its schema defined in C++ and its kernel
-registered for the CPU dispatch key.
+Part I writes RMSNorm as one C++ file: a schema in ``TORCH_LIBRARY``, a CPU
+kernel in ``TORCH_LIBRARY_IMPL``. This step adds:
 
-In this step you will learn:
-
-* how to define a schema once with ``TORCH_LIBRARY`` and attach a kernel to it
-  with ``TORCH_LIBRARY_IMPL(..., CPU, ...)``;
-* how to write the kernel: a dtype dispatch, float32 accumulation, and
-  ``at::parallel_for`` over rows;
-* how to compile it from a script with :func:`torch.utils.cpp_extension.load`
-  and call it as a ``torch.ops`` operator;
-* how the installed package ``opguide`` ships the same operator, with a
-  kernel tuned further.
+* compiling that file from a script with :func:`torch.utils.cpp_extension.load`;
+* what ``at::parallel_for`` needs to use more than one thread;
+* the library's own CPU kernel, its checks, and a first timing.
 
 The whole operator in one file
 ------------------------------
-This file is a complete C++ operator: every include, the kernel, the function
-the dispatcher calls, the schema and the registration. Copy it into a project
-of your own, change the namespace, and it builds (the cell below builds it):
+Every include, the kernel, the schema and the registration; the cell below
+builds it:
 
 .. literalinclude:: /../csrc/minimal/rms_norm_minimal.cpp
    :language: cpp
    :caption: csrc/minimal/rms_norm_minimal.cpp
 
-What each part does:
-
-* ``TORCH_LIBRARY(opguide_minimal, m)`` defines the namespace and its schemas.
-  The schema string ``rms_norm(Tensor x, Tensor weight, float eps) -> Tensor``
-  is the operator's type: ``float`` in a schema is a C++ ``double``, and a
-  plain ``Tensor`` return means a new tensor that aliases no input. A
-  namespace is defined by one ``TORCH_LIBRARY`` block in the whole process;
-  :doc:`step 13 <13_namespaces_and_fragments>` shows what happens otherwise.
-* ``TORCH_LIBRARY_IMPL(opguide_minimal, CPU, m)`` attaches ``rms_norm_cpu`` to
-  that schema for the ``CPU`` dispatch key: the dispatcher calls it whenever
-  ``x`` is a CPU tensor. :doc:`step 3 <03_cuda_kernel>` adds the ``CUDA`` key
-  the same way, from another file.
-* ``AT_DISPATCH_FLOATING_TYPES_AND2`` instantiates the lambda for float32,
-  float64, float16 and bfloat16, with ``scalar_t`` the element type.
-  ``at::opmath_type<scalar_t>`` is the type to compute in: float for the
-  16-bit types, so bfloat16 rows are summed in float32 and rounded once.
-* ``at::parallel_for`` splits the rows over PyTorch's intra-op threads, in
-  tasks of at least ``GRAIN_SIZE`` elements (declared in
-  ``ATen/TensorIterator.h``), so that a small input stays on one thread. It
-  does so only in a file compiled with OpenMP (``-fopenmp``, as below): the
-  function is defined in ATen's headers, and without the flag it runs the
-  whole range as one call on the calling thread (`ATen/ParallelOpenMP.h
-  <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/ParallelOpenMP.h>`__
-  defines ``INTRA_OP_PARALLEL`` only under ``_OPENMP``, and `ATen/Parallel-inl.h
-  <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/Parallel-inl.h>`__
-  calls ``f(begin, end)`` once without it).
-* ``TORCH_CHECK_TYPE`` / ``TORCH_CHECK_VALUE`` / ``TORCH_CHECK`` raise Python's
-  ``TypeError`` / ``ValueError`` / ``RuntimeError`` with the message given.
+``at::opmath_type<scalar_t>`` is float for the 16-bit types, so bfloat16 rows
+are summed in float32 and rounded once. ``at::parallel_for`` splits the rows
+over PyTorch's threads, in tasks of at least ``GRAIN_SIZE`` elements, only in
+a file compiled with OpenMP (``-fopenmp``): without it, ATen's headers run the
+whole range as one call (`ATen/ParallelOpenMP.h
+<https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/ParallelOpenMP.h>`__
+defines ``INTRA_OP_PARALLEL`` only under ``_OPENMP``; `ATen/Parallel-inl.h
+<https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/Parallel-inl.h>`__
+calls ``f(begin, end)`` once without it).
 """
 
 # %%
 # Compiling the file from a script
 # --------------------------------
-# :func:`torch.utils.cpp_extension.load` writes a ninja file, compiles the
-# sources against the installed torch and loads the result. With
-# ``is_python_module=False`` the library is loaded with
-# :func:`torch.ops.load_library`: it holds no Python module, only operator
-# registrations. The build directory is kept inside the repository's
-# ``build/`` tree, so a second run only checks timestamps.
+# :func:`torch.utils.cpp_extension.load` compiles the sources against the
+# installed torch with ninja and loads the result; ``is_python_module=False``
+# loads it with :func:`torch.ops.load_library`, since it holds only operator
+# registrations. A second run in the same build directory checks timestamps.
 import os
 import time
 from pathlib import Path
@@ -98,8 +65,7 @@ library_path = load(
 print(load_line(library_path, since=start))
 
 # %%
-# The operator is now in the dispatcher, with the schema from C++ and a kernel
-# for the CPU key:
+# The schema from C++, and a kernel for the CPU key:
 op = torch.ops.opguide_minimal.rms_norm.default
 print(op._schema)
 print("CPU kernel registered:", torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CPU"))
@@ -107,10 +73,8 @@ print("CPU kernel registered:", torch._C._dispatch_has_kernel_for_dispatch_key(o
 # %%
 # Checking it against the reference
 # ---------------------------------
-# ``opguide.reference`` holds the pure-PyTorch definition
-# (:doc:`step 1 <01_first_operator>`'s body, keeping float64 for float64) that
-# every test compares with. The kernel must match it for every dtype, and for
-# any row length:
+# Every test compares with ``opguide.reference``, step 1's body that keeps
+# float64 for float64, in every dtype and row length:
 from opguide.reference import rms_norm_reference  # noqa: E402
 
 # The tolerance of one rounding to each dtype (opguide's tests use the same table).
@@ -127,14 +91,10 @@ for dtype in TOL:  # float32, float16, bfloat16 and float64
         print(f"{str(dtype):15} {str(shape):11} max |error| = {err:.2e}")
 
 # %%
-# With ``-fopenmp``, ``at::parallel_for`` shares the rows among PyTorch's
-# intra-op threads (:func:`torch.get_num_threads`); a build without the flag
-# runs on one thread whatever that setting. That holds for a torch that uses
-# OpenMP for intra-op parallelism, as the Linux wheels do;
-# a torch built with its native thread pool defines ``INTRA_OP_PARALLEL`` in
-# ``ATen/ParallelNative.h`` whatever the flags, and shares the rows without
-# ``-fopenmp``. The kernel timed on one thread and
-# on all of them (the best of nine calls each, the two settings taking turns):
+# With ``-fopenmp`` the rows go to :func:`torch.get_num_threads` threads, on a
+# torch that uses OpenMP as the Linux wheels do (one built with its native
+# thread pool, ``ATen/ParallelNative.h``, shares them without the flag). One
+# thread against all, the best of nine calls each, taking turns:
 x_big, w_big = torch.randn(4096, 4096), torch.randn(4096)
 threads = torch.get_num_threads()
 best = {1: float("inf"), threads: float("inf")}
@@ -156,9 +116,8 @@ if threads > 1 and best[threads] >= best[1]:
     )
 
 # %%
-# A C++ operator needs a fake kernel too. It is written in Python, as in
-# :doc:`step 1 <01_first_operator>`, but registered by name because the operator was defined in C++.
-# With it, :func:`torch.library.opcheck` passes:
+# The fake kernel of an operator defined in C++ is registered from Python by
+# name; with it, :func:`torch.library.opcheck` passes:
 torch.library.register_fake("opguide_minimal::rms_norm")(
     lambda x, w, eps: torch.empty_like(x, memory_format=torch.contiguous_format)
 )
@@ -168,36 +127,29 @@ print(torch.library.opcheck(op, sample))
 # %%
 # The library's CPU kernel
 # ------------------------
-# opguide itself is built the way a library is: one folder per operator,
-# holding one file of schemas, one file per kernel, and the argument checks in
-# a file that the CPU and the CUDA kernels share. RMSNorm's schemas:
+# opguide keeps one folder per operator: a file of schemas, a file per
+# kernel, and checks that the CPU and CUDA kernels share. RMSNorm's schemas:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_schema.cpp
 #    :language: cpp
 #    :caption: csrc/rms_norm/rms_norm_schema.cpp
 #
-# Its CPU kernel computes the same thing as the minimal one, with three
-# additions, each explained where the file makes it:
+# Its CPU kernel computes what the minimal one does, with three additions,
+# each with its reason in the file; this page times none of them against its
+# absence:
 #
-# * sixteen independent partial sums, so the compiler can keep several SIMD
-#   lanes busy instead of serialising every add on the previous one;
-# * on GCC/x86-64 Linux, ``target_clones("avx2", "default")``: the loop is
-#   compiled twice and the copy the CPU supports is chosen when the library
-#   loads (`GCC's target_clones
+# * sixteen independent partial sums of squares;
+# * on GCC/x86-64 Linux, ``target_clones("avx2", "default")`` (`GCC's
+#   documentation
 #   <https://gcc.gnu.org/onlinedocs/gcc/Common-Function-Attributes.html>`__);
 # * for outputs of 2 MiB or more, memory that the operating system can map in
 #   huge pages, so that the first write to a fresh output takes fewer page
 #   faults (`Linux's transparent huge pages
 #   <https://docs.kernel.org/admin-guide/mm/transhuge.html>`__).
 #
-# The timing below measures the kernel with all three; this page does not
-# time any of them against its absence.
-#
-# The same kernels serve one more operator of the schemas above,
-# ``rms_norm_fwd``, which also returns the statistic that the backward needs
-# (:doc:`step 8 <08_autograd>`). The row loop itself
-# is plain C++ templated on the element type, in a header without torch
-# (``rms_norm_cpu.h``), so other code can run it on its own buffers.
+# The same kernels serve ``rms_norm_fwd``, which also returns the statistic
+# the backward needs (:doc:`step 8 <08_autograd>`). The row loop is plain C++
+# in a header without torch (``rms_norm_cpu.h``).
 #
 # .. dropdown:: csrc/rms_norm/rms_norm_cpu.h and csrc/rms_norm/rms_norm_cpu.cpp, the whole files
 #
@@ -209,11 +161,9 @@ print(torch.library.opcheck(op, sample))
 #       :language: cpp
 #       :caption: csrc/rms_norm/rms_norm_cpu.cpp
 #
-# The checks are declared in ``rms_norm.h`` and defined once in
-# ``rms_norm_checks.cpp``. Each names the argument and what was expected, in
-# the words the Python wrapper uses, and spells dtypes and shapes as Python
-# prints them, through ``csrc/common/messages.h``, which every operator's
-# checks share:
+# The checks name the argument and what was expected, spelling dtypes and
+# shapes as Python prints them (``csrc/common/messages.h``, shared by every
+# operator):
 #
 # .. dropdown:: The checks and the message pieces, the whole files
 #
@@ -235,10 +185,9 @@ print(torch.library.opcheck(op, sample))
 #
 # The installed package
 # ---------------------
-# ``pip install --no-build-isolation .`` compiles these files through
-# ``setup.py`` (:doc:`step 6 <06_the_build>`) into ``opguide/_C.abi3.so``.
-# Importing ``opguide`` loads it, registers ``torch.ops.opguide.rms_norm``,
-# adds the fake kernel and exports a checked Python wrapper,
+# ``pip install --no-build-isolation .`` compiles these files into
+# ``opguide/_C.abi3.so`` (:doc:`step 6 <06_the_build>`). Importing ``opguide``
+# loads it, adds the fake kernel and exports the checked wrapper
 # :func:`opguide.rms_norm`:
 import opguide  # noqa: E402
 
@@ -265,15 +214,13 @@ for bad in [(x.int(), w), (x, w.half()), (x, w[:100])]:
 # %%
 # How fast is it?
 # ---------------
-# A first look (:doc:`step 11 <11_performance>` measures properly): the
-# library's kernel and the minimal one against the Python operator of
-# :doc:`step 1 <01_first_operator>`, PyTorch's own RMSNorm, and two copies of
-# the same bytes, ``y.copy_(x)`` into a tensor that exists and ``x.clone()``,
-# which allocates its output with PyTorch's CPU allocator (the library's kernel
-# takes its output from its own huge-page allocator); one (2048, 4096) float32
-# input. This machine's cores may be shared, so the six take turns in each
-# round, the rounds repeat, and each line gives the median and the middle
-# half of the samples. What the last lines say is computed from this run.
+# A first look (:doc:`step 11 <11_performance>` measures properly) on one
+# (2048, 4096) float32 input: the two kernels, step 1's body, PyTorch's
+# RMSNorm, and two copies of the same bytes, ``y.copy_(x)`` into a tensor that
+# exists and ``x.clone()`` into new memory from PyTorch's allocator (the
+# library's kernel takes its output from its own huge-page allocator). The six
+# take turns, round after round; each line gives the median and the middle
+# half of the samples, and the last lines are computed from this run.
 import statistics  # noqa: E402
 
 x = torch.randn(2048, 4096)
@@ -333,7 +280,7 @@ elif wide:
     print(f"the samples of {', '.join(wide)} spread widely; those of y.copy_(x) did not")
 
 # %%
-# The same samples as a plot: each bar is a median, its line the middle half.
+# Each bar is a median, its line the middle half:
 import matplotlib.pyplot as plt  # noqa: E402
 
 names = sorted(samples, key=median.get)
