@@ -2,20 +2,13 @@ r"""
 Step 1: Your first operator
 ===========================
 
-Before any C++, an operator can be written in Python with
-:func:`torch.library.custom_op`. Doing so first pins down the contract that
-every later kernel must honour: the schema (argument and return types), what
-the output looks like (shape, dtype, strides), and what ``torch.compile`` needs
-to trace it.
+Part I writes RMSNorm as a Python :func:`torch.library.custom_op` with a fake
+kernel and checks it with :func:`torch.library.opcheck`. This step runs that
+operator again as the contract every later kernel honours, and adds what Part I
+leaves out:
 
-In this step you will learn:
-
-* how to declare an operator with :func:`torch.library.custom_op`;
-* why it needs a *fake* kernel (:func:`torch.library.register_fake`), and what
-  that kernel must return;
-* how :func:`torch.library.opcheck` tests the registration;
-* how to check that ``torch.compile(fullgraph=True)`` traces it without a
-  graph break.
+* what ``opcheck`` says when a fake kernel is wrong;
+* how ``torch._dynamo.explain`` counts a function's graph breaks.
 
 The running example of the whole guide is **RMSNorm**: for each row ``x`` of
 length ``N``, ``y = x / sqrt(mean(x**2) + eps) * weight``.
@@ -24,12 +17,9 @@ length ``N``, ``y = x / sqrt(mean(x**2) + eps) * weight``.
 # %%
 # The operator
 # ------------
-# ``custom_op`` turns a type-annotated Python function into an operator of the
-# PyTorch dispatcher, here ``torch.ops.opguide_step1.rms_norm``. The schema is
-# inferred from the annotations; ``mutates_args=()`` promises that no input is
-# written to. The body computes in float32 for float32 and the 16-bit types,
-# as the compiled kernels of the later steps do (they keep double for double;
-# this first version does not).
+# The schema comes from the annotations; ``mutates_args=()`` promises that no
+# input is written. The body computes in float32, as the compiled kernels of
+# the later steps do for float32 and the 16-bit types.
 import time
 
 import torch
@@ -46,8 +36,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 print(rms_norm._opoverload._schema)
 
 # %%
-# The dispatcher now knows the operator by its qualified name, and calling it
-# through ``torch.ops`` is the same as calling the Python function:
+# Called through ``torch.ops`` by its qualified name:
 torch.manual_seed(0)
 x = torch.randn(4, 8)
 w = torch.randn(8)
@@ -55,8 +44,7 @@ y = torch.ops.opguide_step1.rms_norm(x, w, 1e-6)
 print(y[0])
 
 # %%
-# Check it against PyTorch's own :func:`torch.nn.functional.rms_norm` on
-# random data:
+# Checked against :func:`torch.nn.functional.rms_norm`:
 expected = torch.nn.functional.rms_norm(x, (8,), w, eps=1e-6)
 torch.testing.assert_close(y, expected)
 print("matches torch.nn.functional.rms_norm")
@@ -64,12 +52,9 @@ print("matches torch.nn.functional.rms_norm")
 # %%
 # The fake kernel
 # ---------------
-# While it traces, ``torch.compile`` does not run an operator's real kernel;
-# it runs the operator on *fake* tensors, which have a shape, dtype, device
-# and strides but no data.
-# An operator's fake kernel computes the output's metadata from the inputs'.
-# It must describe exactly what the real kernel returns: here a new
-# contiguous tensor with the shape and dtype of ``x``.
+# ``torch.compile`` traces on *fake* tensors (shape, dtype, device and
+# strides, no data). The fake kernel must return exactly what the real kernel
+# returns: here a new contiguous tensor with the shape and dtype of ``x``.
 
 
 @rms_norm.register_fake
@@ -80,22 +65,18 @@ def _(x, weight, eps):
 # %%
 # Testing the registration with ``opcheck``
 # -----------------------------------------
-# :func:`torch.library.opcheck` runs the operator in several ways (eager, with
-# fake tensors, through the autograd and functionalization machinery) and
-# compares what it sees with the schema and the fake kernel. It is the first
-# test to write for any custom operator. The result maps each check to
-# ``"SUCCESS"``:
+# ``opcheck`` runs the operator eagerly, on fake tensors, and through autograd
+# and functionalization, and compares each with the schema and the fake
+# kernel. Each check maps to ``"SUCCESS"``:
 for dtype in (torch.float32, torch.bfloat16):
     sample = (torch.randn(5, 33, dtype=dtype), torch.randn(33, dtype=dtype), 1e-6)
     result = torch.library.opcheck(rms_norm, sample)
     print(dtype, result)
 
 # %%
-# Had the fake kernel returned the wrong dtype, opcheck would say so. Here is a
-# second operator with a deliberately wrong fake kernel, so you can recognise
-# the failure when you meet it. The message ends with "(scroll up for stack
-# trace)": the trace is that of the exception opcheck wraps, which pytest
-# would print and this page does not:
+# A fake kernel with the wrong dtype, so that you recognise the failure. The
+# "(scroll up for stack trace)" at the end refers to the exception opcheck
+# wraps, which pytest prints and this page does not:
 
 
 @torch.library.custom_op("opguide_step1::rms_norm_bad_fake", mutates_args=())
@@ -118,8 +99,8 @@ else:
 # %%
 # ``torch.compile`` with ``fullgraph=True``
 # -----------------------------------------
-# ``fullgraph=True`` turns any graph break into an error, so this proves that
-# the whole function, custom operator included, is captured in one graph.
+# ``fullgraph=True`` makes a graph break an error, so this call proves that
+# the function, operator included, is captured in one graph.
 
 
 def block(x, w):
@@ -134,8 +115,7 @@ torch.testing.assert_close(out, block(x, w))
 print("compiled output matches eager")
 
 # %%
-# ``torch._dynamo.explain`` reports how many graphs and graph breaks a
-# function produces:
+# ``torch._dynamo.explain`` counts graphs and graph breaks:
 explanation = torch._dynamo.explain(block)(x, w)
 print(f"graphs: {explanation.graph_count}, graph breaks: {explanation.graph_break_count}")
 assert explanation.graph_break_count == 0
@@ -143,9 +123,6 @@ assert explanation.graph_break_count == 0
 # %%
 # What's next
 # -----------
-# This Python operator is correct but runs several PyTorch kernels (square,
-# mean, add, rsqrt, two multiplies, and casts for half precision); on a
-# float32 input four of them read the whole tensor and three also write one.
-# The next step replaces the body with one C++ kernel that reads each row
-# from memory once (its second pass over a row that fits in cache finds it
-# there), behind a schema defined in C++.
+# This operator runs several PyTorch kernels (square, mean, add, rsqrt, two
+# multiplies, and casts for half precision). Step 2 replaces them with one C++
+# kernel behind a schema defined in C++.
