@@ -17,19 +17,22 @@ The choice is a keyword argument rather than a global switch so that it is
 visible at each call, and so that ``torch.compile`` sees a constant.
 
 A second keyword, ``compiled=``, says what a call gives ``torch.compile``
-when it traces it:
+and ``torch.export`` when they trace it:
 
-``"native"`` (the default)
-    the operator's plain-PyTorch form (:func:`opguide.rms_norm_reference`,
-    :func:`opguide.fused_add_rms_norm_reference`), so that Inductor can fuse
-    it with its neighbours;
-``"kernel"``
-    opguide's operator, as one call in the graph, running the kernel that
-    ``backend=`` chooses.
+``"kernel"`` (the default)
+    opguide's operator, as one call in the graph (``opguide::rms_norm``,
+    say), with its fake kernel and autograd, running the kernel that
+    ``backend=`` chooses; an exported program or AOTInductor package calls it;
+``"native"``
+    the operator's plain-PyTorch form, its reference
+    (:func:`opguide.rms_norm_reference`, say). It pays under ``torch.compile``
+    when Inductor's code for it, fused with its neighbours (a residual add, a
+    cast, the next pointwise operation), is faster than the kernel plus the
+    neighbours' own passes over memory: measure both. ``torch.export``
+    traces as ``torch.compile`` does, so an exported program of such a call
+    holds the plain-PyTorch form, not the operator.
 
-Eager calls run opguide's kernels whatever ``compiled=`` says;
-``torch.export`` traces as ``torch.compile`` does, so an exported program
-holds the operator only with ``compiled="kernel"``.
+Eager calls run opguide's kernels whatever ``compiled=`` says.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import torch
 from .registry import OPERATORS
 
 BACKENDS = ("auto", "cpp", "triton")
-COMPILED = ("native", "kernel")
+COMPILED = ("kernel", "native")
 TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 # Why the Triton operators could not be defined although triton is installed
 # (set by opguide/__init__.py), or None.
@@ -113,20 +116,22 @@ def native_under_compile(fn: str, compiled: str) -> bool:
 
     True only while ``torch.compile`` or ``torch.export`` traces the call
     (:func:`torch.compiler.is_compiling`) and ``compiled`` is ``"native"``;
-    eager calls always run opguide's kernels. Export is not told apart from
+    eager calls always run opguide's kernels, and so does every traced call
+    with the default ``compiled="kernel"``. Export is not told apart from
     compile: on torch 2.11, ``torch.compiler.is_exporting`` is also true
     inside ``torch.compile``
     (https://github.com/pytorch/pytorch/issues/176347; on torch 2.13 it is
-    false there). A program meant to call the operator (an AOTInductor
-    package, say) passes ``compiled="kernel"``.
+    false there).
 
     Args:
         fn: the public function's name, for error messages.
-        compiled: ``"native"`` or ``"kernel"`` (see the module's docstring).
+        compiled: ``"kernel"`` or ``"native"`` (see the module's docstring).
 
     Raises:
         ValueError: ``compiled`` is not one of the two names.
     """
-    if compiled != "native" and compiled != "kernel":
-        raise ValueError(f"{fn}: compiled must be 'native' or 'kernel', got {compiled!r}")
-    return compiled == "native" and torch.compiler.is_compiling()
+    if compiled == "kernel":
+        return False
+    if compiled != "native":
+        raise ValueError(f"{fn}: compiled must be 'kernel' or 'native', got {compiled!r}")
+    return torch.compiler.is_compiling()

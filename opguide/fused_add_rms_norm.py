@@ -68,7 +68,7 @@ def fused_add_rms_norm_(
     out_dtype: torch.dtype | None = None,
     *,
     backend: str = "auto",
-    compiled: str = "native",
+    compiled: str = "kernel",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Adds ``x`` to ``residual`` in place, then RMS-normalises the result.
 
@@ -93,10 +93,15 @@ def fused_add_rms_norm_(
         backend: ``"auto"``, ``"cpp"`` or ``"triton"``; see
             :mod:`opguide.backends`. The Triton kernels handle float32, float16
             and bfloat16 only.
-        compiled: what ``torch.compile`` gets when it traces the call:
-            ``"native"`` (default), the plain-PyTorch form (the sum written
-            back into ``residual`` with ``copy_``); ``"kernel"``, opguide's
-            operator. Eager calls run the kernel either way.
+        compiled: what ``torch.compile`` and ``torch.export`` get when they
+            trace the call: ``"kernel"`` (default), the operator
+            ``opguide::fused_add_rms_norm_`` itself, which an exported program
+            or AOTInductor package calls; or ``"native"``, the plain-PyTorch
+            form (:func:`opguide.fused_add_rms_norm_reference`, the sum
+            written back into ``residual`` with ``copy_``), which pays where
+            Inductor fuses it with its neighbours into faster code than the
+            kernel's (see :mod:`opguide.backends`). Eager calls run the
+            kernel either way.
 
     Returns:
         ``(out, inv_rms)``: ``out`` has the shape of ``x`` and dtype

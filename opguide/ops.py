@@ -26,7 +26,7 @@ def rms_norm(
     eps: float = 1e-6,
     *,
     backend: str = "auto",
-    compiled: str = "native",
+    compiled: str = "kernel",
 ) -> torch.Tensor:
     """Root-mean-square normalisation over the last dimension.
 
@@ -42,10 +42,14 @@ def rms_norm(
         backend: ``"auto"`` (default), ``"cpp"`` (the compiled C++/CUDA
             kernels) or ``"triton"`` (the Triton kernels, float32, float16 and
             bfloat16 only); see :mod:`opguide.backends`.
-        compiled: what ``torch.compile`` gets when it traces the call:
-            ``"native"`` (default; the plain-PyTorch form, for Inductor to
-            generate) or ``"kernel"`` (this operator), and so does
-            ``torch.export``; eager calls always run the operator.
+        compiled: what ``torch.compile`` and ``torch.export`` get when they
+            trace the call: ``"kernel"`` (default), the operator
+            ``opguide::rms_norm`` itself, which an exported program or
+            AOTInductor package calls; or ``"native"``, the plain-PyTorch
+            form (:func:`opguide.rms_norm_reference`), which pays where
+            Inductor fuses it with its neighbours into faster code than the
+            kernel's (see :mod:`opguide.backends`). Eager calls always run the
+            operator.
 
     Returns:
         A new contiguous tensor with the shape and dtype of ``x``. It is
@@ -69,7 +73,7 @@ def rms_norm(
     """
     if native_under_compile("rms_norm", compiled):
         # What vLLM's CustomOp calls forward_native: Inductor's own code for
-        # the norm, fused with its neighbours, unless the caller asks for the kernel.
+        # the norm, fused with its neighbours, when the caller asks for it.
         _check_rms_norm_args(x, weight, eps, autocast=True)
         resolve_backend("rms_norm", "rms_norm", backend, x)
         return rms_norm_reference(x, weight, eps)

@@ -1,14 +1,17 @@
-"""What ``torch.compile`` gets from opguide's functions: the native form unless asked.
+"""What ``torch.compile`` and ``torch.export`` get from opguide's functions.
 
-By default (``compiled="native"``) a traced call of :func:`opguide.rms_norm`
-or :func:`opguide.fused_add_rms_norm_` gives the tracer the plain-PyTorch
-reference, which Inductor compiles with the code around it; with
-``compiled="kernel"`` the graph holds opguide's operator. Either way the
-compiled results and gradients are the eager ones, and eager calls run the
-kernels. The graphs are recorded with AOTAutograd and no code generation.
+By default (``compiled="kernel"``) a traced call of every public function of
+the registry's operators gives the tracer opguide's operator itself (its fake
+kernel, its autograd), so an exported program holds ``opguide::<op>``; with
+``compiled="native"`` the tracer gets the plain-PyTorch reference, which
+Inductor compiles with the code around it. Either way the compiled results and
+gradients are the eager ones, and eager calls run the kernels. The graphs are
+recorded with AOTAutograd and no code generation.
 """
 
 from __future__ import annotations
+
+import importlib
 
 import pytest
 import torch
@@ -18,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import opguide
 from opguide.backends import triton_ready
+from opguide.registry import OPERATORS
 
 BACKENDS = ["cpp"] + (["triton"] if triton_ready() else [])
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -57,7 +61,15 @@ def opguide_ops(seen: list[str]) -> list[str]:
     return [target for target in seen if "opguide" in target]
 
 
-@pytest.mark.parametrize("compiled", ["native", "kernel"])
+# None: the argument left out, which must mean "kernel".
+COMPILED = [None, "kernel", "native"]
+
+
+def _compiled_kwargs(compiled: str | None) -> dict:
+    return {} if compiled is None else {"compiled": compiled}
+
+
+@pytest.mark.parametrize("compiled", COMPILED)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_rms_norm_graph_and_grads(backend, compiled):
     device = _device(backend)
@@ -67,7 +79,8 @@ def test_rms_norm_graph_and_grads(backend, compiled):
     x0, w0, probe = x0.to(device), w0.to(device), probe.to(device)
 
     def loss(x, w):
-        return (opguide.rms_norm(x, w, backend=backend, compiled=compiled) * probe).sum()
+        y = opguide.rms_norm(x, w, backend=backend, **_compiled_kwargs(compiled))
+        return (y * probe).sum()
 
     fn, seen = compile_and_record(loss)
     x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
@@ -77,13 +90,13 @@ def test_rms_norm_graph_and_grads(backend, compiled):
     torch.testing.assert_close((x.grad, w.grad), (ex.grad, ew.grad), **TOL)
     if compiled == "native":
         assert opguide_ops(seen) == [], seen
-    else:
+    else:  # "kernel", the default
         suffix = "_triton" if backend == "triton" else ""
         assert f"opguide.rms_norm_fwd{suffix}.default" in seen
         assert f"opguide.rms_norm_backward{suffix}.default" in seen
 
 
-@pytest.mark.parametrize("compiled", ["native", "kernel"])
+@pytest.mark.parametrize("compiled", COMPILED)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_fused_add_rms_norm_graph_and_residual(backend, compiled):
     device = _device(backend)
@@ -94,7 +107,7 @@ def test_fused_add_rms_norm_graph_and_residual(backend, compiled):
 
     def step(x, residual, w):
         out, inv_rms = opguide.fused_add_rms_norm_(
-            x, residual, w, backend=backend, compiled=compiled
+            x, residual, w, backend=backend, **_compiled_kwargs(compiled)
         )
         return out * 2, inv_rms
 
@@ -107,7 +120,7 @@ def test_fused_add_rms_norm_graph_and_residual(backend, compiled):
     found = opguide_ops(seen)
     if compiled == "native":
         assert found == [], seen
-    else:
+    else:  # "kernel", the default
         assert any("fused_add_rms_norm_" in target for target in found), seen
 
 
@@ -131,7 +144,33 @@ def test_eager_calls_run_the_kernel_whatever_compiled_says(backend):
     assert f"opguide.rms_norm{suffix}.default" in recorder.ops
 
 
-@pytest.mark.parametrize("strict", [False, True])
+def default_call(name: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """A module calling operator ``name``'s public function with its default
+    arguments, and inputs for it: ``default_call()`` of ``tests/test_<name>.py``."""
+    own = getattr(importlib.import_module(f"test_{name}"), "default_call", None)
+    assert own is not None, f"tests/test_{name}.py defines no default_call()"
+    return own()
+
+
+def _called(program: torch.export.ExportedProgram) -> list:
+    return [node.target for node in program.graph.nodes if node.op == "call_function"]
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["non_strict", "strict"])
+@pytest.mark.parametrize("op", OPERATORS, ids=lambda op: op.name)
+def test_export_with_default_arguments_records_the_operator(op, strict):
+    # the compiled operator the public function calls: opguide::rms_norm, say
+    wanted = getattr(torch.ops.opguide, op.ops[0]).default
+    module, args = default_call(op.name)
+    program = torch.export.export(module, tuple(a.clone() for a in args), strict=strict)
+    assert wanted in _called(program), _called(program)
+    # the program runs the operator: its results (and any input it writes) are the eager ones
+    exported, eager = [a.clone() for a in args], [a.clone() for a in args]
+    torch.testing.assert_close(program.module()(*exported), module(*eager))
+    torch.testing.assert_close(exported, eager)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["non_strict", "strict"])
 def test_export_takes_the_form_compiled_names(strict):
     class Norm(torch.nn.Module):
         def __init__(self, compiled):
@@ -139,19 +178,18 @@ def test_export_takes_the_form_compiled_names(strict):
             self.compiled = compiled
 
         def forward(self, x, w):
-            return opguide.rms_norm(x, w, compiled=self.compiled)
+            return opguide.rms_norm(x, w, **_compiled_kwargs(self.compiled))
 
     x, w = torch.randn(4, 32), torch.rand(32) + 0.5
-    for compiled in ("native", "kernel"):
+    for compiled in COMPILED:
         ep = torch.export.export(Norm(compiled), (x, w), strict=strict)
-        called = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
-        has_op = "opguide.rms_norm.default" in called
-        assert has_op == (compiled == "kernel"), (compiled, called)
+        has_op = torch.ops.opguide.rms_norm.default in _called(ep)
+        assert has_op == (compiled != "native"), (compiled, _called(ep))
 
 
 def test_unknown_compiled_value_is_refused():
     x, w = torch.randn(2, 16), torch.randn(16)
-    with pytest.raises(ValueError, match="compiled must be 'native' or 'kernel'"):
+    with pytest.raises(ValueError, match="rms_norm: compiled must be 'kernel' or 'native'"):
         torch.compile(lambda x, w: opguide.rms_norm(x, w, compiled="inductor"))(x, w)
-    with pytest.raises(ValueError, match="compiled must be 'native' or 'kernel'"):
+    with pytest.raises(ValueError, match="fused_add_rms_norm_: compiled must be 'kernel' or 'nat"):
         opguide.fused_add_rms_norm_(x, x.clone(), w, compiled="yes")

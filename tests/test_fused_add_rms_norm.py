@@ -69,6 +69,18 @@ def make_inputs(shape, x_dtype, res_dtype, device="cpu", weight=True, seed=0):
     return x, residual, w
 
 
+class _FusedAddRmsNorm(torch.nn.Module):
+    def forward(self, x, residual, weight):
+        return opguide.fused_add_rms_norm_(x, residual, weight)
+
+
+def default_call() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """A module calling the public function with its default arguments, and inputs
+    for it: what tests/test_compiled_form.py exports and tests/test_across_pytorch.py
+    packages with AOTInductor, for every operator of the registry."""
+    return _FusedAddRmsNorm(), make_inputs((4, 32), torch.float32, torch.float32)
+
+
 def check_against_reference(x, residual, w, out_dtype, backend, eps=1e-6):
     before = residual.clone()
     storage = residual.data_ptr()

@@ -68,12 +68,24 @@ def test_opcheck(dtype):
 
 
 def test_compile_fullgraph():
-    # compiled="kernel": the graph holds opguide::rms_norm itself, traced with
-    # its fake kernel (the default, "native", would trace the reference).
+    # The graph holds opguide::rms_norm itself (the default, compiled="kernel"),
+    # traced with its fake kernel.
     torch._dynamo.reset()
-    fn = torch.compile(lambda x, w: opguide.rms_norm(x, w, compiled="kernel") * 2, fullgraph=True)
+    fn = torch.compile(lambda x, w: opguide.rms_norm(x, w) * 2, fullgraph=True)
     x, w = make_inputs((8, 64), torch.float32)
     torch.testing.assert_close(fn(x, w), rms_norm_reference(x, w) * 2)
+
+
+class _RmsNorm(torch.nn.Module):
+    def forward(self, x, weight):
+        return opguide.rms_norm(x, weight)
+
+
+def default_call() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """A module calling the public function with its default arguments, and inputs
+    for it: what tests/test_compiled_form.py exports and tests/test_across_pytorch.py
+    packages with AOTInductor, for every operator of the registry."""
+    return _RmsNorm(), make_inputs((4, 32), torch.float32)
 
 
 BAD_INPUTS = [
@@ -259,13 +271,14 @@ def test_opcheck_training_ops(dtype):
 
 def test_compile_dynamic_forward_backward_no_recompiles():
     # fullgraph: no graph break in forward or backward; dynamic=True plus
-    # error_on_recompile: one graph serves every shape below. compiled="kernel"
-    # puts the operators in the graph, traced with their fake kernels.
+    # error_on_recompile: one graph serves every shape below. The operators
+    # are in the graph (compiled="kernel", the default), traced with their
+    # fake kernels.
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
 
     def loss_fn(x, w):
-        return (opguide.rms_norm(x, w, compiled="kernel") * 2.0).sum()
+        return (opguide.rms_norm(x, w) * 2.0).sum()
 
     compiled = torch.compile(loss_fn, fullgraph=True, dynamic=True)
     with torch._dynamo.config.patch(error_on_recompile=True):

@@ -184,12 +184,13 @@ class _Capture:
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-@pytest.mark.parametrize("compiled", ["kernel", "native"])
+@pytest.mark.parametrize("compiled", [None, "kernel", "native"])  # None: the default
 def test_compile_fullgraph(compiled, dynamic):
     torch._dynamo.reset()
     capture = _Capture()
+    kwargs = {} if compiled is None else {"compiled": compiled}
     fn = torch.compile(
-        lambda x: opguide.silu_and_mul(x, compiled=compiled) * 2,
+        lambda x: opguide.silu_and_mul(x, **kwargs) * 2,
         fullgraph=True,
         dynamic=dynamic,
         backend=capture,
@@ -198,7 +199,7 @@ def test_compile_fullgraph(compiled, dynamic):
         x = make_x(shape, torch.bfloat16)
         torch.testing.assert_close(fn(x), silu_and_mul_reference(x) * 2)
     kernel_in_graph = OPS.silu_and_mul.default in capture.targets()
-    assert kernel_in_graph == (compiled == "kernel")
+    assert kernel_in_graph == (compiled != "native")
     if dynamic:
         assert len(capture.graphs) == 1  # one graph served both shapes
 
@@ -277,7 +278,7 @@ def test_bad_arguments_give_clear_errors():
     x = torch.ones(2, 4)
     with pytest.raises(ValueError, match="backend must be 'auto', 'cpp' or 'triton'"):
         opguide.silu_and_mul(x, backend="cuda")
-    with pytest.raises(ValueError, match="compiled must be 'native' or 'kernel'"):
+    with pytest.raises(ValueError, match="compiled must be 'kernel' or 'native'"):
         opguide.silu_and_mul(x, compiled="inductor")
     with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
         opguide.silu_and_mul([1.0, 2.0])
@@ -339,6 +340,18 @@ def test_benchmark_smoke(tmp_path, capsys):
     assert {"opguide cpu", "torch.compile", "copy"} <= impls
     assert all(r["seconds"] > 0 for r in result["results"])
     assert "liger" in impls or "liger" in result["missing"]
+
+
+class _SiluAndMul(torch.nn.Module):
+    def forward(self, x):
+        return opguide.silu_and_mul(x)
+
+
+def default_call() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """A module calling the public function with its default arguments, and inputs
+    for it: what tests/test_compiled_form.py exports and tests/test_across_pytorch.py
+    packages with AOTInductor, for every operator of the registry."""
+    return _SiluAndMul(), (make_x((4, 2 * 16)),)
 
 
 def fake_cases(kit):

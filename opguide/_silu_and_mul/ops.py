@@ -22,7 +22,7 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def silu_and_mul(
-    x: torch.Tensor, *, backend: str = "auto", compiled: str = "native"
+    x: torch.Tensor, *, backend: str = "auto", compiled: str = "kernel"
 ) -> torch.Tensor:
     """The gated activation of Llama-style MLPs: ``silu(x[..., :d]) * x[..., d:]``.
 
@@ -36,10 +36,14 @@ def silu_and_mul(
         backend: ``"auto"`` (default), ``"cpp"`` (the compiled C++/CUDA
             kernels) or ``"triton"`` (the Triton kernels, float32, float16 and
             bfloat16 only); see :mod:`opguide.backends`.
-        compiled: what ``torch.compile`` gets when it traces the call:
-            ``"native"`` (default; :func:`silu_and_mul_reference`, for Inductor
-            to fuse with its neighbours) or ``"kernel"`` (this operator), and so
-            does ``torch.export``; eager calls always run the operator.
+        compiled: what ``torch.compile`` and ``torch.export`` get when they
+            trace the call: ``"kernel"`` (default), the operator
+            ``opguide::silu_and_mul`` itself, which an exported program or
+            AOTInductor package calls; or ``"native"``, the plain-PyTorch form
+            (:func:`silu_and_mul_reference`), which pays where Inductor fuses
+            it with its neighbours (a cast, the next pointwise operation)
+            into faster code than the kernel's (see :mod:`opguide.backends`).
+            Eager calls always run the operator.
 
     Returns:
         A new contiguous tensor of shape ``(..., d)`` and the dtype of ``x``,
@@ -62,7 +66,7 @@ def silu_and_mul(
     """
     if native_under_compile("silu_and_mul", compiled):
         # Inductor generates the activation and fuses it with its neighbours
-        # (vLLM's forward_native), unless the caller asks for the kernel.
+        # (vLLM's forward_native), when the caller asks for it.
         check_silu_and_mul_args(x)
         resolve_backend("silu_and_mul", "silu_and_mul", backend, x)
         return silu_and_mul_reference(x)
