@@ -2,33 +2,21 @@ r"""
 Step 3: A CUDA kernel
 =====================
 
-The C++ kernel of :doc:`step 2 <02_cpp_cpu_kernel>` serves CPU tensors. This
-step adds the kernel for CUDA tensors behind the same schema: the dispatcher
-picks it whenever ``x`` lives on a GPU, and nothing changes for the caller.
+Part I adds a CUDA kernel to the operator's schema: the dispatcher picks it
+for tensors on a GPU. This step adds:
 
-In this step you will learn:
+* the whole ``nvcc`` command that compile-checks the kernel without a GPU;
+* what the library's faster kernel adds, and where each addition is measured;
+* the simple kernel's recorded speed on a GPU.
 
-* how to split a GPU kernel into torch-free device code (a ``.cuh`` header that
-  nvcc and hipcc can compile alone) and a thin torch wrapper (a ``.cu`` file);
-* what every CUDA operator's wrapper must do: the device guard, the current
-  stream, the dtype dispatch and the launch check;
-* how to build it with :func:`torch.utils.cpp_extension.load`, and how to
-  compile-check it with ``nvcc`` on a machine with no GPU, with the whole
-  command printed;
-* what the library's own, faster kernel adds, and where it is measured.
-
-On a machine with a CUDA GPU this page compiles the kernel, runs it and checks
-it against the reference. Without one it compiles the same files with
-``nvcc -c`` (when nvcc is installed) and says plainly that nothing ran on a GPU.
+On a CUDA GPU the page also builds the kernel, runs it and checks it against
+the reference; without one it says that nothing ran on a GPU.
 
 The kernel in its simplest form
 -------------------------------
-One block of 256 threads per row. The threads stride over the row and each
-sums the squares of the elements it visits; the block combines the 256 sums in
-shared memory; every thread then scales the elements it visited. The sums are
-kept in ``Acc`` (float, or double for double) whatever the stored type. The
-header includes no torch file, so it is plain CUDA that nvcc compiles on its
-own:
+One block of 256 threads per row: each thread sums the squares of the
+elements it visits, the block adds the 256 sums in shared memory, and every
+thread scales its elements. The header includes no torch file:
 
 .. literalinclude:: /../csrc/minimal/rms_norm_minimal.cuh
    :language: cuda
@@ -36,39 +24,24 @@ own:
 
 The torch side
 --------------
-The ``.cu`` file is the only place that knows about tensors. It does four
-things every CUDA operator must do:
-
-* **device guard**: ``c10::cuda::CUDAGuard`` makes ``x``'s GPU current for the
-  duration of the call, so the launch, and the stream that
-  ``getCurrentCUDAStream()`` returns, belong to ``x``'s GPU on a multi-GPU
-  machine, whichever GPU the caller made current (without it, a
-  launcher that uses the current GPU fails or computes on the wrong one:
-  :doc:`step 9 <09_triton_kernel>` shows the Triton launches failing on the
-  second of two GPUs when their guard is removed);
-* **current stream**: the kernel is queued on
-  ``c10::cuda::getCurrentCUDAStream()`` (``at::cuda::getCurrentCUDAStream`` is the
-  same function), the stream PyTorch uses on this thread. A kernel launched on
-  the default stream instead would race with work on side streams, and during
-  a CUDA graph capture it would make the capture fail (PyTorch's `CUDA
-  semantics <https://docs.pytorch.org/docs/stable/notes/cuda.html#cuda-streams>`__
-  notes on streams and on graph capture);
-* **dtype dispatch**: ``AT_DISPATCH_FLOATING_TYPES_AND2`` instantiates the
-  launcher for float32, float64, float16 and bfloat16;
-* **error checks**: ``C10_CUDA_CHECK`` on the launch's error code turns a bad
-  launch into a Python ``RuntimeError`` instead of a silent wrong answer.
-
-It registers for the ``CUDA`` dispatch key of the namespace that :doc:`step 2 <02_cpp_cpu_kernel>`'s
-file defined, so the two files together are one operator with two kernels:
+The ``.cu`` file is the only one that knows about tensors. It does what every
+CUDA operator's wrapper does: a device guard (``c10::cuda::CUDAGuard``, so the
+launch goes to ``x``'s GPU; :doc:`step 9 <09_triton_kernel>` shows launches
+failing on a second GPU without one), the current stream (a launch on the
+default stream races with side streams and breaks CUDA graph capture: PyTorch's
+`CUDA semantics <https://docs.pytorch.org/docs/stable/notes/cuda.html#cuda-streams>`__),
+the dtype dispatch, and ``C10_CUDA_CHECK`` on the launch. It registers for the
+``CUDA`` key of step 2's namespace:
 
 .. literalinclude:: /../csrc/minimal/rms_norm_minimal_cuda.cu
    :language: cuda
    :caption: csrc/minimal/rms_norm_minimal_cuda.cu
 
-The wrapper includes only ``c10/cuda`` headers, not ``ATen/cuda/CUDAContext.h``:
-the latter pulls in the cuBLAS, cuSPARSE and cuSOLVER headers, which a CUDA
-install without those libraries (the compiler alone, as pip's
-``nvidia-cuda-nvcc`` brings it) lacks, and this kernel needs none of them.
+It includes only ``c10/cuda`` headers: ``ATen/cuda/CUDAContext.h`` includes
+`CUDAContextLight.h
+<https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/cuda/CUDAContextLight.h>`__,
+which includes the cuBLAS, cuSPARSE and cuSOLVER headers, and a CUDA install
+of the compiler alone lacks those.
 """
 
 # %%
@@ -94,15 +67,11 @@ if HAVE_GPU:
 # Compile-checking without a GPU
 # ------------------------------
 # ``nvcc -c`` needs no GPU. The wrapper compiles against the installed
-# torch's headers with the flags that torch's own extension builds give nvcc
-# (``COMMON_NVCC_FLAGS`` of :mod:`torch.utils.cpp_extension`, and the C++
-# standard it adds when no ``-std`` is given, which depends on the torch
-# release: ``guidekit.buildinfo.cxx_standard`` reads it), and one more that a
-# CPU-only torch needs: ``-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE``
-# (``c10/cuda/CUDAMacros.h`` would otherwise include
-# ``c10/cuda/impl/cuda_cmake_macros.h``, which only CUDA builds of torch ship).
-# Here is the whole command, as you would type it; the test suite runs the
-# same check on every machine that has nvcc:
+# torch's headers with the flags torch's extension builds give nvcc
+# (``COMMON_NVCC_FLAGS`` and the C++ standard of
+# :mod:`torch.utils.cpp_extension`), plus ``-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE``
+# for a CPU-only torch, which lacks ``c10/cuda/impl/cuda_cmake_macros.h``. The
+# whole command, which the test suite runs wherever nvcc is:
 torch_include = str(Path(torch.__file__).parent / "include")
 FIND_INCLUDE = "import torch.utils.cpp_extension as c; print(c.include_paths()[0])"
 nvcc = compile_checks.find_nvcc()
@@ -120,14 +89,10 @@ assert minimal.status != "failed", "the minimal CUDA kernel does not compile"
 # %%
 # Building and running it on a GPU
 # --------------------------------
-# :func:`torch.utils.cpp_extension.load` compiles ``.cu`` sources with nvcc
-# and the rest with the C++ compiler, then links one library. The CUDA file
-# needs the schema that :doc:`step 2 <02_cpp_cpu_kernel>`'s file defines, so
-# the cell first loads :doc:`step 2 <02_cpp_cpu_kernel>`'s library (built and
-# loaded again only if this process does not have it yet: the same ``load``
-# call is a no-op the second time), then the CUDA kernel. Each result must match
-# the reference within one rounding to its dtype (opguide's tests use the same
-# table of tolerances).
+# The CUDA file needs the schema of step 2's file, so the cell loads step 2's
+# library first (the same ``load`` call again is a no-op), then the CUDA
+# kernel. Each result must match the reference within one rounding to its
+# dtype.
 from opguide.testing import TOLERANCES as TOL  # noqa: E402
 
 if not HAVE_GPU:
@@ -186,50 +151,43 @@ else:
             print(f"{str(dtype):15} {str(shape):12} max |error| = {err:.2e}")
 
 # %%
-# Where no GPU ran this page, the cell prints only that it skipped. Its run on
-# a GPU is in the :doc:`Building page's GPU records </building>`: the GPU
-# suite's gallery log, in which this step passed, its ``assert_close`` checks
-# included, and a site build on a GPU.
+# This step's run on a GPU, its checks included, is in the GPU suite's log on
+# :doc:`the building page </building>`.
 
 # %%
 # The library's CUDA kernel
 # -------------------------
-# ``opguide.rms_norm`` runs a kernel with the same contract, written for
-# speed. What it adds to the simple kernel:
+# ``opguide.rms_norm``'s CUDA kernel has the same contract, written for speed:
 #
-# * **16-byte loads**: eight bfloat16 (or four float32) elements per load
-#   instruction when the row length and the pointers allow; otherwise the
-#   widest narrower access (8, 4 or 2 bytes). In the backward, such odd rows
-#   that the narrow kernels cannot hold take a kernel that reads the row twice
-#   (measured in :doc:`step 11 <11_performance>`, "Odd row lengths");
-# * **the row held in registers**: each thread loads its part of ``x`` and of
-#   the weight once, before the reduction, and scales the values it holds, so
-#   ``x`` is read from memory once. One block holds a row of up to 1024
-#   threads x 4 16-byte vectors; on GPUs of compute capability 9.0 and later a
-#   row of more than 2048 whole 16-byte vectors (32 KiB) of a 16- or 32-bit
-#   type goes to a thread-block cluster, which holds it (:doc:`step 11.3
-#   <11_performance_3_long_rows>`); elsewhere a row longer than a block holds
-#   is read a second time, mostly from L2;
-# * **several short rows per block**, and the number of threads per row chosen
-#   from the row length;
-# * **warp shuffles** for the reduction inside each warp, then one value per
-#   warp through shared memory, added in a loop;
-# * ``keep_packed``, an empty ``asm`` statement that stops the compiler from
-#   keeping 32 converted floats alive where 16 packed bfloat16 registers do
-#   (measured in :doc:`step 11.4 <11_performance_4_tuning>`);
-# * **programmatic dependent launch** on compute capability 9.0 and later
-#   (``common/launch.cuh``), so a kernel's start overlaps the end of the one
-#   before it (measured in step 11.4).
+# * **16-byte loads** where the row length and pointers allow, else the widest
+#   narrower access (measured in :doc:`step 11 <11_performance>`, "Odd row
+#   lengths");
+# * **the row held in registers**, so ``x`` is read from memory once: a block
+#   holds up to 1024 threads x 4 16-byte vectors, and on compute capability
+#   9.0 and later a longer row goes to a thread-block cluster
+#   (:doc:`step 11.3 <11_performance_3_long_rows>`);
+# * **several short rows per block**, threads per row chosen from the length;
+# * **warp shuffles**, then one value per warp through shared memory;
+# * ``keep_packed``, an empty ``asm`` statement that keeps 16 packed bfloat16
+#   registers instead of 32 converted floats, and **programmatic dependent
+#   launch** on compute capability 9.0 and later (both measured in
+#   :doc:`step 11.4 <11_performance_4_tuning>`).
 #
-# Its contract differs from the simple kernel's in one place: the launchers
-# take ``eps`` as a float (``static_cast<float>(eps)`` in ``rms_norm_cuda.cu``),
-# for float64 inputs too, where the simple kernel and the CPU kernels take it
-# as a double. So float64 rows whose mean square is near ``eps`` differ from a
-# float64 reference by up to about 1e-9 relative, far past the 1e-12 of
-# opguide's float64 tolerance; on rows of ``torch.randn``, as the tests use,
-# the difference is about 1e-15.
-#
-# The same four duties (guard, stream, dispatch, checks) are in its wrapper.
+# Its contract differs in one place: the launchers take ``eps`` as a float
+# (``static_cast<float>(eps)`` in ``rms_norm_cuda.cu``), for float64 inputs
+# too. A reciprocal square root halves a relative error in ``mean + eps``, so
+# rounding the default ``eps`` to a float moves a float64 row's result by at
+# most (to first order) half of ``eps``'s rounding error, times the share of
+# ``eps`` in ``mean + eps``:
+eps = 1e-6  # opguide.rms_norm's default
+rounding = abs(torch.tensor(eps, dtype=torch.float32).item() - eps) / eps
+print(f"eps = {eps} rounded to a float: relative error {rounding:.1e}")
+for mean_square in (0.0, 1.0):
+    bound = rounding / 2 * eps / (mean_square + eps)
+    print(f"rows of mean square {mean_square}: result off by at most {bound:.1e} relative")
+print(f"opguide's float64 tolerance: {TOL[torch.float64]}")
+
+# %%
 # The files, whole:
 #
 # .. dropdown:: csrc/rms_norm/rms_norm_forward.cuh (the forward kernel)
@@ -314,9 +272,8 @@ else:
 #       :language: cuda
 #       :caption: csrc/common/launch_settings.cu
 #
-# They compile without a GPU too: the torch-free device code on its own (every
-# kernel instantiated for every dtype by ``csrc/device_checks/rms_norm.cu``),
-# then the wrapper, with the command shown above:
+# They compile without a GPU too: the device code alone (every kernel and
+# dtype, ``csrc/device_checks/rms_norm.cu``), then the wrapper:
 results = [
     compile_checks.nvcc_check(CSRC / "device_checks" / "rms_norm.cu", with_torch=False),
     compile_checks.nvcc_check(CSRC / "rms_norm" / "rms_norm_cuda.cu", with_torch=True),
@@ -330,12 +287,10 @@ assert not any(r.status == "failed" for r in results), "a CUDA source does not c
 # %%
 # The installed package
 # ---------------------
-# ``setup.py`` adds the ``.cu`` files of ``csrc/`` to the extension when torch has CUDA and a
-# toolkit is found (``USE_CUDA=1`` insists, ``USE_CUDA=0`` refuses;
-# ``TORCH_CUDA_ARCH_LIST="9.0"`` targets H100/H200). ``opguide.rms_norm`` then
-# reaches the CUDA kernel for CUDA tensors through the dispatcher. On a GPU the
-# cell times it next to the simple kernel, torch's own ``rms_norm`` and
-# ``x.clone()``, which reads and writes as many bytes as one RMSNorm:
+# ``setup.py`` builds the ``.cu`` files when torch has CUDA and a toolkit is
+# found (:doc:`step 6 <06_the_build>`). On a GPU the cell times the library's
+# kernel next to the simple one, ``F.rms_norm`` and ``x.clone()`` (the same
+# bytes):
 import opguide  # noqa: E402
 
 op = torch.ops.opguide.rms_norm.default
@@ -373,16 +328,12 @@ elif not HAVE_GPU:
 # %%
 # The simple kernel, timed on a GPU
 # ---------------------------------
-# ``tools/record_minimal_cuda.py`` builds the simple kernel as this page does
-# and times it on a GPU beside ``y.copy_(x)`` (the same bytes, no arithmetic),
-# ``F.rms_norm`` and ``opguide.rms_norm(..., backend="cpp")`` (the table's
-# ``minimal`` and ``opguide`` columns are the simple kernel and this one), on
-# rows x N = 2**24 elements, and writes
-# ``docs/recorded/minimal_cuda_<gpu>.json``. The cell shows each such record:
-# every speed as a fraction of the copy's (1.00 is as fast as copying the
-# bytes; the bars' lines span the middle half of the rounds). ``y.copy_(x)`` is
-# PyTorch's general copy kernel, not the memory's ceiling: a kernel made for
-# one job can beat it (:doc:`step 11 <11_performance>` sets the two apart).
+# ``tools/record_minimal_cuda.py`` times the simple kernel (``minimal``) and
+# the library's (``opguide``) beside ``F.rms_norm`` and ``y.copy_(x)`` on
+# rows x N = 2**24 elements, and writes ``docs/recorded/minimal_cuda_<gpu>.json``.
+# Each speed is a fraction of the copy's; the bars' lines span the middle half
+# of the rounds. ``y.copy_(x)`` is PyTorch's general copy, not the memory's
+# ceiling (:doc:`step 11 <11_performance>`):
 import importlib.util  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
