@@ -2,73 +2,46 @@ r"""
 Step 4: Porting to ROCm/HIP
 ===========================
 
-AMD GPUs run HIP, a C++ dialect that mirrors CUDA almost name for name. PyTorch
-for ROCm does not ask you to write a second kernel: when you build a
-``CUDAExtension`` against a ROCm build of torch, it runs **hipify** over your
-CUDA sources first, then compiles the result with ``hipcc``.
-
-In this step you will learn:
-
-* what hipify changes in the real sources of :doc:`step 3 <03_cuda_kernel>`, shown as a diff;
-* what differs on AMD hardware that the code itself must handle (64-wide
-  wavefronts, NVIDIA-only features, shuffle intrinsics, bfloat16 headers);
-* how to compile-check the hipified, torch-free device code with ``hipcc`` on a
-  machine with no AMD GPU.
-
-The page's output says what was done: which files were hipified, and which
-were compiled for which AMD targets. No AMD GPU ran this code.
+Against a ROCm build of torch, a ``CUDAExtension`` runs **hipify** over the
+CUDA sources and compiles the result with ``hipcc``: no second kernel to
+write. This step shows what hipify changes in :doc:`step 3 <03_cuda_kernel>`'s
+sources, what the code itself must handle on AMD GPUs, and a compile check of
+the device code with ``hipcc``. No AMD GPU ran this code; the output says what
+was compiled.
 
 What changes on AMD GPUs
 ------------------------
-* **Wavefronts of 64.** A CUDA warp is 32 threads; an AMD wavefront is 64 on
-  the CDNA data-centre GPUs (MI200 ``gfx90a``, MI300 ``gfx94x``) and 32 on RDNA.
-  Code that hard-codes 32 (shuffle loops, ``blockDim.x % 32``, per-warp shared
-  memory) silently computes wrong sums on a 64-wide wavefront. The device code
-  uses ``__AMDGCN_WAVEFRONT_SIZE`` where the compiler defines it, and 64
-  otherwise: the width of the CDNA GPUs (MI200, MI300) this guide targets.
-  The host takes the width from the device. LLVM deprecated that macro
-  (`llvm/llvm-project#112849 <https://github.com/llvm/llvm-project/pull/112849>`_)
-  and then removed it
+* **Wavefronts of 64** on the CDNA GPUs (MI200 ``gfx90a``, MI300 ``gfx94x``),
+  32 on RDNA: code that hard-codes 32 computes wrong sums. The device code
+  uses ``__AMDGCN_WAVEFRONT_SIZE`` where the compiler defines it and 64
+  otherwise; the host takes the width from the device. LLVM removed that macro
   (`llvm/llvm-project#157463 <https://github.com/llvm/llvm-project/pull/157463>`_),
-  so a build for a wave32 GPU (RDNA) with a compiler that lacks the macro
-  gets 64: such a build needs the width set to 32 explicitly.
+  so a wave32 build with a newer compiler must set 32 itself.
 
   .. literalinclude:: /../csrc/common/platform.cuh
      :language: cuda
      :start-after: // [portability]
      :end-before: // [portability-end]
 
-* **NVIDIA-only features.** The shared headers compile out, under HIP,
-  ``cp.async`` (``common/async_copy.cuh``), thread-block clusters
-  (``common/cluster.cuh``), programmatic dependent launch
-  (``common/launch.cuh``), the cache-hint loads and stores (``common/vec.cuh``)
-  and the ``keep_packed`` inline assembly (``common/keep_packed.cuh``); the
+* **NVIDIA-only features** compile out under HIP: ``cp.async``, clusters,
+  programmatic dependent launch, cache-hint loads and ``keep_packed``; the
   kernels then use plain loads, stores and launches.
-* **Warp intrinsics.** ``__shfl_xor_sync(mask, v, lane)`` takes a mask of the
-  threads taking part; HIP's ``__shfl_xor(v, lane)`` takes none. One function,
-  ``shfl_xor``, covers
-  both, in the header every kernel shares (``csrc/common/platform.cuh``).
-* **Sources and names.** hipify renames ``x.cu`` to ``x.hip``, ``cuda`` in
-  a file name becoming ``hip`` (``rms_norm_cuda.cu`` becomes
-  ``rms_norm_hip.hip``), and any other file in which it rewrote something
-  (``rms_norm_forward.cuh`` becomes ``rms_norm_forward_hip.cuh``; a file with
-  nothing to rewrite keeps its name, as the list below shows); it rewrites
-  ``cuda*`` calls and types to ``hip*`` and ``<<<grid, block, 0, stream>>>``
-  launches to ``hipLaunchKernelGGL``. torch's own headers are mapped too:
-  ``c10/cuda/CUDAGuard.h`` becomes ``c10/hip/HIPGuard.h``. In ROCm builds of
-  torch the ``CUDA`` dispatch key and the ``torch.cuda`` API serve AMD GPUs,
-  so the registration and the Python side do not change at all.
-* **bfloat16.** CUDA's ``__nv_bfloat16`` maps to ``__hip_bfloat16`` from
-  ``hip/hip_bf16.h``, a header that older ROCm releases lack (the check below
-  says whether this machine's hipcc has it).
+* **Warp intrinsics.** HIP's ``__shfl_xor(v, lane)`` takes no mask; one
+  function, ``shfl_xor`` in ``csrc/common/platform.cuh``, covers both.
+* **Names.** hipify renames a file it rewrote (``rms_norm_cuda.cu`` becomes
+  ``rms_norm_hip.hip``, as the list below shows), ``cuda*`` calls to ``hip*``,
+  and torch's CUDA headers to their HIP twins. ROCm builds of torch serve AMD
+  GPUs through the ``CUDA`` dispatch key and ``torch.cuda``, so the
+  registration and the Python side do not change.
+* **bfloat16** maps to ``__hip_bfloat16`` from ``hip/hip_bf16.h``, which older
+  ROCm releases lack (the check below says whether this hipcc has it).
 """
 
 # %%
 # Running hipify on the real sources
 # ----------------------------------
-# :func:`guidekit.compile_checks.hipify` copies ``csrc/`` to a scratch folder
-# and calls ``torch.utils.hipify.hipify_python.hipify`` the way
-# ``torch.utils.cpp_extension`` does on ROCm.
+# ``compile_checks.hipify`` calls ``torch.utils.hipify.hipify_python.hipify``
+# on a scratch copy of ``csrc/``, as ``torch.utils.cpp_extension`` does on ROCm.
 import datetime
 import difflib
 import json
@@ -107,29 +80,22 @@ def show_diff(original: Path, hipified: Path, context: int = 0) -> None:
 
 
 # %%
-# The device header: its includes, the bfloat16 header among them.
+# The device header's includes, the bfloat16 header among them:
 FORWARD = CSRC / "rms_norm" / "rms_norm_forward.cuh"
 show_diff(FORWARD, mapping[FORWARD])
 
 # %%
-# The torch wrapper: torch's CUDA headers map to their HIP twins, and the
-# diff shows each other CUDA name hipify replaced. Everything about tensors
-# is unchanged.
+# The torch wrapper: every CUDA name hipify replaced; nothing about tensors:
 show_diff(WRAPPER, mapping[WRAPPER])
 
 # %%
 # Compile-checking the device code with hipcc
 # -------------------------------------------
-# Debian packages ``hipcc`` (ROCm 5.2) with the clang that targets AMD GPUs.
-# ``HIP_PLATFORM=amd`` makes it compile for AMD even where it would otherwise
-# hand the file to nvcc. It cannot compile the hipified *wrapper* (that needs
-# a ROCm build of torch's headers), so the check covers the torch-free device
-# code: every kernel, instantiated for the dtypes the hipcc at hand compiles,
-# for MI200 (``gfx90a``) and MI300X (``gfx942``; a hipcc whose clang predates
-# it, such as Debian's ROCm 5.2 hipcc, takes ``gfx940``, the first target of
-# the same instruction set, whose code MI300X does not run). The output says
-# which targets and dtypes; where
-# hipcc is missing, the recorded check below lists them.
+# ``hipcc`` (Debian packages ROCm 5.2's) with ``HIP_PLATFORM=amd`` compiles
+# the torch-free device code, every kernel, for MI200 (``gfx90a``) and MI300X
+# (``gfx942``; a clang that predates it takes ``gfx940``, whose code MI300X
+# does not run). The hipified wrapper needs a ROCm build of torch's headers,
+# so it is not compiled here:
 hipcc = compile_checks.find_hipcc()
 hip_source = mapping[CSRC / "device_checks" / "rms_norm.cu"]
 flags = []
@@ -152,11 +118,9 @@ if result.status == "failed":
 assert result.status != "failed", "the hipified device code does not compile"
 
 # %%
-# Where ``hipcc`` is missing, the page shows the last check that passed:
-# ``OPGUIDE_RECORD_HIPCC=1`` on a machine with ``hipcc`` writes it to
-# ``docs/recorded/hipcc_check.json``. That record comes from ROCm 5.2's hipcc,
-# which lacks ``hip/hip_bf16.h``, so it lists float32, float64 and float16
-# kernels only: no recorded check has compiled the bfloat16 mapping for HIP.
+# Where ``hipcc`` is missing, the page shows the last check that passed
+# (``OPGUIDE_RECORD_HIPCC=1`` writes ``docs/recorded/hipcc_check.json``); it
+# lists the dtypes that hipcc compiled:
 RECORD = ROOT / "docs" / "recorded" / "hipcc_check.json"
 kinds = ["float32", "float64", "float16"] + ([] if flags else ["bfloat16"])
 if result.ok and os.environ.get("OPGUIDE_RECORD_HIPCC") == "1":
@@ -197,13 +161,8 @@ print("not run: anything on an AMD GPU (no AMD GPU ran this code)")
 # %%
 # Building on a ROCm machine
 # --------------------------
-# ``setup.py`` has a ROCm path too: with a ROCm build of torch,
-# ``torch.version.hip`` is set, ``CUDAExtension`` hipifies the ``.cu`` files
-# beside the sources (``x.cu`` gets an ``x.hip`` next to it, in the source
-# tree, ``cuda`` in its name made ``hip`` as above) and compiles them with
-# hipcc, and ``PYTORCH_ROCM_ARCH``
-# (for example ``"gfx90a;gfx942"``) plays the part of ``TORCH_CUDA_ARCH_LIST``.
-# The same ``pip install --no-build-isolation .`` is meant to build it, but
-# this guide has not built the package against a ROCm torch (the output above
-# says so). If it fails, look first at the flags ``setup.py`` gives nvcc
-# (``-lineinfo``), which ``CUDAExtension`` hands to hipcc on ROCm.
+# With a ROCm build of torch, ``CUDAExtension`` hipifies the ``.cu`` files
+# beside the sources and compiles them with hipcc; ``PYTORCH_ROCM_ARCH``
+# (``"gfx90a;gfx942"``) plays the part of ``TORCH_CUDA_ARCH_LIST``. The same
+# ``pip install --no-build-isolation .`` is meant to build the package there;
+# no ROCm torch has built it for this guide.
