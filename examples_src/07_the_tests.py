@@ -53,10 +53,8 @@ What each group guards against:
     ``torch.compile`` support: no graph break (``fullgraph=True``), forward
     and backward traced, and with ``dynamic=True`` one graph serving every
     shape. ``error_on_recompile`` turns a recompilation into an error, and
-    Dynamo's ``unique_graphs`` counter must read 1. Both call
-    ``opguide.rms_norm(..., compiled="kernel")``: by default
-    ``torch.compile`` gets the operator's plain-PyTorch form (see
-    :mod:`opguide.backends`), and a test of that would trace no operator.
+    Dynamo's ``unique_graphs`` counter must read 1. Both trace the operator
+    itself, ``compiled="kernel"`` being the default (see :mod:`opguide.backends`).
     Removing a fake kernel from ``opguide/ops.py`` makes these fail with the
     messages shown in :doc:`step 5 <05_bindings_and_registration>`.
 

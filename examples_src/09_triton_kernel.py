@@ -92,8 +92,8 @@ GPU). ``opguide`` takes a third
 way, the one under both: ``torch.library.Library``'s ``define`` (the schema
 inferred from the function, as ``custom_op`` infers it) and ``impl``, with a
 body that launches the kernels directly. Under ``torch.compile`` each operator
-is one opaque call, and only when the caller asks for it: by default a traced
-call gives Inductor the plain-PyTorch form (``compiled=``, see
+is one opaque call (``compiled="kernel"``, the default; ``compiled="native"``
+gives Inductor the plain-PyTorch form instead, see
 :mod:`opguide.backends`). The same code serves the GPU and the interpreter:
 
 .. literalinclude:: /../opguide/triton/ops.py
@@ -317,9 +317,8 @@ torch._dynamo.reset()
 
 
 def norm_then_scale(x, w):
-    # compiled="kernel": the Triton operator itself in the graph (by default a
-    # traced call gives Inductor the plain-PyTorch form; see opguide.backends).
-    return opguide.rms_norm(x, w, backend="triton", compiled="kernel") * 2
+    # The Triton operator itself in the graph (compiled="kernel", the default).
+    return opguide.rms_norm(x, w, backend="triton") * 2
 
 
 compiled = torch.compile(norm_then_scale, fullgraph=True)
@@ -487,9 +486,10 @@ print(
 # %%
 # Without the guard, the eager Triton calls on the second GPU fail inside
 # Triton's launcher, and so does the CUDA graph captured there; the C++/CUDA
-# operators (their own ``CUDAGuard``) pass either way. The compiled test
-# keeps the default ``compiled="native"``: on the other GPU it runs
-# Inductor's code for the plain-PyTorch form, not this page's Triton kernels.
+# operators (their own ``CUDAGuard``) pass either way. In the recorded runs
+# the compiled test traced the plain-PyTorch form (``compiled="native"`` was
+# the default of the sources they measured): on the other GPU it ran
+# Inductor's code for it, not this page's Triton kernels.
 
 # %%
 # How fast, on a GPU (recorded)

@@ -186,9 +186,9 @@ import torch._dynamo  # noqa: E402
 
 
 def normalise_then_gate(x, w):
-    # compiled="kernel": the operator itself in the graph (by default a traced
-    # call gives the compiler the plain-PyTorch form; see opguide.backends).
-    y = opguide.rms_norm(x, w, compiled="kernel")
+    # The operator itself in the graph (compiled="kernel", the default; see
+    # opguide.backends).
+    y = opguide.rms_norm(x, w)
     if y.mean() > 0:  # a Python branch on a tensor's value
         y = y * 2
     return y + 1
@@ -210,7 +210,7 @@ for reason in explanation.break_reasons:
 
 
 def normalise_then_gate_fixed(x, w):
-    y = opguide.rms_norm(x, w, compiled="kernel")
+    y = opguide.rms_norm(x, w)
     return torch.where(y.mean() > 0, y * 2, y) + 1
 
 

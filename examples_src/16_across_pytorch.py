@@ -70,11 +70,11 @@ class Block(torch.nn.Module):
         self.w2 = torch.nn.Parameter(torch.rand(n) + 0.5)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor):
-        # compiled="kernel": a traced call (export too) keeps opguide's
-        # operators in the graph; by default it gives their plain-PyTorch form.
-        h = opguide.rms_norm(x, self.w1, compiled="kernel")
+        # A traced call (export too) keeps opguide's operators in the graph
+        # (compiled="kernel", the default).
+        h = opguide.rms_norm(x, self.w1)
         residual = residual.clone()  # the fused op updates it in place
-        out, _ = opguide.fused_add_rms_norm_(self.proj(h), residual, self.w2, compiled="kernel")
+        out, _ = opguide.fused_add_rms_norm_(self.proj(h), residual, self.w2)
         return out, residual
 
 

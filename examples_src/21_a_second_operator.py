@@ -103,8 +103,9 @@ The Python side
 ---------------
 ``ops.py`` holds the public function, the fake kernels and the
 registrations. Its ``compiled`` argument decides what ``torch.compile`` sees:
-by default the plain-PyTorch reference, which Inductor can fuse with its
-neighbours; with ``compiled="kernel"``, the operator itself.
+by default (``compiled="kernel"``) the operator itself; with
+``compiled="native"``, the plain-PyTorch reference, which Inductor can fuse
+with its neighbours.
 
 .. literalinclude:: /../opguide/_silu_and_mul/ops.py
    :language: python
@@ -247,7 +248,7 @@ print("torch.compile(fullgraph=True), Inductor: forward and backward match the r
 
 class GatedActivation(torch.nn.Module):
     def forward(self, x):
-        return opguide.silu_and_mul(x, compiled="kernel")
+        return opguide.silu_and_mul(x)  # compiled="kernel", the default
 
 
 program = torch.export.export(GatedActivation(), (torch.randn(4, 2 * 8),))
