@@ -2,24 +2,16 @@ r"""
 Step 5: Bindings and registration
 =================================
 
-Steps :doc:`1 <01_first_operator>` and :doc:`2 <02_cpp_cpu_kernel>` registered
-``rms_norm`` with the PyTorch dispatcher. This step looks at that registration
-on its own: how schema strings are written, why the library registers operators
-with ``TORCH_LIBRARY`` instead of binding functions with pybind11, how the
-compiled library is loaded, and where the pieces registered from Python (fake
-kernels) live.
+Part I registers one schema with ``TORCH_LIBRARY`` and finds its Python side
+through ``set_python_module``. This step adds:
 
-In this step you will learn:
-
-* how to read and write schema strings: mutation (``Tensor(a!)``), optional
-  and list arguments, defaults and multiple returns;
-* why ``TORCH_LIBRARY`` rather than ``PYBIND11_MODULE``: the same C++ function
-  bound both ways, and what ``torch.compile(fullgraph=True)`` says about each;
-* what happens when an operator has no fake kernel, and where opguide keeps
-  its fake kernels;
-* how the library is loaded (:func:`torch.ops.load_library`, not ``import``)
-  and what ``opguide/__init__.py`` exports;
-* how to look up the schema of an existing ATen operator.
+* schema strings beyond one tensor in, one out: mutation (``Tensor(a!)``),
+  lists, optionals, defaults, several returns;
+* the same C++ function bound with pybind11 and registered with
+  ``TORCH_LIBRARY``, and what ``torch.compile(fullgraph=True)`` says of each;
+* the messages an operator without a fake kernel gets;
+* how opguide loads its library and where its fake kernels live;
+* how to look up an ATen operator's schema.
 
 opguide's schemas
 -----------------
@@ -29,48 +21,29 @@ opguide's schemas
    :language: cpp
    :caption: csrc/opguide.cpp
 
-Each operator's folder adds its schemas to that namespace with
-``TORCH_LIBRARY_FRAGMENT``, so a new operator is a new folder and no shared
-file changes (``opguide/registry.py`` lists the folders that ``setup.py``
-compiles). Besides ``rms_norm``, RMSNorm's folder defines a training pair
-(:doc:`step 8 <08_autograd>` explains it): ``rms_norm_fwd`` returns two
-tensors, and ``rms_norm_backward`` takes four.
-``fused_add_rms_norm_`` (:doc:`step 10 <10_patterns>`) writes one of its
-inputs (``Tensor(a!)``).
+Each operator's folder adds its schemas with ``TORCH_LIBRARY_FRAGMENT``, so a
+new operator is a new folder (listed in ``opguide/registry.py``). RMSNorm's
+adds a training pair (:doc:`step 8 <08_autograd>`):
 
 .. literalinclude:: /../csrc/rms_norm/rms_norm_schema.cpp
    :language: cpp
    :caption: csrc/rms_norm/rms_norm_schema.cpp
 
-A schema string is ``name(arguments) -> returns``. The types are few:
-``Tensor``, ``int`` (C++ ``int64_t``), ``SymInt`` (a size that may be
-symbolic under ``torch.compile``; C++ ``c10::SymInt``), ``float`` (C++
-``double``), ``bool``, ``str``, ``Scalar``, ``ScalarType``, ``Device``, lists
-of these (``int[]``, ``SymInt[]``, ``Tensor[]``), and optionals (``Tensor?``,
-``int[]?``). Arguments may have defaults (``float eps=1e-6``); several
-returns are written as a tuple.
-
-Annotations say what an operator does to memory. ``Tensor(a!) x`` means "x
-is written to, and anything else annotated ``(a)`` aliases it"; an in-place
-op returns its input as ``Tensor(a!)``. A plain ``Tensor`` return promises a
-new tensor that aliases no input. The annotations are a contract: the
-functionalization pass of ``torch.compile`` rewrites graphs based on them,
-and :func:`torch.library.opcheck` checks that the kernel honours them.
+The types of a schema are few: ``Tensor``, ``int`` (C++ ``int64_t``),
+``SymInt`` (a size that may be symbolic under ``torch.compile``), ``float``
+(C++ ``double``), ``bool``, ``str``, ``Scalar``, ``ScalarType``, ``Device``,
+lists (``int[]``, ``Tensor[]``) and optionals (``Tensor?``). ``Tensor(a!) x``
+means x is written and anything annotated ``(a)`` aliases it; a plain
+``Tensor`` return is a new tensor. Functionalization rewrites graphs by these
+annotations, and :func:`torch.library.opcheck` checks the kernel keeps them.
 """
 
 # %%
 # A small library of example schemas
 # ----------------------------------
-# The C++ below defines a namespace ``opguide_step5`` with one operator per
-# kind of schema. It also defines the same RMSNorm function,
-# ``rms_norm_composite`` (built from ATen calls, so it stays short), which
-# is registered as an operator *and* exposed through pybind11, to compare
-# the two in the next section.
-#
-# :func:`torch.utils.cpp_extension.load_inline` compiles the string. Passing
-# ``functions=[...]`` makes it add a ``PYBIND11_MODULE`` that binds those
-# functions, and import the result as a Python module; the ``TORCH_LIBRARY``
-# blocks register their operators when the library is loaded, whichever way.
+# One operator per kind of schema, and ``rms_norm_composite`` (built from ATen
+# calls) both registered as an operator and bound with pybind11: ``load_inline``
+# adds a ``PYBIND11_MODULE`` for the functions named in ``functions=[...]``.
 import importlib
 import re
 import time
@@ -147,8 +120,7 @@ ext = load_inline(
 print(f"built and imported {ext.__name__} in {time.perf_counter() - start:.1f} s")
 
 # %%
-# Each operator now has a parsed schema. Its arguments carry their types,
-# defaults and alias annotations, and the schema knows whether it mutates:
+# Each parsed schema knows its types, defaults and what it writes:
 ops = torch.ops.opguide_step5
 for name in ["rms_norm", "scale_", "weighted_sum", "row_min_max"]:
     schema = getattr(ops, name).default._schema
@@ -156,9 +128,8 @@ for name in ["rms_norm", "scale_", "weighted_sum", "row_min_max"]:
     print(f"{str(schema):75} mutable={schema.is_mutable} writes={written}")
 
 # %%
-# In Python, ``Tensor[]`` takes a list, ``Tensor?`` takes ``None`` (or is left
-# out, since it has a default), and two returns come back as a tuple.
-# Each result is checked against plain PyTorch on random data:
+# ``Tensor[]`` takes a list, ``Tensor?`` ``None`` or nothing, and two returns
+# come back as a tuple; each result checked against plain PyTorch:
 torch.manual_seed(0)
 a, b = torch.randn(3, 5), torch.randn(3, 5)
 bias = torch.randn(5)
@@ -175,20 +146,15 @@ print("weighted_sum, row_min_max: match PyTorch")
 # %%
 # Why ``TORCH_LIBRARY`` and not ``PYBIND11_MODULE``
 # -------------------------------------------------
-# The same function is now reachable two ways: ``ext.rms_norm_composite`` (a
-# pybind11 binding: a Python callable that wraps a C++ function) and
-# ``torch.ops.opguide_step5.rms_norm`` (an operator in the dispatcher). In
-# eager mode they give the same result:
+# The pybind11 binding ``ext.rms_norm_composite`` and the operator
+# ``torch.ops.opguide_step5.rms_norm`` agree in eager mode:
 x, w = torch.randn(8, 64), torch.randn(64)
 torch.testing.assert_close(ext.rms_norm_composite(x, w, 1e-6), ops.rms_norm(x, w, 1e-6))
 print("eager: pybind11 binding == dispatcher operator")
 
 # %%
-# ``torch.compile`` is where they differ. Dynamo cannot look inside a pybind11
-# function: it is an opaque Python builtin with no schema, so Dynamo does not
-# know what it returns or whether it mutates its inputs. It has to stop the
-# graph there, run the function in Python, and start a new graph after it.
-# With ``fullgraph=True`` that graph break is an error:
+# Under ``torch.compile`` they differ: a pybind11 function has no schema, so
+# Dynamo breaks the graph there, an error under ``fullgraph=True``:
 
 
 def with_pybind(x, w):
@@ -214,8 +180,7 @@ for warning in caught:
     print("\n".join(line for line in rest if line.startswith("If it is a third-party")))
 
 # %%
-# Without ``fullgraph=True`` the function still runs, in pieces;
-# :func:`torch._dynamo.explain` counts them:
+# Without ``fullgraph=True`` it runs in pieces:
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # the same warning as above
     explanation = torch._dynamo.explain(with_pybind)(x, w)
@@ -226,12 +191,8 @@ assert explanation.graph_break_count >= 1
 # %%
 # What an operator without a fake kernel does
 # -------------------------------------------
-# The dispatcher operator has a schema, so Dynamo can put it in the graph.
-# But while tracing, ``torch.compile`` runs every operator on *fake* tensors
-# (shapes and dtypes, no data) to learn what it returns, and this operator
-# has a kernel for the ``CPU`` key only: fake tensors never reach it, and it
-# has no fake (Meta) kernel. Tracing stops with an error that names the
-# operator:
+# The operator has a schema, but only a ``CPU`` kernel and no fake kernel, so
+# tracing on fake tensors stops with an error that names it:
 
 
 def with_op(x, w):
@@ -250,10 +211,8 @@ else:
     raise AssertionError("compiling an operator without a fake kernel should fail")
 
 # %%
-# :func:`torch.library.opcheck` reports the same gap from a test, in its
-# ``test_faketensor`` check; at the end of the exception chain (pytest prints
-# the whole chain, which opcheck's "scroll up for stack trace" refers to) the
-# dispatcher says what is missing:
+# ``opcheck``'s ``test_faketensor`` reports the same gap; the end of the
+# exception chain says what is missing:
 try:
     torch.library.opcheck(ops.rms_norm.default, (x, w, 1e-6))
 except Exception as err:  # OpCheckError
@@ -267,10 +226,8 @@ else:
     raise AssertionError("opcheck should report the missing fake kernel")
 
 # %%
-# If you remove a ``register_fake`` from ``opguide/ops.py``, these are the
-# two messages the test suite shows (from its ``torch.compile`` test and its
-# ``opcheck`` test). Registering a fake kernel fixes both. It returns empty
-# tensors with the shape, dtype, device and strides of the real outputs:
+# These are the two messages a test suite shows for a missing
+# ``register_fake``; registering one fixes both:
 
 
 @torch.library.register_fake("opguide_step5::rms_norm")
@@ -288,12 +245,9 @@ print(
 )
 
 # %%
-# The other three operators of the example needed no fake kernel: their
-# kernels are registered for ``CompositeExplicitAutograd``, which serves every
-# backend including ``Meta``, and since they only call ATen operators they
-# run on fake tensors as they are. A kernel that reads data pointers, like
-# opguide's, cannot; it needs a fake kernel. On ``meta`` tensors, which have
-# shapes and no data:
+# The other three need none: registered for ``CompositeExplicitAutograd``
+# and calling only ATen, they run on ``meta`` tensors as they are. A kernel
+# that reads data pointers, like opguide's, needs a fake kernel:
 meta = torch.empty(4, 8, device="meta")
 low, high = torch.ops.opguide_step5.row_min_max(meta)
 total = torch.ops.opguide_step5.weighted_sum([meta, meta], [0.5, 0.5])
@@ -304,24 +258,16 @@ print(
 )
 
 # %%
-# A dispatcher operator brings more than ``torch.compile`` support: it can be
-# called from C++ and from TorchScript, ``torch.export`` can save it by name,
-# it can get autograd, vmap and per-device kernels, and
-# :func:`torch.library.opcheck` can test all of that (PyTorch's `custom
-# operators landing page
-# <https://pytorch.org/tutorials/advanced/custom_ops_landing_page.html>`__
-# lists them; :doc:`step 8 <08_autograd>` shows autograd and :doc:`step 16
-# <16_across_pytorch>` export and vmap). None of this is available to a
-# pybind11 function.
+# An operator can also be saved by ``torch.export`` and get autograd, vmap
+# and per-device kernels (PyTorch's `custom operators landing page
+# <https://pytorch.org/tutorials/advanced/custom_ops_landing_page.html>`__;
+# steps :doc:`8 <08_autograd>` and :doc:`16 <16_across_pytorch>`); a pybind11
+# function gets none of these.
 #
 # Where opguide's fake kernels live
 # ---------------------------------
-# A fake kernel describes outputs; it is Python, registered by the
-# operator's qualified name. (A C++ alternative is a kernel for the ``Meta``
-# dispatch key, ``TORCH_LIBRARY_IMPL(opguide, Meta, m)``; Python is shorter
-# and can use the same argument checks as the public wrapper.) opguide keeps
-# them in ``opguide/ops.py``, next to the wrappers, so that importing
-# ``opguide`` installs them together with the library:
+# In ``opguide/ops.py``, beside the wrappers whose checks they share (a C++
+# ``Meta`` kernel is the alternative):
 #
 # .. literalinclude:: /../opguide/ops.py
 #    :language: python
@@ -333,18 +279,14 @@ print(
 #    :start-after: # [fake-rms-norm-training]
 #    :end-before: # [fake-rms-norm-training-end]
 #
-# ``rms_norm_fwd``'s second output, ``inv_rms``, has a different shape and
-# dtype from its input, so its fake kernel spells both out: one float32 value
-# per row (float64 for float64 inputs). If that ever disagreed with the C++
-# kernel, ``opcheck``'s ``test_faketensor`` would fail.
+# ``inv_rms`` is one float32 value per row (float64 for float64 inputs), so
+# its fake kernel spells out shape and dtype.
 #
 # Loading the library: ``torch.ops.load_library``, not ``import``
 # -----------------------------------------------------------------
-# ``ext`` above is a Python extension module: the file defines
-# ``PyInit_<name>``, and ``import`` calls it. opguide's ``_C`` library defines
-# no Python module at all, only static ``TORCH_LIBRARY`` registrations, so it
-# is loaded with :func:`torch.ops.load_library` (``dlopen`` plus
-# bookkeeping), and importing it fails:
+# ``ext`` is a Python extension module (it defines ``PyInit_<name>``).
+# opguide's ``_C`` holds only ``TORCH_LIBRARY`` registrations, so it is loaded
+# with :func:`torch.ops.load_library`, and importing it fails:
 import opguide  # noqa: E402
 
 print(f"pybind11 module {ext.__name__}:", Path(ext.__file__).name)
@@ -355,19 +297,16 @@ except ImportError as err:
     print("import opguide._C ->", type(err).__name__ + ":", err)
 
 # %%
-# Calling no CPython function at all (and not linking ``libtorch_python``) is
-# what lets ``_C`` use Python's stable ABI (``abi3``): one binary for every
-# Python from 3.10 on (:doc:`step 6 <06_the_build>` builds that wheel). The
+# Calling no CPython function lets ``_C`` use Python's stable ABI (``abi3``),
+# one binary for every Python from 3.10 on (:doc:`step 6 <06_the_build>`). The
 # package loads it on import, once:
 #
 # .. literalinclude:: /../opguide/_library.py
 #    :language: python
 #    :pyobject: load
 #
-# and ``opguide/__init__.py`` then exports the checked wrappers and the
-# references. The fake kernels and the vmap and autocast rules are registered
-# as a side effect of importing ``opguide.ops``; the autograd kernels are C++
-# and come with the library (:doc:`step 8 <08_autograd>`):
+# and ``opguide/__init__.py`` exports the wrappers and references; importing
+# ``opguide.ops`` registers the fake kernels and the vmap and autocast rules:
 #
 # .. literalinclude:: /../opguide/__init__.py
 #    :language: python
@@ -382,10 +321,8 @@ print("opguide exports:", opguide.__all__)
 # %%
 # Finding the schema of an existing operator
 # ------------------------------------------
-# ATen's own operators are the best examples of schema style. Each overload
-# has a ``_schema``; the full list comes from
-# ``torch._C._jit_get_all_schemas()`` (a private function, but the quickest
-# search):
+# ATen's operators are the best examples of schema style; the private
+# ``torch._C._jit_get_all_schemas()`` lists them all:
 for overload in [
     torch.ops.aten.add_.Tensor,  # in place
     torch.ops.aten.native_layer_norm.default,  # optional tensors, three returns
@@ -400,22 +337,14 @@ for line in sorted(matches)[:4]:
     print(" ", line)
 
 # %%
-# ATen's private ``_fused_rms_norm`` returns the output *and* ``rstd`` (the
-# inverse RMS), and its backward takes ``rstd`` back along with a
-# ``bool[2] output_mask`` that skips unneeded gradients. opguide's training
-# pair, ``rms_norm_fwd`` and ``rms_norm_backward``, follows the same idea
-# (without the mask); :doc:`step 8 <08_autograd>` builds it.
-#
-# What's next
-# -----------
-# :doc:`Step 6 <06_the_build>` looks at the build that turns ``csrc/`` into ``opguide/_C.abi3.so``:
-# ``setup.py``, the switches it reads, the abi3 wheel, and JIT builds.
+# ATen's ``_fused_rms_norm`` returns the output and ``rstd``, as opguide's
+# ``rms_norm_fwd`` does (:doc:`step 8 <08_autograd>`). Next,
+# :doc:`step 6 <06_the_build>`: the build of ``opguide/_C.abi3.so``.
 
 # %%
 # The files of this step, whole
 # -----------------------------
-# The page above showed parts of these files; here each one is whole, as it
-# is compiled and run.
+# The files this page showed in parts:
 #
 # .. dropdown:: opguide/__init__.py
 #
