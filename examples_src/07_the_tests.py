@@ -2,22 +2,12 @@ r"""
 Step 7: The tests
 =================
 
-An operator is finished when its tests say so. This page shows opguide's
-test module for ``rms_norm`` whole, explains what each group of tests
-guards against, and runs it.
-
-In this step you will learn:
-
-* how to compare a kernel with a reference over a matrix of shapes and
-  dtypes, with tolerances that fit each dtype;
-* what :func:`torch.library.opcheck` tests, and why it is the first test to
-  write for a custom operator;
-* how to check gradients with :func:`torch.autograd.gradcheck` in float64;
-* how to test that ``torch.compile(fullgraph=True)`` traces forward and
-  backward with dynamic shapes and compiles only once;
-* how to test error messages and empty tensors;
-* how property-based tests (`hypothesis <https://hypothesis.readthedocs.io>`_)
-  search shapes and strides that a hand-written list would miss.
+Part I tests its operator against a reference, with ``opcheck`` and
+``gradcheck``. The library's test module adds layouts and corner cases,
+compilation with dynamic shapes and no recompiles, deterministic gradients,
+error messages, and property-based tests
+(`hypothesis <https://hypothesis.readthedocs.io>`_). This page shows the
+module whole, says what each group guards against, and runs it.
 
 The test module
 ---------------
@@ -28,67 +18,42 @@ The test module
 What each group guards against:
 
 ``test_matches_reference`` and ``test_matches_torch_rms_norm``
-    Wrong results. Every dtype the kernel dispatches on, and row lengths
-    below, at and off the kernel's 16-lane width, so that both the vector
-    loop and its tail run. Tolerances allow for one rounding to the output
-    dtype: a bfloat16 result carries 8 significant bits, so ``rtol=1.6e-2`` is
-    2 to 4 units in the last place (float16's ``2e-3``, with 11 bits, the
-    same). float32 (``1e-5``, about 80 to 170 units in the last place) and
-    float64 (``1e-12``) leave room for sums over the row taken in another
-    order than the reference's.
-    Inputs are random, never zeros or ones, which would hide wrong indexing.
+    Wrong results: every dtype, and row lengths that run both the vector loop
+    and its tail. A bfloat16 ``rtol=1.6e-2`` is 2 to 4 units in the last
+    place of its 8 significant bits; float32's and float64's leave room for
+    sums in another order. Inputs are random: zeros or ones hide wrong
+    indexing.
 
 ``test_batched_and_non_contiguous``, ``test_empty``, ``test_eps_is_used``
-    Layouts and corner cases: transposed and strided inputs, empty
-    dimensions (which must not crash or touch memory), and ``eps`` reaching
-    the kernel.
+    Strided and transposed inputs, empty dimensions, ``eps`` reaching the
+    kernel.
 
 ``test_opcheck`` and ``test_opcheck_training_ops``
-    Registration mistakes: a fake kernel whose output differs from the real
-    one, a schema that hides a mutation or an alias, an autograd
-    registration that does not work through the dispatcher. With inputs that
-    require grad, opcheck also exercises the autograd kernel.
+    A fake kernel that disagrees, a schema that hides a mutation or an alias,
+    an autograd registration that fails through the dispatcher.
 
 ``test_compile_fullgraph`` and ``test_compile_dynamic_forward_backward_no_recompiles``
-    ``torch.compile`` support: no graph break (``fullgraph=True``), forward
-    and backward traced, and with ``dynamic=True`` one graph serving every
-    shape. ``error_on_recompile`` turns a recompilation into an error, and
-    Dynamo's ``unique_graphs`` counter must read 1. Both trace the operator
-    itself, ``compiled="kernel"`` being the default (see :mod:`opguide.backends`).
-    Removing a fake kernel from ``opguide/ops.py`` makes these fail with the
-    messages shown in :doc:`step 5 <05_bindings_and_registration>`.
+    No graph break, forward and backward traced, and with ``dynamic=True``
+    one graph for every shape (``error_on_recompile``, and Dynamo's
+    ``unique_graphs`` reads 1).
 
 ``test_backward_matches_reference`` and ``test_gradcheck``
-    Wrong gradients. The first compares with autograd through the reference,
-    in every dtype; the second uses :func:`torch.autograd.gradcheck`, which
-    compares the backward with finite differences. Finite differences need
-    float64: in float32 their rounding error would swamp the comparison.
-    Both fail if the backward formula is broken (try removing one factor of
-    ``r`` in ``csrc/rms_norm/rms_norm_backward_cpu.cpp``).
+    Wrong gradients, against the reference in every dtype and against finite
+    differences in float64.
 
 ``test_backward_is_deterministic``
-    ``grad_weight`` sums over all rows; the kernel sums in a fixed order,
-    so the result must not depend on the number of threads.
+    ``grad_weight`` must not depend on the number of threads.
 
 ``test_bad_input_*``, ``test_negative_eps``, ``test_not_a_tensor``
-    Every wrong argument raises an error that names it and says what was
-    expected, whether the call goes through ``opguide.rms_norm`` or straight
-    to ``torch.ops.opguide.rms_norm``. The wrapper hands plain tensors to the
-    C++ operator unchecked, so most messages come from the C++ checks; the
-    Python checks give the same messages for what reaches them (a list in
-    place of a tensor, a weight on the ``meta`` device, which dispatches to
-    the fake kernel). Each message is matched, so a changed or misleading
-    message fails the test.
+    Each wrong argument raises an error that names it, through the wrapper
+    and through ``torch.ops`` alike; each message is matched.
 
 Property-based tests
 --------------------
-The hand-written shapes above are chosen to hit known edges. Hypothesis
-draws many more: batch shapes with empty dimensions, row lengths from 1 to
-70, strided last dimensions, transposed batch dimensions, non-contiguous
-incoming gradients. The example count is bounded and the search
-derandomized, so the module runs in seconds and fails the same way each time.
-When a property fails, hypothesis shrinks the input to a small failing case
-and prints it.
+Hypothesis draws what a hand-written list misses: empty dimensions, row
+lengths from 1 to 70, strided and transposed inputs, non-contiguous
+gradients; derandomized, so it fails the same way each time, and shrinks a
+failure to a small case:
 
 .. literalinclude:: /../tests/test_rms_norm_properties.py
    :language: python
@@ -98,10 +63,7 @@ and prints it.
 # %%
 # Running the tests
 # -----------------
-# The suite's own command (``nox -s tests``) runs these modules with every
-# other test. Here they run on their own, with ``pytest -q`` in a separate
-# process, from the repository root so that ``pyproject.toml`` and
-# ``conftest.py`` configure pytest:
+# The two modules on their own, with ``pytest -q`` from the repository root:
 import subprocess
 import sys
 import time
@@ -149,5 +111,5 @@ for key, count in counts.items():
 # %%
 # What's next
 # -----------
-# :doc:`Step 8 <08_autograd>` builds the backward kernel and the autograd registration that the
-# gradient tests above check.
+# :doc:`Step 8 <08_autograd>` builds the backward kernel these gradient
+# tests check.
