@@ -2,29 +2,17 @@ r"""
 Step 8: Autograd
 ================
 
-The steps so far built and called the forward; the backward that steps 6
-and 7 already ran comes from this step. It starts with the shortest way: the
-formula in Python, registered
-with :func:`torch.library.register_autograd`. Then the same formula in C++,
-with ``torch::autograd::Function``, which is how the library registers it, and
-the C++ CPU kernel of the backward, an operator of its own,
-``opguide::rms_norm_backward``.
+Part I registers RMSNorm's backward from Python with
+:func:`torch.library.register_autograd`. This step adds:
 
-In this step you will learn:
-
-* how to derive the backward of RMSNorm, and what it needs from the forward;
-* how to register the formula from Python (``register_autograd`` and a
-  ``setup_context``), and how to check it with ``gradcheck``;
-* how to register it in C++ (``torch::autograd::Function`` at the
-  ``Autograd`` dispatch key), and what each way costs per call;
-* how to change the forward so that it returns what the backward needs
-  (``rms_norm_fwd``), and save only that, not a copy of the output;
-* how to write the backward kernel: one read of each row from memory (two
-  loops, the second finding the row in cache), float32 accumulation,
-  and a ``grad_weight`` reduction that gives the same bits on any number of
-  threads;
-* how ``torch.compile`` traces forward and backward into one graph each;
-* when ``torch.autograd.Function`` is the better tool.
+* the derivation, and a forward (``rms_norm_fwd``) that returns what the
+  backward needs, so nothing as large as ``y`` is saved;
+* the same formula in C++ (``torch::autograd::Function``), as the library
+  registers it, and what each way costs per call;
+* the backward's CPU kernel, whose ``grad_weight`` has the same bits on any
+  number of threads;
+* the forward and backward graphs of ``torch.compile``, and when
+  ``torch.autograd.Function`` is the better tool.
 
 The formula
 -----------
@@ -37,20 +25,14 @@ Take one row ``x`` of length ``N`` with weight ``w``, the incoming gradient
     dL/dw_j   = sum over rows of  g_j * x_j * r
     dL/dx_j   = r * g_j * w_j  -  x_j * r**3 / N * sum_k(g_k * w_k * x_k)
 
-The second term of ``dL/dx`` comes from ``r`` depending on every ``x_k``
-(``dr/dx_j = -r**3 * x_j / N``).
-
-Backward needs ``x``, ``w``, ``g``, and one number per row, ``r``. It does
-not need ``y``. The forward kernel computes ``r`` anyway, so the cheapest
-design is to have the forward return it: one float per row, instead of
-recomputing it (another pass over ``x``) or saving ``y`` (as large as
-``x``).
+The second term comes from ``r`` depending on every ``x_k``. The backward
+needs ``x``, ``w``, ``g`` and ``r``, not ``y``; the forward computes ``r``
+anyway, so it returns it: one float per row.
 
 The schemas
 -----------
-``opguide::rms_norm`` keeps its schema: inference code and earlier steps use
-it. A training pair sits beside it: a forward that also returns ``inv_rms``
-(``r`` above, one float32 per row) and the backward, which takes it:
+Beside ``opguide::rms_norm``, a training pair: a forward that also returns
+``inv_rms`` (``r``) and the backward that takes it:
 
 .. literalinclude:: /../csrc/rms_norm/rms_norm_schema.cpp
    :language: cpp
@@ -61,15 +43,8 @@ it. A training pair sits beside it: a forward that also returns ``inv_rms``
 # %%
 # The formula in Python
 # ---------------------
-# :func:`torch.library.register_autograd` attaches a backward to an operator
-# from Python: ``setup_context`` runs after the forward and decides what to
-# keep; ``backward`` receives one gradient per output and returns one per
-# input, ``None`` where there is none. ``x`` and ``weight`` are inputs, so
-# saving them keeps a reference, not a copy. ``inv_rms`` is marked
-# non-differentiable: it is a by-product for the backward, and no gradient
-# flows back through it. The backward calls the C++ backward operator (its
-# kernel is further down); the project template of
-# :doc:`step 18 <18_your_own_operator>` registers its operator this way.
+# As in Part I, on the training pair: ``inv_rms`` is marked
+# non-differentiable, and the backward calls the C++ backward operator.
 import statistics
 import time
 import warnings
@@ -106,15 +81,10 @@ def backward(ctx, grad_y, _grad_inv_rms):
 
 
 # %%
-# The library registers this formula in C++ (next section). To see the Python
-# one at work, the page registers it on ``opguide::rms_norm_fwd`` in a
-# :class:`torch.library.Library` of its own, in place of the C++ one, and
-# removes it at the end of this section, which puts the C++ one back in force.
-# :func:`torch.autograd.gradcheck` compares the backward with finite
-# differences of the forward, element by element; it needs float64 inputs.
-# ``opguide.rms_norm_backward_reference`` differentiates the reference
-# forward with PyTorch's autograd, so it does not share the hand-derived
-# formula it checks:
+# The library's formula is C++ (next section); the page puts the Python one
+# in its place for a while, in a :class:`torch.library.Library` of its own,
+# checks it with ``gradcheck`` (float64) and against
+# ``opguide.rms_norm_backward_reference`` (autograd through the reference):
 fwd = torch.ops.opguide.rms_norm_fwd.default
 
 
@@ -161,9 +131,7 @@ for dtype, (x0, w0) in inputs.items():
 python_autograd._destroy()
 
 # %%
-# ``gradcheck`` catches a wrong formula. Here is an operator whose backward
-# drops the second term of ``grad_x`` (a plausible slip: forgetting that ``r``
-# depends on ``x``):
+# ``gradcheck`` catches a backward that drops the second term of ``grad_x``:
 
 
 @torch.library.custom_op("opguide_step8::rms_norm_wrong_grad", mutates_args=())
@@ -196,36 +164,21 @@ else:
 # %%
 # The formula in C++
 # ------------------
-# Autograd attaches to the operator, by name, as its kernel for the
-# ``Autograd`` dispatch key, which every device shares. The library registers
-# it in C++, with ``torch::autograd::Function``, the public C++ API: the same
-# ``forward`` and ``backward`` as the Python pair above. ``Function::apply``
-# turns grad mode off around ``forward`` and does not leave the ``Autograd``
-# key: ``forward``'s call to
-# ``opguide::rms_norm_fwd`` reaches that operator's ``Autograd`` kernel again,
-# which, seeing that no gradient is needed (``needs_grad``), goes below
-# autograd with ``at::AutoDispatchBelowADInplaceOrView``; without that check
-# the call would recurse. ``forward`` saves what ``backward`` needs.
-# ``backward`` returns one gradient per input of ``forward``; an undefined
-# tensor means "no gradient" (for ``eps``, and for an input that does not
-# require one):
+# The formula is the operator's kernel for the ``Autograd`` key, which every
+# device shares; the library writes it with ``torch::autograd::Function``.
+# ``forward``'s call to ``rms_norm_fwd`` reaches that ``Autograd`` kernel
+# again, which, needing no gradient, goes below autograd
+# (``at::AutoDispatchBelowADInplaceOrView``) instead of recursing. An
+# undefined tensor from ``backward`` means "no gradient":
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_autograd.cpp
 #    :language: cpp
 #    :caption: csrc/rms_norm/rms_norm_autograd.cpp
 #
-# ``opguide::rms_norm``, the operator the public wrapper calls, has the same
-# formula: without gradients it runs the inference kernel, which writes no
-# ``inv_rms``; with them, the training forward, under ``RmsNormWithGrad``,
-# which returns ``y`` alone and keeps ``inv_rms`` saved. A caller of
-# ``torch.ops.opguide.rms_norm`` from Python or C++ gets the same backward as
-# ``opguide.rms_norm``. The file builds with the others (``setup.py`` compiles
-# every ``.cpp`` of ``csrc/rms_norm/``).
-#
-# Every backend implements the same contract, written down next to the shared
-# argument checks (the CUDA file of :doc:`step 3 <03_cuda_kernel>`,
-# ``csrc/rms_norm/rms_norm_cuda.cu``, registers kernels for these same two
-# operators with ``TORCH_LIBRARY_IMPL(opguide, CUDA, m)``):
+# ``opguide::rms_norm`` has the same formula: without gradients it runs the
+# inference kernel; with them the training forward, under ``RmsNormWithGrad``,
+# which returns ``y`` alone. Every backend (the CUDA one too) keeps one
+# contract:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm.h
 #    :language: cpp
@@ -234,8 +187,7 @@ else:
 #    :end-before: inline at::ScalarType rms_norm_acc_type
 #
 # The forward kernel of :doc:`step 2 <02_cpp_cpu_kernel>` stores ``inv_rms``
-# for the row when asked to (its ``inv_rms`` pointer is null for the inference
-# op). The host functions of both forward operators share one implementation:
+# where its pointer is not null; both forward operators share its host code:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_cpu.cpp
 #    :language: cpp
@@ -243,9 +195,8 @@ else:
 #    :start-at: at::Tensor rms_norm_cpu(const at::Tensor& x
 #    :end-before: // [cpu-host-end]
 #
-# The C++ formula on the same inputs as the Python one above: its error
-# against the reference, how far its gradients are from the Python formula's,
-# and the same ``gradcheck``:
+# The C++ formula on the same inputs, against the reference and the Python
+# formula, and the same ``gradcheck``:
 apart = []
 for dtype, (x0, w0) in inputs.items():
     x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
@@ -278,9 +229,8 @@ print(
 # %%
 # What is saved for backward
 # --------------------------
-# :func:`torch.autograd.graph.saved_tensors_hooks` sees every tensor that
-# autograd keeps. For a forward through ``opguide.rms_norm``: ``x``,
-# ``weight`` and a float32 ``inv_rms`` with one value per row; not ``y``:
+# :func:`torch.autograd.graph.saved_tensors_hooks` sees every tensor autograd
+# keeps:
 saved = []
 
 
@@ -302,21 +252,16 @@ print(f"saved bytes beyond the inputs: {saved[-1].nbytes} (y has {y.nbytes})")
 # The backward kernel
 # -------------------
 # Per row: one reduction (``dot``), then one loop that writes ``grad_x`` and
-# adds this row's terms of ``grad_weight``; the second loop finds the row in
-# cache. As in the forward, sixteen partial sums keep the reduction
-# vectorisable:
+# adds the row's terms of ``grad_weight``:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_cpu.cpp
 #    :language: cpp
 #    :start-after: // [cpu-backward-kernel]
 #    :end-before: // [cpu-backward-kernel-end]
 #
-# ``grad_weight`` is a sum over all rows, and the rows are split over threads.
-# Letting threads add into one shared buffer would need atomics, and the result
-# would change from run to run with the order of the additions. Instead each
-# fixed-size chunk of rows owns a row of partial sums; the chunk size depends
-# only on the shape, and the chunks are added in order at the end. The result
-# is the same for any number of threads:
+# ``grad_weight`` sums over rows split among threads. Instead of atomics,
+# whose order changes the bits, each fixed-size chunk of rows (its size set
+# by the shape alone) owns a row of partial sums, added in order at the end:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_cpu.cpp
 #    :language: cpp
@@ -331,10 +276,8 @@ print(f"saved bytes beyond the inputs: {saved[-1].nbytes} (y has {y.nbytes})")
 # %%
 # How fast is the backward?
 # -------------------------
-# A first measurement, on the CPU, on one (2048, 4096) float32 input, median of
-# several runs, the two interleaved: the C++ backward operator against the
-# backward that autograd builds for the six-operator Python version of
-# :doc:`step 1 <01_first_operator>`.
+# On the CPU, one (2048, 4096) float32 input, the two interleaved: the C++
+# backward against autograd's backward of step 1's Python operations.
 
 
 def median_ms(fn, repeat=9):
@@ -385,11 +328,8 @@ print(
 # %%
 # ``torch.compile``: forward and backward
 # ---------------------------------------
-# With ``fullgraph=True`` a graph break is an error, so a training step that
-# compiles proves that Dynamo traced the forward and AOTAutograd derived the
-# backward graph from the operator's autograd formula, using the fake kernels
-# for shapes. A backend that only records the two graphs shows what ended up in
-# each:
+# AOTAutograd derives the backward graph from the operator's formula; a
+# backend that records the two graphs shows what each holds:
 graphs = {}
 
 
@@ -421,8 +361,7 @@ for kind, ops in graphs.items():
 assert "opguide.rms_norm_backward.default" in graphs["backward"]
 
 # %%
-# The same with the default backend (Inductor), and dynamic shapes. The
-# gradients match those of autograd through the reference:
+# With Inductor and dynamic shapes, against the reference:
 torch._dynamo.reset()
 compiled = torch.compile(loss_fn, fullgraph=True, dynamic=True)
 start = time.perf_counter()
@@ -438,10 +377,9 @@ print(f"(compile and run: {time.perf_counter() - start:.1f} s)")
 # %%
 # Python or C++: the cost per call
 # --------------------------------
-# The same operator and kernels, with each formula in force in turn (the
-# Python one registered again, as above, and removed after), three times
-# each. Timed: one call at a decode shape, (1, 4096), best of five runs of
-# 2000 calls, without gradients and with a backward.
+# Each formula in force in turn, three times each: one call at a decode
+# shape, (1, 4096), best of five runs of 2000 calls, without gradients and
+# with a backward.
 
 
 def per_call_us(fn, calls=2000):
@@ -511,23 +449,17 @@ _ = bars_figure(
 )
 
 # %%
-# The Python kernel runs on every call, with gradients or without: it is the
-# ``Autograd`` kernel, and the dispatcher reaches it before the device's
-# kernel whether or not an input requires grad (the "no grad" column); only
+# The ``Autograd`` kernel runs on every call, gradients or not; only
 # ``inference_mode`` skips it (`Inference Mode
 # <https://docs.pytorch.org/docs/stable/notes/autograd.html#inference-mode>`__).
-# At large sizes the kernels' time hides this; at decode sizes it can be a
-# visible share of the call (the last lines above
-# measure it here). Pick Python for a first version and for an
-# operator called on large tensors; pick C++ when the call itself must be
-# cheap, or when a program with no Python interpreter calls the operator and
-# needs gradients.
+# The last lines above say what the Python one costs here. Pick Python first;
+# C++ where the call must be cheap, or where a program without Python needs
+# gradients.
 
 # %%
 # ``register_autograd`` or ``torch.autograd.Function``?
 # ------------------------------------------------------
-# The same forward and backward can be wired with a
-# :class:`torch.autograd.Function`:
+# The same pair wired with a :class:`torch.autograd.Function`:
 
 
 class RMSNormFunction(torch.autograd.Function):
@@ -552,10 +484,7 @@ g2 = torch.autograd.grad(opguide.rms_norm(x, w).sum(), (x, w))
 print("autograd.Function gives the same gradients:", all(map(torch.equal, g1, g2)))
 
 # %%
-# Dynamo traces both: each compiles with ``fullgraph=True`` (no graph break)
-# and gives the gradients of eager mode. The ``register_autograd`` one is the
-# Python formula of the first section, registered again on
-# ``opguide::rms_norm_fwd`` and removed after:
+# Dynamo traces both with ``fullgraph=True``:
 python_autograd = register_python_formula()
 wirings = {
     "register_autograd": lambda a, b: fwd(a, b, 1e-6)[0],
@@ -570,40 +499,23 @@ python_autograd._destroy()
 torch._dynamo.reset()
 
 # %%
-# The difference is where the formula lives:
-#
-# * ``register_autograd`` attaches it to the **operator**, in the dispatcher.
-#   Every caller gets it: ``torch.ops.opguide.rms_norm_fwd`` from Python or
-#   C++, a ``torch.export``-ed program, and :func:`torch.library.opcheck`,
-#   which tests it (``test_autograd_registration``). Use it for an operator
-#   that others call: a library like opguide.
-# * ``torch.autograd.Function`` attaches it to a **Python function**. Only
-#   code that calls ``RMSNormFunction.apply`` gets this formula; an operator
-#   with no formula registered of its own, called directly, gets none (opguide's
-#   operators have their C++ one). Its ``forward`` may run any Python and any
-#   number of operators, so it is the right tool for a model-local trick
-#   (a custom gradient for a few existing operators, gradient clipping inside
-#   a layer) that does not need to be an operator at all.
-#
-# Double backward (gradients of gradients) is not supported here:
-# ``rms_norm_backward`` has no autograd formula of its own. It would need
-# another registration on ``rms_norm_backward``, in the same way.
+# ``register_autograd`` attaches the formula to the **operator**: every
+# caller gets it, from Python, C++ or an exported program, and ``opcheck``
+# tests it. ``torch.autograd.Function`` attaches it to a **Python function**:
+# only callers of ``RMSNormFunction.apply`` get it, which suits a model-local
+# trick that need not be an operator. Double backward is not supported:
+# ``rms_norm_backward`` has no formula of its own.
 #
 # What's next
 # -----------
-# The GPU kernels for ``rms_norm_fwd`` and ``rms_norm_backward`` are in
-# ``csrc/rms_norm/rms_norm_cuda.cu`` (shown whole in :doc:`step 3 <03_cuda_kernel>`),
-# registered against the same schemas and contract. The tests of
-# :doc:`step 7 <07_the_tests>` run on the CPU; ``tests/test_rms_norm_cuda.py``
-# checks the CUDA kernels, forward and backward, against the same references
-# on a GPU. :doc:`Step 9 <09_triton_kernel>` writes the forward and the
-# backward in Triton and registers them as another backend.
+# The CUDA kernels of the pair are in ``csrc/rms_norm/rms_norm_cuda.cu``
+# (:doc:`step 3 <03_cuda_kernel>`); :doc:`step 9 <09_triton_kernel>` writes
+# them in Triton.
 
 # %%
 # The files of this step, whole
 # -----------------------------
-# The page above showed parts of these files; here each one is whole, as it
-# is compiled and run.
+# The file this page showed in parts:
 #
 # .. dropdown:: csrc/rms_norm/rms_norm_backward_cpu.cpp
 #
