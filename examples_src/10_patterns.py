@@ -2,29 +2,16 @@ r"""
 Step 10: Patterns: in-place, several outputs, optional arguments
 ================================================================
 
-Real operator libraries need more than ``Tensor -> Tensor``. Between two
-blocks of a transformer, the residual stream is updated and normalised in one
-go: ``residual += x`` then ``rms_norm(residual)``. Fused, the two make four
-passes over the activations instead of five (the norm's read of the updated
-residual is saved: the byte count below), and the natural operator writes into one of
-its inputs, returns more than one tensor, and takes arguments that may be
-``None``. This step builds that operator, ``opguide::fused_add_rms_norm_``,
-in C++ (CPU), CUDA and Triton.
-
-In this step you will learn:
-
-* how a schema says that an argument is written (``Tensor(a!)``), that an
-  argument may be ``None`` (``Tensor?``, ``ScalarType?``), and that there are
-  several outputs (``-> (Tensor, Tensor)``);
-* how the C++, CUDA and Triton kernels receive those arguments;
-* what a fake kernel must (and must not) do for a mutating operator;
-* how :func:`torch.library.opcheck` tests each variant, and how
-  ``torch.compile`` turns the mutation into a functional graph and back;
-* how fast the Triton and CUDA kernels run on a GPU (recorded).
-
-:doc:`Step 10.2 <10_patterns_2_inplace_and_index_inputs>` goes on with what
-eager autograd needs from an operator that writes an input, and with index
-inputs: where their checks go.
+Part I's operator takes tensors and returns one. Between two transformer
+blocks, ``residual += x`` then ``rms_norm(residual)`` fused into one operator
+saves the norm's read of the updated residual (the byte count below), and that
+operator writes an input, returns two tensors, and takes arguments that may be
+``None``. This step builds ``opguide::fused_add_rms_norm_`` in C++, CUDA and
+Triton: its schema, how each kernel receives those arguments, its fake
+kernel, ``opcheck`` of each variant, how ``torch.compile`` handles the
+mutation, and its recorded speed on a GPU. :doc:`Step 10.2
+<10_patterns_2_inplace_and_index_inputs>` goes on with eager autograd and
+index inputs.
 
 The schema
 ----------
@@ -33,49 +20,37 @@ The schema
    :start-after: // [schema-fused-add-rms-norm]
    :end-before: // [schema-fused-add-rms-norm-end]
 
-Reading it left to right:
-
-* ``Tensor(a!) residual``: the ``!`` says the kernel writes into
-  ``residual``; ``a`` names its alias set. No output carries ``(a)``, so no
-  output aliases it: the results are new tensors. The trailing ``_`` of the
-  name is PyTorch's convention for an in-place operator.
-* ``Tensor? weight``: a tensor or ``None``; C++ receives
-  ``const std::optional<at::Tensor>&``.
-* ``ScalarType? out_dtype=None``: a dtype or ``None``, with a default, so
-  Python callers may leave it out; C++ receives
-  ``std::optional<at::ScalarType>``.
-* ``-> (Tensor, Tensor)``: two outputs, the normalised tensor and ``1/rms`` of
-  each row (kept by real models for the backward pass). C++ returns a
+* ``Tensor(a!) residual``: the kernel writes ``residual``; no output carries
+  ``(a)``, so the results are new tensors. The trailing ``_`` marks an
+  in-place operator.
+* ``Tensor? weight`` and ``ScalarType? out_dtype=None``: C++ receives
+  ``std::optional``.
+* ``-> (Tensor, Tensor)``: the output and each row's ``1/rms``; C++ returns a
   ``std::tuple``.
 
-The contract: ``residual += x`` computed in float32 (float64 for a float64
-residual) and rounded once to the residual's dtype (which may be float32
-under float16/bfloat16 activations);
-then that stored value is normalised, scaled by ``weight`` if given, and
-written in ``out_dtype`` (default: the dtype of ``x``).
+The contract: ``residual += x`` in float32 (float64 for float64), rounded once
+to the residual's dtype; that stored value normalised, scaled by ``weight``
+if given, and written in ``out_dtype`` (default: ``x``'s dtype).
 
 The CPU kernel
 --------------
-The row loop stores the updated residual and accumulates its squares in the
-same pass; the second pass finds the row in cache:
+The row loop stores the updated residual and sums its squares in one pass:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cpu.cpp
    :language: cpp
    :start-after: // [cpu-fused-kernel]
    :end-before: // [cpu-fused-kernel-end]
 
-The host function is where the schema's types arrive: the mutable argument as
-``at::Tensor&``, the optionals as ``std::optional``. Three dtypes (of ``x``,
-the residual and the output) are dispatched, and a strided residual is
-updated through a dense copy that is written back, so the caller always sees
-the update in the tensor they passed:
+The host function receives the mutable argument as ``at::Tensor&``,
+dispatches three dtypes, and updates a strided residual through a dense copy
+written back:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cpu.cpp
    :language: cpp
    :start-after: // [cpu-fused-host]
    :end-before: // [cpu-fused-host-end]
 
-The checks, shared with CUDA, name the argument and what was expected:
+The checks, shared with CUDA:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_checks.cpp
    :language: cpp
@@ -84,37 +59,23 @@ The checks, shared with CUDA, name the argument and what was expected:
 
 The CUDA kernel
 ---------------
-The device code lives in a torch-free header
-(``csrc/fused_add_rms_norm/fused_add_rms_norm.cuh``) that compiles alone with
-``nvcc`` and, after hipify, with ``hipcc``. A row gets one thread per 16-byte
-vector (up to 1024 threads; short rows share a block). Rows that are not whole
-16-byte vectors take 8- or 4-byte accesses when ``x``, the residual and the
-output share a dtype, and single elements otherwise (:doc:`step 11
-<11_performance>`, "Odd row lengths"; at the one row length where that step
-times this kernel with 4-byte accesses, it is slower with them than with
-single elements). Each thread keeps its vector of ``h = x + residual`` and of
-the weight in registers, so the second pass writes the output without reading
-memory. Rows too long for the registers loop over the
-row in both passes, and the second pass re-reads the residual elements the
-thread itself wrote in the first. :doc:`Step 11.4 <11_performance_4_tuning>`
-measures the fused kernel's register cap; the reason the kernel's comment
-gives for two blocks per SM (with one, the memory system idles between rows)
-is not timed: no record runs the kernel at one block per SM. Rows longer
-still (more than 4096 vectors, 32768 bfloat16 elements) go to a kernel that
-splits each row over a thread-block cluster on Hopper and later GPUs
-(``csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh``; :doc:`step 11.3
-<11_performance_3_long_rows>`), which the planner
-(``csrc/fused_add_rms_norm/fused_add_rms_norm_planner.cuh``) chooses when the
-GPU says such clusters fit:
+The device code is a torch-free header. A row gets one thread per 16-byte
+vector (up to 1024; short rows share a block); rows that are not whole
+vectors take narrower accesses (:doc:`step 11 <11_performance>`, "Odd row
+lengths"). Each thread keeps its part of ``h = x + residual`` and of the
+weight in registers, so the second pass reads no memory; longer rows loop in
+both passes, and rows of more than 4096 vectors go to a thread-block cluster
+on Hopper and later (:doc:`step 11.3 <11_performance_3_long_rows>`), where
+the planner finds that clusters fit. :doc:`Step 11.4
+<11_performance_4_tuning>` measures its register cap. The kernel:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm.cuh
    :language: cpp
    :start-after: // [kernel]
    :end-before: // [kernel-end]
 
-The host wrapper hands the pointers to the planner, which picks the kernel
-and the vector width from the row length, the strides and every pointer's
-alignment, and launches on PyTorch's current stream:
+The planner picks kernel and vector width from the row length, strides and
+alignments; the launch uses PyTorch's current stream:
 
 .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cuda.cu
    :language: cpp
@@ -123,58 +84,46 @@ alignment, and launches on PyTorch's current stream:
 
 The Triton kernel
 -----------------
-The whole row stays in registers, so the updated residual is stored once and
-normalised without being read back. The optional weight becomes a
-``tl.constexpr`` flag: each value compiles its own kernel, with no branch at
-run time:
+The row stays in registers; the optional weight becomes a ``tl.constexpr``
+flag, so each value compiles its own kernel:
 
 .. literalinclude:: /../opguide/triton/fused.py
    :language: python
    :caption: opguide/triton/fused.py
 
-In Python the schema is inferred from the annotations: ``mutates_args``
-produces the write annotation (``Tensor(a1!) residual`` in the inferred
-schema printed below: the same ``!``, with an alias set named ``a1``),
-``Optional[...]`` the ``?``:
+``mutates_args`` gives the write annotation (``Tensor(a1!) residual`` in the
+schema printed below), ``Optional[...]`` the ``?``:
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
    :pyobject: fused_add_rms_norm_triton_
 
-Its body is the launch function, which takes the planner's choice of kernel
-(``launch.fused_config``: the one above for rows of up to 32 KiB, a split or
-chunked kernel for longer ones):
+Its body launches the kernel that ``launch.fused_config`` plans:
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
    :pyobject: fused_add_rms_norm
 
-This kernel is not autotuned. The autotuner times each config by running the
-kernel several times, and each run would add ``x`` to the residual again
-(:func:`triton.autotune` has ``restore_value`` for this, at the cost of a copy
-per trial). A block size derived from ``N`` does the job here.
+It is not autotuned: each timed run would add ``x`` to the residual again
+(``restore_value`` of :func:`triton.autotune` costs a copy per trial).
 
 The fake kernel
 ---------------
-The fake kernel describes the outputs: shapes, dtypes, devices. It does not
-write to ``residual``: the ``(a!)`` already tells the compiler which input
-changes, and how (in place, same shape and dtype). The compiler is not the
-only reader of that fact: eager autograd needs it too, and learns it another
-way (:doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>`):
+It describes the outputs and does not write ``residual``: the ``(a!)``
+already says which input changes:
 
 .. literalinclude:: /../opguide/fused_add_rms_norm.py
    :language: python
    :start-after: # [fake]
    :end-before: # [fake-end]
 
-The wrapper that users call, :func:`opguide.fused_add_rms_norm_`, checks the
-arguments and picks the backend like :func:`opguide.rms_norm`.
+The wrapper :func:`opguide.fused_add_rms_norm_` checks the arguments and
+picks the backend.
 """
 
 # %%
-# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
-# program selects it before anything imports ``triton`` (opguide only reads
-# the choice, in :mod:`opguide.triton.interpreter`):
+# Without a GPU the Triton kernels run in Triton's interpreter, chosen
+# before anything imports ``triton``:
 import os
 
 import torch
@@ -204,8 +153,7 @@ for op in (
     print(textwrap.fill(str(op.default._schema), 88, subsequent_indent="    "))
 
 # %%
-# One call updates the caller's residual, in its own storage, and returns two
-# new tensors:
+# One call updates the residual in its storage and returns two new tensors:
 torch.manual_seed(0)
 x = torch.randn(4, 64)
 residual = torch.randn(4, 64)
@@ -222,13 +170,9 @@ print("inv_rms", tuple(inv_rms.shape), inv_rms.dtype)
 # %%
 # Checking every backend against the reference
 # --------------------------------------------
-# The reference computes the same contract without touching its inputs and
-# returns what the residual should hold afterwards. Random data, every
-# backend and device available here (the output lists them), with and without
-# weight, a float32 residual under
-# bfloat16 activations, and a float32 output for float16 inputs. The updated
-# residual must match *exactly* (one rounding, the same everywhere).
-# The tolerance of one rounding to each dtype (opguide's tests use the same table).
+# Every backend and device here, with and without weight, a float32
+# residual under bfloat16, a float32 output for float16; the updated residual
+# must match the reference *exactly*:
 from opguide.testing import TOLERANCES as TOL  # noqa: E402
 
 CASES = [  # x dtype, residual dtype, weight?, out_dtype
@@ -277,15 +221,8 @@ if not torch.cuda.is_available():
 # %%
 # opcheck, for each variant
 # -------------------------
-# The optional arguments change what the kernels do, so
-# :func:`torch.library.opcheck` checks four variants (weight, no weight,
-# ``out_dtype``, float32 residual), each with its four tests: schema (does the
-# kernel write nothing that the schema leaves unmarked?), autograd registration,
-# fake kernel, and tracing. It checks the C++ operator on CPU tensors, both
-# operators on CUDA tensors where there is a GPU, and the Triton operator on
-# CPU tensors where Triton's interpreter runs (as on a build without a GPU):
-# only there does the Triton operator take CPU tensors. The output names each
-# operator and device checked.
+# Four variants, each operator and device available here (the Triton
+# operator takes CPU tensors only in the interpreter):
 variants = {
     "weight": (torch.randn(4, 24), torch.randn(4, 24), torch.randn(24), 1e-6, None),
     "no weight": (torch.randn(4, 24), torch.randn(4, 24), None, 1e-6, None),
@@ -323,11 +260,9 @@ for backend, op, on in checks:
 # %%
 # How torch.compile handles the mutation
 # --------------------------------------
-# Compiler passes want functional graphs. Exporting a small block shows what
-# functionalization does with ``(a!)``: the call becomes
-# ``auto_functionalized_v2``, which returns the new value of ``residual`` as an
-# extra output, and the graph signature records that this output must be
-# copied back into the input ``residual``:
+# Functionalization turns the call into ``auto_functionalized_v2``, which
+# returns the new ``residual`` as an extra output; the graph signature says it
+# is copied back into the input:
 
 
 class Block(torch.nn.Module):
@@ -350,13 +285,10 @@ for line in exported.graph_module.code.strip().splitlines():  # long lines wrapp
 print(exported.graph_signature)
 
 # %%
-# ``torch.compile`` does the same, and Inductor turns the functional form back
-# into an in-place call when that is safe (its `reinplacing pass
+# Inductor turns it back into an in-place call where safe (its `reinplacing
+# pass
 # <https://github.com/pytorch/pytorch/blob/main/torch/_inductor/fx_passes/reinplace.py>`__).
-# What matters to the caller: after a
-# compiled call, the residual they passed holds the update, and code that reads
-# it after the operator sees the new value. Two calls in a row, compiled and
-# eager side by side, for the operators that the opcheck cell checked on CPU:
+# After two compiled calls the caller's residual holds both updates:
 torch._dynamo.reset()
 
 
@@ -397,12 +329,9 @@ for bad in [
 # %%
 # How fast, on a GPU (recorded)
 # -----------------------------
-# The recorded sweep of :doc:`step 9 <09_triton_kernel>` times this operator
-# too (the ``fused`` pass), read from ``docs/recorded/``: the Triton kernel and
-# the CUDA kernel in % of a copy of the same bytes, both 16-bit types, at row
-# lengths from short to long with the same bytes in all. The dotted line is
-# the longest row that one Triton program holds in a 16-bit type; longer rows
-# are split over programs (:doc:`step 9.2 <09_triton_kernel_2_long_rows>`).
+# Step 9's recorded sweep (the ``fused`` pass): Triton and CUDA in % of a copy
+# of the same bytes. The dotted line is the longest row one Triton program
+# holds in a 16-bit type (:doc:`step 9.2 <09_triton_kernel_2_long_rows>`):
 import inspect  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -434,29 +363,15 @@ say(versus(rows, *ROUTES))
 # %%
 # Trade-offs, again
 # -----------------
-# The same operator three times makes the comparison of
-# :doc:`step 9 <09_triton_kernel>` concrete:
-#
-# * **Effort**: the Triton kernel is the shortest of the three kernels shown
-#   above (their lines of code are counted below), the dtype combinations
-#   come for free (the kernel is compiled per dtype on first use), and a
-#   masked load replaces the vector/scalar split. The C++ and CUDA versions
-#   spell out the dispatch over three dtypes, the alignment check and the
-#   block reduction.
-# * **Portability**: the Triton kernel compiles for AMD GPUs through Triton's
-#   ROCm backend as it is (``tests/test_triton_targets.py`` compiles it for
-#   AMD targets, as :doc:`step 9.2 <09_triton_kernel_2_long_rows>` does one
-#   kernel; it has not run on an AMD GPU for this guide).
-#   The CUDA kernel needs hipify plus the shim in
-#   ``csrc/common/platform.cuh`` (wavefront width, shuffles without a lane mask).
-# * **Limits**: a Triton program holds a row up to the lengths printed below
-#   (``opguide/triton/launch.py`` decides). Longer rows are split over several
-#   programs, one segment each, and rows of more segments than the GPU has SMs
-#   take the chunked kernels, which read each row twice (:doc:`step 9.2
-#   <09_triton_kernel_2_long_rows>`); the C++ and CUDA kernels take any row
-#   length. Float64 is C++/CUDA only.
-# * **Speed**: the recorded sweep above, on one GPU; on CPU the Triton route is
-#   the interpreter, a correctness tool.
+# * **Effort**: the Triton kernel is the shortest (counted below); dtypes
+#   come free and a masked load replaces the vector/scalar split.
+# * **Portability**: the Triton kernel compiles for AMD targets as it is
+#   (``tests/test_triton_targets.py``; no AMD GPU ran it); the CUDA kernel
+#   needs hipify and its HIP shim (:doc:`step 4 <04_hip_port>`).
+# * **Limits**: one Triton program holds a row up to the lengths printed
+#   below; longer rows are split (:doc:`step 9.2
+#   <09_triton_kernel_2_long_rows>`). Float64 is C++/CUDA only.
+# * **Speed**: the recorded sweep above; on CPU, Triton is the interpreter.
 
 
 def code_lines(text: str, comment: str) -> int:
@@ -496,29 +411,23 @@ for dtype in (torch.float32, torch.bfloat16):
 # %%
 # The files to take into your own project
 # ---------------------------------------
-# The fused operator on each route, as a manifest: the files to copy, each to
-# the same path, and those to write, cut from this repository's own.
-# ``tests/test_manifests.py`` checks that each list names every file its files
-# include or import; with ``OPGUIDE_MANIFESTS_FULL=1`` it also builds each
-# fused route alone in an empty folder and checks it against the operator's
-# reference (by default the suite builds the RMSNorm routes only). The
-# C++/CUDA route
-# (``manifests/cpp_fused_add_rms_norm.txt``):
+# The files to copy and to write, per route. ``tests/test_manifests.py``
+# checks each list is complete, and with ``OPGUIDE_MANIFESTS_FULL=1`` builds
+# each route alone. The C++/CUDA route:
 
 from guidekit import manifests  # noqa: E402
 
 print(manifests.shown("cpp_fused_add_rms_norm"))
 
 # %%
-# The Triton route (``manifests/triton_fused_add_rms_norm.txt``):
+# The Triton route:
 
 print(manifests.shown("triton_fused_add_rms_norm"))
 
 # %%
 # The files of this step, whole
 # -----------------------------
-# The page above showed parts of these files; here each one is whole, as it
-# is compiled and run.
+# The files this page showed in parts:
 #
 # .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_schema.cpp
 #
