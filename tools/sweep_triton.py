@@ -1,26 +1,26 @@
-"""Sweeps variants of the Triton RMSNorm kernels on one GPU and prints achieved
-bandwidth against a large device-to-device copy, next to torch.compile of the
-reference. Needs a CUDA GPU, triton and opguide built with its CUDA kernels
-(pip install --no-build-isolation -e . with USE_CUDA=1). The backward runs
-opguide's own backward (opguide.triton.ops.rms_norm_backward) with each
-forced= configuration of its register kernel (programs, stages, num_warps);
-the forward and fused kernels here are copies that
-differ from opguide/triton/ in the one thing each variant tries
-(the weight loaded before or after the reduction, cache hints, PDL).
+"""Sweeps the launch configurations of the Triton RMSNorm kernels on one GPU, and
+variants of the split kernels, against a large device-to-device copy. Needs a CUDA
+GPU, triton and opguide built with its CUDA kernels (pip install
+--no-build-isolation -e . with USE_CUDA=1).
 
     python3 tools/sweep_triton.py [forward] [backward] [fused] [grad-weight-sum] [split]
                                   [split-fenced]
 
-grad-weight-sum times opguide's whole backward (its own launch rules) with each
-shape of the kernel that adds up grad_weight's partial rows (grad_weight_sum=).
-PDL, in both, is as OPGUIDE_PDL says (on by default on Hopper and later).
+forward, backward and fused time opguide's own kernels (opguide.triton.ops's
+launch functions) with each forced= configuration of their register kernels
+(rows and warps a program; for the backward also programs per SM and
+software-pipeline stages), next to PyTorch's; grad-weight-sum times the whole
+backward with each shape of the kernel that adds up grad_weight's partial rows
+(grad_weight_sum=). The library's planners (opguide/triton/launch.py) take
+their numbers from these. PDL is as OPGUIDE_PDL says (on by default on Hopper
+and later).
 
 split times opguide's forward and backward on rows split over programs
 (opguide/triton/split.py) at each (SEG, num_warps, programs per SM), passed
-as forced= configurations to opguide.triton.ops's launch functions, and, as the
-"before", copies of the kernels that wait for each row's total before they
-load the next row (forward: one program per segment of each row), and of the
-backward that loaded one row ahead instead of two ("one row late").
+as forced= configurations, and, as the "before", copies of the kernels that
+wait for each row's total before they load the next row (forward: one program
+per segment of each row), and of the backward that loaded one row ahead
+instead of two ("one row late").
 split-fenced runs the same variants with every split kernel counting its part
 in behind a release fence (a float part, then an atomic count) instead of the
 slots: "row at a time" at each (SEG, num_warps) and "one row late" at each
@@ -32,7 +32,6 @@ Bytes: forward reads x and writes y (2 M N s); backward reads x and grad_y and
 writes grad_x (3 M N s); fused reads x and residual, writes residual and y (4 M N s).
 """
 
-import os
 import sys
 
 import torch
@@ -54,13 +53,9 @@ GRAD_WEIGHT_SUM_BLOCK_P, GRAD_WEIGHT_SUM_BLOCK_N, GRAD_WEIGHT_SUM_WARPS = (
 
 SHAPES = [(32768, 4096), (8192, 4096), (4096, 8192), (65536, 1024)]
 DTYPE = torch.bfloat16
+EPS = 1e-6
 BATCHES = 11
 CALLS = 20
-# The backward variants: software-pipeline stages.
-STAGES = (3, 4)
-# PDL follows OPGUIDE_PDL, read when opguide.triton.launch is imported: run
-# the sweep once with OPGUIDE_PDL=0 for the other half.
-PDL_OFF = os.environ.get("OPGUIDE_PDL", "1") == "0"
 
 
 def time_us(fn, arg_sets) -> float:
@@ -81,13 +76,7 @@ def best(results, match):
     return min(r for r in results if r[0] == r[0] and match(r[1]))  # r[0] == r[0]: not NaN
 
 
-def row_configs(block):
-    """(ROWS, num_warps) pairs to try for rows of ``block`` columns: 4 to 64 elements per thread."""
-    return [(rows, warps) for rows in (1, 2, 4) for warps in (2, 4, 8, 16)
-            if 4 <= block * rows // (32 * warps) <= 64]  # fmt: skip
-
-
-def reference(x, w, eps=1e-6):
+def reference(x, w, eps=EPS):
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
@@ -100,73 +89,62 @@ def arg_sets_for(m, n, tensors):
     return count
 
 
-# ---------------------------------------------------------------- forward
-
-
-@triton.jit
-def fwd_kernel(
-    x_ptr,  # [M, N] input, x's dtype
-    w_ptr,  # [N] weight, x's dtype
-    y_ptr,  # [M, N] output, x's dtype
-    M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, W_FIRST: tl.constexpr,
-    GDC: tl.constexpr,
-):  # fmt: skip
-    if GDC:
-        tl.extra.cuda.gdc_wait()
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
-    cols = tl.arange(0, BLOCK_N)[None, :]
-    mask = (rows < M) & (cols < N)
-    x = tl.load(x_ptr + rows * N + cols, mask=mask, other=0.0, eviction_policy="evict_first")
-    if W_FIRST:
-        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    if GDC:
-        tl.extra.cuda.gdc_launch_dependents()
-    x = x.to(tl.float32)
-    inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps).to(tl.float32)
-    if not W_FIRST:
-        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    y = x * inv_rms[:, None] * w
-    tl.store(y_ptr + rows * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask,
-             eviction_policy="evict_first")  # fmt: skip
-
-
 def report(m, n, label, us, nbytes, copy, best="", extra=""):
     pct = 100 * nbytes / us / 1e3 / copy
     print(f"  {best}{m:6d}x{n:<5d} {label:44s} {us:7.1f} us {pct:5.1f}%{extra}", flush=True)
 
 
-# The forward and fused sweeps try one option of their kernel (FLAG) off, on,
-# and on with PDL, at every (ROWS, num_warps) pair of row_configs.
-FLAG_STEPS = ((False, False), (True, False), (True, True))
-
-
-def sweep_rows(m, n, block, flag, launch, sets, nbytes, copy):
-    """Times launch(args, rows, warps, flag_on, pdl) for every flag step and row
-    config, reports each, and returns the (us, label) results."""
-    results = []
-    for on, gdc in FLAG_STEPS:
-        for rows, warps in row_configs(block):
-
-            def run(*args, rows=rows, warps=warps, on=on, gdc=gdc):
-                launch(args, rows, warps, on, gdc)
-
-            us = time_us(run, sets)
-            label = f"{flag} {int(on)} pdl {int(gdc)} rows {rows} warps {warps}"
-            results.append((us, label))
-            report(m, n, label, us, nbytes, copy)
-    return results
-
-
-def report_best(m, n, flag, results, nbytes, copy, compile_us):
-    """The fastest result of each flag step, next to torch.compile's time."""
-    for on, gdc in FLAG_STEPS:
-        key = f"{flag} {int(on)} pdl {int(gdc)}"
-        us, label = best(results, lambda label, key=key: label.startswith(key + " "))
-        report(m, n, label, us, nbytes, copy, "best ", f"  compile {compile_us:.1f} us")
-
-
 def randn(*shape):
     return torch.randn(*shape, device="cuda", dtype=DTYPE)
+
+
+def _check(label, got, want, tol):
+    """Whether got is within tol of want, relative to want's largest element."""
+    err = (got.float() - want.float()).abs().max().item() / want.float().abs().max().item()
+    if not err <= tol:  # NaN fails too
+        print(f"  WRONG {label}: relative error {err:.3g}", flush=True)
+    return err <= tol
+
+
+# ------------------------------------------------------- the launch configurations
+
+
+def sweep_launches(m, n, nbytes, copy, sets, launches, want, baselines=None):
+    """Times each ``(label, call)`` of ``launches`` on ``sets`` and reports it, then the
+    fastest; ``baselines`` ({label: call}) are timed and reported first. A launch is
+    timed only if its outputs on a copy of the first set match ``want`` (a tuple,
+    compared with the first outputs) within 2%."""
+    first = [t.clone() for t in sets[0]]  # as it is before calls update it (fused)
+    for label, call in (baselines or {}).items():
+        report(m, n, label, time_us(call, sets), nbytes, copy)
+    results = []
+    for label, call in launches:
+        try:
+            got = call(*(t.clone() for t in first))
+            got = got if isinstance(got, tuple) else (got,)
+            right = all([_check(label, g, w, 0.02) for g, w in zip(got, want, strict=False)])
+        except Exception as error:  # a configuration this Triton cannot compile or launch
+            print(f"  failed: {label}: {type(error).__name__}: {str(error)[:300]}", flush=True)
+            continue
+        if right:
+            us = time_us(call, sets)
+            results.append((us, label))
+            report(m, n, label, us, nbytes, copy)
+    if results:
+        us, label = best(results, lambda label: True)
+        report(m, n, label, us, nbytes, copy, "best ")
+
+
+def row_configs(block):
+    """(ROWS, num_warps) pairs to try for rows of ``block`` columns: 4 to 64 elements per thread."""
+    return [(rows, warps) for rows in (1, 2, 4) for warps in (2, 4, 8, 16)
+            if 4 <= block * rows // (32 * warps) <= 64]  # fmt: skip
+
+
+def registers(block):
+    """(label, forced configuration) of the register kernel at each of ``row_configs``."""
+    return [(f"rows {rows} warps {warps}", launch.Registers(block, rows, warps))
+            for rows, warps in row_configs(block)]  # fmt: skip
 
 
 def sweep_forward(copy):
@@ -176,55 +154,46 @@ def sweep_forward(copy):
 
 
 def forward_shape(m, n, copy):
-    sets = [(randn(m, n), randn(m, n)) for _ in range(arg_sets_for(m, n, 2))]
-    w = torch.randn(n, device="cuda", dtype=DTYPE)
-    nbytes = 2 * m * n * 2
+    sets = [(randn(m, n),) for _ in range(arg_sets_for(m, n, 2))]
+    w = randn(n)
     compiled = torch.compile(reference, dynamic=False)
-    base = {
-        "compile(reference)": time_us(lambda x, y: compiled(x, w), sets),
-        "F.rms_norm": time_us(lambda x, y: torch.nn.functional.rms_norm(x, (n,), w, 1e-6), sets),
-    }  # fmt: skip
-    for name, us in base.items():
-        report(m, n, name, us, nbytes, copy)
-    block = triton.next_power_of_2(n)
-
-    def launch(args, rows, warps, w_first, gdc):
-        x, y = args
-        fwd_kernel[(triton.cdiv(m, rows),)](
-            x, w, y, m, n, 1e-6, BLOCK_N=block, ROWS=rows, W_FIRST=w_first,
-            GDC=gdc, num_warps=warps, launch_pdl=gdc,
-        )  # fmt: skip
-
-    results = sweep_rows(m, n, block, "w_first", launch, sets, nbytes, copy)
-    try:
-        ref = reference(sets[0][0], w)
-        fwd_kernel[(m,)](sets[0][0], w, sets[0][1], m, n, 1e-6, BLOCK_N=block, ROWS=1,
-                         W_FIRST=True, GDC=True, num_warps=4, launch_pdl=True)  # fmt: skip
-        torch.testing.assert_close(sets[0][1].float(), ref.float(), rtol=2e-2, atol=2e-2)
-        print("  check: the pdl variant matches the reference", flush=True)
-    except Exception as error:
-        print(f"  CHECK FAILED: {type(error).__name__}: {str(error)[:300]}", flush=True)
-    report_best(m, n, "w_first", results, nbytes, copy, base["compile(reference)"])
+    baselines = {
+        "compile(reference)": lambda x: compiled(x, w),
+        "F.rms_norm": lambda x: torch.nn.functional.rms_norm(x, (n,), w, EPS),
+    }
+    launches = [
+        (label, lambda x, forced=forced: triton_ops.rms_norm_forward(x, w, EPS, forced=forced))
+        for label, forced in registers(triton.next_power_of_2(n))
+    ]
+    want = (reference(sets[0][0], w),)
+    sweep_launches(m, n, 2 * m * n * 2, copy, sets, launches, want, baselines)
 
 
-# --------------------------------------------------------------- backward
+def sweep_fused(copy):
+    print("fused", flush=True)
+    for m, n in SHAPES:
+        fused_shape(m, n, copy)
 
 
-def check_backward(run, args, w, ref_fwd):
-    """Compares one variant's grad_x and grad_weight with autograd through the reference."""
-    x, grad_y, _ = args
-    try:
-        grad_x, grad_weight = run(*args)
-        xg = x.detach().float().requires_grad_()
-        wg = w.detach().float().requires_grad_()
-        want_grad_x, want_grad_weight = torch.autograd.grad(
-            ref_fwd(xg, wg).float(), (xg, wg), grad_y.float()
-        )
-        torch.testing.assert_close(grad_x.float(), want_grad_x, rtol=5e-2, atol=5e-2)
-        torch.testing.assert_close(grad_weight.float(), want_grad_weight, rtol=5e-2, atol=1.0)
-        print("  check: grad_x and grad_weight match the reference", flush=True)
-    except Exception as error:
-        print(f"  CHECK FAILED: {type(error).__name__}: {str(error)[:300]}", flush=True)
+def fused_shape(m, n, copy):
+    sets = [(randn(m, n), randn(m, n)) for _ in range(arg_sets_for(m, n, 3))]
+    w = randn(n)
+
+    def unfused(x, residual):
+        h = residual + x
+        residual.copy_(h)
+        return reference(h, w)
+
+    def fused(x, residual, forced):
+        return triton_ops.fused_add_rms_norm(x, residual, w, EPS, forced=forced)[0]
+
+    launches = [
+        (label, lambda x, r, forced=forced: fused(x, r, forced))
+        for label, forced in registers(triton.next_power_of_2(n))
+    ]
+    want = (unfused(*(t.clone() for t in sets[0])),)
+    baselines = {"compile(unfused reference)": torch.compile(unfused, dynamic=False)}
+    sweep_launches(m, n, 4 * m * n * 2, copy, sets, launches, want, baselines)
 
 
 def backward_sets(m, n):
@@ -232,91 +201,62 @@ def backward_sets(m, n):
     sets = []
     for _ in range(arg_sets_for(m, n, 3)):
         x = randn(m, n)
-        sets.append((x, randn(m, n), torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)))
+        sets.append((x, randn(m, n), torch.rsqrt(x.float().pow(2).mean(-1) + EPS)))
     return sets
 
 
-def sweep_backward(copy):
-    print(f"backward (PDL {'off' if PDL_OFF else 'on'} as OPGUIDE_PDL says)", flush=True)
-    for m, n in SHAPES:
-        backward_shape(m, n, copy)
-
-
-def backward_shape(m, n, copy):
+def backward_configs(m, n, grad_weight_sums):
+    """(label, keyword arguments of ``rms_norm_backward``) of each configuration to time."""
+    if grad_weight_sums:
+        return [
+            (
+                f"block_p {p} block_n {b} warps {w}",
+                {"grad_weight_sum": launch.GradWeightSum(p, b, w)},
+            )
+            for p in (32, 64, 128)
+            for b in (32, 64, 128)
+            for w in (2, 4, 8)
+        ]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    sets = backward_sets(m, n)
-    w = torch.randn(n, device="cuda", dtype=DTYPE)
-    nbytes = 3 * m * n * 2
-    wr = w.detach().float().requires_grad_()
-
-    def ref_fwd(x, w):
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype)
-
-    compiled = torch.compile(ref_fwd, dynamic=False)
-    outs = []
-    # Donated buffers would forbid retain_graph=True, which lets each graph run many times.
-    with torch._functorch.config.patch(donated_buffer=False):
-        for x, grad_y, _ in sets:
-            xg = x.detach().requires_grad_()
-            outs.append((compiled(xg, wr), xg, grad_y))
-    us_c = time_us(
-        lambda y, xg, grad_y: torch.autograd.grad(y, (xg, wr), grad_y, retain_graph=True), outs
-    )
-    report(m, n, "compile(reference) backward", us_c, nbytes, copy)
-    del outs
     block = triton.next_power_of_2(n)
-    rows = max(1, 4096 // block)
-    results = []
-    for per_sm in (1, 2):
-        programs = min(per_sm * sms, m)
-        for stages in STAGES:
-            for warps in (4, 8, 16):
-                # The library's backward with this configuration of its register kernel.
-                forced = launch.Registers(block, rows, warps, programs=programs, stages=stages)
-
-                def run(x, grad_y, inv, forced=forced):
-                    return triton_ops.rms_norm_backward(grad_y, x, w, inv, forced=forced)
-
-                us = time_us(run, sets)
-                label = f"programs {per_sm}xSM stages {stages} warps {warps}"
-                results.append((us, label))
-                report(m, n, label, us, nbytes, copy)
-                if warps == 8 and us == us:
-                    check_backward(run, sets[0], w, ref_fwd)
-    us, label = best(results, lambda label: True)
-    report(m, n, label, us, nbytes, copy, "best ", f"  compile {us_c:.1f} us")
+    rows = max(1, 4096 // block)  # 4096 elements a loop step; STAGES rows loaded ahead
+    return [
+        (
+            f"programs {per_sm}xSM stages {stages} warps {warps}",
+            {"forced": launch.Registers(block, rows, warps, min(per_sm * sms, m), stages)},
+        )
+        for per_sm in (1, 2)
+        for stages in (1, 2, 3)
+        for warps in (4, 8, 16)
+    ]
 
 
-# ------------------------------------------------------------------ grad-weight-sum
+def sweep_backward(copy, grad_weight_sums=False):
+    if grad_weight_sums:
+        print("grad-weight-sum: each (BLOCK_P, BLOCK_N, num_warps) of the last sum", flush=True)
+    else:
+        print("backward", flush=True)
+    for m, n in SHAPES:
+        backward_shape(m, n, copy, grad_weight_sums)
+
+
+def backward_shape(m, n, copy, grad_weight_sums):
+    sets = backward_sets(m, n)
+    w = randn(n)
+
+    def backward(x, grad_y, inv, kw):
+        return triton_ops.rms_norm_backward(grad_y, x, w, inv, **kw)
+
+    launches = [
+        (label, lambda x, grad_y, inv, kw=kw: backward(x, grad_y, inv, kw))
+        for label, kw in backward_configs(m, n, grad_weight_sums)
+    ]
+    want = rms_norm_backward_reference(sets[0][1], sets[0][0], w, EPS)
+    sweep_launches(m, n, 3 * m * n * 2, copy, sets, launches, want)
 
 
 def sweep_grad_weight_sum(copy):
-    print("grad-weight-sum: the backward with each (BLOCK_P, BLOCK_N, num_warps) of its last sum")
-    for m, n in SHAPES:
-        grad_weight_sum_shape(m, n, copy)
-
-
-def grad_weight_sum_shape(m, n, copy):
-    sets = backward_sets(m, n)
-    w = torch.randn(n, device="cuda", dtype=DTYPE)
-    results = []
-    for block_p in (32, 64, 128):
-        for block_n in (32, 64, 128):
-            for sum_warps in (2, 4, 8):
-                grad_weight_sum = launch.GradWeightSum(block_p, block_n, sum_warps)
-
-                def run(x, grad_y, inv, grad_weight_sum=grad_weight_sum):
-                    return triton_ops.rms_norm_backward(
-                        grad_y, x, w, inv, grad_weight_sum=grad_weight_sum
-                    )
-
-                us = time_us(run, sets)
-                label = f"block_p {block_p} block_n {block_n} warps {sum_warps}"
-                results.append((us, label))
-                report(m, n, label, us, 3 * m * n * 2, copy)
-    us, label = best(results, lambda label: True)
-    report(m, n, label, us, 3 * m * n * 2, copy, "best ")
+    sweep_backward(copy, grad_weight_sums=True)
 
 
 # ------------------------------------------------------------------ split
@@ -548,14 +488,6 @@ def counters(x, m, s, fenced):
     return launch.row_slots(x, m, s), stub.float(), stub
 
 
-def _check(label, got, want, tol):
-    """Whether got is within tol of want, relative to want's largest element."""
-    err = (got.float() - want.float()).abs().max().item() / want.float().abs().max().item()
-    if not err <= tol:  # NaN fails too
-        print(f"  WRONG {label}: relative error {err:.3g}", flush=True)
-    return err <= tol
-
-
 def split_forward(m, n, w, eps, sms, copy, fenced=False):
     sets = [(randn(m, n),) for _ in range(arg_sets_for(m, n, 2))]
     nbytes = 2 * m * n * 2
@@ -709,94 +641,16 @@ def split_backward(m, n, w, eps, sms, copy, fenced=False):
         report(m, n, "backward " + label, us, nbytes, copy, "best ")
 
 
-# ------------------------------------------------------------------ fused
-
-
-@triton.jit
-def fused_kernel(
-    x_ptr,  # [M, N] input, x's dtype
-    res_ptr,  # [M, N] residual, written in place
-    w_ptr,  # [N] weight, x's dtype
-    out_ptr,  # [M, N] output, x's dtype
-    inv_rms_ptr,  # [M] float32, one per row
-    M, N, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr,
-    GDC: tl.constexpr,
-):  # fmt: skip
-    if GDC:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
-    cols = tl.arange(0, BLOCK_N)[None, :]
-    mask = (rows < M) & (cols < N)
-    offset = rows * N + cols
-    if EVICT:
-        x = tl.load(x_ptr + offset, mask=mask, other=0.0, eviction_policy="evict_first")
-        r = tl.load(res_ptr + offset, mask=mask, other=0.0, eviction_policy="evict_first")
-    else:
-        x = tl.load(x_ptr + offset, mask=mask, other=0.0)
-        r = tl.load(res_ptr + offset, mask=mask, other=0.0)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    h = (x.to(tl.float32) + r.to(tl.float32)).to(res_ptr.dtype.element_ty)
-    if EVICT:
-        tl.store(res_ptr + offset, h, mask=mask, eviction_policy="evict_first")
-    else:
-        tl.store(res_ptr + offset, h, mask=mask)
-    h = h.to(tl.float32)
-    inv_rms = tl.rsqrt(tl.sum(h * h, axis=1) / N + eps).to(tl.float32)
-    tl.store(inv_rms_ptr + rows, inv_rms[:, None], mask=rows < M)
-    y = h * inv_rms[:, None] * w
-    if EVICT:
-        tl.store(out_ptr + offset, y.to(out_ptr.dtype.element_ty), mask=mask,
-                 eviction_policy="evict_first")  # fmt: skip
-    else:
-        tl.store(out_ptr + offset, y.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-def sweep_fused(copy):
-    print("fused", flush=True)
-    for m, n in SHAPES:
-        fused_shape(m, n, copy)
-
-
-def fused_shape(m, n, copy):
-    sets = [
-        (randn(m, n), randn(m, n), randn(m, n), torch.empty(m, device="cuda"))
-        for _ in range(arg_sets_for(m, n, 3))
-    ]
-    w = torch.randn(n, device="cuda", dtype=DTYPE)
-    nbytes = 4 * m * n * 2
-
-    def unfused(x, res, w):
-        h = x + res
-        res.copy_(h)
-        return reference(h, w)
-
-    compiled = torch.compile(unfused, dynamic=False)
-    us_c = time_us(lambda x, r, o, i: compiled(x, r, w), sets)
-    report(m, n, "compile(unfused reference)", us_c, nbytes, copy)
-    block = triton.next_power_of_2(n)
-
-    def launch(args, rows, warps, evict, gdc):
-        x, r, o, i = args
-        fused_kernel[(triton.cdiv(m, rows),)](
-            x, r, w, o, i, m, n, 1e-6, BLOCK_N=block, ROWS=rows, EVICT=evict,
-            GDC=gdc, num_warps=warps, launch_pdl=gdc,
-        )  # fmt: skip
-
-    results = sweep_rows(m, n, block, "evict", launch, sets, nbytes, copy)
-    report_best(m, n, "evict", results, nbytes, copy, us_c)
-
-
 def main(argv):
     passes = argv or ["forward", "backward", "fused"]
     torch.manual_seed(0)
     copy = copy_bandwidth(torch.device("cuda")) / 1e9
     versions = f"torch {torch.__version__}, triton {triton.__version__}"
     print(f"{torch.cuda.get_device_name()}, {versions}, copy {copy:.0f} GB/s, {DTYPE}", flush=True)
+    passes_by_name = {"forward": sweep_forward, "backward": sweep_backward, "fused": sweep_fused,
+                      "grad-weight-sum": sweep_grad_weight_sum, "split": sweep_split,
+                      "split-fenced": sweep_split_fenced}  # fmt: skip
     for name in passes:
-        passes_by_name = {"forward": sweep_forward, "backward": sweep_backward,
-                          "fused": sweep_fused, "grad-weight-sum": sweep_grad_weight_sum,
-                          "split": sweep_split, "split-fenced": sweep_split_fenced}  # fmt: skip
         passes_by_name[name](copy)
 
 
