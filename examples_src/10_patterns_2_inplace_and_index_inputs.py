@@ -2,29 +2,21 @@ r"""
 Step 10.2: The in-place contract, and index inputs
 ==================================================
 
-Two things that an operator's schema does not settle alone. An operator that
-writes an input, like ``opguide::fused_add_rms_norm_`` of :doc:`step 10
-<10_patterns>`, must also tell eager autograd that it did. And an operator
-that takes an index must check values that only its kernel sees.
+Two things a schema does not settle alone:
 
-In this step you will learn:
-
-* what eager autograd needs from an operator that writes an input (the
-  version counter, the ``ADInplaceOrView`` and ``Autograd`` kernels), what
-  ``custom_op`` does for you, and the test that checks it, since ``opcheck``
-  does not;
-* where the checks of an index input go: metadata in the wrapper and the
-  fake kernel, values (an index out of range) in the kernel;
-* what a value check in Python costs: a failed ``fullgraph=True`` compile
-  and a graph break, both shown, and on a GPU a wait for the device,
-  described (and timed only where the page runs on a GPU);
-* how to write a fake kernel for an output whose size depends on the data.
+* an operator that writes an input, like :doc:`step 10 <10_patterns>`'s, must
+  tell eager autograd (the version counter, the ``ADInplaceOrView`` and
+  ``Autograd`` kernels); what ``custom_op`` does for you, and the test that
+  checks it, since ``opcheck`` does not;
+* an operator that takes an index checks its metadata in the wrapper and the
+  fake kernel, and its values in the kernel: a value check in Python breaks
+  ``fullgraph=True`` and, on a GPU, makes the host wait;
+* a fake kernel for an output whose size depends on the data.
 """
 
 # %%
-# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
-# program selects it before anything imports ``triton`` (opguide only reads
-# the choice, in :mod:`opguide.triton.interpreter`):
+# Without a GPU the Triton kernels run in Triton's interpreter, chosen
+# before anything imports ``triton``:
 import os
 
 import torch
@@ -36,16 +28,12 @@ if not torch.cuda.is_available():
 # %%
 # In place, and autograd
 # ----------------------
-# ``(a!)`` tells ``torch.compile`` which input a kernel writes. Eager autograd
-# learns it another way: every tensor carries a *version counter*, which each
-# in-place write increments; a tensor that autograd saves for a backward
-# remembers the version it saw, and ``backward()`` refuses to use it if the
-# version moved. A ``TORCH_LIBRARY`` kernel writes through a raw pointer, so the
-# dispatcher's call of the CPU or CUDA kernel increments nothing. Below, the
-# operator is entered under the guard that skips its version-counter kernel
-# (``torch._C._AutoDispatchBelowADInplaceOrView``, a private switch used here
-# only to show the operator without that kernel). Autograd saves ``residual``
-# to differentiate ``residual * a``; the operator then overwrites it:
+# Eager autograd learns of a write from the tensor's *version counter*: a
+# saved tensor remembers its version, and ``backward()`` refuses it if the
+# version moved. A kernel that writes through a raw pointer bumps nothing.
+# Below, the operator runs without its version-counter kernel (the private
+# guard ``torch._C._AutoDispatchBelowADInplaceOrView``) and overwrites a
+# ``residual`` that autograd saved:
 import textwrap
 import warnings
 
@@ -85,9 +73,8 @@ print("a.grad equals the overwritten residual:      ", torch.equal(grad, after))
 assert torch.equal(grad, after) and not torch.equal(grad, before)
 
 # %%
-# No error, and a gradient computed from values that are no longer the ones
-# the forward used. With the operator's version-counter kernel, the same code
-# stops at ``backward()``:
+# No error, and a wrong gradient. With the version-counter kernel,
+# ``backward()`` stops:
 try:
     gradient_after_overwrite(skip_version_kernel=False)
     raise AssertionError("backward ran through an overwritten tensor")
@@ -95,17 +82,12 @@ except RuntimeError as error:
     print(textwrap.fill(f"RuntimeError: {error}", 88))
 
 # %%
-# The two kernels that keep the contract are C++, registered once for every
-# device. A call enters the dispatcher at the highest key its tensors carry:
-# ``Autograd``, then ``ADInplaceOrView``, then ``CPU`` or ``CUDA``. The
-# ``ADInplaceOrView`` kernel calls on below its own key and then increments the
-# version of what was written (PyTorch's own in-place operators have the same
-# kernel, generated). The ``Autograd`` kernel decides what an input that
-# requires grad gets: this operator has no backward, so with grad mode on it is
-# refused before anything is written, and the message names the differentiable
-# way to compute the same thing. A leaf that requires grad is refused in
-# PyTorch's own words. Under :func:`torch.no_grad` (an optimizer's update) every
-# input is accepted, as ``add_`` accepts it:
+# Two C++ kernels keep the contract for every device. The
+# ``ADInplaceOrView`` kernel calls the device kernel, then bumps the version
+# of what was written, as PyTorch's in-place operators do. The ``Autograd``
+# kernel refuses an input that requires grad, since the operator has no
+# backward, and names the differentiable way; under :func:`torch.no_grad` it
+# accepts every input, as ``add_`` does:
 #
 # .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_autograd.cpp
 #
@@ -128,17 +110,13 @@ for name in ("x", "residual"):
 # %%
 # What ``custom_op`` does for you
 # -------------------------------
-# A Python :func:`torch.library.custom_op` with ``mutates_args`` registers the
-# ``ADInplaceOrView`` kernel itself: each written argument gets a new version
-# with no code of the operator's. (opguide's Triton operator is registered
-# with ``Library.define`` and ``impl`` instead, and bumps ``residual`` itself
-# with ``torch.autograd.graph.increment_version``.) Two things ``custom_op``
-# does not do.
-# :func:`torch.library.register_autograd` refuses an operator that mutates, and
-# the body is a poor place to refuse inputs in its stead: it runs below
-# autograd. A probe prints what the body sees in three calls with the same
-# ``x``, which requires grad: an eager call with grad mode on (training), one
-# under ``torch.no_grad()``, and a compiled one:
+# A :func:`torch.library.custom_op` with ``mutates_args`` registers the
+# ``ADInplaceOrView`` kernel itself (opguide's Triton operator, registered
+# with ``Library.define``, bumps ``residual`` with
+# ``torch.autograd.graph.increment_version``). But ``register_autograd``
+# refuses a mutating operator, and the body, which runs below autograd, cannot
+# refuse inputs in its stead. What the body sees of an ``x`` that requires
+# grad, in training, under ``torch.no_grad()`` and compiled:
 body_saw = []
 
 
@@ -190,9 +168,8 @@ except RuntimeError as error:
     print(textwrap.fill(f"register_autograd: {refusal}", 88))
 
 # %%
-# The Triton operator's refusal lives in :func:`opguide.fused_add_rms_norm_`,
-# the function users call, where grad mode and ``requires_grad`` are those of
-# the caller (``torch.compile`` traces that check as well):
+# So the Triton operator's refusal lives in the wrapper users call, where
+# grad mode is the caller's:
 #
 # .. literalinclude:: /../opguide/fused_add_rms_norm.py
 #    :language: python
@@ -201,9 +178,8 @@ except RuntimeError as error:
 #
 # ``opcheck`` does not catch any of this
 # --------------------------------------
-# :func:`torch.library.opcheck` checks the schema, the fake kernel and the
-# tracing, not the version counter. An operator defined with ``(a!)`` and a
-# kernel that writes its input, and nothing else, passes every one of its tests:
+# ``opcheck`` does not check the version counter: an operator with ``(a!)``
+# and a kernel that writes its input, and nothing else, passes:
 demo = torch.library.Library("opguide_demo", "FRAGMENT")
 demo.define("add_one_(Tensor(a!) x) -> ()")
 
@@ -223,28 +199,18 @@ torch.ops.opguide_demo.add_one_.default(t)
 print("written:", not torch.equal(t, before), "| version after the write:", t._version)
 
 # %%
-# The test that does is ``tests/test_inplace_contract.py`` (shown whole at the
-# end of this page). It finds every operator of the ``opguide`` namespace whose
-# schema writes an argument, so a new one without a case fails; for each, on
-# every backend and device, it checks the version bump, the saved-tensor error
-# above, the refusal of each input that requires grad, and that a
-# ``torch.no_grad()`` call is accepted. Its last test runs three of those
-# checks (all but the ``torch.no_grad()`` one) on the ``add_one_`` operator
-# above and expects each to fail.
+# ``tests/test_inplace_contract.py`` (whole at the end) does, for every
+# operator whose schema writes an argument, on every backend and device: the
+# version bump, the saved-tensor error, the refusals, the ``no_grad`` call;
+# and it expects its checks to fail on ``add_one_`` above.
 
 # %%
 # Index inputs and value checks
 # -----------------------------
-# An operator that takes an index tensor gets two kinds of input to check:
-# its metadata (dtype, shape, device), which a tracer and a fake kernel see,
-# and its values (is each index in range?), which only the kernel sees. A
-# small demo library shows where each check goes. It is built on its own from
-# ``csrc/index_inputs/gather_rows.cpp`` (not part of ``opguide._C``) and
-# defines two operators in the namespace ``opguide_index``:
-# ``gather_rows(table, index)`` returns ``table[index]``, the rows of a 2-D
-# ``table`` picked by an int64 ``index`` of any shape (what an embedding
-# lookup does), and ``unique_indices(index)`` returns the distinct values of
-# an index, sorted.
+# An index has metadata (dtype, shape, device), which a tracer sees, and
+# values, which only the kernel sees. A demo library, built on its own,
+# defines ``gather_rows(table, index)`` (``table[index]``, an embedding
+# lookup) and ``unique_indices(index)`` (the distinct values, sorted):
 #
 # .. dropdown:: csrc/index_inputs/gather_rows.cpp
 #
@@ -303,12 +269,9 @@ print(index_ops.gather_rows.default._schema)
 print(index_ops.unique_indices.default._schema)
 
 # %%
-# The kernel checks every index value with ``TORCH_CHECK_INDEX``, which
-# Python sees as :class:`IndexError` where this library's C++ exceptions
-# reach Python (the line "a kernel's C++ exception reaches Python here"
-# above says whether they do; where they do not, the cells that raise one
-# skip); the message names the value, where it is
-# in the index, and the valid range:
+# The kernel checks each value with ``TORCH_CHECK_INDEX``, an
+# :class:`IndexError` in Python that names the value, its place and the range
+# (where the line above says such exceptions reach Python; else these skip):
 table = torch.arange(15.0).reshape(5, 3)
 index = torch.tensor([[0, 4], [2, 2]])
 rows = index_ops.gather_rows(table, index)
@@ -325,11 +288,9 @@ for bad_index in (torch.tensor([1, 5]), torch.tensor([[0, 1], [-1, 2]])):
 
 
 # %%
-# The metadata checks go in one Python function that the wrapper users call
-# and the fake kernel both run. Under ``torch.compile`` they run once, while
-# tracing, on fake tensors whose dtype, shape and device are known; the
-# compiled graph holds no check. The kernel repeats them in C++ for callers
-# that use ``torch.ops`` directly.
+# The metadata checks: one function that the wrapper and the fake kernel
+# run, once while tracing, so the compiled graph holds none. The kernel
+# repeats them for callers of ``torch.ops``.
 def check_gather_rows_args(table: torch.Tensor, index: torch.Tensor) -> None:
     """Checks what is known without reading values: dtype, dimensions, device.
 
@@ -410,8 +371,7 @@ assert gather_rows_graphs == [["gather_rows"]]
 # %%
 # A value check in Python, compiled
 # ---------------------------------
-# A check of the values in the wrapper works in eager mode. The version below
-# raises an :class:`IndexError` of its own before calling the kernel:
+# A value check in the wrapper works in eager mode:
 def check_index_values(table: torch.Tensor, index: torch.Tensor) -> None:
     """Raises IndexError if a value of ``index`` is outside ``[0, table.shape[0])``."""
     if ((index < 0) | (index >= table.shape[0])).any():  # reads the values
@@ -435,11 +395,9 @@ except IndexError as err:
     print(textwrap.fill(message, 88, subsequent_indent="    "))
 
 # %%
-# Under ``torch.compile(fullgraph=True)`` the ``if`` needs a value that exists
-# only when the graph runs, so tracing fails. The wrapper that leaves the
-# value check to the kernel compiles, and its compiled form raises the
-# kernel's :class:`IndexError` at run time (where the line "a kernel's C++
-# exception reaches Python here" above says True):
+# Under ``fullgraph=True`` its ``if`` needs a value that exists only when the
+# graph runs, so tracing fails; the wrapper that leaves values to the kernel
+# compiles, and raises the kernel's :class:`IndexError` at run time:
 compile_results = {}
 for fn in (gather_rows_checked_in_python, gather_rows):
     torch._dynamo.reset()
@@ -461,9 +419,8 @@ for fn in (gather_rows_checked_in_python, gather_rows):
 assert compile_results.get("gather_rows", IndexError) is IndexError
 assert compile_results["gather_rows_checked_in_python"] is not IndexError
 # %%
-# Without ``fullgraph=True``, Dynamo splits the function at the ``if`` (a
-# graph break): every call runs the comparison in one graph, reads the result
-# on the host, and enters a second graph for the kernel:
+# Without ``fullgraph=True`` the ``if`` is a graph break: two graphs, and the
+# host reads the comparison between them:
 python_check_graphs = graphs_of(
     gather_rows_checked_in_python,
     table,
@@ -476,13 +433,11 @@ assert len(python_check_graphs) == 2
 # %%
 # A value check in Python, on a GPU
 # ---------------------------------
-# Reading ``bool(tensor)`` (or ``.item()``) of a CUDA tensor copies the value
-# to the host, so the host waits for every kernel queued before it. The
-# demo library has no CUDA kernel, so the timing below uses
-# :func:`torch.nn.functional.embedding`, the same gather, which checks its
-# indices on the device. ``torch.cuda.set_sync_debug_mode("error")`` turns
-# such a wait into an error, which finds them in a program (the mode is a
-# prototype and does not detect every synchronizing operation).
+# ``bool()`` of a CUDA tensor makes the host wait for every kernel queued
+# before it. Timed with :func:`torch.nn.functional.embedding`, the same
+# gather, which checks indices on the device;
+# ``torch.cuda.set_sync_debug_mode("error")`` turns such waits into errors (a
+# prototype that misses some).
 if torch.cuda.is_available():
     gpu_table = torch.randn(100_000, 256, device="cuda")
     gpu_index = torch.randint(0, 100_000, (4096,), device="cuda")
@@ -541,11 +496,9 @@ else:
 # %%
 # An output whose size depends on the values
 # ------------------------------------------
-# ``unique_indices`` returns as many values as the index holds distinct ones.
-# Its fake kernel cannot know that number: it asks
-# :func:`torch.library.get_ctx` for a new symbolic size, an unbacked
-# ``SymInt`` (``u0``) whose value is known only when the graph runs. Later
-# operators get it as a shape like any other, here ``gather_rows``:
+# ``unique_indices``'s fake kernel cannot know its output's length: it asks
+# :func:`torch.library.get_ctx` for an unbacked ``SymInt`` (``u0``), a shape
+# known only when the graph runs, which ``gather_rows`` then takes:
 @torch.library.register_fake("opguide_index::unique_indices")
 def _(index):
     if index.dtype != torch.int64:
@@ -578,13 +531,9 @@ print("compiled == eager == table[torch.unique(index)], shape", tuple(expected.s
 
 
 # %%
-# The compile above has ``fullgraph=True``, which lets Dynamo trace operators
-# whose output shape depends on the data. Without it, that takes the
-# configuration flag ``capture_dynamic_output_shape_ops``; with the flag off,
-# the graph breaks at ``unique_indices``, which then runs eagerly. The
-# operators in each graph, for each setting (``sym_size``, ``ge`` and
-# ``_assert_scalar`` check at run time that ``u0 >= 0``, the fake kernel's
-# ``min``):
+# Without ``fullgraph=True`` it takes ``capture_dynamic_output_shape_ops``,
+# or the graph breaks at ``unique_indices``. The graphs of each setting
+# (``_assert_scalar`` checks ``u0 >= 0`` at run time):
 capture_default = torch._dynamo.config.capture_dynamic_output_shape_ops
 print("capture_dynamic_output_shape_ops, by default:", capture_default)
 for fullgraph, capture in [(True, False), (False, False), (False, True)]:
@@ -602,8 +551,6 @@ for fullgraph, capture in [(True, False), (False, False), (False, True)]:
 # %%
 # The files of this step, whole
 # -----------------------------
-# The test that checks the in-place contract of every operator that writes an
-# input, whole, as it is run:
 #
 # .. dropdown:: tests/test_inplace_contract.py
 #
