@@ -134,18 +134,20 @@ print(torch.library.opcheck(op, sample))
 #    :language: cpp
 #    :caption: csrc/rms_norm/rms_norm_schema.cpp
 #
-# Its CPU kernel computes what the minimal one does, with three additions,
-# each with its reason in the file; this page times none of them against its
+# Its CPU kernel computes what the minimal one does, with two additions,
+# each with its reason in the file; this page times neither against its
 # absence:
 #
 # * sixteen independent partial sums of squares;
 # * on GCC/x86-64 Linux, ``target_clones("avx2", "default")`` (`GCC's
 #   documentation
-#   <https://gcc.gnu.org/onlinedocs/gcc/Common-Function-Attributes.html>`__);
-# * for outputs of 2 MiB or more, memory that the operating system can map in
-#   huge pages, so that the first write to a fresh output takes fewer page
-#   faults (`Linux's transparent huge pages
-#   <https://docs.kernel.org/admin-guide/mm/transhuge.html>`__).
+#   <https://gcc.gnu.org/onlinedocs/gcc/Common-Function-Attributes.html>`__).
+#
+# Both kernels take their outputs from PyTorch's allocator (``at::empty``),
+# so PyTorch's settings reach them: ``THP_MEM_ALLOC_ENABLE=1`` makes its CPU
+# allocator advise allocations of 2 MiB and more for transparent huge pages
+# (`c10/core/impl/alloc_cpu.cpp
+# <https://github.com/pytorch/pytorch/blob/main/c10/core/impl/alloc_cpu.cpp>`__).
 #
 # The same kernels serve ``rms_norm_fwd``, which also returns the statistic
 # the backward needs (:doc:`step 8 <08_autograd>`). The row loop is plain C++
@@ -217,10 +219,10 @@ for bad in [(x.int(), w), (x, w.half()), (x, w[:100])]:
 # A first look (:doc:`step 11 <11_performance>` measures properly) on one
 # (2048, 4096) float32 input: the two kernels, step 1's body, PyTorch's
 # RMSNorm, and two copies of the same bytes, ``y.copy_(x)`` into a tensor that
-# exists and ``x.clone()`` into new memory from PyTorch's allocator (the
-# library's kernel takes its output from its own huge-page allocator). The six
-# take turns, round after round; each line gives the median and the middle
-# half of the samples, and the last lines are computed from this run.
+# exists and ``x.clone()`` into new memory from PyTorch's allocator, where
+# both kernels take their outputs too. The six take turns, round after round;
+# each line gives the median and the middle half of the samples, and the last
+# lines are computed from this run.
 import statistics  # noqa: E402
 
 x = torch.randn(2048, 4096)

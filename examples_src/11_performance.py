@@ -330,9 +330,8 @@ say(
 # element, into a tensor that exists: the floor, unless a row that moves at
 # least as many bytes beats it; a line under the table says which) and
 # ``clone`` (a copy into newly allocated memory). An operator that returns a new tensor
-# allocates its output too, but what the new pages cost depends on how it
-# asks for them: this one asks for transparent huge pages for large outputs
-# (``csrc/rms_norm/rms_norm_cpu.cpp``), so it can beat ``clone``.
+# allocates its output too, from PyTorch's allocator as ``clone`` does
+# (``csrc/rms_norm/rms_norm_cpu.cpp``).
 # ``opguide into existing y`` times the loop alone.
 # The implementations take turns; medians count:
 cpu = benchmark.run_cpu_kernel()

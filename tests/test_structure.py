@@ -304,3 +304,89 @@ def test_no_library_file_is_too_long():
     assert LONG_FILES - long == set(), (
         f"LONG_FILES of {MAX_LINES} lines or fewer, to drop from the list: {LONG_FILES - long}"
     )
+
+
+# -- Operator outputs ---------------------------------------------------------------
+
+#: C++ that makes memory of its own, or makes a tensor over memory that PyTorch
+#: did not allocate: operator outputs must come from PyTorch's allocator
+#: (``at::empty``, ``empty_like``, ``torch::stable::empty_like``) instead.
+#: Matched in code only: comments and string literals are left out.
+OWN_MEMORY = re.compile(
+    r"\b(?:mmap|munmap|madvise|posix_memalign|aligned_alloc|memalign|valloc|pvalloc"
+    r"|malloc|calloc|realloc|free|alloc_cpu|free_cpu|cudaMalloc\w*|cudaHostAlloc|cudaFree"
+    r"|hipMalloc\w*|hipFree|from_blob|for_blob|empty_generic|empty_strided_generic)\s*\("
+    r"|\b(?:Allocator|DataPtr|DeleterFnPtr|InefficientStdFunctionContext)\b"
+    r"|^\s*#\s*include\s*<sys/mman\.h>"
+)
+#: The C++ of the library that may allocate memory itself, and why.
+OWN_MEMORY_ALLOWED = {
+    # A custom device backend: its allocator is the device's memory (the one
+    # exception the design allows).
+    "csrc/dispatcher/hostdev_backend.cpp",
+}
+CPP_SUFFIXES = {".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh"}
+# A comment, or a string or character literal: what OWN_MEMORY does not read.
+NOT_CODE = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.DOTALL)
+
+
+def own_memory(text: str) -> list[tuple[int, str]]:
+    """``(line number, line)`` of each line of C++ ``text`` whose code matches OWN_MEMORY."""
+    code = NOT_CODE.sub(lambda m: " " * len(m[0].replace("\n", "")) + "\n" * m[0].count("\n"), text)
+    lines = text.splitlines()
+    return [
+        (number, lines[number - 1].strip())
+        for number, line in enumerate(code.splitlines(), start=1)
+        if OWN_MEMORY.search(line)
+    ]
+
+
+def test_operator_outputs_come_from_pytorchs_allocator():
+    cpp = [
+        p
+        for p in library_files()
+        if p.suffix in CPP_SUFFIXES and p.relative_to(ROOT).parts[0] in ("csrc", "stable")
+    ]
+    assert (
+        ROOT / "csrc/rms_norm/rms_norm_cpu.cpp" in cpp and ROOT / "stable/csrc/rms_norm.cpp" in cpp
+    )
+    found = {str(p.relative_to(ROOT)): own_memory(p.read_text()) for p in cpp}
+    hits = {
+        name: lines for name, lines in found.items() if lines and name not in OWN_MEMORY_ALLOWED
+    }
+    assert not hits, f"library C++ that allocates memory of its own: {hits}"
+    unneeded = {name for name in OWN_MEMORY_ALLOWED if not found.get(name)}
+    assert not unneeded, f"OWN_MEMORY_ALLOWED names files that allocate nothing: {unneeded}"
+
+
+def test_own_memory_is_found():
+    # The shape of a huge-page allocator for large outputs: an Allocator
+    # subclass over posix_memalign and madvise, its deleter, empty_generic.
+    allocator = """
+    #include <sys/mman.h>
+    // Outputs of 2 MiB and more come from malloc(); see madvise(2).
+    struct HugePageAllocator final : c10::Allocator {
+      static void release(void* p) { std::free(p); }
+      c10::DataPtr allocate(size_t nbytes) override {
+        void* p = nullptr;
+        TORCH_CHECK(!posix_memalign(&p, 2 << 20, nbytes), "malloc( failed");
+        (void)madvise(p, nbytes, MADV_HUGEPAGE);
+        return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+      }
+      c10::DeleterFnPtr raw_deleter() const override { return &release; }
+    };
+    at::Tensor y = at::detail::empty_generic(sizes, allocator, keys, dtype, format);
+    at::Tensor z = at::from_blob(data, sizes, [](void* p) { munmap(p, n); });
+    """
+    # every line but the comment, the blank ones and those of plain C++
+    found = [number for number, _ in own_memory(allocator)]
+    assert found == [2, 4, 5, 6, 8, 9, 12, 14, 15], own_memory(allocator)
+    # PyTorch's allocator, and the words in comments and strings only: nothing.
+    clean = """
+    // Not malloc(): at::empty, so THP_MEM_ALLOC_ENABLE=1 reaches it; see madvise(2).
+    /* from_blob(data, deleter) would wrap memory of our own. */
+    at::Tensor y = at::empty(x.sizes(), x.options());
+    TORCH_CHECK(ok, "mmap(", n, ") is not used");
+    auto freed = at::empty_like(x);  // free(x) is never called
+    """
+    assert own_memory(clean) == []

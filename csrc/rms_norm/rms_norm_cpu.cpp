@@ -3,22 +3,15 @@
 // rows spread over threads with at::parallel_for.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
-#include <ATen/EmptyTensor.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
-#include <string>
 #include <tuple>
-
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 #include "rms_norm.h"
 #include "rms_norm_cpu.h"
@@ -26,50 +19,12 @@
 namespace opguide {
 namespace {
 
-// A fresh output of many MiB comes straight from the operating system
-// (glibc's malloc maps allocations this large), and the first write to each
-// 4 KiB page traps into the kernel, which zeroes and maps it: for a 64 MiB
-// output that is 16384 faults, which cost more than the loop that fills it.
-// With transparent huge pages ("always" or "madvise" in
-// /sys/kernel/mm/transparent_hugepage/enabled) one fault can map 2 MiB
-// instead, if the memory is 2 MiB-aligned and advised as MADV_HUGEPAGE before
-// its first write. This allocator does both; it is what PyTorch's own CPU
-// allocator does under THP_MEM_ALLOC_ENABLE=1. The tensor owns the memory
-// (its storage frees it), and resize_ works through the same allocator.
-#ifdef __linux__
-constexpr size_t kHugePage = size_t{2} << 20;
-
-struct HugePageAllocator final : c10::Allocator {
-  static void release(void* p) { std::free(p); }
-  c10::DataPtr allocate(size_t nbytes) override {
-    void* p = nullptr;
-    if (nbytes > 0) {
-      const int failed = posix_memalign(&p, kHugePage, nbytes);
-      TORCH_CHECK(!failed, "rms_norm_cpu: out of memory allocating ",
-                  std::to_string(nbytes), " bytes");
-      // Only advice: where THP is "never" the pages are ordinary ones.
-      (void)madvise(p, nbytes, MADV_HUGEPAGE);
-    }
-    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dest, const void* src, size_t count) const override {
-    std::memcpy(dest, src, count);
-  }
-};
-#endif
-
-// The output of x's shape and dtype, contiguous, for the kernel to fill.
+// The output of x's shape and dtype, contiguous, for the kernel to fill. It
+// comes from PyTorch's CPU allocator, as ATen's own outputs do, so PyTorch's
+// settings reach it: THP_MEM_ALLOC_ENABLE=1 makes that allocator advise
+// allocations of 2 MiB and more for transparent huge pages
+// (c10/core/impl/alloc_cpu.cpp).
 at::Tensor empty_output(const at::Tensor& x) {
-#ifdef __linux__
-  if (x.numel() * x.element_size() >= kHugePage) {
-    // Never destroyed: a storage may outlive static destructors at exit.
-    static HugePageAllocator* allocator = new HugePageAllocator();
-    return at::detail::empty_generic(x.sizes(), allocator,
-                                     c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                     x.scalar_type(), at::MemoryFormat::Contiguous);
-  }
-#endif
   return at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
