@@ -2,48 +2,31 @@ r"""
 Step 10.3: Operators that only write
 ====================================
 
-Some operators compute nothing they return: they write rows of large
-buffers that already exist, at positions given by an index tensor. A
-key/value cache update in LLM serving is one: two buffers of gigabytes, a few
-rows written per call, and nothing to return. Such an operator must not copy
-its buffers, and it still owes ``torch.compile`` and autograd what every
-operator that writes owes them.
+A key/value cache update in LLM serving writes a few rows of two large
+buffers at positions an index gives, and returns nothing. Such an operator
+must not copy its buffers, and still owes ``torch.compile`` and autograd what
+every writing operator owes. This step covers:
 
-In this step you will learn:
-
-* how a schema says that an operator writes several tensors and returns
-  nothing, and why it returns nothing rather than the written tensor;
-* what the version counters of the written tensors do, with grad mode on,
-  under ``torch.no_grad()`` and under ``torch.inference_mode()``, and when the
-  body raises;
-* what ``torch.compile`` and ``torch.export`` make of the call
-  (``auto_functionalized``), and what happens to a written tensor that
-  autograd saved;
-* which checks are the wrapper's: the index's range, two written tensors
-  that are one, inputs that need grad, and what duplicate indices mean;
-* what it costs a GPU kernel to report an index out of range, four ways
-  against not reporting it, and which way PyTorch's own index kernels take.
+* a schema that writes two tensors and returns nothing, and why nothing;
+* the written tensors' version counters in grad mode, ``no_grad``,
+  ``inference_mode``, and when the body raises;
+* ``torch.compile`` and ``torch.export`` of the call, and a written tensor
+  that autograd saved;
+* the wrapper's checks: inputs that need grad, two written tensors that are
+  one, the index's range, duplicate indices;
+* what it costs a GPU kernel to report an index out of range, four ways.
 """
 
 # %%
 # Two written tensors, nothing returned
 # -------------------------------------
 # ``write_rows_`` writes ``k[i]`` into ``k_cache[index[i]]`` and ``v[i]`` into
-# ``v_cache[index[i]]``; a negative index means "skip this row" (a padding
-# token). ``mutates_args`` names both buffers; ``torch.library.custom_op``
-# turns that into a schema with one alias set per written tensor
-# (``Tensor(a0!)``, ``Tensor(a1!)``) and the return type ``()``. A C++
-# library writes the same schema by hand, with any letters:
-# ``Tensor(a!) k_cache, Tensor(b!) v_cache``. Each letter says "this argument
-# is written, and it is not the other one".
-#
-# The body writes with ``index_copy_``, row by row into the buffers' own
-# memory: no copy of a buffer is made, so a call costs the rows it writes.
-# On a GPU it also waits for the device (host syncs): each boolean mask
-# (``index[keep]``, ``k[keep]``, ``v[keep]``) must learn how many rows are
-# kept, and ``int(rows.max())`` copies the largest index to the host for the
-# range check; a cell below counts them where a GPU is present. A section below weighs the ways a
-# kernel can report a bad index instead.
+# ``v_cache[index[i]]``; a negative index skips a row (a padding token).
+# ``mutates_args`` gives one alias set per written tensor (``Tensor(a0!)``,
+# ``Tensor(a1!)``; in C++ by hand, ``Tensor(a!) k_cache, Tensor(b!) v_cache``)
+# and the return type ``()``. The body's ``index_copy_`` writes the buffers'
+# own memory. On a GPU its three boolean masks and ``int(rows.max())`` each
+# make the host wait (the next cell counts them there):
 import os
 import textwrap
 import warnings
@@ -82,10 +65,8 @@ result = op(k_cache, v_cache, k, v, index)
 print(f"returned {result}; rows of k_cache written: {k_cache[:, 0].nonzero().flatten().tolist()}")
 
 # %%
-# On a GPU, ``torch.cuda.set_sync_debug_mode("warn")`` warns at each operation
-# it sees make the host wait for the device (a prototype, which by its own
-# warning does not detect every one); the cell counts the warnings of one
-# call on CUDA tensors:
+# ``torch.cuda.set_sync_debug_mode("warn")`` warns at each wait it sees (a
+# prototype that misses some):
 if torch.cuda.is_available():
     on_gpu = [t.cuda() for t in (k_cache, v_cache, k, v, index)]
     op(*on_gpu)  # the first call loads kernels; count the second
@@ -111,8 +92,8 @@ else:
 # %%
 # Why nothing is returned
 # -----------------------
-# An operator that returns the tensor it wrote returns an *alias* of an input.
-# ``custom_op`` refuses that outright, at the call:
+# Returning the written tensor returns an *alias* of an input, which
+# ``custom_op`` refuses:
 try:
 
     @custom_op("opguide_writes::add_one_", mutates_args=("x",))
@@ -125,25 +106,19 @@ except RuntimeError as error:
     print(textwrap.shorten(f"refused: {str(error).split(': ', 1)[1]}", 150, placeholder=" ..."))
 
 # %%
-# A schema that returns an alias must say so (``-> Tensor(a!)``, as
-# ``aten::add_`` does), and ``torch.compile`` must then track the alias through
-# the graph; ``-> ()`` has nothing to track. The convenience of
-# ``y = op_(x)`` belongs in the Python wrapper, which returns the tensor
-# it passed in. The template's in-place operators (step 18) do exactly that:
-# the operator returns ``()``, the function returns ``x``.
+# A schema that returns an alias must say so (``-> Tensor(a!)``) and the
+# compiler must track it; ``-> ()`` has nothing to track. The Python wrapper
+# may return the tensor it passed in, as the template's in-place operators
+# do.
 #
 # Version counters
 # ----------------
-# Each write must bump the version counter of every tensor it wrote
-# (:doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>` says why).
-# ``custom_op``'s ``ADInplaceOrView`` kernel bumps each tensor named in
+# ``custom_op``'s ``ADInplaceOrView`` kernel bumps each tensor in
 # ``mutates_args`` before it calls the body (`custom_ops.py
 # <https://github.com/pytorch/pytorch/blob/main/torch/_library/custom_ops.py>`__,
-# ``adinplaceorview_impl``). Whether the body's own ``index_copy_`` bumps
-# again depends on the torch release: older ones run the body below
-# ``ADInplaceOrView``, where an in-place op bumps nothing. So a call bumps
-# once or twice. The counters, measured in grad mode, under ``no_grad`` and
-# under ``inference_mode``, and for a call whose body raises:
+# ``adinplaceorview_impl``); whether the body's own ``index_copy_`` bumps again
+# depends on the key it runs below. The counters this torch gives, in each
+# mode and for a call whose body raises:
 
 
 def versions(*tensors):
@@ -181,16 +156,12 @@ else:
     print("a call whose body raised left the counters alone")
 
 # %%
-# Where a raising call bumps a counter, it is harmless but not free: a tensor
-# that autograd saved before it is refused in ``backward()`` though nothing
-# was written. A C++ operator whose ``ADInplaceOrView`` kernel bumps only after
-# the device kernel returned (the template's, step 18) leaves the counter
-# alone when the kernel raises. Either is correct; the tests of an operator
-# should say which one it does, as the counters above do here.
+# A raising call that bumps makes ``backward()`` refuse a tensor saved
+# before it, though nothing was written; a C++ ``ADInplaceOrView`` kernel that
+# bumps after the device kernel returns (the template's) does not. Either is
+# correct; an operator's tests should say which it does.
 #
-# Under ``inference_mode`` a tensor made *inside* the mode is an inference
-# tensor: it has no version counter at all, and nothing can save it for a
-# backward, so writing it costs no bookkeeping:
+# A tensor made *inside* ``inference_mode`` has no version counter at all:
 with torch.inference_mode():
     cache_k, cache_v = torch.zeros(8, 4), torch.zeros(8, 4)
     op(cache_k, cache_v, k, v, index)
@@ -204,10 +175,8 @@ print(f"is_inference(): {cache_k.is_inference()}; rows written: {written}")
 # %%
 # A written tensor that autograd saved
 # ------------------------------------
-# ``y`` saved ``k_saved`` to differentiate ``w * k_saved``; the operator then
-# overwrites it, here under ``no_grad`` as a cache update in serving code is.
-# ``backward()`` compares the saved version with the current one and raises
-# instead of computing a gradient from the new values:
+# ``y`` saved ``k_saved``; the operator overwrites it under ``no_grad``, as
+# serving code does, and ``backward()`` raises:
 w = torch.randn(8, 4, requires_grad=True)
 k_saved = torch.zeros(8, 4)
 y = (w * k_saved).sum()
@@ -222,37 +191,28 @@ except RuntimeError as error:
 # %%
 # The wrapper's checks
 # --------------------
-# What the schema does not check, and the wrapper, the body or the docstring must:
+# What the schema does not check, and the wrapper, body or docstring must:
 #
-# * **Inputs that need grad.** The operator has no backward. ``custom_op``
-#   without ``register_autograd`` does not refuse an input that requires grad
-#   when nothing is returned, as the call below measures: the rows land, and
-#   no gradient will ever reach ``k``.
-# * **The two written tensors are one.** The letters ``a0`` and ``a1`` promise
-#   two different tensors; eager mode does not check the promise.
-# * **The index's values.** Metadata checks go in the wrapper and the fake
-#   kernel; a value in range is checked by the body, which sees values
+# * **Inputs that need grad**: with nothing returned and no
+#   ``register_autograd``, ``custom_op`` does not refuse them (tried below).
+# * **The two written tensors are one**: ``a0`` and ``a1`` promise two;
+#   eager mode does not check.
+# * **The index's values**: checked by the body, which sees them
 #   (:doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>`).
-# * **Duplicate indices.** The documentation of
-#   :meth:`torch.Tensor.index_copy_` says that with duplicates "the result is
-#   nondeterministic since it depends on which copy occurs last". Say so in
-#   the docstring, or refuse duplicates (a sort, at a cost), or define an
-#   order. Plain stores to one element from threads that race are a data
-#   race, which C++ leaves undefined: to promise one writer's value, make the
-#   stores atomic or give each row one writer.
-# * **Writes that accumulate** (``index_add_``'s semantics, the reference to
-#   test against): duplicates must add, so the GPU kernels add atomically
-#   (CUDA's ``atomicAdd`` takes ``__half`` from compute capability 7.0 and
-#   ``__nv_bfloat16`` from 8.0, per the `CUDA programming guide
-#   <https://docs.nvidia.com/cuda/cuda-c-programming-guide/#atomicadd>`__), in
-#   an order that changes from run to run, so half-precision sums compare with
-#   a tolerance, or use whole numbers, which add exactly. Two blind spots
-#   without a GPU: Triton's interpreter runs the programs of a grid one after
-#   another (`interpreter.py
+# * **Duplicate indices**: :meth:`torch.Tensor.index_copy_` calls the result
+#   "nondeterministic since it depends on which copy occurs last". Document
+#   it, refuse duplicates, or define an order; racing plain stores are a data
+#   race in C++.
+# * **Writes that accumulate** (``index_add_``): duplicates add atomically, in
+#   an order that changes run to run (CUDA's ``atomicAdd`` takes ``__half``
+#   from compute capability 7.0 and ``__nv_bfloat16`` from 8.0: the `CUDA
+#   programming guide
+#   <https://docs.nvidia.com/cuda/cuda-c-programming-guide/#atomicadd>`__).
+#   Triton's interpreter runs a grid's programs one after another
+#   (`interpreter.py
 #   <https://github.com/triton-lang/triton/blob/main/python/triton/runtime/interpreter.py>`__),
-#   so a missing atomic loses no update there and only a GPU test with many
-#   duplicates catches it; and its atomics may not take every dtype. The
-#   cell asks this machine's Triton, in a process of its own:
+#   so a missing atomic loses nothing there, and its atomics may not take
+#   every dtype. This machine's Triton, asked in a process of its own:
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
@@ -282,8 +242,8 @@ print(f"tl.atomic_add under Triton's interpreter (rc {interpreted.returncode}):"
 print(interpreted.stdout.rstrip() or interpreted.stderr[-500:])
 
 # %%
-# A dtype the interpreter refuses is one the CPU tests of a Triton kernel
-# skip; a GPU run covers it. The wrapper's checks, tried:
+# A dtype it refuses is one a Triton kernel's CPU tests skip. The wrapper's
+# checks, tried:
 k_grad = torch.ones(3, 4, requires_grad=True)
 try:
     op(k_cache, v_cache, k_grad, v, index)
@@ -334,16 +294,10 @@ print(f"three writes of row 1 on the CPU: it holds {duplicates[1].tolist()}")
 # %%
 # torch.compile and torch.export
 # ------------------------------
-# A graph has no mutation: ``torch.compile`` and ``torch.export`` replace the
-# call with ``auto_functionalized_v2``, which computes new values for the
-# written tensors, and then copy them back into the buffers. Inductor may turn
-# that back into an in-place call (its `reinplacing pass
-# <https://github.com/pytorch/pytorch/blob/main/torch/_inductor/fx_passes/reinplace.py>`__);
-# either way the
-# buffers must end up holding what an eager call writes, which the compiled
-# call below checks (backend ``aot_eager``: the graph capture and
-# functionalization of Inductor, without its code generation). Exported and
-# decomposed, a module that writes its two buffers:
+# As in :doc:`step 10 <10_patterns>`, the call becomes
+# ``auto_functionalized_v2`` and the graph copies the new values back into the
+# buffers. A module that writes its two buffers, exported, then compiled
+# (``aot_eager``) against eager:
 
 
 class CacheUpdate(torch.nn.Module):
@@ -382,50 +336,32 @@ print(f"version counters after the compiled call: {versions(compiled_k, compiled
 # %%
 # What to test
 # ------------
-# For each written tensor: the rows the index names hold the new values, and
-# every other element is untouched (compare with a clone, ``atol=0``); its
-# version counter moved; it is the same memory (``data_ptr()``). Then: an empty
-# index writes nothing; a skip value writes nothing; an index out of range
-# raises on every device, the GPU too, and writes nothing out of bounds;
-# inputs that need grad are refused; ``opcheck`` on the operator (its fake
-# kernel returns ``None``) and a ``torch.compile(fullgraph=True)`` call that
-# matches eager. The template of :doc:`step 18 <18_your_own_operator>` has a
-# kind for this operator: ``copier copy --data kind=scatter
-# path/to/opguide/template my-ops`` writes ``store_kv``, the key/value write
-# above with int32 or int64 slots, as C++ and CUDA kernels (or Triton only, with
-# ``--data route=triton``) with every test of this list, duplicate slots
-# included (each element keeps one writer's value, unspecified which).
-# ``--data written=x`` gives it one written tensor instead of two, and
-# ``--data written=k,v,extra`` three (``Tensor(a!)``, ``Tensor(b!)``,
-# ``Tensor(c!)``); ``src:dst`` names the written tensor ``dst``. Beyond the
-# wrapper above, it refuses a written tensor that overlaps any other argument,
-# a source included (each tensor's bytes from its first element to its last
-# are compared): a kernel could read a row that it has already written. Its CUDA
-# and Triton kernels report a slot out of range through an error flag that the
-# host reads after the launch, so the report survives a release build, where
-# ``-DNDEBUG`` removes every standard ``assert()``.
+# For each written tensor: the named rows hold the new values, every other
+# element is untouched (``atol=0``), the version moved, the memory is the
+# same. Then: an empty index and a skip value write nothing; an index out of
+# range raises on every device and writes nothing out of bounds; inputs that
+# need grad are refused; ``opcheck``; a compiled call matches eager. The
+# template's ``scatter`` kind (``copier copy --data kind=scatter
+# path/to/opguide/template my-ops``, :doc:`step 18 <18_your_own_operator>`)
+# writes ``store_kv`` with every test of this list; ``--data written=...``
+# sets the written tensors. It also refuses a written tensor that overlaps
+# any other argument, and its kernels report a slot out of range through an
+# error flag the host reads after the launch, which survives ``-DNDEBUG``.
 
 # %%
 # What reporting a bad index costs on a GPU
 # -----------------------------------------
-# A kernel cannot raise. When a slot is past the caches it must write nothing
-# out of bounds, and the host must learn of it at some point. Four ways to do
-# that, against skipping (the slot is left alone and no one is told), each in
+# A kernel cannot raise: given a slot past the caches it must write nothing
+# out of bounds and tell the host somehow. Four ways, against skipping, in
 # ``tools/bad_index.cu`` around the template's ``store_kv`` kernel (bf16 rows
-# of 8 heads of 128 values, caches of 65,536 slots), timed on a GPU by
-# ``tools/record_bad_index.py``: a loop of calls between two
-# synchronizations, the five kernels and torch's way interleaved round by
-# round, 21 rounds. The row ``index_copy_ (torch)`` is PyTorch's own way, one
-# ``index_copy_`` per cache:
-# two calls through the dispatcher (each strategy is one launch, so the row
-# also carries the host's cost of a second call), each checked by
-# ``CUDA_KERNEL_ASSERT``,
-# which ends the kernel as ``__trap()`` does and which
-# `torch/headeronly/macros/Macros.h
-# <https://github.com/pytorch/pytorch/blob/main/torch/headeronly/macros/Macros.h>`__
-# keeps when ``NDEBUG`` is defined (`IndexKernel.cu
-# <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cuda/IndexKernel.cu>`__
-# checks ``index_copy_`` so).
+# of 8 x 128, 65,536 slots), timed by ``tools/record_bad_index.py`` in loops
+# between two synchronizations, interleaved, 21 rounds. ``index_copy_ (torch)``
+# is PyTorch's way: two dispatcher calls, each checked by
+# ``CUDA_KERNEL_ASSERT``, which ends the kernel as ``__trap()`` does and
+# survives ``NDEBUG`` (`Macros.h
+# <https://github.com/pytorch/pytorch/blob/main/torch/headeronly/macros/Macros.h>`__,
+# `IndexKernel.cu
+# <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cuda/IndexKernel.cu>`__).
 from guidekit.recorded.pages import bars_figure, recorded, say, say_stale, show, table  # noqa: E402
 
 costs = recorded("bad_index_h100.json")
@@ -464,9 +400,8 @@ _ = bars_figure(
 )
 
 # %%
-# Each way against skipping: "no measurable difference" where the middle
-# halves of the rounds overlap; a way that does skip's work and measures
-# faster is noise:
+# Each way against skipping ("no measurable difference" where the middle
+# halves overlap):
 for shape in costs["shapes"]:
     t = shape["us_per_call"]
     skip = t["skip"]
@@ -482,31 +417,22 @@ for shape in costs["shapes"]:
     say(f"{shape['tokens']} token(s): " + "; ".join(said))
 
 # %%
-# And what each did with one bad slot (token 5 of 16), the trap in a process
-# of its own:
+# What each did with one bad slot (token 5 of 16):
 for way, outcome in costs["bad_slot"].items():
     told = [f"{k.replace('_', ' ')}: {'none' if v == -1 else v}" for k, v in outcome.items()]
     say(f"{way}: " + ", ".join(t for t in told if not t.endswith("None")))
 
 # %%
-# The two ways that tell the host during the call make it wait for the
-# kernel, so it cannot queue the next launches while the GPU works; that
-# wait, and for the pre-pass its second launch, is what they cost above
-# skipping. The pre-pass writes no token when one is bad; the flag writes
-# the good ones. A flag read only where the host
-# waits anyway (the end of a decoding step, say) and the trap add no wait to
-# the call; the flag tells late and names no call, the trap ends every later
-# CUDA call of the process, as a device assert in ``index_copy_`` does. The
-# template reads its flag after every launch, so that a bad slot raises
-# ``IndexError`` at the call, as on the CPU, and skips the read while a CUDA
-# graph is captured; an operator on a serving path where each call's
-# microseconds count can keep the flag and read it once a step instead.
+# The ways that tell the host during the call make it wait for the kernel
+# (the pre-pass also launches twice). A flag read where the host waits anyway
+# and the trap add no wait; the flag tells late, the trap ends every later
+# CUDA call of the process. The template reads its flag after every launch,
+# so a bad slot raises ``IndexError`` at the call (not while a CUDA graph is
+# captured); a serving path can read it once a step instead.
 #
-# The template's writing kind, built as its README builds it (a release
-# build: ``-DNDEBUG``), ran its CUDA tests on a GPU under
+# The template's writing kind, a release build, ran its CUDA tests under
 # ``compute-sanitizer --tool memcheck`` (``tools/record_template_gpu.py run
-# --memcheck scatter``), the out-of-range cases included; each line names the
-# project, its tests and the sanitizer's summary:
+# --memcheck scatter``):
 import json  # noqa: E402
 
 from guidekit.recorded import recorded_dir  # noqa: E402
