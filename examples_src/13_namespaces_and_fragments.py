@@ -2,26 +2,16 @@ r"""
 Step 13: Namespaces, fragments and loading libraries
 ====================================================
 
-An operator's full name is ``namespace::name``, and a namespace belongs to
-the library that defines it with ``TORCH_LIBRARY``. That rule is easy to
-break as soon as a project has two compiled libraries, or a library is built
-twice. This step breaks it on purpose and fixes it two ways.
-
-In this step you will learn:
-
-* how :func:`torch.ops.load_library` brings a compiled library's operators into
-  ``torch.ops``;
-* what happens when two libraries both use ``TORCH_LIBRARY`` for one
-  namespace: the real error, and why it ends the process instead of raising;
-* the two fixes: distinct namespaces, or ``TORCH_LIBRARY_FRAGMENT``;
-* a helper that prints the build settings and loaded libraries, for the day
-  a build or a load does not do what you expect.
+A namespace belongs to the one library that defines it with
+``TORCH_LIBRARY``. Two compiled libraries, or one library loaded twice,
+break that rule; this step breaks it on purpose, shows why the error ends
+the process instead of raising, and fixes it two ways: distinct namespaces,
+or ``TORCH_LIBRARY_FRAGMENT``.
 
 Two small libraries
 -------------------
-Each library holds one matmul; both are built from ``csrc/dispatcher/`` as
-separate libraries (not part of ``opguide._C``). The namespace and the kind
-of definition block are chosen at compile time:
+Two demo libraries of one matmul each; the namespace and the kind of
+definition block are chosen at compile time:
 
 .. literalinclude:: /../csrc/dispatcher/matmul_library.h
    :language: cpp
@@ -46,11 +36,8 @@ and the second ``matmul_tiled``, which computes the product in 64 x 64 tiles:
 # %%
 # Building and loading the first library
 # --------------------------------------
-# :func:`torch.utils.cpp_extension.load` compiles a library and, with
-# ``is_python_module=False``, loads it with :func:`torch.ops.load_library`:
-# ``dlopen`` runs the library's static initialisers, which is where
-# ``TORCH_LIBRARY`` and ``TORCH_LIBRARY_IMPL`` blocks register with the
-# dispatcher. A library built earlier is loaded the same way, by path.
+# :func:`torch.ops.load_library` opens the library with ``dlopen``, which
+# runs its static initialisers, its ``TORCH_LIBRARY`` blocks among them:
 import os
 import subprocess
 import sys
@@ -102,14 +89,9 @@ print("matmul_naive == a @ b")
 # %%
 # Two libraries, one namespace
 # ----------------------------
-# Now the second library, built with the same namespace and its own
-# ``TORCH_LIBRARY``. Each library loads fine on its own. The child process
-# below loads the tiled library first and then ``matmul_naive``'s, and that
-# second load fails. The failure happens inside ``dlopen``, in a static
-# initialiser, where a C++ exception
-# has no caller to catch it: the C++ runtime calls ``std::terminate`` and the
-# process aborts. No Python ``try`` can catch that, so it runs in a child
-# process here and this page prints the child's exit status and stderr:
+# The second library, same namespace, its own ``TORCH_LIBRARY``, loaded after
+# the first in a child process. The error is thrown in a static initialiser
+# inside ``dlopen``, where no caller can catch it, so the process aborts:
 same_ns_dir = ROOT / "build" / "jit" / "opguide_mm_tiled_same_ns"
 same_ns_dir.mkdir(parents=True, exist_ok=True)
 child_code = f"""
@@ -147,11 +129,9 @@ def run_child(code: str) -> tuple[subprocess.CompletedProcess, str]:
 child, what = run_child(child_code)
 
 # %%
-# The error names the namespace, both source locations, and the two ways out.
-# One library loaded twice under two file names, as the installed package and
-# a JIT build of the same sources would be, is two libraries to ``dlopen``.
-# The child below loads ``matmul_naive``'s library, then a copy of the same
-# file under another name:
+# The error names the namespace, both sources, and the two ways out. One
+# library under two file names (an installed package and a JIT build of the
+# same sources) is two libraries too:
 copy_dir = ROOT / "build" / "jit" / "opguide_mm_naive_copy"
 copy_dir.mkdir(parents=True, exist_ok=True)
 naive_copy = copy_dir / "opguide_mm_naive_copy.so"
@@ -167,15 +147,11 @@ twice, what = run_child(twice_code)
 assert twice.returncode != 0 and what.count("matmul_naive.cpp:") == 2, twice.stderr[-3000:]
 
 # %%
-# Both registrations name the same line of the same source. That is why the
-# JIT builds of steps :doc:`2 <02_cpp_cpu_kernel>` and
-# :doc:`3 <03_cuda_kernel>` compile their own files, under their own namespace
-# ``opguide_minimal``, rather than opguide's.
+# Hence steps :doc:`2 <02_cpp_cpu_kernel>` and :doc:`3 <03_cuda_kernel>` build
+# their JIT files under a namespace of their own, ``opguide_minimal``.
 #
 # Fix 1: distinct namespaces
 # --------------------------
-# The same source built with ``-DMATMUL_NAMESPACE=opguide_mm_tiled`` owns its
-# own namespace and loads next to the first library:
 tiled_lib = build("opguide_mm_tiled", "matmul_tiled.cpp", "-DMATMUL_NAMESPACE=opguide_mm_tiled")
 print("operators in opguide_mm_tiled:", registered_operators("opguide_mm_tiled"))
 torch.testing.assert_close(torch.ops.opguide_mm_tiled.matmul_tiled(a, b), a @ b)
@@ -184,10 +160,8 @@ print("opguide_mm_tiled::matmul_tiled == a @ b")
 # %%
 # Fix 2: TORCH_LIBRARY_FRAGMENT
 # -----------------------------
-# When both libraries should share a namespace, each adds its definitions with
-# ``TORCH_LIBRARY_FRAGMENT`` (or one keeps ``TORCH_LIBRARY`` and the others use
-# fragments, as here). Fragments may be spread over any number of files and
-# libraries; what must stay unique is each operator's name:
+# Fragments share a namespace across files and libraries; each operator's
+# name must stay unique:
 fragment_lib = build("opguide_mm_tiled_fragment", "matmul_tiled.cpp", "-DMATMUL_FRAGMENT")
 print("operators in opguide_mm:", registered_operators("opguide_mm"))
 for op in (torch.ops.opguide_mm.matmul_naive, torch.ops.opguide_mm.matmul_tiled):
@@ -204,15 +178,8 @@ except RuntimeError as err:
 # %%
 # Printing the build settings
 # ---------------------------
-# When a build or a load misbehaves (the wrong torch, a stale cached build, an
-# ABI mismatch, a CUDA toolkit that is not the one torch was built with), the
-# first question is what the build saw. ``guidekit.buildinfo`` collects it
-# (``python -m guidekit.buildinfo`` prints the same); the loaded libraries at
-# the end are those loaded into this process with ``torch.ops.load_library``
-# or ``load``: opguide's own library, which ``import opguide`` loads, this
-# page's, and, where the site's build runs other pages in the same process,
-# theirs (a last line names those, with this machine's folders written as
-# ``<repo>``, ``<venv>`` and ``<tmp>``):
+# When a build or a load misbehaves, ask what the build saw and what this
+# process loaded (:doc:`step 6 <06_the_build>`'s ``guidekit.buildinfo``):
 #
 # .. literalinclude:: /../guidekit/buildinfo.py
 #    :pyobject: build_config
@@ -230,9 +197,7 @@ if others:
     print(f"loaded by other code in this process, not by this page: {', '.join(others)}")
 
 # %%
-# ``TORCH_EXTENSIONS_DIR`` is where ``load`` keeps builds it names itself; this
-# guide passes ``build_directory`` explicitly, so its builds are under
-# ``build/jit/``. Deleting such a folder forces a clean rebuild.
+# This page's builds are under ``build/jit/``; deleting one forces a rebuild:
 print("this page's builds:", sorted(p.name for p in (ROOT / "build" / "jit").glob("opguide_mm*")))
 cache = os.environ.get("TORCH_EXTENSIONS_DIR", "(not set)")
 print("TORCH_EXTENSIONS_DIR =", without_machine_paths(cache))
@@ -240,8 +205,7 @@ print("TORCH_EXTENSIONS_DIR =", without_machine_paths(cache))
 # %%
 # The files of this step, whole
 # -----------------------------
-# The page above showed parts of these files; here each one is whole, as it
-# is compiled and run.
+# The files this page showed in parts:
 #
 # .. dropdown:: csrc/dispatcher/matmul_library.h
 #
