@@ -2,37 +2,27 @@ r"""
 Step 14: Debugging operators
 ============================
 
-Something is wrong: an error message points into PyTorch instead of your
-code, :func:`torch.library.opcheck` fails, ``torch.compile`` splits your
-model into pieces, or a CUDA kernel corrupts memory. Each has a tool that
-turns "something" into a file and a line.
+A tool for each way an operator goes wrong, from a file and a line:
 
-In this step you will learn:
+* ``TORCH_SHOW_CPP_STACKTRACES=1``: which C++ function raised an error;
+* an :func:`torch.library.opcheck` failure, for a wrong fake kernel and an
+  undeclared mutation;
+* :func:`torch._dynamo.explain`: graph breaks and why;
+* on a GPU: ``CUDA_LAUNCH_BLOCKING=1``, ``compute-sanitizer`` and Nsight
+  Compute (``ncu``).
 
-* how ``TORCH_SHOW_CPP_STACKTRACES=1`` shows which C++ function raised an error;
-* how to read an :func:`torch.library.opcheck` failure, for two common bugs:
-  a wrong fake kernel and an undeclared mutation;
-* how :func:`torch._dynamo.explain` finds graph breaks and says why they happen;
-* on a GPU: ``CUDA_LAUNCH_BLOCKING=1``, ``compute-sanitizer`` (memcheck and
-  racecheck) and Nsight Compute (``ncu``), with outputs recorded on a real GPU.
-
-The CPU demonstrations run while this page is built. The GPU ones need
-``compute-sanitizer``, ``ncu`` and kernels that crash on purpose, so they
-never run during a site build, with a GPU or without: their outputs come from
-a recording made by ``tools/record_gpu_debug.py``, labelled as such.
+The CPU demonstrations run while this page is built; the GPU ones crash on
+purpose, so their outputs are a recording by ``tools/record_gpu_debug.py``,
+labelled as such.
 """
 
 # %%
 # Where did that error come from?
 # -------------------------------
-# The C++ checks of ``opguide::rms_norm`` raise errors that name the argument.
-# That is enough for a user, but not for the author of a library with many
-# checks and helper functions. With ``TORCH_SHOW_CPP_STACKTRACES=1`` the error
-# carries the C++ stack at the point it was raised. PyTorch reads the variable
-# once, the first time it needs it, and keeps the value
-# (``get_cpp_stacktraces_enabled`` in `torch/csrc/utils/cpp_stacktraces.cpp
+# With ``TORCH_SHOW_CPP_STACKTRACES=1`` an error carries the C++ stack where
+# it was raised. PyTorch reads the variable once (`cpp_stacktraces.cpp
 # <https://github.com/pytorch/pytorch/blob/main/torch/csrc/utils/cpp_stacktraces.cpp>`__),
-# so the call runs in a child process, once without and once with it:
+# so a child process runs the call without it, then with it:
 import collections
 import json
 import re
@@ -80,9 +70,7 @@ def run_child(code: str, **env: str) -> str:
 print(run_child(FAILING_CALL))
 
 # %%
-# With the variable set, the message gains the file and line of the check, and
-# the stack. The frames in our own code are the interesting ones (the full
-# stack runs on through the dispatcher and Python):
+# With it, the file and line of the check, and the stack; our own frames:
 message = run_child(FAILING_CALL, TORCH_SHOW_CPP_STACKTRACES="1")
 lines = message.splitlines()
 frames = [line for line in lines if line.startswith("#")]
@@ -93,18 +81,14 @@ for line in frames:
         print(textwrap.shorten(line, width=150, placeholder=" ..."))
 
 # %%
-# The stack is symbolised with ``addr2line`` (torch's
-# `unwind.cpp <https://github.com/pytorch/pytorch/blob/main/torch/csrc/profiler/unwind/unwind.cpp>`__
-# runs it), which works best on a library built with ``-g`` (``DEBUG=1`` for ``setup.py``).
+# ``addr2line`` symbolises it (`unwind.cpp
+# <https://github.com/pytorch/pytorch/blob/main/torch/csrc/profiler/unwind/unwind.cpp>`__),
+# best on a library built with ``-g`` (``DEBUG=1``).
 #
 # Reading an opcheck failure
 # --------------------------
-# :func:`torch.library.opcheck` runs an operator through the checks that
-# ``torch.compile`` and autograd rely on. Its failures are long; the first
-# lines say which check failed and why. Here are two bugs it catches, in
-# small operators defined in Python (the checks are the same for C++ ones).
-#
-# A fake kernel that disagrees with the real kernel about the output shape:
+# The first lines say which check failed and why. A fake kernel that
+# disagrees with the real one about the shape:
 
 
 @torch.library.custom_op("opguide_debug::row_sums", mutates_args=())
@@ -129,13 +113,9 @@ except Exception as err:  # opcheck raises OpCheckError
     print(first_lines(err))
 
 # %%
-# The message names the check, ``test_faketensor``, and the mismatch: the real
-# kernel returned one shape and the fake kernel another. (The "stack trace"
-# it mentions is the chained exception that a test run prints above it.) The fix is the
-# fake kernel: ``x.new_empty(x.shape[:-1])``.
-#
-# An operator that writes into its input without saying so in its schema
-# (``mutates_args=()`` here, a schema without ``Tensor(a!)`` in C++):
+# ``test_faketensor`` failed on the shapes; the fix is
+# ``x.new_empty(x.shape[:-1])``. An operator that writes its input without
+# saying so (``mutates_args=()``; no ``Tensor(a!)`` in C++):
 
 
 @torch.library.custom_op("opguide_debug::scale_", mutates_args=())
@@ -150,10 +130,8 @@ except Exception as err:
     print(first_lines(err))
 
 # %%
-# This time ``test_schema`` failed: the schema promised that ``x`` is only
-# read, and ``torch.compile`` would have reordered or dropped the write. The
-# fix is to declare it, ``mutates_args={"x"}`` (or ``Tensor(a!) x`` in a C++
-# schema). With both fixes opcheck passes:
+# ``test_schema`` failed: the schema promised ``x`` is only read. Declare the
+# write (``mutates_args={"x"}``); with both fixes opcheck passes:
 
 
 @torch.library.custom_op("opguide_debug::row_sums_fixed", mutates_args=())
@@ -177,11 +155,9 @@ print(torch.library.opcheck(scale_fixed_, (torch.randn(4, 8), 2.0)))
 # %%
 # Finding graph breaks
 # --------------------
-# ``torch.compile`` captures a function into a graph. Code it cannot capture
-# ends the graph and starts another (a *graph break*), which costs speed: the
-# code on either side is still compiled, and only the code that breaks runs
-# in Python. :func:`torch._dynamo.explain` traces the function and lists every
-# break with its reason and the line that caused it:
+# Code ``torch.compile`` cannot capture ends one graph and starts another
+# (a *graph break*); :func:`torch._dynamo.explain` lists each with its reason
+# and line:
 import torch._dynamo  # noqa: E402
 
 
@@ -204,9 +180,8 @@ for reason in explanation.break_reasons:
         print(f"  at line {where.lineno}: {where.line}")
 
 # %%
-# The branch depends on a value that is only known when the graph runs, so the
-# trace must stop there. Expressing the branch as tensor code keeps one graph,
-# with ``opguide::rms_norm`` inside it:
+# The branch needs a value known only when the graph runs; as tensor code it
+# keeps one graph:
 
 
 def normalise_then_gate_fixed(x, w):
@@ -227,60 +202,49 @@ torch.testing.assert_close(normalise_then_gate_fixed(x, w), normalise_then_gate(
 # %%
 # GPU tools
 # ---------
-# Three tools cover most GPU kernel bugs. None of them runs while the site is
-# built, on a GPU machine or not; the commands are below, and the outputs
-# after them come from a real run of ``tools/record_gpu_debug.py``, which
-# compiles the programs shown here and runs each one under its tool.
+# The programs below ran under their tools in ``tools/record_gpu_debug.py``;
+# its recording follows.
 #
-# **CUDA_LAUNCH_BLOCKING=1.** Kernel launches return before the kernel runs, so
-# a failing kernel is reported by whichever later CUDA call first checks for
-# errors: the next launch, or a call that waits for the GPU such as
-# ``.item()``. The Python traceback then points at the wrong line. Setting
-# ``CUDA_LAUNCH_BLOCKING=1`` makes every launch wait: slow, but the error is
-# raised by the call that launched the failing kernel. The program:
+# **CUDA_LAUNCH_BLOCKING=1.** A launch returns before the kernel runs, so a
+# later call reports the failure and the traceback points at the wrong line;
+# with the variable set, every launch waits and the failing one raises:
 #
 # .. literalinclude:: /../tools/gpu_debug/async_error.py
 #    :language: python
 #    :start-after: import torch
 #
-# ``compute-sanitizer --tool memcheck`` finds out-of-bounds and misaligned
-# accesses, and reports the kernel, the thread, and the source line (compile
-# with ``-lineinfo``). This kernel forgets its bounds check; without the tool
-# it usually runs "fine". ``x[i] *= s`` reads ``x[i]`` before it writes it, so
-# the first bad access of each stray thread is a read, and that is what
-# memcheck reports:
+# ``compute-sanitizer --tool memcheck`` reports out-of-bounds accesses with
+# kernel, thread and source line (compile with ``-lineinfo``). This kernel
+# forgets its bounds check; ``x[i] *= s`` reads first, so memcheck reports a
+# read:
 #
 # .. literalinclude:: /../tools/gpu_debug/oob_write.cu
 #    :language: cuda
 #    :start-after: // [kernel]
 #    :end-before: // [kernel-end]
 #
-# ``compute-sanitizer --tool racecheck`` finds shared-memory data races, such as
-# a reduction missing a ``__syncthreads()``:
+# ``--tool racecheck`` finds shared-memory races, such as a missing
+# ``__syncthreads()``:
 #
 # .. literalinclude:: /../tools/gpu_debug/shared_race.cu
 #    :language: cuda
 #    :start-after: // [kernel]
 #    :end-before: // [kernel-end]
 #
-# **Nsight Compute** (``ncu``) profiles single kernels: how close they come to
-# the GPU's memory bandwidth and compute peak (the "Speed Of Light" section),
-# occupancy, cache hit rates. A memory-bound kernel to look at:
+# **Nsight Compute** (``ncu``) profiles one kernel against the GPU's peaks
+# ("Speed Of Light"), occupancy and caches. A memory-bound kernel:
 #
 # .. literalinclude:: /../tools/gpu_debug/saxpy.cu
 #    :language: cuda
 #    :start-after: // [kernel]
 #    :end-before: // [kernel-end]
 #
-# The same tools work on a PyTorch program: ``compute-sanitizer python
-# script.py``, or ``ncu --kernel-name <name> --launch-count 1 python script.py``
-# to profile one kernel of a whole run.
+# On a PyTorch program: ``compute-sanitizer python script.py``, or ``ncu
+# --kernel-name <name> --launch-count 1 python script.py``.
 #
 # The recording
 # -------------
-# ``python3 tools/record_gpu_debug.py --out docs/recorded`` writes
-# ``docs/recorded/gpu_debug.json`` on a machine with an NVIDIA GPU. This page
-# shows that file when it is in the repository:
+# ``python3 tools/record_gpu_debug.py --out docs/recorded`` on an NVIDIA GPU:
 RECORDING = ROOT / "docs" / "recorded" / "gpu_debug.json"
 
 
@@ -330,9 +294,8 @@ else:
     )
 
 # %%
-# What the recording says about the two demonstrations, read from it:
-# where each traceback of ``async_error.py`` points, and the kind of access
-# memcheck reported first.
+# Read from the recording: where each traceback points, and memcheck's first
+# report:
 if RECORDING.is_file():
     program = (ROOT / "tools" / "gpu_debug" / "async_error.py").read_text().splitlines()
     for run in record["runs"]:
@@ -351,13 +314,9 @@ if RECORDING.is_file():
 # %%
 # The library's own kernels under the sanitizer
 # ---------------------------------------------
-# ``tools/sanitize_kernels.py`` runs each CUDA and Triton kernel of opguide
-# once per case and checks the result against the reference, so a run that
-# the sanitizer passes also computed the right numbers. Run under both tools
-# on the kernels that split long rows over several blocks or programs, whose
-# blocks wait for each other, and on rows that are not whole 16-byte vectors
-# (narrow accesses), it printed (recorded, not run while this page was
-# built):
+# ``tools/sanitize_kernels.py`` runs opguide's CUDA and Triton kernels, each
+# checked against the reference, here the long-row kernels whose blocks wait
+# for each other and rows of narrow accesses, under both tools (recorded):
 SANITIZED = ROOT / "docs" / "recorded" / "sanitizer_h100.txt"
 summaries = []
 say_stale(SANITIZED.name)
@@ -376,8 +335,7 @@ print(
 # %%
 # The files of this step, whole
 # -----------------------------
-# The page above showed parts of these files; here each one is whole, as it
-# is compiled and run, numbered as the sanitizer's reports above number it.
+# Numbered as the sanitizer's reports number them:
 #
 # .. dropdown:: tools/gpu_debug/saxpy.cu
 #
