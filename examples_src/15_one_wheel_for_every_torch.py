@@ -2,46 +2,31 @@ r"""
 Step 15: One wheel for every torch (the stable ABI)
 ===================================================
 
-The library of steps :doc:`2 <02_cpp_cpu_kernel>` to :doc:`14 <14_debugging>`
-uses LibTorch's C++ API (``at::Tensor``, ``TORCH_CHECK``,
-``c10::cuda::getCurrentCUDAStream``). That API has no binary compatibility
-promise: a library built against one torch release calls C++ functions by their
-mangled names, and the next release may rename, move or change them. The
-symptom is familiar: ``undefined symbol: _ZN3c10...`` after
-``pip install -U torch``, and one wheel to build per torch release.
+LibTorch's C++ API (``at::Tensor``, ``TORCH_CHECK``), which Part I and the
+library use, makes no binary promise: a library calls torch's C++ functions by
+their mangled names, the next release may change them, and the symptom is
+``undefined symbol: _ZN3c10...`` after ``pip install -U torch``. The
+**LibTorch stable ABI** (`its notes
+<https://docs.pytorch.org/docs/stable/notes/libtorch_stable_abi.html>`__; the
+`stable C++ API <https://docs.pytorch.org/cppdocs/api/stable/index.html>`__)
+makes every call into torch through a C shim whose functions keep their
+signatures, each for at least two years after the release that brings it.
+This step shows:
 
-PyTorch's answer is the **LibTorch stable ABI** (`its notes
-<https://docs.pytorch.org/docs/stable/notes/libtorch_stable_abi.html>`__, and
-the `stable C++ API <https://docs.pytorch.org/cppdocs/api/stable/index.html>`__,
-"when distributing pre-compiled binaries"): headers under
-``torch/csrc/stable/`` and ``torch/headeronly/``, and every call into torch
-made through a C shim whose functions keep their signatures. A library built
-against one torch loads into the later ones, from the version it targets on:
-the notes promise each shim function for at least two years after the
-release that brings it.
+* the forward, CPU and CUDA, on the stable ABI, beside the classic API;
+* one wheel per platform, with ``TORCH_TARGET_VERSION`` and ``py_limited_api``;
+* a check of the built library for C++ API symbols, shim functions newer than
+  its target, and glibc newer than its tag, and what it finds when one slips in;
+* a wheel built once passing its tests under other torch releases (recorded).
 
-In this step you will learn:
-
-* how the running example's forward, CPU and CUDA, reads on the stable ABI,
-  and where it differs from the classic API;
-* how ``TORCH_TARGET_VERSION`` and ``py_limited_api`` give one wheel per
-  platform;
-* how to check a built library for C++ API symbols, shim functions newer than
-  its target torch and glibc versions newer than its platform tag, and what the
-  check finds when one slips in;
-* that a wheel built once passes its tests under other torch releases
-  (recorded runs, each saying whether its wheel held the CUDA kernel).
-
-The project lives in ``stable/`` beside the guide's library: a package
-``opguide_stable`` with one operator, ``opguide_stable::rms_norm``.
+The project is ``stable/``: a package ``opguide_stable`` with one operator.
 """
 
 # %%
 # The CPU kernel on the stable ABI
 # --------------------------------
-# Compare with :doc:`step 2 <02_cpp_cpu_kernel>`'s
-# ``csrc/minimal/rms_norm_minimal.cpp``: the loop is the same; what changes is
-# every place the file touches torch.
+# The loop of :doc:`step 2 <02_cpp_cpu_kernel>`'s minimal file; every place
+# that touches torch changes:
 #
 # .. literalinclude:: /../stable/csrc/rms_norm.cpp
 #    :language: cpp
@@ -55,9 +40,8 @@ The project lives in ``stable/`` beside the guide's library: a package
 #
 # The CUDA kernel on the stable ABI
 # ---------------------------------
-# The device code is :doc:`step 3 <03_cuda_kernel>`'s torch-free header,
-# included as it is. Only the wrapper changes; compare with
-# ``csrc/minimal/rms_norm_minimal_cuda.cu``:
+# :doc:`Step 3 <03_cuda_kernel>`'s torch-free header, included as it is; only
+# the wrapper changes:
 #
 # .. literalinclude:: /../stable/csrc/rms_norm_cuda.cu
 #    :language: cuda
@@ -80,22 +64,15 @@ The project lives in ``stable/`` beside the guide's library: a package
 #      - ``torch::stable::Tensor`` (a handle; each method is a C shim call)
 #    * - new tensors, ATen ops
 #      - ``at::empty_like``, ``x.contiguous()``
-#      - ``torch::stable::empty_like``, ``torch::stable::contiguous``: a
-#        small set in ``torch/csrc/stable/ops.h``, growing each release
+#      - ``torch::stable::empty_like``, ``torch::stable::contiguous``
 #    * - dtype dispatch
 #      - ``AT_DISPATCH_FLOATING_TYPES_AND2``
 #      - ``THO_DISPATCH_V2(dtype, name, lambda, types...)``, header-only
-#    * - accumulation type
-#      - ``at::opmath_type<scalar_t>``
-#      - written out (``acc_type`` in ``rms_norm.h``)
 #    * - checks
 #      - ``TORCH_CHECK``, ``TORCH_CHECK_TYPE``, ``TORCH_CHECK_VALUE``
 #        (Python sees ``RuntimeError``, ``TypeError``, ``ValueError``)
 #      - ``STD_TORCH_CHECK`` (a ``std::runtime_error``: Python sees
 #        ``RuntimeError``; typed errors belong in a Python wrapper)
-#    * - threads
-#      - ``at::parallel_for``
-#      - ``torch::stable::parallel_for``
 #    * - device and stream
 #      - ``c10::cuda::CUDAGuard``, ``getCurrentCUDAStream()``
 #      - ``torch::stable::accelerator::DeviceGuard``,
@@ -118,10 +95,9 @@ The project lives in ``stable/`` beside the guide's library: a package
 #
 # The build
 # ---------
-# ``setup.py`` is the one of :doc:`step 6 <06_the_build>` with two additions:
-# the target version, and the CUDA file built with ``CppExtension`` (the
-# library links no torch CUDA library, so a CPU-only torch with nvcc can build
-# the CUDA kernel too):
+# Two additions to a classic ``setup.py``: the target version, and the CUDA
+# file built with ``CppExtension`` (it links no torch CUDA library, so a
+# CPU-only torch with nvcc builds it):
 #
 # .. literalinclude:: /../stable/setup.py
 #    :language: python
@@ -139,9 +115,7 @@ The project lives in ``stable/`` beside the guide's library: a package
 #
 # Building the wheel
 # ------------------
-# Where the installed torch is recent enough, ``pip wheel`` builds it against
-# that torch (no build isolation), then the wheel is installed into a folder of
-# its own:
+# Where the installed torch is recent enough, against it:
 import json
 import os
 import re
@@ -194,18 +168,14 @@ else:
     )
 
 # %%
-# The wheel's tag, ``cp310-abi3``, says "any CPython from 3.10 on". Nothing in
-# the name or the metadata pins a torch release beyond ``torch>=2.11``. With a
-# CPU-only torch and no ``USE_CUDA=1`` the wheel holds the CPU kernel only;
-# ``USE_CUDA=1`` with nvcc adds the CUDA kernel (each recorded run below says
-# which its wheel held).
+# Nothing pins a torch release beyond ``torch>=2.11``. ``USE_CUDA=1`` with
+# nvcc adds the CUDA kernel.
 #
 # What the library takes from torch
 # ---------------------------------
-# ``nm -D --undefined-only`` lists the symbols a library needs from elsewhere.
-# This small script sorts them: names from the C shim are fine, demangled
-# ``at::``/``c10::``/``torch::`` names tie the build to one torch. The cell
-# runs it on the wheel's library and on the classic ``opguide._C``:
+# Of the symbols ``nm -D --undefined-only`` lists, C shim names are fine;
+# ``at::``/``c10::``/``torch::`` names tie a build to one torch. The wheel's
+# library, then the classic ``opguide._C``:
 #
 # .. literalinclude:: /../stable/tools/check_abi.py
 #    :language: python
@@ -237,13 +207,9 @@ else:
 # %%
 # When a classic call slips in
 # ----------------------------
-# The easiest slip is a ``TORCH_CHECK`` (the classic macro) where
-# ``STD_TORCH_CHECK`` belongs. Where the wheel was built, the cell compiles the
-# CPU file twice more with one check switched to the classic macro (and its
-# header included). With ``TORCH_TARGET_VERSION`` defined, torch's classic
-# headers refuse to compile;
-# in a build that forgot the define, the file compiles, and the symbol check
-# catches it:
+# A ``TORCH_CHECK`` where ``STD_TORCH_CHECK`` belongs: with
+# ``TORCH_TARGET_VERSION`` defined the classic header refuses to compile;
+# without it, the symbol check catches the slip:
 from torch.utils import cpp_extension
 
 probe_dir = OUT / "probe"
@@ -289,20 +255,14 @@ else:
 # %%
 # A shim newer than the target, and glibc
 # ---------------------------------------
-# Two more promises a wheel makes. torch's stable headers declare each shim
-# function added since torch 2.10 inside an
-# ``#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_X_0`` block, which names the
-# release that added it (the older ``aoti_torch_*`` functions sit outside any
-# block: every torch with the C shim has them); a build without
-# ``TORCH_TARGET_VERSION`` can call one that the oldest supported torch lacks,
-# and only that torch finds out, at load time. ``--target`` reads those blocks
-# from the installed headers and checks every shim symbol the library imports.
-# A platform tag such as ``manylinux_2_28`` promises that the library loads
-# with glibc 2.28 and the libstdc++ of those distributions; ``--manylinux``
-# compares it with the newest glibc, ``GLIBCXX_`` and ``CXXABI_`` symbol
-# versions the library asks for, as ``auditwheel`` does (:doc:`step 19
-# <19_ship_your_operator>` repairs a wheel with it). The cell checks the wheel's library, then a
-# probe that calls the newest shim function the installed torch declares:
+# torch's stable headers declare each shim function added since 2.10 inside
+# an ``#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_X_0`` block; a build
+# without ``TORCH_TARGET_VERSION`` can call one the oldest supported torch
+# lacks. ``--target`` checks every shim symbol against those blocks.
+# ``--manylinux`` compares the platform tag's glibc with the newest glibc,
+# ``GLIBCXX_`` and ``CXXABI_`` versions the library asks for, as
+# ``auditwheel`` does (:doc:`step 19 <19_ship_your_operator>`). The wheel's
+# library, then a probe that calls the newest shim function:
 if library is not None:
     versions = check_abi.shim_versions(check_abi.shim_headers())
     releases = sorted({v for v in versions.values() if v})
@@ -332,9 +292,8 @@ else:
 # %%
 # Its tests, from the wheel
 # -------------------------
-# The tests import only ``opguide_stable`` and torch, so they run wherever the
-# wheel is installed. Where the wheel was built above, they run here with the
-# torch it was built against:
+# The tests import only ``opguide_stable`` and torch, so they run wherever
+# the wheel is installed; here, with the torch it was built against:
 #
 # .. literalinclude:: /../stable/tests/test_opguide_stable.py
 #    :language: python
@@ -354,11 +313,8 @@ else:
 # %%
 # The same wheel under other torch releases
 # -----------------------------------------
-# The promise is about other releases, which this build does not have.
-# Wheels built against torch 2.13 (target 2.11) were carried to other
-# machines and their tests run there with the repository's
-# ``tools/record_stable_abi.py``; each block below is one recorded run, and
-# says whether its wheel held the CUDA kernel:
+# Wheels built against torch 2.13 (target 2.11), their tests run under other
+# releases by ``tools/record_stable_abi.py``; each block is one recorded run:
 records = sorted((ROOT / "docs" / "recorded").glob("stable_abi_*.json"))
 cross = [json.loads(p.read_text()) for p in records]
 for path, r in zip(records, cross, strict=True):
@@ -386,9 +342,8 @@ if len(different) > len(on_gpu):
 
 
 # %%
-# A CUDA build links the CUDA runtime by the name the runtime gives itself,
-# its ``SONAME``. The toolkit here, where there is one, says which (the
-# ``libcudart.so`` that ``-lcudart`` finds, read with ``readelf -d``):
+# A CUDA build links the runtime by its ``SONAME``; the toolkit here, where
+# there is one, says which:
 def cudart_soname() -> tuple[str | None, str]:
     """The SONAME of the libcudart.so that ``-lcudart`` finds, or None and why not.
 
@@ -429,28 +384,18 @@ print(f"the CUDA runtime here: {soname}" if soname else f"SKIPPED: {where}")
 # %%
 # What the stable ABI does not cover
 # ----------------------------------
-# * **The CUDA runtime.** The CUDA build links the runtime by that name,
-#   which carries the CUDA major version (``libcudart.so.13`` from CUDA 13),
-#   and a torch of another CUDA major brings another runtime; this guide has
-#   not run a CUDA 13 build against a CUDA 12 torch. One wheel per CUDA major
-#   version remains.
-# * **Older torch.** ``TORCH_TARGET_VERSION`` is a floor: the headers let the
-#   library call the shim functions of 2.11 and earlier, so the wheel is for
-#   2.11 and later; this guide does not run it on 2.10.
-# * **The API surface.** ``torch/csrc/stable/ops.h`` wraps a small set of ATen
-#   operators (``empty_like``, ``contiguous``, ``copy_``, ``sum``, ``matmul``,
-#   ...). Most of those wrappers are inline calls of
-#   ``torch_call_dispatcher`` (or ``aoti_torch_call_dispatcher``), which
-#   calls any operator by name; the list of shim functions the library calls,
-#   printed above where the check ran, shows which of them it uses.
-# * **The Python side.** The fake kernel is registered from Python
-#   (``torch.library``), as for the classic library
-#   (:doc:`step 5 <05_bindings_and_registration>`). The stable ABI's headers
-#   (`torch/csrc/stable <https://github.com/pytorch/pytorch/tree/main/torch/csrc/stable>`__)
-#   hold no autograd API: an
-#   operator built on it that needs gradients registers its formula from
-#   Python with ``register_autograd``, as :doc:`step 8 <08_autograd>` shows
-#   (the classic library's formula is C++).
+# * **The CUDA runtime**: its name carries the CUDA major version, so one
+#   wheel per CUDA major remains (no CUDA 13 build has run against a CUDA 12
+#   torch here).
+# * **Older torch**: ``TORCH_TARGET_VERSION`` is a floor; the wheel is for
+#   2.11 and later.
+# * **The API surface**: ``torch/csrc/stable/ops.h`` wraps a small set of ATen
+#   operators, mostly through ``torch_call_dispatcher``, which calls any
+#   operator by name.
+# * **The Python side**: fake kernels come from Python as in Part I, and the
+#   stable headers (`torch/csrc/stable
+#   <https://github.com/pytorch/pytorch/tree/main/torch/csrc/stable>`__) hold
+#   no autograd API: gradients come from ``register_autograd``.
 #
-# ``stable/`` is a whole project: copy it, rename the namespace, and replace
-# the kernel with yours.
+# ``stable/`` is a whole project: copy it, rename the namespace, replace the
+# kernel.
