@@ -2,32 +2,22 @@ r"""
 Step 16: The operator across PyTorch
 ====================================
 
-An operator that passes ``opcheck`` and ``torch.compile`` still meets more of
-PyTorch in a user's hands: a model exported and compiled ahead of time for a
-server with no Python, ``torch.vmap``, mixed precision, ``out=`` buffers and
-CUDA graphs. Each needs something registered, or a contract kept, and each
-section below runs it.
+Part I's operator passes ``opcheck`` and ``torch.compile``. In a user's hands
+it also meets the rest of PyTorch, and each section below runs one meeting:
 
-In this step you will learn:
+* ``torch.export`` and an AOTInductor package loaded without ``opguide``'s
+  Python (the output says whether it ran), and why a Python-only
+  ``custom_op`` cannot be;
+* a ``vmap`` rule, and where ``torch.func`` stops;
+* ``torch.autocast``;
+* the ``out`` tag, and why the fused op's mutation fits neither ``inplace``
+  nor ``out``;
+* CUDA graphs, by hand and with ``mode="reduce-overhead"``, and
+  ``cudagraph_unsafe``;
+* ``FlopCounterMode`` and the least bytes a call moves.
 
-* how a model that calls the operator goes through ``torch.export`` and
-  AOTInductor into a package meant to run without Python's ``opguide`` (the
-  cells say whether it ran here, and the last line of the GPU section how
-  it did on a GPU),
-  and why a Python-only ``custom_op`` cannot;
-* how to give an operator a ``vmap`` rule, and where ``torch.func`` stops;
-* what the operator does under ``torch.autocast``, and how that is registered;
-* the ``out`` tag, which lets Inductor hand the kernel a buffer of its own
-  memory plan; why the fused op's mutation fits neither ``inplace`` nor
-  ``out``;
-* capturing the operators in a CUDA graph, by hand and with
-  ``torch.compile(mode="reduce-overhead")``, and what ``cudagraph_unsafe``
-  is for;
-* how ``FlopCounterMode`` counts the operator's FLOPs, and the bytes it must
-  move at the least.
-
-On a machine with a CUDA GPU the GPU sections run live; without one they show
-the output recorded on a GPU, with its device and date.
+Without a CUDA GPU the GPU sections show a recorded GPU run, with its device
+and date.
 """
 
 # %%
@@ -81,10 +71,9 @@ class Block(torch.nn.Module):
 # %%
 # torch.export and AOTInductor
 # ----------------------------
-# :func:`torch.export.export` traces the model into a graph of ATen and
-# ``opguide`` operators; the fake kernels of :doc:`step 5 <05_bindings_and_registration>`
-# give it the shapes. The mutation of ``residual`` shows as a plain call of
-# the mutating op: the schema's ``Tensor(a!)`` tells export what it writes.
+# :func:`torch.export.export` traces the model into ATen and ``opguide``
+# operators, the fake kernels giving the shapes; the schema's ``Tensor(a!)``
+# tells it what the fused op writes:
 torch.manual_seed(0)
 model = Block(64).eval().requires_grad_(False)  # inference: the rms_norm op
 x, residual = torch.randn(8, 64), torch.randn(8, 64)
@@ -93,9 +82,8 @@ print(exported.graph_module.code.strip())
 
 
 # %%
-# :func:`torch._inductor.aoti_compile_and_package` compiles the graph into a
-# ``.pt2`` package: C++ (and, on a GPU, Triton kernels compiled to cubins) for
-# the ATen parts, and calls by name for the ``opguide`` operators.
+# :func:`torch._inductor.aoti_compile_and_package` compiles it into a ``.pt2``
+# package: generated code for the ATen parts, calls by name for ``opguide``'s:
 def package(device: str) -> tuple[Path, Path]:
     m = Block(64).to(device).eval().requires_grad_(False)
     m.load_state_dict(model.state_dict())
@@ -117,11 +105,10 @@ def package(device: str) -> tuple[Path, Path]:
 cpu_package, cpu_io = package("cpu")
 
 # %%
-# A fresh Python process is given the package and the compiled operator
-# library, ``opguide/_C.abi3.so`` (what registers ``opguide::rms_norm`` and
-# its kernels), and nothing of ``opguide``'s Python code; a C++ program would
-# link the same library next to libtorch's AOTInductor runtime. The line below
-# says how it went: the outputs compared with eager mode, or the failure.
+# A fresh Python process gets the package and ``opguide/_C.abi3.so``, which
+# registers the operators and their kernels, and nothing of ``opguide``'s
+# Python. The line below says how it went: the outputs against eager mode, or
+# the failure.
 RUNNER = """
 import sys, torch
 torch.ops.load_library(sys.argv[1])
@@ -182,9 +169,8 @@ def run_fresh(pt2: Path, io: Path, device: str) -> str:
 print(run_fresh(cpu_package, cpu_io, "cpu"))
 
 # %%
-# A Python-only ``custom_op`` is registered by running Python: the package
-# names it, and a process without that Python has no such operator. The
-# failure comes when the package is loaded:
+# A Python-only ``custom_op`` exists only where its Python ran, so the
+# package fails to load without it:
 PY_OP = """
 import torch
 @torch.library.custom_op("pydemo::scale", mutates_args=())
@@ -210,22 +196,17 @@ print("  " + message.split(". ")[0].rstrip(".") + ".")
 assert failed.returncode != 0
 
 # %%
-# To serve a Python-free runtime, define the operator in C++ (``TORCH_LIBRARY``,
-# as this guide's library does) and ship the compiled library with the
-# package. A Triton kernel written with ``torch.library.triton_op`` is meant
-# to be the other way: Inductor compiles the kernel into the package itself
-# (:func:`torch.library.triton_op`'s documentation). Whether the package of
-# this page's block loaded on a GPU is the last line of the GPU cell below.
+# For a Python-free runtime, define the operator in C++ and ship the library
+# with the package; or write the kernel with :func:`torch.library.triton_op`,
+# which Inductor compiles into the package itself (its documentation).
 #
 # vmap
 # ----
-# :func:`torch.vmap` runs a function written for one example over a batch.
-# An operator without a rule still runs under it, one example at a time,
-# through functorch's fallback loop, which warns of "a performance drop"
-# (`BatchedFallback.cpp
-# <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/functorch/BatchedFallback.cpp>`__);
-# ``torch.library.register_vmap`` gives the rule. For ``rms_norm`` the batch
-# is just more rows, so one call serves it when the weight is shared:
+# Without a rule, :func:`torch.vmap` runs an operator one example at a time,
+# warning of "a performance drop" (`BatchedFallback.cpp
+# <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/functorch/BatchedFallback.cpp>`__).
+# ``torch.library.register_vmap`` gives the rule; for ``rms_norm`` with a
+# shared weight the batch is more rows:
 #
 # .. literalinclude:: /../opguide/ops.py
 #    :language: python
@@ -243,17 +224,11 @@ torch.testing.assert_close(torch.vmap(opguide.rms_norm)(xs, ws), loop_w)
 print("vmap over x, and over x and weight: equal to a loop over the batch")
 
 # %%
-# Training through ``vmap`` works as usual (the backward runs on the whole
-# batch outside the transform). The function transforms of ``torch.func``
-# (``grad``, ``vjp``, ``jacrev``) need every autograd formula they meet to be
-# one they can transform. The cell below tries two: a C++
-# ``torch::autograd::Function``, which the library registers
-# (:doc:`step 8 <08_autograd>`), and the Python one that ``register_autograd``
-# builds; its output says whether this torch transforms each. Where neither
-# works, a per-example gradient needs a
-# ``torch.autograd.Function`` of your own, with ``setup_context`` and a
-# ``vmap`` method. The cell asks this torch for per-example gradients,
-# ``vmap(grad)``, and checks them against ``F.rms_norm``'s where it gives them:
+# ``torch.func``'s transforms (``grad``, ``vjp``) need formulas they can
+# transform. The cell asks for per-example gradients, ``vmap(grad)``, through
+# the library's C++ formula (:doc:`step 8 <08_autograd>`) and a
+# ``register_autograd`` one, against ``F.rms_norm``'s; where neither works, a
+# ``torch.autograd.Function`` with ``setup_context`` and a ``vmap`` method does:
 wr = w.clone().requires_grad_()
 torch.vmap(lambda a: opguide.rms_norm(a, wr))(xs).square().sum().backward()
 via_vmap = wr.grad.clone()
@@ -303,13 +278,11 @@ except RuntimeError as error:
 # %%
 # Autocast
 # --------
-# In a :class:`torch.autocast` region matmuls run in bfloat16 or float16 and
-# the values that reach a norm are often a bfloat16 activation and a float32
-# weight, a pair the kernels (and their checks) refuse. PyTorch's own
-# ``layer_norm`` runs in float32 in a CUDA autocast region and keeps the
-# input's dtype on CPU (the table below is CPU's; the CUDA rows are in the GPU
-# section at the end of the page); ``opguide`` registers the float32 policy on
-# CPU and CUDA alike:
+# Under :class:`torch.autocast` a norm often gets a bfloat16 activation and a
+# float32 weight, a pair the kernels refuse. ``layer_norm`` runs in float32 in
+# a CUDA autocast region and keeps the input's dtype on CPU (the table below
+# is CPU's; CUDA's is in the GPU section); ``opguide`` registers float32 on
+# both:
 #
 # .. literalinclude:: /../opguide/ops.py
 #    :language: python
@@ -317,9 +290,11 @@ except RuntimeError as error:
 #    :end-before: [autocast-rms-norm-end]
 #    :caption: opguide/ops.py (autocast)
 #
-# The fused op is left out: it writes into ``residual``, and a cast would hand
-# the kernel a copy, so the update would be lost. It runs with the dtypes it
-# is given (``out_dtype`` chooses the output's).
+# The fused op is left out: ``register_autocast`` "casts incoming
+# floating-point Tensors to the target dtype" (its documentation), and a cast
+# ``residual`` is a new tensor, so the kernel would write the copy and the
+# caller's ``residual`` would keep its old values. It runs with the dtypes it
+# is given.
 def autocast_table(device: str) -> list[str]:
     lines = []
     w32 = torch.rand(64, device=device) + 0.5
@@ -342,30 +317,17 @@ print("\n".join(autocast_table("cpu")))
 # %%
 # Mutation contracts: the ``out`` and ``inplace`` tags
 # ----------------------------------------------------
-# Two tags of PyTorch's `tags.yaml
-# <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/tags.yaml>`__
-# describe how a custom operator writes. ``inplace``: the op writes
-# its first positional argument and returns it (``x.add_(y)``). ``out``:
-# the op writes keyword-only ``Tensor(a!)`` buffers that it never reads, and
-# returns exactly them (``torch.add(x, y, out=z)``). When a functional op has
-# an ``out``-tagged overload with the same other arguments, Inductor calls
-# that overload on a buffer from its own memory plan, which it can reuse,
-# instead of letting the kernel allocate.
-#
-# The fused op fits neither tag. It reads ``residual`` before writing it, so
-# ``residual`` is no ``out`` buffer; and it is not its first argument, nor what
-# it returns, so it is no ``inplace`` op. Its schema says exactly what it
-# does, ``Tensor(a!) residual``, and that is what export, functionalization
-# and Inductor need: above, export kept the call, and where the fresh process
-# ran AOTInductor's package (the output above says whether it did), its
-# updated ``residual`` was checked against eager mode's.
-# ``rms_norm`` could have an ``out`` overload; ``opguide`` has none, for the
-# reason given below.
-#
-# On a torch that has the tag (``torch.Tag.out``), a small operator pair
-# defined here (``demo::twice`` and its tagged ``demo::twice.out``) shows it at
-# work: the cell prints the call of ``demo.twice`` in Inductor's code, the
-# ``out`` overload where Inductor uses it.
+# In PyTorch's `tags.yaml
+# <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/tags.yaml>`__,
+# ``inplace`` ops write their first argument and return it (``x.add_(y)``);
+# ``out`` ops write keyword-only buffers they never read and return them
+# (``torch.add(x, y, out=z)``). Given a functional op's ``out``-tagged
+# overload, Inductor calls it on a buffer of its own memory plan. The fused op
+# fits neither: it reads ``residual`` before writing it, and ``residual`` is
+# neither its first argument nor its return. ``Tensor(a!) residual`` says what
+# it does, which is all export and Inductor need. Where the torch has
+# ``torch.Tag.out``, a pair defined here (``demo::twice`` and
+# ``demo::twice.out``) shows Inductor's call:
 from torch._inductor.utils import run_and_get_code
 
 HAVE_OUT_TAG = hasattr(torch.Tag, "out")
@@ -387,13 +349,10 @@ else:
 
 
 # %%
-# And the reason ``opguide`` does without one: AOTInductor's C++ wrapper
-# turns that ``out`` call into a call of an ATen C shim function named after
-# the operator, which torch provides only for ATen's own operators, and this
-# cell supplies none (:doc:`step 20 <20_your_operator_in_a_model>` supplies
-# one for a functional operator through ``custom_ops_to_c_shims``), so the
-# package fails to compile. On a torch that has the tag, the cell tries it and prints
-# what happened:
+# ``opguide`` has no ``out`` overload: AOTInductor turns that call into an
+# ATen C shim function named after the operator, which torch has only for its
+# own operators (:doc:`step 20 <20_your_operator_in_a_model>` supplies one
+# through ``custom_ops_to_c_shims``). Without one, the package:
 class Twice(torch.nn.Module):
     def forward(self, a):
         return torch.ops.demo.twice(a + 1) - 1
@@ -415,21 +374,12 @@ else:
 # %%
 # CUDA graphs
 # -----------
-# A CUDA graph records a sequence of kernel launches once and replays it with
-# one launch. An operator is safe to capture when it launches on PyTorch's
-# current stream (the capture stream), allocates through PyTorch's allocator,
-# and never waits on the GPU from the CPU (no ``.item()``, no
-# ``cudaDeviceSynchronize``, no host-side decision on device data). The C++
-# wrappers follow the first two rules by construction
-# (:doc:`step 3 <03_cuda_kernel>`), and no opguide operator synchronises. An
-# operator that cannot follow them carries the ``cudagraph_unsafe`` tag
-# (``torch.Tag.cudagraph_unsafe``): Inductor then splits the graph around it
-# and replays the rest, as the tag's description in ``tags.yaml`` says (the
-# split is Inductor's graph partition, ``torch._inductor.config.graph_partition``).
-#
-# The cell runs these on a GPU, or shows a recorded GPU run when there is none
-# here; its last line says how the AOTInductor package of the block above did
-# when loaded in a fresh process on the GPU.
+# An operator is safe to capture in a CUDA graph when it launches on the
+# current stream, allocates through PyTorch, and never waits on the GPU from
+# the CPU. One that cannot carries ``torch.Tag.cudagraph_unsafe``, and
+# Inductor replays the graph around it (``tags.yaml``; Inductor's
+# ``graph_partition``). The cell's last line says how the AOTInductor package
+# above did on the GPU:
 RECORD = ROOT / "docs" / "recorded" / "across_pytorch_gpu.json"
 
 
@@ -546,19 +496,16 @@ else:
 # %%
 # Counting FLOPs and bytes
 # ------------------------
-# :class:`~torch.utils.flop_counter.FlopCounterMode` counts the FLOPs of the
-# operators it has a formula for, and an operator of your own has none until
-# you register one with ``register_flop_formula``: a function of the shapes of
-# the operator's arguments and outputs. The library registers one for each of
-# its operators, and gives the bytes each must read and write at the least:
+# :class:`~torch.utils.flop_counter.FlopCounterMode` counts an operator of
+# your own once ``register_flop_formula`` gives it a formula of the shapes.
+# The library's, with the least bytes each operator moves:
 #
 # .. literalinclude:: /../opguide/flops.py
 #    :language: python
 #    :caption: opguide/flops.py
 #
-# The fused op has no backward, so a training step takes its differentiable
-# form. The table counts its forward and backward, by module; operators without
-# a formula (the add, the square, the mean) are not counted:
+# A training step takes the fused op's differentiable form; operators
+# without a formula (add, square, mean) go uncounted:
 from torch.utils.benchmark import Timer
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -576,15 +523,11 @@ with FlopCounterMode(display=False) as counter:
 print(counter.get_table())
 
 # %%
-# A call takes at least its bytes over the device's bandwidth, and at least
-# its FLOPs over the device's FLOP rate; its FLOPs per byte, set against the
-# device's FLOP rate over its bandwidth, says which is larger (the roofline).
-# The bytes over a call's measured time give the bandwidth the
-# kernel reached. The tensors below (32 MiB read and written) can fit in a
-# large GPU's L2 (an H100's is 50 MB, by the `Hopper tuning guide
-# <https://docs.nvidia.com/cuda/hopper-tuning-guide/index.html>`__), so on
-# such a GPU calls repeated on them may read from the cache, and the figure
-# is then not the memory's bandwidth:
+# A call takes at least its bytes over the bandwidth and its FLOPs over the
+# FLOP rate (the roofline); bytes over measured time give the bandwidth
+# reached. These 32 MiB can sit in an H100's 50 MB L2 (`Hopper tuning guide
+# <https://docs.nvidia.com/cuda/hopper-tuning-guide/index.html>`__), so there
+# the figure may be the cache's:
 device = "cuda" if HAVE_GPU else "cpu"
 xb = torch.randn(4096, 1024, device=device)
 wb = torch.rand(1024, device=device) + 0.5
@@ -608,15 +551,11 @@ print(
 # %%
 # What to take to your own operator
 # ---------------------------------
-# * For a Python-free deployment, define the op in C++ and ship the library;
-#   keep the fake kernel in Python for export and compile.
-# * ``register_vmap`` for any op a user may batch; ``register_autocast`` with
-#   the dtype your kernel wants under mixed precision, and none for an op that
-#   mutates its inputs.
-# * ``Tensor(a!)`` on anything the op writes; an ``out``-tagged overload only
-#   if the op need not go through AOTInductor (the section on the ``out`` and
-#   ``inplace`` tags above shows why).
-# * Launch on the current stream, allocate with PyTorch, never synchronise:
-#   then CUDA graphs, by hand or through ``reduce-overhead``, just work.
-# * Register a FLOP formula for each operator that computes, and write down
-#   the bytes it must move: the two give its roofline.
+# * Python-free deployment: the op in C++, the library shipped; the fake
+#   kernel stays in Python.
+# * ``register_vmap`` for ops users batch; ``register_autocast`` except for
+#   ops that mutate.
+# * ``Tensor(a!)`` on what the op writes; an ``out`` overload only off
+#   AOTInductor's path.
+# * Current stream, PyTorch's allocator, no synchronisation: CUDA graphs work.
+# * A FLOP formula and the least bytes: the roofline.
