@@ -2,26 +2,17 @@ r"""
 Step 18: Start your own operator
 ================================
 
-The steps before this one built one operator, RMSNorm, inside this repository. This
-step hands you a project of your own: a template that writes a standalone
-operator library for an operator not in this guide, here ``silu_mul`` (the
-SwiGLU activation, ``silu(x) * gate``), which this page builds and tests.
-
-In this step you will learn:
-
-* how to render the project template with one command, and what it asks;
-* what each generated file is for, and which step of this guide explains it;
-* how to build the generated project, run its tests, and compile-check its
-  CUDA kernel on a machine without a GPU;
-* where to put your own formula.
+Part I renders the project template once. This step renders it for
+``silu_mul`` (SwiGLU, ``silu(x) * gate``) and adds: every question it asks,
+which step explains each generated file, its CUDA compile check and CI, its
+recorded GPU runs, and the in-place, indexed, writing and stable-ABI
+variants.
 
 The template
 ------------
-``template/`` in this repository is a `copier <https://copier.readthedocs.io>`_
-template. Copier asks questions, renders the files, leaves out those that do
-not apply (no ``csrc/`` for a Triton-only project), and records the answers
-in ``.copier-answers.yml``, from which ``copier update`` later brings
-template changes into your project. The questions:
+``template/`` is a `copier <https://copier.readthedocs.io>`_ template: it
+renders the files that apply and records the answers in
+``.copier-answers.yml`` for ``copier update``. The questions:
 
 .. list-table::
    :header-rows: 1
@@ -32,38 +23,25 @@ template changes into your project. The questions:
    * - ``package``
      - the Python package (``import myops``)
    * - ``namespace``
-     - the operator namespace, ``torch.ops.<namespace>``; by default the package name
+     - ``torch.ops.<namespace>``; by default the package name
    * - ``op_name``
-     - the operator, ``torch.ops.<namespace>.<op_name>``; a trailing ``_``
-       (``silu_mul_``) makes an in-place operator, as in PyTorch
+     - the operator; a trailing ``_`` makes it in place
    * - ``inplace``
-     - whether ``op_name`` writes its first tensor; by default, whether the
-       name ends in ``_`` (the two must agree); not asked for ``kind=scatter``
+     - whether ``op_name`` writes its first tensor (must agree with the name)
    * - ``route``
-     - ``cpp``: a C++ CPU kernel and a CUDA kernel registered with ``TORCH_LIBRARY``,
-       built by ``setup.py`` (plus the same operator in Triton); ``triton``: a
-       Python-only package whose kernel is Triton, registered with
-       :func:`torch.library.custom_op`; ``python``: no compiler and no Triton,
-       the operator's body a composition of PyTorch operations registered with
-       :func:`torch.library.custom_op` (the first reading path of the
-       :doc:`landing page </index>`). :doc:`/routes` says which fits.
+     - ``cpp``: C++ CPU and CUDA kernels in ``TORCH_LIBRARY``, built by
+       ``setup.py``, plus Triton; ``triton``: a Triton kernel in a
+       :func:`torch.library.custom_op`; ``python``: a ``custom_op`` of PyTorch
+       operations. :doc:`/routes` says which fits.
    * - ``abi``
-     - the C++ route only: ``classic`` (ATen and ``TORCH_LIBRARY``; build again for
-       every torch release) or ``stable``, the LibTorch stable ABI of
-       :doc:`step 15 <15_one_wheel_for_every_torch>` (one build loads into torch
-       2.11 and later; building needs torch 2.13 or later)
+     - ``cpp`` only: ``classic``, or ``stable`` (:doc:`step 15
+       <15_one_wheel_for_every_torch>`)
    * - ``kind``
-     - the kernel to start from: ``elementwise`` (``silu(x) * gate``), ``rowwise``,
-       a row reduction (``x / sqrt(mean(x**2, -1) + eps) * weight``, like RMSNorm),
-       or ``indexed``, several inputs of which one holds int64 indices and a flag:
-       the rotary position embedding of LLM attention
-       (``rope(x, positions, cos_sin_cache, is_neox)``), or ``scatter``, an
-       operator that only writes: ``store_kv(k, v, k_cache, v_cache, slot)``
-       writes rows into two existing caches and returns nothing
-       (:doc:`step 10.3 <10_patterns_3_operators_that_write>`)
+     - ``elementwise`` (``silu(x) * gate``), ``rowwise`` (like RMSNorm),
+       ``indexed`` (the rotary embedding, ``rope``), or ``scatter``
+       (``store_kv``, :doc:`step 10.3 <10_patterns_3_operators_that_write>`)
    * - ``written``
-     - ``kind=scatter`` only: the written tensors (``k,v``): each ``n`` is
-       written into ``n_cache``, ``src:dst`` into ``dst``
+     - ``scatter`` only: the written tensors (``k,v``)
 
 Run it with your answers (``copier copy`` alone asks them one by one):
 
@@ -73,8 +51,7 @@ Run it with your answers (``copier copy`` alone asks them one by one):
    copier copy --defaults --data package=myops --data op_name=silu_mul \
        --data route=cpp --data kind=elementwise path/to/opguide/template myops
 
-The cell below runs that, with ``--quiet``. From opguide's git repository, the URL
-you clone it from, at a tag, takes the folder's place:
+The cell below runs that; from a git URL,
 ``copier copy --vcs-ref <tag> <git URL of opguide> myops``.
 """
 
@@ -162,17 +139,14 @@ rendered = run([*copier_copy, str(ROOT / "template"), "myops"], cwd=WORK, show=s
 # %%
 # What it wrote
 # -------------
-# A standalone project: its code neither imports opguide nor builds against it
-# (its README names the template it came from, for ``copier update``).
+# A standalone project; nothing of it imports opguide:
 for path in sorted(PROJECT.rglob("*")):
     if path.is_file():
         lines = len(path.read_text().splitlines())
         print(f"  {path.relative_to(PROJECT).as_posix():34} {lines:4} lines")
 
 # %%
-# The checklist maps each generated file of this ``elementwise`` project to
-# the step that explains it (another kind's README has its own table). To
-# make the operator yours, change them in this order:
+# Its README's checklist, in the order to make the operator yours:
 #
 # .. list-table::
 #    :header-rows: 1
@@ -226,28 +200,25 @@ for path in sorted(PROJECT.rglob("*")):
 #
 # The key files, whole
 # --------------------
-# The schema, once, with plain ``TORCH_LIBRARY``:
+# The schema:
 #
 # .. literalinclude:: /../build/your_own_operator/myops/csrc/myops.cpp
 #    :language: cpp
 #    :caption: myops/csrc/myops.cpp
 #
-# The checks that the CPU and CUDA kernels share:
+# The shared checks:
 #
 # .. literalinclude:: /../build/your_own_operator/myops/csrc/silu_mul.h
 #    :language: cpp
 #    :caption: myops/csrc/silu_mul.h
 #
-# The CPU kernels. ``AT_DISPATCH_FLOATING_TYPES_AND2`` instantiates them for
-# float32, float64, float16 and bfloat16; the arithmetic runs in
-# ``at::opmath_type`` (float, or double for double):
+# The CPU kernels:
 #
 # .. literalinclude:: /../build/your_own_operator/myops/csrc/silu_mul_cpu.cpp
 #    :language: cpp
 #    :caption: myops/csrc/silu_mul_cpu.cpp
 #
-# The CUDA kernels, torch-free, and their torch side: the device guard, the
-# current stream, the dtype dispatch and the launch check:
+# The CUDA kernels and their torch side:
 #
 # .. literalinclude:: /../build/your_own_operator/myops/csrc/silu_mul.cuh
 #    :language: cuda
@@ -257,8 +228,7 @@ for path in sorted(PROJECT.rglob("*")):
 #    :language: cuda
 #    :caption: myops/csrc/silu_mul_cuda.cu
 #
-# The Python side: the checked entry point, the fake kernels and the
-# autograd formula, which calls the backward operator:
+# The Python side: entry point, fake kernels, autograd formula:
 #
 # .. literalinclude:: /../build/your_own_operator/myops/src/myops/ops.py
 #    :language: python
@@ -320,10 +290,8 @@ for path in sorted(PROJECT.rglob("*")):
 #
 # Building it
 # -----------
-# The project's README gives its two commands. The first installs it
-# editable (here with ``--no-deps``) without build isolation, so the library
-# compiles against the torch installed. With a CUDA build of torch and nvcc,
-# ``setup.py`` also builds the CUDA kernel.
+# The README's first command, an editable install without build isolation
+# (with a CUDA torch and nvcc it builds the CUDA kernel too):
 pip = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-e", "."]
 build_log = run(pip, cwd=PROJECT, show='pip install --no-build-isolation --no-deps -e "."')
 built = sorted(p.name for p in (PROJECT / "src" / "myops").glob("_C.*"))
@@ -333,10 +301,7 @@ print(f"torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}"
 # %%
 # Testing it
 # ----------
-# The second command runs the generated tests: values against the reference
-# for every dtype, strided and empty inputs, ``opcheck``, ``gradcheck``,
-# ``torch.compile(fullgraph=True)`` and the errors for bad inputs, for the
-# C++ kernels and the Triton variant, on every device this machine has.
+# The second runs the generated tests, on every device here:
 output = run(
     [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
     cwd=PROJECT,
@@ -352,10 +317,7 @@ print("devices tested:", devices)
 # The CUDA kernel compiles without a GPU
 # --------------------------------------
 # ``tools/check_cuda_compiles.py`` runs ``nvcc -c`` on every ``csrc/*.cu``
-# with torch's include folders and flags, for every architecture ``setup.py``
-# builds (a ``-gencode`` each), and prints the command whole
-# (``<torch>`` stands for the folder torch is installed in). Without nvcc it
-# says it skipped.
+# for each architecture ``setup.py`` builds, printing the command:
 output = run(
     [sys.executable, "tools/check_cuda_compiles.py"],
     cwd=PROJECT,
@@ -367,12 +329,9 @@ assert "FAILED" not in output
 # %%
 # On a GPU
 # --------
-# ``tools/record_template_gpu.py`` runs each variant's tests on a GPU machine
-# against the installed wheel: the stable-ABI, Triton and Python wheels built
-# with torch 2.13 and carried over, the classic C++ ones built there. Items
-# whose id names ``cuda`` ran on the GPU; a ``memcheck`` line, where the run
-# asked for one (``--memcheck scatter``), is those items again under
-# ``compute-sanitizer --tool memcheck``, in the release build the wheel is:
+# ``tools/record_template_gpu.py`` runs each variant's tests on a GPU against
+# its installed wheel; items whose id names ``cuda`` ran on the GPU, and a
+# ``memcheck`` line reruns them under ``compute-sanitizer``:
 import json  # noqa: E402
 
 from guidekit.recorded import pages  # noqa: E402
@@ -420,12 +379,10 @@ else:
 # %%
 # Its CI
 # ------
-# ``.github/workflows/ci.yml`` runs the README's commands on GitHub Actions for
-# every push and pull request, with torch's CPU build: the install and the
-# tests; ``tools/check_triton_targets.py``; the nvcc check; and, in the PyPA's
-# ``manylinux_2_28`` image, the wheel, built and repaired as :doc:`step 19
-# <19_ship_your_operator>` does, then tested as installed. A ``gpu`` job runs
-# on a self-hosted runner once ``GPU_RUNNER`` names it. The jobs:
+# ``.github/workflows/ci.yml`` runs the README's commands on every push with
+# torch's CPU build, and builds the wheel in ``manylinux_2_28`` as
+# :doc:`step 19 <19_ship_your_operator>` does; a ``gpu`` job runs on a
+# self-hosted runner once ``GPU_RUNNER`` names it:
 import yaml  # noqa: E402
 
 workflow_file = PROJECT / ".github" / "workflows" / "ci.yml"
@@ -440,11 +397,8 @@ for job_id, job in workflow["jobs"].items():
             continued = line.endswith("\\")
 
 # %%
-# The cell checks that each README command CI should run (all but copier's
-# and the offline wheelhouse's) is in a ``run:`` of the workflow, and lints
-# the workflow with
-# `actionlint <https://github.com/rhysd/actionlint>`_ where it is installed
-# (the ``docs`` and ``test`` extras bring it):
+# Each README command CI should run is in a ``run:``, and
+# `actionlint <https://github.com/rhysd/actionlint>`_ lints the workflow:
 readme = (PROJECT / "README.md").read_text()
 blocks = re.findall(r"^<!-- ([a-z-]+-command) -->\n```bash\n(.*?)^```", readme, re.S | re.M)
 steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
@@ -479,9 +433,8 @@ else:
 # %%
 # Using it
 # --------
-# The package is an ordinary import; the operator is in ``torch.ops`` and works
-# with autograd and ``torch.compile``. (This page adds ``src`` to ``sys.path``
-# itself: its process started before the install.)
+# An ordinary import (this page adds ``src`` to ``sys.path``: its process
+# started before the install):
 sys.path.insert(0, str(PROJECT / "src"))
 import myops  # noqa: E402
 
@@ -500,13 +453,9 @@ print("torch.compile(fullgraph=True): same values")
 # %%
 # Your own formula
 # ----------------
-# Change ``src/myops/reference.py`` first, then the two kernels in each of
-# ``csrc/silu_mul_cpu.cpp``, ``csrc/silu_mul.cuh`` and
-# ``src/myops/triton_silu_mul.py`` (forward and backward), and the schema,
-# checks and fake kernels if the arguments change. The tests fail until every
-# kernel agrees with the reference. The cell drops the factor ``gate`` from
-# the Triton kernel's forward, runs the value tests, prints the first failure
-# and the summary, and puts the factor back:
+# Change the reference first, then each kernel; the tests fail until every
+# kernel agrees. The cell drops ``gate`` from the Triton forward, runs the
+# value tests, and puts it back:
 kernels = PROJECT / "src" / "myops" / "triton_silu_mul.py"
 source = kernels.read_text()
 right = "(x * sigmoid * gate)"
@@ -529,76 +478,35 @@ print(pytest_summary(broken.stdout))
 assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stderr[-2000:]
 
 # %%
-# The generated kernels are the simple ones, a grid-stride loop over the
-# elements or a block per row; :doc:`step 11.4 <11_performance_4_tuning>` measures
-# what makes RMSNorm's kernels fast, when your operator needs that.
+# The generated kernels are the simple ones; :doc:`step 11.4
+# <11_performance_4_tuning>` measures what makes kernels fast.
 #
 # In-place operators
 # ------------------
-# ``--data op_name=silu_mul_`` gives the same project plus the in-place
-# ``silu_mul_(x, gate)``, which writes the result into ``x`` (the operator
-# returns nothing, its Python function ``x``); the functional ``silu_mul``,
-# with its backward and autograd formula, comes with it: the in-place
-# operator has none. The schema says what it
-# writes, ``silu_mul_(Tensor(a!) x, Tensor gate) -> ()``, and the project
-# keeps the autograd contract of PyTorch's own in-place operators
-# (:doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>`):
+# ``--data op_name=silu_mul_`` adds ``silu_mul_(Tensor(a!) x, Tensor gate) ->
+# ()`` beside the functional operator, with the contract of
+# :doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>`: it bumps ``x``'s
+# version, refuses inputs that require grad in grad mode, and refuses an
+# ``x`` whose elements share memory. On the classic C++ route C++
+# ``ADInplaceOrView`` and ``Autograd`` kernels do so; elsewhere a
+# ``custom_op`` with ``mutates_args=("x",)`` and a refusal in Python. The
+# generated tests fail without the version bump
+# (``test_generated_tests_catch_a_broken_kernel``).
 #
-# * it bumps ``x``'s version counter, so a tensor that autograd saved and the
-#   operator overwrote makes ``backward()`` raise "modified by an inplace
-#   operation";
-# * with grad mode on it refuses inputs that require grad, with a message that
-#   names the functional operator, and a leaf ``x`` that requires grad;
-# * it refuses an ``x`` whose elements share memory (an ``expand()``).
-#
-# On the C++ classic route ``csrc/silu_mul_inplace.cpp`` registers an
-# ``ADInplaceOrView`` kernel that bumps the version after the write and an
-# ``Autograd`` kernel that refuses, as the library's ``fused_add_rms_norm_``
-# does; on the Triton route and the stable ABI (no call there bumps a version
-# counter) the in-place operator is a :func:`torch.library.custom_op` with
-# ``mutates_args=("x",)`` and the refusal is in the Python entry point. The
-# generated tests check each point, and fail without the version bump
-# (``test_generated_tests_catch_a_broken_kernel`` checks it).
-#
-# Indexed operators
-# -----------------
-# ``--data kind=indexed`` starts from the rotary position embedding (RoPE) of
-# LLM attention: ``rope(x, positions, cos_sin_cache, is_neox)`` rotates each
-# pair of ``x[t, h]`` (``x`` of shape ``[num_tokens, num_heads, head_size]``)
-# by the angles of ``positions[t]``, an int64 index into ``cos_sin_cache``
-# (``[max_position, head_size]``: the cosines, then the sines), in NeoX or
-# GPT-J style. The checks split as
-# :doc:`step 10.2 <10_patterns_2_inplace_and_index_inputs>` explains: metadata
-# in the Python wrapper and the fake kernel, each position's value where the
-# kernel reads it. A bad position raises ``IndexError`` (``RuntimeError`` on
-# the stable ABI) on every route; the CUDA kernel, which cannot raise, marks
-# it in an error flag the host reads after the launch, a release build
-# included (:doc:`step 10.3 <10_patterns_3_operators_that_write>` measures
-# that wait). The backward is the same kernel rotating back. The generated
-# tests name every argument and build strided and overlapping inputs of any
-# rank, so they carry over to your own arguments. ``op_name=rope_`` adds the in-place
-# ``rope_``, which writes ``x``.
-#
-# ``--data kind=scatter`` starts from an operator that only writes, the
-# key/value cache write of :doc:`step 10.3 <10_patterns_3_operators_that_write>`:
-# ``store_kv(k, v, k_cache, v_cache, slot)`` copies ``k[t]`` and ``v[t]`` into
-# row ``slot[t]`` (int32 or int64; negative skips the token) of two existing
-# caches, in place (``Tensor(a!) k_cache, Tensor(b!) v_cache ... -> ()``),
-# without autograd; ``--data written=x`` writes one tensor,
-# ``written=k,v,extra`` three, and every file follows the names. Its tests
-# check untouched rows, bad and duplicate slots, every version counter,
-# ``inference_mode``, ``opcheck`` and a compiled call.
+# Indexed and writing operators
+# -----------------------------
+# ``--data kind=indexed`` starts from the rotary position embedding,
+# ``rope(x, positions, cos_sin_cache, is_neox)``: metadata checked in the
+# wrapper and fake kernel, each position where the kernel reads it (the CUDA
+# kernel through an error flag, :doc:`step 10.3
+# <10_patterns_3_operators_that_write>`). ``--data kind=scatter`` starts from
+# ``store_kv``, step 10.3's cache write, with every test that step lists.
 #
 # One build for every torch
 # -------------------------
-# With ``--data abi=stable`` the same questions give the same project on the
-# LibTorch stable ABI of :doc:`step 15 <15_one_wheel_for_every_torch>`: the
-# C++ files include only ``torch/csrc/stable`` and ``torch/headeronly``
-# headers, register with ``STABLE_TORCH_LIBRARY``, and ``setup.py`` builds
-# with ``TORCH_TARGET_VERSION`` set to torch 2.11. Every C++ check raises
-# ``RuntimeError`` there (the stable ABI's ``STD_TORCH_CHECK`` has no
-# ``TypeError`` or ``ValueError``), so the tests expect that. The files that
-# differ from the classic project's, and those only this one has:
+# ``--data abi=stable`` gives the same project on :doc:`step 15
+# <15_one_wheel_for_every_torch>`'s stable ABI; its C++ checks raise
+# ``RuntimeError`` only, and the tests expect that. The files that differ:
 STABLE = WORK / "myops_stable"
 if STABLE.exists():
     shutil.rmtree(STABLE)
@@ -648,7 +556,7 @@ for path in sorted(STABLE.rglob("*")):
 #    .. literalinclude:: /../build/your_own_operator/myops_stable/setup.py
 #       :language: python
 #
-# Built and tested the same way (the build needs torch 2.13 or later):
+# Built and tested the same way (with torch 2.13 or later):
 TORCH_2_13 = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
 if TORCH_2_13:
     run(pip, cwd=STABLE, show='pip install --no-build-isolation --no-deps -e "."')
@@ -668,20 +576,17 @@ else:
 # %%
 # Updates from the template
 # -------------------------
-# ``copier update`` merges a newer template into your project, keeping your
-# edits. It needs the template as a git repository with a tag per version,
-# and your project under git. A project copied from opguide's git URL at a
-# tag needs only ``copier update`` once committed. For one copied from a
-# folder, as here, the generated README gives the commands;
-# ``tests/test_template.py::test_copier_update_works_with_the_readmes_commands``
-# runs them on a project with an edit of its own:
+# ``copier update`` merges a newer template, keeping your edits; it needs
+# the template as a tagged git repository and your project under git. For a
+# project copied from a folder, as here, the README gives the commands
+# (``tests/test_template.py`` runs them):
 readme = (PROJECT / "README.md").read_text()
 for marker in ("adopt-template-command", "update-command"):
     block = readme.split(f"<!-- {marker} -->\n")[1].split(f"<!-- {marker}-end -->")[0]
     print(block.strip().removeprefix("```bash").removesuffix("```").strip(), end="\n\n")
 
 # %%
-# Removing the first project from this environment again:
+# Removing the project from this environment:
 removed = run(
     [sys.executable, "-m", "pip", "uninstall", "-y", "myops"],
     cwd=WORK,
