@@ -2,42 +2,31 @@ r"""
 Step 20: Your operator in a real model
 ======================================
 
-Step 11 timed opguide's kernels on their own. Someone with a model asks
-another question: does my model get faster? This step puts the operator into
-a Hugging Face Llama without editing the model's code, the way Hugging Face
-users put a kernel into a model, and times a training step and an inference
-forward, eager and compiled, against the model's own norm and
-``torch.nn.functional.rms_norm``.
+Does the model get faster? This step puts the operator into a Hugging Face
+Llama without editing the model's code, and times a training step and an
+inference forward, eager and compiled, against the model's own norm and
+``F.rms_norm``. It shows:
 
-In this step you will learn:
+* the ``kernels`` package: a local layer repository and ``kernels.kernelize``,
+  with the modes a layer declares decided from measurements;
+* timing a model step so a comparison means something;
+* the operator's rows in the profiler, and what ``torch.compile`` does around
+  an operator it cannot see into;
+* an Inductor pattern pass that puts :doc:`step 10 <10_patterns>`'s fused
+  operator into the compiled graph;
+* what Inductor needs of a Triton kernel to fuse what follows it;
+* an AOTInductor package calling the operator through a C shim;
+* :func:`opguide.silu_and_mul` in the MLPs.
 
-* how to give every RMSNorm of a model your operator with the ``kernels``
-  package: a local layer repository and ``kernels.kernelize``;
-* how a layer declares the modes it runs in (training, ``torch.compile``),
-  and how to decide that from measurements instead of claiming it;
-* how to time a model step so that a comparison means something: the
-  variants interleaved, each repeated, the spread shown;
-* how to find your operator's rows in the profiler's table, eager and
-  compiled;
-* what ``torch.compile`` does around an operator it cannot see into;
-* how an Inductor pattern pass puts the fused residual-add + RMSNorm of
-  :doc:`step 10 <10_patterns>` into the compiled graph, still without
-  editing the model;
-* what Inductor needs of a Triton kernel to fuse the operation after it;
-* how an AOTInductor package calls your operator directly, through a C shim;
-* how a second operator, :func:`opguide.silu_and_mul`, goes into the MLPs.
-
-The model here is small and runs live on the CPU. The same comparison on a
-GPU, with a larger model in bfloat16, is recorded by
-``tools/record_model_step.py``; the last section reads that record.
+The model is small and runs live on the CPU; ``tools/record_model_step.py``
+records the same comparison on a GPU, which the last section reads.
 """
 
 # %%
 # A small Llama
 # -------------
-# ``transformers`` builds a Llama from a configuration alone, with random
-# weights: nothing is downloaded. One decoder layer is enough to hold every
-# place a norm sits: before attention, before the MLP, and at the end.
+# A Llama from a configuration, random weights, nothing downloaded; one
+# decoder layer holds every place a norm sits:
 import contextlib
 import copy
 import functools
@@ -68,37 +57,26 @@ print(f"tokens per step: {BATCH} x {SEQ}")
 # %%
 # Swapping the norm the way Hugging Face users do
 # -----------------------------------------------
-# A Hugging Face model marks the modules that a kernel may replace:
-# transformers decorates ``LlamaRMSNorm`` with
-# ``use_kernel_forward_from_hub("RMSNorm")``. The ``kernels`` package (PyPI)
-# then gives every marked module the ``forward`` of a layer class from a
-# kernel repository, on the Hub or in a local folder:
-# ``kernels.kernelize(model, mode=...)``. The weights, the state dict and the
-# model's code stay as they are. opguide's layers, the file that a kernel
-# repository holds as its ``layers.py``:
+# transformers marks ``LlamaRMSNorm`` with
+# ``use_kernel_forward_from_hub("RMSNorm")``; ``kernels.kernelize(model,
+# mode=...)`` gives every marked module the ``forward`` of a layer from a
+# kernel repository, weights and code untouched. opguide's ``layers.py``:
 #
 # .. literalinclude:: /../guidekit/kernel_layers.py
 #    :language: python
 #    :caption: guidekit/kernel_layers.py
 #
-# A layer declares the modes it runs in: ``has_backward`` for
-# ``Mode.TRAINING``, ``can_torch_compile`` for ``Mode.TORCH_COMPILE``. In a
-# mode a layer does not declare, ``kernelize`` leaves the model's own
-# ``forward``; ``kernels`` has no flag for eager inference, where a mapped
-# layer always runs. What opguide's layers declare is not typed in: it is
-# decided from the GPU record that the last section reads, a flag for each
-# mode in which the record shows the layer faster than the model's own code,
-# beyond the spread of the rounds:
+# A layer declares ``has_backward`` (``Mode.TRAINING``) and
+# ``can_torch_compile``; in other modes ``kernelize`` keeps the model's own
+# ``forward`` (eager inference has no flag: a mapped layer always runs).
+# opguide's flags come from the GPU record the last section reads: set where
+# the layer is faster beyond the spread:
 #
 # .. literalinclude:: /../guidekit/model_swap.py
 #    :language: python
 #    :pyobject: measured_support
 #
-# The repository is a folder in the layout that
-# ``kernels.LocalLayerRepository`` loads, with those flags written beside
-# the layers; ``kernelize`` runs under a mapping from ``"RMSNorm"`` to one of
-# its layers (the class is marked first where the installed transformers
-# leaves it unmarked):
+# The repository is a folder ``kernels.LocalLayerRepository`` loads:
 #
 # .. literalinclude:: /../guidekit/model_swap.py
 #    :language: python
@@ -137,10 +115,8 @@ folder = Path(tempfile.mkdtemp())
 measured = model_swap.layer_repository(folder, support)
 
 # %%
-# The model kernelized in each mode, from that repository: which ``forward``
-# its norms run, and how many calls of opguide's operators a training step
-# makes (counted by a ``TorchDispatchMode``, :class:`guidekit.model_swap.OpguideCalls`).
-# The loss is the model's own in every mode.
+# In each mode: which ``forward`` the norms run, and the calls of opguide's
+# operators a training step makes (:class:`guidekit.model_swap.OpguideCalls`):
 MODES = {
     "TRAINING": Mode.TRAINING,
     "INFERENCE": Mode.INFERENCE,
@@ -168,10 +144,9 @@ print(
 )
 
 # %%
-# To measure every norm in every mode, the comparisons below use a second
-# repository whose layers declare every flag (``model_swap.EVERY_MODE``),
-# one of them PyTorch's ``F.rms_norm``. Three copies of one model, then, each
-# with its norm, and a check that they compute the same logits:
+# To measure every norm in every mode, a repository declaring every flag
+# (``model_swap.EVERY_MODE``), ``F.rms_norm`` among its layers; three copies
+# of the model, with the same logits:
 everywhere = model_swap.layer_repository(folder, model_swap.EVERY_MODE)
 EVERY = Mode.TRAINING | Mode.TORCH_COMPILE  # with every flag, the layer in any mode
 NORMS = {
@@ -194,8 +169,7 @@ for name, value in logits.items():
 # %%
 # Timing a step
 # -------------
-# Each model is timed eager and under ``torch.compile``, in a training step
-# (forward, loss, backward) and an inference forward:
+# Eager and compiled, a training step and an inference forward:
 #
 # .. literalinclude:: /../guidekit/model_step.py
 #    :language: python
@@ -205,11 +179,9 @@ for name, value in logits.items():
 #    :language: python
 #    :pyobject: inference_forward
 #
-# The first call of a compiled model compiles it, so it is timed apart. The
-# CPU that runs this page may be shared with other jobs, and its speed drifts:
-# the variants take turns, round after round, so that a slow moment falls on
-# all of them, and each result is a median with its quartiles. The code
-# Inductor generates at the first call is kept for a later section.
+# The first compiled call is timed apart. The variants take turns, round
+# after round, so a slow moment of a shared CPU falls on all; each result is
+# a median with its quartiles:
 STEPS = {
     "training step": model_step.training_step,
     "inference forward": model_step.inference_forward,
@@ -246,8 +218,8 @@ for mode in ("eager", "compiled"):
 
 
 # %%
-# What the numbers say, computed from them: the fastest norm of each row where
-# its lead is larger than the spread, and no winner where it is not.
+# Computed from them: the fastest norm of each row where its lead beats the
+# spread:
 def verdict(mode: str, step_name: str, names) -> str:
     ranked = sorted(names, key=lambda n: stats[mode, step_name, n]["median"])
     best, runner_up = ranked[0], ranked[1]
@@ -286,18 +258,13 @@ axes[0].legend(fontsize=8)
 fig.tight_layout()
 
 # %%
-# These are CPU times of a small model in float32. On a GPU a norm's share of
-# a step, and the kernels it competes with, are different: this run says
-# nothing about which variant wins there.
+# CPU times of a small float32 model say nothing about which wins on a GPU.
 #
 # Where the time goes
 # -------------------
-# The profiler's table for one training step on the CPU, trimmed to the rows
-# of the norm: ATen's ``pow``, ``mean`` and ``rsqrt`` and their backward nodes
-# for the model's own norm, and opguide's: ``opguide::rms_norm`` (the call),
-# the ``opguide::rms_norm_fwd`` that autograd dispatches it to, and
-# ``opguide::rms_norm_backward``. This section runs on the CPU only: the GPU
-# record of the last section holds times, not a profile.
+# The profiler's table for one CPU training step, trimmed to the norm's rows:
+# ATen's ``pow``, ``mean``, ``rsqrt`` for the model's norm; ``opguide::rms_norm``,
+# ``rms_norm_fwd`` and ``rms_norm_backward`` for opguide's:
 NORM_ROW = re.compile(r"rms_norm|rsqrt|pow|mean", re.IGNORECASE)
 
 
@@ -329,21 +296,16 @@ for mode, family in (("eager", models), ("compiled", compiled)):
             print("  (no row of the norm)")
 
 # %%
-# Inductor's CPU kernels run inside the row of the compiled graph and have no
-# row of their own (``torch.compile``'s option ``cpp.enable_kernel_profile``
-# gives them one; on a GPU the profiler
-# lists every kernel by name). The generated code names them instead, after
-# every operation fused into each.
+# Inductor's CPU kernels have no rows of their own
+# (``cpp.enable_kernel_profile`` gives them one); the generated code names
+# them after what each fuses.
 #
 # What Inductor does with each norm
 # ---------------------------------
-# Compiled, the model's own norm is not a chain of ATen calls: Inductor
-# generates kernels for it, and may put into them the operations around it,
-# such as the residual add in front of the norm. ``opguide.rms_norm`` is
-# opaque to Inductor, which can fuse nothing into it. The sum and norm of one
-# block, compiled on their own with each norm, show which happened here
-# (Inductor names a kernel after the graph nodes it serves, so the kernel of
-# an add that feeds the operator may carry the operator's name):
+# Inductor generates kernels for the model's own norm and may fuse the
+# residual add into them; ``opguide.rms_norm`` is opaque to it. The sum and
+# norm of one block, compiled with each norm (a kernel is named after the
+# nodes it serves, so an add feeding the operator may carry its name):
 KERNEL = re.compile(r"^(cpp_fused_\w+) = async_compile", re.MULTILINE)
 OPGUIDE_CALL = re.compile(r"torch\.ops\.opguide\.(\w+)\.default\(")
 norm_module = base.model.norm
@@ -379,16 +341,12 @@ else:
 # %%
 # The fused operator, through a pattern pass
 # ------------------------------------------
-# :func:`opguide.fused_add_rms_norm_` does the add and the norm in one pass,
-# but a model that writes ``residual + hidden_states`` never calls it. The
-# experimental module ``opguide.experimental.inductor_fusion`` teaches Inductor
-# to: a pattern pass, run on the graphs Inductor compiles, finds the sum and
-# the norm of the sum, in the forms they take once traced (the Llama norm as
-# written, ``F.rms_norm``, ``opguide.rms_norm``), and puts the fused operator
-# in their place. It uses private Inductor APIs, so it is opt-in and lives
-# apart from the library (:doc:`step 11.2 <11_performance_2_eager>` has
-# another). The pattern is the model's code; the replacement calls the
-# operator in its functional form, which Inductor then runs in place:
+# A model that writes ``residual + hidden_states`` never calls
+# :func:`opguide.fused_add_rms_norm_`. The opt-in
+# ``opguide.experimental.inductor_fusion`` (private Inductor APIs) adds a
+# pattern pass that finds the sum and its norm, in each traced form, and puts
+# the fused operator in their place, in its functional form, which Inductor
+# runs in place:
 #
 # .. literalinclude:: /../opguide/experimental/inductor_fusion.py
 #    :language: python
@@ -406,15 +364,10 @@ else:
 #       :language: python
 #       :caption: opguide/experimental/inductor_fusion.py
 #
-# The pass runs on the forward graph after AOTAutograd has split off the
-# backward, so training works although the fused operator has no backward:
-# the backward graph stays Inductor's, and reads the sum and the inverse RMS
-# that the fused operator returns. The operator writes the sum into one
-# operand of the add; where both are still needed (in training, saved for the
-# backward), it would need a copy, and the pass leaves that place alone.
-#
-# It is turned on for one model, the unmodified one, through
-# ``torch.compile``'s options:
+# It runs on the forward graph after AOTAutograd split off the backward, so
+# training works without a backward of the fused operator; where both
+# operands of the add are still needed, it leaves the place alone. On for the
+# unmodified model, through ``torch.compile``'s options:
 options = inductor_fusion.compile_options()
 fused = torch.compile(models["model's own"], options=options)
 sums = 2 * CONFIG["num_hidden_layers"]  # every norm but the first follows an add
@@ -460,33 +413,20 @@ for step_name in STEPS:
     _ = model_step.plot_per_call(in_us, f"{step_name}: compiled, without and with the pass")
 
 # %%
-# On the CPU the fused operator competes with a kernel that Inductor also
-# fused; whether one pass over memory in opguide's kernel beats Inductor's own
-# is a question for the GPU, where the bytes set the time.
+# On the CPU the fused operator competes with a kernel Inductor also fused;
+# whether one pass wins is a question for the GPU.
 #
 # Fusing what follows a Triton operator
 # -------------------------------------
-# An operator made with :func:`torch.library.triton_op` is not opaque:
-# ``torch.compile`` traces into it and launches its Triton kernels from the
-# code it generates (:doc:`step 9 <09_triton_kernel>` shows such a graph;
-# opguide's own Triton operators are opaque, as step 9 explains). Inductor
-# still writes a kernel of its own for the pointwise operation after it,
-# unless the private option
-# ``torch._inductor.config.epilogue_fusion_user_defined_triton_kernel``
-# (off by default; it is in torch 2.13's ``torch/_inductor/config.py``) is
-# on: then, by Inductor's source
-# (``UserDefinedTritonKernel.can_fuse_epilogue`` in
-# `torch/_inductor/ir.py <https://github.com/pytorch/pytorch/blob/v2.13.0/torch/_inductor/ir.py>`_),
-# it puts that operation into the user kernel's store, so the output is
-# written once (the cell below checks this where it can run: on a GPU, with
-# a torch that has the option).
-# That source states what it needs of the kernel: one output tensor,
-# written by the only ``tl.store`` of the kernel's source and never read by
-# it, allocated empty inside the operator; and what it needs of the
-# operation: pointwise, reading that tensor alone, with its size and strides.
-#
-# opguide's Triton forward stores ``y`` and the inverse RMS, two stores, so
-# it does not qualify. The experimental module
+# ``torch.compile`` traces into a :func:`torch.library.triton_op` and launches
+# its kernels (:doc:`step 9 <09_triton_kernel>`). With the private option
+# ``torch._inductor.config.epilogue_fusion_user_defined_triton_kernel`` on,
+# Inductor also puts a pointwise operation after it into the kernel's store
+# (``UserDefinedTritonKernel.can_fuse_epilogue`` in `torch/_inductor/ir.py
+# <https://github.com/pytorch/pytorch/blob/v2.13.0/torch/_inductor/ir.py>`_),
+# given one output written by the kernel's only ``tl.store``, never read,
+# allocated empty in the operator, and an operation that reads that output
+# alone. opguide's Triton forward stores twice; the experimental
 # ``opguide.experimental.triton_epilogue`` has an inference forward with one
 # store:
 #
@@ -501,10 +441,8 @@ for step_name in STEPS:
 #       :language: python
 #       :caption: opguide/experimental/triton_epilogue.py
 #
-# The option fuses what follows the kernel, not what precedes it: the
-# residual add in front of the norm still needs the fused operator, or the
-# pass above. What follows a norm in a quantised model is a scale, then a
-# cast; here a scale, compiled with the option off and on:
+# It fuses what follows, not what precedes (the residual add still needs the
+# pass above). A scale after the norm, the option off and on (on a GPU):
 GPU = "cuda" if torch.cuda.is_available() else "cpu"
 skipped = None
 try:
@@ -547,19 +485,14 @@ else:
 # %%
 # Shipping the model: AOTInductor and a C shim
 # --------------------------------------------
-# ``torch.export`` and AOTInductor (:doc:`16_across_pytorch`) compile a model
-# into a package that runs without Python. ``opguide.rms_norm`` is not an ATen
-# operator, so the package's generated C++ calls it through the proxy
-# executor, which at every call boxes the arguments onto a stack and makes a
-# boxed dispatcher call through an operator handle that it looked up by name
-# once, when the package loaded (``OSSOpKernelOperator`` in
-# `oss_proxy_executor.h <https://github.com/pytorch/pytorch/blob/main/torch/csrc/inductor/aoti_torch/oss_proxy_executor.h>`__).
-# Two private options of ``torch._inductor.config`` give the package a
-# direct call instead: ``aot_inductor.custom_ops_to_c_shims`` declares a C
-# function per operator, named ``aoti_torch_<device>_<operator>``, and
-# ``aot_inductor.custom_op_libs`` links the library that defines it. The
-# function takes handles, not tensors, and returns an error code, not an
-# exception:
+# An AOTInductor package (:doc:`16_across_pytorch`) calls a non-ATen operator
+# through the proxy executor: each call boxes the arguments and makes a boxed
+# dispatcher call (``OSSOpKernelOperator`` in `oss_proxy_executor.h
+# <https://github.com/pytorch/pytorch/blob/main/torch/csrc/inductor/aoti_torch/oss_proxy_executor.h>`__).
+# The private options ``aot_inductor.custom_ops_to_c_shims`` and
+# ``custom_op_libs`` give it a direct call to a C function,
+# ``aoti_torch_<device>_<operator>``, which takes handles and returns an
+# error code:
 #
 # .. literalinclude:: /../opguide/experimental/aoti_shim.cpp
 #    :language: cpp
@@ -571,11 +504,9 @@ else:
 #       :language: python
 #       :caption: opguide/experimental/aoti_shim.py
 #
-# The module's ``build`` compiles the
-# shim and loads it into the process, where a package that links it finds it.
-# A stack of four linear layers, each followed by the small Llama's norm with
-# opguide's forward, compiled both ways on the CPU, each package's calls
-# counted in its generated code, then the two timed in turns:
+# Four linear layers, each followed by the norm with opguide's forward,
+# compiled both ways, their calls counted in the generated code, then timed
+# in turns:
 from opguide.experimental import aoti_shim
 
 hidden_size = CONFIG["hidden_size"]
@@ -647,17 +578,16 @@ else:
 # %%
 # A second operator in the MLPs: ``silu_and_mul``
 # -----------------------------------------------
-# A Llama MLP computes ``down_proj(silu(gate_proj(x)) * up_proj(x))``. This
-# layer makes both projections with one matmul and hands the result to
-# :func:`opguide.silu_and_mul` (:doc:`step 21 <21_a_second_operator>`):
+# This layer makes a Llama MLP's two projections with one matmul and hands
+# the result to :func:`opguide.silu_and_mul` (:doc:`step 21
+# <21_a_second_operator>`):
 #
 # .. literalinclude:: /../guidekit/kernel_layers_silu_and_mul.py
 #    :language: python
 #    :caption: guidekit/kernel_layers_silu_and_mul.py
 #
-# Where transformers does not mark ``LlamaMLP`` for ``kernels`` (the cell
-# prints which), ``replace_kernel_forward_from_hub`` marks it, and
-# ``kernelize`` swaps each MLP alone, so that the norms keep theirs:
+# Where transformers leaves ``LlamaMLP`` unmarked (the cell says),
+# ``replace_kernel_forward_from_hub`` marks it, and only the MLPs are swapped:
 #
 # .. literalinclude:: /../guidekit/model_swap_silu_and_mul.py
 #    :language: python
@@ -667,9 +597,8 @@ else:
 #    :language: python
 #    :pyobject: kernelized
 #
-# The layer declares both modes (no GPU record measures it), and the model
-# keeps its own norms. The check: loss, gradients and logits against the
-# model left alone.
+# The layer declares both modes (no GPU record measures it). Loss, gradients
+# and logits against the model left alone:
 from collections import Counter
 
 from transformers.models.llama.modeling_llama import LlamaMLP
@@ -700,9 +629,8 @@ torch.testing.assert_close(loss, want, atol=1e-5, rtol=1e-5)
 assert grad_gap < 1e-4 and logits_gap < 1e-4
 
 # %%
-# Timed as the norms were. The layer's time includes joining the two weights
-# at each call; compiled, Inductor cannot fuse the operator with the matmuls
-# around it, and the generated code shows its calls:
+# Timed as the norms were (the layer joins the two weights at each call);
+# compiled, the generated code shows the operator's calls:
 compiled_mlp = torch.compile(swapped_mlp)
 SILU_CALL = re.compile(r"torch\.ops\.opguide\.(silu_and_mul\w*)\.default\(")
 for step_name, step in STEPS.items():
@@ -736,17 +664,13 @@ for mode in ("eager", "compiled"):
 # %%
 # On a GPU
 # --------
-# ``tools/record_model_step.py`` runs the same comparison on a GPU with a
-# larger Llama (the record's first lines give its size and batch); both
-# opguide backends, Liger and Quack where they import, the pass, and the
-# model kernelized in each group's mode. A layer may declare only the modes
-# it is measured faster in, so the tool takes those flags from an earlier
-# record (the one it overwrites, or ``--support-from``; the output says which
-# and whether this record's own numbers agree). It writes
-# ``docs/recorded/model_step_<gpu>.json``. This page reads it: a table, the
-# fastest variant of each group where the record tells it from the next,
-# sentences computed from it, and a plot of each variant's median over the
-# model's own norm's in the same mode and step, quartiles as error bars.
+# ``tools/record_model_step.py`` runs the comparison on a GPU with a larger
+# Llama (its size first): both opguide backends, Liger and Quack where they
+# import, the pass, and the model kernelized in each mode, with the layers'
+# flags taken from a GPU record (the output says whether this record's own
+# numbers agree). Read here: a table, the fastest of each group where the
+# record tells it from the next, and each variant's median over the model's
+# own norm's:
 if not RECORDED:
     print(
         "No GPU record is present (docs/recorded/model_step_<gpu>.json): this page "
@@ -778,12 +702,7 @@ for path in RECORDED:
     model_record.plot_record(record)
 
 # %%
-# What to take from this step: measure the model, not only the kernel; time
-# compiled as well as eager, because Inductor's fusions change what your
-# operator competes with; let a layer declare only the modes where it is
-# measured faster (eager inference always runs a mapped layer); and when an
-# opaque operator loses a fusion, fuse it yourself, in the model's code or in
-# the compiler, then measure whether it pays. A Triton operator with one
-# store lets Inductor fuse what follows it under a private option, and an
-# AOTInductor package can call a C++ operator through a C shim: time both
-# before you take on the private options they need.
+# Measure the model, compiled as well as eager; declare only the modes a
+# layer is measured faster in; where an opaque operator loses a fusion, fuse
+# it yourself and measure whether it pays. The Triton epilogue and the C
+# shim need private options: time them before you take them on.
