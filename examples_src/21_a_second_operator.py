@@ -2,29 +2,18 @@ r"""
 Step 21: A second operator
 ==========================
 
-The steps before this one followed one operator, RMSNorm. This step adds a
-second, ``silu_and_mul``: the gated activation of Llama-style MLPs. For ``x``
-of shape ``(..., 2*d)`` (the gate and up projections side by side, as one
-matmul computes them) it returns ``y = silu(x[..., :d]) * x[..., d:]``, of
-shape ``(..., d)``. It is elementwise, so the kernels are short and the page
-is about what an operator needs around them.
-
-In this step you will learn:
-
-* what a new operator takes: one registry entry, its own folders and its
-  tests, and no edit to a shared file;
-* the pieces, whole: the schema, the CUDA and Triton kernels, the wrapper,
-  the fake kernels and the autograd, vmap, autocast and FLOP rules;
-* how the checks of the earlier steps apply unchanged: the reference,
-  ``opcheck``, ``gradcheck``, ``torch.compile``, ``torch.export`` and
-  Triton's interpreter;
-* how fast it runs on a GPU against a copy of the same bytes (recorded).
+A second operator in the library, ``silu_and_mul``, the gated activation of
+Llama MLPs: for ``x`` of shape ``(..., 2*d)`` (gate and up projections side
+by side) it returns ``silu(x[..., :d]) * x[..., d:]``. Its kernels are short,
+so the page is about what an operator needs around them: one registry entry,
+its own folders and tests, no edit to a shared file; the schema, kernels and
+rules whole; the earlier steps' checks applied unchanged; its recorded speed
+on a GPU.
 
 What an operator takes
 ----------------------
-``opguide/registry.py`` is the list of the library's operators. The entry of
-``silu_and_mul`` names its compiled operators and their Triton twins, its
-routes, and the files of each kernel family and of each route's planning:
+``silu_and_mul``'s entry in ``opguide/registry.py`` names its operators and
+their Triton twins, its routes, and its kernel and planning files:
 
 .. literalinclude:: /../opguide/registry.py
    :language: python
@@ -34,23 +23,16 @@ routes, and the files of each kernel family and of each route's planning:
    :prepend: Operator(
    :append: ),
 
-The rest is the operator's own: ``csrc/silu_and_mul/`` (schema, CPU and CUDA
-kernels, the CUDA configuration), ``opguide/_silu_and_mul/`` (wrapper, fake
-kernels, rules, reference, Triton kernels), ``tests/test_silu_and_mul*.py``,
-``manifests/*_silu_and_mul.txt`` and its benchmark. Nothing shared is edited,
-because everything that enumerates operators reads the registry:
-``setup.py`` compiles each entry's ``csrc`` folder (:doc:`step 6
-<06_the_build>`), ``opguide/__init__.py`` exports each entry's ``public``
-names, :mod:`opguide.backends` finds the devices each compiled operator has
-kernels for, ``guidekit/manifests.py`` cuts each route's files from the
-entry, and ``guidekit/recorded/sources.py`` hashes the kernel and planning
-files a record measured. The first cell reads these back.
+The rest is its own: ``csrc/silu_and_mul/``, ``opguide/_silu_and_mul/``, its
+tests, manifests and benchmark. Everything that enumerates operators reads
+the registry (``setup.py``, ``opguide/__init__.py``, :mod:`opguide.backends`,
+the manifests, the records' hashes), as the first cell shows.
 
 The schema
 ----------
 A fragment of the ``opguide`` namespace (:doc:`step 13
-<13_namespaces_and_fragments>`) in the operator's folder: two schemas, the
-forward and the backward that its autograd formula calls.
+<13_namespaces_and_fragments>`): the forward, and the backward its autograd
+formula calls.
 
 .. literalinclude:: /../csrc/silu_and_mul/silu_and_mul_schema.cpp
    :language: cpp
@@ -58,17 +40,11 @@ forward and the backward that its autograd formula calls.
 
 The CUDA kernels
 ----------------
-The device code is a torch-free header, as in :doc:`step 3
-<03_cuda_kernel>`. Each thread moves 16 bytes per access (eight bfloat16
-elements); the planner in ``silu_and_mul_config.h`` falls back to single
-elements when a pointer is not 16-byte aligned or ``d`` is not a whole number
-of vectors. A thread issues all its loads (two vectors of each half in the
-forward) before it computes anything, so that enough bytes are in flight to
-keep HBM busy: the kernel waits on memory, not arithmetic, so it can afford
-the accurate ``expf``. The grid is at most four blocks per SM, whose rows of
-threads walk the tensor's rows with a grid stride, however many there are.
-Every index is 64-bit: ``row * 2 * cols`` passes ``2**31`` in large tensors,
-where 32-bit offsets would wrap.
+A torch-free header, as in :doc:`step 3 <03_cuda_kernel>`: 16-byte accesses,
+or single elements where a pointer or ``d`` does not allow them (the planner
+in ``silu_and_mul_config.h``, each constant with its reason); each thread
+issues all its loads before it computes; a grid stride over the rows; 64-bit
+indices, since ``row * 2 * cols`` passes ``2**31`` in large tensors.
 
 .. dropdown:: csrc/silu_and_mul/silu_and_mul.cuh (the kernels and their launch)
 
@@ -90,10 +66,9 @@ where 32-bit offsets would wrap.
 
 The Triton kernels
 ------------------
-One program per tile of ``ROWS`` rows by ``BLOCK_N`` columns of ``y``, the
-same formulas in float32, and ``int64`` row offsets for the same reason as in
-CUDA. ``opguide/_silu_and_mul/triton/ops.py`` chooses the tile and registers
-the two operators as :doc:`step 9 <09_triton_kernel>` registers RMSNorm's.
+One program per tile of ``ROWS`` x ``BLOCK_N`` of ``y``, in float32, with
+``int64`` row offsets; registered as :doc:`step 9 <09_triton_kernel>`
+registers RMSNorm's.
 
 .. literalinclude:: /../opguide/_silu_and_mul/triton/kernels.py
    :language: python
@@ -101,20 +76,17 @@ the two operators as :doc:`step 9 <09_triton_kernel>` registers RMSNorm's.
 
 The Python side
 ---------------
-``ops.py`` holds the public function, the fake kernels and the
-registrations. Its ``compiled`` argument decides what ``torch.compile`` sees:
-by default (``compiled="kernel"``) the operator itself; with
-``compiled="native"``, the plain-PyTorch reference, which Inductor can fuse
-with its neighbours.
+The public function, the fake kernels and the registrations. ``compiled``
+decides what ``torch.compile`` sees: the operator (``"kernel"``, the default)
+or the plain-PyTorch reference, which Inductor can fuse (``"native"``).
 
 .. literalinclude:: /../opguide/_silu_and_mul/ops.py
    :language: python
    :caption: opguide/_silu_and_mul/ops.py
 
-``rules.py`` holds what both routes share: autograd saves ``x`` alone (the
-backward recomputes the sigmoid), vmap moves the batch to the front and
-makes it more rows, autocast runs the operator in float32, and the FLOP
-formulas count 5 and 10 per output element.
+``rules.py``, shared by both routes: autograd saves ``x`` alone (the backward
+recomputes the sigmoid), vmap makes the batch more rows, autocast runs in
+float32, and FLOP formulas.
 
 .. dropdown:: opguide/_silu_and_mul/rules.py
 
@@ -124,9 +96,8 @@ formulas count 5 and 10 per output element.
 """
 
 # %%
-# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
-# program selects it before anything imports ``triton`` (opguide only reads
-# the choice, in :mod:`opguide.triton.interpreter`):
+# Without a GPU the Triton kernels run in Triton's interpreter, chosen
+# before anything imports ``triton``:
 import os
 
 import torch
@@ -137,7 +108,7 @@ if not torch.cuda.is_available():
 # %%
 # What reads the entry
 # --------------------
-# Each consumer named above, asked about ``silu_and_mul``:
+# Each consumer, asked about ``silu_and_mul``:
 import json
 
 import matplotlib.pyplot as plt
@@ -165,11 +136,9 @@ for label, value in found.items():
 # %%
 # The operator against its reference
 # -----------------------------------
-# :func:`opguide.silu_and_mul_reference` is plain PyTorch, computed in float32
-# (float64 for float64) and rounded once, the kernels' contract. The C++
-# kernels on CPU tensors, and the CUDA kernels where a GPU is visible. In
-# float16 and bfloat16 the two may differ by one rounding step, where their
-# float32 values fall on either side of a rounding boundary:
+# The reference computes in float32 (float64 for float64) and rounds once;
+# in 16-bit types a kernel may differ from it by one rounding step. The C++
+# kernels, and the CUDA ones where a GPU is visible:
 devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 for device in devices:
     for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
@@ -185,10 +154,8 @@ if not torch.cuda.is_available():
 # %%
 # opcheck and gradcheck
 # ---------------------
-# :func:`torch.library.opcheck` tests each operator's schema, fake kernel,
-# autograd registration (with an input that requires grad) and tracing. It
-# does not check that the gradient is right: :func:`torch.autograd.gradcheck`
-# compares the backward operator with finite differences, in float64.
+# ``opcheck`` does not check that the gradient is right;
+# :func:`torch.autograd.gradcheck` does, in float64:
 OPS = torch.ops.opguide
 x = torch.randn(3, 2 * 9)
 grad_y = torch.randn(3, 9)
@@ -206,10 +173,7 @@ print("gradcheck, float64:", torch.autograd.gradcheck(opguide.silu_and_mul, (x64
 # %%
 # torch.compile and torch.export
 # ------------------------------
-# With ``fullgraph=True`` a graph break is an error, so a compiled function
-# that runs proves the call traced whole. A backend that keeps the graph
-# Dynamo hands it shows what each ``compiled`` choice puts there: the
-# operator, or the reference's PyTorch calls for Inductor to fuse.
+# What each ``compiled`` choice puts in the graph, under ``fullgraph=True``:
 
 
 def graph_targets(compiled: str) -> list[str]:
@@ -241,9 +205,8 @@ torch.testing.assert_close(grad_x, torch.autograd.grad(expected, x, torch.ones_l
 print("torch.compile(fullgraph=True), Inductor: forward and backward match the reference")
 
 # %%
-# An exported program keeps the operator, so a program without Python (an
-# AOTInductor package, :doc:`step 16 <16_across_pytorch>`) calls the same
-# kernels:
+# An exported program keeps the operator (:doc:`step 16
+# <16_across_pytorch>`):
 
 
 class GatedActivation(torch.nn.Module):
@@ -258,9 +221,8 @@ assert OPS.silu_and_mul.default in {n.target for n in program.graph.nodes}
 # %%
 # The Triton kernels
 # ------------------
-# ``backend="triton"`` runs the Triton twins. On CPU tensors they run in
-# Triton's interpreter, which checks the kernels' arithmetic and masks, not
-# their speed; on a GPU they run compiled.
+# ``backend="triton"``: in the interpreter on CPU tensors (arithmetic and
+# masks, not speed), compiled on a GPU:
 from opguide import triton as triton_ops  # noqa: E402
 
 if not backends.triton_ready():
@@ -303,13 +265,11 @@ if on is not None:
 # %%
 # How fast on a GPU (recorded)
 # ----------------------------
-# ``guidekit/benchmark/silu_and_mul.py`` times the forward, and the forward
-# with its backward through autograd, of opguide's CUDA and Triton kernels,
-# ``torch.compile`` of the reference, and Liger-Kernel's
-# ``LigerSiLUMulFunction`` (given the two halves as separate contiguous
-# tensors, as a model that uses it holds them). Each is shown as a percentage
-# of the bandwidth of a copy (``copy_``) of as many bytes. This page reads a
-# record from one GPU; it measures nothing.
+# ``guidekit/benchmark/silu_and_mul.py`` times the forward, and forward with
+# backward, of opguide's CUDA and Triton kernels, ``torch.compile`` of the
+# reference, and Liger-Kernel's ``LigerSiLUMulFunction`` (given the halves as
+# separate tensors), each in % of a ``copy_`` of as many bytes. A record from
+# one GPU:
 path = recorded_dir() / "silu_and_mul_h200.json"
 record = json.loads(path.read_text())
 say(
@@ -344,8 +304,7 @@ for pass_name in passes:
         print(f"{shape(case):20}" + "".join(f"{pct[(n, pass_name, *case)]:>14.1f}%" for n in impls))
 
 # %%
-# One bar per implementation for each shape and dtype; the dashed line is
-# the copy.
+# The dashed line is the copy:
 colors = {
     "opguide cuda": COLORS["opguide"],
     "opguide triton": COLORS["opguide triton"],
@@ -369,9 +328,8 @@ fig.suptitle(f"silu_and_mul, recorded on {record['device']} ({record['date'][:10
 plt.show()
 
 # %%
-# What the record says, computed from its rows: the range of each of
-# opguide's kernels, which implementation leads each shape and by how much
-# over the next, and where one falls far below the copy.
+# Computed from its rows: each kernel's range, the leader of each shape, and
+# where one falls far below the copy:
 FAR_BELOW = 80.0  # % of the copy: far enough below to name the shapes
 for pass_name in passes:
     for impl in ("opguide cuda", "opguide triton"):
@@ -413,8 +371,7 @@ if pct[top] > 100:
     )
 
 # %%
-# ``torch.compile`` of the reference is what ``compiled="native"`` hands
-# Inductor. From the record, its best and worst shape in each pass:
+# ``compiled="native"``'s best and worst shape in each pass:
 for pass_name in passes:
     timed = [case for case in cases if ("torch.compile", pass_name, *case) in pct]
     if not timed:
@@ -435,23 +392,13 @@ for pass_name in passes:
         say(f"{pass_name}: torch.compile reaches {low:.1f}% to {high:.1f}% of the copy.")
 
 # %%
-# Before you take the compiled default into a model, time your model's
-# shapes with the benchmark above: ``python -m guidekit.benchmark.silu_and_mul``.
-#
-# What's next
-# -----------
-# :doc:`Step 18 <18_your_own_operator>` renders the same activation, with
-# the gate as a second input (``silu_mul``), as a project of your own from
-# the template; :doc:`step 19 <19_ship_your_operator>` ships it as wheels;
-# :doc:`step 20 <20_your_operator_in_a_model>` puts an operator into a real
-# model and times the model, not only the kernel. :doc:`Step 11
-# <11_performance>` explains the copy that the record measures against.
+# Time your model's shapes before choosing: ``python -m
+# guidekit.benchmark.silu_and_mul``. :doc:`Step 20
+# <20_your_operator_in_a_model>` puts this operator into a model.
 
 # %%
 # The files of this step, whole
 # -----------------------------
-# The page above showed the ``silu_and_mul`` entry of this file; here it is
-# whole, with the other operators' entries.
 #
 # .. dropdown:: opguide/registry.py
 #
