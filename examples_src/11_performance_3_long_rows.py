@@ -90,11 +90,11 @@ rms = constants("rms_norm/rms_norm_config.h")
 fused = constants("fused_add_rms_norm/fused_add_rms_norm_config.h")
 holds = rms["kMaxThreadsPerRow"] * rms["kForwardRegVecs"] * 8  # 8 bfloat16 to a vector
 # The longest bfloat16 row each pass gives one CUDA block (clusters past it);
-# the backward's block holds kBwdMaxThreads x 4 vectors (rms_norm_planner.cuh).
+# the backward's block holds kBackwardMaxThreads x 4 vectors (rms_norm_planner.cuh).
 ONE_BLOCK = {
     "forward": rms["kClusterForwardMinVecs"] * 8,
-    "backward": rms["kBwdMaxThreads"] * 4 * 8,
-    "training": rms["kBwdMaxThreads"] * 4 * 8,
+    "backward": rms["kBackwardMaxThreads"] * 4 * 8,
+    "training": rms["kBackwardMaxThreads"] * 4 * 8,
     "fused": fused["kFusedClusterMinVecs"] * 8,
 }
 say(
@@ -162,18 +162,22 @@ say(
 # :doc:`step 9.2 <09_triton_kernel_2_long_rows>`), each writing its part of the row's sum
 # into a slot and waiting for the others. The Triton backward splits rows
 # sooner than the forward: its register kernel holds ``x``, ``grad_y``, the
-# weight and its gradient. The compiler's report on it, at the rows it takes:
-registers = recorded("triton_registers_h100.json")["kernels"]
-backward = select(registers, kernel="_rms_norm_bwd_kernel")
-show(
-    table(
-        backward,
-        ("n",),
-        "kernel",
-        lambda k: f"{k['registers']} registers, {k['spill_bytes']} bytes spilled",
-    )
-)
-say(f"spills at N = {[k['n'] for k in backward if k['spill_bytes']] or 'none'}")
+# weight and its gradient. The compiler's report on it at the longest rows it
+# takes, bfloat16, as an eager call on an H100 launches it (``sm_90``, with
+# PDL): compiled here without a GPU by ``guidekit.triton_targets`` (:doc:`step
+# 9.2 <09_triton_kernel_2_long_rows>`), with the Triton installed here, whose
+# counts may differ from those of the sweeps' Triton:
+from guidekit import triton_targets
+
+compiled = triton_targets.check(
+    ["sm_90"], full=True, kernels=["_rms_norm_bwd_kernel"], row_lengths=[2048, 4096, 8192],
+    dtypes=["bfloat16"],
+)  # fmt: skip
+backward = [u for u in compiled if "GDC=True" in u.config]
+for u in backward:
+    launch = " ".join(w for w in u.config.split() if w.startswith(("BLOCK_N", "ROWS", "num_w")))
+    say(f"{launch}: {u.regs} registers, {u.spills} bytes spilled")
+say(f"spills: {[u.config for u in backward if u.spills] or 'none'}")
 
 # %%
 # The long rows of the sweep of :doc:`11_performance`, bfloat16, next to

@@ -134,7 +134,7 @@ part 3 (the tools):
   sweep_triton_split_fenced_h100.txt (tools/sweep_triton.py split-fenced),
   sweep_fused_add_rms_norm_h100.txt, sweep_rms_norm_forward_keep_packed_h100.txt
   (tools/sweep_rms_norm_forward_vectors.cu, and again with -DOPGUIDE_KEEP_PACKED=0),
-  triton_registers_h100.json, minimal_cuda_h100.json, gpu_debug.json,
+  minimal_cuda_h100.json, gpu_debug.json,
   bad_index_h100.json (tools/record_bad_index.py: what reporting a bad index costs per call)
 part 4 (compute-sanitizer and the CUDA tests):
   sanitizer_h100.txt (memcheck and racecheck, --long-rows --small, --narrow), cuda_tests_h100.log
@@ -210,10 +210,6 @@ case "$part" in
         run_to "$scratch/$name" "$scratch/sweep_vectors"
       done
       mv "$scratch/$name" "$out/$name" && done_ "$name"
-    fi
-    if want triton_registers_h100.json; then
-      python3 tools/record_triton_registers.py --out "$out/triton_registers_h100.json"
-      done_ triton_registers_h100.json
     fi
     if want minimal_cuda_h100.json; then
       python3 tools/record_minimal_cuda.py --out "$out/minimal_cuda_h100.json"

@@ -79,7 +79,6 @@ MEASURED: dict[str, tuple[str, ...]] = {
     "model_step_*.json": (f"cuda:{ALL}", f"triton:{ALL}", f"python:{BOTH}",
                           "opguide/experimental/inductor_fusion.py", "guidekit/model_step.py",
                           "tools/record_model_step.py"),
-    "triton_registers_*.json": ("triton:forward,backward", "tools/record_triton_registers.py"),
     "two_gpus.json": (f"cuda:{ALL}", f"triton:{ALL}", f"python:{BOTH}", "tests/test_two_gpus.py",
                       "tools/record_two_gpus.py"),
     "gpu_debug.json": ("tools/gpu_debug/async_error.py", "tools/gpu_debug/oob_write.cu",

@@ -36,6 +36,8 @@ def check(
     kernels: Sequence[str] | None = None,
     launches: Sequence[Launch] | None = None,
     jobs: int | None = None,
+    row_lengths: Sequence[int] | None = None,
+    dtypes: Sequence[str] | None = None,
 ) -> list[Usage]:
     """Compiles the library's kernels (or ``launches``) for ``targets`` and checks each.
 
@@ -46,6 +48,8 @@ def check(
         kernels: only these kernels of the library (names), if given.
         launches: these launches instead of the library's, each compiled for every target.
         jobs: compiles at once (default: the CPU count).
+        row_lengths, dtypes: the library's launches for these row lengths and dtypes
+            of x only (default: :data:`ROW_LENGTHS`, every dtype it takes).
 
     Returns:
         One :class:`Usage` per kernel, configuration and target.
@@ -58,6 +62,8 @@ def check(
         "kernels": list(kernels) if kernels else None,
         "launches": [dataclasses.asdict(la) for la in launches] if launches else None,
         "jobs": jobs,
+        "row_lengths": list(row_lengths) if row_lengths else None,
+        "dtypes": list(dtypes) if dtypes else None,
     }
     if not _can_compile_here():
         done = subprocess.run(
@@ -91,7 +97,8 @@ def _check_here(request: dict) -> list[Usage]:
         if request["launches"]:
             chosen = [_launch_from(d) for d in request["launches"]]
         else:
-            chosen = library_launches(target)
+            only = {k: request[k] for k in ("row_lengths", "dtypes") if request.get(k)}
+            chosen = library_launches(target, **only)
             if request["kernels"]:
                 chosen = [la for la in chosen if la.kernel in request["kernels"]]
             if not request["full"]:
