@@ -165,4 +165,4 @@ print("not run: anything on an AMD GPU (no AMD GPU ran this code)")
 # beside the sources and compiles them with hipcc; ``PYTORCH_ROCM_ARCH``
 # (``"gfx90a;gfx942"``) plays the part of ``TORCH_CUDA_ARCH_LIST``. The same
 # ``pip install --no-build-isolation .`` is meant to build the package there;
-# no ROCm torch has built it for this guide.
+# that build is untested.
