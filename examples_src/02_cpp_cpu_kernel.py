@@ -220,7 +220,8 @@ for bad in [(x.int(), w), (x, w.half()), (x, w[:100])]:
 # (2048, 4096) float32 input: the two kernels, step 1's body, PyTorch's
 # RMSNorm, and two copies of the same bytes, ``y.copy_(x)`` into a tensor that
 # exists and ``x.clone()`` into new memory from PyTorch's allocator, where
-# both kernels take their outputs too. The six take turns, round after round;
+# both kernels take their outputs too (step 11 also times the library's loop
+# alone, into an existing tensor). The six take turns, round after round;
 # each line gives the median and the middle half of the samples, and the last
 # lines are computed from this run.
 import statistics  # noqa: E402
