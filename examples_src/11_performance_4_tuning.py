@@ -20,8 +20,9 @@ The numbers are **recorded** in ``docs/recorded/``: fixed-shape runs of
 ``python -m guidekit.benchmark`` (in % of its 1 GiB copy) and the output of
 the ``tools/sweep_*`` programs, torch-free programs that time variants of a
 kernel against a copy. A change the library does not make is a patch in
-``tools/variants/``, applied to a copy of the sources and timed beside the
-library as it is (``tools/gpu_records.sh 5``); each section shows its patch.
+``tools/variants/`` or a define, applied to a copy of the sources and timed
+beside the library as it is (``tools/gpu_records.sh 5``); each section shows
+its patches.
 The page prints each file's device and date.
 Previous page: :doc:`11_performance_3_long_rows`.
 """
@@ -95,33 +96,10 @@ say(
 # if the forward spills. Registers also set how many blocks fit on a
 # multiprocessor, which has 65536 of them. The fused kernel's blocks have up to
 # 1024 threads; ``__launch_bounds__(1024, 2)`` caps it at 32 registers per
-# thread, so that two such blocks fit. The kernel's comment (:doc:`step 10
-# <10_patterns>`) gives a reason for two: with one block per SM, the memory
-# system idles between rows. No record here runs the kernel at one block per
-# SM, so that reason is not measured; the runs below show only what the cap
-# does to the registers. Without the cap and with the cap:
-#
-# .. dropdown:: tools/variants/fused_add_rms_norm_uncapped.patch
-#
-#    .. literalinclude:: /../tools/variants/fused_add_rms_norm_uncapped.patch
-#       :language: diff
-#       :caption: tools/variants/fused_add_rms_norm_uncapped.patch
-caps = []
-for label, name in (("no cap", "_uncapped"), ("cap", "")):
-    rows = tool_rows(recorded_text(f"sweep_fused_add_rms_norm{name}_h100.txt"))
-    found = best(rows, dtype="fp16", shape="4096x8192", **{"vecs/thr": 1, "rows/blk": 1})
-    caps.append(found)
-    say(
-        f"fp16 4096x8192, {label:6}: {found['regs']} registers, {found['blocks/SM']} block(s) "
-        f"per SM: {found['pct']}% of the copy"
-    )
-taken = caps[0]["regs"] - caps[1]["regs"]
-cap_gain = caps[1]["pct"] - caps[0]["pct"] if taken else None
-say(
-    f"the cap takes {taken} registers a thread away: {caps[1]['pct'] - caps[0]['pct']:+.1f} points"
-    if taken
-    else "the cap takes no register away: the two runs time the same machine code"
-)
+# thread, so that two such blocks fit, and the same test checks that they do.
+# The kernel's comment (:doc:`step 10 <10_patterns>`) gives a reason for two:
+# with one block per SM, the memory system idles between rows. No record here
+# runs the kernel at one block per SM, so that reason is not measured.
 
 # %%
 # All loads before the arithmetic
@@ -192,18 +170,15 @@ say(f"gain: {min(pipeline_gains):+.1f} to {max(pipeline_gains):+.1f} points")
 # drop these lines first, as ``x`` and ``y`` are touched once. What that
 # does may depend on what else L2 holds; the runs below clean L2 before each
 # timing, as the benchmark does, and give the times, not the cause. The CUDA
-# forward with and without the hints, then the Triton kernels with and
-# without ``evict_first``:
+# forward with the hints, then without any (built with
+# ``-DOPGUIDE_STREAMING_HINTS=0``), then the Triton kernels with and without
+# ``evict_first``:
 #
-# .. dropdown:: The three patches (tools/variants/)
+# .. dropdown:: The two patches (tools/variants/)
 #
 #    .. literalinclude:: /../tools/variants/cuda_forward_hints_on.patch
 #       :language: diff
 #       :caption: tools/variants/cuda_forward_hints_on.patch
-#
-#    .. literalinclude:: /../tools/variants/cuda_hints_off.patch
-#       :language: diff
-#       :caption: tools/variants/cuda_hints_off.patch
 #
 #    .. literalinclude:: /../tools/variants/triton_evict_first_on.patch
 #       :language: diff
@@ -300,12 +275,10 @@ if pdl_changed:
 # -----------
 # Every change on this page that changes the machine code, in points of the
 # copy gained at each point it was measured (for the hints: what leaving them
-# out gains; the register cap only where it takes registers away; for PDL:
-# against its own ``PDL off`` run, so its forward points carry the gap
-# between runs described above):
+# out gains; for PDL: against its own ``PDL off`` run, so its forward points
+# carry the gap between runs described above):
 gains = {
     "keep_packed": keep_packed,
-    **({"register cap": [cap_gain]} if cap_gain is not None else {}),
     "loads first": [c["points"] for c in loads],
     "shared-memory pipeline": pipeline_gains,
     "no .cs (CUDA forward)": [c["points"] for c in hints],

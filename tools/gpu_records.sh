@@ -13,10 +13,10 @@
 # build), runs its commands, writes each record into docs/recorded/, stamps it
 # with the hash of the sources it measured and prints "refreshed: NAME".
 # Part 6 runs each operator's own benchmark (guidekit/benchmark/OPERATOR.py).
-# Part 5 measures variants of the kernels: each is a patch in tools/variants/,
-# applied to a copy of the sources under build/ (the work tree is left as it
-# is), built and timed next to the library as it is; the record stores the
-# patch's hash with the sources'. A record that is not in any part measured
+# Part 5 measures variants of the kernels: each a patch in tools/variants/ or
+# a define for nvcc, applied to a copy of the sources under build/ (the work
+# tree is left as it is), built and timed next to the library as it is; the
+# record stores a patch's hash with the sources'. A record that is not in any part measured
 # something no command makes from the sources (two GPUs, another torch);
 # `list` names those and the page that shows each prints, beside it, which of
 # its sources changed since.
@@ -81,27 +81,31 @@ nvcc_sweep() {  # nvcc_sweep NAME SOURCE [ARGS...]
   sweep_binary "$scratch/sweep" "$source" -Icsrc
   text "$name" "$scratch/sweep" "$@"
 }
-# A copy of the sources with tools/variants/NAME.patch applied, in $scratch/NAME;
-# its C++ and CUDA extension is built when the patch changes csrc/ (unless
-# `nobuild`: a torch-free tool compiles the patched headers itself), else it
-# takes the library's. Prints the copy's path.
-variant() {  # variant NAME [nobuild]
-  local name="$1" dir="$scratch/$1"
+# A copy of the sources in $scratch changed by VARIANT: tools/variants/VARIANT.patch
+# applied, or, for a VARIANT that starts with -D, that define given to nvcc
+# (NVCC_APPEND_FLAGS). Its C++ and CUDA extension is built when the variant
+# changes csrc/, else it takes the library's. Prints the copy's path.
+variant() {  # variant VARIANT
+  local dir="$scratch/variant_${1//[^A-Za-z0-9_]/_}" flags="" patch="tools/variants/$1.patch"
   mkdir -p "$dir"
   tar -cf - --exclude=__pycache__ --exclude='*.so' csrc opguide guidekit tools setup.py \
     pyproject.toml | tar -xf - -C "$dir"
-  # GIT_CEILING_DIRECTORIES: git applies the patch to this folder, never to the
-  # repository around it.
-  (cd "$dir" && GIT_CEILING_DIRECTORIES="$scratch" git apply "$OLDPWD/tools/variants/$name.patch") >&2
-  if [[ "${2:-}" != nobuild ]] && grep -q '^+++ b/csrc/' "tools/variants/$name.patch"; then
-    (cd "$dir" && USE_CUDA=1 python3 setup.py -q build_ext --inplace >"$dir.build.log" 2>&1) \
-      || { tail -30 "$dir.build.log" >&2; return 1; }
+  if [[ "$1" == -D* ]]; then
+    flags="$1"
+  else
+    # GIT_CEILING_DIRECTORIES: git applies the patch to this folder, never to the
+    # repository around it.
+    (cd "$dir" && GIT_CEILING_DIRECTORIES="$scratch" git apply "$OLDPWD/$patch") >&2
+  fi
+  if [[ -n "$flags" ]] || grep -q '^+++ b/csrc/' "$patch"; then
+    (cd "$dir" && NVCC_APPEND_FLAGS="$flags" USE_CUDA=1 python3 setup.py -q build_ext \
+      --inplace >"$dir.build.log" 2>&1) || { tail -30 "$dir.build.log" >&2; return 1; }
   else
     cp opguide/_C*.so "$dir/opguide/"
   fi
   echo "$dir"
 }
-vbench() {  # vbench NAME PATCH [BENCHMARK ARGS...]: bench, with tools/variants/PATCH.patch applied
+vbench() {  # vbench NAME VARIANT [BENCHMARK ARGS...]: bench, built as VARIANT (see variant)
   want "$1" || return 0
   local name="$1" dir
   dir="$(variant "$2")"
@@ -138,13 +142,12 @@ part 3 (the tools):
   bad_index_h100.json (tools/record_bad_index.py: what reporting a bad index costs per call)
 part 4 (compute-sanitizer and the CUDA tests):
   sanitizer_h100.txt (memcheck and racecheck, --long-rows --small, --narrow), cuda_tests_h100.log
-part 5 (kernel variants, tools/variants/NAME.patch, each beside the library as it is):
+part 5 (kernel variants, tools/variants/NAME.patch or a define, beside the library as it is):
   cuda_forward_hints_on_h100.json, cuda_forward_hints_off_h100.json     --passes forward,backward
-    (cuda_forward_hints_on.patch, and cuda_hints_off.patch: no .cs hints in any kernel)
+    (cuda_forward_hints_on.patch, and -DOPGUIDE_STREAMING_HINTS=0: no .cs hints in any kernel)
   cuda_forward_loads_interleaved_h100.json, cuda_forward_loads_first_h100.json
   triton_evict_first_on_h100.json, triton_evict_first_off_h100.json     --passes forward,fused
   sweep_odd_rows_16_byte_only_h100.json       odd_rows_16_byte_only.patch, --sweep
-  sweep_fused_add_rms_norm_uncapped_h100.txt  fused_add_rms_norm_uncapped.patch, the part 3 tool
 by hand (no part):
   two GPUs: two_gpus.json (tools/record_two_gpus.py), many_gpus_nccl.json (step 17)
   another torch: stable_abi_torch2.11_cuda.json, stable_abi_torch2.15_cpu.json
@@ -242,7 +245,8 @@ case "$part" in
     # others, then the library as it is.
     vbench cuda_forward_hints_on_h100.json cuda_forward_hints_on --passes forward,backward \
       "${fixed[@]}"
-    vbench cuda_forward_hints_off_h100.json cuda_hints_off --passes forward,backward "${fixed[@]}"
+    vbench cuda_forward_hints_off_h100.json -DOPGUIDE_STREAMING_HINTS=0 \
+      --passes forward,backward "${fixed[@]}"
     vbench cuda_forward_loads_interleaved_h100.json cuda_forward_loads_interleaved \
       --passes forward "${fixed[@]}"
     bench cuda_forward_loads_first_h100.json --passes forward "${fixed[@]}"
@@ -252,13 +256,7 @@ case "$part" in
     vbench sweep_odd_rows_16_byte_only_h100.json odd_rows_16_byte_only --sweep --dtypes bf16 \
       --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
       --passes forward,backward,training,fused \
-      --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"
-    if want sweep_fused_add_rms_norm_uncapped_h100.txt; then
-      dir="$(variant fused_add_rms_norm_uncapped nobuild)"
-      sweep_binary "$scratch/sweep_uncapped" "$dir/tools/sweep_fused_add_rms_norm.cu" \
-        -I"$dir/csrc"
-      text sweep_fused_add_rms_norm_uncapped_h100.txt "$scratch/sweep_uncapped"
-    fi ;;
+      --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)" ;;
   6)
     for op in $(operator_benchmarks); do
       want "${op}_$gpu.json" || continue

@@ -107,11 +107,8 @@ MEASURED: dict[str, tuple[str, ...]] = {
     # on the GPU. The tests and pages are checked on every CPU run; a change to
     # one of them changes a count in the log, not what the log says of the GPU.
     "gpu_suite_*.log": (f"cuda:{ALL}", f"triton:{ALL}", f"python:{BOTH}", "tools/gpu_suite.sh"),
-    # The tools' own sweeps (tools/gpu_records.sh 3 and 5).
+    # The tools' own sweeps (tools/gpu_records.sh 3).
     "sweep_triton_split*.txt": ("triton:forward,backward", "tools/sweep_triton.py"),
-    "sweep_fused_add_rms_norm_uncapped_*.txt": ("cuda:fused", *_SWEEP_TOOL,
-                                                "tools/sweep_fused_add_rms_norm.cu",
-                                                _VARIANT.format("fused_add_rms_norm_uncapped")),
     "sweep_fused_add_rms_norm*.txt": ("cuda:fused", *_SWEEP_TOOL,
                                       "tools/sweep_fused_add_rms_norm.cu"),
     "sweep_rms_norm_backward_cluster_*.txt": ("cuda:backward", *_SWEEP_TOOL,
@@ -128,8 +125,8 @@ MEASURED: dict[str, tuple[str, ...]] = {
                      "opguide/experimental/triton_eager.py", "bench:eager"),
     "cuda_forward_hints_on_*": ("cuda:forward,backward", "bench:fixed",
                                 _VARIANT.format("cuda_forward_hints_on")),
-    "cuda_forward_hints_off_*": ("cuda:forward,backward", "bench:fixed",
-                                 _VARIANT.format("cuda_hints_off")),
+    # Built with -DOPGUIDE_STREAMING_HINTS=0 (tools/gpu_records.sh 5).
+    "cuda_forward_hints_off_*": ("cuda:forward,backward", "bench:fixed"),
     "pdl_o*.json": ("cuda:forward,backward", "bench:fixed"),
     "cuda_forward_loads_interleaved_*": ("cuda:forward", "bench:fixed",
                                          _VARIANT.format("cuda_forward_loads_interleaved")),
