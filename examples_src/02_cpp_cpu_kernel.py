@@ -5,14 +5,15 @@ Step 2: A C++ CPU kernel
 Part I writes RMSNorm as one C++ file: a schema in ``TORCH_LIBRARY``, a CPU
 kernel in ``TORCH_LIBRARY_IMPL``. This step adds:
 
-* compiling that file from a script with :func:`torch.utils.cpp_extension.load`;
+* compiling such a file from a script with :func:`torch.utils.cpp_extension.load`;
 * what ``at::parallel_for`` needs to use more than one thread;
 * the library's own CPU kernel, its checks, and a first timing.
 
 The whole operator in one file
 ------------------------------
-Every include, the kernel, the schema and the registration; the cell below
-builds it:
+A file like Part I's, in a namespace of its own, ``opguide_minimal``: every
+include, the kernel, the schema and the registration. The cell below builds
+it:
 
 .. literalinclude:: /../csrc/minimal/rms_norm_minimal.cpp
    :language: cpp
