@@ -55,16 +55,21 @@ __all__ = [
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """What ``opguide.rms_norm(x, weight, eps, backend="triton")`` runs on checked arguments.
+    """What ``opguide.rms_norm(x, weight, eps, backend="triton")`` runs.
 
     The training operator when gradients are needed (it keeps inv_rms for the
-    backward), the inference one if not.
+    backward), the inference one if not. The operators check the arguments, with
+    the messages of :func:`opguide.rms_norm`: a caller need not check them first.
 
     Args:
-        x, weight, eps: checked as :func:`opguide.rms_norm` checks them.
+        x, weight: tensors, as for :func:`opguide.rms_norm`.
+        eps: a float, as for :func:`opguide.rms_norm`.
 
     Returns:
         y, with the shape and dtype of x.
+
+    Raises:
+        TypeError, ValueError, RuntimeError: as :func:`opguide.rms_norm` does.
     """
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         return rms_norm_fwd_triton(x, weight, eps)[0]
