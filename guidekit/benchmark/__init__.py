@@ -48,25 +48,14 @@ Its modules, each one part of the job:
 """
 
 from .cli import main
-from .cpu import CPU_KERNEL_TARGET, python_custom_op, run_cpu_kernel, run_cpu_overhead
-from .eager import (
-    EAGER_KERNELS,
-    EAGER_MS,
-    EAGER_NS,
-    EMPTY_FUNCTION,
-    FUNCTION_NODE,
-    TRITON_EXPERIMENTAL,
-    eager_implementations,
-    run_eager,
-)
-from .fixed_shapes import measure, run_backward, run_forward, run_fused
+from .cpu import run_cpu_kernel
+from .eager import EAGER_KERNELS, EMPTY_FUNCTION, FUNCTION_NODE, TRITON_EXPERIMENTAL, run_eager
+from .fixed_shapes import measure
 from .implementations import (
     FUSED_PEERS,
-    backward_implementations,
     forward_implementations,
     fused_implementations,
     peer_implementations,
-    training_implementations,
 )
 from .passes import (
     BYTES_MODEL,
@@ -74,27 +63,19 @@ from .passes import (
     EPS,
     FORMAT,
     GPU_PASSES,
-    PASSES,
     SAME_SIZE_COPY,
-    SWEEP_ELEMENTS,
-    SWEEP_NS,
     SWEEP_PASSES,
     Row,
-    Skip,
     bytes_moved,
 )
-from .results import CPU_ENV_VARS, environment, format_report, format_sweep_report
+from .results import environment, format_sweep_report
 from .sweep import run_sweep
 from .timing import MIN_SETS, copy_bandwidth, time_interleaved, time_per_call, time_round_robin
 
 __all__ = [
     "BYTES_MODEL",
-    "CPU_ENV_VARS",
-    "CPU_KERNEL_TARGET",
     "DTYPES",
     "EAGER_KERNELS",
-    "EAGER_MS",
-    "EAGER_NS",
     "EMPTY_FUNCTION",
     "EPS",
     "FORMAT",
@@ -102,36 +83,23 @@ __all__ = [
     "FUNCTION_NODE",
     "GPU_PASSES",
     "MIN_SETS",
-    "PASSES",
     "Row",
     "SAME_SIZE_COPY",
-    "SWEEP_ELEMENTS",
-    "SWEEP_NS",
     "SWEEP_PASSES",
-    "Skip",
     "TRITON_EXPERIMENTAL",
-    "backward_implementations",
     "bytes_moved",
     "copy_bandwidth",
-    "eager_implementations",
     "environment",
-    "format_report",
     "format_sweep_report",
     "forward_implementations",
     "fused_implementations",
     "main",
     "measure",
     "peer_implementations",
-    "python_custom_op",
-    "run_backward",
     "run_cpu_kernel",
-    "run_cpu_overhead",
     "run_eager",
-    "run_forward",
-    "run_fused",
     "run_sweep",
     "time_interleaved",
     "time_per_call",
     "time_round_robin",
-    "training_implementations",
 ]

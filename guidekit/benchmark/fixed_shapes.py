@@ -160,42 +160,6 @@ def _run_pass(
     return rows, skips
 
 
-def run_forward(
-    shapes: Sequence[tuple[int, int]],
-    dtypes: Sequence[str],
-    device: torch.device,
-    only: Sequence[str] | None = None,
-    clean_l2: bool = True,
-) -> list[Row]:
-    """Times every forward implementation at every shape and dtype.
-
-    Implementations that fail are left out; :func:`measure` records why.
-    """
-    return _run_pass("forward", shapes, dtypes, device, only, clean_l2)[0]
-
-
-def run_backward(
-    shapes: Sequence[tuple[int, int]],
-    dtypes: Sequence[str],
-    device: torch.device,
-    only: Sequence[str] | None = None,
-    clean_l2: bool = True,
-) -> tuple[list[Row], list[Skip]]:
-    """Times every backward implementation (``grad_x``, ``grad_weight``); rows and skips."""
-    return _run_pass("backward", shapes, dtypes, device, only, clean_l2)
-
-
-def run_fused(
-    shapes: Sequence[tuple[int, int]],
-    dtypes: Sequence[str],
-    device: torch.device,
-    only: Sequence[str] | None = None,
-    clean_l2: bool = True,
-) -> tuple[list[Row], list[Skip]]:
-    """Times every residual-add + RMSNorm implementation; returns rows and skips."""
-    return _run_pass("fused", shapes, dtypes, device, only, clean_l2)
-
-
 def _row_dict(row: Row, bandwidth: float) -> dict:
     return dataclasses.asdict(row) | {
         "GBps": row.gbps,
