@@ -25,9 +25,15 @@ cd "$(dirname "$0")/.."
 part="${1:?usage: tools/gpu_records.sh list|1|2|3|4|5|6 [WHEELHOUSE]}"
 out=docs/recorded
 only="${3:-}"
-# want NAME: is NAME made in this run? (NAME matches the pattern given, e.g. "triton_evict_*")
-# shellcheck disable=SC2053  # $only is a pattern on purpose
-want() { [[ -z "$only" || "$1" == $only ]]; }
+# want NAME [HOW...]: is NAME made in this run? (NAME matches the pattern given, e.g.
+# "triton_evict_*"). `list` runs every part with listing=1: want then prints NAME and
+# HOW (the command's arguments), and nothing is made.
+listing=""
+want() {
+  if [[ -n "$listing" ]]; then echo "  $*" | sed "s|$scratch/||g"; return 1; fi
+  # shellcheck disable=SC2053  # $only is a pattern on purpose
+  [[ -z "$only" || "$1" == $only ]]
+}
 # Under build/, not /tmp: the programs compiled here run from it, and /tmp may
 # be mounted noexec.
 mkdir -p build
@@ -36,7 +42,7 @@ trap 'rm -rf "$scratch"' EXIT
 
 # The sweep of every pass and dtype, one process each, merged (tools/merge_sweeps.py).
 sweep() {  # sweep NAME [BENCHMARK ARGS...]
-  want "$1" || return 0
+  want "$1" "(--sweep, each dtype and pass in a process, merged)" "${@:2}" || return 0
   local name="$1"; shift
   for d in bf16 fp16; do for p in backward forward fused training; do
     python3 -m guidekit.benchmark --sweep --dtypes "$d" --passes "$p" "$@" \
@@ -46,7 +52,7 @@ sweep() {  # sweep NAME [BENCHMARK ARGS...]
   done_ "$name"
 }
 bench() {  # bench NAME [BENCHMARK ARGS...]
-  want "$1" || return 0
+  want "$@" || return 0
   local name="$1"; shift
   python3 -m guidekit.benchmark "$@" --out "$out/$name"
   done_ "$name"
@@ -63,7 +69,7 @@ run_to() {  # run_to FILE COMMAND...
   { echo "# $*" | sed "s|$scratch/||"; "$@" 2>&1; echo; } >> "$file"
 }
 text() {  # text NAME COMMAND...
-  want "$1" || return 0
+  want "$@" || return 0
   local name="$1"; shift
   header > "$scratch/$name"
   run_to "$scratch/$name" "$@"
@@ -76,7 +82,7 @@ sweep_binary() {  # sweep_binary OUT SOURCE [NVCC FLAGS...]
   nvcc -O3 -std=c++17 -arch=sm_90 "$@" "$source" -o "$binary"
 }
 nvcc_sweep() {  # nvcc_sweep NAME SOURCE [ARGS...]
-  want "$1" || return 0
+  want "$@" || return 0
   local name="$1" source="$2"; shift 2
   sweep_binary "$scratch/sweep" "$source" -Icsrc
   text "$name" "$scratch/sweep" "$@"
@@ -106,7 +112,7 @@ variant() {  # variant VARIANT
   echo "$dir"
 }
 vbench() {  # vbench NAME VARIANT [BENCHMARK ARGS...]: bench, built as VARIANT (see variant)
-  want "$1" || return 0
+  want "$@" || return 0
   local name="$1" dir
   dir="$(variant "$2")"
   shift 2
@@ -120,34 +126,100 @@ operator_benchmarks() {
 done_() { python3 -m guidekit.recorded.stamp "$out/$1" && echo "refreshed: $1"; }
 gpu="$(python3 -c 'import torch; from guidekit.recorded import short_gpu_name as s; print(s(torch.cuda.get_device_name()))' 2>/dev/null || echo gpu)"
 
-case "$part" in
-  list)
-    cat <<LIST
-part 1 (the benchmark's sweeps):
-  sweep_h100.json                  8 x python -m guidekit.benchmark --sweep, tools/merge_sweeps.py
-  sweep_opguide_h100.json          the same with --impls opguide,opguide triton,copy (same bytes)
-  sweep_one_input_set_h100.json    --sweep --dtypes bf16 --passes forward --min-sets 1
-part 2 (fixed shapes, eager calls, odd rows):
-  eager_bf16_h200.json, eager_fp16_h200.json          --eager --dtypes bf16|fp16
-  sweep_odd_rows_h100.json                            --sweep --sweep-ns 2049,...,12300
-  l2_keep_h100.json, l2_clean_h100.json               fixed shapes, --keep-l2 or not
-  pdl_off.json, pdl_on.json                           OPGUIDE_PDL=0|1
-part 3 (the tools):
-  sweep_rms_norm_forward_cluster_h100.txt, sweep_rms_norm_backward_cluster_h100.txt,
-  sweep_rms_norm_backward_pipelined_h100.txt, sweep_triton_split_h100.txt,
-  sweep_triton_split_fenced_h100.txt (tools/sweep_triton.py split-fenced),
-  sweep_fused_add_rms_norm_h100.txt, sweep_rms_norm_forward_keep_packed_h100.txt
-  (tools/sweep_rms_norm_forward_vectors.cu, and again with -DOPGUIDE_KEEP_PACKED=0),
-  minimal_cuda_h100.json, gpu_debug.json,
-  bad_index_h100.json (tools/record_bad_index.py: what reporting a bad index costs per call)
-part 4 (compute-sanitizer and the CUDA tests):
-  sanitizer_h100.txt (memcheck and racecheck, --long-rows --small, --narrow), cuda_tests_h100.log
-part 5 (kernel variants, tools/variants/NAME.patch or a define, beside the library as it is):
-  cuda_forward_hints_on_h100.json, cuda_forward_hints_off_h100.json     --passes forward,backward
-    (cuda_forward_hints_on.patch, and -DOPGUIDE_STREAMING_HINTS=0: no .cs hints in any kernel)
-  cuda_forward_loads_interleaved_h100.json, cuda_forward_loads_first_h100.json
-  triton_evict_first_on_h100.json, triton_evict_first_off_h100.json     --passes forward,fused
-  sweep_odd_rows_16_byte_only_h100.json       odd_rows_16_byte_only.patch, --sweep
+run_part() {  # run_part PART
+  case "$1" in
+    1)
+      sweep sweep_h100.json
+      sweep sweep_opguide_h100.json --impls "opguide,opguide triton,copy (same bytes)"
+      bench sweep_one_input_set_h100.json --sweep --dtypes bf16 --passes forward --min-sets 1 ;;
+    2)
+      for d in bf16 fp16; do bench "eager_${d}_$gpu.json" --eager --dtypes "$d"; done
+      bench sweep_odd_rows_h100.json --sweep --dtypes bf16,fp16 \
+        --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
+        --passes forward,backward,training,fused \
+        --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"
+      shapes=(--passes forward,fused --shapes 8192x4096,4096x8192,65536x1024 --dtypes bf16)
+      bench l2_keep_h100.json "${shapes[@]}" --keep-l2
+      bench l2_clean_h100.json "${shapes[@]}"
+      for on in 0 1; do
+        name=pdl_off.json; [[ $on == 1 ]] && name=pdl_on.json
+        OPGUIDE_PDL=$on bench "$name" --passes forward,backward --impls "opguide,compile(reference)"
+      done ;;
+    3)
+      nvcc_sweep sweep_rms_norm_forward_cluster_h100.txt tools/sweep_rms_norm_forward_cluster.cu
+      nvcc_sweep sweep_rms_norm_backward_cluster_h100.txt tools/sweep_rms_norm_backward_cluster.cu
+      nvcc_sweep sweep_rms_norm_backward_pipelined_h100.txt tools/sweep_rms_norm_backward.cu pipelined
+      text sweep_triton_split_h100.txt python3 tools/sweep_triton.py split
+      text sweep_triton_split_fenced_h100.txt python3 tools/sweep_triton.py split-fenced
+      nvcc_sweep sweep_fused_add_rms_norm_h100.txt tools/sweep_fused_add_rms_norm.cu
+      if want sweep_rms_norm_forward_keep_packed_h100.txt tools/sweep_rms_norm_forward_vectors.cu \
+        "(-DOPGUIDE_KEEP_PACKED=1, then 0)"; then
+        name=sweep_rms_norm_forward_keep_packed_h100.txt
+        header > "$scratch/$name"
+        for keep in 1 0; do
+          sweep_binary "$scratch/sweep_vectors" tools/sweep_rms_norm_forward_vectors.cu -Icsrc \
+            -DOPGUIDE_KEEP_PACKED=$keep
+          run_to "$scratch/$name" "$scratch/sweep_vectors"
+        done
+        mv "$scratch/$name" "$out/$name" && done_ "$name"
+      fi
+      if want minimal_cuda_h100.json tools/record_minimal_cuda.py; then
+        python3 tools/record_minimal_cuda.py --out "$out/minimal_cuda_h100.json"
+        done_ minimal_cuda_h100.json
+      fi
+      if want gpu_debug.json tools/record_gpu_debug.py; then
+        python3 tools/record_gpu_debug.py --out "$out"
+        done_ gpu_debug.json
+      fi
+      if want bad_index_h100.json tools/record_bad_index.py; then
+        python3 tools/record_bad_index.py --out "$out/bad_index_h100.json"
+        done_ bad_index_h100.json
+      fi ;;
+    4)
+      if want sanitizer_h100.txt "compute-sanitizer memcheck and racecheck of" \
+        "tools/sanitize_kernels.py --long-rows --small, then --narrow"; then
+        header > "$scratch/sanitizer_h100.txt"
+        for args in "--long-rows --small" "--narrow"; do for tool in memcheck racecheck; do
+          # shellcheck disable=SC2086  # the arguments split on purpose
+          run_to "$scratch/sanitizer_h100.txt" compute-sanitizer --tool $tool \
+            python3 tools/sanitize_kernels.py $args
+        done; done
+        mv "$scratch/sanitizer_h100.txt" "$out/" && done_ sanitizer_h100.txt
+      fi
+      text cuda_tests_h100.log python3 -m pytest -q -p no:cacheprovider tests/test_rms_norm_cuda.py \
+        tests/test_fused_add_rms_norm.py tests/test_rms_norm.py -k cuda ;;
+    5)
+      fixed=(--dtypes bf16 --impls "opguide,copy (same bytes)")
+      # Each variant is timed next to what it is compared with: the forward with the
+      # hints the backward's stores have, then no hints in any kernel; each of the
+      # others, then the library as it is.
+      vbench cuda_forward_hints_on_h100.json cuda_forward_hints_on --passes forward,backward \
+        "${fixed[@]}"
+      vbench cuda_forward_hints_off_h100.json -DOPGUIDE_STREAMING_HINTS=0 \
+        --passes forward,backward "${fixed[@]}"
+      vbench cuda_forward_loads_interleaved_h100.json cuda_forward_loads_interleaved \
+        --passes forward "${fixed[@]}"
+      bench cuda_forward_loads_first_h100.json --passes forward "${fixed[@]}"
+      triton=(--passes forward,fused --dtypes bf16 --impls "opguide triton,copy (same bytes)")
+      vbench triton_evict_first_on_h100.json triton_evict_first_on "${triton[@]}"
+      bench triton_evict_first_off_h100.json "${triton[@]}"
+      vbench sweep_odd_rows_16_byte_only_h100.json odd_rows_16_byte_only --sweep --dtypes bf16 \
+        --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
+        --passes forward,backward,training,fused \
+        --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)" ;;
+    6)
+      for op in $(operator_benchmarks); do
+        want "${op}_$gpu.json" python3 -m guidekit.benchmark."$op" || continue
+        python3 -m guidekit.benchmark."$op" --out "$out/${op}_$gpu.json"
+        done_ "${op}_$gpu.json"
+      done ;;
+  esac
+}
+
+if [[ "$part" == list ]]; then
+  listing=1 gpu="<gpu>"
+  for p in 1 2 3 4 5 6; do echo "part $p:"; run_part "$p"; done
+  cat <<LIST
 by hand (no part):
   two GPUs: two_gpus.json (tools/record_two_gpus.py), many_gpus_nccl.json (step 17)
   another torch: stable_abi_torch2.11_cuda.json, stable_abi_torch2.15_cpu.json
@@ -161,14 +233,9 @@ by hand (no part):
   elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json
     (step 16 on a GPU: tools/record_gpu_suite.sh 3)
 LIST
-    echo "part 6 (each operator's own benchmark, python -m guidekit.benchmark.OPERATOR):"
-    for op in $(operator_benchmarks); do
-      for f in "$out/${op}"_*.json; do [[ -e "$f" ]] && echo "  $(basename "$f")"; done
-    done
-    exit 0 ;;
-  1|2|3|4|5|6) ;;
-  *) echo "unknown part: $part (list, 1, 2, 3, 4, 5 or 6)" >&2; exit 2 ;;
-esac
+  exit 0
+fi
+[[ "$part" == [1-6] ]] || { echo "unknown part: $part (list, 1, 2, 3, 4, 5 or 6)" >&2; exit 2; }
 [[ "$gpu" == h100 || "$gpu" == h200 ]] || echo "note: the records' names say h100/h200; this GPU is $gpu"
 wheels="$(cd "${2:-.whl}" 2>/dev/null && pwd || true)"
 [[ -n "${2+x}" && -z "$2" ]] && wheels=""
@@ -179,89 +246,5 @@ fi
 USE_CUDA=1 python3 setup.py -q build_ext --inplace
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-case "$part" in
-  1)
-    sweep sweep_h100.json
-    sweep sweep_opguide_h100.json --impls "opguide,opguide triton,copy (same bytes)"
-    bench sweep_one_input_set_h100.json --sweep --dtypes bf16 --passes forward --min-sets 1 ;;
-  2)
-    for d in bf16 fp16; do bench "eager_${d}_$gpu.json" --eager --dtypes "$d"; done
-    bench sweep_odd_rows_h100.json --sweep --dtypes bf16,fp16 \
-      --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
-      --passes forward,backward,training,fused \
-      --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"
-    shapes=(--passes forward,fused --shapes 8192x4096,4096x8192,65536x1024 --dtypes bf16)
-    bench l2_keep_h100.json "${shapes[@]}" --keep-l2
-    bench l2_clean_h100.json "${shapes[@]}"
-    for on in 0 1; do
-      name=pdl_off.json; [[ $on == 1 ]] && name=pdl_on.json
-      OPGUIDE_PDL=$on bench "$name" --passes forward,backward --impls "opguide,compile(reference)"
-    done ;;
-  3)
-    nvcc_sweep sweep_rms_norm_forward_cluster_h100.txt tools/sweep_rms_norm_forward_cluster.cu
-    nvcc_sweep sweep_rms_norm_backward_cluster_h100.txt tools/sweep_rms_norm_backward_cluster.cu
-    nvcc_sweep sweep_rms_norm_backward_pipelined_h100.txt tools/sweep_rms_norm_backward.cu pipelined
-    text sweep_triton_split_h100.txt python3 tools/sweep_triton.py split
-    text sweep_triton_split_fenced_h100.txt python3 tools/sweep_triton.py split-fenced
-    nvcc_sweep sweep_fused_add_rms_norm_h100.txt tools/sweep_fused_add_rms_norm.cu
-    if want sweep_rms_norm_forward_keep_packed_h100.txt; then
-      name=sweep_rms_norm_forward_keep_packed_h100.txt
-      header > "$scratch/$name"
-      for keep in 1 0; do
-        sweep_binary "$scratch/sweep_vectors" tools/sweep_rms_norm_forward_vectors.cu -Icsrc \
-          -DOPGUIDE_KEEP_PACKED=$keep
-        run_to "$scratch/$name" "$scratch/sweep_vectors"
-      done
-      mv "$scratch/$name" "$out/$name" && done_ "$name"
-    fi
-    if want minimal_cuda_h100.json; then
-      python3 tools/record_minimal_cuda.py --out "$out/minimal_cuda_h100.json"
-      done_ minimal_cuda_h100.json
-    fi
-    if want gpu_debug.json; then
-      python3 tools/record_gpu_debug.py --out "$out"
-      done_ gpu_debug.json
-    fi
-    if want bad_index_h100.json; then
-      python3 tools/record_bad_index.py --out "$out/bad_index_h100.json"
-      done_ bad_index_h100.json
-    fi ;;
-  4)
-    if want sanitizer_h100.txt; then
-      header > "$scratch/sanitizer_h100.txt"
-      for args in "--long-rows --small" "--narrow"; do for tool in memcheck racecheck; do
-        # shellcheck disable=SC2086  # the arguments split on purpose
-        run_to "$scratch/sanitizer_h100.txt" compute-sanitizer --tool $tool \
-          python3 tools/sanitize_kernels.py $args
-      done; done
-      mv "$scratch/sanitizer_h100.txt" "$out/" && done_ sanitizer_h100.txt
-    fi
-    text cuda_tests_h100.log python3 -m pytest -q -p no:cacheprovider tests/test_rms_norm_cuda.py \
-      tests/test_fused_add_rms_norm.py tests/test_rms_norm.py -k cuda ;;
-  5)
-    fixed=(--dtypes bf16 --impls "opguide,copy (same bytes)")
-    # Each variant is timed next to what it is compared with: the forward with the
-    # hints the backward's stores have, then no hints in any kernel; each of the
-    # others, then the library as it is.
-    vbench cuda_forward_hints_on_h100.json cuda_forward_hints_on --passes forward,backward \
-      "${fixed[@]}"
-    vbench cuda_forward_hints_off_h100.json -DOPGUIDE_STREAMING_HINTS=0 \
-      --passes forward,backward "${fixed[@]}"
-    vbench cuda_forward_loads_interleaved_h100.json cuda_forward_loads_interleaved \
-      --passes forward "${fixed[@]}"
-    bench cuda_forward_loads_first_h100.json --passes forward "${fixed[@]}"
-    triton=(--passes forward,fused --dtypes bf16 --impls "opguide triton,copy (same bytes)")
-    vbench triton_evict_first_on_h100.json triton_evict_first_on "${triton[@]}"
-    bench triton_evict_first_off_h100.json "${triton[@]}"
-    vbench sweep_odd_rows_16_byte_only_h100.json odd_rows_16_byte_only --sweep --dtypes bf16 \
-      --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
-      --passes forward,backward,training,fused \
-      --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)" ;;
-  6)
-    for op in $(operator_benchmarks); do
-      want "${op}_$gpu.json" || continue
-      python3 -m guidekit.benchmark."$op" --out "$out/${op}_$gpu.json"
-      done_ "${op}_$gpu.json"
-    done ;;
-esac
+run_part "$part"
 echo "part $part done; python3 -m guidekit.recorded.stamp --check lists the records still stale"
