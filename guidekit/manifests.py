@@ -27,7 +27,6 @@ from pathlib import Path
 from opguide import registry
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDER = ROOT / "manifests"
 #: Every route of every operator of the registry, ``<route>_<operator>``.
 ROUTES = tuple(name for op in registry.OPERATORS for name in op.manifests())
 PACKAGE = "opguide"
