@@ -26,11 +26,17 @@ part="${1:?usage: tools/gpu_records.sh list|1|2|3|4|5|6 [WHEELHOUSE]}"
 out=docs/recorded
 only="${3:-}"
 # want NAME [HOW...]: is NAME made in this run? (NAME matches the pattern given, e.g.
-# "triton_evict_*"). `list` runs every part with listing=1: want then prints NAME and
-# HOW (the command's arguments), and nothing is made.
+# "triton_evict_*"). `list` runs every part with listing=1: want then prints NAME (the
+# records of that name, for a NAME with <gpu> in it) and HOW, the command's
+# arguments, and nothing is made.
 listing=""
 want() {
-  if [[ -n "$listing" ]]; then echo "  $*" | sed "s|$scratch/||g"; return 1; fi
+  if [[ -n "$listing" ]]; then
+    local found=() f
+    for f in "$out"/${1//<gpu>/*}; do [[ -e "$f" ]] && found+=("${f##*/}"); done
+    for f in "${found[@]:-$1}"; do echo "  $f ${*:2}" | sed "s|$scratch/||g"; done
+    return 1
+  fi
   # shellcheck disable=SC2053  # $only is a pattern on purpose
   [[ -z "$only" || "$1" == $only ]]
 }
