@@ -1,0 +1,36 @@
+"""Builds first_op._C against the installed torch (pip install --no-build-isolation)."""
+
+import glob
+
+import torch
+from setuptools import setup
+from torch.utils.cpp_extension import (
+    CUDA_HOME,
+    BuildExtension,
+    CppExtension,
+    CUDAExtension,
+)
+
+# The CUDA kernel needs a GPU that torch sees and a CUDA toolkit (nvcc, CUDA_HOME);
+# without them the library holds the CPU kernel alone.
+use_cuda = torch.cuda.is_available() and CUDA_HOME is not None
+Extension = CUDAExtension if use_cuda else CppExtension
+sources = sorted(glob.glob("csrc/*.cpp") + (glob.glob("csrc/*.cu") if use_cuda else []))
+
+setup(
+    packages=["first_op"],
+    ext_modules=[
+        Extension(
+            "first_op._C",
+            sources,
+            # at::parallel_for uses several threads only in code built with OpenMP.
+            extra_compile_args={"cxx": ["-O3", "-fopenmp"], "nvcc": ["-O3"]},
+            extra_link_args=["-fopenmp"],
+            # The library calls no Python C API (TORCH_LIBRARY registers the
+            # operator), so one build serves every CPython from 3.10 on.
+            py_limited_api=True,
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension},
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+)
