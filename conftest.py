@@ -1,9 +1,10 @@
 """The docs are the test suite: this file makes them pytest items.
 
-* every ``examples_src/NN_*.py`` gallery script becomes one item that copies
-  the script into an empty temporary folder and runs it there in a fresh
-  interpreter, as a reader runs the site's download of it once opguide is
-  installed (nothing in a script may depend on the folder it runs from);
+* every gallery script (``part1_src/NN_*.py``, ``examples_src/NN_*.py``)
+  becomes one item that copies the script into an empty temporary folder and
+  runs it there in a fresh interpreter, as a reader runs the site's download
+  of it once opguide (for Part I, its project first_operator/) is installed
+  (nothing in a script may depend on the folder it runs from);
   when the docs build of this checkout already ran a script to the end on
   exactly the same inputs (:mod:`guidekit.gallery_runs`), the item takes that
   result instead of running the script a second time;
@@ -222,8 +223,12 @@ def _notebook_item(parent: pytest.Collector, md_path: Path):
     return IPyNbFile.from_parent(parent, path=ipynb)
 
 
+# The folders of the site's galleries: Part I, then Part II (docs/conf.py).
+GALLERIES = (ROOT / "part1_src", ROOT / "examples_src")
+
+
 def _is_gallery_script(path: Path) -> bool:
-    return path.parent == ROOT / "examples_src" and GALLERY_SCRIPT.match(path.name) is not None
+    return path.parent in GALLERIES and GALLERY_SCRIPT.match(path.name) is not None
 
 
 def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector):

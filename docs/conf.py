@@ -67,8 +67,10 @@ exclude_patterns = [
     ".DS_Store",
     "**.ipynb_checkpoints",
     "auto_examples/*.ipynb",
+    "auto_part1/*.ipynb",
     "sg_execution_times.rst",
     "auto_examples/sg_execution_times.rst",
+    "auto_part1/sg_execution_times.rst",
 ]
 # dollarmath: $...$ and $$...$$ in the notebooks are math (MathJax renders it).
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
@@ -92,8 +94,10 @@ write_thumbnails(DOCS / "_thumbnails")
 GALLERY_JOBS = int(os.environ.get("OPGUIDE_JOBS", min(2, os.cpu_count() or 1)))
 
 sphinx_gallery_conf = {
-    "examples_dirs": str(ROOT / "examples_src"),
-    "gallery_dirs": "auto_examples",
+    # Part I, "Add an operator" (part1_src/), then Part II, "Make it fast and
+    # ship it" (examples_src/): two galleries, each with its own index page.
+    "examples_dirs": [str(ROOT / "part1_src"), str(ROOT / "examples_src")],
+    "gallery_dirs": ["auto_part1", "auto_examples"],
     # Run every numbered step, every build: a stale page would hide a broken kernel.
     "filename_pattern": r"/\d\d_",
     # A program that a step shows and launches (torchrun), not a page.

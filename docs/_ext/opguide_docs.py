@@ -45,7 +45,7 @@ ARCHIVE_NAME = "opguide-source.tar.gz"
 # check of this site's own prose and the words it looks for, which quote what
 # no page may say: they are the guide's, not the project's.
 ARCHIVE_SKIP = re.compile(
-    r"^(build|\.nox|\.git|\.whl|\.gl|docs/_build|docs/auto_examples|docs/_generated)(/|$)"
+    r"^(build|\.nox|\.git|\.whl|\.gl|docs/_build|docs/auto_\w+|docs/_generated)(/|$)"
     r"|(^|/)(__pycache__|\.pytest_cache|\.ruff_cache|\.hypothesis|[^/]+\.egg-info)(/|$)"
     r"|\.(so|pyd|pyc|inv)$|^docs/sg_execution_times\.rst$"
     r"|^tests/(history_words\.txt|test_history_words\.py)$"
@@ -200,8 +200,10 @@ def rewrite_gallery_notebooks(app: Sphinx, env) -> None:
     if app.builder.format != "html":
         return
     srcdir = Path(app.srcdir)
-    gallery = srcdir / "auto_examples"
-    for ipynb in sorted(gallery.glob("*.ipynb")):
+    galleries = app.config.sphinx_gallery_conf["gallery_dirs"]
+    galleries = [galleries] if isinstance(galleries, str) else galleries
+    notebooks = [nb for gallery in galleries for nb in sorted((srcdir / gallery).glob("*.ipynb"))]
+    for ipynb in notebooks:
         markdown_cells_converted(app, ipynb, ipynb.relative_to(srcdir).with_suffix("").as_posix())
         archive = ipynb.with_suffix(".zip")
         if archive.exists():
