@@ -85,6 +85,8 @@ def _build_fingerprint(session: nox.Session, python: str) -> str:
     digest = hashlib.sha256()
     # The registry names the operators' folders that setup.py compiles.
     inputs = sorted(ROOT.glob("csrc/**/*")) + [ROOT / "setup.py", ROOT / "pyproject.toml"]
+    # Part I's project, built beside opguide (FIRST_OPERATOR): what its library is built from.
+    inputs += sorted(FIRST_OPERATOR.glob("csrc/*")) + [FIRST_OPERATOR / "setup.py"]
     inputs.append(ROOT / "opguide" / "registry.py")
     inputs += sorted(ROOT.glob("opguide/_C.*"))  # a library rebuilt by another session
     for path in inputs:
@@ -115,6 +117,8 @@ def _requirements(extra: str) -> list[str]:
 
 
 COMPILE_LOG = BUILD / "opguide-compile.log"
+#: Part I's project: its pages import it and its tests are in the test command.
+FIRST_OPERATOR = ROOT / "first_operator"
 
 
 def _start_compile(session: nox.Session, python: str) -> subprocess.Popen:
@@ -190,6 +194,9 @@ def _install(session: nox.Session, extra: str) -> str:
         _wait_for_compile(session, compiling)
         # No build isolation: the extension is compiled against the torch above.
         _pip(session, "-q", "--no-build-isolation", "--no-deps", "-e", ".", python=python)
+        # Part I's project, as its README installs it (a minute to compile).
+        _pip(session, "-q", "--no-build-isolation", "--no-deps", "-e", str(FIRST_OPERATOR),
+             python=python)  # fmt: skip
         session.log(f"opguide: installed in {time.perf_counter() - start:.0f} s")
     stamp.parent.mkdir(parents=True, exist_ok=True)
     extras.add(extra)
