@@ -23,6 +23,7 @@ import ast
 import html
 import json
 import re
+import sys
 import tarfile
 from pathlib import Path
 
@@ -248,6 +249,8 @@ def test_source_archive_holds_the_project():
     needed_files = ["setup.py", "pyproject.toml", "csrc/opguide.cpp", "template/copier.yml"]
     # The template's questions, and the root copier.yml that serves it from a git URL.
     needed_files += ["template/questions.yml", "copier.yml"]
+    # Part I's project, which its pages build.
+    needed_files += ["first_operator/setup.py", "first_operator/csrc/rms_norm_cuda.cu"]
     for needed in needed_files:
         assert f"opguide/{needed}" in names, f"the archive lacks {needed}"
     assert not any("/build/" in n or n.endswith(".so") for n in names), "build output in archive"
@@ -270,7 +273,7 @@ INCLUDE = re.compile(r"literalinclude:: /\.\./(\S+)")
 def test_every_file_a_step_shows_is_shown_whole_somewhere():
     """A file that a step quotes appears whole, captioned with its path, on some page."""
     quoted = set()
-    for script in sorted((ROOT / "examples_src").glob("[0-9][0-9]_*.py")):
+    for script in gallery_pages():  # Part I's and Part II's
         quoted |= {p for p in INCLUDE.findall(script.read_text()) if not p.startswith("build/")}
     whole = {}
     for page in pages():
@@ -444,7 +447,7 @@ def gallery_pages() -> list[Path]:
 # Pages whose words are not the guide's prose: the API reference is the
 # docstrings, read when looked up.
 NOT_PROSE = ("docs/reference.md",)
-HIDDEN_FOLDERS = ("_build", "_generated", "auto_examples", "tutorials")
+HIDDEN_FOLDERS = ("_build", "_generated", "auto_examples", "auto_part1", "tutorials")
 
 
 def site_prose_words() -> dict[str, int]:
@@ -496,3 +499,57 @@ def test_every_gallery_page_fits_one_sitting(script):
     # A page is read in one sitting: at most 2 000 words of prose.
     words = gallery_prose_words(script)
     assert 100 < words <= 2000, f"{script.name} has {words} words of prose"
+
+
+# -- Part I, "Add an operator": the short path -------------------------------------
+PART1 = ROOT / "part1_src"
+PART1_PAGES = sorted(PART1.glob("[0-9][0-9]_*.py"))
+
+
+def first_toctree(index: str) -> list[str]:
+    """The entries of the first ``toctree`` of docs/index.md."""
+    block = re.search(r"```\{toctree\}\n(.*?)```", index, re.DOTALL)
+    assert block, "docs/index.md has no toctree"
+    return [line.strip() for line in block[1].splitlines() if line.strip() and ":" not in line]
+
+
+def test_part1_leads_the_site_and_fits_its_budget():
+    """The landing page's first table of contents is Part I: at most 8 pages (its
+    gallery's index and its steps) and 8 000 words of prose, none over 1 500."""
+    assert first_toctree((ROOT / "docs" / "index.md").read_text()) == ["auto_part1/index"]
+    words = {p.name: gallery_prose_words(p) for p in PART1_PAGES}
+    words["GALLERY_HEADER.rst"] = rest_prose_words((PART1 / "GALLERY_HEADER.rst").read_text())
+    assert len(words) <= 8, sorted(words)
+    assert all(100 < n <= 1500 for n in words.values()), words
+    assert sum(words.values()) <= 8000, words
+
+
+@pytest.mark.parametrize("script", PART1_PAGES, ids=lambda p: p.name)
+def test_part1_imports_only_torch_its_project_and_the_standard_library(script):
+    # A downloaded step runs in the reader's own project: nothing of the guide's.
+    allowed = {"torch", "first_op"} | set(sys.stdlib_module_names)
+    found = set()
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add((node.module or "").split(".")[0])
+    assert found <= allowed, f"{script.name} imports {sorted(found - allowed)}"
+
+
+def test_part1_shows_a_short_setup_py_and_set_python_module():
+    setup_py = (ROOT / "first_operator" / "setup.py").read_text()
+    assert len(setup_py.splitlines()) <= 40
+    assert "CUDAExtension" in setup_py and "CppExtension" in setup_py
+    shown = "".join(p.read_text() for p in PART1_PAGES)
+    for path in ("first_operator/setup.py", "first_operator/csrc/rms_norm.cpp"):
+        assert f"literalinclude:: /../{path}" in shown, f"Part I does not show {path}"
+    source = (ROOT / "first_operator" / "csrc" / "rms_norm.cpp").read_text()
+    assert 'm.set_python_module("first_op.ops");' in source
+
+
+@needs_site
+def test_part1_pages_show_the_setup_py_whole():
+    setup_py = (ROOT / "first_operator" / "setup.py").read_text()
+    blocks = captioned_blocks(SITE / "auto_part1" / "03_the_build.html")
+    assert blocks.get("first_operator/setup.py", "").strip() == setup_py.strip()
