@@ -68,18 +68,14 @@ class Operator:
 #: Code that every operator shares, by role: device code, launch helpers,
 #: Triton helpers and the pieces of error messages.
 COMMON: Mapping[str, tuple[str, ...]] = {
-    "device": (
-        "csrc/common/platform.cuh",
-        "csrc/common/vec.cuh",
-        "csrc/common/reduce.cuh",
-        "csrc/common/keep_packed.cuh",
-        "csrc/common/async_copy.cuh",
-    ),
+    "device": ("csrc/common/device.cuh",),
     "cluster": ("csrc/common/cluster.cuh",),
     "launch": (
         "csrc/common/launch.cuh",
+        "csrc/common/row_plan.cuh",
         "csrc/common/launch_settings.h",
         "csrc/common/launch_settings.cu",
+        "csrc/common/cuda_type.cuh",
     ),
     "triton": ("opguide/triton/prologue.py", "opguide/triton/interpreter.py"),
     "messages": ("csrc/common/messages.h", "csrc/common/messages.cpp"),
@@ -102,13 +98,13 @@ OPERATORS: tuple[Operator, ...] = (
             "cpu": (_RMS + "rms_norm_cpu.h", _RMS + "rms_norm_cpu.cpp"),
             "cpu_backward": (_RMS + "rms_norm_cpu.h", _RMS + "rms_norm_backward_cpu.cpp"),
             "cuda_forward": (_RMS + "rms_norm_forward.cuh",),
-            "cuda_forward_cluster": (_RMS + "rms_norm_forward_cluster.cuh",),
+            "cuda_forward_cluster": (_RMS + "rms_norm_forward.cuh",),
             "cuda_backward": (_RMS + "rms_norm_backward.cuh",),
             "cuda_backward_cluster": (
                 _RMS + "rms_norm_backward.cuh",
-                _RMS + "rms_norm_backward_cluster.cuh",
+                _RMS + "rms_norm_backward_long_rows.cuh",
             ),
-            "cuda_backward_chunked": (_RMS + "rms_norm_backward_chunked.cuh",),
+            "cuda_backward_chunked": (_RMS + "rms_norm_backward_long_rows.cuh",),
             "triton_forward": ("opguide/triton/forward.py",),
             "triton_backward": ("opguide/triton/backward.py",),
             "triton_split": ("opguide/triton/split.py",),
@@ -117,7 +113,8 @@ OPERATORS: tuple[Operator, ...] = (
             "cpu": (_RMS + "rms_norm.h", _RMS + "rms_norm_checks.cpp"),
             "cuda": (
                 _RMS + "rms_norm_config.h",
-                _RMS + "rms_norm_planner.cuh",
+                _RMS + "rms_norm_forward_planner.cuh",
+                _RMS + "rms_norm_backward_planner.cuh",
                 _RMS + "rms_norm_launch.cuh",
                 _RMS + "rms_norm_cuda.cu",
             ),
@@ -141,7 +138,7 @@ OPERATORS: tuple[Operator, ...] = (
         kernels={
             "cpu": (_FUSED + "fused_add_rms_norm_cpu.cpp",),
             "cuda_fused": (_FUSED + "fused_add_rms_norm.cuh",),
-            "cuda_fused_cluster": (_FUSED + "fused_add_rms_norm_cluster.cuh",),
+            "cuda_fused_cluster": (_FUSED + "fused_add_rms_norm.cuh",),
             "triton_fused": ("opguide/triton/fused.py",),
             "triton_split": ("opguide/triton/split.py",),
         },

@@ -47,7 +47,7 @@ def test_hipcc_hipified_device_code(source, tmp_path):
     hip_source = mapping[source]
     assert hip_source.suffix == ".hip"
     text = hip_source.read_text()
-    assert "cudaStream_t" not in text and "hipStream_t" in text
+    assert "cudaError_t" not in text and "hipError_t" in text
     flags = [] if compile_checks.hip_has_bf16() else ["-DOPGUIDE_NO_BF16"]
     _require(compile_checks.hipcc_check(hip_source, extra_flags=flags))
 
@@ -135,9 +135,9 @@ def test_without_keep_packed_bfloat16_spills():
 
 
 CLUSTER_KERNELS = """
-#include "fused_add_rms_norm/fused_add_rms_norm_cluster.cuh"
-#include "rms_norm/rms_norm_backward_cluster.cuh"
-#include "rms_norm/rms_norm_forward_cluster.cuh"
+#include "fused_add_rms_norm/fused_add_rms_norm.cuh"
+#include "rms_norm/rms_norm_backward_long_rows.cuh"
+#include "rms_norm/rms_norm_forward.cuh"
 using namespace opguide;
 void* kernels[] = {
     (void*)rms_norm_forward_cluster_kernel<__nv_bfloat16, 8, kClusterForwardThreads,

@@ -347,7 +347,7 @@ def test_triton_rejects_float64():
 
 CUDA_SHAPES = [(1, 1), (3, 7), (64, 1000), (16, 4096), (4, 8192), (7, 5000), (2, 3, 768)]
 # Long rows: over thread-block clusters on sm_90 and later (the CUDA kernel,
-# csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh) and over programs that
+# csrc/fused_add_rms_norm/fused_add_rms_norm.cuh) and over programs that
 # meet through memory (Triton):
 # cluster sizes 2 to 16, more rows than clusters fit at once, a last block
 # with part of a slice (65544), and no weight (NO_WEIGHT).

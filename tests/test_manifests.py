@@ -114,7 +114,7 @@ def test_manifest_lists_what_its_files_need(route):
 
 def test_a_file_left_out_is_named():
     whole = manifests.read("cpp_rms_norm")
-    header, module = "csrc/common/vec.cuh", "opguide/backends.py"
+    header, module = "csrc/common/device.cuh", "opguide/backends.py"
     short = replace(whole, copy=tuple(p for p in whole.copy if p not in (header, module)))
     found = "\n".join(manifests.problems(short))
     assert f"needs {header}, which the manifest does not list" in found, found

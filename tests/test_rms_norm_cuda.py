@@ -263,7 +263,7 @@ def test_compile_forward_and_backward():
     torch.testing.assert_close(grad_weight, rw)
 
 
-# Long rows (csrc/rms_norm/*_cluster.cuh, rms_norm_backward_chunked.cuh): past
+# Long rows (csrc/rms_norm/rms_norm_forward.cuh, rms_norm_backward_long_rows.cuh): past
 # one block's registers the forward
 # and backward split a row over a thread-block cluster (sm_90+), or take the
 # chunked kernels (older GPUs, odd N, misaligned rows). Shapes: every cluster

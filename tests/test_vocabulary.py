@@ -92,7 +92,7 @@ def test_every_triton_pointer_parameter_says_its_shape():
 def _families() -> set[str]:
     """The kernel family of every CUDA kernel enum member and Triton configuration."""
     names = set()
-    for header in ("csrc/common/launch.cuh", "csrc/rms_norm/rms_norm_config.h"):
+    for header in ("csrc/common/row_plan.cuh", "csrc/rms_norm/rms_norm_backward_planner.cuh"):
         text = (ROOT / header).read_text()
         for body in re.findall(r"enum class (?:RowKernel|BackwardKernel) \{([^}]*)\}", text):
             for member in re.findall(r"\bk([A-Z]\w*)", re.sub(r"//[^\n]*", "", body)):

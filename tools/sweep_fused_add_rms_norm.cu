@@ -49,12 +49,13 @@ void sweep_reg_vecs(const char* dtype, int64_t m, int64_t n, const Buffers<T>& b
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, per_row * rows_per_block,
                                                         0));
     const int nbuf = static_cast<int>(b.x.size());
+    const LaunchSettings pdl{nullptr, true};
     const float us = time_us(
         [&](int i) {
           const int s = i % nbuf;
           CHECK((launch_fused_add_rms_norm<T, T, T, float>(forced, b.x[s], b.residual[s], b.weight,
                                                            b.out[s], b.inv_rms, m, n, 1e-6f,
-                                                           nullptr, true)));
+                                                           pdl)));
         },
         kCalls, kBatches);
     printf("  %-4s %6lldx%-5lld vecs/thr %d thr/row %4u rows/blk %u regs %2d stack %3d "
@@ -91,8 +92,11 @@ void run(const char* dtype, int64_t m, int64_t n, double copy_bw, size_t l2) {
   const float us = time_us(
       [&](int i) {
         const int s = i % nbuf;
-        CHECK((run_fused_add_rms_norm<T, T, T, float>(b.x[s], b.residual[s], b.weight, b.out[s],
-                                                      b.inv_rms, m, n, 1e-6f, settings)));
+        const RowPlan plan = fused_add_rms_norm_plan_for<T, T, T, float>(
+            b.x[s], b.residual[s], b.weight, b.out[s], m, n, settings);
+        CHECK((launch_fused_add_rms_norm<T, T, T, float>(plan, b.x[s], b.residual[s], b.weight,
+                                                         b.out[s], b.inv_rms, m, n, 1e-6f,
+                                                         settings)));
       },
       kCalls, kBatches);
   printf("  %-4s %6lldx%-5lld library (vecs/thr %d, blocks of %d threads)%*s %7.2f us %5.1f%%\n",

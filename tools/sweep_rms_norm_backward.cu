@@ -1,8 +1,8 @@
 // Sweeps the RMSNorm backward kernels (csrc/rms_norm/rms_norm_backward.cuh)
 // on one GPU, without torch, and prints achieved bandwidth against a large
 // device-to-device copy. Build and run (on a GPU machine):
-//   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_backward.cu -o /tmp/sweep_bwd
-//   /tmp/sweep_bwd [bf16] [pipelined]
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc tools/sweep_rms_norm_backward.cu -o /tmp/sweep_backward
+//   /tmp/sweep_backward [bf16] [pipelined]
 // "bf16" skips float16; "pipelined" sweeps the library's cp.async kernel
 // (rms_norm_backward_pipelined_kernel, its knobs given as SweepKnobs) against
 // the register-prefetch one. Times are per call of both kernels (rows, then
@@ -34,7 +34,7 @@ struct SweepKnobs {
 // rms_norm_backward_kernel.
 template <typename T, int kVec, int kRegVecs, bool kPrefetch, int kMinBlocks, bool kGradWeightShared,
           bool kWRegs>
-__global__ void __launch_bounds__(kBwdMaxThreads, kMinBlocks) backward_kernel(
+__global__ void __launch_bounds__(kBackwardMaxThreads, kMinBlocks) backward_kernel(
     const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
     const typename AccType<T>::type* __restrict__ inv_rms, T* __restrict__ grad_x,
     typename AccType<T>::type* __restrict__ grad_weight_partial, int64_t rows, int64_t cols) {
@@ -211,7 +211,7 @@ template <typename T, int kRegs, bool kPrefetch, int kMinBlocks, bool kGradWeigh
 void run_variant(const char* dtype, int64_t M, int64_t N, int sms, double copy_bw,
                  std::vector<T*>& xs, std::vector<T*>& gs, std::vector<T*>& grad_xs,
                  std::vector<float*>& rs, T* w, float* partial, T* grad_weight, int min_threads) {
-  if (N / (16 / (int)sizeof(T)) > (int64_t)kBwdMaxThreads * kRegs) return;
+  if (N / (16 / (int)sizeof(T)) > (int64_t)kBackwardMaxThreads * kRegs) return;
   const RmsNormBackwardPlan cfg =
       backward_plan_for<T, kRegs, kPrefetch, kMinBlocks, kGradWeightS, kWR>(M, N, min_threads);
   auto kernel = backward_kernel<T, 16 / sizeof(T), kRegs, kPrefetch, kMinBlocks, kGradWeightS, kWR>;
@@ -234,7 +234,7 @@ void run_pipelined(const char* dtype, int64_t M, int64_t N, int sms, double copy
                    std::vector<T*>& xs, std::vector<T*>& gs, std::vector<T*>& grad_xs,
                    std::vector<float*>& rs, T* w, float* partial, T* grad_weight, int min_threads,
                    int cap, bool pdl) {
-  if (N / (16 / (int)sizeof(T)) > (int64_t)kBwdMaxThreads * kRegs) return;
+  if (N / (16 / (int)sizeof(T)) > (int64_t)kBackwardMaxThreads * kRegs) return;
   const RmsNormBackwardPlan cfg =
       backward_pipelined_plan_for<T, kRegs, kStages, kMinBlocks>(M, N, min_threads, cap);
   if (cfg.blocks == 0) return;  // more shared memory than a block may have

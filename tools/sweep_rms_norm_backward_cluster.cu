@@ -1,4 +1,4 @@
-// Sweeps the cluster backward (csrc/rms_norm/rms_norm_forward_cluster.cuh) for long rows on one
+// Sweeps the cluster backward (csrc/rms_norm/rms_norm_backward_long_rows.cuh) for long rows on one
 // GPU, without torch: the library's kernel at several block widths, vectors
 // per thread, pipeline stages and blocks per multiprocessor, with and
 // without pushing the next row's partial sum before waiting for this row's
@@ -114,7 +114,7 @@ int main() {
     auto library = [&](int i, T* grad_x) {
       const int s = i % nbuf;
       CHECK(launch_rms_norm_backward<T>(plan, b.gs[s], b.xs[s], b.w, b.rs[s], grad_x, b.partial,
-                                        b.grad_weight, M, N, nullptr, false));
+                                        b.grad_weight, M, N, settings));
     };
     library(0, want);
     const float lib_us = time_us([&](int i) { library(i, b.grad_xs[i % nbuf]); }, 10, kBatches);

@@ -1,4 +1,4 @@
-// Sweeps the cluster forward (csrc/rms_norm/rms_norm_forward_cluster.cuh) for long rows on one
+// Sweeps the cluster forward (csrc/rms_norm/rms_norm_forward.cuh) for long rows on one
 // GPU, without torch, in bfloat16 and float16: the library's kernel (one row
 // per cluster, each block's slice staged in shared memory with cp.async,
 // "one row") at several block widths and vectors per thread (together the
@@ -35,7 +35,7 @@ template <typename T, int kVec, int kRegVecs, int kThreads = kClusterThreads,
           bool kPush = true, bool kKeepWeight = (kThreads <= 512)>
 __global__ void __launch_bounds__(kThreads, 1) forward_cluster_loop(
     const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y,
-    typename AccType<T>::type* __restrict__ inv_rms_out, int64_t rows, int64_t cols,
+    typename AccType<T>::type* __restrict__ inv_rms, int64_t rows, int64_t cols,
     int64_t x_row_stride, float eps) {
   using Acc = typename AccType<T>::type;
   using V = Vec<T, kVec>;
@@ -92,9 +92,9 @@ __global__ void __launch_bounds__(kThreads, 1) forward_cluster_loop(
       const int parity = static_cast<int>(iteration & 1);
       sum_sq = cluster_sum(row_sum(sum_sq, shared[parity]), &slots[parity]);
     }
-    const Acc inv_rms = Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
-    if (inv_rms_out != nullptr && cluster_rank() == 0 && threadIdx.x == 0)
-      inv_rms_out[row] = inv_rms;
+    const Acc r = Acc(1) / sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
+    if (inv_rms != nullptr && cluster_rank() == 0 && threadIdx.x == 0)
+      inv_rms[row] = r;
     V* yr = reinterpret_cast<V*>(y + row * cols) + s.begin;
 #pragma unroll
     for (int k = 0; k < kRegVecs; ++k) {
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_cluster_loop(
         V out;
 #pragma unroll
         for (int e = 0; e < kVec; ++e)
-          out.val[e] = from_acc<T>(to_acc(v.val[e]) * inv_rms * to_acc(wk.val[e]));
+          out.val[e] = from_acc<T>(to_acc(v.val[e]) * r * to_acc(wk.val[e]));
         yr[i] = out;
       }
     }
@@ -147,7 +147,7 @@ __device__ __forceinline__ float slice_sum_sq(const Vec<T, kVec> (&buf)[kRegVecs
 
 template <typename T, int kVec, int kThreads, int kRegVecs>
 __device__ __forceinline__ void store_slice(const Vec<T, kVec> (&buf)[kRegVecs],
-                                            const Vec<T, kVec>* wv, float inv_rms,
+                                            const Vec<T, kVec>* wv, float r,
                                             Vec<T, kVec>* yr, int64_t count) {
 #pragma unroll
   for (int k = 0; k < kRegVecs; ++k) {
@@ -157,7 +157,7 @@ __device__ __forceinline__ void store_slice(const Vec<T, kVec> (&buf)[kRegVecs],
       Vec<T, kVec> out;
 #pragma unroll
       for (int e = 0; e < kVec; ++e)
-        out.val[e] = from_acc<T>(to_acc(buf[k].val[e]) * inv_rms * to_acc(wk.val[e]));
+        out.val[e] = from_acc<T>(to_acc(buf[k].val[e]) * r * to_acc(wk.val[e]));
       yr[i] = out;
     }
   }
@@ -199,9 +199,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   } else {
     sum_sq = cluster_sum(row_sum(sum_sq, shared), &slot);
   }
-  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+  const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
   store_slice<T, kVec, kThreads, kRegVecs>(cache, reinterpret_cast<const V*>(weight) + s.begin,
-                                           inv_rms, reinterpret_cast<V*>(y + row * cols) + s.begin,
+                                           r, reinterpret_cast<V*>(y + row * cols) + s.begin,
                                            s.count);
   if constexpr (!kPush) cluster_barrier();  // no block leaves while another reads its slot
 }
@@ -233,8 +233,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       float sum_sq = slice_sum_sq<T, kVec, kThreads, kRegVecs>(buf[j], s.count);
       sum_sq = cluster_sum(row_sum(sum_sq, shared[parity]), &slots[parity]);
       parity ^= 1;
-      const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
-      store_slice<T, kVec, kThreads, kRegVecs>(buf[j], wv, inv_rms,
+      const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+      store_slice<T, kVec, kThreads, kRegVecs>(buf[j], wv, r,
                                                reinterpret_cast<V*>(y + row * cols) + s.begin,
                                                s.count);
       load_slice<T, kVec, kThreads, kRegVecs>(x, row + kDepth * clusters, rows, cols, s, buf[j]);
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <typename T, int kVec, int kThreads, int kRegVecs, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     forward_cluster_staged(const T* __restrict__ x, const T* __restrict__ weight,
-                           T* __restrict__ y, float* __restrict__ inv_rms_out, int64_t rows,
+                           T* __restrict__ y, float* __restrict__ inv_rms, int64_t rows,
                            int64_t cols, int64_t, float eps) {
   using V = Vec<T, kVec>;
   __shared__ PushSlots<float, kThreads / kWarpSize> push;
@@ -288,10 +288,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     stage = stage + 1 == kStages ? 0 : stage + 1;
     float sum_sq = slice_sum_sq<T, kVec, kThreads, kRegVecs>(cache, s.count);
     sum_sq = push_sum(sum_sq, push, iteration);
-    const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
-    if (inv_rms_out != nullptr && cluster_rank() == 0 && threadIdx.x == 0)
-      inv_rms_out[row] = inv_rms;
-    store_slice<T, kVec, kThreads, kRegVecs>(cache, wv, inv_rms,
+    const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+    if (inv_rms != nullptr && cluster_rank() == 0 && threadIdx.x == 0)
+      inv_rms[row] = r;
+    store_slice<T, kVec, kThreads, kRegVecs>(cache, wv, r,
                                              reinterpret_cast<V*>(y + row * cols) + s.begin,
                                              s.count);
   }
@@ -380,12 +380,14 @@ void sweep(const char* dtype, double copy_bw) {
     T* ref;
     CHECK(cudaMalloc(&ref, total * sizeof(T)));
     const LaunchSettings settings{nullptr, false, kMaxClusterBlocks};
-    CHECK(run_rms_norm_forward<T>(b.xs[0], b.w, ref, nullptr, M, N, N, 1e-6f, settings));
+    // The library's plan for each call (plan_rms_norm_forward), then its launch.
+    const auto library = [&](const T* x, T* y) {
+      const RowPlan plan = rms_norm_forward_plan_for<T>(x, b.w, y, M, N, N, settings);
+      return launch_rms_norm_forward<T>(plan, x, b.w, y, nullptr, M, N, N, 1e-6f, settings);
+    };
+    CHECK(library(b.xs[0], ref));
     const float lib_us = time_us(
-        [&](int i) {
-          CHECK(run_rms_norm_forward<T>(b.xs[i % nbuf], b.w, b.ys[i % nbuf], nullptr, M, N, N,
-                                        1e-6f, settings));
-        },
+        [&](int i) { CHECK(library(b.xs[i % nbuf], b.ys[i % nbuf])); },
         10, kBatches);
     const double lib_bw = 2.0 * M * N * sizeof(T) / (lib_us * 1e-6);
     printf("%s M=%lld N=%lld: library %.1f us, %.0f GB/s, %.2f of copy\n", dtype,

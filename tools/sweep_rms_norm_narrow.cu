@@ -89,7 +89,7 @@ void forward(const Buffers& b, int64_t M, int64_t N, double copy_bw) {
 
 template <int kVec, int kRegs>
 void backward(const Buffers& b, int64_t M, int64_t N, double copy_bw, int sms) {
-  if (N % kVec != 0 || N / kVec > static_cast<int64_t>(kBwdMaxThreads) * kRegs) return;
+  if (N % kVec != 0 || N / kVec > static_cast<int64_t>(kBackwardMaxThreads) * kRegs) return;
   for (int min_threads : {256, 512}) {
     // The library's one-block planner, with this instance and its knobs.
     auto kernel = rms_norm_backward_kernel<bf16, kVec, kRegs>;

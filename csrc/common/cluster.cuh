@@ -5,8 +5,7 @@
 // Torch-free.
 #pragma once
 
-#include "platform.cuh"
-#include "reduce.cuh"
+#include "device.cuh"
 
 #if !defined(__HIP_PLATFORM_AMD__) && !defined(__HIP__) && defined(CUDART_VERSION) && \
     CUDART_VERSION >= 12000

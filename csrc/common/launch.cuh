@@ -1,6 +1,8 @@
 // Kernel launch with programmatic dependent launch (PDL), the per-device
-// facts a planner asks, and the one launch every planned kernel goes
-// through. Device code and host code, torch-free like the kernels that use it.
+// facts a planner asks (cached: a driver query costs more than a small
+// launch), and the one launch every planned kernel goes through. The plan
+// that the row kernels share is in row_plan.cuh. Device code and host code,
+// torch-free like the kernels that use it.
 //
 // The words every planner, launcher and kernel of opguide uses, CUDA and
 // Triton alike (the guide's glossary, docs/index.md, defines the same ones):
@@ -14,10 +16,13 @@
 //                   block (per program in Triton)
 //   vec             elements per access (16 bytes, or narrower for odd rows)
 //   reg_vecs        accesses of its row a thread keeps in registers
-//   plan            a plain struct from plan_<op>(problem, device): the
-//                   kernel family, grid, block, cluster, shared bytes, vec and
-//                   every knob; launch(plan, ...) runs exactly that, and a
-//                   caller may hand in a plan of its own (a forced plan)
+//   plan            a plain struct naming the kernel family, grid, block,
+//                   cluster, shared bytes, vec and every knob. For each
+//                   operator and direction, plan_<op>_<direction>(problem,
+//                   device) chooses it, <op>_<direction>_plan_for(pointers,
+//                   rows, cols, settings) asks that for a call on the
+//                   current GPU, and launch_<op>_<direction>(plan, ...) runs
+//                   exactly that plan, or one a caller made (a forced plan)
 // Kernel families (RowKernel, BackwardKernel; Triton's Registers, Split and
 // Chunked):
 //   registers       one block per row (or several rows per block), the whole
@@ -164,6 +169,10 @@ cudaError_t launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3
 #endif
 }
 
+// The shared memory a block may have (static and dynamic together) without
+// opting in to more with cudaFuncAttributeMaxDynamicSharedMemorySize.
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+
 // An occupancy query or a function attribute costs a driver call of a few
 // microseconds: more than the whole host side of a small call. Both depend
 // only on the kernel, its block and the device, so each is asked once per
@@ -200,8 +209,8 @@ inline DeviceInfo read_device_info(int device) {
   info.sm_count = attribute(cudaDevAttrMultiProcessorCount, 1);
   info.warp_size = attribute(cudaDevAttrWarpSize, 32);
   info.compute_major = attribute(cudaDevAttrComputeCapabilityMajor, 0);
-  info.max_shared_bytes = static_cast<size_t>(
-      attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024));
+  info.max_shared_bytes = static_cast<size_t>(attribute(
+      cudaDevAttrMaxSharedMemoryPerBlockOptin, static_cast<int>(kDefaultSharedBytes)));
 #if OPGUIDE_HAVE_CLUSTERS
   info.cluster_launch = attribute(cudaDevAttrClusterLaunch, 0) != 0;
 #endif
@@ -276,10 +285,6 @@ void allow_shared_bytes(Kernel kernel, size_t bytes) {
   }
 }
 
-inline bool is_aligned(const void* p, int bytes) {
-  return reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(bytes) == 0;
-}
-
 // The number of blocks per cluster that gives each block of `threads`
 // threads at most `reg_vecs` vectors each of a row of `nvec` vectors: a power
 // of two, at least 2; 0 when more than `max_cluster` would be needed.
@@ -339,67 +344,6 @@ int active_clusters(Kernel kernel, int cluster, int threads, size_t shared_bytes
   return count;
 }
 
-// The launch of a one-row-per-cluster kernel: blocks of `threads` threads,
-// or twice that for rows too long for 16 such blocks, each thread taking
-// `vecs` vectors. `cluster` is 0 when neither fits the row, or when the
-// grid's x dimension cannot hold rows * cluster blocks.
-struct RowClusters {
-  int cluster;
-  int threads;
-};
-
-inline RowClusters row_clusters(int64_t nvec, int64_t rows, int max_cluster,
-                                int block_threads, int vecs) {
-  for (const int threads : {block_threads, 2 * block_threads}) {
-    const int cluster = cluster_size_for(nvec, max_cluster, threads, vecs);
-    if (cluster > 0) return {rows <= 0x7fffffff / cluster ? cluster : 0, threads};
-  }
-  return {0, 0};
-}
-
-// The kernel families of the row kernels (the RMSNorm forward and the fused
-// residual-add + RMSNorm): registers, chunked and cluster.
-enum class RowKernel { kRegisters, kChunked, kCluster };
-
-// The plan of a row kernel: which kernel, its launch shape and its knobs.
-// Planned once per call (plan_rms_norm_forward, plan_fused_add_rms_norm), or
-// handed in whole by a caller that forces one.
-struct RowPlan {
-  RowKernel kernel = RowKernel::kRegisters;
-  int vec = 1;              // elements per access
-  int reg_vecs = 1;         // accesses of its row a thread keeps in registers
-  dim3 grid;                // blocks
-  dim3 block;               // (threads per row, rows per block)
-  int cluster = 1;          // blocks per cluster (kCluster: a cluster per row)
-  size_t shared_bytes = 0;  // dynamic shared memory per block
-};
-
-// The launch shape of a cluster plan: rows * cluster blocks of `threads`.
-inline RowPlan row_cluster_plan(int64_t rows, RowClusters rc, int vec, int reg_vecs,
-                                size_t shared_bytes) {
-  RowPlan plan;
-  plan.kernel = RowKernel::kCluster;
-  plan.vec = vec;
-  plan.reg_vecs = reg_vecs;
-  plan.grid = dim3(static_cast<unsigned>(rows * rc.cluster));
-  plan.block = dim3(static_cast<unsigned>(rc.threads));
-  plan.cluster = rc.cluster;
-  plan.shared_bytes = shared_bytes;
-  return plan;
-}
-
-// Whether clusters of `cluster` blocks of `threads` threads, each with
-// `shared_bytes` of dynamic shared memory, fit on the current GPU: asked of
-// the device (cudaOccupancyMaxActiveClusters, cached) when planning, so no
-// launch is ever tried to find out. Allows the kernel the shared memory and
-// the cluster size first, as its launch needs.
-template <typename Kernel>
-bool clusters_fit(Kernel kernel, int cluster, int threads, size_t shared_bytes) {
-  allow_shared_bytes(kernel, shared_bytes);
-  allow_cluster_size(kernel, cluster);
-  return active_clusters(kernel, cluster, threads, shared_bytes) > 0;
-}
-
 // How a call launches: its stream, programmatic dependent launch (above),
 // and the most blocks per cluster (0: no clusters).
 struct LaunchSettings {
@@ -417,7 +361,7 @@ cudaError_t launch_planned(void (*kernel)(Params...), dim3 grid, dim3 block,
                            size_t shared_bytes, int cluster, cudaStream_t stream,
                            bool pdl, Args... args) {
   if (kernel == nullptr) return cudaErrorInvalidValue;  // a plan no table entry has
-  if (shared_bytes > 48 * 1024) allow_shared_bytes(kernel, shared_bytes);
+  if (shared_bytes > kDefaultSharedBytes) allow_shared_bytes(kernel, shared_bytes);
   if (cluster > 8) allow_cluster_size(kernel, cluster);
   if (cluster > 1)
     return launch_kernel_in_clusters(kernel, grid, block, shared_bytes, stream, pdl,

@@ -26,7 +26,7 @@ bool cuda_use_pdl() {
 int cuda_warp_size() { return device_info().warp_size; }
 
 // The most blocks per thread-block cluster the long-row kernels may use
-// (rms_norm_forward_cluster.cuh, rms_norm_backward_cluster.cuh): 16 on GPUs that
+// (rms_norm_forward.cuh, rms_norm_backward_long_rows.cuh): 16 on GPUs that
 // launch clusters (compute capability 9.0 and later), 0 (no clusters) before, on
 // ROCm, or when the environment sets OPGUIDE_CLUSTERS=0 (read once per process),
 // for example to compare timings.

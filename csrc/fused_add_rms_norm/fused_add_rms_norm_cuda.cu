@@ -14,26 +14,13 @@
 #include <cstdint>
 #include <string>
 
+#include "../common/cuda_type.cuh"
 #include "../rms_norm/rms_norm.h"
 #include "fused_add_rms_norm.h"
 #include "fused_add_rms_norm_launch.cuh"
 
 namespace opguide {
 namespace {
-
-// at::Half and at::BFloat16 have the bit layout of __half and __nv_bfloat16.
-template <typename T>
-struct CudaType {
-  using type = T;
-};
-template <>
-struct CudaType<at::Half> {
-  using type = __half;
-};
-template <>
-struct CudaType<at::BFloat16> {
-  using type = __nv_bfloat16;
-};
 
 // [cuda-launch]
 template <typename X, typename R, typename O, typename Acc>
@@ -58,8 +45,11 @@ void launch(const at::Tensor& x, at::Tensor& residual, const at::Tensor& weight,
   // PyTorch's current stream.
   const LaunchSettings settings{c10::cuda::getCurrentCUDAStream(), cuda_use_pdl(),
                                 cuda_max_cluster()};
-  const cudaError_t err = run_fused_add_rms_norm<CX, CR, CO, Acc>(
-      x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, rows, cols, static_cast<Acc>(eps), settings);
+  const RowPlan plan = fused_add_rms_norm_plan_for<CX, CR, CO, Acc>(
+      x_ptr, r_ptr, w_ptr, y_ptr, rows, cols, settings);
+  const cudaError_t err = launch_fused_add_rms_norm<CX, CR, CO, Acc>(
+      plan, x_ptr, r_ptr, w_ptr, y_ptr, inv_ptr, rows, cols, static_cast<Acc>(eps),
+      settings);
   C10_CUDA_CHECK(err);
 }
 // [cuda-launch-end]

@@ -1,6 +1,6 @@
 // The one place that chooses a fused residual-add + RMSNorm CUDA kernel and
 // its launch shape: plan_fused_add_rms_norm turns (problem, device) into a
-// RowPlan (common/launch.cuh), asking the device whether clusters fit rather
+// RowPlan (common/row_plan.cuh), asking the device whether clusters fit rather
 // than trying a launch. The kernel table maps each plan to its kernel, for
 // the planner's occupancy query and for the launch
 // (fused_add_rms_norm_launch.cuh) alike. Host code; torch-free.
@@ -12,8 +12,8 @@
 #include <type_traits>
 
 #include "../common/launch.cuh"
+#include "../common/row_plan.cuh"
 #include "fused_add_rms_norm.cuh"
-#include "fused_add_rms_norm_cluster.cuh"
 #include "fused_add_rms_norm_config.h"
 
 namespace opguide {
@@ -81,27 +81,15 @@ FusedKernelFn<X, R, O, Acc> fused_add_rms_norm_kernel_for(const RowPlan& plan) {
   return nullptr;
 }
 
-// The block shape for rows rows of cols elements moved vec at a time: enough
-// threads per row (a multiple of the warp, at most kFusedMaxThreads) for each to
-// hold reg_vecs vectors, and as many rows per block as fit in
-// block_threads threads. Rows longer than that take the chunked kernel.
+// The block shape of the one-block kernel (row_block_plan), with the fused
+// kernel's knobs (fused_add_rms_norm_config.h): enough threads per row (a
+// multiple of the warp, at most kFusedMaxThreads) for each to hold reg_vecs
+// vectors, and as many rows per block as fit in block_threads threads.
+// tools/sweep_fused_add_rms_norm.cu plans its forced shapes with it.
 inline RowPlan fused_block_plan(int64_t rows, int64_t cols, int vec, int reg_vecs,
                                 int warp_size, int block_threads) {
-  const int64_t nvec = cols / vec;
-  int64_t per_row = (nvec + reg_vecs - 1) / reg_vecs;
-  per_row = (per_row + warp_size - 1) / warp_size * warp_size;
-  if (per_row < warp_size)
-    per_row = warp_size;  // cols == 0: one warp per row, which writes inv_rms
-  if (per_row > kFusedMaxThreads) per_row = kFusedMaxThreads;
-  const int64_t rows_per_block = per_row < block_threads ? block_threads / per_row : 1;
-  RowPlan plan;
-  plan.vec = vec;
-  plan.reg_vecs = reg_vecs;
-  plan.block =
-      dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
-  plan.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  plan.kernel = nvec > per_row * reg_vecs ? RowKernel::kChunked : RowKernel::kRegisters;
-  return plan;
+  const RowBlockKnobs knobs{kFusedMaxThreads, 0, block_threads};
+  return row_block_plan(rows, cols, vec, reg_vecs, warp_size, knobs);
 }
 
 // The clusters for rows of nvec vectors (all whole, aligned vectors when

@@ -1,25 +1,15 @@
 // RMSNorm backward, device code: grad_x and the per-block partial sums of
 // grad_weight for rows held in registers (two kernels: one that prefetches
 // the next row into registers, one that pipelines rows through shared memory
-// with cp.async), and the deterministic sum of the partials. Torch-free like
-// the forward (rms_norm_forward.cuh); rms_norm_launch.cuh launches them.
+// with cp.async), and the deterministic sum of the partials. Longer rows:
+// rms_norm_backward_long_rows.cuh. Torch-free like the forward
+// (rms_norm_forward.cuh); rms_norm_backward_plan.cuh plans and launches them.
 #pragma once
-
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-// OPGUIDE_NO_BF16 leaves bfloat16 out, for toolchains that predate its header
-// (ROCm before 5.7 has no hip_bf16.h). Normal builds never set it.
-#if !defined(OPGUIDE_NO_BF16)
-#include <cuda_bf16.h>
-#endif
 
 #include <cstdint>
 
-#include "../common/async_copy.cuh"
-#include "../common/keep_packed.cuh"
+#include "../common/device.cuh"
 #include "../common/launch.cuh"
-#include "../common/reduce.cuh"
-#include "../common/vec.cuh"
 #include "rms_norm_config.h"
 
 namespace opguide {
@@ -182,7 +172,7 @@ __device__ __forceinline__ void store_partial_grad_weight(
 }
 
 template <typename T, int kVec, int kRegVecs>
-__global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
+__global__ void __launch_bounds__(kBackwardMaxThreads, 1) rms_norm_backward_kernel(
     const T* __restrict__ grad_y,                                 // [rows, cols], dense
     const T* __restrict__ x,                                      // [rows, cols], dense
     const T* __restrict__ weight,                                 // [cols]
@@ -259,7 +249,7 @@ __global__ void __launch_bounds__(kBwdMaxThreads, 1) rms_norm_backward_kernel(
 // laid out so that neighbouring threads read neighbouring 16-byte vectors.
 // Knobs: kStages and kMinBlocks (PipelinedKnobs in rms_norm_config.h).
 template <typename T, int kVec, int kRegVecs, typename Knobs = PipelinedKnobs>
-__global__ void __launch_bounds__(kBwdMaxThreads, Knobs::kMinBlocks)
+__global__ void __launch_bounds__(kBackwardMaxThreads, Knobs::kMinBlocks)
     rms_norm_backward_pipelined_kernel(
         const T* __restrict__ grad_y,                           // [rows, cols], dense
         const T* __restrict__ x,                                // [rows, cols], dense

@@ -1,6 +1,7 @@
 // Every tuned constant of the RMSNorm CUDA kernels, with its reason and the
-// tool and recorded file that measured it, and the kernel families that the
-// planner (rms_norm_planner.cuh) chooses among. Torch-free.
+// tool and recorded file that measured it. The planners
+// (rms_norm_forward_plan.cuh, rms_norm_backward_plan.cuh) and the kernels
+// read them. Torch-free.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,6 +19,27 @@ namespace opguide {
 constexpr int kForwardRegVecs = 4;
 constexpr int kMaxThreadsPerRow = 1024;
 
+// Vectors each thread keeps in registers when it moves `vec` elements of
+// `elem_bytes` bytes at a time: as many bytes as kForwardRegVecs 16-byte
+// vectors, and no more than 8 vectors (narrow accesses need a register per
+// vector; more spill). tools/sweep_rms_norm_narrow.cu times other counts.
+constexpr int forward_reg_vecs(int elem_bytes, int vec) {
+  return kForwardRegVecs * (16 / elem_bytes) / vec < 8
+             ? kForwardRegVecs * (16 / elem_bytes) / vec
+             : 8;
+}
+
+// The forward's blocks, measured over every row length (python -m
+// guidekit.benchmark, docs/recorded/sweep_h100.json). A row that needs fewer
+// threads than a warp gets a power of two of them, and a block of
+// kForwardShortRowsThreads holds as many such rows as fit (rows of 256
+// bfloat16 elements: 8 threads each, 32 rows a block). Longer rows go two to
+// a block when they take kForwardPairedRowThreads threads or fewer: one row
+// per block of 32 or 64 threads means so many blocks (65536 for 65536 x
+// 1024) that the GPU cannot start them fast enough.
+constexpr int kForwardShortRowsThreads = 256;
+constexpr int kForwardPairedRowThreads = 64;
+
 // Forward over clusters for rows of more than kClusterForwardMinVecs vectors
 // (32 KiB): 128 threads x 8 vectors a block, or 256 x 8 for rows too long for
 // 16 such blocks. At 2048 vectors and fewer the one-block kernel is as fast
@@ -31,27 +53,27 @@ constexpr int kClusterForwardVecs = 8;
 
 // Backward, rows held by one block (tools/sweep_rms_norm_backward.cu,
 // docs/recorded/sweep_rms_norm_backward_pipelined_h100.txt).
-constexpr int kBwdMaxThreads = 512;  // threads per block, at most
+constexpr int kBackwardMaxThreads = 512;  // threads per block, at most
 // The pipelined kernel (cp.async): rows in flight per row slot, blocks of at
 // least this many threads (two rows at a time for rows of 4096 bf16
 // elements: twice the data per barrier), and the row length (in 16-byte
 // vectors) past which a thread takes 4 vectors instead of 2, which keeps two
 // rows per block there too.
-constexpr int kBwdStages = 3;
-constexpr int kBwdPipelineMinThreads = 512;
-constexpr int64_t kBwdWideRow = 512;
+constexpr int kBackwardStages = 3;
+constexpr int kBackwardPipelineMinThreads = 512;
+constexpr int64_t kBackwardWideRow = 512;
 // The pipelined kernel's compile-time knobs as a type, so that
 // tools/sweep_rms_norm_backward.cu instantiates the same kernel with others:
 // stages in flight, and the least blocks per multiprocessor that
 // __launch_bounds__ asks the compiler to fit (1: registers are not capped).
 struct PipelinedKnobs {
-  static constexpr int kStages = kBwdStages;
+  static constexpr int kStages = kBackwardStages;
   static constexpr int kMinBlocks = 1;
 };
 // The register kernel, where the pipeline's shared memory does not fit:
 // vectors per thread and the least threads per block.
-constexpr int kBwdRegVecs = 2;
-constexpr int kBwdMinThreads = 256;
+constexpr int kBackwardRegVecs = 2;
+constexpr int kBackwardMinThreads = 256;
 
 // The grad_weight sum: a block takes 32 columns and has 32 rows of threads, each
 // summing every 32nd partial row.
@@ -83,30 +105,5 @@ constexpr int narrow_backward_regs() {
 constexpr int kChunkedThreads = 512;
 constexpr int kChunkedBlocksPerSm = 4;
 constexpr int kChunkedStripCols = 256;
-
-// The backward kernel families (the words of common/launch.cuh).
-enum class BackwardKernel {
-  kRegisters,    // registers: rms_norm_backward_kernel, kBwdRegVecs 16-byte vectors
-  kPipelined2,   // pipelined: rms_norm_backward_pipelined_kernel, 2 vectors a thread
-  kPipelined4,   // pipelined: rms_norm_backward_pipelined_kernel, 4 vectors a thread
-  kNarrow8,      // narrow: rms_norm_backward_kernel with 8-byte accesses
-  kNarrow4,      // narrow: rms_norm_backward_kernel with 4-byte accesses
-  kNarrow2,      // narrow: rms_norm_backward_kernel with 2-byte accesses
-  kCluster,      // cluster: rms_norm_backward_cluster_kernel, kClusterBackwardRegVecs
-  kClusterLong,  // cluster: rms_norm_backward_cluster_kernel,
-                 // kClusterBackwardRegVecsLong
-  kChunked,  // chunked: rms_norm_backward_chunked_kernel, then the grad_weight column
-             // sums
-};
-
-// A backward plan (plan_rms_norm_backward): the kernel and its launch shape.
-struct RmsNormBackwardPlan {
-  BackwardKernel kernel = BackwardKernel::kRegisters;
-  dim3 block;          // (threads per row, row slots per block)
-  int64_t blocks = 0;  // also the number of partial grad_weight rows; 0: does not fit
-  size_t shared_bytes = 0;  // dynamic shared memory per block
-  int cluster = 1;          // blocks per cluster (cluster kernels), else 1
-  int64_t grid = 0;         // blocks of the first kernel (cluster and chunked kernels)
-};
 
 }  // namespace opguide

@@ -1,6 +1,7 @@
-// RMSNorm forward on CUDA (and on ROCm after hipify): the torch side.
-// The kernels, their planner and launchers are torch-free headers of this
-// folder; rms_norm_launch.cuh is the one this file includes.
+// RMSNorm on CUDA (and on ROCm after hipify), forward and backward: the
+// torch side. The kernels, their planners and launchers are torch-free
+// headers of this folder; rms_norm_launch.cuh is the one this file includes.
+// Each direction plans a call, then launches the plan.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAException.h>
@@ -12,28 +13,11 @@
 #include <limits>
 #include <tuple>
 
+#include "../common/cuda_type.cuh"
 #include "rms_norm.h"
 #include "rms_norm_launch.cuh"
 
 namespace opguide {
-namespace {
-
-// at::Half and at::BFloat16 have the bit layout of CUDA's __half and
-// __nv_bfloat16; the kernels are written against the CUDA types.
-template <typename scalar_t>
-struct CudaType {
-  using type = scalar_t;
-};
-template <>
-struct CudaType<at::Half> {
-  using type = __half;
-};
-template <>
-struct CudaType<at::BFloat16> {
-  using type = __nv_bfloat16;
-};
-
-}  // namespace
 
 // Writes y (and inv_rms when it is defined) for x and weight on x's GPU.
 void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double eps,
@@ -62,12 +46,15 @@ void rms_norm_cuda_into(const at::Tensor& x, const at::Tensor& weight, double ep
         using Acc = typename AccType<T>::type;
         Acc* inv_rms_ptr =
             inv_rms.defined() ? inv_rms.mutable_data_ptr<Acc>() : nullptr;
-        // Plans the kernel (rms_norm_planner.cuh), then launches it.
-        const cudaError_t err = run_rms_norm_forward<T>(
-            reinterpret_cast<const T*>(xk.const_data_ptr<scalar_t>()),
-            reinterpret_cast<const T*>(wk.const_data_ptr<scalar_t>()),
-            reinterpret_cast<T*>(y.mutable_data_ptr<scalar_t>()), inv_rms_ptr, rows,
-            cols, row_stride, static_cast<float>(eps), settings);
+        const T* x_ptr = reinterpret_cast<const T*>(xk.const_data_ptr<scalar_t>());
+        const T* w_ptr = reinterpret_cast<const T*>(wk.const_data_ptr<scalar_t>());
+        T* y_ptr = reinterpret_cast<T*>(y.mutable_data_ptr<scalar_t>());
+        // Which kernel runs depends on the row: see plan_rms_norm_forward.
+        const RowPlan plan = rms_norm_forward_plan_for<T>(x_ptr, w_ptr, y_ptr, rows,
+                                                          cols, row_stride, settings);
+        const cudaError_t err = launch_rms_norm_forward<T>(
+            plan, x_ptr, w_ptr, y_ptr, inv_rms_ptr, rows, cols, row_stride,
+            static_cast<Acc>(eps), settings);
         C10_CUDA_CHECK(err);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -148,7 +135,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
             reinterpret_cast<T*>(grad_x.mutable_data_ptr<scalar_t>()),
             partial.mutable_data_ptr<Acc>(),
             reinterpret_cast<T*>(grad_weight.mutable_data_ptr<scalar_t>()), rows, cols,
-            settings.stream, settings.pdl);
+            settings);
         C10_CUDA_CHECK(err);
       });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -1,10 +1,15 @@
-// The launchers of the RMSNorm CUDA kernels: each runs a plan of
-// rms_norm_planner.cuh. run_rms_norm_forward plans the forward (or takes a
-// forced plan) and launches it; the backward is planned by
-// rms_norm_backward_plan_for, so that the caller can allocate the grad_weight
-// partial rows the plan needs, then launched by launch_rms_norm_backward. The
-// host wrapper (rms_norm_cuda.cu) and the sweep tools (tools/sweep_*.cu) call
-// these. Torch-free.
+// How a caller runs the RMSNorm CUDA kernels: for each direction, the plan
+// for a call, then the launch of a plan. Forward and backward take the same
+// two steps (the words of common/launch.cuh):
+//   rms_norm_<direction>_plan_for(pointers, rows, cols, ..., settings)
+//       the plan of plan_rms_norm_<direction> (rms_norm_forward_planner.cuh,
+//       rms_norm_backward_planner.cuh) for this call on the current GPU;
+//   launch_rms_norm_<direction>(plan, pointers, rows, cols, ..., settings)
+//       runs exactly `plan` on settings.stream, and decides nothing.
+// Between the two a caller allocates what the plan needs (the backward's
+// plan.blocks partial grad_weight rows), or hands the launch a plan of its
+// own (a forced plan: the sweep tools, tools/sweep_*.cu). The host wrapper
+// (rms_norm_cuda.cu) and the sweep tools call these. Torch-free.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,42 +17,57 @@
 #include <cstdint>
 
 #include "../common/launch.cuh"
+#include "../common/row_plan.cuh"
+#include "rms_norm_backward_planner.cuh"
 #include "rms_norm_config.h"
-#include "rms_norm_planner.cuh"
+#include "rms_norm_forward_planner.cuh"
 
 namespace opguide {
 
-// Launches the forward kernel of `plan`. inv_rms (one value per row, may be
-// null) receives 1/rms for the backward. Returns the launch's error code
-// (cudaErrorInvalidValue for a plan no kernel of the table matches).
+// The forward's plan for a call on the current GPU, with the most blocks per
+// cluster that `settings` allows.
 template <typename T>
-cudaError_t launch_rms_norm_forward(const RowPlan& plan, const T* x, const T* weight,
-                                    T* y, typename AccType<T>::type* inv_rms,
-                                    int64_t rows, int64_t cols, int64_t x_row_stride,
-                                    float eps, cudaStream_t stream, bool pdl = false) {
-  return launch_planned(rms_norm_forward_kernel_for<T>(plan), plan.grid, plan.block,
-                        plan.shared_bytes, plan.cluster, stream, pdl, x, weight, y,
-                        inv_rms, rows, cols, x_row_stride, eps);
+RowPlan rms_norm_forward_plan_for(
+    const T* x,       // [rows, cols], row r at x + r * x_row_stride
+    const T* weight,  // [cols]
+    const T* y,       // [rows, cols], dense
+    int64_t rows, int64_t cols, int64_t x_row_stride, const LaunchSettings& settings) {
+  const RmsNormForwardProblem problem{rows, cols, x_row_stride,
+                                      aligned_bytes_of(x, weight, y)};
+  return plan_rms_norm_forward<T>(problem, device_info(), settings.max_cluster);
 }
 
-// The forward: plans it for the current device (or takes `forced`) and
-// launches it on settings.stream.
+// Launches the forward kernel of `plan` (none when there are no rows).
+// inv_rms (one value per row, may be null) receives 1/rms for the backward.
+// eps is in the accumulation type, as the CPU kernel takes it: a float would
+// round it for double rows. Returns the launch's error code
+// (cudaErrorInvalidValue for a plan no kernel of the table matches).
 template <typename T>
-cudaError_t run_rms_norm_forward(
+cudaError_t launch_rms_norm_forward(
+    const RowPlan& plan,
     const T* x,                          // [rows, cols], row r at x + r * x_row_stride
     const T* weight,                     // [cols]
     T* y,                                // [rows, cols], dense
     typename AccType<T>::type* inv_rms,  // [rows], or null
-    int64_t rows, int64_t cols, int64_t x_row_stride, float eps,
-    const LaunchSettings& settings, const RowPlan* forced = nullptr) {
+    int64_t rows, int64_t cols, int64_t x_row_stride, typename AccType<T>::type eps,
+    const LaunchSettings& settings) {
   if (rows == 0 || cols == 0) return cudaSuccess;
-  const RowPlan plan =
-      forced != nullptr ? *forced
-                        : plan_rms_norm_forward<T>({rows, cols, x_row_stride,
-                                                    aligned_bytes_of(x, weight, y)},
-                                                   device_info(), settings.max_cluster);
-  return launch_rms_norm_forward<T>(plan, x, weight, y, inv_rms, rows, cols,
-                                    x_row_stride, eps, settings.stream, settings.pdl);
+  return launch_planned(rms_norm_forward_kernel_for<T>(plan), plan.grid, plan.block,
+                        plan.shared_bytes, plan.cluster, settings.stream, settings.pdl,
+                        x, weight, y, inv_rms, rows, cols, x_row_stride, eps);
+}
+
+// The backward's plan for a call on the current GPU, with the most blocks
+// per cluster that `settings` allows. The caller allocates plan.blocks * cols
+// accumulators for grad_weight_partial from it.
+template <typename T>
+RmsNormBackwardPlan rms_norm_backward_plan_for(const T* grad_y,  // [rows, cols]
+                                               const T* x,       // [rows, cols]
+                                               const T* weight,  // [cols]
+                                               int64_t rows, int64_t cols,
+                                               const LaunchSettings& settings) {
+  const RmsNormBackwardProblem problem{rows, cols, aligned_bytes_of(grad_y, x, weight)};
+  return plan_rms_norm_backward<T>(problem, device_info(), settings.max_cluster);
 }
 
 // The grad_weight sum: grad_weight from the `parts` partial rows that a backward
@@ -116,38 +136,31 @@ cudaError_t launch_backward_chunked(const T* grad_y, const T* x, const T* weight
 }
 
 // Launches the backward as `plan` says: one switch, the chunked family or
-// the table's kernel. grad_weight_partial must hold plan.blocks * cols
-// accumulators.
+// the table's kernel, then the grad_weight sum. grad_weight_partial must
+// hold plan.blocks * cols accumulators. Returns the first launch error
+// (cudaErrorInvalidValue for a plan no kernel of the table matches).
 template <typename T>
-cudaError_t launch_rms_norm_backward(const RmsNormBackwardPlan& plan, const T* grad_y,
-                                     const T* x, const T* weight,
-                                     const typename AccType<T>::type* inv_rms,
-                                     T* grad_x,
-                                     typename AccType<T>::type* grad_weight_partial,
-                                     T* grad_weight, int64_t rows, int64_t cols,
-                                     cudaStream_t stream, bool pdl = false) {
+cudaError_t launch_rms_norm_backward(
+    const RmsNormBackwardPlan& plan,
+    const T* grad_y,                                 // [rows, cols], dense
+    const T* x,                                      // [rows, cols], dense
+    const T* weight,                                 // [cols]
+    const typename AccType<T>::type* inv_rms,        // [rows]
+    T* grad_x,                                       // [rows, cols], dense
+    typename AccType<T>::type* grad_weight_partial,  // [plan.blocks, cols]
+    T* grad_weight,                                  // [cols]
+    int64_t rows, int64_t cols, const LaunchSettings& settings) {
   switch (plan.kernel) {
     case BackwardKernel::kChunked:
       return launch_backward_chunked(grad_y, x, weight, inv_rms, grad_x,
                                      grad_weight_partial, grad_weight, rows, cols, plan,
-                                     stream, pdl);
+                                     settings.stream, settings.pdl);
     default:
       return launch_backward_pair(rms_norm_backward_kernel_for<T>(plan.kernel), grad_y,
                                   x, weight, inv_rms, grad_x, grad_weight_partial,
-                                  grad_weight, rows, cols, plan, stream, pdl);
+                                  grad_weight, rows, cols, plan, settings.stream,
+                                  settings.pdl);
   }
-}
-
-// The backward's plan for a call on the current device, or `forced`: the
-// caller allocates plan.blocks * cols accumulators for grad_weight_partial from it,
-// then launches it with launch_rms_norm_backward.
-template <typename T>
-RmsNormBackwardPlan rms_norm_backward_plan_for(
-    const T* grad_y, const T* x, const T* weight, int64_t rows, int64_t cols,
-    const LaunchSettings& settings, const RmsNormBackwardPlan* forced = nullptr) {
-  if (forced != nullptr) return *forced;
-  return plan_rms_norm_backward<T>({rows, cols, aligned_bytes_of(grad_y, x, weight)},
-                                   device_info(), settings.max_cluster);
 }
 
 }  // namespace opguide

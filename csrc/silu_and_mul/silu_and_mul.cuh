@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "../common/vec.cuh"
+#include "../common/device.cuh"
 #include "silu_and_mul_config.h"
 
 namespace opguide {

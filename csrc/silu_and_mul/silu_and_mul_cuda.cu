@@ -11,26 +11,12 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "../common/cuda_type.cuh"
 #include "silu_and_mul.cuh"
 #include "silu_and_mul.h"
 
 namespace opguide {
 namespace {
-
-// at::Half and at::BFloat16 have the bit layout of CUDA's __half and
-// __nv_bfloat16; the kernels are written against the CUDA types.
-template <typename scalar_t>
-struct CudaType {
-  using type = scalar_t;
-};
-template <>
-struct CudaType<at::Half> {
-  using type = __half;
-};
-template <>
-struct CudaType<at::BFloat16> {
-  using type = __nv_bfloat16;
-};
 
 // The multiprocessors of the current GPU, which sizes the grid. A driver
 // attribute query (no device synchronisation), cheap enough to ask per call.

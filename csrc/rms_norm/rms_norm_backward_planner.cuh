@@ -1,175 +1,49 @@
-// The one place that chooses an RMSNorm CUDA kernel and its launch shape:
-// plan_rms_norm_forward and plan_rms_norm_backward turn (problem, device)
-// into a plan, once per call, asking the device (cluster support, shared
-// memory, occupancy) rather than trying a launch. The tables at the top map
-// each kernel family to its kernel, for the planners' occupancy queries and
-// for the launch (rms_norm_launch.cuh) alike. Host code; torch-free.
+// The one place that chooses the RMSNorm backward's kernels and their
+// launch shape: plan_rms_norm_backward turns (problem, device) into an
+// RmsNormBackwardPlan, once per call, asking the device (cluster support,
+// shared memory, occupancy) rather than trying a launch. The backward's plan
+// is a struct of its own: its kernels loop over rows on a grid sized to the
+// GPU, each block writing a partial grad_weight row that a second kernel
+// sums, where the forward's row plan (rms_norm_forward_planner.cuh) has a
+// block per row. The kernel table maps each family to its kernel, for the
+// planner's occupancy queries and for the launch (rms_norm_launch.cuh) alike.
+// Host code; torch-free.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "../common/launch.cuh"
 #include "rms_norm_backward.cuh"
-#include "rms_norm_backward_chunked.cuh"
-#include "rms_norm_backward_cluster.cuh"
+#include "rms_norm_backward_long_rows.cuh"
 #include "rms_norm_config.h"
-#include "rms_norm_forward.cuh"
-#include "rms_norm_forward_cluster.cuh"
 
 namespace opguide {
 
-// The forward's kernel table: the kernel of each family (RowKernel), access
-// width and knob, as instantiated; null for a plan no instance matches (a
-// forced plan with other knobs). The planner asks it for occupancy and
-// rms_norm_launch.cuh for the launch.
-template <typename T>
-using ForwardKernelFn = void (*)(const T*, const T*, T*, typename AccType<T>::type*,
-                                 int64_t, int64_t, int64_t, float);
-
-// Vectors each thread keeps in registers when it moves `vec` elements of
-// `elem_bytes` bytes at a time: as many bytes as kForwardRegVecs 16-byte
-// vectors, and no more than 8 vectors (narrow accesses need a register per
-// vector; more spill). tools/sweep_rms_norm_narrow.cu times other counts.
-constexpr int forward_reg_vecs(int elem_bytes, int vec) {
-  return kForwardRegVecs * (16 / elem_bytes) / vec < 8
-             ? kForwardRegVecs * (16 / elem_bytes) / vec
-             : 8;
-}
-
-template <typename T, int kVec>
-ForwardKernelFn<T> forward_block_kernel(const RowPlan& plan) {
-  constexpr int kRegs = forward_reg_vecs(sizeof(T), kVec);
-  if (plan.reg_vecs != kRegs) return nullptr;
-  return plan.kernel == RowKernel::kChunked
-             ? rms_norm_forward_kernel<T, kVec, kRegs, true>
-             : rms_norm_forward_kernel<T, kVec, kRegs, false>;
-}
-
-template <typename T>
-ForwardKernelFn<T> rms_norm_forward_kernel_for(const RowPlan& plan) {
-  constexpr int kWide = 16 / sizeof(T);
-  if (plan.kernel == RowKernel::kCluster) {
-    if constexpr (sizeof(T) <= 4) {
-      constexpr int kSmall = kClusterForwardThreads,
-                    kLarge = 2 * kClusterForwardThreads;
-      if (plan.vec != kWide || plan.reg_vecs != kClusterForwardVecs) return nullptr;
-      if (plan.block.x == kSmall)
-        return rms_norm_forward_cluster_kernel<T, kWide, kSmall, kClusterForwardVecs>;
-      if (plan.block.x == kLarge)
-        return rms_norm_forward_cluster_kernel<T, kWide, kLarge, kClusterForwardVecs>;
-    }
-    return nullptr;
-  }
-  if (plan.vec == kWide) return forward_block_kernel<T, kWide>(plan);
-  if constexpr (kWide >= 4) {
-    if (plan.vec == kWide / 2) return forward_block_kernel<T, kWide / 2>(plan);
-  }
-  if constexpr (kWide >= 8) {
-    if (plan.vec == kWide / 4) return forward_block_kernel<T, kWide / 4>(plan);
-  }
-  if (plan.vec == 1) return forward_block_kernel<T, 1>(plan);
-  return nullptr;
-}
-
-// Chooses the block shape from the row length: as many threads per row as
-// give each thread reg_vecs vectors, and two rows per block when a row takes
-// 64 threads or fewer. One row per block of 32 or 64 threads means so many
-// blocks (65536 for 65536 x 1024) that the GPU cannot start them fast
-// enough. Rows that need less than a warp get a power of two of threads
-// each, and a block of 256 threads holds as many rows as fit (rows of 256
-// bfloat16 elements: 8 threads each, 32 rows per block). Both measured over
-// every row length: python -m guidekit.benchmark, docs/recorded/sweep_h100.json.
-inline RowPlan rms_norm_forward_block_plan(int64_t rows, int64_t cols, int vec,
-                                           int warp_size, int reg_vecs) {
-  const int64_t nvec = (cols + vec - 1) / vec;
-  int64_t per_row = (nvec + reg_vecs - 1) / reg_vecs;
-  int64_t rows_per_block;
-  if (per_row < warp_size) {
-    int64_t p = 1;
-    while (p < per_row) p *= 2;
-    per_row = p;
-    rows_per_block = 256 / per_row;
-  } else {
-    per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
-    if (per_row > kMaxThreadsPerRow) per_row = kMaxThreadsPerRow;
-    rows_per_block = per_row <= 64 ? 2 : 1;
-  }
-  RowPlan plan;
-  plan.vec = vec;
-  plan.reg_vecs = reg_vecs;
-  plan.block =
-      dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
-  plan.grid = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  plan.kernel = nvec > per_row * reg_vecs ? RowKernel::kChunked : RowKernel::kRegisters;
-  return plan;
-}
-
-// The clusters of the forward for rows of nvec 16-byte vectors (`wide`: all
-// whole and aligned): cluster == 0 leaves them to the one-block kernel,
-// which re-reads the rest of a row too long for it from L2. Rows of 2048
-// vectors and fewer, double rows, and rows that are not wide take it, as
-// does every row when `max_cluster` (0 without clusters) rules clusters out.
-template <typename T>
-RowClusters rms_norm_forward_clusters(bool wide, int64_t rows, int64_t nvec,
-                                      int max_cluster) {
-  if (sizeof(T) > 4 || !wide || rows <= 0 || nvec <= kClusterForwardMinVecs)
-    return {0, 0};
-  return row_clusters(nvec, rows, max_cluster, kClusterForwardThreads,
-                      kClusterForwardVecs);
-}
-
-// [vector-width]
-// The widest access, in elements, that the row length, the row stride and
-// every pointer allow (aligned_bytes: the largest power of two, at most 16,
-// dividing the address of x, weight and y): 16 bytes, else 8, else 4, else
-// one element. A row length that is not a multiple of 16 bytes still gets
-// narrower vectors (docs/recorded/sweep_odd_rows_h100.json).
-template <typename T>
-int forward_vector_width(int64_t cols, int64_t x_row_stride, int aligned_bytes) {
-  for (int bytes = 16; bytes > static_cast<int>(sizeof(T)); bytes /= 2) {
-    const int vec = bytes / static_cast<int>(sizeof(T));
-    if (cols % vec == 0 && x_row_stride % vec == 0 && aligned_bytes % bytes == 0) {
-      return vec;
-    }
-  }
-  return 1;
-}
-// [vector-width-end]
-
-// What the forward planner needs to know of a call.
-struct RmsNormForwardProblem {
-  int64_t rows = 0;
-  int64_t cols = 0;
-  int64_t x_row_stride = 0;  // elements between rows of x
-  int aligned_bytes = 16;    // aligned_bytes_of(x, weight, y)
+// The backward kernel families (the words of common/launch.cuh).
+enum class BackwardKernel {
+  kRegisters,    // registers: rms_norm_backward_kernel, kBackwardRegVecs vectors
+  kPipelined2,   // pipelined: rms_norm_backward_pipelined_kernel, 2 vectors a thread
+  kPipelined4,   // pipelined: rms_norm_backward_pipelined_kernel, 4 vectors a thread
+  kNarrow8,      // narrow: rms_norm_backward_kernel with 8-byte accesses
+  kNarrow4,      // narrow: rms_norm_backward_kernel with 4-byte accesses
+  kNarrow2,      // narrow: rms_norm_backward_kernel with 2-byte accesses
+  kCluster,      // cluster: rms_norm_backward_cluster_kernel, kClusterBackwardRegVecs
+  kClusterLong,  // cluster: the same, kClusterBackwardRegVecsLong
+  kChunked,      // chunked: rms_norm_backward_chunked_kernel, then column sums
 };
 
-// The forward's plan: over clusters for the long rows that
-// rms_norm_forward_clusters gives them when such clusters fit on this GPU
-// (asked of the device: cluster launch, then cudaOccupancyMaxActiveClusters),
-// else the one-block kernel with the widest access forward_vector_width
-// allows. max_cluster: the most blocks per cluster (0: no clusters).
-template <typename T>
-RowPlan plan_rms_norm_forward(const RmsNormForwardProblem& problem,
-                              const DeviceInfo& device, int max_cluster) {
-  const int vec = forward_vector_width<T>(problem.cols, problem.x_row_stride,
-                                          problem.aligned_bytes);
-  constexpr int kWide = 16 / sizeof(T);
-  const RowClusters rc =
-      rms_norm_forward_clusters<T>(vec == kWide, problem.rows, problem.cols / kWide,
-                                   device.cluster_launch ? max_cluster : 0);
-  if (rc.cluster > 0) {
-    const RowPlan plan =
-        row_cluster_plan(problem.rows, rc, kWide, kClusterForwardVecs, 0);
-    if (clusters_fit(rms_norm_forward_kernel_for<T>(plan), rc.cluster, rc.threads, 0))
-      return plan;
-  }
-  return rms_norm_forward_block_plan(problem.rows, problem.cols, vec, device.warp_size,
-                                     forward_reg_vecs(sizeof(T), vec));
-}
+// The backward's plan: the family, the launch shape of its first kernel, and
+// the partial grad_weight rows that the grad_weight sum adds.
+struct RmsNormBackwardPlan {
+  BackwardKernel kernel = BackwardKernel::kRegisters;
+  dim3 block;          // (threads per row, row slots per block)
+  int64_t blocks = 0;  // also the number of partial grad_weight rows; 0: does not fit
+  size_t shared_bytes = 0;  // dynamic shared memory per block
+  int cluster = 1;          // blocks per cluster (cluster kernels), else 1
+  int64_t grid = 0;         // blocks of the first kernel (cluster and chunked kernels)
+};
 
 // The backward's kernel table: the first kernel of each family (the grad_weight
 // sum follows every one of them); null for the chunked family, whose two
@@ -194,7 +68,7 @@ BackwardKernelFn<T> rms_norm_backward_kernel_for(BackwardKernel kernel) {
   constexpr int kVec = 16 / sizeof(T);
   switch (kernel) {
     case BackwardKernel::kRegisters:
-      return rms_norm_backward_kernel<T, kVec, kBwdRegVecs>;
+      return rms_norm_backward_kernel<T, kVec, kBackwardRegVecs>;
     case BackwardKernel::kPipelined2:
       return rms_norm_backward_pipelined_kernel<T, kVec, 2>;
     case BackwardKernel::kPipelined4:
@@ -218,12 +92,13 @@ BackwardKernelFn<T> rms_norm_backward_kernel_for(BackwardKernel kernel) {
 // The block of both backward kernels for rows of `nvec` vectors: enough
 // threads per row (a whole number of warps) for kRegs vectors each, and as
 // many row slots (a power of two) as give at least `min_threads` threads,
-// within kBwdMaxThreads.
+// within kBackwardMaxThreads.
 inline dim3 backward_block(int64_t nvec, int regs, int warp_size, int min_threads) {
   int64_t per_row = (nvec + regs - 1) / regs;
   per_row = ((per_row + warp_size - 1) / warp_size) * warp_size;
   int64_t slots = 1;
-  while (per_row * slots * 2 <= min_threads && per_row * slots * 2 <= kBwdMaxThreads)
+  while (per_row * slots * 2 <= min_threads &&
+         per_row * slots * 2 <= kBackwardMaxThreads)
     slots *= 2;
   return dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(slots));
 }
@@ -243,7 +118,7 @@ struct BackwardShapeKnobs {
   int vec;         // elements per access
   int reg_vecs;    // accesses of its row a thread keeps
   int stages = 0;  // rows in flight in shared memory (pipelined), or 0
-  int min_threads = kBwdMinThreads;  // threads a block has at least
+  int min_threads = kBackwardMinThreads;  // threads a block has at least
   int max_blocks_per_sm = 0;  // at most this many blocks per SM (0: as many as fit)
   bool sums_per_slot =
       false;  // each row slot keeps its grad_weight sums in shared memory
@@ -276,13 +151,13 @@ RmsNormBackwardPlan rms_norm_backward_shape(BackwardKernelFn<T> kernel, int64_t 
       static_cast<size_t>(knobs.stages * 2 * knobs.reg_vecs * threads) * 16;
   plan.shared_bytes = stages > sums ? stages : sums;
   if (knobs.stages > 0) {
-    // The 48 KiB default covers static and dynamic shared memory together.
+    // The default (kDefaultSharedBytes) covers static and dynamic together.
     const size_t static_bytes = sizeof(Acc) * 2 * kMaxWarpsPerBlock;
     if (plan.shared_bytes + static_bytes > device.max_shared_bytes) {
       plan.blocks = 0;  // more than one block may have on this GPU
       return plan;
     }
-    if (plan.shared_bytes + static_bytes > 48 * 1024)
+    if (plan.shared_bytes + static_bytes > kDefaultSharedBytes)
       allow_shared_bytes(kernel, plan.shared_bytes);
   }
   int per_sm = blocks_per_sm(kernel, static_cast<int>(threads), plan.shared_bytes);
@@ -305,19 +180,19 @@ RmsNormBackwardPlan rms_norm_backward_family_plan(BackwardKernel kernel, int64_t
 }
 
 // The pipelined kernel when its stages fit in the shared memory a block may
-// have (2 vectors a thread, or 4 for rows of more than kBwdWideRow vectors),
+// have (2 vectors a thread, or 4 for rows of more than kBackwardWideRow vectors),
 // the register-prefetch kernel otherwise.
 template <typename T>
 RmsNormBackwardPlan rms_norm_backward_one_block_plan(int64_t rows, int64_t cols,
                                                      const DeviceInfo& device) {
   constexpr int kVec = 16 / sizeof(T);
-  const bool wide_row = cols / kVec > kBwdWideRow;
+  const bool wide_row = cols / kVec > kBackwardWideRow;
   const RmsNormBackwardPlan plan = rms_norm_backward_family_plan<T>(
       wide_row ? BackwardKernel::kPipelined4 : BackwardKernel::kPipelined2, rows, cols,
-      {kVec, wide_row ? 4 : 2, kBwdStages, kBwdPipelineMinThreads}, device);
+      {kVec, wide_row ? 4 : 2, kBackwardStages, kBackwardPipelineMinThreads}, device);
   if (plan.blocks > 0) return plan;
   return rms_norm_backward_family_plan<T>(BackwardKernel::kRegisters, rows, cols,
-                                          {kVec, kBwdRegVecs}, device);
+                                          {kVec, kBackwardRegVecs}, device);
 }
 
 // The plan for the narrow kernel of kBytes accesses, or one with blocks == 0
@@ -330,7 +205,7 @@ RmsNormBackwardPlan narrow_backward_plan(int64_t rows, int64_t cols, int aligned
     constexpr int kVec = kBytes / static_cast<int>(sizeof(T));
     constexpr int kRegs = narrow_backward_regs<kBytes>();
     if (cols % kVec != 0 || aligned_bytes % kBytes != 0 ||
-        cols / kVec > static_cast<int64_t>(kBwdMaxThreads) * kRegs)
+        cols / kVec > static_cast<int64_t>(kBackwardMaxThreads) * kRegs)
       return plan;
     plan = rms_norm_backward_family_plan<T>(kBytes == 8   ? BackwardKernel::kNarrow8
                                             : kBytes == 4 ? BackwardKernel::kNarrow4
@@ -407,11 +282,11 @@ RmsNormBackwardPlan plan_rms_norm_backward(const RmsNormBackwardProblem& problem
   const int64_t rows = problem.rows, cols = problem.cols;
   const int64_t nvec = cols / kVec;
   const bool wide = problem.aligned_bytes % 16 == 0 && cols % kVec == 0 && rows > 0;
-  if (wide && nvec <= static_cast<int64_t>(kBwdMaxThreads) * 4) {
+  if (wide && nvec <= static_cast<int64_t>(kBackwardMaxThreads) * 4) {
     const RmsNormBackwardPlan plan =
         rms_norm_backward_one_block_plan<T>(rows, cols, device);
     if (plan.kernel != BackwardKernel::kRegisters ||
-        nvec <= static_cast<int64_t>(kBwdMaxThreads) * kBwdRegVecs)
+        nvec <= static_cast<int64_t>(kBackwardMaxThreads) * kBackwardRegVecs)
       return plan;
   }
   if (!wide && rows > 0) {
