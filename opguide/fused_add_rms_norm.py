@@ -17,7 +17,7 @@ import torch
 
 from ._checks import _OP, _check_fused_add_rms_norm_args
 from .backends import native_under_compile, resolve_backend
-from .ops import _register_dtensor_rules
+from .ops import _PLAIN, _register_dtensor_rules
 from .reference import fused_add_rms_norm_reference
 
 # [refuse-grad]
@@ -126,8 +126,12 @@ def fused_add_rms_norm_(
         >>> out.shape, inv_rms.shape
         (torch.Size([4, 8]), torch.Size([4]))
     """
-    _check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype)
-    if native_under_compile("fused_add_rms_norm_", compiled):
+    native = native_under_compile("fused_add_rms_norm_", compiled)
+    plain = type(x) in _PLAIN and type(residual) in _PLAIN and type(eps) is float
+    if native or not (plain and type(weight) in (*_PLAIN, type(None)) and backend == "triton"):
+        # The Triton operator checks the same things with the same messages.
+        _check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype)
+    if native:
         # The plain-PyTorch form for Inductor, with the operator's contract:
         # inputs that need grad are refused, residual is written in place.
         resolve_backend("fused_add_rms_norm_", "fused_add_rms_norm_", backend, x)

@@ -84,6 +84,13 @@ def rms_norm(
             # same things with the same messages, and its C++ autograd kernel
             # picks the training forward when gradients are needed.
             return _RMS_NORM(x, weight, eps)
+    if plain and backend == "triton":
+        # The Triton route, as cheap: its operators check the same things with
+        # the same messages (opguide/_checks.py), and take eps as it is.
+        resolve_backend("rms_norm", "rms_norm", backend, x)  # refuses where Triton is off
+        from . import triton  # loaded by opguide/__init__.py when usable
+
+        return triton.rms_norm(x, weight, eps)
     _check_rms_norm_args(x, weight, eps, autocast=True)
     _register_dtensor_rules(x)
     if resolve_backend("rms_norm", "rms_norm", backend, x) == "triton":
