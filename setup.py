@@ -184,10 +184,11 @@ def make_extension():
     )
 
 
-# The classic C++ API gives no binary compatibility across torch releases: the
-# built library loads only into the torch minor release it was compiled with,
-# so the wheel says so (a wheel that said torch>=2.11 would install beside
-# another torch and fail at import with an undefined symbol).
+# The classic C++ API gives no binary compatibility across torch releases
+# (https://docs.pytorch.org/docs/stable/notes/libtorch_stable_abi.html): the
+# library links against mangled C++ symbols of libtorch (step 15 lists them),
+# which another release may change, so the wheel pins the minor release it was
+# built with instead of installing beside a torch it may fail to load into.
 TORCH_RELEASE = ".".join(torch.__version__.split("+")[0].split(".")[:2])
 
 
