@@ -208,13 +208,19 @@ print(f"opguide's float64 tolerance: {TOL[torch.float64]}")
 #       :language: cuda
 #       :caption: csrc/rms_norm/rms_norm_config.h
 #
-# .. dropdown:: csrc/rms_norm/rms_norm_planner.cuh (the one place that chooses a kernel)
+# .. dropdown:: csrc/rms_norm/rms_norm_forward_planner.cuh (chooses the forward kernel)
 #
-#    .. literalinclude:: /../csrc/rms_norm/rms_norm_planner.cuh
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_forward_planner.cuh
 #       :language: cuda
-#       :caption: csrc/rms_norm/rms_norm_planner.cuh
+#       :caption: csrc/rms_norm/rms_norm_forward_planner.cuh
 #
-# .. dropdown:: csrc/rms_norm/rms_norm_launch.cuh (the launchers)
+# .. dropdown:: csrc/rms_norm/rms_norm_backward_planner.cuh (chooses the backward kernels)
+#
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_planner.cuh
+#       :language: cuda
+#       :caption: csrc/rms_norm/rms_norm_backward_planner.cuh
+#
+# .. dropdown:: csrc/rms_norm/rms_norm_launch.cuh (the plan of a call, and its launch)
 #
 #    .. literalinclude:: /../csrc/rms_norm/rms_norm_launch.cuh
 #       :language: cuda
@@ -226,41 +232,29 @@ print(f"opguide's float64 tolerance: {TOL[torch.float64]}")
 #       :language: cuda
 #       :caption: csrc/rms_norm/rms_norm_cuda.cu
 #
-# .. dropdown:: csrc/common/platform.cuh (the warp width and the HIP shim)
+# .. dropdown:: csrc/common/device.cuh (the HIP shim, vectors, keep_packed, sums, cp.async)
 #
-#    .. literalinclude:: /../csrc/common/platform.cuh
+#    .. literalinclude:: /../csrc/common/device.cuh
 #       :language: cuda
-#       :caption: csrc/common/platform.cuh
-#
-# .. dropdown:: csrc/common/vec.cuh (conversions and vectors)
-#
-#    .. literalinclude:: /../csrc/common/vec.cuh
-#       :language: cuda
-#       :caption: csrc/common/vec.cuh
-#
-# .. dropdown:: csrc/common/reduce.cuh (warp and block sums)
-#
-#    .. literalinclude:: /../csrc/common/reduce.cuh
-#       :language: cuda
-#       :caption: csrc/common/reduce.cuh
-#
-# .. dropdown:: csrc/common/async_copy.cuh (cp.async)
-#
-#    .. literalinclude:: /../csrc/common/async_copy.cuh
-#       :language: cuda
-#       :caption: csrc/common/async_copy.cuh
-#
-# .. dropdown:: csrc/common/keep_packed.cuh (a register helper)
-#
-#    .. literalinclude:: /../csrc/common/keep_packed.cuh
-#       :language: cuda
-#       :caption: csrc/common/keep_packed.cuh
+#       :caption: csrc/common/device.cuh
 #
 # .. dropdown:: csrc/common/launch.cuh (launches with PDL and clusters)
 #
 #    .. literalinclude:: /../csrc/common/launch.cuh
 #       :language: cuda
 #       :caption: csrc/common/launch.cuh
+#
+# .. dropdown:: csrc/common/row_plan.cuh (the row plan that the forward shares)
+#
+#    .. literalinclude:: /../csrc/common/row_plan.cuh
+#       :language: cuda
+#       :caption: csrc/common/row_plan.cuh
+#
+# .. dropdown:: csrc/common/cuda_type.cuh (the CUDA type of each ATen dtype)
+#
+#    .. literalinclude:: /../csrc/common/cuda_type.cuh
+#       :language: cuda
+#       :caption: csrc/common/cuda_type.cuh
 #
 # .. dropdown:: csrc/common/launch_settings.h and .cu (PDL, warp size and clusters on this GPU)
 #

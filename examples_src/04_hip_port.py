@@ -18,7 +18,7 @@ What changes on AMD GPUs
   (`llvm/llvm-project#157463 <https://github.com/llvm/llvm-project/pull/157463>`_),
   so a wave32 build with a newer compiler must set 32 itself.
 
-  .. literalinclude:: /../csrc/common/platform.cuh
+  .. literalinclude:: /../csrc/common/device.cuh
      :language: cuda
      :start-after: // [portability]
      :end-before: // [portability-end]
@@ -27,7 +27,7 @@ What changes on AMD GPUs
   programmatic dependent launch, cache-hint loads and ``keep_packed``; the
   kernels then use plain loads, stores and launches.
 * **Warp intrinsics.** HIP's ``__shfl_xor(v, lane)`` takes no mask; one
-  function, ``shfl_xor`` in ``csrc/common/platform.cuh``, covers both.
+  function, ``shfl_xor`` in ``csrc/common/device.cuh``, covers both.
 * **Names.** hipify renames a file it rewrote (``rms_norm_cuda.cu`` becomes
   ``rms_norm_hip.hip``, as the list below shows), ``cuda*`` calls to ``hip*``,
   and torch's CUDA headers to their HIP twins. ROCm builds of torch serve AMD
@@ -81,8 +81,8 @@ def show_diff(original: Path, hipified: Path, context: int = 0) -> None:
 
 # %%
 # The device header's includes, the bfloat16 header among them:
-FORWARD = CSRC / "rms_norm" / "rms_norm_forward.cuh"
-show_diff(FORWARD, mapping[FORWARD])
+DEVICE = CSRC / "common" / "device.cuh"
+show_diff(DEVICE, mapping[DEVICE])
 
 # %%
 # The torch wrapper: every CUDA name hipify replaced; nothing about tensors:

@@ -558,7 +558,8 @@ counts = [
     ("their wrappers, opguide/triton/ops.py", triton_dir / "ops.py"),
     ("CUDA forward kernel, csrc/rms_norm/rms_norm_forward.cuh", None),
     ("CUDA backward kernels, csrc/rms_norm/rms_norm_backward.cuh", None),
-    ("their launch rules, csrc/rms_norm/rms_norm_planner.cuh", None),
+    ("their launch rules, csrc/rms_norm/rms_norm_forward_planner.cuh", None),
+    ("their launch rules, csrc/rms_norm/rms_norm_backward_planner.cuh", None),
     ("their wrappers, csrc/rms_norm/rms_norm_cuda.cu", None),
 ]
 counts = [(label, path or ROOT / label.split(", ")[1]) for label, path in counts]
@@ -580,7 +581,7 @@ print(
 # <09_triton_kernel_2_long_rows>` compiles one of them for AMD targets without
 # a GPU, ``tests/test_triton_targets.py`` every one; none has run on an AMD
 # GPU here. CUDA C++ reaches ROCm through hipify plus the shims of
-# ``csrc/common/platform.cuh`` (warp width, shuffles), each architecture
+# ``csrc/common/device.cuh`` (warp width, shuffles), each architecture
 # compiled ahead of time.
 #
 # **Speed.** Hand-written CUDA gives more control (vector widths, shared

@@ -263,11 +263,11 @@ for impl, pass_name in dict.fromkeys((r["impl"], r["pass"]) for r in RERUN):
 # with more accesses per thread the narrower they are, for rows up to the
 # length the narrow kernels hold. The backward's narrow kernels hold shorter
 # rows than that (``narrow_backward_plan`` in
-# ``csrc/rms_norm/rms_norm_planner.cuh``, below the lines shown, with
+# ``csrc/rms_norm/rms_norm_backward_planner.cuh``, with
 # ``narrow_backward_regs`` in ``csrc/rms_norm/rms_norm_config.h``); a longer
 # odd row's backward takes the chunked kernel, which reads the row twice:
 #
-# .. literalinclude:: /../csrc/rms_norm/rms_norm_planner.cuh
+# .. literalinclude:: /../csrc/rms_norm/rms_norm_forward_planner.cuh
 #    :language: cuda
 #    :start-after: // [vector-width]
 #    :end-before: // [vector-width-end]

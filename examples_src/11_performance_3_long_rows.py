@@ -90,7 +90,7 @@ rms = constants("rms_norm/rms_norm_config.h")
 fused = constants("fused_add_rms_norm/fused_add_rms_norm_config.h")
 holds = rms["kMaxThreadsPerRow"] * rms["kForwardRegVecs"] * 8  # 8 bfloat16 to a vector
 # The longest bfloat16 row each pass gives one CUDA block (clusters past it);
-# the backward's block holds kBackwardMaxThreads x 4 vectors (rms_norm_planner.cuh).
+# the backward's block holds kBackwardMaxThreads x 4 vectors (rms_norm_backward_planner.cuh).
 ONE_BLOCK = {
     "forward": rms["kClusterForwardMinVecs"] * 8,
     "backward": rms["kBackwardMaxThreads"] * 4 * 8,
@@ -108,8 +108,8 @@ say(
 )
 
 # %%
-# The kernels are in ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``, one
-# family a file. The simplest exchange publishes each block's total in its
+# The kernels are in ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``.
+# The simplest exchange publishes each block's total in its
 # shared memory and, after a cluster barrier, reads all of them. A kernel that
 # uses it also ends with one more cluster barrier after its last row, so that
 # no block exits while another still reads its slot (the CUDA Programming
@@ -127,35 +127,35 @@ say(
 #       :language: cuda
 #       :caption: csrc/common/cluster.cuh
 #
-# .. dropdown:: csrc/rms_norm/rms_norm_forward_cluster.cuh (the cluster forward)
+# .. dropdown:: csrc/rms_norm/rms_norm_forward.cuh (the one-block and cluster forward)
 #
-#    .. literalinclude:: /../csrc/rms_norm/rms_norm_forward_cluster.cuh
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_forward.cuh
 #       :language: cuda
-#       :caption: csrc/rms_norm/rms_norm_forward_cluster.cuh
+#       :caption: csrc/rms_norm/rms_norm_forward.cuh
 #
-# .. dropdown:: csrc/rms_norm/rms_norm_backward_cluster.cuh (the cluster backward)
+# .. dropdown:: csrc/rms_norm/rms_norm_backward_long_rows.cuh (the cluster and chunked backward)
 #
-#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_cluster.cuh
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_long_rows.cuh
 #       :language: cuda
-#       :caption: csrc/rms_norm/rms_norm_backward_cluster.cuh
+#       :caption: csrc/rms_norm/rms_norm_backward_long_rows.cuh
 #
-# .. dropdown:: csrc/rms_norm/rms_norm_backward_chunked.cuh (the chunked backward)
+# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm.cuh (fused, one block and clusters)
 #
-#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_chunked.cuh
+#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm.cuh
 #       :language: cuda
-#       :caption: csrc/rms_norm/rms_norm_backward_chunked.cuh
+#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm.cuh
 #
-# .. dropdown:: csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh (fused, clusters)
+# .. dropdown:: csrc/rms_norm/rms_norm_forward_planner.cuh (the forward's planner)
 #
-#    .. literalinclude:: /../csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_forward_planner.cuh
 #       :language: cuda
-#       :caption: csrc/fused_add_rms_norm/fused_add_rms_norm_cluster.cuh
+#       :caption: csrc/rms_norm/rms_norm_forward_planner.cuh
 #
-# .. dropdown:: csrc/rms_norm/rms_norm_planner.cuh (the planner that chooses among them)
+# .. dropdown:: csrc/rms_norm/rms_norm_backward_planner.cuh (the backward's planner)
 #
-#    .. literalinclude:: /../csrc/rms_norm/rms_norm_planner.cuh
+#    .. literalinclude:: /../csrc/rms_norm/rms_norm_backward_planner.cuh
 #       :language: cuda
-#       :caption: csrc/rms_norm/rms_norm_planner.cuh
+#       :caption: csrc/rms_norm/rms_norm_backward_planner.cuh
 #
 # Triton has no clusters: its long rows are split over programs that meet
 # through global memory (``opguide/triton/split.py``,
