@@ -150,7 +150,7 @@ print(torch.library.opcheck(op, sample))
 # (`c10/core/impl/alloc_cpu.cpp
 # <https://github.com/pytorch/pytorch/blob/main/c10/core/impl/alloc_cpu.cpp>`__).
 #
-# The same kernels serve ``rms_norm_fwd``, which also returns the statistic
+# The same kernels serve ``rms_norm_forward``, which also returns the statistic
 # the backward needs (:doc:`step 8 <08_autograd>`). The row loop is plain C++
 # in a header without torch (``rms_norm_cpu.h``).
 #

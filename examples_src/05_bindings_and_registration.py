@@ -338,7 +338,7 @@ for line in sorted(matches)[:4]:
 
 # %%
 # ATen's ``_fused_rms_norm`` returns the output and ``rstd``, as opguide's
-# ``rms_norm_fwd`` does (:doc:`step 8 <08_autograd>`). Next,
+# ``rms_norm_forward`` does (:doc:`step 8 <08_autograd>`). Next,
 # :doc:`step 6 <06_the_build>`: the build of ``opguide/_C.abi3.so``.
 
 # %%

@@ -5,7 +5,7 @@ Step 8: Autograd
 Part I registers RMSNorm's backward from Python with
 :func:`torch.library.register_autograd`. This step adds:
 
-* the derivation, and a forward (``rms_norm_fwd``) that returns what the
+* the derivation, and a forward (``rms_norm_forward``) that returns what the
   backward needs, so nothing as large as ``y`` is saved;
 * the same formula in C++ (``torch::autograd::Function``), as the library
   registers it, and what each way costs per call;
@@ -85,11 +85,11 @@ def backward(ctx, grad_y, _grad_inv_rms):
 # in its place for a while, in a :class:`torch.library.Library` of its own,
 # checks it with ``gradcheck`` (float64) and against
 # ``opguide.rms_norm_backward_reference`` (autograd through the reference):
-fwd = torch.ops.opguide.rms_norm_fwd.default
+forward = torch.ops.opguide.rms_norm_forward.default
 
 
 def register_python_formula() -> torch.library.Library:
-    """Registers the Python formula on ``opguide::rms_norm_fwd``.
+    """Registers the Python formula on ``opguide::rms_norm_forward``.
 
     Returns:
         The library that holds it; its ``_destroy()`` removes it.
@@ -99,7 +99,7 @@ def register_python_formula() -> torch.library.Library:
         # "Overriding a previously registered kernel": intended here.
         warnings.simplefilter("ignore")
         torch.library.register_autograd(
-            "opguide::rms_norm_fwd", backward, setup_context=setup_context, lib=lib
+            "opguide::rms_norm_forward", backward, setup_context=setup_context, lib=lib
         )
     return lib
 
@@ -110,7 +110,7 @@ x64 = torch.randn(4, 3, 9, dtype=torch.float64, requires_grad=True)
 w64 = torch.randn(9, dtype=torch.float64, requires_grad=True)
 print(
     "gradcheck, Python formula:",
-    torch.autograd.gradcheck(lambda a, b: fwd(a, b, 1e-6)[0], (x64, w64)),
+    torch.autograd.gradcheck(lambda a, b: forward(a, b, 1e-6)[0], (x64, w64)),
 )
 # The inputs, kept for the C++ formula below (the same tensors, fresh leaves):
 inputs = {
@@ -121,7 +121,7 @@ grad_ys = {dtype: torch.randn_like(x) for dtype, (x, _) in inputs.items()}
 python_grads = {}
 for dtype, (x0, w0) in inputs.items():
     x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
-    y, _ = fwd(x, w, 1e-6)
+    y, _ = forward(x, w, 1e-6)
     y.backward(grad_ys[dtype])
     python_grads[dtype] = (x.grad, w.grad)
     ref_x, ref_w = rms_norm_backward_reference(grad_ys[dtype], x, w)
@@ -166,7 +166,7 @@ else:
 # ------------------
 # The formula is the operator's kernel for the ``Autograd`` key, which every
 # device shares; the library writes it with ``torch::autograd::Function``.
-# ``forward``'s call to ``rms_norm_fwd`` reaches that ``Autograd`` kernel
+# ``forward``'s call to ``rms_norm_forward`` reaches that ``Autograd`` kernel
 # again, which, needing no gradient, goes below autograd
 # (``at::AutoDispatchBelowADInplaceOrView``) instead of recursing. An
 # undefined tensor from ``backward`` means "no gradient":
@@ -293,7 +293,7 @@ def median_ms(fn, repeat=9):
 x = torch.randn(2048, 4096)
 w = torch.randn(4096)
 grad_y = torch.randn_like(x)
-_, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
+_, inv_rms = torch.ops.opguide.rms_norm_forward(x, w, 1e-6)
 xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
 y_ref = xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + 1e-6) * wr
 backwards = {
@@ -400,8 +400,8 @@ xg, wg, g = x.clone().requires_grad_(), w.clone().requires_grad_(), torch.randn(
 
 
 def costs():
-    no_grad = per_call_us(lambda: fwd(x, w, 1e-6))
-    train = per_call_us(lambda: torch.autograd.grad(fwd(xg, wg, 1e-6)[0], (xg, wg), g))
+    no_grad = per_call_us(lambda: forward(x, w, 1e-6))
+    train = per_call_us(lambda: torch.autograd.grad(forward(xg, wg, 1e-6)[0], (xg, wg), g))
     return no_grad, train
 
 
@@ -415,7 +415,7 @@ cost = {
     name: tuple(statistics.median(r[i] for r in found) for i in range(2))
     for name, found in runs.items()
 }
-print(f"{'autograd kernel':28} {'no grad':>9} {'fwd+bwd':>9}   (us a call, median)")
+print(f"{'autograd kernel':28} {'no grad':>9} {'forward+backward':>9}   (us a call, median)")
 print("(no grad: inputs that do not require grad, called in grad mode)")
 for name, (no_grad, train) in cost.items():
     print(f"{name:28} {no_grad:9.1f} {train:9.1f}")
@@ -442,7 +442,7 @@ _ = bars_figure(
             f"one call at (1, 4096), {what}: us, 3 runs": {
                 name: [r[i] for r in found] for name, found in runs.items()
             }
-            for i, what in enumerate(("no grad", "fwd+bwd"))
+            for i, what in enumerate(("no grad", "forward+backward"))
         },
     },
     f"Autograd on the CPU, {torch.get_num_threads()} threads (measured live)",
@@ -465,7 +465,7 @@ _ = bars_figure(
 class RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
-        y, inv_rms = torch.ops.opguide.rms_norm_fwd(x, weight, eps)
+        y, inv_rms = torch.ops.opguide.rms_norm_forward(x, weight, eps)
         ctx.save_for_backward(x, weight, inv_rms)
         return y
 
@@ -487,7 +487,7 @@ print("autograd.Function gives the same gradients:", all(map(torch.equal, g1, g2
 # Dynamo traces both with ``fullgraph=True``:
 python_autograd = register_python_formula()
 wirings = {
-    "register_autograd": lambda a, b: fwd(a, b, 1e-6)[0],
+    "register_autograd": lambda a, b: forward(a, b, 1e-6)[0],
     "torch.autograd.Function": lambda a, b: RMSNormFunction.apply(a, b, 1e-6),
 }
 for name, f in wirings.items():

@@ -170,7 +170,7 @@ say(
 from guidekit import triton_targets
 
 compiled = triton_targets.check(
-    ["sm_90"], full=True, kernels=["_rms_norm_bwd_kernel"], row_lengths=[2048, 4096, 8192],
+    ["sm_90"], full=True, kernels=["_rms_norm_backward_kernel"], row_lengths=[2048, 4096, 8192],
     dtypes=["bfloat16"],
 )  # fmt: skip
 backward = [u for u in compiled if "GDC=True" in u.config]

@@ -264,7 +264,7 @@ fig.tight_layout()
 # -------------------
 # The profiler's table for one CPU training step, trimmed to the norm's rows:
 # ATen's ``pow``, ``mean``, ``rsqrt`` for the model's norm; ``opguide::rms_norm``,
-# ``rms_norm_fwd`` and ``rms_norm_backward`` for opguide's:
+# ``rms_norm_forward`` and ``rms_norm_backward`` for opguide's:
 NORM_ROW = re.compile(r"rms_norm|rsqrt|pow|mean", re.IGNORECASE)
 
 

@@ -51,7 +51,7 @@ def rms_norm_flop(x_shape, weight_shape, *args, out_shape=None, **kwargs) -> int
     """RMSNorm forward, ``y = x * rsqrt(mean(x**2) + eps) * weight``: 4 per element.
 
     Square ``x``, add it to the row's sum, multiply by the row's ``inv_rms``,
-    multiply by ``weight``. Storing ``inv_rms`` (``rms_norm_fwd``) adds no
+    multiply by ``weight``. Storing ``inv_rms`` (``rms_norm_forward``) adds no
     arithmetic.
 
     Args:
@@ -120,7 +120,7 @@ def _rms_norm_bytes(x, weight, eps=None):
     return _nbytes("x", x) + _nbytes("weight", weight), _nbytes("x", x)
 
 
-def _rms_norm_fwd_bytes(x, weight, eps=None):
+def _rms_norm_forward_bytes(x, weight, eps=None):
     # As rms_norm, and write inv_rms.
     read, written = _rms_norm_bytes(x, weight)
     return read, written + _inv_rms_bytes(x)
@@ -143,7 +143,7 @@ def _fused_bytes(x, residual, weight=None, eps=None, out_dtype=None):
 
 _BYTES = {
     **dict.fromkeys(_INFERENCE, _rms_norm_bytes),
-    **dict.fromkeys(_TRAINING, _rms_norm_fwd_bytes),
+    **dict.fromkeys(_TRAINING, _rms_norm_forward_bytes),
     **dict.fromkeys(_BACKWARD, _rms_norm_backward_bytes),
     **dict.fromkeys(_FUSED, _fused_bytes),
 }

@@ -54,7 +54,7 @@ def rms_norm(
     Returns:
         A new contiguous tensor with the shape and dtype of ``x``. It is
         differentiable (first order) with respect to ``x`` and ``weight``:
-        when either requires grad, the forward runs ``opguide::rms_norm_fwd``,
+        when either requires grad, the forward runs ``opguide::rms_norm_forward``,
         which also keeps the per-row inverse RMS for ``opguide::rms_norm_backward``.
 
     Raises:
@@ -124,8 +124,8 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 # [fake-rms-norm-training]
-@torch.library.register_fake("opguide::rms_norm_fwd")
-def _rms_norm_fwd_fake(x: torch.Tensor, weight: torch.Tensor, eps: float):
+@torch.library.register_fake("opguide::rms_norm_forward")
+def _rms_norm_forward_fake(x: torch.Tensor, weight: torch.Tensor, eps: float):
     _check_rms_norm_args(x, weight, eps)
     # y like x; inv_rms: one accumulation-type value per row, shape x.shape[:-1].
     return x.new_empty(x.shape), x.new_empty(x.shape[:-1], dtype=_acc_dtype(x.dtype))
@@ -187,7 +187,8 @@ torch.library.register_vmap(
     "opguide::rms_norm", _forward_vmap_rule(torch.ops.opguide.rms_norm.default, 0)
 )
 torch.library.register_vmap(
-    "opguide::rms_norm_fwd", _forward_vmap_rule(torch.ops.opguide.rms_norm_fwd.default, (0, 0))
+    "opguide::rms_norm_forward",
+    _forward_vmap_rule(torch.ops.opguide.rms_norm_forward.default, (0, 0)),
 )
 torch.library.register_vmap("opguide::rms_norm_backward", _rms_norm_backward_vmap)
 # [vmap-rms-norm-end]
@@ -199,7 +200,7 @@ torch.library.register_vmap("opguide::rms_norm_backward", _rms_norm_backward_vma
 # bfloat16 activation with a float32 weight is the usual pair), and the output
 # is float32; the next matmul casts it down again. Registered for CPU and
 # CUDA, so a model behaves the same on both.
-for _op in ("opguide::rms_norm", "opguide::rms_norm_fwd"):
+for _op in ("opguide::rms_norm", "opguide::rms_norm_forward"):
     for _device in ("cpu", "cuda"):
         torch.library.register_autocast(_op, _device, torch.float32)
 # [autocast-rms-norm-end]

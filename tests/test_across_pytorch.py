@@ -42,16 +42,16 @@ def test_vmap_weight_per_example_matches_a_loop():
 
 def test_vmap_of_the_training_ops_matches_a_loop():
     x, w, grad_y = torch.randn(3, 5, 16), torch.rand(16) + 0.5, torch.randn(3, 5, 16)
-    fwd = torch.ops.opguide.rms_norm_fwd.default
-    bwd = torch.ops.opguide.rms_norm_backward.default
-    y, inv_rms = torch.vmap(fwd, in_dims=(0, None, None))(x, w, 1e-6)
+    forward = torch.ops.opguide.rms_norm_forward.default
+    backward = torch.ops.opguide.rms_norm_backward.default
+    y, inv_rms = torch.vmap(forward, in_dims=(0, None, None))(x, w, 1e-6)
     for i in range(3):
-        y_i, inv_i = fwd(x[i], w, 1e-6)
+        y_i, inv_i = forward(x[i], w, 1e-6)
         torch.testing.assert_close(y[i], y_i)
         torch.testing.assert_close(inv_rms[i], inv_i)
-    grad_x, grad_weight = torch.vmap(bwd, in_dims=(0, 0, None, 0))(grad_y, x, w, inv_rms)
+    grad_x, grad_weight = torch.vmap(backward, in_dims=(0, 0, None, 0))(grad_y, x, w, inv_rms)
     for i in range(3):
-        gx_i, grad_weight_i = bwd(grad_y[i], x[i], w, inv_rms[i])
+        gx_i, grad_weight_i = backward(grad_y[i], x[i], w, inv_rms[i])
         torch.testing.assert_close(grad_x[i], gx_i)
         torch.testing.assert_close(grad_weight[i], grad_weight_i)  # one weight gradient per example
 

@@ -304,7 +304,7 @@ def test_eager_times_the_default_and_the_experimental_triton_paths(monkeypatch):
         yield
 
     def direct_forward(x, weight, eps, training):
-        return torch.ops.opguide.rms_norm_fwd.default(x, weight, eps)
+        return torch.ops.opguide.rms_norm_forward.default(x, weight, eps)
 
     def direct_backward(grad, x, weight, inv_rms):
         return torch.ops.opguide.rms_norm_backward.default(grad, x, weight, inv_rms)

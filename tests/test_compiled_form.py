@@ -92,7 +92,7 @@ def test_rms_norm_graph_and_grads(backend, compiled):
         assert opguide_ops(seen) == [], seen
     else:  # "kernel", the default
         suffix = "_triton" if backend == "triton" else ""
-        assert f"opguide.rms_norm_fwd{suffix}.default" in seen
+        assert f"opguide.rms_norm_forward{suffix}.default" in seen
         assert f"opguide.rms_norm_backward{suffix}.default" in seen
 
 

@@ -88,18 +88,18 @@ def _check_forward_ops_keep_row_shards(mesh, device):
     for shape in [(6, 40), (5, 40), (2, 7, 40)]:  # (5, 40): uneven shards
         x, weight = _inputs(shape, device)
         w_d = distribute_tensor(weight, mesh, [Replicate()])
-        expected, expected_inv = ops.rms_norm_fwd(x, weight, 1e-6)
+        expected, expected_inv = ops.rms_norm_forward(x, weight, 1e-6)
         for dim in range(len(shape) - 1):
             x_d = distribute_tensor(x, mesh, [Shard(dim)])
             with CommDebugMode() as comm:
                 y = ops.rms_norm(x_d, w_d, 1e-6)
-                y_fwd, inv_rms = ops.rms_norm_fwd(x_d, w_d, 1e-6)
+                y_forward, inv_rms = ops.rms_norm_forward(x_d, w_d, 1e-6)
                 y_public = opguide.rms_norm(x_d, w_d, 1e-6)
             assert comm.get_total_counts() == 0, (shape, dim, comm.get_comm_counts())
-            for out in (y, y_fwd, y_public):
+            for out in (y, y_forward, y_public):
                 assert out.placements == (Shard(dim),) and out.shape == x.shape
             assert inv_rms.placements == (Shard(dim),) and inv_rms.shape == shape[:-1]
-            for out in (y, y_fwd, y_public):
+            for out in (y, y_forward, y_public):
                 torch.testing.assert_close(out.full_tensor(), expected)
             torch.testing.assert_close(inv_rms.full_tensor(), expected_inv)
         # Replicated in, replicated out, no communication.
@@ -149,7 +149,7 @@ def _check_backward(mesh, device):
         torch.testing.assert_close(x_d.grad.full_tensor(), x_1.grad)
         torch.testing.assert_close(w_d.grad.full_tensor(), w_1.grad)
     # The backward operator called directly: the same placements.
-    _, inv_rms = torch.ops.opguide.rms_norm_fwd(x, weight, 1e-6)
+    _, inv_rms = torch.ops.opguide.rms_norm_forward(x, weight, 1e-6)
     args = [distribute_tensor(t, mesh, [Shard(0)]) for t in (grad_y, x)]
     args.insert(2, distribute_tensor(weight, mesh, [Replicate()]))
     args.append(distribute_tensor(inv_rms, mesh, [Shard(0)]))

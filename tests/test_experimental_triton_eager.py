@@ -108,7 +108,7 @@ def test_cuda_eager_path_matches_the_operators(shape):
         y_op = torch.ops.opguide.rms_norm_triton(x, w, 1e-6)
         for _ in range(3):  # the first call goes through Triton, the others relaunch
             assert torch.equal(opguide.rms_norm(x, w, backend="triton"), y_op)
-    y_op, _ = torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)
+    y_op, _ = torch.ops.opguide.rms_norm_forward_triton(x, w, 1e-6)
     via_op = torch.autograd.grad(y_op, (x, w), grad)
     for _ in range(3):
         direct = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton"), (x, w), grad)
@@ -116,7 +116,7 @@ def test_cuda_eager_path_matches_the_operators(shape):
     assert triton_eager._Kept.works, "this Triton's launcher refused the direct launch"
     with OpRecorder() as rec:
         opguide.rms_norm(x, w, backend="triton")
-    assert "opguide.rms_norm_fwd_triton.default" in rec.ops, rec.ops
+    assert "opguide.rms_norm_forward_triton.default" in rec.ops, rec.ops
     seen = []
     torch.vmap(lambda a: seen.append(triton_eager.direct_call(a, w, 1e-6)) or a)(x.detach())
     assert seen == [False]
@@ -138,12 +138,14 @@ def test_cuda_eager_path_with_odd_pointers_and_gradients():
                 assert torch.equal(opguide.rms_norm(x, w, backend="triton"), expected)
             got = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton").sum(), (x, w))
             want = torch.autograd.grad(
-                torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)[0].sum(), (x, w)
+                torch.ops.opguide.rms_norm_forward_triton(x, w, 1e-6)[0].sum(), (x, w)
             )
             assert all(map(torch.equal, got, want))
     x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
     (grad_weight,) = torch.autograd.grad(opguide.rms_norm(x, w, backend="triton").sum(), (w,))
-    (want,) = torch.autograd.grad(torch.ops.opguide.rms_norm_fwd_triton(x, w, 1e-6)[0].sum(), (w,))
+    (want,) = torch.autograd.grad(
+        torch.ops.opguide.rms_norm_forward_triton(x, w, 1e-6)[0].sum(), (w,)
+    )
     assert torch.equal(grad_weight, want)
 
 

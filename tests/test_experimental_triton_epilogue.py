@@ -67,7 +67,7 @@ import opguide
 from triton.backends.compiler import GPUTarget
 from torch._higher_order_ops.triton_kernel_wrap import identify_accessed_tensors
 from opguide.experimental.triton_epilogue import _rms_norm_y_kernel
-from opguide.triton.forward import _rms_norm_fwd_kernel
+from opguide.triton.forward import _rms_norm_forward_kernel
 
 class Hopper:
     def get_current_target(self):
@@ -79,7 +79,7 @@ found = {}
 for name, kernel, kwargs in [
     ("one store", _rms_norm_y_kernel,
      dict(x_ptr=x, w_ptr=w, y_ptr=y, N=64, eps=1e-6, BLOCK_N=64)),
-    ("opguide forward", _rms_norm_fwd_kernel,
+    ("opguide forward", _rms_norm_forward_kernel,
      dict(x_ptr=x, w_ptr=w, y_ptr=y, inv_rms_ptr=inv, M=4, N=64, eps=1e-6, BLOCK_N=64,
           ROWS=1, STORE_INV=True, GDC=False, ALIGN=16)),
 ]:

@@ -222,11 +222,11 @@ class Case:
 
 CASES: dict[str, Case] = {
     "rms_norm": Case(CPP_DEVICES, FLOATING, rms_norm_args),
-    "rms_norm_fwd": Case(CPP_DEVICES, FLOATING, rms_norm_args),
+    "rms_norm_forward": Case(CPP_DEVICES, FLOATING, rms_norm_args),
     "rms_norm_backward": Case(CPP_DEVICES, FLOATING, rms_norm_backward_args(acc_dtype)),
     "fused_add_rms_norm_": Case(FUSED_DEVICES, FLOATING, fused_args(FLOATING)),
     "rms_norm_triton": Case(TRITON_DEVICES, TRITON_DTYPES, rms_norm_args),
-    "rms_norm_fwd_triton": Case(TRITON_DEVICES, TRITON_DTYPES, rms_norm_args),
+    "rms_norm_forward_triton": Case(TRITON_DEVICES, TRITON_DTYPES, rms_norm_args),
     "rms_norm_backward_triton": Case(
         TRITON_DEVICES, TRITON_DTYPES, rms_norm_backward_args(lambda _: torch.float32)
     ),
@@ -378,7 +378,8 @@ def test_triton_rows_of_length_zero_match_the_compiled_operators():
     # Rows of length 0: an empty output and NaN statistics (0/0), on both backends.
     device = TRITON_DEVICES[0]
     pairs = [
-        (torch.ops.opguide.rms_norm_fwd_triton.default, torch.ops.opguide.rms_norm_fwd.default,
+        (torch.ops.opguide.rms_norm_forward_triton.default,
+         torch.ops.opguide.rms_norm_forward.default,
          lambda: (torch.empty(3, 0, device=device), torch.empty(0, device=device), 1e-6)),
         (torch.ops.opguide.fused_add_rms_norm_triton_.default,
          torch.ops.opguide.fused_add_rms_norm_.default,

@@ -39,7 +39,7 @@ BACKENDS = [pytest.param("cpp"), pytest.param("triton", marks=needs_interpreter)
 # Operator names by role; the Triton twin of each adds "_triton" before any "_".
 ROLES = {
     "inference": "rms_norm",
-    "training": "rms_norm_fwd",
+    "training": "rms_norm_forward",
     "backward": "rms_norm_backward",
     "fused": "fused_add_rms_norm_",
 }
@@ -109,7 +109,7 @@ def counted(fn) -> dict[str, int]:
 def test_backward_by_hand_is_rms_norm_backward():
     x, w = make_inputs((4, 33), torch.float64)
     grad_y = torch.randn_like(x)
-    inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, EPS)[1]
+    inv_rms = torch.ops.opguide.rms_norm_forward(x, w, EPS)[1]
     expected = opguide.rms_norm_backward_reference(grad_y, x, w, EPS)
     torch.testing.assert_close(backward_by_hand(grad_y, x, w, inv_rms), expected)
 
@@ -130,7 +130,7 @@ def test_forward_ops_count_their_formula(backend, shape):
 def test_backward_op_counts_its_formula(backend, shape):
     x, w = make_inputs(shape)
     grad_y = torch.randn_like(x)
-    inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, EPS)[1]
+    inv_rms = torch.ops.opguide.rms_norm_forward(x, w, EPS)[1]
     expected = full_size_arithmetic(backward_by_hand, grad_y, x, w, inv_rms)
     got = counted(lambda: packet("backward", backend)(grad_y, x, w, inv_rms))
     assert got == {f"opguide.{op_name('backward', backend)}": expected}
@@ -153,7 +153,7 @@ def test_forward_and_backward_count_both_ops(backend):
     x, w = make_inputs((6, 40), requires_grad=True)
     forward = full_size_arithmetic(rms_norm_reference, x.detach(), w.detach())
     grad_y = torch.randn_like(x)
-    inv_rms = torch.ops.opguide.rms_norm_fwd(x.detach(), w.detach(), EPS)[1]
+    inv_rms = torch.ops.opguide.rms_norm_forward(x.detach(), w.detach(), EPS)[1]
     backward = full_size_arithmetic(backward_by_hand, grad_y, x.detach(), w.detach(), inv_rms)
     with FlopCounterMode(display=False) as counter:
         opguide.rms_norm(x, w, EPS, backend=backend).backward(grad_y)
@@ -216,9 +216,9 @@ def test_min_bytes_agrees_with_the_benchmark(dtype):
     backward = sum(flops.min_bytes(ops.rms_norm_backward, x, x, w, inv_rms))
     assert backward == bytes_moved("backward", m, n, s)
     # The benchmark's training and fused passes leave out the inv_rms that
-    # rms_norm_fwd and fused_add_rms_norm_ return (4 bytes a row): the floor
+    # rms_norm_forward and fused_add_rms_norm_ return (4 bytes a row): the floor
     # of the model's step, which needs no inv_rms, rather than of the op.
-    training = sum(flops.min_bytes(ops.rms_norm_fwd, x, w, EPS)) + backward
+    training = sum(flops.min_bytes(ops.rms_norm_forward, x, w, EPS)) + backward
     assert training == bytes_moved("forward", m, n, s) + bytes_moved("backward", m, n, s) + 4 * m
     fused = sum(flops.min_bytes(ops.fused_add_rms_norm_, x, x, w, EPS))
     assert fused == bytes_moved("fused", m, n, s) + 4 * m

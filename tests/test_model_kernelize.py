@@ -148,7 +148,7 @@ def test_kernelized_model_runs_opguide_in_the_declared_modes_only(
     assert own_calls.total == 0
     if declared_here:
         # An operator for the forward and one for the backward, once per norm
-        # (opguide::rms_norm_fwd and opguide::rms_norm_backward).
+        # (opguide::rms_norm_forward and opguide::rms_norm_backward).
         assert len(calls.counts) == 2 and set(calls.counts.values()) == {NORMS}
         assert sum("backward" in name for name in calls.counts) == 1
     else:

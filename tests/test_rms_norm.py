@@ -158,7 +158,7 @@ def test_not_a_tensor():
 
 
 # ---------------------------------------------------------------------------
-# Autograd: rms_norm_fwd + rms_norm_backward (step 8)
+# Autograd: rms_norm_forward + rms_norm_backward (step 8)
 
 
 def assert_grads_close(actual, expected, dtype):
@@ -189,7 +189,7 @@ def test_backward_matches_reference(shape, dtype):
 
 def test_forward_saves_inv_rms():
     x, w = make_inputs((4, 3, 10), torch.bfloat16)
-    y, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
+    y, inv_rms = torch.ops.opguide.rms_norm_forward(x, w, 1e-6)
     assert inv_rms.shape == (4, 3) and inv_rms.dtype == torch.float32
     expected = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
     torch.testing.assert_close(inv_rms, expected)
@@ -201,7 +201,7 @@ def test_forward_saves_inv_rms():
     [
         pytest.param(lambda x, w: opguide.rms_norm(x, w, 1e-3), id="opguide.rms_norm"),
         # The operator itself: with inputs that require grad, its C++ autograd
-        # kernel runs the training forward, rms_norm_fwd, which saves inv_rms.
+        # kernel runs the training forward, rms_norm_forward, which saves inv_rms.
         pytest.param(lambda x, w: torch.ops.opguide.rms_norm(x, w, 1e-3), id="ops.rms_norm"),
     ],
 )
@@ -244,7 +244,7 @@ def test_graph_node_behaves_as_a_function_node():
 def test_backward_is_deterministic():
     x, w = make_inputs((3000, 96), torch.float32)
     grad_y = torch.randn_like(x)
-    _, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
+    _, inv_rms = torch.ops.opguide.rms_norm_forward(x, w, 1e-6)
     first = torch.ops.opguide.rms_norm_backward(grad_y, x, w, inv_rms)
     threads = torch.get_num_threads()
     try:
@@ -260,9 +260,9 @@ def test_opcheck_training_ops(dtype):
     x, w = make_inputs((5, 33), dtype)
     # requires_grad inputs make opcheck also test the autograd registration.
     sample = (x.requires_grad_(True), w.requires_grad_(True), 1e-6)
-    torch.library.opcheck(torch.ops.opguide.rms_norm_fwd.default, sample)
+    torch.library.opcheck(torch.ops.opguide.rms_norm_forward.default, sample)
     torch.library.opcheck(torch.ops.opguide.rms_norm.default, sample)
-    _, inv_rms = torch.ops.opguide.rms_norm_fwd(x.detach(), w.detach(), 1e-6)
+    _, inv_rms = torch.ops.opguide.rms_norm_forward(x.detach(), w.detach(), 1e-6)
     grad_y = torch.randn(5, 33).to(dtype)
     torch.library.opcheck(
         torch.ops.opguide.rms_norm_backward.default, (grad_y, x.detach(), w.detach(), inv_rms)

@@ -89,9 +89,9 @@ def advised(address):
     raise LookupError(hex(address))
 
 x, w = torch.randn(1024, 4096), torch.randn(4096)  # 16 MiB
-y, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
+y, inv_rms = torch.ops.opguide.rms_norm_forward(x, w, 1e-6)
 grad_x, _ = torch.ops.opguide.rms_norm_backward(torch.randn_like(x), x, w, inv_rms)
-outputs = {"rms_norm": opguide.rms_norm(x, w), "rms_norm_fwd": y, "rms_norm_backward": grad_x}
+outputs = {"rms_norm": opguide.rms_norm(x, w), "rms_norm_forward": y, "rms_norm_backward": grad_x}
 print(json.dumps({name: advised(t.data_ptr()) for name, t in outputs.items()}))
 """
 

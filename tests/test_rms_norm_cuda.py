@@ -188,7 +188,7 @@ def test_second_gpu_while_current_is_first():
     torch.testing.assert_close(y, rms_norm_reference(x, w))
 
 
-# --- training: rms_norm_fwd and rms_norm_backward on CUDA -------------------
+# --- training: rms_norm_forward and rms_norm_backward on CUDA -------------------
 
 
 def _grads(fn, x, w, grad_y):
@@ -230,8 +230,8 @@ def test_backward_is_deterministic(shape):
 
 def test_inv_rms_matches_cpu():
     x, w = make_cuda_inputs((37, 1024), torch.float16)
-    _, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
-    _, inv_rms_cpu = torch.ops.opguide.rms_norm_fwd(x.cpu(), w.cpu(), 1e-6)
+    _, inv_rms = torch.ops.opguide.rms_norm_forward(x, w, 1e-6)
+    _, inv_rms_cpu = torch.ops.opguide.rms_norm_forward(x.cpu(), w.cpu(), 1e-6)
     assert inv_rms.dtype == torch.float32 and inv_rms.shape == (37,)
     torch.testing.assert_close(inv_rms.cpu(), inv_rms_cpu)
 
@@ -246,8 +246,8 @@ def test_gradcheck_float64():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_opcheck_training_ops(dtype):
     x, w = make_cuda_inputs((5, 264), dtype)
-    torch.library.opcheck(torch.ops.opguide.rms_norm_fwd.default, (x, w, 1e-6))
-    _, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, 1e-6)
+    torch.library.opcheck(torch.ops.opguide.rms_norm_forward.default, (x, w, 1e-6))
+    _, inv_rms = torch.ops.opguide.rms_norm_forward(x, w, 1e-6)
     grad_y = torch.randn_like(x)
     torch.library.opcheck(torch.ops.opguide.rms_norm_backward.default, (grad_y, x, w, inv_rms))
 
@@ -284,7 +284,7 @@ def test_long_rows_forward_and_backward(shape, dtype):
     grad_x, grad_weight = _grads(lambda a, b: opguide.rms_norm(a, b), x, w, grad_y)
     assert_grads_close((grad_x, grad_weight), reference_grads(x, w, grad_y))
     # inv_rms of the training op, per row.
-    _, inv_rms = torch.ops.opguide.rms_norm_fwd.default(x, w, 1e-6)
+    _, inv_rms = torch.ops.opguide.rms_norm_forward.default(x, w, 1e-6)
     expected = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
     torch.testing.assert_close(inv_rms, expected, atol=1e-5, rtol=1e-4)
 
@@ -296,7 +296,7 @@ def test_long_rows_strided_forward(dtype):
     base, _ = make_cuda_inputs((3, 40000), dtype)
     x = base[:, :32768]
     w = torch.randn(32768, device="cuda", dtype=dtype)
-    y, inv_rms = torch.ops.opguide.rms_norm_fwd.default(x, w, 1e-6)
+    y, inv_rms = torch.ops.opguide.rms_norm_forward.default(x, w, 1e-6)
     ref = rms_norm_reference(x.double(), w.double()).to(dtype)
     torch.testing.assert_close(y, ref, **TOLERANCES[dtype])
     expected = torch.rsqrt(x.double().pow(2).mean(-1) + 1e-6).to(inv_rms.dtype)

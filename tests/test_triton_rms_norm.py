@@ -143,12 +143,12 @@ def test_opcheck_backward():
     inv_rms = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
     torch.library.opcheck(torch.ops.opguide.rms_norm_backward_triton.default, (grad, x, w, inv_rms))
     x, w = make_inputs((5, 24), torch.float32, requires_grad=True)
-    torch.library.opcheck(torch.ops.opguide.rms_norm_fwd_triton.default, (x, w, 1e-6))
+    torch.library.opcheck(torch.ops.opguide.rms_norm_forward_triton.default, (x, w, 1e-6))
 
 
 def test_registered_with_library_define_and_impl():
     """The operators are dispatcher operators (no custom_op wrapper), one kernel for all devices."""
-    for name in ("rms_norm_triton", "rms_norm_fwd_triton", "rms_norm_backward_triton"):
+    for name in ("rms_norm_triton", "rms_norm_forward_triton", "rms_norm_backward_triton"):
         op = getattr(triton_ops, name)
         assert op is getattr(torch.ops.opguide, name).default
         assert not isinstance(op, torch.library.CustomOpDef)
@@ -253,8 +253,8 @@ def test_rows_too_long_to_split_take_the_chunked_kernels():
 # One backward contract for both backends: (grad_y, x, weight, inv_rms) in,
 # (grad_x, grad_weight) out, with the inv_rms of the backend's training forward.
 BACKWARD_OPS = {
-    "cpp": ("rms_norm_fwd", "rms_norm_backward"),
-    "triton": ("rms_norm_fwd_triton", "rms_norm_backward_triton"),
+    "cpp": ("rms_norm_forward", "rms_norm_backward"),
+    "triton": ("rms_norm_forward_triton", "rms_norm_backward_triton"),
 }
 
 
@@ -263,13 +263,13 @@ BACKWARD_OPS = {
 # (5, 20000): split rows (the interpreter runs one segment per row)
 @pytest.mark.parametrize("shape", [(5, 24), (3, 7), (5, 20000)], ids=str)
 def test_backward_ops_share_one_contract(backend, shape):
-    fwd, bwd = (getattr(torch.ops.opguide, name).default for name in BACKWARD_OPS[backend])
+    forward, backward = (getattr(torch.ops.opguide, name).default for name in BACKWARD_OPS[backend])
     x, w = make_inputs(shape, torch.float32)
     grad = torch.randn(shape)
-    y, inv_rms = fwd(x, w, 1e-6)
+    y, inv_rms = forward(x, w, 1e-6)
     assert inv_rms.shape == x.shape[:-1] and inv_rms.dtype == torch.float32
     torch.testing.assert_close(inv_rms, torch.rsqrt(x.pow(2).mean(-1) + 1e-6))
-    grad_x, grad_weight = bwd(grad, x, w, inv_rms)
+    grad_x, grad_weight = backward(grad, x, w, inv_rms)
     assert_grads_close((grad_x, grad_weight), reference_grads(x, w, grad))
     # Both backends' backward ops, fed the same inv_rms, agree with each other.
     other = "cpp" if backend == "triton" else "triton"
@@ -289,7 +289,7 @@ def test_split_backward_with_several_rows_per_program(rows):
     # interpreter runs programs one after another.
     x, w = make_inputs((rows, 20000), torch.float32)
     grad = torch.randn(rows, 20000)
-    _, inv_rms = torch.ops.opguide.rms_norm_fwd_triton.default(x, w, 1e-6)
+    _, inv_rms = torch.ops.opguide.rms_norm_forward_triton.default(x, w, 1e-6)
     for groups in (2, rows):
         forced = launch.Split(seg=32768, num_warps=2, per_sm=groups)
         grad_x, grad_weight = triton_ops.ops.rms_norm_backward(grad, x, w, inv_rms, forced=forced)
@@ -332,7 +332,7 @@ def test_a_backward_of_one_program_writes_grad_weight_itself(dtype):
     # partial rows of three programs.
     x, w = make_inputs((3, 40), dtype)
     grad = torch.randn(3, 40, dtype=dtype)
-    _, inv = torch.ops.opguide.rms_norm_fwd_triton.default(x, w, 1e-6)
+    _, inv = torch.ops.opguide.rms_norm_forward_triton.default(x, w, 1e-6)
     one = launch.Registers(block_n=64, rows=1, num_warps=1, programs=1)
     three = launch.Registers(block_n=64, rows=1, num_warps=1, programs=3)
     assert plans.plan("backward", x, 3, 40, one).sum_grid == ()
@@ -472,7 +472,7 @@ def test_cuda_opcheck_triton_op(dtype):
         torch.ops.opguide.rms_norm_backward_triton.default,
         (grad, x.detach(), w.detach(), inv_rms),
     )
-    torch.library.opcheck(torch.ops.opguide.rms_norm_fwd_triton.default, (x, w, 1e-6))
+    torch.library.opcheck(torch.ops.opguide.rms_norm_forward_triton.default, (x, w, 1e-6))
 
 
 @pytest.mark.cuda

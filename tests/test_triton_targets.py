@@ -52,8 +52,11 @@ _SGPR_LANES = (
     "the AMD compiler's way to hold more uniform values"
 )
 KNOWN_SPILLS = {
-    **{("_rms_norm_bwd_kernel", t): _SGPR_LANES for t in ("gfx90a", "gfx942", "gfx950", "gfx1100")},
-    ("_rms_norm_fwd_kernel", "gfx90a"): _SGPR_LANES,  # rows of odd length, Triton 3.8
+    **{
+        ("_rms_norm_backward_kernel", t): _SGPR_LANES
+        for t in ("gfx90a", "gfx942", "gfx950", "gfx1100")
+    },
+    ("_rms_norm_forward_kernel", "gfx90a"): _SGPR_LANES,  # rows of odd length, Triton 3.8
 }
 
 
@@ -81,7 +84,7 @@ def test_the_check_sees_a_spill():
     # cannot fit in registers: the checker must say so.
     hungry = tt.Launch(
         f"{tt.LIBRARY}.forward",
-        "_rms_norm_fwd_kernel",
+        "_rms_norm_forward_kernel",
         ("*float32", "*float32", "*float32", "*float32", 3, 8192, 1e-6),
         (("ALIGN", 16), ("BLOCK_N", 8192), ("GDC", False), ("ROWS", 1), ("STORE_INV", True),
          ("num_warps", 1)),

@@ -144,7 +144,7 @@ def every_kernel() -> int:
             x, w = randn(m, n, dtype=dtype), randn(n, dtype=dtype)
             y = torch.ops.opguide.rms_norm(x, w, EPS)
             torch.testing.assert_close(y, rms_norm_reference(x, w, EPS), atol=t, rtol=t)
-            y2, inv_rms = torch.ops.opguide.rms_norm_fwd(x, w, EPS)
+            y2, inv_rms = torch.ops.opguide.rms_norm_forward(x, w, EPS)
             torch.testing.assert_close(y2, y)
             grad_y = torch.randn_like(x)
             grad_x, grad_weight = torch.ops.opguide.rms_norm_backward(grad_y, x, w, inv_rms)

@@ -319,7 +319,7 @@ def wait_total_either(
 
 
 @triton.jit
-def fwd_split_fenced(
+def forward_split_fenced(
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype
     y_ptr,  # [M, N] output, x's dtype
@@ -338,7 +338,7 @@ def fwd_split_fenced(
 
 
 @triton.jit
-def fwd_split_one_row_late(
+def forward_split_one_row_late(
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype
     y_ptr,  # [M, N] output, x's dtype
@@ -372,7 +372,7 @@ def fwd_split_one_row_late(
 
 
 @triton.jit
-def bwd_split_row_at_a_time(
+def backward_split_row_at_a_time(
     grad_y_ptr,  # [M, N] gradient of y, x's dtype
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype
@@ -409,7 +409,7 @@ def bwd_split_row_at_a_time(
 
 
 @triton.jit
-def bwd_split_one_row_late(
+def backward_split_one_row_late(
     grad_y_ptr,  # [M, N] gradient of y, x's dtype
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype
@@ -499,7 +499,7 @@ def split_forward(m, n, w, eps, sms, copy, fenced=False):
 
     def late(x):
         y = torch.empty_like(x)
-        fwd_split_one_row_late[(groups * s,)](
+        forward_split_one_row_late[(groups * s,)](
             x, w, y, *counters(x, m, s, fenced), m, n, eps, s, SEG=seg,
             SP=triton.next_power_of_2(s), FENCED=fenced, num_warps=warps,
         )  # fmt: skip
@@ -510,7 +510,7 @@ def split_forward(m, n, w, eps, sms, copy, fenced=False):
         s = triton.cdiv(n, seg)
         partial = torch.empty(m * s, device="cuda", dtype=torch.float32)
         count = torch.zeros(m, device="cuda", dtype=torch.int32)
-        fwd_split_fenced[(m * s,)](
+        forward_split_fenced[(m * s,)](
             x, w, y, partial, count, n, eps, s, SEG=seg, SP=triton.next_power_of_2(s),
             num_warps=warps,
         )  # fmt: skip
@@ -580,7 +580,7 @@ def split_backward(m, n, w, eps, sms, copy, fenced=False):
         grad_weight_partial = torch.empty(groups, n, device="cuda", dtype=torch.float32)
         partial = torch.empty(m * s, device="cuda", dtype=torch.float32)
         count = torch.zeros(m, device="cuda", dtype=torch.int32)
-        bwd_split_row_at_a_time[(groups * s,)](
+        backward_split_row_at_a_time[(groups * s,)](
             grad_y, x, w, inv, grad_x, grad_weight_partial, partial, count, m, n, s, SEG=seg,
             SP=triton.next_power_of_2(s), num_warps=warps,
         )  # fmt: skip
@@ -609,7 +609,7 @@ def split_backward(m, n, w, eps, sms, copy, fenced=False):
             grad_x = torch.empty_like(x)
             grad_weight = torch.empty_like(w)
             grad_weight_partial = torch.empty(groups, n, device="cuda", dtype=torch.float32)
-            bwd_split_one_row_late[(groups * s,)](
+            backward_split_one_row_late[(groups * s,)](
                 grad_y, x, w, inv, grad_x, grad_weight_partial, *counters(x, m, s, fenced), m,
                 n, s, SEG=seg, SP=triton.next_power_of_2(s), FENCED=fenced, num_warps=warps,
             )  # fmt: skip

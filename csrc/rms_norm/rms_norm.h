@@ -26,7 +26,7 @@ void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight, double e
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // [backward-contract]
-// rms_norm_fwd and rms_norm_backward (the training pair) share this
+// rms_norm_forward and rms_norm_backward (the training pair) share this
 // contract on every backend:
 //   inv_rms: 1 / sqrt(mean(x**2, -1) + eps), shape x.shape[:-1], dtype
 //            float32 for float32/float16/bfloat16 x and float64 for float64 x;
@@ -41,7 +41,7 @@ inline at::ScalarType rms_norm_acc_type(at::ScalarType t) {
 void check_rms_norm_backward_args(const at::Tensor& grad_y, const at::Tensor& x,
                                   const at::Tensor& weight, const at::Tensor& inv_rms);
 
-std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
+std::tuple<at::Tensor, at::Tensor> rms_norm_forward_cpu(const at::Tensor& x,
                                                     const at::Tensor& weight,
                                                     double eps);
 std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_y,

@@ -1,4 +1,4 @@
-// The autograd formula of opguide::rms_norm and opguide::rms_norm_fwd, in C++:
+// The autograd formula of opguide::rms_norm and opguide::rms_norm_forward, in C++:
 // one dispatcher kernel per operator at the Autograd key, which every device
 // shares. A C++ autograd kernel does not re-enter the Python interpreter;
 // one registered with torch.library.register_autograd does, on every call,
@@ -21,10 +21,10 @@ using Pair = std::tuple<at::Tensor, at::Tensor>;
 // The operators below autograd, looked up once. Calling through the
 // dispatcher (not a kernel function directly) keeps every other layer:
 // the device's kernel, the fake kernel under torch.compile, DTensor's rules.
-Pair call_fwd(const at::Tensor& x, const at::Tensor& weight, double eps) {
+Pair call_forward(const at::Tensor& x, const at::Tensor& weight, double eps) {
   static const auto op =
       c10::Dispatcher::singleton()
-          .findSchemaOrThrow("opguide::rms_norm_fwd", "")
+          .findSchemaOrThrow("opguide::rms_norm_forward", "")
           .typed<Pair(const at::Tensor&, const at::Tensor&, double)>();
   return op.call(x, weight, eps);
 }
@@ -47,14 +47,14 @@ Pair call_backward(const at::Tensor& grad_y, const at::Tensor& x,
 }
 
 // forward runs with grad mode off (Function::apply turns it off): its call
-// to opguide::rms_norm_fwd passes through the Autograd kernel below again,
+// to opguide::rms_norm_forward passes through the Autograd kernel below again,
 // which, needing no gradient, goes below autograd. forward saves what
 // backward needs: x and weight (by reference, not copied) and one float per
 // row. backward returns one gradient per input of forward: x, weight, eps.
 struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x,
                                const at::Tensor& weight, double eps) {
-    auto [y, inv_rms] = call_fwd(x, weight, eps);
+    auto [y, inv_rms] = call_forward(x, weight, eps);
     ctx->save_for_backward({x, weight, inv_rms});
     ctx->mark_non_differentiable({inv_rms});
     // No gradient ever flows into inv_rms: do not have autograd allocate and
@@ -78,7 +78,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
 struct RmsNormWithGrad : torch::autograd::Function<RmsNormWithGrad> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& weight, double eps) {
-    auto [y, inv_rms] = call_fwd(x, weight, eps);
+    auto [y, inv_rms] = call_forward(x, weight, eps);
     ctx->save_for_backward({x, weight, inv_rms});
     return y;
   }
@@ -97,11 +97,11 @@ bool needs_grad(const at::Tensor& x, const at::Tensor& weight) {
   return at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
 }
 
-// opguide::rms_norm_fwd: the training forward, (y, inv_rms).
-Pair rms_norm_fwd_autograd(const at::Tensor& x, const at::Tensor& weight, double eps) {
+// opguide::rms_norm_forward: the training forward, (y, inv_rms).
+Pair rms_norm_forward_autograd(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (!needs_grad(x, weight)) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return call_fwd(x, weight, eps);
+    return call_forward(x, weight, eps);
   }
   variable_list out = RmsNormFunction::apply(x, weight, eps);
   return {out[0], out[1]};
@@ -126,5 +126,5 @@ at::Tensor rms_norm_autograd(const at::Tensor& x, const at::Tensor& weight,
 
 TORCH_LIBRARY_IMPL(opguide, Autograd, m) {
   m.impl("rms_norm", &opguide::rms_norm_autograd);
-  m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_autograd);
+  m.impl("rms_norm_forward", &opguide::rms_norm_forward_autograd);
 }

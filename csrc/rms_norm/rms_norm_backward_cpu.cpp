@@ -1,5 +1,5 @@
 // RMSNorm backward on the CPU: grad_x and grad_weight from grad_y, the inputs
-// and the per-row inv_rms that rms_norm_fwd saved.
+// and the per-row inv_rms that rms_norm_forward saved.
 //
 // With r = inv_rms of a row, y_j = x_j * r * w_j and N the row length:
 //   grad_weight_j = sum over rows of grad_y_j * x_j * r

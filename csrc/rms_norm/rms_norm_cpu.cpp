@@ -67,7 +67,7 @@ at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double ep
   return y;
 }
 
-std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
+std::tuple<at::Tensor, at::Tensor> rms_norm_forward_cpu(const at::Tensor& x,
                                                     const at::Tensor& weight,
                                                     double eps) {
   check_rms_norm_args(x, weight, eps);
@@ -86,5 +86,5 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
 
 TORCH_LIBRARY_IMPL(opguide, CPU, m) {
   m.impl("rms_norm", &opguide::rms_norm_cpu);
-  m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_cpu);
+  m.impl("rms_norm_forward", &opguide::rms_norm_forward_cpu);
 }

@@ -52,7 +52,7 @@ OPGUIDE_CPU_CLONES void rms_norm_rows(const T* x,       // [rows, cols], dense
     for (int64_t l = 0; l < kLanes; ++l) sum_sq += partial[l];
     const Acc inv_row =
         Acc(1) / std::sqrt(sum_sq / static_cast<Acc>(cols) + static_cast<Acc>(eps));
-    // rms_norm_fwd keeps the statistic for the backward pass.
+    // rms_norm_forward keeps the statistic for the backward pass.
     if (inv_rms != nullptr) inv_rms[row] = inv_row;
     // The row was just read, so this second loop reads it from L1/L2, not DRAM.
     for (int64_t j = 0; j < cols; ++j) {

@@ -72,11 +72,11 @@ at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double e
   return y;
 }
 
-std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_cuda(const at::Tensor& x,
+std::tuple<at::Tensor, at::Tensor> rms_norm_forward_cuda(const at::Tensor& x,
                                                      const at::Tensor& weight,
                                                      double eps) {
   check_rms_norm_args(x, weight, eps);
-  TORCH_CHECK(x.is_cuda(), "rms_norm_fwd_cuda: x must be a CUDA tensor, got ",
+  TORCH_CHECK(x.is_cuda(), "rms_norm_forward_cuda: x must be a CUDA tensor, got ",
               x.device().str());
   const c10::cuda::CUDAGuard device_guard(x.device());
   at::Tensor y =
@@ -146,6 +146,6 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
 
 TORCH_LIBRARY_IMPL(opguide, CUDA, m) {
   m.impl("rms_norm", &opguide::rms_norm_cuda);
-  m.impl("rms_norm_fwd", &opguide::rms_norm_fwd_cuda);
+  m.impl("rms_norm_forward", &opguide::rms_norm_forward_cuda);
   m.impl("rms_norm_backward", &opguide::rms_norm_backward_cuda);
 }

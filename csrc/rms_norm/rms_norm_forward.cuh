@@ -9,7 +9,7 @@
 // Layout: x is rows x cols; row r starts at x + r * x_row_stride and its
 // elements are contiguous. y is dense (rows, cols). weight is dense (cols,).
 // inv_rms, when not null, receives 1/rms of each row for the backward
-// (rms_norm_fwd keeps it; rms_norm does not); eps is in the accumulation type.
+// (rms_norm_forward keeps it; rms_norm does not); eps is in the accumulation type.
 #pragma once
 
 #include <cstdint>

@@ -73,9 +73,9 @@ def eager_implementations(mode: str, device: torch.device | None = None) -> dict
 
         return run
 
-    if hasattr(torch.ops.opguide, "rms_norm_fwd"):
-        fwd = torch.ops.opguide.rms_norm_fwd.default
-        norms[FUNCTION_NODE] = lambda x, w: fwd(x, w, EPS)[0]
+    if hasattr(torch.ops.opguide, "rms_norm_forward"):
+        forward = torch.ops.opguide.rms_norm_forward.default
+        norms[FUNCTION_NODE] = lambda x, w: forward(x, w, EPS)[0]
     impls = {name: step(f) for name, f in norms.items()}
     impls.update(_kernels_without_autograd(device))
     impls[EMPTY_FUNCTION] = step(_EmptyFunction.apply)
@@ -87,7 +87,7 @@ def eager_implementations(mode: str, device: torch.device | None = None) -> dict
 #: path a plain call takes.
 TRITON_EXPERIMENTAL = "opguide triton, experimental eager"
 
-#: The training mode's row of ``opguide::rms_norm_fwd`` under autograd: the
+#: The training mode's row of ``opguide::rms_norm_forward`` under autograd: the
 #: same kernels as ``opguide``, under a ``torch::autograd::Function`` that
 #: returns two outputs (y and inv_rms) where ``opguide::rms_norm``'s returns y
 #: alone and keeps inv_rms as a saved tensor.
@@ -125,11 +125,11 @@ def _kernels_without_autograd(device: torch.device | None) -> dict[str, Callable
     """The rows of :data:`EAGER_KERNELS` that this torch, build and device can run."""
     impls: dict[str, Callable] = {}
     ops = torch.ops.opguide
-    if hasattr(ops, "rms_norm_fwd") and hasattr(ops, "rms_norm_backward"):
-        fwd, bwd = ops.rms_norm_fwd.default, ops.rms_norm_backward.default
+    if hasattr(ops, "rms_norm_forward") and hasattr(ops, "rms_norm_backward"):
+        forward, backward = ops.rms_norm_forward.default, ops.rms_norm_backward.default
 
         def opguide_ops(x, w, grad_y):
-            bwd(grad_y, x, w, fwd(x, w, EPS)[1])
+            backward(grad_y, x, w, forward(x, w, EPS)[1])
 
         impls[EAGER_KERNELS["opguide"]] = opguide_ops
     if device is not None and _triton_available(device) is None:
@@ -137,7 +137,7 @@ def _kernels_without_autograd(device: torch.device | None) -> dict[str, Callable
         def triton_launches(x, w, grad_y):
             # The Triton forward and backward operators, as the default path's
             # autograd formula calls them, without autograd.
-            inv_rms = ops.rms_norm_fwd_triton.default(x, w, EPS)[1]
+            inv_rms = ops.rms_norm_forward_triton.default(x, w, EPS)[1]
             ops.rms_norm_backward_triton.default(grad_y, x, w, inv_rms)
 
         try:  # optional: a failed import skips this row only, with the reason

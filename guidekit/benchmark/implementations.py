@@ -71,9 +71,9 @@ def forward_implementations(device: torch.device | None = None) -> dict[str, Cal
 def _inv_rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """The per-row statistic that the forward pass saves for the backward one."""
     try:
-        return torch.ops.opguide.rms_norm_fwd.default(x, w, EPS)[1]
+        return torch.ops.opguide.rms_norm_forward.default(x, w, EPS)[1]
     except (AttributeError, NotImplementedError, RuntimeError):
-        # No rms_norm_fwd kernel for this device: the same statistic, by torch.
+        # No rms_norm_forward kernel for this device: the same statistic, by torch.
         return torch.rsqrt(x.float().pow(2).mean(-1) + EPS)
 
 
@@ -118,7 +118,7 @@ def backward_implementations(device: torch.device | None = None) -> dict[str, Ca
 
         def triton_op(x, w, grad_y):
             op = torch.ops.opguide.rms_norm_backward_triton.default
-            inv_rms = torch.ops.opguide.rms_norm_fwd_triton.default(x, w, EPS)[1]
+            inv_rms = torch.ops.opguide.rms_norm_forward_triton.default(x, w, EPS)[1]
             return lambda: op(grad_y, x, w, inv_rms)
 
         impls["opguide triton"] = triton_op

@@ -42,7 +42,7 @@ DTYPES = [torch.bfloat16, torch.float16]
 SMOKE_SHAPES = [(8, 256)]
 
 
-def _fwd_bwd(f):
+def _forward_backward(f):
     """Forward then backward through autograd, for inputs that require grad."""
 
     def run(*args):
@@ -114,7 +114,7 @@ def measure(shapes, dtypes, device, rounds: int, calls: int) -> dict:
                 inputs = _inputs(rows, d, dtype, device, backward)
                 fns = {}
                 for name, (f, halves) in impls.items():
-                    fn = _fwd_bwd(f) if backward else f
+                    fn = _forward_backward(f) if backward else f
                     fns[name] = (fn, _arg_sets(inputs, backward, halves))
                 # Forward: 3d elements a row moved; with the backward 8d.
                 copy_cols = 4 * d if backward else 3 * d // 2

@@ -139,7 +139,7 @@ def _search_functional(x, residual, weight, eps):
 
 def _search_opguide_training(x, residual, weight, eps):
     h = x + residual
-    out, inv_rms = torch.ops.opguide.rms_norm_fwd(h, weight, eps)
+    out, inv_rms = torch.ops.opguide.rms_norm_forward(h, weight, eps)
     return out, h, inv_rms
 
 

@@ -53,8 +53,8 @@ import triton
 import opguide
 from opguide import ops as _public_ops
 from opguide.triton import launch
-from opguide.triton.backward import _grad_weight_sum_kernel, _rms_norm_bwd_kernel
-from opguide.triton.forward import _rms_norm_fwd_kernel
+from opguide.triton.backward import _grad_weight_sum_kernel, _rms_norm_backward_kernel
+from opguide.triton.forward import _rms_norm_forward_kernel
 from opguide.triton.interpreter import INTERPRET
 from opguide.triton.ops import SUPPORTED_DTYPES, rms_norm_backward_triton
 
@@ -193,9 +193,9 @@ def direct_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, training: 
     args = (x, weight, y, inv_rms, m, n, eps)
     kw = dict(plan.forward_kw, STORE_INV=training)
     if aligned:
-        plan.forward[training] = _Kept(_rms_norm_fwd_kernel, grid, args, kw)
+        plan.forward[training] = _Kept(_rms_norm_forward_kernel, grid, args, kw)
     else:  # compiled for these pointers: launched, not kept
-        _rms_norm_fwd_kernel[(grid,)](*args, **kw)
+        _rms_norm_forward_kernel[(grid,)](*args, **kw)
     return y, inv_rms
 
 
@@ -234,7 +234,7 @@ def direct_backward(grad, x, weight, inv_rms):
         if plan.backward(programs, stream, *pointers[:6], m, n) and plan.grad_weight_sum(*summed):
             return grad_x, grad_weight
     main = (grad_y, x, weight, inv_rms, grad_x, grad_weight_partial, m, n)
-    plan.backward = _Kept(_rms_norm_bwd_kernel, programs, main, plan.backward_kw)
+    plan.backward = _Kept(_rms_norm_backward_kernel, programs, main, plan.backward_kw)
     total = (grad_weight_partial, grad_weight, programs, n)
     plan.grad_weight_sum = _Kept(
         _grad_weight_sum_kernel, plan.grad_weight_grid, total, plan.grad_weight_sum_kw
@@ -385,7 +385,7 @@ def missing_private_apis() -> list[str]:
         for name in ("_cuda_getCurrentRawStream", "_cuda_getDevice"):
             if not hasattr(torch._C, name):
                 missing.append(f"torch._C.{name}")
-    if not INTERPRET and not hasattr(_rms_norm_fwd_kernel, "params"):
+    if not INTERPRET and not hasattr(_rms_norm_forward_kernel, "params"):
         missing.append("triton JITFunction.params")
     if _C_APPLY is None:
         missing.append("torch._C._FunctionBase.apply")

@@ -5,7 +5,7 @@ namespace, next to the C++ ones, so that :func:`torch.compile` traces a call
 to them without a graph break:
 
 * ``opguide::rms_norm_triton``: ``y = x / rms(x) * weight``; differentiable;
-* ``opguide::rms_norm_fwd_triton``: ``(y, inv_rms)``, the training forward,
+* ``opguide::rms_norm_forward_triton``: ``(y, inv_rms)``, the training forward,
   which keeps the per-row ``inv_rms`` for the backward;
 * ``opguide::rms_norm_backward_triton``: ``(grad_x, grad_weight)`` from ``grad_y``, ``x``,
   ``weight`` and the saved ``inv_rms``, the contract of the C++
@@ -37,7 +37,7 @@ from .ops import (
     SUPPORTED_DTYPES,
     fused_add_rms_norm_triton_,
     rms_norm_backward_triton,
-    rms_norm_fwd_triton,
+    rms_norm_forward_triton,
     rms_norm_triton,
 )
 
@@ -49,7 +49,7 @@ __all__ = [
     "fused_add_rms_norm_triton_",
     "rms_norm",
     "rms_norm_backward_triton",
-    "rms_norm_fwd_triton",
+    "rms_norm_forward_triton",
     "rms_norm_triton",
 ]
 
@@ -72,5 +72,5 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         TypeError, ValueError, RuntimeError: as :func:`opguide.rms_norm` does.
     """
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return rms_norm_fwd_triton(x, weight, eps)[0]
+        return rms_norm_forward_triton(x, weight, eps)[0]
     return rms_norm_triton(x, weight, eps)

@@ -1,6 +1,6 @@
 """Autograd for the Triton operators, registered with ``register_autograd``.
 
-The training forward ``opguide::rms_norm_fwd_triton`` saves x, weight and
+The training forward ``opguide::rms_norm_forward_triton`` saves x, weight and
 inv_rms; its backward is ``opguide::rms_norm_backward_triton``, which takes
 the arguments of the C++ ``opguide::rms_norm_backward``, so either backend's
 backward serves either forward.
@@ -8,10 +8,10 @@ backward serves either forward.
 
 import torch
 
-from .ops import rms_norm_backward_triton, rms_norm_fwd_triton
+from .ops import rms_norm_backward_triton, rms_norm_forward_triton
 
 
-def _fwd_setup_context(ctx, inputs, output):
+def _forward_setup_context(ctx, inputs, output):
     x, weight, _eps = inputs
     _y, inv_rms = output
     ctx.save_for_backward(x, weight, inv_rms)
@@ -19,7 +19,7 @@ def _fwd_setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)  # no zeros allocated for inv_rms's gradient
 
 
-def _fwd_backward(ctx, grad_y, _grad_inv_rms):
+def _forward_op_backward(ctx, grad_y, _grad_inv_rms):
     if grad_y is None:  # y took no part in the loss
         return None, None, None
     x, weight, inv_rms = ctx.saved_tensors
@@ -32,7 +32,7 @@ def _fwd_backward(ctx, grad_y, _grad_inv_rms):
 
 
 torch.library.register_autograd(
-    "opguide::rms_norm_fwd_triton", _fwd_backward, setup_context=_fwd_setup_context
+    "opguide::rms_norm_forward_triton", _forward_op_backward, setup_context=_forward_setup_context
 )
 
 
@@ -46,7 +46,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad_y):
     x, weight = ctx.saved_tensors
-    _, inv_rms = rms_norm_fwd_triton(x, weight, ctx.eps)
+    _, inv_rms = rms_norm_forward_triton(x, weight, ctx.eps)
     grad_x, grad_weight = rms_norm_backward_triton(grad_y, x, weight, inv_rms)
     return grad_x, grad_weight, None  # no gradient for eps
 

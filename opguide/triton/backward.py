@@ -14,7 +14,7 @@ from .prologue import aligned, pdl_prologue
 
 
 @triton.jit(do_not_specialize=["M"])  # M only bounds rows: one kernel for every M
-def _rms_norm_bwd_kernel(
+def _rms_norm_backward_kernel(
     grad_y_ptr,  # [M, N] gradient of y, x's dtype
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype
@@ -79,7 +79,7 @@ def _grad_weight_sum_kernel(
 
 
 @triton.jit
-def _rms_norm_bwd_chunked_kernel(
+def _rms_norm_backward_chunked_kernel(
     grad_y_ptr,  # [M, N] gradient of y, x's dtype
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype

@@ -29,7 +29,7 @@ def _long_row_configs() -> list:
 # vector accesses (N) and not where it only bounds rows (M): one compiled
 # kernel serves every M.
 @triton.jit(do_not_specialize=["M"])
-def _rms_norm_fwd_kernel(
+def _rms_norm_forward_kernel(
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype
     y_ptr,  # [M, N] output, x's dtype
@@ -61,7 +61,7 @@ def _rms_norm_fwd_kernel(
 
 @triton.autotune(configs=_long_row_configs(), key=["N"])
 @triton.jit
-def _rms_norm_fwd_chunked_kernel(
+def _rms_norm_forward_chunked_kernel(
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype
     y_ptr,  # [M, N] output, x's dtype

@@ -27,7 +27,7 @@ def _fused_add_rms_norm_kernel(
     # from memory.
     pdl_prologue(GDC)
     row_ids, rows, cols, mask = row_block(M, N, ROWS, BLOCK_N)
-    # No cache hints, as in forward.py's _rms_norm_fwd_kernel.
+    # No cache hints, as in forward.py's _rms_norm_forward_kernel.
     x = tl.load(x_ptr + rows * N + cols, mask=mask, other=0.0)
     r = tl.load(res_ptr + rows * N + cols, mask=mask, other=0.0)
     if HAS_WEIGHT:  # loaded now, so that the load overlaps the reduction

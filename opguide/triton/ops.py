@@ -19,17 +19,17 @@ from . import launch, plans
 from .backward import (
     _grad_weight_columns_kernel,
     _grad_weight_sum_kernel,
-    _rms_norm_bwd_chunked_kernel,
-    _rms_norm_bwd_kernel,
+    _rms_norm_backward_chunked_kernel,
+    _rms_norm_backward_kernel,
 )
-from .forward import _rms_norm_fwd_chunked_kernel, _rms_norm_fwd_kernel
+from .forward import _rms_norm_forward_chunked_kernel, _rms_norm_forward_kernel
 from .fused import _fused_add_rms_norm_chunked_kernel, _fused_add_rms_norm_kernel
 from .interpreter import HOW_TO_INTERPRET, INTERPRET
 from .launch import Registers, Split
 from .split import (
     _fused_add_rms_norm_split_kernel,
-    _rms_norm_bwd_split_kernel,
-    _rms_norm_fwd_split_kernel,
+    _rms_norm_backward_split_kernel,
+    _rms_norm_forward_split_kernel,
 )
 
 # [register-choice]
@@ -132,19 +132,19 @@ def rms_norm_forward(
     config = p.config
     with launch.on_device_of(xc):
         if isinstance(config, Registers):
-            launchable(_rms_norm_fwd_kernel)[p.grid](
+            launchable(_rms_norm_forward_kernel)[p.grid](
                 xc, wc, y, inv_arg, m, n, eps, BLOCK_N=config.block_n, ROWS=config.rows,
                 STORE_INV=store_inv, ALIGN=p.align, num_warps=config.num_warps,
                 **launch.pdl_options(xc),
             )  # fmt: skip
         elif isinstance(config, Split):
             slots = launch.row_slots(xc, m, p.segments)
-            launchable(_rms_norm_fwd_split_kernel)[p.grid](
+            launchable(_rms_norm_forward_split_kernel)[p.grid](
                 xc, wc, y, inv_arg, slots, n, eps, p.segments, SEG=config.seg, SP=p.sp,
                 STORE_INV=store_inv, ALIGN=p.align, num_warps=launch.warps(config),
             )  # fmt: skip
         else:
-            launchable(_rms_norm_fwd_chunked_kernel)[p.grid](
+            launchable(_rms_norm_forward_chunked_kernel)[p.grid](
                 xc, wc, y, inv_arg, n, eps, STORE_INV=store_inv
             )
     return y
@@ -198,7 +198,7 @@ def rms_norm_backward(
     with launch.on_device_of(xc):
         if isinstance(config, Registers):
             # The whole row in registers, rows looped over by a grid that fits.
-            launchable(_rms_norm_bwd_kernel)[p.grid](
+            launchable(_rms_norm_backward_kernel)[p.grid](
                 grad_yc, xc, wc, rc, grad_x, grad_weight_partial, m, n, BLOCK_N=config.block_n,
                 ROWS=config.rows, STAGES=config.stages, ALIGN=p.align,
                 num_warps=config.num_warps, **pdl,
@@ -206,7 +206,7 @@ def rms_norm_backward(
         elif isinstance(config, Split):
             # Longer rows: each split over programs that meet through memory.
             slots = launch.row_slots(xc, m, p.segments)
-            launchable(_rms_norm_bwd_split_kernel)[p.grid](
+            launchable(_rms_norm_backward_split_kernel)[p.grid](
                 grad_yc, xc, wc, rc, grad_x, grad_weight_partial, slots, m, n, p.segments,
                 SEG=config.seg, SP=p.sp, ALIGN=p.align, num_warps=launch.warps(config),
             )  # fmt: skip
@@ -214,7 +214,7 @@ def rms_norm_backward(
             # Rows too long to split: grad_x row by row in chunks, grad_weight over
             # column strips.
             block = config.block_n
-            launchable(_rms_norm_bwd_chunked_kernel)[p.grid](
+            launchable(_rms_norm_backward_chunked_kernel)[p.grid](
                 grad_yc, xc, wc, rc, grad_x, n, BLOCK_N=block, num_warps=config.num_warps, **pdl
             )  # fmt: skip
             launchable(_grad_weight_columns_kernel)[p.grad_weight_grid](
@@ -309,8 +309,8 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
     return rms_norm_forward(x, weight, eps, None)
 
 
-@register_op("rms_norm_fwd_triton", mutates_args=())
-def rms_norm_fwd_triton(
+@register_op("rms_norm_forward_triton", mutates_args=())
+def rms_norm_forward_triton(
     x: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # The training forward: y, and inv_rms for rms_norm_backward_triton.
@@ -349,7 +349,7 @@ def _(x, weight, eps):
     return x.new_empty(x.shape)
 
 
-@torch.library.register_fake("opguide::rms_norm_fwd_triton")
+@torch.library.register_fake("opguide::rms_norm_forward_triton")
 def _(x, weight, eps):
     _check_rms_norm_args(x, weight, eps)
     return x.new_empty(x.shape), x.new_empty(x.shape[:-1], dtype=torch.float32)

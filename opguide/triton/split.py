@@ -71,7 +71,7 @@ def _segment(S, N, SEG: tl.constexpr):
 
 
 @triton.jit
-def _rms_norm_fwd_split_kernel(
+def _rms_norm_forward_split_kernel(
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype
     y_ptr,  # [M, N] output, x's dtype
@@ -94,7 +94,7 @@ def _rms_norm_fwd_split_kernel(
 
 
 @triton.jit
-def _rms_norm_bwd_split_kernel(
+def _rms_norm_backward_split_kernel(
     grad_y_ptr,  # [M, N] gradient of y, x's dtype
     x_ptr,  # [M, N] input, x's dtype
     w_ptr,  # [N] weight, x's dtype

@@ -17,7 +17,7 @@ from ...triton.prologue import aligned, pdl_prologue
 # do_not_specialize: Triton compiles a kernel for each kind of int argument;
 # that matters for N (vector accesses), not for M (it only bounds rows).
 @triton.jit(do_not_specialize=["M"])
-def _silu_and_mul_fwd_kernel(
+def _silu_and_mul_forward_kernel(
     x_ptr,  # [M, 2 * N] input: the gate x[:, :N], then the up projection x[:, N:]
     y_ptr,  # [M, N] output, x's dtype
     M, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, ALIGN: tl.constexpr, GDC: tl.constexpr,
@@ -35,7 +35,7 @@ def _silu_and_mul_fwd_kernel(
 
 
 @triton.jit(do_not_specialize=["M"])
-def _silu_and_mul_bwd_kernel(
+def _silu_and_mul_backward_kernel(
     grad_y_ptr,  # [M, N] gradient of y, x's dtype
     x_ptr,  # [M, 2 * N] the forward's input
     grad_x_ptr,  # [M, 2 * N] output: the gate's gradient, then the up projection's

@@ -20,7 +20,7 @@ from ...triton import launch
 from ...triton.ops import _check_input, launchable, register_op
 from .. import rules
 from .._checks import check_silu_and_mul_args, check_silu_and_mul_backward_args
-from .kernels import _silu_and_mul_bwd_kernel, _silu_and_mul_fwd_kernel
+from .kernels import _silu_and_mul_backward_kernel, _silu_and_mul_forward_kernel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,7 @@ def silu_and_mul_forward(
         return y
     config = forced or silu_and_mul_config(n)
     with launch.on_device_of(xc):
-        launchable(_silu_and_mul_fwd_kernel)[_grid(m, n, config)](
+        launchable(_silu_and_mul_forward_kernel)[_grid(m, n, config)](
             xc, y, m, n, BLOCK_N=config.block_n, ROWS=config.rows, ALIGN=launch.align(n),
             num_warps=config.num_warps, **launch.pdl_options(xc),
         )  # fmt: skip
@@ -136,7 +136,7 @@ def silu_and_mul_backward(
         return grad_x
     config = forced or silu_and_mul_config(n)
     with launch.on_device_of(xc):
-        launchable(_silu_and_mul_bwd_kernel)[_grid(m, n, config)](
+        launchable(_silu_and_mul_backward_kernel)[_grid(m, n, config)](
             grad_yc, xc, grad_x, m, n, BLOCK_N=config.block_n, ROWS=config.rows,
             ALIGN=launch.align(n), num_warps=config.num_warps, **launch.pdl_options(xc),
         )  # fmt: skip
