@@ -173,19 +173,11 @@ else:
 #   launch** on compute capability 9.0 and later (both measured in
 #   :doc:`step 11.4 <11_performance_4_tuning>`).
 #
-# Its contract differs in one place: the launchers take ``eps`` as a float
-# (``static_cast<float>(eps)`` in ``rms_norm_cuda.cu``), for float64 inputs
-# too. A reciprocal square root halves a relative error in ``mean + eps``, so
-# rounding the default ``eps`` to a float moves a float64 row's result by at
-# most (to first order) half of ``eps``'s rounding error, times the share of
-# ``eps`` in ``mean + eps``:
-eps = 1e-6  # opguide.rms_norm's default
-rounding = abs(torch.tensor(eps, dtype=torch.float32).item() - eps) / eps
-print(f"eps = {eps} rounded to a float: relative error {rounding:.1e}")
-for mean_square in (0.0, 1.0):
-    bound = rounding / 2 * eps / (mean_square + eps)
-    print(f"rows of mean square {mean_square}: result off by at most {bound:.1e} relative")
-print(f"opguide's float64 tolerance: {TOL[torch.float64]}")
+# Its contract is the minimal kernel's: the launchers take ``eps`` in the
+# accumulation type (``static_cast<Acc>(eps)`` in ``rms_norm_cuda.cu``), a
+# float for float32, float16 and bfloat16 rows and a double for float64 rows,
+# as the CPU kernel does, so a float64 result does not depend on ``eps``
+# rounded to a float.
 
 # %%
 # The files, whole:
