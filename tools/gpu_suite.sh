@@ -9,7 +9,8 @@
 #   tools/gpu_suite.sh docs  [WHEELHOUSE]                  # build the site, gallery on the GPU
 #   tools/gpu_suite.sh records PART [WHEELHOUSE]           # PART 1 to 6; `records list` lists them
 #
-# Part 1 is tests/, part 2 the gallery scripts and the notebook but step 16,
+# Part 1 is tests/, part 2 Part I (its pages and first_operator/'s tests), the
+# gallery scripts and the notebook but step 16,
 # part 3 step 16 alone: on a GPU its AOTInductor packages, compiled models and
 # CUDA graphs take minutes of compiling, and on a fresh H100 machine a part 2
 # that held it ran past ten minutes. Each part runs OPGUIDE_JOBS (default 8) pytest
@@ -69,7 +70,7 @@ run_part() {
       done
       ;;
     # -v: a line per finished script, so a part cut short says which did not finish.
-    2) args+=(-v examples_src tutorials "--ignore=$ACROSS") ;;
+    2) args+=(-v part1_src first_operator/tests examples_src tutorials "--ignore=$ACROSS") ;;
     3) args+=(-v "$ACROSS") ;;
     *) echo "gpu_suite: no part $1 (parts: 1 tests/, 2 gallery and notebook, 3 step 16)" >&2; return 2 ;;
   esac
