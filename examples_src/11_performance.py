@@ -2,39 +2,29 @@ r"""
 Step 11: Performance against the memory floor
 =============================================
 
-RMSNorm reads each element once and writes it once: it is memory-bound, its
-time set by the bytes it moves: those bytes are its floor, and a copy of the
-same bytes is the yardstick. This page answers one question: how close do
-opguide's kernels come to that yardstick, and to the other libraries, at
-every row length?
+Part I's operator is correct; this step asks how fast it can be. RMSNorm
+reads each element once and writes it once, so it is memory-bound: the bytes
+it moves are its floor, and a copy of the same bytes is the yardstick. How
+close do opguide's kernels come to that copy, and to other libraries, at every
+row length?
 
 In this step you will learn:
 
-* how to compute the floor of a memory-bound operator;
-* how to time a GPU kernel so that the number means something;
+* how to compute the floor of a memory-bound operator, and time a GPU kernel
+  so that the number means something;
 * how to read a sweep over the row length against other libraries;
 * what rows that are not whole 16-byte vectors cost.
 
-Step 11 has four pages, each answering one question:
-
-* this page: how fast, against the floor and the peers;
-* :doc:`11_performance_2_eager`: what a call costs as a user makes it;
-* :doc:`11_performance_3_long_rows`: how rows too long for one block are split;
-* :doc:`11_performance_4_tuning`: which tuning changes moved the kernels.
-
-The GPU numbers on these pages are **recorded**: ``python -m
-guidekit.benchmark`` and the ``tools/sweep_*`` programs wrote them on a GPU
-into ``docs/recorded/``. Each page prints the device and the date of every
-file it reads (with ``guidekit.recorded.pages``, tested in
-``tests/test_recorded.py``) and computes each number it states from them. The CPU
-measurement at the end runs live, and so does the forward at two row
-lengths where the page is built on a GPU.
+Then: :doc:`11_performance_2_eager` (what a call costs),
+:doc:`11_performance_3_long_rows` (rows too long for one block),
+:doc:`11_performance_4_tuning` (tuning changes). The GPU numbers are
+**recorded** in ``docs/recorded/``; each page prints every file's device and
+date and computes what it states from them.
 """
 
 # %%
-# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
-# program selects it before anything imports ``triton`` (opguide only reads
-# the choice, in :mod:`opguide.triton.interpreter`):
+# Without a GPU, the Triton kernels run in Triton's interpreter, selected
+# before anything imports ``triton``:
 import os
 
 import torch
@@ -46,11 +36,9 @@ if not torch.cuda.is_available():
 # %%
 # The floor
 # ---------
-# Per element, the forward squares and sums, then multiplies by ``1/rms`` and
-# by the weight; in bfloat16 it moves four bytes. A GPU does far more
-# arithmetic per byte than that in the time a byte arrives from memory, so
-# the bytes set the time. The benchmark counts, for each pass, the bytes that
-# no implementation can avoid moving:
+# The forward does a few operations per element and moves four bytes of it
+# in bfloat16; a GPU computes far more per byte than that, so the bytes set
+# the time. The bytes each pass cannot avoid moving:
 
 # sphinx_gallery_parallel = False  # it times kernels on the CPU: runs alone
 from guidekit import benchmark
@@ -74,13 +62,10 @@ say("training  the forward's bytes plus the backward's")
 # .. literalinclude:: /../guidekit/benchmark/passes.py
 #    :pyobject: bytes_moved
 #
-# Which bandwidth to divide by? Not the data sheet's, which no kernel
-# reaches. In the same run, the benchmark times ``copy (same bytes)``, a
-# ``copy_`` of exactly the pass's bytes, and reports each implementation as
-# the copy's time over its own: 100% is the copy's speed, and a kernel that
-# moves its bytes faster than torch's ``copy_`` scores more. A copy of one
-# gigabyte is timed too, as the device's bandwidth. The last line says how
-# much the copy's own speed moves between row lengths of one pass:
+# The yardstick is no data sheet's bandwidth but ``copy (same bytes)``, a
+# ``copy_`` of the pass's bytes timed in the same run: each implementation is
+# the copy's time over its own (above 100%: faster than ``copy_``). The last
+# line says how much the copy's own speed moves with N:
 sweep_file = recorded("sweep_h100.json")
 sweep = sweep_file["sweep"]
 say(f"1 GiB copy: {sweep_file['copy_bandwidth_GBps']:.0f} GB/s")
@@ -97,22 +82,17 @@ say(
 # %%
 # How to time
 # -----------
-# The GPU runs asynchronously, so a timer around one call measures the
-# launch. The benchmark records CUDA events around a batch of calls queued
-# behind a short GPU spin (``torch.cuda._sleep``), so the calls run back to
-# back: this is **GPU time**, how long the kernels occupy the GPU. Before
-# each batch it reads a buffer three times the size of L2; the calls rotate
-# through at least three input sets, so no call reads what the one before it
-# read. Implementations take turns, and the median batch counts:
+# A timer around one call measures the launch. The benchmark records CUDA
+# events around a batch of calls queued behind a short GPU spin
+# (``torch.cuda._sleep``), so they run back to back: **GPU time**. Before each
+# batch it reads a buffer three times L2's size, and the calls rotate through
+# at least three input sets; implementations take turns, the median counts:
 #
 # .. literalinclude:: /../guidekit/benchmark/timing.py
 #    :pyobject: _timed_batch
 #
-# The time a user waits for one call is another number, which
-# :doc:`11_performance_2_eager` measures.
-#
-# Does cleaning L2 matter? Two recorded runs at fixed shapes, without the
-# clean (``--keep-l2``) and with it, in % of the 1 GiB copy:
+# Does cleaning L2 matter? Recorded runs without the clean (``--keep-l2``)
+# and with it, in % of the 1 GiB copy:
 kept, cleaned = recorded("l2_keep_h100.json"), recorded("l2_clean_h100.json")
 impls = ["opguide", "opguide triton", "compile(reference)", "F.rms_norm"]
 l2 = fixed_changes(kept, cleaned, "forward", impls)
@@ -123,11 +103,10 @@ say(
 say(f"The largest change: {max((c['points'] for c in l2), key=abs):+.1f} points")
 
 # %%
-# Why three input sets? The sweep's ``x`` alone is larger than L2 (its size
-# is printed below), yet a call that reads the set the call before it read
-# may find part of it there, and how much depends on the kernel. The
-# bfloat16 forward of the sweep below, recorded by a separate command with
-# one set (``--min-sets 1``), in points of the copy gained against three:
+# Why three input sets? ``x`` alone is larger than L2 (size below), yet a
+# call that reads the set the previous call read may find part of it there.
+# The bfloat16 forward recorded with one set (``--min-sets 1``), in points
+# gained against three:
 one_set = recorded("sweep_one_input_set_h100.json")["sweep"]
 THREE = {
     (r["impl"], r["n"]): r["vs_copy"]
@@ -147,14 +126,12 @@ say(f"The most one set gains: {top['points']:.1f} points, {top['impl']} at N = {
 # %%
 # Every row length
 # ----------------
-# The sweep keeps ``M * N`` fixed, so every point moves the same bytes and
-# only the row length ``N`` changes. It times four passes: the forward; the
-# backward (``grad_x`` and ``grad_weight`` from ``grad_y``); training (forward, then
-# backward through autograd); and the fused residual add + RMSNorm. Next to
-# opguide's CUDA and Triton kernels it times ``F.rms_norm``,
-# ``torch.compile`` of the Python reference, Liger-Kernel (Triton) and Quack
-# (CuTe DSL), and vLLM's fused kernel where it imports, in bfloat16 and
-# float16. A peer that did not import is named:
+# The sweep keeps ``M * N`` fixed, so every point moves the same bytes. Four
+# passes: forward; backward (``grad_x`` and ``grad_weight``); training
+# (forward, then backward through autograd); the fused residual add +
+# RMSNorm. Beside opguide's CUDA and Triton kernels: ``F.rms_norm``,
+# ``torch.compile`` of the reference, Liger-Kernel (Triton), Quack (CuTe DSL)
+# and vLLM's fused kernel where it imports; a peer that did not is named:
 say(f"{sweep['dtypes']}, M * N = {sweep['elements']} elements")
 say(f"N = {sweep['ns']}")
 say(f"Triton {sweep_file['triton']}, CUDA {sweep_file['cuda']}")
@@ -162,14 +139,10 @@ for name, why in sweep["peers_missing"].items():
     say(f"did not import when recorded: {name} ({why})")
 
 # %%
-# The targets, in % of the same-size copy, apply to both of opguide's
-# kernels: 90% in the forward and in the fused residual-add + RMSNorm, 85% in
-# the backward and in training. The CUDA kernel should also be at least as
-# fast as the fastest peer: Liger, Quack, ``F.rms_norm`` and
-# ``torch.compile`` in the forward and in training; in the fused pass,
-# Liger's and Quack's fused kernels and ``torch.compile`` of the two
-# operations. Each pass against the row length, bfloat16 (float16 dashed for
-# opguide's kernels), with its target:
+# The targets, for both of opguide's kernels: 90% of the copy in the forward
+# and fused passes, 85% in the backward and training; and the CUDA kernel at
+# least as fast as the fastest peer. Each pass in bfloat16 (float16 dashed
+# for opguide's kernels), with its target:
 TARGETS = {"forward": 0.90, "backward": 0.85, "training": 0.85, "fused": 0.90}
 OURS = ("opguide", "opguide triton")
 PEERS = (
@@ -190,11 +163,8 @@ _ = lines_figure(shown, title, series=("impl", "dtype"), marks=marks)
 
 # %%
 # Every bfloat16 point, then the misses and the CUDA kernel against the
-# fastest peer of its pass, both 16-bit types. A second run of the sweep
-# (``sweep_opguide_h100.json``, recorded again on the same kind of GPU with
-# the same versions) need not give the CUDA kernel the same numbers: a gap
-# to the peer no larger than the most that second run moved a point of the
-# CUDA kernel (printed) counts as a tie.
+# fastest peer, both 16-bit types. A gap no larger than the most a second run
+# (``sweep_opguide_h100.json``) moved a point of the CUDA kernel is a tie.
 fastest = {}  # (pass, N) -> the fastest peer's row, named in its cell
 for r in select(ROWS, impl=PEERS):
     if r["vs_copy"] > fastest.get((r["pass"], r["n"]), {"vs_copy": 0})["vs_copy"]:
@@ -235,37 +205,23 @@ for reason, where in why_not.items():
     say(f"  {reason}")
 
 # %%
-# The lines above are the conclusion: they name each missed target and each
-# point where a peer is faster. Rows longer than a block holds are split over
-# blocks or programs that wait for each other:
-# :doc:`11_performance_3_long_rows` shows how, and what the Triton backward's
-# launch gives up on split rows. The library keeps the split backward to 16
-# values a thread or fewer, because at 32 the kernel spills registers with
-# Triton 3.8 and 3.9 (the comment on ``SPLIT_BACKWARD`` in
-# ``opguide/triton/launch.py``), which no record here shows; the sweep's own
-# Triton is printed above.
-#
-# How much of this is the run? The second run against the first, each
-# kernel's lowest and highest change in points of the copy:
+# The lines above are the conclusion: each missed target and each point
+# where a peer is faster (long rows: :doc:`11_performance_3_long_rows`). How
+# much of this is the run? The second run against the first, in points:
 for impl, pass_name in dict.fromkeys((r["impl"], r["pass"]) for r in RERUN):
     moved = [r["points"] for r in select(RERUN, impl=impl, **{"pass": pass_name})]
     say(f"{impl:15} {pass_name:9} {min(moved):+5.1f} to {max(moved):+5.1f} points")
 
 # %%
-# A difference between two kernels smaller than these changes is not one to
-# read much into; the comparison with the peers above counts it as a tie.
-#
 # Odd row lengths
 # ---------------
-# A row of 12300 bfloat16 elements (24600 bytes) is not a whole number of
-# 16-byte vectors, and a slice may start anywhere. The CUDA kernels then choose
-# the widest access that the row length, the stride and every pointer allow,
-# with more accesses per thread the narrower they are, for rows up to the
-# length the narrow kernels hold. The backward's narrow kernels hold shorter
-# rows than that (``narrow_backward_plan`` in
-# ``csrc/rms_norm/rms_norm_backward_planner.cuh``, with
-# ``narrow_backward_regs`` in ``csrc/rms_norm/rms_norm_config.h``); a longer
-# odd row's backward takes the chunked kernel, which reads the row twice:
+# A row of 12300 bfloat16 elements (24600 bytes) is no whole number of 16-byte
+# vectors, and a slice may start anywhere. The CUDA kernels then take the
+# widest access the row length, stride and pointers allow, more of them a
+# thread the narrower they are. The backward's narrow kernels hold shorter
+# rows (``narrow_backward_plan`` in
+# ``csrc/rms_norm/rms_norm_backward_planner.cuh``); a longer odd row's
+# backward takes the chunked kernel, which reads the row twice:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_forward_planner.cuh
 #    :language: cuda
@@ -279,11 +235,9 @@ for impl, pass_name in dict.fromkeys((r["impl"], r["pass"]) for r in RERUN):
 #    :language: python
 #    :pyobject: align
 #
-# Two recorded runs, as built and with 16-byte accesses only (the CUDA
-# kernels then take a row that is no whole number of vectors one element at
-# a time), bfloat16, % of the same-size copy (``-``: a point the run did not
-# record, such as ``F.rms_norm`` in the fused pass, which it has no kernel
-# for):
+# Recorded runs as built and with 16-byte accesses only (a row of no whole
+# number of vectors then goes one element at a time), bfloat16, % of the copy
+# (``-``: not recorded; ``F.rms_norm`` has no fused kernel):
 #
 # .. dropdown:: tools/variants/odd_rows_16_byte_only.patch (16-byte accesses or one element)
 #
@@ -317,22 +271,16 @@ say(
 )
 
 # %%
-# A narrower access takes more instructions per byte; rows of an odd number
-# of elements take the narrowest, two bytes. Where a point as built trails
-# its 16-byte-only build (the last line names each), the instruction count
-# is not what limits that kernel there, and the planner's choice is a
-# measured loss at that row length; these runs do not time its cause.
+# Where a point as built trails its 16-byte-only build (named above), the
+# planner's narrower access is a measured loss at that length; these runs do
+# not time its cause.
 #
 # On the CPU
 # ----------
-# The C++ CPU kernel on a float32 (4096, 4096) tensor, measured live while
-# this page is built, next to ``copy_`` (one read and one write of every
-# element, into a tensor that exists: the floor, unless a row that moves at
-# least as many bytes beats it; a line under the table says which) and
-# ``clone`` (a copy into newly allocated memory). An operator that returns a new tensor
-# allocates its output too, from PyTorch's allocator as ``clone`` does
-# (``csrc/rms_norm/rms_norm_cpu.cpp``).
-# ``opguide into existing y`` times the loop alone.
+# The C++ CPU kernel on a float32 (4096, 4096) tensor, measured live, next to
+# ``copy_`` into an existing tensor (the floor, unless a row beats it) and
+# ``clone``, whose new memory comes from PyTorch's allocator as the
+# operator's output does. ``opguide into existing y`` times the loop alone.
 # The implementations take turns; medians count:
 cpu = benchmark.run_cpu_kernel()
 for r in cpu["rows"]:
@@ -355,6 +303,18 @@ say(
     f"Faster than copy_ with at least its bytes to move: {listed(faster)}"
     + (" (so here copy_ does not run at the memory's bandwidth)." if faster else ".")
 )
+ms = {r["impl"]: 1e3 * r["seconds"] for r in cpu["rows"]}
+alone = ms.get("opguide into existing y")
+say(
+    f"The operator takes {ms['opguide (C++ kernel)'] / ms['clone (copy + new memory)']:.2f}x the "
+    "time of clone (step 2 prints this ratio at its own shape)"
+    + (
+        f"; its loop alone takes {alone:.2f} ms, so its new output costs it "
+        f"{ms['opguide (C++ kernel)'] - alone:.2f} ms."
+        if alone
+        else "."
+    )
+)
 _ = bars_figure(
     {
         f"float32 {tuple(cpu['shape'])}: ms a call, median of {cpu['rounds']} rounds": {
@@ -367,15 +327,10 @@ _ = bars_figure(
 # %%
 # Run it yourself
 # ---------------
-# ``python -m guidekit.benchmark --sweep`` writes a sweep like the one above,
-# ``--eager`` the eager table of :doc:`11_performance_2_eager`,
-# ``--cpu-only`` the CPU measurement; ``--out`` saves the result as JSON
-# with its device, versions and date. On a machine with a CUDA GPU and
-# opguide's CUDA kernels, this page also times the forward at two row
-# lengths live, on as many elements a call as the sweep above, each beside
-# the sweep's number (on the same GPU model, another run: expect a few
-# points of difference, more where other work shares the GPU; on another
-# GPU the two need not agree):
+# ``python -m guidekit.benchmark --sweep`` writes a sweep like the one above
+# (``--eager``, ``--cpu-only``, ``--out`` to save JSON). On a CUDA GPU this
+# page times the forward at two row lengths live, beside the sweep's number
+# (another run, perhaps another GPU: they need not agree):
 op = torch.ops.opguide.rms_norm.default
 if torch.cuda.is_available() and op.has_kernel_for_dispatch_key(torch.DispatchKey.CUDA):
     only = ("opguide", benchmark.SAME_SIZE_COPY)
@@ -398,5 +353,5 @@ else:
     )
 
 # %%
-# Next: :doc:`11_performance_2_eager`, what a call costs when the host, not
-# the GPU, sets the time.
+# Next: :doc:`11_performance_2_eager`, what a call costs when the host sets
+# the time.
