@@ -2,30 +2,25 @@ r"""
 Step 11.3: Rows longer than a block
 ===================================
 
-A kernel that holds a row in registers reads it once. Past a certain length
-no block holds the row, and a kernel that reads it twice moves more bytes
-than the floor of :doc:`11_performance` counts. This page answers one
-question: how are rows too long for one block split, and what does each way
-of splitting cost?
+Part I's CUDA kernel gives a row one block and reads it once. Past a certain
+length no block holds the row, and a kernel that reads it twice moves more
+bytes than :doc:`11_performance`'s floor. How are such rows split, and what
+does each way cost?
 
 In this step you will learn:
 
-* how a thread-block cluster shares a row between blocks (CUDA, Hopper);
-* how Triton programs share a row through global memory instead;
-* what pushing the sums, together with the block and cluster sizes that
-  came with it, gained over waiting at a barrier, and why a Triton program
+* how a thread-block cluster shares a row between blocks (CUDA, Hopper), and
+  Triton programs through global memory;
+* what pushing the sums gained over a barrier, and why a Triton program
   should not fence.
 
-The GPU numbers are **recorded** in ``docs/recorded/`` by ``python -m
-guidekit.benchmark --sweep`` and by the ``tools/sweep_*`` programs; the page
-prints each file's device and date. Previous page:
-:doc:`11_performance_2_eager`; next: :doc:`11_performance_4_tuning`.
+The GPU numbers are **recorded** (``docs/recorded/``); the page prints each
+file's device and date.
 """
 
 # %%
-# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
-# program selects it before anything imports ``triton`` (opguide only reads
-# the choice, in :mod:`opguide.triton.interpreter`):
+# Without a GPU, the Triton kernels run in Triton's interpreter, selected
+# before anything imports ``triton``:
 import os
 
 import torch
@@ -37,30 +32,18 @@ if not torch.cuda.is_available():
 # %%
 # Clusters
 # --------
-# A block of the CUDA forward keeps its row in registers, a few 16-byte
-# vectors a thread; the backward, which holds ``x`` and ``grad_y``, keeps fewer.
-# A row longer than a block holds would have to be read twice, once for its
-# sum and again for the output, the second time from L2 or from memory.
+# On Hopper (``sm_90`` and later) a row longer than a block holds is split
+# over a *thread-block cluster*: blocks that run at once on neighbouring
+# multiprocessors and read each other's shared memory. Each holds its slice
+# and they exchange partial sums, so the row is read once. On older GPUs, and
+# for long rows of no whole number of 16-byte vectors, the kernels read it
+# twice.
 #
-# On Hopper (``sm_90`` and later) the kernels can split a row over a
-# *thread-block cluster*: a group of blocks that run at the same time on
-# neighbouring multiprocessors and can read each other's shared memory. Each
-# block holds its slice of the row and the blocks exchange their partial
-# sums, so the row is read once. On older GPUs, and for long rows that are
-# not whole 16-byte vectors, the kernels read the row twice.
-#
-# Where the planner sends rows to clusters is a choice, not only where a row
-# stops fitting, and only part of it is measured. The lines below read the constants of
-# ``csrc/rms_norm/rms_norm_config.h`` and its fused twin. The forward's
-# threshold is where the configuration starts to send rows to clusters,
-# from ``tools/sweep_rms_norm_forward_cluster.cu``
-# (``docs/recorded/sweep_rms_norm_forward_cluster_h100.txt``), whose lines
-# further down compare one block with a cluster of two at the shortest row it
-# times; rows from that length to twice it, which clusters take though one
-# block could hold them, were not timed on one block. The fused operator's
-# one-block kernel reads a long row twice up to its threshold, and clusters
-# take the longer rows. Then the
-# longest row each kernel family gives one block or one program:
+# The thresholds, read from ``csrc/rms_norm/rms_norm_config.h`` and its fused
+# twin. The forward sends rows to clusters before one block is full; its tool
+# times one block against a cluster of two only at the shortest such row
+# (further down), so the longer rows one block could hold go to clusters
+# untimed on one block:
 import re
 
 from guidekit.compile_checks import source_root
@@ -108,13 +91,10 @@ say(
 )
 
 # %%
-# The kernels are in ``csrc/rms_norm/`` and ``csrc/fused_add_rms_norm/``.
-# The simplest exchange publishes each block's total in its
-# shared memory and, after a cluster barrier, reads all of them. A kernel that
-# uses it also ends with one more cluster barrier after its last row, so that
-# no block exits while another still reads its slot (the CUDA Programming
-# Guide's rule for distributed shared memory; ``cluster_sum``'s caller in
-# ``tools/sweep_rms_norm_forward_cluster.cu`` does so):
+# The simplest exchange publishes each block's total in its shared memory
+# and, after a cluster barrier, reads all of them; one more barrier after the
+# last row keeps a block from exiting while another reads its slot (the CUDA
+# Programming Guide's rule for distributed shared memory):
 #
 # .. literalinclude:: /../csrc/common/cluster.cuh
 #    :language: cuda
@@ -157,16 +137,12 @@ say(
 #       :language: cuda
 #       :caption: csrc/rms_norm/rms_norm_backward_planner.cuh
 #
-# Triton has no clusters: its long rows are split over programs that meet
-# through global memory (``opguide/triton/split.py``,
-# :doc:`step 9.2 <09_triton_kernel_2_long_rows>`), each writing its part of the row's sum
-# into a slot and waiting for the others. The Triton backward splits rows
-# sooner than the forward: its register kernel holds ``x``, ``grad_y``, the
-# weight and its gradient. The compiler's report on it at the longest rows it
-# takes, bfloat16, as an eager call on an H100 launches it (``sm_90``, with
-# PDL): compiled here without a GPU by ``guidekit.triton_targets`` (:doc:`step
-# 9.2 <09_triton_kernel_2_long_rows>`), with the Triton installed here, whose
-# counts may differ from those of the sweeps' Triton:
+# Triton splits long rows over programs that meet through global memory
+# (:doc:`step 9.2 <09_triton_kernel_2_long_rows>`); its backward splits
+# sooner, holding ``x``, ``grad_y``, the weight and its gradient. Its register
+# kernel at its longest rows, bfloat16, as an H100 launches it (``sm_90``,
+# PDL), compiled here by ``guidekit.triton_targets`` with the installed
+# Triton:
 from guidekit import triton_targets
 
 compiled = triton_targets.check(
@@ -180,10 +156,9 @@ for u in backward:
 say(f"spills: {[u.config for u in backward if u.spills] or 'none'}")
 
 # %%
-# The long rows of the sweep of :doc:`11_performance`, bfloat16, next to
-# Quack and Liger (in the fused pass, their fused kernels; ``-``: could not
-# run). Right of the dotted line, the CUDA kernels split the row over a
-# cluster:
+# :doc:`11_performance`'s sweep at long rows, bfloat16, with Quack and Liger
+# (their fused kernels in the fused pass; ``-``: could not run). Right of the
+# dotted line, the CUDA kernels use clusters:
 sweep_file = recorded("sweep_h100.json")
 FUSED_PEER = {"liger (fused)": "liger", "quack (residual)": "quack"}
 LONG = [
@@ -209,31 +184,24 @@ _ = lines_figure(LONG, title, marks={"limit": ONE_BLOCK})
 # %%
 # Push the sums, or wait at a barrier
 # -----------------------------------
-# With ``cluster_sum`` above, every row stops the whole cluster at a barrier,
-# then reads the other blocks' totals, a second round trip. The kernels push
-# instead: each warp stores its partial sum into every block's shared memory
-# with ``st.async``, which counts the bytes on that block's *mbarrier* (the
-# `PTX ISA <https://docs.nvidia.com/cuda/parallel-thread-execution/>`__
-# defines both; the `CUDA Programming Guide
-# <https://docs.nvidia.com/cuda/cuda-c-programming-guide/>`__ describes
-# clusters and distributed shared memory), and a
-# block waits only until its own slots are full. The backward pushes its
-# partial of the next row before it waits for this row's total:
+# With ``cluster_sum``, every row stops the cluster at a barrier, then reads
+# the other blocks' totals, a second round trip. The kernels push instead:
+# each warp stores its partial sum into every block's shared memory with
+# ``st.async``, which counts the bytes on that block's *mbarrier* (`PTX ISA
+# <https://docs.nvidia.com/cuda/parallel-thread-execution/>`__), and a block
+# waits only until its own slots are full. The backward pushes the next
+# row's partial before it waits for this row's total:
 #
 # .. literalinclude:: /../csrc/common/cluster.cuh
 #    :language: cuda
 #    :start-after: // [cluster-push]
 #    :end-before: // [cluster-push-end]
 #
-# The forward both ways, timed by ``tools/sweep_rms_norm_forward_cluster.cu``
-# (both variants loop over rows in persistent clusters). The backward always
-# pushes; ``..._backward_cluster.cu`` times the library's, which pushes its
-# next row's partial before it waits, against a variant that pushes after the
-# wait with 4 vectors a thread in 3 stages (the library picks both by row
-# length), so the gap need not be the ordering's alone. A variant's name
-# gives its block, threads x 16-byte vectors a thread, and each cell its
-# cluster size: the forward's variants differ in those too, so its gain
-# belongs to these changes together, not to the push alone:
+# The forward both ways (``tools/sweep_rms_norm_forward_cluster.cu``), and
+# the library's backward against one that pushes after the wait
+# (``..._backward_cluster.cu``). A name gives threads x vectors a thread, a
+# cell the cluster size; these differ too, so a gain is the changes'
+# together, not the push's alone:
 BARRIER, PUSH = "loop 1024 x 4, barrier", "loop 512 x 4, push"
 FORWARD = tool_rows(recorded_text("sweep_rms_norm_forward_cluster_h100.txt"))
 BACKWARD = tool_rows(recorded_text("sweep_rms_norm_backward_cluster_h100.txt"))
@@ -248,15 +216,12 @@ for pass_name, rows in (("forward", pushed), ("backward", ahead)):
 # %%
 # One row per cluster, many small blocks
 # --------------------------------------
-# A persistent cluster kernel runs one block of 512 threads per
-# multiprocessor, looping over rows with its slice in registers; a block
-# waiting for its cluster's sum leaves one row of loads in flight. The
-# library gives each cluster one row, in small blocks (128 threads, a 16 KiB
-# slice staged with ``cp.async``): several share a multiprocessor, and while
-# one waits the others load. The same tool times both, and at 16384 the
-# one-block kernel against a cluster of two; its ``staged`` variants stage
-# ``x`` one to three rows ahead inside the persistent loop, the best of them
-# in the last column:
+# A persistent cluster kernel runs one 512-thread block per multiprocessor,
+# looping over rows. The library gives each cluster one row in small blocks
+# (128 threads, a 16 KiB slice staged with ``cp.async``): several share a
+# multiprocessor, and while one waits for its sum the others load. Both, the
+# best ``staged`` persistent variant, and at 16384 one block (``library``)
+# against a cluster of two:
 staged = {}
 for r in select(FORWARD, variant=lambda v: v.startswith("staged")):
     if r["pct"] > staged.get((r["dtype"], r["n"]), {"pct": 0})["pct"]:
@@ -267,23 +232,16 @@ show(table(per_row, ("dtype", "n"), "variant", lambda r: f"{r['pct']:.0f}%"))
 # %%
 # Wait without a fence
 # --------------------
-# A split kernel that writes a part, then counts it in with an atomic add,
-# needs release ordering between the two, a fence or a release atomic (the
-# count must not be seen before the part; the `memory consistency model
-# <https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#memory-consistency-model>`__
-# of the PTX ISA); the fenced variants below count with a release atomic
-# add. Either orders every store the program has made before it against the
-# count, which can make the program wait for them. The Triton split kernels
-# send the part and its mark in one 64-bit relaxed atomic exchange
-# (``tl.atomic_xchg`` in ``opguide/triton/split.py``), which needs no
-# release ordering: a reader that sees the mark has the part in the same
-# word. The backward also counts one row ahead:
-# it writes its part of the next row before it waits for this row's total.
-# And it loads two rows ahead, not one, so that the loads it waits on have
-# had time to land. Two runs of ``tools/sweep_triton.py``: ``split-fenced``,
-# every split kernel fenced, and ``split``, the slots, each variant at the best
-# of its launch parameters (segment, warps), in % of the 1 GiB copy, then the
-# library's launch of the split backward against the best:
+# A kernel that writes a part, then counts it in with an atomic add, needs
+# release ordering between the two (the PTX ISA's `memory consistency model
+# <https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#memory-consistency-model>`__),
+# which orders every earlier store against the count and can make the
+# program wait. The Triton split kernels send the part and its mark in one
+# 64-bit relaxed ``tl.atomic_xchg``: a reader that sees the mark has the
+# part. ``tools/sweep_triton.py``'s ``split-fenced`` (release atomics) and
+# ``split`` (slots) runs (the backward's ``late`` loads one row ahead,
+# ``ahead`` two), each at its best launch, in % of the 1 GiB copy, then the
+# library's split backward against the best:
 fenced = select(tool_rows(recorded_text("sweep_triton_split_fenced_h100.txt")), best=True)
 slots = tool_rows(recorded_text("sweep_triton_split_h100.txt"))
 # Columns: fenced, each row waited for, and one row late; with slots the
@@ -310,21 +268,56 @@ say(
 
 
 # %%
-# The backward's best launches hold 32 values a thread. The library keeps to
-# launches that hold 16 or fewer, the fastest of those at its slowest row
-# length, and gives up the points that the last line prints: the comment on
-# ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py`` says that 32 values a
-# thread spilled registers on sm_80 and sm_90 with Triton 3.8 and 3.9, an
-# observation that no record here shows (the sweep's own Triton is in its
-# header above). Where the best launch meets the backward's target at a row
-# length, the Triton backward's misses on split rows in :doc:`11_performance`
-# are what the library's launch gives up, not a cost of splitting itself.
+# Why does the library not launch the fastest? The fastest launch at each
+# row length and the library's, with the values of ``x`` a thread holds,
+# compiled here for sm_80 and sm_90 by the installed Triton (the sweep's
+# Triton is in its header above):
+def split_backward(seg: int, warps: int, n: int) -> triton_targets.Launch:
+    """The split backward's launch on bfloat16 rows of ``n``, as ``ops.py`` makes it."""
+    rows, segments = 2**26 // n, n // seg
+    pointers = ("*bfloat16",) * 3 + ("*float32", "*bfloat16", "*float32", "*int64")
+    options = (("ALIGN", 16), ("SEG", seg), ("SP", segments), ("num_warps", warps))
+    kernel = "_rms_norm_backward_split_kernel"
+    return triton_targets.Launch(
+        "opguide.triton.split", kernel, (*pointers, rows, n, segments), options
+    )
+
+
+fastest = {r["n"]: r for r in select(slots, best=True, variant="two rows ahead")}
+launches = {}  # (who, N, SEG, warps) -> its launch
+for n, r in sorted(fastest.items()):
+    seg, warps = (int(w) for w in r["launch"].split()[1:4:2])  # "SEG 4096 warps 4 ..."
+    launches[("fastest", n, seg, warps)] = split_backward(seg, warps, n)
+    launches[("library", n, b.seg, b.num_warps)] = split_backward(b.seg, b.num_warps, n)
+usage = triton_targets.check(["sm_80", "sm_90"], launches=list(launches.values()))
+compiled_rows, spilled = [], {"fastest": set(), "library": set()}
+for (who, n, seg, warps), launch in launches.items():
+    held = f"{who} {seg}/{warps}w, {seg // (32 * warps)} a thread"
+    for u in (u for u in usage if u.config == launch.config()):
+        compiled_rows.append({"n": n, "launch": held, "target": u.target, "u": u})
+        if u.spills:
+            spilled[who].add(u.target)
+cell = lambda r: f"{r['u'].regs} regs, {r['u'].spills} B spilled"  # noqa: E731
+show(table(compiled_rows, ("n", "launch"), "target", cell))
+for who, targets in spilled.items():
+    say(f"the {who} launches spill on: {', '.join(sorted(targets)) or 'neither'}")
+only_fastest = sorted(spilled["fastest"] - spilled["library"])
+say(
+    f"So the library's launch gives up those points not to spill on {', '.join(only_fastest)}."
+    if only_fastest
+    else "Here the fastest launches spill no more than the library's: this Triton shows no "
+    "reason for the library's launch."
+)
+
+
+# %%
+# Where the best launch meets the backward's target, the Triton backward's
+# misses on split rows in :doc:`11_performance` are what the library's launch
+# gives up, not a cost of splitting.
 #
-# Every change on this page, in points of the copy at each point it was
-# measured (the Triton lines at each variant's best launch, not the
-# library's), ranked against how far a second run of the library's kernels
-# moved a point in step 11's two sweeps: a loss no larger is no measurable
-# loss.
+# Every change on this page, in points of the copy gained at each point
+# measured (the Triton lines at each variant's best launch), ranked against
+# how far a second run moved a point in step 11's two sweeps:
 def gain(new: list[dict], old: list[dict], key=("dtype", "n")) -> list[float]:
     """Points of the copy ``new`` gains over ``old`` at each point both timed."""
     before = {tuple(r.get(k) for k in key): r["pct"] for r in old}
