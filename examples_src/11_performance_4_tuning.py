@@ -2,35 +2,28 @@ r"""
 Step 11.4: Which tuning changes moved the kernels
 =================================================
 
-A kernel that is correct still has choices left that move its speed: how
-many registers it holds, in which order it loads, what it asks of the
-cache, how it is launched. This page answers one question: which of the
-changes in opguide's kernels move them, and by how much? Each is measured
-before and after on the same machine, and the plot at the end ranks them by
-what they gain.
+Part I's CUDA kernel is correct; the library's kernels make further choices:
+how many registers they hold, in which order they load, what they ask of the
+cache, how they are launched. Which of these move the kernels, and by how
+much? Each is measured before and after, and the plot at the end ranks them.
 
 In this step you will learn:
 
 * why registers are a budget, and how to read it from the compiler;
-* what issuing every load before the arithmetic that needs it gained;
+* what issuing every load before the arithmetic gained;
 * how a pipeline in shared memory keeps the backward's loads in flight;
-* when cache hints and programmatic dependent launch pay, and when not.
+* when cache hints and programmatic dependent launch pay.
 
-The numbers are **recorded** in ``docs/recorded/``: fixed-shape runs of
-``python -m guidekit.benchmark`` (in % of its 1 GiB copy) and the output of
-the ``tools/sweep_*`` programs, torch-free programs that time variants of a
-kernel against a copy. A change the library does not make is a patch in
-``tools/variants/`` or a define, applied to a copy of the sources and timed
-beside the library as it is (``tools/gpu_records.sh 5``); each section shows
-its patches.
-The page prints each file's device and date.
-Previous page: :doc:`11_performance_3_long_rows`.
+The numbers are **recorded** in ``docs/recorded/`` (``python -m
+guidekit.benchmark`` in % of its 1 GiB copy, and the ``tools/sweep_*``
+programs). A change the library does not make is a patch in
+``tools/variants/`` or a define, timed beside the library; each section
+shows its patches.
 """
 
 # %%
-# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
-# program selects it before anything imports ``triton`` (opguide only reads
-# the choice, in :mod:`opguide.triton.interpreter`):
+# Without a GPU, the Triton kernels run in Triton's interpreter, selected
+# before anything imports ``triton``:
 import os
 
 import torch
@@ -42,18 +35,15 @@ if not torch.cuda.is_available():
 # %%
 # Hold the row in registers, and count the registers
 # --------------------------------------------------
-# Each thread loads its vectors of ``x`` and of the weight once and keeps them
-# until it writes the output, so ``x`` is read once. The more vectors per
-# thread, the fewer threads a row needs, but the more registers each one
-# uses; past what ``__launch_bounds__`` allows, the compiler spills to
-# memory. In bfloat16, the compiler otherwise keeps the 32 floats of a first
-# conversion alive across the reduction, where 16 registers of packed values
-# would do; ``keep_packed`` (:doc:`step 3 <03_cuda_kernel>`) keeps the packed
-# values instead. Without it, the kernel at 4 vectors a thread needs more than
-# the 64 registers that ``__launch_bounds__(1024)`` allows and spills
-# (``test_without_keep_packed_bfloat16_spills`` in
-# ``tests/test_compile_checks.py`` compiles it and checks the spill). The
-# forward, by vectors per thread, with and without ``keep_packed``:
+# Each thread keeps its vectors of ``x`` and the weight until it writes the
+# output, so ``x`` is read once. More vectors a thread means fewer threads a
+# row but more registers each; past what ``__launch_bounds__`` allows, the
+# compiler spills to memory. ``keep_packed`` (:doc:`step 3 <03_cuda_kernel>`)
+# keeps bfloat16 values packed through the reduction; without it the kernel
+# at 4 vectors a thread spills past the 64 registers of
+# ``__launch_bounds__(1024)`` (``test_without_keep_packed_bfloat16_spills`` in
+# ``tests/test_compile_checks.py`` compiles it and checks). The forward, by
+# vectors a thread, with and without ``keep_packed``:
 from guidekit.recorded import recorded_dir
 from guidekit.recorded import sources as record_sources
 from guidekit.recorded.pages import (
@@ -92,26 +82,20 @@ say(
 )
 
 # %%
-# A test reads the machine code (``tests/test_compile_checks.py``) and fails
-# if the forward spills. Registers also set how many blocks fit on a
-# multiprocessor, which has 65536 of them. The fused kernel's blocks have up to
-# 1024 threads; ``__launch_bounds__(1024, 2)`` caps it at 32 registers per
-# thread, so that two such blocks fit, and the same test checks that they do.
-# The kernel's comment (:doc:`step 10 <10_patterns>`) gives a reason for two:
-# with one block per SM, the memory system idles between rows. No record here
-# runs the kernel at one block per SM, so that reason is not measured.
+# ``tests/test_compile_checks.py`` reads the machine code and fails if the
+# forward spills. Registers also set how many blocks fit on a multiprocessor
+# (65536 of them): ``__launch_bounds__(1024, 2)`` caps the fused kernel at 32
+# registers a thread so that two of its 1024-thread blocks fit, and the same
+# test checks that they do.
 
 # %%
 # All loads before the arithmetic
 # -------------------------------
 # A thread needs eight 16-byte vectors (four of ``x``, four of the weight).
-# Written as one loop that loads a vector and adds its squares, the kernel
-# is slower (below). Written as all the loads first, then the sums, the eight
-# loads are in flight together; ``tests/test_compile_checks.py`` checks that
-# order in the machine code of the kernel as built. The comment in the kernel
-# names the interleaved form's cause (a wait for each ``x`` before the next
-# load); no test or record here reads the interleaved form's machine code,
-# so the runs below show the cost, not the cause:
+# Written as all the loads first, then the sums, the eight are in flight
+# together (``tests/test_compile_checks.py`` checks that order in the machine
+# code); written as one loop that loads a vector and adds its squares, the
+# kernel is slower. The runs show the cost, not its cause:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_forward.cuh
 #    :language: cuda
@@ -138,11 +122,11 @@ say(
 # %%
 # The backward: a pipeline in shared memory
 # -----------------------------------------
-# The backward reads ``x`` and ``grad_y`` for a row, reduces across the block,
-# then writes ``grad_x``; a barrier per row makes every warp wait for the slowest
-# load. Prefetching the next row into registers keeps one row of loads in
-# flight. The pipelined kernel keeps the next rows (``kStages``) in shared
-# memory and queues their copies with ``cp.async``, which returns at once:
+# The backward reads ``x`` and ``grad_y`` for a row, reduces across the
+# block, then writes ``grad_x``; a barrier per row makes every warp wait for
+# the slowest load. Prefetching into registers keeps one row of loads in
+# flight; the pipelined kernel keeps the next ``kStages`` rows in shared
+# memory, queued with ``cp.async``:
 #
 # .. literalinclude:: /../csrc/rms_norm/rms_norm_backward.cuh
 #    :language: cuda
@@ -165,13 +149,11 @@ say(f"gain: {min(pipeline_gains):+.1f} to {max(pipeline_gains):+.1f} points")
 # %%
 # Cache hints, and what L2 holds
 # ------------------------------
-# A CUDA load or store can carry a ``.cs`` ("streaming") hint, and a Triton
-# load an ``eviction_policy="evict_first"``: the same request, to let L2
-# drop these lines first, as ``x`` and ``y`` are touched once. What that
-# does may depend on what else L2 holds; the runs below clean L2 before each
-# timing, as the benchmark does, and give the times, not the cause. The CUDA
-# forward with the hints, then without any (built with
-# ``-DOPGUIDE_STREAMING_HINTS=0``), then the Triton kernels with and without
+# A CUDA load or store can carry a ``.cs`` ("streaming") hint, a Triton load
+# ``eviction_policy="evict_first"``: both ask L2 to drop these lines first, as
+# ``x`` and ``y`` are touched once. The runs clean L2 before each timing and
+# give the times, not the cause: the CUDA forward with the hints and without
+# (``-DOPGUIDE_STREAMING_HINTS=0``), then the Triton kernels with and without
 # ``evict_first``:
 #
 # .. dropdown:: The two patches (tools/variants/)
@@ -205,11 +187,8 @@ say(
 )
 
 # %%
-# The library's forward kernels use no hints. The line above gives the
-# range of what leaving them out gained, and how many of those points moved
-# by more than a second run moves one: only those show it measurably. The
-# backward keeps ``.cs`` on
-# its ``grad_x`` stores; the same runs measured it both ways:
+# The library's forward kernels use no hints; the backward keeps ``.cs`` on
+# its ``grad_x`` stores, measured both ways by the same runs:
 grad_x = fixed_changes(hints_on, hints_off, "backward", ["opguide"])
 most = max(grad_x, key=lambda c: abs(c["points"]))
 say(f"without them, the backward's largest change: {most['points']:+.1f} at {most['shape']}")
@@ -217,27 +196,22 @@ say(f"without them, the backward's largest change: {most['points']:+.1f} at {mos
 # %%
 # Programmatic dependent launch
 # -----------------------------
-# The next kernel's blocks normally start only when the last block of this
-# one ends, so the GPU drains and fills again at every launch. On Hopper, a
-# kernel launched with the programmatic stream serialization attribute may
-# start while the previous one drains; it waits (``griddepcontrol.wait``)
-# before it reads memory, so results are untouched. The overlap hides part of
-# the gap between two kernels (`programmatic dependent launch
-# <https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#programmatic-dependent-launch-and-synchronization>`__
-# in the CUDA Programming Guide), which matters most for short kernels; the
-# runs below measure the kernels' bandwidth with it off and on, not the time
-# per launch:
+# A kernel's blocks normally start only when the previous kernel's last
+# block ends. On Hopper, a kernel launched with the programmatic stream
+# serialization attribute may start while the previous one drains, and waits
+# (``griddepcontrol.wait``) before it reads memory (`programmatic dependent
+# launch
+# <https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#programmatic-dependent-launch-and-synchronization>`__).
+# The runs measure bandwidth with it off and on, not time per launch:
 #
 # .. literalinclude:: /../csrc/common/launch.cuh
 #    :language: cuda
 #    :start-after: // [pdl-device]
 #    :end-before: // [pdl-device-end]
 #
-# The CUDA kernels with ``OPGUIDE_PDL=0`` and ``=1``. PDL is on by default on
-# Hopper, so the ``PDL on`` forward is the same kernel as the ``loads first``
-# and ``no hints`` forward above, timed in another run; the first line below
-# says how far the two runs of that kernel stand apart, a part of the
-# forward's gains that is the gap between runs, not PDL:
+# The CUDA kernels with ``OPGUIDE_PDL=0`` and ``=1``. The ``PDL on`` forward
+# is the ``loads first`` forward above, timed in another run; the first line
+# says how far the two runs stand apart, a part of the gains that is not PDL:
 pdl_off, pdl_on = recorded("pdl_off.json"), recorded("pdl_on.json")
 gap = [c["points"] for c in fixed_changes(loads_first, pdl_on, "forward", ["opguide"])]
 say(
@@ -273,10 +247,9 @@ if pdl_changed:
 # %%
 # The ranking
 # -----------
-# Every change on this page that changes the machine code, in points of the
-# copy gained at each point it was measured (for the hints: what leaving them
-# out gains; for PDL: against its own ``PDL off`` run, so its forward points
-# carry the gap between runs described above):
+# Every change on this page, in points of the copy gained at each point
+# measured (for the hints: leaving them out; PDL's forward points carry the
+# gap between runs above):
 gains = {
     "keep_packed": keep_packed,
     "loads first": [c["points"] for c in loads],
@@ -290,10 +263,7 @@ _ = bars_figure({"points of the copy gained": gains}, "Tuning changes, before an
 show(ranking(gains, NOISE))
 
 # %%
-# The printed ranking is the page's conclusion: the changes at the top are
-# the ones to make first in a kernel of your own (two whose medians stand
-# closer than a second run moves a point, printed in its last line, this run
-# does not order), and a change listed as losing by more than that is one to
-# measure on your own GPU before you keep it.
-#
-# Back to the start of the step: :doc:`11_performance`.
+# The changes at the top are the ones to make first in a kernel of your own
+# (two whose medians stand closer than a second run moves a point are not
+# ordered), and one listed as losing is one to measure on your own GPU before
+# you keep it. Back to the start: :doc:`11_performance`.
