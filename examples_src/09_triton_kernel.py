@@ -37,7 +37,7 @@ rows, and ``x`` is read from memory once. The sum of squares is a
 
 .. literalinclude:: /../opguide/triton/forward.py
    :language: python
-   :pyobject: _rms_norm_fwd_kernel
+   :pyobject: _rms_norm_forward_kernel
 
 Its first lines, shared with the other kernels, are ``@triton.jit`` helpers,
 which Triton inlines before it optimises (the first pass of `make_ttir
@@ -102,7 +102,7 @@ gives Inductor the plain-PyTorch form instead, see
    :end-before: # [register-choice-end]
 
 The forward operators, ``rms_norm_triton`` for inference and
-``rms_norm_fwd_triton`` for training (it also returns ``inv_rms``), are thin:
+``rms_norm_forward_triton`` for training (it also returns ``inv_rms``), are thin:
 each calls a launch function, which takes the planner's configuration (or a
 ``forced=`` one) and launches the kernel it names:
 
@@ -116,7 +116,7 @@ each calls a launch function, which takes the planner's configuration (or a
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
-   :pyobject: rms_norm_fwd_triton
+   :pyobject: rms_norm_forward_triton
 
 Every launch runs under a device guard. Triton launches on the *current*
 GPU and requires every pointer argument to live there, so, as the CUDA
@@ -197,7 +197,7 @@ print("TRITON_INTERPRET =", os.environ.get("TRITON_INTERPRET"))
 register_op = triton_ops.ops.register_op
 print("registered with:", register_op.__module__ + "." + register_op.__name__)
 print(torch.ops.opguide.rms_norm_triton.default._schema)
-print(torch.ops.opguide.rms_norm_fwd_triton.default._schema)
+print(torch.ops.opguide.rms_norm_forward_triton.default._schema)
 
 device = "cuda" if torch.cuda.is_available() and not triton_ops.INTERPRET else "cpu"
 
@@ -245,7 +245,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 #
 # .. literalinclude:: /../opguide/triton/backward.py
 #    :language: python
-#    :pyobject: _rms_norm_bwd_kernel
+#    :pyobject: _rms_norm_backward_kernel
 #
 # .. literalinclude:: /../opguide/triton/backward.py
 #    :language: python
@@ -298,10 +298,10 @@ print("max |grad_weight - reference| =", (grad_weight - w.grad).abs().max().item
 x = torch.randn(5, 24, device=device, requires_grad=True)
 w = torch.randn(24, device=device, requires_grad=True)
 g = torch.randn(5, 24, device=device)
-_, inv_rms = torch.ops.opguide.rms_norm_fwd_triton.default(x.detach(), w.detach(), 1e-6)
+_, inv_rms = torch.ops.opguide.rms_norm_forward_triton.default(x.detach(), w.detach(), 1e-6)
 checks = {
     "rms_norm_triton": (x, w, 1e-6),
-    "rms_norm_fwd_triton": (x, w, 1e-6),
+    "rms_norm_forward_triton": (x, w, 1e-6),
     "rms_norm_backward_triton": (g, x.detach(), w.detach(), inv_rms),
 }
 for name, args in checks.items():
