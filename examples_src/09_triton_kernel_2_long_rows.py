@@ -88,7 +88,7 @@ the interpreter, where timing means nothing and costs a lot:
 
 .. literalinclude:: /../opguide/triton/forward.py
    :language: python
-   :pyobject: _rms_norm_fwd_chunked_kernel
+   :pyobject: _rms_norm_forward_chunked_kernel
 
 The backward's chunked kernels do the same: one program per row walks it
 twice, for the row's sum and for ``grad_x``, and ``grad_weight`` is summed over
@@ -96,7 +96,7 @@ strips of columns:
 
 .. literalinclude:: /../opguide/triton/backward.py
    :language: python
-   :pyobject: _rms_norm_bwd_chunked_kernel
+   :pyobject: _rms_norm_backward_chunked_kernel
 
 .. literalinclude:: /../opguide/triton/backward.py
    :language: python
@@ -268,7 +268,7 @@ from guidekit import triton_targets  # noqa: E402
 from guidekit.triton_targets.targets import FULL_ENV  # noqa: E402
 
 full = os.environ.get(FULL_ENV, "0") == "1"
-results = triton_targets.check(kernels=["_rms_norm_fwd_split_kernel"], full=full)
+results = triton_targets.check(kernels=["_rms_norm_forward_split_kernel"], full=full)
 header = f"{'target':8} {'x':8} {'launch':24} {'regs':>4} {'spill':>5} {'shared':>6}"
 print(header, "budget", f"(Triton {triton.__version__})")
 
