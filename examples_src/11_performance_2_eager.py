@@ -48,7 +48,7 @@ if not torch.cuda.is_available():
 # calls the norm and then ``backward``. Some training rows time pieces of
 # such a call: the forward and backward operators without autograd (``ops``,
 # ``launches``; ``F.rms_norm ops`` are the ATen operators under
-# ``F.rms_norm``), ``opguide::rms_norm_fwd`` under its
+# ``F.rms_norm``), ``opguide::rms_norm_forward`` under its
 # ``torch::autograd::Function`` of two outputs (``autograd::Function``), and
 # autograd around a Python Function that launches nothing:
 import statistics
@@ -122,7 +122,7 @@ say(
 # A training call's time, split: the operators alone, and the rest
 # (autograd's graph and its backward pass), medians over the shapes, each
 # taken on its own (so the parts need not add up to the total); then
-# ``rms_norm``'s Function (one output) against ``rms_norm_fwd``'s (two), and
+# ``rms_norm``'s Function (one output) against ``rms_norm_forward``'s (two), and
 # the Python Function that launches nothing, the cost of autograd around an
 # operator written in Python:
 for impl, only in EAGER_KERNELS.items():
@@ -157,7 +157,7 @@ say(
 #   (:doc:`step 8 <08_autograd>`): registered from Python it would re-enter
 #   the interpreter on every call. Its ``torch::autograd::Function`` returns
 #   y alone and keeps ``inv_rms`` as a saved tensor, where
-#   ``opguide::rms_norm_fwd``'s returns both; autograd wraps every output.
+#   ``opguide::rms_norm_forward``'s returns both; autograd wraps every output.
 #   The line "A Function of one output (y) against one of two" above
 #   gives one run's estimate of what that saves:
 #
