@@ -2,59 +2,44 @@ r"""
 Step 9: A Triton kernel as an operator
 ======================================
 
-The C++ and CUDA kernels of the earlier steps are one way to give
-``opguide.rms_norm`` a fast body. `Triton <https://triton-lang.org>`_ is
-another: GPU kernels written in Python, over blocks of elements rather than
-single threads, compiled at run time. This step writes RMSNorm (forward and
-backward) in Triton, registers it so that ``torch.compile`` traces it like
-any other operator, and lets users pick it with one keyword.
+Part I gives the operator a C++ and a CUDA body behind one schema. This step
+adds a third in `Triton <https://triton-lang.org>`_, GPU kernels written in
+Python over blocks of elements, which a user picks with
+``opguide.rms_norm(x, w, backend="triton")``.
 
 In this step you will learn:
 
-* how to write a row-wise reduction kernel in Triton, and how its launch
-  knobs are chosen;
-* the two ways to register a Triton kernel: :func:`torch.library.custom_op`
-  (opaque to the compiler) and :func:`torch.library.triton_op` with
-  :func:`torch.library.wrap_triton` (transparent to Inductor), and the
-  cheaper ``Library.define`` and ``impl`` that opguide uses;
-* how users choose a backend: ``opguide.rms_norm(x, w, backend="triton")``;
-* how to write the backward, with a two-stage reduction for ``grad_weight``;
-* how the same kernels run on a machine without a GPU, in Triton's
-  interpreter, and how fast they run on one (recorded).
+* a row-wise reduction in Triton, forward and backward, and its launch knobs;
+* three registrations: :func:`torch.library.custom_op`,
+  :func:`torch.library.triton_op`, and the dispatcher-level
+  ``Library.define``/``impl`` that opguide uses;
+* how the kernels run without a GPU, and how fast on one (recorded).
 
-Rows too long for one program are split over several:
-:doc:`step 9.2 <09_triton_kernel_2_long_rows>` takes them. The code shown is
-in ``opguide/triton/``: kernels by family (``forward.py``, ``backward.py``),
-their knobs (``launch.py``), the operators (``ops.py``, ``autograd.py``).
+The code is in ``opguide/triton/``; :doc:`step 9.2
+<09_triton_kernel_2_long_rows>` takes rows too long for one program.
 
 The forward kernel
 ------------------
-One program handles ``ROWS`` whole rows, loaded at once as a
-``(ROWS, BLOCK_N)`` block: ``BLOCK_N`` is the row length rounded up to a power
-of two, the mask (``cols < N``, ``rows < M``) covers the padding and the last
-rows, and ``x`` is read from memory once. The sum of squares is a
-``tl.sum`` along the rows (in float32):
+One program handles ``ROWS`` whole rows as one ``(ROWS, BLOCK_N)`` block:
+``BLOCK_N`` is the row length rounded up to a power of two, a mask covers the
+padding and the last rows, and ``x`` is read once. The sum of squares is a
+``tl.sum`` in float32:
 
 .. literalinclude:: /../opguide/triton/forward.py
    :language: python
    :pyobject: _rms_norm_forward_kernel
 
-Its first lines, shared with the other kernels, are ``@triton.jit`` helpers,
-which Triton inlines before it optimises (the first pass of `make_ttir
+Its first lines are ``@triton.jit`` helpers shared by every kernel, inlined
+by Triton (`make_ttir
 <https://github.com/triton-lang/triton/blob/main/third_party/nvidia/backend/compiler.py>`__):
 
 .. literalinclude:: /../opguide/triton/prologue.py
    :language: python
    :caption: opguide/triton/prologue.py
 
-``ROWS`` and ``num_warps`` are the fields of a frozen dataclass, which one
-function per operator fills in: the forward's from the row length (and the
-SM count for very long rows), the backward's also from the number of rows,
-the dtype and shared memory. The rules come from ``tools/sweep_triton.py``:
-for the forward, 2048 elements per program (one row, where longer) and 16 per
-thread, 32 for rows longer than 4096 (in the interpreter, one row and one
-warp a program). A tool that times another
-configuration passes it as ``forced=``:
+``ROWS`` and ``num_warps`` are fields of a frozen dataclass that one function
+per operator fills in, by rules measured with ``tools/sweep_triton.py``; a
+tool passes another as ``forced=``:
 
 .. literalinclude:: /../opguide/triton/launch.py
    :language: python
@@ -64,47 +49,41 @@ configuration passes it as ``forced=``:
    :language: python
    :pyobject: forward_config
 
-Why a rule and not :func:`triton.autotune`: the autotuner picks a kernel's
-parameters only. The backward's number of programs also sizes a buffer
-allocated before the launch and decides whether a second kernel runs
-(below); a rule decides all of it, from a sweep made once.
+Not :func:`triton.autotune`, which picks a kernel's parameters only: the
+backward's number of programs also sizes a buffer allocated before the launch
+and decides whether a second kernel runs.
 
-custom_op or triton_op?
------------------------
-Both make the kernel an operator of the dispatcher with a schema, so
-``torch.compile`` records a call to it instead of breaking the graph. They
-differ in what the compiler can see:
+custom_op, triton_op, or the dispatcher
+---------------------------------------
+Part I registers with :func:`torch.library.custom_op`, the entry that
+`torch.library's documentation <https://docs.pytorch.org/docs/stable/library.html>`__
+recommends; a Triton body needs nothing more. It and
+:func:`torch.library.triton_op` both give ``torch.compile`` an operator to
+record instead of a graph break, and differ in what the compiler sees:
 
-* :func:`torch.library.custom_op`: the body is opaque. Inductor calls the
-  Python function as it is, at run time. It works with any body (here, a
-  kernel run by the interpreter), and it needs a fake kernel
-  (``register_fake``) to describe its outputs.
-* :func:`torch.library.triton_op`: the body is traced. Each launch wrapped in
-  :func:`torch.library.wrap_triton` becomes a node of the graph, which
-  Inductor compiles into its own code; its documentation says it "makes the
-  implementation visible to these subsystems [``torch.compile`` and
-  ``torch.export``], allowing them to optimize the triton kernel(s)". Its
-  checks need compiled Triton kernels (a cell below tries them here).
+* ``custom_op``: the body is opaque, described by its fake kernel; any body
+  works, the interpreter's too.
+* ``triton_op``: the body is traced. Each launch wrapped in
+  :func:`torch.library.wrap_triton` becomes a graph node that Inductor
+  compiles into its own code. Its checks need compiled kernels (a cell below
+  tries them).
 
-Both wrap every eager call in Python layers of their own, which
-:doc:`step 11.2 <11_performance_2_eager>` measures (``triton_op``'s on a
-GPU). ``opguide`` takes a third
-way, the one under both: ``torch.library.Library``'s ``define`` (the schema
-inferred from the function, as ``custom_op`` infers it) and ``impl``, with a
-body that launches the kernels directly. Under ``torch.compile`` each operator
-is one opaque call (``compiled="kernel"``, the default; ``compiled="native"``
-gives Inductor the plain-PyTorch form instead, see
-:mod:`opguide.backends`). The same code serves the GPU and the interpreter:
+Both add Python layers to every eager call. opguide's Triton operators use the
+registration beneath both, ``torch.library.Library``'s ``define`` (the schema
+inferred as ``custom_op`` infers it) and ``impl``, with a body that launches
+the kernels. :doc:`Step 11.2 <11_performance_2_eager>` times all three as it
+runs (and ``triton_op`` launching a kernel, on a GPU) and weighs what this
+saves against what it asks of you. Under ``torch.compile`` each operator is
+one opaque call (``compiled="native"`` offers Inductor the plain-PyTorch
+form, see :mod:`opguide.backends`):
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
    :start-after: # [register-choice]
    :end-before: # [register-choice-end]
 
-The forward operators, ``rms_norm_triton`` for inference and
-``rms_norm_forward_triton`` for training (it also returns ``inv_rms``), are thin:
-each calls a launch function, which takes the planner's configuration (or a
-``forced=`` one) and launches the kernel it names:
+The forward operators, ``rms_norm_triton`` and ``rms_norm_forward_triton``
+(which also returns ``inv_rms`` for training), call a launch function:
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
@@ -118,17 +97,16 @@ each calls a launch function, which takes the planner's configuration (or a
    :language: python
    :pyobject: rms_norm_forward_triton
 
-Every launch runs under a device guard. Triton launches on the *current*
-GPU and requires every pointer argument to live there, so, as the CUDA
-wrappers of :doc:`step 3 <03_cuda_kernel>` make the input's GPU current, the
-Triton operators do (a section below shows what happens without it):
+Triton launches on the *current* GPU, so the operators make the input's GPU
+current, as :doc:`step 3 <03_cuda_kernel>`'s wrappers do (a section below
+shows what happens without it):
 
 .. literalinclude:: /../opguide/triton/launch.py
    :language: python
    :pyobject: on_device_of
 
-The operators register fake kernels, which ``torch.compile``, ``opcheck`` and
-DTensor's shape propagation run instead of the body:
+Their fake kernels, which ``torch.compile``, ``opcheck`` and DTensor's shape
+propagation run instead of the body:
 
 .. literalinclude:: /../opguide/triton/ops.py
    :language: python
@@ -137,11 +115,10 @@ DTensor's shape propagation run instead of the body:
 
 Choosing the backend
 --------------------
-:func:`opguide.rms_norm` takes ``backend="auto" | "cpp" | "triton"``. A
-keyword argument, rather than a global switch or a context manager, keeps the
-choice visible at each call site, and ``torch.compile`` sees it as a constant.
-``"auto"`` takes the compiled C++/CUDA kernel when the library has one for the
-input's device, otherwise Triton:
+:func:`opguide.rms_norm` takes ``backend="auto" | "cpp" | "triton"``, a
+keyword visible at each call site and a constant for ``torch.compile``.
+``"auto"`` takes the compiled kernel where there is one for the input's
+device, else Triton:
 
 .. literalinclude:: /../opguide/backends.py
    :language: python
@@ -149,14 +126,10 @@ input's device, otherwise Triton:
 
 Running without a GPU
 ---------------------
-Triton compiles for GPUs. Its interpreter (``TRITON_INTERPRET=1``) runs the
-same kernels with NumPy on CPU tensors, which is how this page and the test
-suite check them on machines without one. Triton reads the variable when
-``@triton.jit`` runs, for every kernel of the process, so it is the
-program's choice, made before anything imports ``triton`` (this page's first
-cell makes it; the test suite and the site set it for their processes).
-``opguide`` only reads it: without it and without a GPU, the Triton
-operators refuse CPU tensors and name the variable:
+Triton's interpreter (``TRITON_INTERPRET=1``) runs the same kernels with
+NumPy on CPU tensors. Triton reads the variable for every kernel of the
+process, so the program sets it before importing ``triton``; ``opguide`` only
+reads it, and without it and a GPU refuses CPU tensors, naming the variable:
 
 .. literalinclude:: /../opguide/triton/interpreter.py
    :language: python
@@ -176,10 +149,8 @@ if not torch.cuda.is_available():
 # %%
 # Which registration is in use here
 # ---------------------------------
-# ``register_op`` keeps one Python layer: the forward operators'
-# ``register_autograd`` formula, a Python ``Autograd`` kernel run on every
-# call (:doc:`step 8 <08_autograd>`; :doc:`step 11.2
-# <11_performance_2_eager>` measures it).
+# One Python layer remains: the forward operators' ``register_autograd``
+# formula, run on every call (:doc:`step 8 <08_autograd>`; step 11.2 times it).
 import os
 import time
 
@@ -204,10 +175,8 @@ device = "cuda" if torch.cuda.is_available() and not triton_ops.INTERPRET else "
 # %%
 # Checking the forward against the reference
 # ------------------------------------------
-# Random inputs, three dtypes, row lengths that are and are not powers of
-# two (the mask covers the padding of the block). The Triton kernels take
-# these three only: float64 needs ``backend="cpp"``.
-# The tolerance of one rounding to each dtype (opguide's tests use the same table).
+# Three dtypes (the Triton kernels take no float64), row lengths that are and
+# are not powers of two, within one rounding of each dtype:
 from opguide.testing import TOLERANCES as TOL  # noqa: E402
 
 torch.manual_seed(0)
@@ -224,24 +193,17 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # %%
 # The backward kernel
 # -------------------
-# With ``x_hat = x * inv_rms`` and ``g = grad_y * weight``, the gradients are
-# ``grad_x = inv_rms * (g - x_hat * mean(g * x_hat))`` per row, and
-# ``grad_weight = sum over rows of grad_y * x_hat``. The second is a reduction *across*
-# rows: each program sums the rows it owns into its own row of a small float32
-# buffer, and a second kernel (``_grad_weight_sum_kernel``) adds up that buffer's rows
-# in a fixed order and writes ``grad_weight`` in its dtype. No two programs write
-# the same address, so no atomics are needed, and the result is the same on
-# every run. A single row gets one program (programs never outnumber rows),
-# which writes ``grad_weight`` itself; the second kernel is not launched.
-# ``inv_rms`` comes from the forward.
+# With ``x_hat = x * inv_rms`` and ``g = grad_y * weight``,
+# ``grad_x = inv_rms * (g - x_hat * mean(g * x_hat))`` per row and
+# ``grad_weight = sum over rows of grad_y * x_hat``. For the second, each
+# program sums its rows into its own row of a float32 buffer, and
+# ``_grad_weight_sum_kernel`` adds the buffer's rows in a fixed order: no
+# atomics, the same bits on every run.
 #
-# The programs, as many as fit on the GPU at once, loop over their rows with
-# ``tl.range``, whose ``num_stages`` lets Triton load the next rows while it
-# computes the current ones (``STAGES``). Short
-# rows come ``ROWS`` at a time, so that each step of the loop has a few
-# thousand elements to work on. The ``GDC`` flag turns on programmatic
-# dependent launch (``pdl_prologue`` above;
-# :doc:`step 11.4 <11_performance_4_tuning>` measures it for the CUDA kernels):
+# The programs, as many as fit on the GPU, loop over their rows with
+# ``tl.range``, whose ``num_stages`` (``STAGES``) loads the next rows during
+# the current ones. ``GDC`` turns on programmatic dependent launch
+# (:doc:`step 11.4 <11_performance_4_tuning>`):
 #
 # .. literalinclude:: /../opguide/triton/backward.py
 #    :language: python
@@ -251,13 +213,9 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 #    :language: python
 #    :pyobject: _grad_weight_sum_kernel
 #
-# ``launch.backward_config`` chooses the programs, ``ROWS`` and ``STAGES``
-# (shown whole at the end of the page). The backward operator returns two
-# tensors and takes the same arguments as the C++ one of :doc:`step 8
-# <08_autograd>`, so either backend's backward serves either forward;
-# :func:`torch.library.register_autograd` connects it to the
-# forward, and ``rms_norm`` is what ``opguide.rms_norm(..., backend="triton")``
-# runs:
+# ``launch.backward_config`` (end of the page) chooses the programs, ``ROWS``
+# and ``STAGES``. The backward operator takes :doc:`step 8 <08_autograd>`'s
+# arguments, so either backend's backward serves either forward:
 #
 # .. literalinclude:: /../opguide/triton/ops.py
 #    :language: python
@@ -267,14 +225,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 #    :language: python
 #    :caption: opguide/triton/autograd.py
 #
-# .. dropdown:: opguide/triton/__init__.py, the package, whose ``rms_norm`` picks the operator
-#
-#    .. literalinclude:: /../opguide/triton/__init__.py
-#       :language: python
-#       :caption: opguide/triton/__init__.py
-#
-# The gradients of the Triton operator against those that autograd computes
-# through the reference (float32, so the comparison is tight):
+# Its gradients against autograd's through the reference, in float32:
 schema = str(torch.ops.opguide.rms_norm_backward_triton.default._schema)
 say(schema)
 x = torch.randn(37, 96, device=device, requires_grad=True)
@@ -292,9 +243,8 @@ print("max |grad_weight - reference| =", (grad_weight - w.grad).abs().max().item
 # %%
 # opcheck and torch.compile
 # -------------------------
-# :func:`torch.library.opcheck` tests the schema, the fake kernel, the
-# autograd registration and tracing, for the forward (with inputs that require
-# grad) and for the backward:
+# :func:`torch.library.opcheck` tests the schema, fake kernel, autograd
+# registration and tracing of each operator:
 x = torch.randn(5, 24, device=device, requires_grad=True)
 w = torch.randn(24, device=device, requires_grad=True)
 g = torch.randn(5, 24, device=device)
@@ -310,9 +260,8 @@ for name, args in checks.items():
     say(f"{name}: {line}")
 
 # %%
-# ``torch.compile(fullgraph=True)`` raises at the first graph break, so a
-# result means there was none. The backward runs through the compiled graph
-# too:
+# ``torch.compile(fullgraph=True)`` raises at a graph break; forward and
+# backward through the compiled graph:
 torch._dynamo.reset()
 
 
@@ -339,10 +288,9 @@ print("grad_weight[:4] =", w.grad[:4])
 # %%
 # What Inductor receives
 # ----------------------
-# A backend that records the graph AOTAutograd hands to Inductor shows what
-# an operator defined with ``Library.define`` (or ``custom_op``) becomes: one
-# call. A ``triton_op`` arrives as the kernel launch
-# itself (`triton_kernel_wrap.py
+# A backend that records the graph AOTAutograd hands to Inductor: an operator
+# defined with ``Library.define`` (or ``custom_op``) is one call; a
+# ``triton_op`` arrives as the kernel launch itself (`triton_kernel_wrap.py
 # <https://github.com/pytorch/pytorch/blob/main/torch/_higher_order_ops/triton_kernel_wrap.py>`__).
 from functorch.compile import make_boxed_func  # noqa: E402
 from torch._dynamo.backends.common import aot_autograd  # noqa: E402
@@ -367,10 +315,9 @@ print(
 )
 
 # %%
-# A ``triton_op`` checked as step 7 checks an operator. Under Triton's
-# interpreter its ``test_faketensor`` fails, so a build without a GPU shows
-# only that failure; on a GPU it passes, and the next cell's graph holds the
-# kernel launch (a ``triton_kernel_wrapper_functional`` node):
+# A ``triton_op`` through ``opcheck``. Under the interpreter its
+# ``test_faketensor`` fails; on a GPU it passes, and the next cell's graph
+# holds the kernel launch (a ``triton_kernel_wrapper_functional`` node):
 import logging  # noqa: E402
 import warnings  # noqa: E402
 
@@ -438,10 +385,9 @@ else:
 # The device guard at work
 # ------------------------
 # ``tests/test_two_gpus.py`` calls every operator, with each backend, on
-# ``cuda:1`` while ``cuda:0`` is current: what a second pipeline stage or a
-# model moved with ``.to("cuda:1")`` does. With two GPUs here it runs live;
-# otherwise the page shows a run recorded on a two-GPU machine. A recorded run
-# with the guard removed follows either way (``tools/record_two_gpus.py``):
+# ``cuda:1`` while ``cuda:0`` is current, as a second pipeline stage does. It
+# runs live where there are two GPUs; the runs recorded by
+# ``tools/record_two_gpus.py``, with the guard and without, follow:
 import json
 import subprocess
 import sys
@@ -484,24 +430,17 @@ print(
 )
 
 # %%
-# Without the guard, the eager Triton calls on the second GPU fail inside
-# Triton's launcher, and so does the CUDA graph captured there; the C++/CUDA
-# operators (their own ``CUDAGuard``) pass either way. In the recorded runs
-# the compiled test traced the plain-PyTorch form (``compiled="native"`` was
-# the default of the sources they measured): on the other GPU it ran
-# Inductor's code for it, not this page's Triton kernels.
+# The C++/CUDA operators have their own ``CUDAGuard``. The recorded runs'
+# compiled test traced the plain-PyTorch form (``compiled="native"``), so it
+# ran Inductor's code there, not these kernels.
 
 # %%
 # How fast, on a GPU (recorded)
 # -----------------------------
-# ``python -m guidekit.benchmark --sweep`` times each kernel at ten row
-# lengths with the same bytes in all (``M * N`` fixed: 2**26 elements here,
-# four times step 3's table, so the two differ), next to a copy of those
-# bytes. The recorded sweep, read from ``docs/recorded/``: the Triton
-# kernels of this page and the CUDA kernels of :doc:`step 3 <03_cuda_kernel>`
-# in % of the copy, both 16-bit types. The dotted line is the longest row one
-# Triton program holds; longer rows are split (:doc:`step 9.2
-# <09_triton_kernel_2_long_rows>`).
+# The recorded sweep (``python -m guidekit.benchmark --sweep``, ``M * N``
+# fixed): these Triton kernels and :doc:`step 3 <03_cuda_kernel>`'s CUDA
+# kernels in % of a copy of the same bytes. The dotted line is the longest
+# row one Triton program holds:
 sweep_record = recorded("sweep_opguide_h100.json")
 say(f"Triton {sweep_record['triton']}, CUDA {sweep_record['cuda']}")
 LIMITS = {
@@ -529,10 +468,9 @@ for pass_name, limit in LIMITS.items():
 # %%
 # Trade-offs: Triton or CUDA C++?
 # -------------------------------
-# **Effort.** The Triton kernels take fewer lines than the CUDA ones, with no
-# build step: indexing is by blocks, and masks replace the bounds checks and
-# the vectorised and scalar paths of the CUDA kernel. Lines of each route's
-# kernels and host code (no blank lines, comments or docstrings):
+# **Effort.** No build step; indexing by blocks, and masks in place of the
+# CUDA kernels' bounds checks and vector and scalar paths. Lines of code of
+# each route (no blank lines, comments or docstrings):
 import ast  # noqa: E402
 
 
@@ -575,22 +513,16 @@ print(
 )
 
 # %%
-# **Portability to ROCm.** Triton has an AMD backend: the same kernels compile
-# for AMD GPUs with a ROCm build of PyTorch (a wavefront is 64 lanes on CDNA
-# GPUs: the launch rules may deserve a second look). :doc:`Step 9.2
-# <09_triton_kernel_2_long_rows>` compiles one of them for AMD targets without
-# a GPU, ``tests/test_triton_targets.py`` every one; none has run on an AMD
-# GPU here. CUDA C++ reaches ROCm through hipify plus the shims of
+# **Portability to ROCm.** Triton's AMD backend compiles the same kernels
+# (:doc:`step 9.2 <09_triton_kernel_2_long_rows>` for AMD targets, without a
+# GPU); none has run on an AMD GPU here. CUDA C++ reaches ROCm through hipify plus the shims of
 # ``csrc/common/device.cuh`` (warp width, shuffles), each architecture
 # compiled ahead of time.
 #
-# **Speed.** Hand-written CUDA gives more control (vector widths, shared
-# memory, launch bounds, persistent kernels); Triton gets much of it from its
-# compiler and a few launch parameters. The recorded sweep above compares the
-# two on one GPU; :doc:`step 11 <11_performance>` compares them with other
-# libraries. This cell times the C++ kernel on the CPU (torch's threads, and
-# one), the interpreter where it runs, and on a GPU both routes' eager calls.
-# A cause, where printed, is likely, not measured.
+# **Speed.** CUDA gives more control (vector widths, shared memory,
+# persistent kernels); Triton leaves much to its compiler. The sweep above
+# compares them. This cell times the C++ kernel on the CPU (all threads, and
+# one), the interpreter, and both routes' eager calls on a GPU:
 import statistics  # noqa: E402
 
 
@@ -672,12 +604,9 @@ else:
 # %%
 # The files to take into your own project
 # ---------------------------------------
-# To use these kernels in a project of your own, copy the files that
-# ``manifests/triton_rms_norm.txt`` lists, each to the same path; no build
-# step, and no compiled library. ``tests/test_manifests.py`` copies exactly
-# these files into an empty folder, installs Triton beside torch in a virtual
-# environment of their own, and checks the result against the formula. The
-# list, with each file's lines:
+# The files ``manifests/triton_rms_norm.txt`` lists, each to the same path; no
+# build step. ``tests/test_manifests.py`` copies exactly these into an empty
+# project with torch and Triton and checks the result against the formula:
 
 from guidekit import manifests  # noqa: E402
 
