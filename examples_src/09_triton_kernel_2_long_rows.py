@@ -2,59 +2,46 @@ r"""
 Step 9.2: Rows too long for one program
 =======================================
 
-The Triton kernels of :doc:`step 9 <09_triton_kernel>` hold whole rows in
-registers, up to ``launch.MAX_REGISTER_ROW`` elements in the forward and
-``launch.MAX_REGISTER_ROW_BACKWARD`` in the backward (the cell "Which
-kernel takes which row" prints both). A longer row does not fit in one
-program's registers. This step takes such rows: split over several programs
-that meet through global memory, and, past what a GPU can run at once,
-walked in chunks by one program.
+Part I's CUDA kernel gives each row one block, :doc:`step 9
+<09_triton_kernel>`'s Triton kernels one program. Past
+``launch.MAX_REGISTER_ROW`` elements in the forward and
+``launch.MAX_REGISTER_ROW_BACKWARD`` in the backward (printed below) a row no
+longer fits in one program's registers. This step splits such rows over
+programs that meet through global memory and, past what a GPU runs at once,
+walks them in chunks.
 
 In this step you will learn:
 
-* how to split a row over programs that exchange their partial sums, and
-  why waiting for one another ends, without a cluster's guarantees;
-* how the backward splits its rows, and counts in the next row before it waits;
-* what takes a row of more segments than the GPU has multiprocessors;
-* how fast the split kernels run on a GPU, against the CUDA kernels'
-  clusters (recorded);
-* how to compile the kernels for GPUs you do not have, and read their
-  registers and spills.
+* how programs split a row and exchange partial sums, and why their wait
+  ends without a cluster's guarantees;
+* how fast they run against the CUDA kernels' clusters (recorded);
+* how to compile kernels for GPUs you do not have and read their registers.
 
 Split rows
 ----------
-A row too long for one program is split over ``S`` programs, each holding
-``SEG`` columns of it, which meet through global memory: each writes its part
-of the row's sum into a slot of its own, marked as written in the same 64-bit
-store, and waits until all the row's slots are marked. Then each adds all the
-parts in the same order, so every segment uses the same total, the same on
-every run. This is what a thread-block cluster does for the CUDA kernels
-(:doc:`step 11.3 <11_performance_3_long_rows>`), without the cluster's
-guarantee that the programs run at the same time. The comment says why the
-wait still ends. Its argument rests on an order that CUDA does not promise:
-that the GPU starts no program later than one of higher index. NVIDIA GPUs
-do so in practice, and CUB's single-pass scan relies on the same order
-(`agent_scan.cuh
+A row is split over ``S`` programs of ``SEG`` columns each. Each writes its
+part of the row's sum into a slot of its own, marked as written in the same
+64-bit store, and waits until all the row's slots are marked; then each adds
+the parts in the same order, so every segment uses the same total on every
+run. A thread-block cluster does this for the CUDA kernels (:doc:`step 11.3
+<11_performance_3_long_rows>`), with a guarantee that its blocks run at once;
+here the comment says why the wait still ends. Its argument rests on an order
+CUDA does not promise, that no program starts later than one of higher index;
+CUB's single-pass scan relies on the same order (`agent_scan.cuh
 <https://github.com/NVIDIA/cccl/blob/main/cub/cub/agent/agent_scan.cuh>`_:
-"Blocks are launched in increasing order"). The forward and fused kernels
-run one program per segment, the backward one per segment of a group of
-rows:
+"Blocks are launched in increasing order"):
 
 .. literalinclude:: /../opguide/triton/split.py
    :language: python
    :caption: opguide/triton/split.py
 
-In the backward, program ``(g, s)`` takes segment ``s`` of the rows ``g``,
-``g + G``, ``g + 2G``, ..., adds its segment of ``grad_weight`` over them into
-row ``g`` of the buffer that ``_grad_weight_sum_kernel`` sums (:doc:`step 9
-<09_triton_kernel>`), and counts one row ahead: it writes its part of the
-next row's sum before it waits for this row's total, and it has already
-started the loads of the row after that (``two rows ahead`` in the recorded
-sweep of step 11.3, where ``one row late``, which loads one row ahead, is
-slower).
+In the backward, program ``(g, s)`` takes segment ``s`` of rows ``g``,
+``g + G``, ..., sums its segment of ``grad_weight`` into row ``g`` of step 9's
+buffer, and counts one row ahead: it writes its part of the next row's sum
+before it waits for this row's total (step 11.3 times the orders).
 
-Each planner of ``launch.py`` chooses a split only while the row's segments
-fit on the GPU at once, one per multiprocessor (SM) at most:
+A planner splits only while a row's segments fit on the GPU at once, one per
+multiprocessor (SM) at most:
 
 .. literalinclude:: /../opguide/triton/launch.py
    :language: python
@@ -64,8 +51,8 @@ fit on the GPU at once, one per multiprocessor (SM) at most:
    :language: python
    :pyobject: _split_or_chunked
 
-The fused kernel's segments are sized for 16-bit rows; its float32 rows
-take half as many columns, so that a thread holds as many bytes:
+The fused kernel's float32 rows take half the columns, as many bytes a
+thread as its 16-bit rows:
 
 .. literalinclude:: /../opguide/triton/launch.py
    :language: python
@@ -73,10 +60,9 @@ take half as many columns, so that a thread holds as many bytes:
 
 Rows longer still: chunks
 -------------------------
-A row of more segments than the GPU has SMs is not split: one program walks
-it in chunks of ``BLOCK_N``, twice, once for the sum of squares and once to
-write the output. That kernel uses the autotuner, with a single config under
-the interpreter, where timing means nothing and costs a lot:
+A row of more segments than the GPU has SMs is walked by one program in
+chunks of ``BLOCK_N``, twice: for the sum of squares, then for the output.
+That kernel uses the autotuner, with one config under the interpreter:
 
 .. literalinclude:: /../opguide/triton/launch.py
    :language: python
@@ -90,9 +76,8 @@ the interpreter, where timing means nothing and costs a lot:
    :language: python
    :pyobject: _rms_norm_forward_chunked_kernel
 
-The backward's chunked kernels do the same: one program per row walks it
-twice, for the row's sum and for ``grad_x``, and ``grad_weight`` is summed over
-strips of columns:
+The backward's chunked kernel walks a row twice too, and ``grad_weight`` is
+summed over strips of columns:
 
 .. literalinclude:: /../opguide/triton/backward.py
    :language: python
@@ -104,9 +89,8 @@ strips of columns:
 """
 
 # %%
-# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
-# program selects it before anything imports ``triton`` (opguide only reads
-# the choice, in :mod:`opguide.triton.interpreter`):
+# Without a GPU, the kernels run in Triton's interpreter, selected before
+# anything imports ``triton``:
 import os
 
 import torch
@@ -118,11 +102,9 @@ if not torch.cuda.is_available():
 # %%
 # Which kernel takes which row
 # ----------------------------
-# The planners' choice at a few row lengths, on this machine. Under the
-# interpreter, programs run one after another, so a split row has one
-# segment, and the chunked kernels start past ``2**17`` elements. On a GPU
-# they take rows of more segments than it has SMs: the last length printed
-# is the shortest ``2**k + 3`` that all three planners chunk here.
+# The planners' choice on this machine. Under the interpreter programs run
+# one after another, so a split row has one segment. The last length is the
+# shortest ``2**k + 3`` that all three planners chunk here.
 import torch
 
 import opguide
@@ -152,11 +134,9 @@ for n in sorted({8192, 8193, 16385, 20000, 2**17, 2**17 + 3, chunked_n}):
 # %%
 # Checking the long rows
 # ----------------------
-# Long rows, of 20000 elements, ``2**17 + 3`` and the first length that all
-# three planners chunk (the same as ``2**17 + 3`` under the interpreter; the
-# cell above says which kernels take them here),
-# through the forward, the backward and the fused operator of :doc:`step 10
-# <10_patterns>`, against the reference, in float32:
+# Rows of 20000, ``2**17 + 3`` and the first chunked length, through the
+# forward, the backward and :doc:`step 10 <10_patterns>`'s fused operator,
+# against the reference, in float32:
 torch.manual_seed(0)
 for n in sorted({20000, 2**17 + 3, chunked_n}):
     x = torch.randn(2, n, device=device, requires_grad=True)
@@ -181,28 +161,18 @@ for n in sorted({20000, 2**17 + 3, chunked_n}):
     print(f"N = {n}: forward, backward and fused match; max |y error| = {err:.1e}")
 
 # %%
-# Under the interpreter each split row above is one segment, so the wait
-# between a row's programs does not run; on a GPU the split kernels run the
-# same rows with several segments. That run is in the :doc:`Building page's GPU
-# records </building>`: the GPU suite's gallery log, in which this step
-# passed, and a site build on a GPU.
+# Under the interpreter the wait between a row's programs does not run; on
+# a GPU it does, in the GPU suite's gallery log (:doc:`Building page's GPU
+# records </building>`).
 
 # %%
 # How fast, on a GPU (recorded)
 # -----------------------------
-# The recorded sweep of :doc:`step 9 <09_triton_kernel>`, at the row lengths
-# past each pass's register kernel only: the split kernels of this page
-# against the CUDA kernels, which split a long row over a thread-block cluster
-# (:doc:`step 11.3 <11_performance_3_long_rows>`), in % of a copy of the same
-# bytes, both 16-bit types. The segments of the sweep's longest row, computed
-# from the launch rules, say which kernel ran: the split one wherever the
-# GPU has at least that many SMs. The split backward runs at the library's
-# launch, segments of 4096 on 16 warps, 8 values each of ``x`` and ``grad_y``
-# a thread (the comment on ``SPLIT_BACKWARD`` in ``opguide/triton/launch.py``).
-# :doc:`Step 11.3 <11_performance_3_long_rows>` times the split backward at
-# its fastest launches too, which hold 32 values a thread and spilled
-# registers on sm_80 and sm_90 with Triton 3.8 and 3.9 (the same comment), and
-# prints how far the library's launch stays behind them.
+# Step 9's recorded sweep past each pass's register kernel, in % of a copy
+# of the same bytes. The longest row's segments say which kernel ran: the
+# split one wherever the GPU has that many SMs. :doc:`Step 11.3
+# <11_performance_3_long_rows>` also times and compiles faster launches of
+# the split backward:
 record = recorded("sweep_opguide_h100.json")
 say(f"Triton {record['triton']}, CUDA {record['cuda']}")
 longest = max(record["sweep"]["ns"])
@@ -239,29 +209,20 @@ fig = lines_figure(rows, f"Recorded on {record['device']}", series=("impl", "dty
 show(ranges(rows, ("pass", "dtype", "impl")))
 
 # %%
-# Each point of the sweep is the median of one run's batches; the sweep was
-# not repeated and records no spread, so a small gap may be noise: a gap
-# under 1 point of the copy counts as a tie.
+# One run, no spread recorded: a gap under 1 point of the copy is a tie.
 for pass_name, floor in LONGER_THAN.items():
     say(f"{pass_name}, N > {floor}: " + versus(select(rows, **{"pass": pass_name}), *ROUTES))
 
 # %%
 # Compiled for seven GPUs, without running them
 # ----------------------------------------------
-# Registers set where a row stops fitting in one program, and they differ
-# from GPU to GPU. Triton compiles for any GPU it is told about, not only the
-# one present: ``triton.compile`` with a ``GPUTarget`` goes down to AMD's
-# ``hsaco`` or NVIDIA's ``cubin`` on a machine with no GPU at all.
-# ``guidekit/triton_targets/`` does so for every launch configuration the
-# library's launch code chooses (it calls the operators on fake CUDA tensors
-# and records their launches), and reads registers, spills and shared memory
-# from the machine code. Here, the forward's split kernel on each target. By
-# default ``check`` takes a representative few of the kernel's launches, not
-# every one (``triton_targets.representative``): the launch that holds the
-# most bytes per thread, the one that holds the fewest, the one with the
-# largest staged block, and the heaviest with GDC where there is one. The
-# line under the table says which dtypes that gave.
-# ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every launch:
+# Registers set where a row stops fitting, and they differ between GPUs.
+# ``triton.compile`` with a ``GPUTarget`` compiles for a GPU that is not
+# there, down to AMD's ``hsaco`` or NVIDIA's ``cubin``.
+# ``guidekit/triton_targets/`` does so for the launches the library makes
+# (recorded from calls on fake CUDA tensors) and reads registers, spills and
+# shared memory from the machine code. The forward's split kernel, at a
+# representative few launches (``OPGUIDE_TRITON_TARGETS_FULL=1``: every one):
 import triton  # noqa: E402
 
 from guidekit import triton_targets  # noqa: E402
@@ -310,20 +271,12 @@ print(
 )
 
 # %%
-# What this shows: the kernel compiles for these GPUs, and each compile
-# marked ``ok`` fits the GPU's registers and shared memory without
-# spilling (the ``budget`` column: registers per thread for that many
-# warps, and shared memory per block). A line marked ``error`` is a launch
-# the library would make there that Triton refuses. What it does not show:
-# this check runs no kernel, so it says nothing about results or speed (the
-# H100's is the recorded sweep above, compiled by the Triton that its
-# ``Triton`` line names, while this table comes from the Triton installed
-# here, whose register counts may differ; the other targets have not run
-# these kernels); correctness on AMD GPUs is not tested by this.
-# ``tests/test_triton_targets.py`` runs the same check for every kernel and
-# fails on any spill outside a short list of known ones, each with its reason
-# (``KNOWN_SPILLS``); ``OPGUIDE_TRITON_TARGETS_FULL=1`` takes every
-# configuration, not only the extremes.
+# A compile marked ``ok`` fits the GPU's registers and shared memory (the
+# ``budget`` column) without spilling; ``error`` is a launch Triton refuses
+# there. The check runs no kernel: it says nothing of results or speed, and
+# its counts are the installed Triton's, not the sweep's.
+# ``tests/test_triton_targets.py`` runs it for every kernel and fails on any
+# spill outside ``KNOWN_SPILLS``, each with its reason.
 
 # %%
 # What's next
