@@ -2,30 +2,28 @@ r"""
 Step 11.2: What an eager call costs
 ===================================
 
-:doc:`11_performance` times the kernels on the GPU. A user who calls
-``opguide.rms_norm`` in eager mode waits for something else: Python, the
-dispatcher, autograd and the launches, before the kernel starts. This page
-answers one question: what does a call cost as a user makes it, and where
-does that time go?
+Part I registers its operator with PyTorch's Python APIs (``custom_op``,
+``register_fake``, ``register_autograd``). A user who calls it eagerly waits
+for Python, the dispatcher, autograd and the launches before the kernel
+starts. What does a call cost, where does the time go, and what does each
+registration add?
 
 In this step you will learn:
 
 * how eager time differs from GPU time, and when the host sets it;
-* what each layer of a call (wrapper, operator, autograd) costs;
-* what the library does to keep each layer cheap;
-* what each registration layer costs, measured as this page runs, and which
-  to choose.
+* what each layer of a call (wrapper, operator, autograd) costs, and what
+  the library does to keep it cheap;
+* what ``custom_op``, ``triton_op`` and the dispatcher-level
+  ``Library.define``/``impl`` cost, measured as this page runs, and which to
+  choose.
 
-The numbers are **recorded** on a GPU by ``python -m guidekit.benchmark
---eager`` into ``docs/recorded/``; the page prints each file's device and
-date. Previous page: :doc:`11_performance`; next:
-:doc:`11_performance_3_long_rows`.
+The eager tables are **recorded** on a GPU by ``python -m guidekit.benchmark
+--eager``; the page prints each file's device and date.
 """
 
 # %%
-# Without a GPU, this page's Triton kernels run in Triton's interpreter. A
-# program selects it before anything imports ``triton`` (opguide only reads
-# the choice, in :mod:`opguide.triton.interpreter`):
+# Without a GPU, the Triton kernels run in Triton's interpreter, selected
+# before anything imports ``triton``:
 import os
 
 import torch
@@ -37,20 +35,16 @@ if not torch.cuda.is_available():
 # %%
 # Eager time
 # ----------
-# **Eager time** is the wall clock of calls made as a user makes them, back to
-# back, then one synchronisation. The same operators, bfloat16, in
-# microseconds per call: the median over eight shapes (1 to 1024 rows of
-# 4096 or 8192), their range, and the range of the ratio to ``F.rms_norm``'s
-# call at the same shape. ``torch.ops.opguide.rms_norm`` is the bare operator;
-# ``opguide`` is the Python wrapper :func:`opguide.rms_norm`, which hands
-# plain tensors straight to the operator and its C++ checks; ``experimental
-# eager`` is the Triton backend's opt-in direct launch (below). Training
-# calls the norm and then ``backward``. Some training rows time pieces of
-# such a call: the forward and backward operators without autograd (``ops``,
-# ``launches``; ``F.rms_norm ops`` are the ATen operators under
-# ``F.rms_norm``), ``opguide::rms_norm_forward`` under its
-# ``torch::autograd::Function`` of two outputs (``autograd::Function``), and
-# autograd around a Python Function that launches nothing:
+# **Eager time**: the wall clock of calls made back to back, then one
+# synchronisation. bfloat16, microseconds per call: the median over eight
+# shapes (1 to 1024 rows of 4096 or 8192), their range, and the range of the
+# ratio to ``F.rms_norm``. ``torch.ops.opguide.rms_norm`` is the bare
+# operator, ``opguide`` the wrapper :func:`opguide.rms_norm`, ``experimental
+# eager`` the Triton backend's opt-in direct launch (below). Training rows
+# also time pieces: the operators without autograd (``ops``, ``launches``;
+# ``F.rms_norm ops`` are ATen's), ``opguide::rms_norm_forward`` under its
+# two-output ``torch::autograd::Function``, and autograd around a Python
+# Function that launches nothing:
 import statistics
 
 from guidekit.benchmark.eager import EAGER_KERNELS, EMPTY_FUNCTION, FUNCTION_NODE
@@ -87,11 +81,10 @@ _ = bars_figure(
 )
 
 # %%
-# Does the GPU or the host set these times? If the GPU did, 1024 rows would
-# take far longer than one. The targets: opguide's calls at most as slow as
-# ``F.rms_norm``'s, and the Triton backend's direct launch at most twice, in
-# both 16-bit types; then the checked wrapper against the bare operator,
-# shape by shape:
+# If the GPU set these times, 1024 rows would take far longer than one. The
+# targets: opguide's calls at most as slow as ``F.rms_norm``'s, the Triton
+# direct launch at most twice, in both 16-bit types; then the wrapper against
+# the bare operator:
 forward = us("F.rms_norm", "forward")
 growth = max(forward[(1024, n)] / forward[(1, n)] for n in (4096, 8192))
 say(f"F.rms_norm forward, 1024 rows against 1: at most {growth:.2f}x the time for 1024x the work")
@@ -119,12 +112,10 @@ say(
 # %%
 # Where a training call goes
 # --------------------------
-# A training call's time, split: the operators alone, and the rest
-# (autograd's graph and its backward pass), medians over the shapes, each
-# taken on its own (so the parts need not add up to the total); then
-# ``rms_norm``'s Function (one output) against ``rms_norm_forward``'s (two), and
-# the Python Function that launches nothing, the cost of autograd around an
-# operator written in Python:
+# A training call split, medians over the shapes, each part timed on its own
+# (they need not add up): the operators and the rest (autograd's graph and
+# backward pass); ``rms_norm``'s Function (one output) against
+# ``rms_norm_forward``'s (two); the Python Function that launches nothing:
 for impl, only in EAGER_KERNELS.items():
     full, ops = us(impl, "training"), us(only, "training")
     if ops:
@@ -150,50 +141,40 @@ say(
 )
 
 # %%
-# Every layer of a call counts when the host sets the time. What the
-# library does about each:
+# What the library does about each layer:
 #
 # * **Autograd in C++.** The formula is a C++ kernel at the ``Autograd`` key
-#   (:doc:`step 8 <08_autograd>`): registered from Python it would re-enter
-#   the interpreter on every call. Its ``torch::autograd::Function`` returns
-#   y alone and keeps ``inv_rms`` as a saved tensor, where
-#   ``opguide::rms_norm_forward``'s returns both; autograd wraps every output.
-#   The line "A Function of one output (y) against one of two" above
-#   gives one run's estimate of what that saves:
+#   (:doc:`step 8 <08_autograd>`), so no call re-enters Python. Its
+#   ``torch::autograd::Function`` returns y alone and saves ``inv_rms``, where
+#   ``opguide::rms_norm_forward``'s returns both; autograd wraps every output
+#   (the "one output against two" line above):
 #
 #   .. literalinclude:: /../csrc/rms_norm/rms_norm_autograd.cpp
 #      :language: cpp
 #      :start-after: // [autograd-rms-norm]
 #      :end-before: // [autograd-rms-norm-end]
 #
-# * **Checks once, in C++.** For plain tensors the wrapper calls the operator
-#   at once; the operator's C++ checks raise the same errors as the Python
-#   ones, which run only for the other calls.
+# * **Checks once, in C++.** The wrapper hands plain tensors to the operator,
+#   whose C++ checks raise the same errors as the Python ones.
 # * **Triton without the dispatcher (experimental, opt-in).**
-#   ``opguide.experimental.triton_eager`` (off by default: it uses private
-#   torch and Triton APIs, which its docstring lists) makes a plain eager call
-#   of the Triton backend launch the kernels compiled on its first call
-#   directly, with pointers as ints and no launch metadata unless a profiler
-#   hook wants it (``torch.compile``, export, ``vmap``, DTensor and long rows
-#   take the operators). Training calls ``Function``'s C++ ``apply`` itself.
-#   The ``experimental eager`` rows above measure it.
-#
-# ``python -m guidekit.benchmark --eager`` records these tables on your GPU.
+#   ``opguide.experimental.triton_eager`` (it uses private torch and Triton
+#   APIs, listed in its docstring) launches the kernels compiled on the first
+#   call directly, with pointers as ints; ``torch.compile``, export, ``vmap``,
+#   DTensor and long rows take the operators. The ``experimental eager`` rows
+#   measure it.
 
 # %%
 # Each layer's cost, measured as the page runs
 # --------------------------------------------
-# The tables above were recorded on a GPU. The registration layers cost host
-# time only, so this page measures them itself, on whatever CPU runs it.
-# Five ways to reach the same body, a function that allocates its output
-# and returns it (no kernel, so only the layer is timed): a direct Python
-# call; an operator defined with ``torch.library.Library``'s ``define`` (its
-# schema from :func:`torch.library.infer_schema`) and ``impl``; the same with a
-# backward from :func:`torch.library.register_autograd`; and
-# :func:`torch.library.custom_op`, without and with that backward. Each round
-# times every layer once, in turn, so that a busy moment of a shared machine
-# touches them all; the page reports the median over 15 rounds and the
-# quartiles in brackets.
+# Registration layers cost host time only, so this page times them itself,
+# on the CPU that runs it. Six ways to reach one body that allocates its
+# output and launches nothing: a direct call; ``torch.library.Library``'s
+# ``define`` (schema from :func:`torch.library.infer_schema`) and ``impl``;
+# the same with :func:`torch.library.register_autograd`;
+# :func:`torch.library.custom_op` without and with that backward; and
+# :func:`torch.library.triton_op`, a ``custom_op`` underneath
+# (``torch/_library/triton.py``) that takes any body. Rounds interleave the
+# layers; the median of 15 rounds, quartiles in brackets:
 import time  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
@@ -230,6 +211,7 @@ plain_op.register_fake(fake)
 grad_op = torch.library.custom_op("opguide_layers::custom_autograd", mutates_args=())(body)
 grad_op.register_fake(fake)
 grad_op.register_autograd(backward, setup_context=no_context)
+traced_op = torch.library.triton_op("opguide_layers::traced", mutates_args=())(body)
 
 LAYERS = {
     "direct call": body,
@@ -237,6 +219,7 @@ LAYERS = {
     "define/impl + register_autograd": torch.ops.opguide_layers.defined_autograd.default,
     "custom_op": plain_op,
     "custom_op + register_autograd": grad_op,
+    "triton_op": traced_op,
 }
 
 
@@ -286,8 +269,7 @@ ax.set_title("One call through each registration layer, same body")
 fig.tight_layout()
 
 # %%
-# What the numbers say, layer by layer. Two layers differ measurably only
-# where their quartile ranges do not overlap:
+# Two layers differ measurably only where their quartiles do not overlap:
 
 
 def compare_layers(a: str, b: str) -> str:
@@ -305,45 +287,52 @@ for a, b in (
     ("define/impl", "define/impl + register_autograd"),
     ("define/impl + register_autograd", "custom_op + register_autograd"),
     ("define/impl", "custom_op"),
+    ("custom_op", "triton_op"),
 ):
     say(compare_layers(a, b))
 
 # %%
-# Which to choose. An operator is what ``torch.compile``, ``vmap``, dispatch
-# modes such as :class:`torch.utils.flop_counter.FlopCounterMode` and DTensor
-# see, so a library's kernels stay operators; the question is which layers
-# a call pays for.
+# Which to choose
+# ---------------
+# Start with ``custom_op``, or ``triton_op`` for a Triton body whose launches
+# Inductor should see: `torch.library's documentation
+# <https://docs.pytorch.org/docs/stable/library.html>`__ recommends them over
+# the low-level ``Library``, and one decorator gives the schema and the
+# methods of ``CustomOpDef`` (``register_kernel``, ``register_vmap``,
+# ``register_autocast``, ``set_kernel_enabled``). ``Library.define``/``impl``
+# is the measured fast path that opguide's Triton operators take
+# (``register_op`` below). What it buys, from the lines above:
 med = {name: quartiles(values)[1] for name, values in layer_us.items()}
 q = {name: quartiles(values) for name, values in layer_us.items()}
-custom_costs_more = q["custom_op + register_autograd"][0] > q["define/impl + register_autograd"][2]
-if custom_costs_more:
+FAST, CUSTOM = "define/impl + register_autograd", "custom_op + register_autograd"
+saved = med[CUSTOM] - med[FAST]
+if q[CUSTOM][0] > q[FAST][2]:
     say(
-        "Here custom_op costs more than define/impl with the same backward "
-        f"({med['custom_op + register_autograd']:.1f} against "
-        f"{med['define/impl + register_autograd']:.1f} us): for an operator "
-        "called once per layer of a model, define it with Library.define and "
-        "impl, the schema from infer_schema, a fake kernel from register_fake "
-        "and the backward from register_autograd. That is what "
-        "opguide.triton.ops.register_op does for the Triton operators."
+        f"define/impl saves {saved:.1f} us a call against custom_op with the same backward, "
+        f"{saved / med[CUSTOM]:.0%} of custom_op's {med[CUSTOM]:.1f} us."
     )
 else:
     say(
-        "Here custom_op costs no measurably more than define/impl with the "
-        "same backward: either serves, and custom_op's single decorator is the "
-        "simpler. opguide.triton.ops.register_op uses define/impl, for the "
-        "machines where the difference shows."
+        "define/impl saves nothing measurable here against custom_op with the same backward: "
+        "on this machine, custom_op's single decorator is the better choice."
     )
 say(
-    f"A direct call costs {med['direct call']:.1f} us against "
-    f"{med['define/impl']:.1f} us for the cheapest operator; what a real call "
-    "adds beyond its layers is its body's own Python (argument checks, "
-    "planning, the launch)."
+    f"A direct call costs {med['direct call']:.1f} us against {med['define/impl']:.1f} us for "
+    "the cheapest operator; a real call adds its body's own Python (checks, planning, launch)."
 )
 
 # %%
+# What it costs: the code that ``custom_op`` writes for you. The operator
+# lives in a ``Library`` object kept alive by the module; the fake kernel and
+# the backward are registered by name on it; a body that writes an input
+# bumps its version counter itself (``custom_op`` does so for
+# ``mutates_args``); and the operator has none of ``CustomOpDef``'s methods.
+# Under ``torch.compile`` it is one opaque call, as a ``custom_op`` is.
+
+# %%
 # opguide's Triton operators are defined by this decorator; their body
-# launches the kernels as a plain Triton launch, with the launch plan
-# (configuration and grid) cached per shape, dtype and device:
+# launches the kernels with the launch plan cached per shape, dtype and
+# device:
 #
 # .. literalinclude:: /../opguide/triton/ops.py
 #    :language: python
@@ -359,10 +348,10 @@ say(
 #       :language: python
 #       :caption: opguide/triton/plans.py
 #
-# On a GPU the page also times :func:`torch.library.triton_op` against a
-# direct launch of one small Triton kernel (``wrap_triton`` outside a traced
-# graph and outside a ``triton_op`` takes a higher-order operator on every
-# call: ``TraceableTritonKernelWrapper.__call__`` in `triton_kernel_wrap.py
+# On a GPU the page also times a ``triton_op`` that launches a small kernel
+# against a direct launch (``wrap_triton`` outside a ``triton_op`` takes a
+# higher-order operator on every call: ``TraceableTritonKernelWrapper`` in
+# `triton_kernel_wrap.py
 # <https://github.com/pytorch/pytorch/blob/main/torch/_higher_order_ops/triton_kernel_wrap.py>`__):
 from opguide import triton as triton_ops  # noqa: E402
 
@@ -421,8 +410,8 @@ if torch.cuda.is_available() and not triton_ops.INTERPRET:
         else:
             say(f"{b} and a {a}: no measurable difference here.")
 else:
-    print("No GPU (or Triton's interpreter is on): triton_op against a direct launch")
-    print("is not measured.")
+    print("No GPU (or Triton's interpreter is on): a triton_op's kernel launch against a")
+    print("direct launch is not measured; its registration layer is, above.")
 
 # %%
 # Next: :doc:`11_performance_3_long_rows`, rows too long for one block.
