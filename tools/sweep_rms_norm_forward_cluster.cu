@@ -380,7 +380,7 @@ void sweep(const char* dtype, double copy_bw) {
     T* ref;
     CHECK(cudaMalloc(&ref, total * sizeof(T)));
     const LaunchSettings settings{nullptr, false, kMaxClusterBlocks};
-    // The library's plan for each call (plan_rms_norm_forward), then its launch.
+    // The library's plan for each call (rms_norm_forward_plan_for), then its launch.
     const auto library = [&](const T* x, T* y) {
       const RowPlan plan = rms_norm_forward_plan_for<T>(x, b.w, y, M, N, N, settings);
       return launch_rms_norm_forward<T>(plan, x, b.w, y, nullptr, M, N, N, 1e-6f, settings);
