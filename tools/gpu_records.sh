@@ -233,7 +233,7 @@ by hand (no part):
   the template's projects: template_stable_cuda_h200.json, template_classic_cuda_h200.json,
     template_triton_cuda_h200.json, template_python_cuda_h200.json
     (tools/record_template_gpu.py build here, run there; run --memcheck scatter --jobs 7)
-  the suite's own logs: gpu_suite_h100_tests.log, gpu_suite_h200_gallery_notebooks.log
+  the suite's own logs: gpu_suite_h200_tests.log, gpu_suite_h200_gallery_notebooks.log
     (tools/record_gpu_suite.sh 1, tools/record_gpu_suite.sh 2 .whl --durations=10)
   longer than one part: model_step_h100.json (tools/record_model_step.py)
   elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json

@@ -67,10 +67,13 @@ def _implementations(device: torch.device) -> tuple[dict, dict[str, str]]:
     impls["torch.compile"] = (torch.compile(opguide.silu_and_mul_reference), False)
     try:
         from liger_kernel.ops.swiglu import LigerSiLUMulFunction
-
-        impls["liger"] = (LigerSiLUMulFunction.apply, True)
     except ImportError as error:
         missing["liger"] = f"liger_kernel.ops.swiglu does not import: {error}"
+    else:
+        if device.type == "cuda" or interpret:  # Liger's kernels are Triton kernels too
+            impls["liger"] = (LigerSiLUMulFunction.apply, True)
+        else:
+            missing["liger"] = "CPU tensors run in Triton's interpreter: TRITON_INTERPRET=1"
     return impls, missing
 
 
