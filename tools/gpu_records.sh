@@ -169,9 +169,9 @@ run_part() {  # run_part PART
         done
         mv "$scratch/$name" "$out/$name" && done_ "$name"
       fi
-      if want minimal_cuda_h100.json tools/record_minimal_cuda.py; then
-        python3 tools/record_minimal_cuda.py --out "$out/minimal_cuda_h100.json"
-        done_ minimal_cuda_h100.json
+      if want minimal_cuda_$gpu.json tools/record_minimal_cuda.py; then
+        python3 tools/record_minimal_cuda.py --out "$out/minimal_cuda_$gpu.json"
+        done_ minimal_cuda_$gpu.json
       fi
       if want gpu_debug.json tools/record_gpu_debug.py; then
         python3 tools/record_gpu_debug.py --out "$out"
@@ -192,7 +192,7 @@ run_part() {  # run_part PART
         done; done
         mv "$scratch/sanitizer_h100.txt" "$out/" && done_ sanitizer_h100.txt
       fi
-      text cuda_tests_h100.log python3 -m pytest -q -p no:cacheprovider tests/test_rms_norm_cuda.py \
+      text "cuda_tests_$gpu.log" python3 -m pytest -q -p no:cacheprovider tests/test_rms_norm_cuda.py \
         tests/test_fused_add_rms_norm.py tests/test_rms_norm.py -k cuda ;;
     5)
       fixed=(--dtypes bf16 --impls "opguide,copy (same bytes)")
