@@ -37,7 +37,6 @@ or a child), ``report`` (the table, the summary, the command line).
 from __future__ import annotations
 
 from .checking import check
-from .compiling import compile_launch
 from .launches import library_kernels, library_launches, representative
 from .report import format_table, main, summary
 from .targets import KERNEL_MODULES, LIBRARY, ROW_LENGTHS, TARGETS, Launch, Target, Usage
@@ -51,7 +50,6 @@ __all__ = [
     "Target",
     "Usage",
     "check",
-    "compile_launch",
     "format_table",
     "library_kernels",
     "library_launches",

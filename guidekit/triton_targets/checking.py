@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .compiling import _cache_dir, _cacheable, _compile, _from_cache, _prepare
+from .compiling import _cache_dir, _cacheable, _compile, _from_cache, _new_usage, _prepare
 from .launches import library_launches, representative
 from .targets import FULL_ENV, TARGETS, Launch, Usage
 
@@ -81,12 +81,7 @@ def check(
 
 
 def _launch_from(d: dict) -> Launch:
-    return Launch(
-        d["module"],
-        d["kernel"],
-        tuple(d["args"]),
-        tuple((k, v) for k, v in d["options"]),
-    )
+    return Launch(d["module"], d["kernel"], tuple(d["args"]), tuple(map(tuple, d["options"])))
 
 
 def _check_here(request: dict) -> list[Usage]:
@@ -165,11 +160,7 @@ def _compile_chunk(chunk) -> list[tuple[str, Usage]]:
     os.environ["TRITON_INTERPRET"] = "0"  # a spawned worker imports opguide afresh
     out = []
     for key, launch, name, inputs in chunk:
-        target = TARGETS[name]
-        usage = Usage(launch.kernel, launch.config(), launch.dtypes(), name)
-        usage.num_warps = int(launch.kw.get("num_warps", 4))
-        usage.reg_budget = target.register_budget(usage.num_warps)
-        usage.smem_budget = target.smem_per_block
-        _compile(launch, target, inputs, usage)
+        usage = _new_usage(launch, TARGETS[name])
+        _compile(launch, TARGETS[name], inputs, usage)
         out.append((key, usage))
     return out

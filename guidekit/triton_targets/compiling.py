@@ -50,6 +50,15 @@ def _stand_in(arg):
     return arg
 
 
+def _new_usage(launch: Launch, target: Target) -> Usage:
+    """An empty :class:`Usage` of ``launch`` on ``target``, with the target's budgets."""
+    usage = Usage(launch.kernel, launch.config(), launch.dtypes(), target.name)
+    usage.num_warps = int(launch.kw.get("num_warps", 4))
+    usage.reg_budget = target.register_budget(usage.num_warps)
+    usage.smem_budget = target.smem_per_block
+    return usage
+
+
 def _prepare(launch: Launch, target: Target):
     """(Usage with its budgets, cache key, compile inputs); (Usage with an error, None, None).
 
@@ -61,12 +70,8 @@ def _prepare(launch: Launch, target: Target):
     from triton.compiler import make_backend
     from triton.runtime.jit import create_function_from_signature
 
-    usage = Usage(launch.kernel, launch.config(), launch.dtypes(), target.name)
-    kernel = _kernel_object(launch)
-    kw = launch.kw
-    usage.num_warps = int(kw.get("num_warps", 4))
-    usage.reg_budget = target.register_budget(usage.num_warps)
-    usage.smem_budget = target.smem_per_block
+    usage = _new_usage(launch, target)
+    kernel, kw = _kernel_object(launch), launch.kw
     backend = make_backend(target.gpu_target())
     try:
         binder = create_function_from_signature(kernel.signature, kernel.params, backend)
@@ -86,28 +91,6 @@ def _prepare(launch: Launch, target: Target):
     )
     key = hashlib.sha256(repr(parts).encode()).hexdigest()
     return usage, key, (signature, constexprs, attrs, options.__dict__)
-
-
-def compile_launch(launch: Launch, target: Target, cache: dict | None = None) -> Usage:
-    """Compiles one launch for one target and reads its registers, spills and shared memory.
-
-    Args:
-        launch: the kernel and its arguments and options.
-        target: the GPU to compile for.
-        cache: results by key, updated in place (None: no cache).
-
-    Returns:
-        The :class:`Usage`; a compile error gives status ``"error"``, not an exception.
-    """
-    usage, key, inputs = _prepare(launch, target)
-    if key is None:
-        return usage
-    if cache is not None and key in cache:
-        return _from_cache(cache[key], usage)
-    _compile(launch, target, inputs, usage)
-    if cache is not None and usage.status != "error":  # an error is worth seeing again
-        cache[key] = _cacheable(usage)
-    return usage
 
 
 def _cacheable(usage: Usage) -> dict:
