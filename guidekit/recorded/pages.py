@@ -84,6 +84,12 @@ def recorded_text(name: str, directory: Path | None = None) -> str:
     return text
 
 
+# The lines of tool_rows: a CUDA tool's variant, a Triton launch, a ``name value`` field.
+_VARIANT_LINE = re.compile(r"  (.+?)\s+cluster\s+(\d+) x\s+\d+:.*?(\d\.\d\d) of copy")
+_TRITON_LINE = re.compile(r"\s+(best\s+)?\d+x(\d+) (\w+) (.+?) (SEG .+?)\s+[\d.]+ us\s+([\d.]+)%")
+_FIELD = re.compile(r"([a-z][A-Za-z_/]*[A-Za-z])\s+(\d+)(?![\d.x])")
+
+
 def tool_rows(text: str) -> list[dict]:
     """The timed lines of a ``tools/sweep_*`` program's output, one dict each.
 
@@ -104,31 +110,17 @@ def tool_rows(text: str) -> list[dict]:
         if head := re.match(r"(\w+) M=\d+ N=(\d+): library .*?(\d\.\d\d) of copy", line):
             dtype, n = head[1], int(head[2])
             rows.append({"dtype": dtype, "n": n, "variant": "library", "pct": 100 * float(head[3])})
-        elif v := re.match(r"  (.+?)\s+cluster\s+(\d+) x\s+\d+:.*?(\d\.\d\d) of copy", line):
-            rows.append(
-                dict(dtype=dtype, n=n, variant=v[1], cluster=int(v[2]), pct=100 * float(v[3]))
-            )
-        elif t := re.match(
-            r"\s+(best\s+)?\d+x(\d+) (\w+) (.+?) (SEG .+?)\s+[\d.]+ us\s+([\d.]+)%", line
-        ):
-            launch = dict(variant=t[4], launch=t[5].strip(), best=bool(t[1]), pct=float(t[6]))
-            rows.append({"n": int(t[2]), "pass": t[3], **launch})
+        elif v := re.match(_VARIANT_LINE, line):
+            rows.append({"dtype": dtype, "n": n, "variant": v[1], "cluster": int(v[2]),
+                         "pct": 100 * float(v[3])})  # fmt: skip
+        elif t := re.match(_TRITON_LINE, line):
+            rows.append({"n": int(t[2]), "pass": t[3], "variant": t[4], "launch": t[5].strip(),
+                         "best": bool(t[1]), "pct": float(t[6])})  # fmt: skip
         elif (p := re.search(r"(\d+\.\d)%", line)) and line.startswith("  "):
             dtype_, shape = line.split()[:2]
-            fields = {
-                k: int(v)
-                for k, v in re.findall(r"([a-z][A-Za-z_/]*[A-Za-z])\s+(\d+)(?![\d.x])", line)
-            }
-            rows.append(
-                {
-                    "dtype": dtype_,
-                    "shape": shape,
-                    "n": int(shape.split("x")[-1]),
-                    "section": section,
-                    "pct": float(p[1]),
-                    **fields,
-                }
-            )
+            fields = {k: int(v) for k, v in re.findall(_FIELD, line)}
+            rows.append({"dtype": dtype_, "shape": shape, "n": int(shape.split("x")[-1]),
+                         "section": section, "pct": float(p[1]), **fields})  # fmt: skip
     return rows
 
 
@@ -170,17 +162,15 @@ def table(
         cells.setdefault(tuple(r[k] for k in down), {})[r[across]] = cell(r)
     columns = list(dict.fromkeys(c for found in cells.values() for c in found))
     # Each column as wide as its widest text, the name or a cell.
-    names = [*down, *columns]
-    texts = [
+    texts = [list(map(str, [*down, *columns]))]
+    texts += [
         [*map(str, key), *(found.get(c, "-") for c in columns)] for key, found in cells.items()
     ]
-    widths = [max(len(str(n)), *(len(t[i]) for t in texts)) for i, n in enumerate(names)]
-    lines = []
-    for line in [list(map(str, names)), *texts]:
-        left = " ".join(f"{t:{w}}" for t, w in zip(line[: len(down)], widths, strict=False))
-        right = "".join(
-            f"  {t:>{w}}" for t, w in zip(line[len(down) :], widths[len(down) :], strict=True)
-        )
+    widths = [max(len(t[i]) for t in texts) for i in range(len(texts[0]))]
+    k, lines = len(down), []
+    for line in texts:
+        left = " ".join(f"{t:{w}}" for t, w in zip(line[:k], widths, strict=False))
+        right = "".join(f"  {t:>{w}}" for t, w in zip(line[k:], widths[k:], strict=True))
         lines.append((left + right).rstrip())
     return lines
 
@@ -353,16 +343,9 @@ def lines_figure(
             legend.setdefault(line.get_label(), line)
         for mark, at in (marks or {}).items():
             if name in at:
-                draw = ax.axhline if mark == "target" else ax.axvline
-                legend.setdefault(
-                    mark,
-                    draw(
-                        at[name],
-                        color="grey",
-                        label=mark,
-                        linestyle="--" if mark == "target" else ":",
-                    ),
-                )
+                draw, style = (ax.axhline, "--") if mark == "target" else (ax.axvline, ":")
+                line = draw(at[name], color="grey", label=mark, linestyle=style)
+                legend.setdefault(mark, line)
         ns = sorted({r["n"] for r in found})
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns], rotation=45, fontsize=8)
@@ -385,18 +368,10 @@ def bars_figure(panels: Mapping[str, Mapping[str, Sequence[float]]], title: str)
     for ax, (name, runs) in zip(axes.flat, panels.items(), strict=True):
         keys = list(runs)
         mid = [statistics.median(runs[k]) for k in keys]
-        spread = [
-            [m - min(runs[k]) for m, k in zip(mid, keys, strict=True)],
-            [max(runs[k]) - m for m, k in zip(mid, keys, strict=True)],
-        ]
-        ax.barh(
-            range(len(keys)),
-            mid,
-            xerr=spread,
-            capsize=3,
-            alpha=0.5,
-            color=[f"C{i}" for i in range(len(keys))],
-        )
+        low = [m - min(runs[k]) for m, k in zip(mid, keys, strict=True)]
+        high = [max(runs[k]) - m for m, k in zip(mid, keys, strict=True)]
+        colors = [f"C{i}" for i in range(len(keys))]
+        ax.barh(range(len(keys)), mid, xerr=[low, high], capsize=3, alpha=0.5, color=colors)
         for i, k in enumerate(keys):
             if len(runs[k]) > 1:
                 ax.plot(runs[k], [i] * len(runs[k]), "o", color="black", markersize=3)
