@@ -64,30 +64,25 @@ def record_winners(record: dict) -> list[str]:
     for (mode, step), rows in record_rows(record).items():
         first, *others = sorted(rows, key=lambda r: r["median"])
         change, overlap = compare(others[0], first) if others else (0.0, True)
+        group = f"{mode.capitalize()} {step}"
         if others and f"{change:.1f}" == "0.0":
             # Equal medians to the printed digit: a tie, whatever the order.
             line = (
-                f"{mode.capitalize()} {step}: {first['variant']} and {others[0]['variant']} "
-                f"tie, {first['median']:.2f} and {others[0]['median']:.2f} ms by the medians, "
-                "0.0% apart"
+                f"{group}: {first['variant']} and {others[0]['variant']} tie, "
+                f"{first['median']:.2f} and {others[0]['median']:.2f} ms by the medians, 0.0% apart"
             )
-            said.append(line + ".")
-            continue
-        if others and overlap:
+        elif others and overlap:
             # Quartiles that overlap: the record names no winner.
             line = (
-                f"{mode.capitalize()} {step}: no measurable difference between the two "
-                f"fastest, {first['variant']}, {first['median']:.2f} ms by the median, and "
-                f"{others[0]['variant']}, {change:.1f}% more time"
+                f"{group}: no measurable difference between the two fastest, {first['variant']}, "
+                f"{first['median']:.2f} ms by the median, and {others[0]['variant']}, "
+                f"{change:.1f}% more time"
             )
-            said.append(line + ".")
-            continue
-        line = (
-            f"{mode.capitalize()} {step}: {first['variant']} is fastest, {first['median']:.2f} ms"
-        )
-        if others:
-            line += f"; next {others[0]['variant']}, {change:.1f}% more time: "
-            line += "their quartiles do not overlap"
+        else:
+            line = f"{group}: {first['variant']} is fastest, {first['median']:.2f} ms"
+            if others:
+                line += f"; next {others[0]['variant']}, {change:.1f}% more time: "
+                line += "their quartiles do not overlap"
         said.append(line + ".")
     return said
 
@@ -293,14 +288,9 @@ def plot_record(record: dict):
     cols = 2
     nrows = max(1, -(-len(groups) // cols))
     tall = max(len(rows) for rows in groups.values()) if groups else 1
-    fig, axes = plt.subplots(
-        nrows,
-        cols,
-        figsize=(10, nrows * (0.9 + 0.32 * tall)),
-        layout="constrained",
-        facecolor="white",
-        squeeze=False,
-    )
+    size = (10, nrows * (0.9 + 0.32 * tall))
+    fig, axes = plt.subplots(nrows, cols, figsize=size, layout="constrained", squeeze=False)
+    fig.set_facecolor("white")
     for ax, ((mode, step), rows) in zip(axes.flat, groups.items(), strict=False):
         ax.set_facecolor("white")
         ys = range(len(rows))
@@ -308,15 +298,9 @@ def plot_record(record: dict):
             below, above = r["ratio"] - r["ratio_q1"], r["ratio_q3"] - r["ratio"]
             colour = _colour(r["variant"])
             ax.errorbar(r["ratio"], y, xerr=[[below], [above]], fmt="o", color=colour, capsize=3)
-            ax.annotate(
-                f"{(r['ratio'] - 1) * 100:+.1f}%",
-                (r["ratio_q3"], y),
-                xytext=(6, 0),
-                textcoords="offset points",
-                va="center",
-                fontsize=8,
-                color="black",
-            )
+            change = f"{(r['ratio'] - 1) * 100:+.1f}%"
+            ax.annotate(change, (r["ratio_q3"], y), xytext=(6, 0), textcoords="offset points",
+                        va="center", fontsize=8, color="black")  # fmt: skip
         ax.axvline(1.0, color="black", linewidth=0.8)
         ax.set_yticks(list(ys), [r["variant"] for r in rows], fontsize=8)
         low = min(r["ratio_q1"] for r in rows)
