@@ -63,6 +63,11 @@ bench() {  # bench NAME [BENCHMARK ARGS...]
   python3 -m guidekit.benchmark "$@" --out "$out/$name"
   done_ "$name"
 }
+tool() {  # tool NAME SCRIPT [OUT]: a record tool, writing NAME (or into the folder OUT)
+  want "$1" "$2" || return 0
+  python3 "$2" --out "${3:-$out/$1}"
+  done_ "$1"
+}
 # Where and when, the first line of a text record.
 header() {
   python3 -c 'import datetime, torch, triton
@@ -169,18 +174,9 @@ run_part() {  # run_part PART
         done
         mv "$scratch/$name" "$out/$name" && done_ "$name"
       fi
-      if want minimal_cuda_$gpu.json tools/record_minimal_cuda.py; then
-        python3 tools/record_minimal_cuda.py --out "$out/minimal_cuda_$gpu.json"
-        done_ minimal_cuda_$gpu.json
-      fi
-      if want gpu_debug.json tools/record_gpu_debug.py; then
-        python3 tools/record_gpu_debug.py --out "$out"
-        done_ gpu_debug.json
-      fi
-      if want bad_index_h100.json tools/record_bad_index.py; then
-        python3 tools/record_bad_index.py --out "$out/bad_index_h100.json"
-        done_ bad_index_h100.json
-      fi ;;
+      tool "minimal_cuda_$gpu.json" tools/record_minimal_cuda.py
+      tool gpu_debug.json tools/record_gpu_debug.py "$out"
+      tool bad_index_h100.json tools/record_bad_index.py ;;
     4)
       if want sanitizer_h100.txt "compute-sanitizer memcheck and racecheck of" \
         "tools/sanitize_kernels.py --long-rows --small, then --narrow"; then
