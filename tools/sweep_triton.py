@@ -32,6 +32,7 @@ Bytes: forward reads x and writes y (2 M N s); backward reads x and grad_y and
 writes grad_x (3 M N s); fused reads x and residual, writes residual and y (4 M N s).
 """
 
+import functools
 import sys
 
 import torch
@@ -52,6 +53,9 @@ GRAD_WEIGHT_SUM_BLOCK_P, GRAD_WEIGHT_SUM_BLOCK_N, GRAD_WEIGHT_SUM_WARPS = (
 )  # fmt: skip
 
 SHAPES = [(32768, 4096), (8192, 4096), (4096, 8192), (65536, 1024)]
+HEADINGS = {
+    "grad-weight-sum": "grad-weight-sum: each (BLOCK_P, BLOCK_N, num_warps) of the last sum"
+}
 DTYPE = torch.bfloat16
 EPS = 1e-6
 BATCHES = 11
@@ -147,12 +151,6 @@ def registers(block):
             for rows, warps in row_configs(block)]  # fmt: skip
 
 
-def sweep_forward(copy):
-    print("forward", flush=True)
-    for m, n in SHAPES:
-        forward_shape(m, n, copy)
-
-
 def forward_shape(m, n, copy):
     sets = [(randn(m, n),) for _ in range(arg_sets_for(m, n, 2))]
     w = randn(n)
@@ -167,12 +165,6 @@ def forward_shape(m, n, copy):
     ]
     want = (reference(sets[0][0], w),)
     sweep_launches(m, n, 2 * m * n * 2, copy, sets, launches, want, baselines)
-
-
-def sweep_fused(copy):
-    print("fused", flush=True)
-    for m, n in SHAPES:
-        fused_shape(m, n, copy)
 
 
 def fused_shape(m, n, copy):
@@ -231,16 +223,7 @@ def backward_configs(m, n, grad_weight_sums):
     ]
 
 
-def sweep_backward(copy, grad_weight_sums=False):
-    if grad_weight_sums:
-        print("grad-weight-sum: each (BLOCK_P, BLOCK_N, num_warps) of the last sum", flush=True)
-    else:
-        print("backward", flush=True)
-    for m, n in SHAPES:
-        backward_shape(m, n, copy, grad_weight_sums)
-
-
-def backward_shape(m, n, copy, grad_weight_sums):
+def backward_shape(m, n, copy, grad_weight_sums=False):
     sets = backward_sets(m, n)
     w = randn(n)
 
@@ -253,10 +236,6 @@ def backward_shape(m, n, copy, grad_weight_sums):
     ]
     want = rms_norm_backward_reference(sets[0][1], sets[0][0], w, EPS)
     sweep_launches(m, n, 3 * m * n * 2, copy, sets, launches, want)
-
-
-def sweep_grad_weight_sum(copy):
-    sweep_backward(copy, grad_weight_sums=True)
 
 
 # ------------------------------------------------------------------ split
@@ -465,17 +444,12 @@ def split_configs():
 def sweep_split(copy, fenced=False):
     print("split", flush=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    eps = 1e-6
     for n in SPLIT_NS:
         m = 2**26 // n
         w = randn(n)
         if n > launch.MAX_REGISTER_ROW:
-            split_forward(m, n, w, eps, sms, copy, fenced)
-        split_backward(m, n, w, eps, sms, copy, fenced)
-
-
-def sweep_split_fenced(copy):
-    sweep_split(copy, fenced=True)
+            split_forward(m, n, w, EPS, sms, copy, fenced)
+        split_backward(m, n, w, EPS, sms, copy, fenced)
 
 
 def counters(x, m, s, fenced):
@@ -516,17 +490,16 @@ def split_forward(m, n, w, eps, sms, copy, fenced=False):
         )  # fmt: skip
         return y
 
-    if not fenced:
-        label = "fenced row at a time SEG 16384 warps 8"
-        if _check(label, each_row_fenced(sets[0][0]), want, 0.02):
-            us = time_us(each_row_fenced, sets)
+    def timed(label, fn):
+        # Times fn and reports it where its output on the first set is right.
+        if _check(label, fn(sets[0][0]), want, 0.02):
+            us = time_us(fn, sets)
             results.append((us, label))
             report(m, n, "forward " + label, us, nbytes, copy)
-    label = f"one row late SEG {seg} warps {warps} per SM {per_sm}"
-    if _check(label, late(sets[0][0]), want, 0.02):
-        us = time_us(late, sets)
-        results.append((us, label))
-        report(m, n, "forward " + label, us, nbytes, copy)
+
+    if not fenced:
+        timed("fenced row at a time SEG 16384 warps 8", each_row_fenced)
+    timed(f"one row late SEG {seg} warps {warps} per SM {per_sm}", late)
     for config in {c[:2] for c in split_configs() if c[0] >= 4096}:
         if triton.cdiv(n, config[0]) > sms or config[0] >= n:
             continue
@@ -542,10 +515,7 @@ def split_forward(m, n, w, eps, sms, copy, fenced=False):
             def run(x, config=config):
                 return each_row_fenced(x, *config)
 
-        if _check(label, run(sets[0][0]), want, 0.02):
-            us = time_us(run, sets)
-            results.append((us, label))
-            report(m, n, "forward " + label, us, nbytes, copy)
+        timed(label, run)
     for prefix in ("row at a time", "one row late") if fenced else ("fenced", "row at a time",
                                                                      "one row late"):  # fmt: skip
         us, label = best(results, lambda label, prefix=prefix: label.startswith(prefix))
@@ -553,11 +523,7 @@ def split_forward(m, n, w, eps, sms, copy, fenced=False):
 
 
 def split_backward(m, n, w, eps, sms, copy, fenced=False):
-    sets = []
-    for _ in range(arg_sets_for(m, n, 3)):
-        x = randn(m, n)
-        inv = torch.rsqrt(x.float().pow(2).mean(-1) + eps)
-        sets.append((x, randn(m, n), inv))
+    sets = backward_sets(m, n)  # inv_rms with EPS, the eps sweep_split passes
     nbytes = 3 * m * n * 2
     x0, grad_y0, inv0 = sets[0]
     want_grad_x, want_grad_weight = rms_norm_backward_reference(grad_y0, x0, w, eps)
@@ -647,11 +613,17 @@ def main(argv):
     copy = copy_bandwidth(torch.device("cuda")) / 1e9
     versions = f"torch {torch.__version__}, triton {triton.__version__}"
     print(f"{torch.cuda.get_device_name()}, {versions}, copy {copy:.0f} GB/s, {DTYPE}", flush=True)
-    passes_by_name = {"forward": sweep_forward, "backward": sweep_backward, "fused": sweep_fused,
-                      "grad-weight-sum": sweep_grad_weight_sum, "split": sweep_split,
-                      "split-fenced": sweep_split_fenced}  # fmt: skip
+    # grad-weight-sum: the backward at each shape of the kernel that adds up grad_weight.
+    by_shape = {"forward": forward_shape, "backward": backward_shape, "fused": fused_shape}
+    by_shape["grad-weight-sum"] = functools.partial(backward_shape, grad_weight_sums=True)
     for name in passes:
-        passes_by_name[name](copy)
+        if name in ("split", "split-fenced"):
+            sweep_split(copy, fenced=name == "split-fenced")
+            continue
+        sweep = by_shape[name]
+        print(HEADINGS.get(name, name), flush=True)
+        for m, n in SHAPES:
+            sweep(m, n, copy)
 
 
 if __name__ == "__main__":
