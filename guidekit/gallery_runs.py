@@ -80,18 +80,14 @@ def key(root: Path = ROOT) -> str | None:
             digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     import torch
 
-    try:
-        import triton
+    from guidekit.recorded import installed_version
 
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
     env = {
         k: v
         for k, v in sorted(os.environ.items())
         if k.startswith(_ENV_PREFIXES) and k not in _ENV_LEFT_OUT
     }
-    facts = [sys.executable, sys.version, torch.__version__, triton_version]
+    facts = [sys.executable, sys.version, torch.__version__, installed_version("triton")]
     facts += [torch.cuda.is_available(), env]
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
     return digest.hexdigest()

@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # guidekit, from the checkout this tool lives in
 
 from guidekit import model_step, model_swap  # noqa: E402
-from guidekit.recorded import short_gpu_name, tool_command  # noqa: E402
+from guidekit.recorded import installed_version, short_gpu_name, tool_command  # noqa: E402
 
 GPU_CONFIG = dict(
     vocab_size=32000,
@@ -252,21 +252,6 @@ def main() -> int:
     del base
     failed, compile_seconds, fused_calls = [], [], []
     calls = {}
-    import transformers
-
-    try:
-        import kernels
-
-        kernels_version = kernels.__version__
-    except ImportError:
-        kernels_version = None
-
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
     results = []
 
     def write(complete: bool) -> None:
@@ -275,9 +260,9 @@ def main() -> int:
             "device": device_name,
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
-            "triton": triton_version,
-            "transformers": transformers.__version__,
-            "kernels": kernels_version,
+            "triton": installed_version("triton"),
+            "transformers": installed_version("transformers"),
+            "kernels": installed_version("kernels"),
             "date": datetime.date.today().isoformat(),
             "command": command_line(sys.argv[1:]),
             "config": config,

@@ -17,13 +17,22 @@ the text that the ``tools/sweep_*`` programs print.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import shlex
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["describe", "listed", "load", "recorded_dir", "short_gpu_name", "tool_command"]
+__all__ = [
+    "describe",
+    "installed_version",
+    "listed",
+    "load",
+    "recorded_dir",
+    "short_gpu_name",
+    "tool_command",
+]
 
 
 def short_gpu_name(device_name: str) -> str:
@@ -92,6 +101,14 @@ def load(name: str, directory: Path | None = None) -> dict:
 def describe(name: str, data: dict) -> str:
     """``"name: device, date, torch version"``: where and when a result was measured."""
     return f"{name}: {data['device']}, {data['date'][:10]}, torch {data['torch']}"
+
+
+def installed_version(module: str) -> str | None:
+    """``module.__version__`` (``"triton"``, ``"kernels"``); None where it does not import."""
+    try:
+        return importlib.import_module(module).__version__
+    except ImportError:
+        return None
 
 
 def listed(items: Iterable) -> str:
