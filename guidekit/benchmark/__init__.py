@@ -51,26 +51,11 @@ from .cli import main
 from .cpu import run_cpu_kernel
 from .eager import EAGER_KERNELS, EMPTY_FUNCTION, FUNCTION_NODE, TRITON_EXPERIMENTAL, run_eager
 from .fixed_shapes import measure
-from .implementations import (
-    FUSED_PEERS,
-    forward_implementations,
-    fused_implementations,
-    peer_implementations,
-)
-from .passes import (
-    BYTES_MODEL,
-    DTYPES,
-    EPS,
-    FORMAT,
-    GPU_PASSES,
-    SAME_SIZE_COPY,
-    SWEEP_PASSES,
-    Row,
-    bytes_moved,
-)
+from .implementations import FUSED_PEERS, fused_implementations, peer_implementations
+from .passes import BYTES_MODEL, DTYPES, EPS, FORMAT, GPU_PASSES, SAME_SIZE_COPY, SWEEP_PASSES
 from .results import environment, format_sweep_report
 from .sweep import run_sweep
-from .timing import MIN_SETS, copy_bandwidth, time_interleaved, time_per_call, time_round_robin
+from .timing import MIN_SETS, copy_bandwidth, time_per_call, time_round_robin
 
 __all__ = [
     "BYTES_MODEL",
@@ -83,15 +68,12 @@ __all__ = [
     "FUNCTION_NODE",
     "GPU_PASSES",
     "MIN_SETS",
-    "Row",
     "SAME_SIZE_COPY",
     "SWEEP_PASSES",
     "TRITON_EXPERIMENTAL",
-    "bytes_moved",
     "copy_bandwidth",
     "environment",
     "format_sweep_report",
-    "forward_implementations",
     "fused_implementations",
     "main",
     "measure",
@@ -99,7 +81,6 @@ __all__ = [
     "run_cpu_kernel",
     "run_eager",
     "run_sweep",
-    "time_interleaved",
     "time_per_call",
     "time_round_robin",
 ]
