@@ -31,14 +31,8 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-PLATFORMS = [
-    "manylinux_2_17_x86_64",
-    "manylinux2014_x86_64",
-    "manylinux_2_27_x86_64",
-    "manylinux_2_28_x86_64",
-    "manylinux_2_34_x86_64",
-    "manylinux_2_35_x86_64",
-]
+# manylinux2014 is manylinux_2_17 under its older name, which some wheels carry alone.
+PLATFORMS = ["manylinux2014_x86_64"] + [f"manylinux_2_{v}_x86_64" for v in (17, 27, 28, 34, 35)]
 
 
 def requirements(extras: list[str]) -> list[str]:
@@ -70,22 +64,9 @@ def main() -> int:
         parser.error("--leave-out: DIR is --dest itself, which would leave out every wheel")
     args.dest.mkdir(parents=True, exist_ok=True)
     reqs = requirements(args.extras.split(","))
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "-q",
-        "--only-binary=:all:",
-        "--python-version",
-        args.python_version,
-        "--implementation",
-        "cp",
-        "-d",
-        str(args.dest),
-    ]
-    for platform in PLATFORMS:
-        cmd += ["--platform", platform]
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
+    cmd += ["-d", str(args.dest), "--python-version", args.python_version, "--implementation", "cp"]
+    cmd += [arg for platform in PLATFORMS for arg in ("--platform", platform)]
     print("downloading:", " ".join(reqs))
     subprocess.run(cmd + reqs, check=True)
     if args.skip_present:
