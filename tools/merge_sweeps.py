@@ -36,30 +36,24 @@ def merge(paths: list[Path]) -> dict:
             raise SystemExit(f"{path}: another --min-sets")
     merged = {k: v for k, v in first.items() if k != "sweep"}
     merged["date"] = min(r["date"] for r in runs)
+    sweeps = [run["sweep"] for run in runs]
+    rows = [row for sweep in sweeps for row in sweep["rows"]]
+    # Each in the order first met.
+    dtypes = list(dict.fromkeys(d for sweep in sweeps for d in sweep["dtypes"]))
+    passes = list(dict.fromkeys(row["pass"] for row in rows))
     copies: dict[str, list[float]] = {}
-    rows, skipped, missing, dtypes, ns = [], [], {}, [], []
-    passes = []
     for run in runs:
-        sweep = run["sweep"]
-        rows += sweep["rows"]
-        skipped += sweep["skipped"]
-        missing.update(sweep["peers_missing"])
-        dtypes += [d for d in sweep["dtypes"] if d not in dtypes]
-        ns += [n for n in sweep["ns"] if n not in ns]
-        for row in sweep["rows"]:
-            if row["pass"] not in passes:
-                passes.append(row["pass"])
-        for dtype in sweep["dtypes"]:
+        for dtype in run["sweep"]["dtypes"]:
             copies.setdefault(dtype, []).append(run["copy_bandwidth_GBps"])
     merged["copy_bandwidth_GBps"] = statistics.mean(v for c in copies.values() for v in c)
     merged["copy_bandwidth_GBps_per_dtype"] = {d: statistics.mean(c) for d, c in copies.items()}
     merged["sweep"] = {
         "elements": first["sweep"]["elements"],
-        "ns": sorted(ns),
+        "ns": sorted({n for sweep in sweeps for n in sweep["ns"]}),
         "dtypes": dtypes,
         "rows": rows,
-        "skipped": skipped,
-        "peers_missing": missing,
+        "skipped": [skip for sweep in sweeps for skip in sweep["skipped"]],
+        "peers_missing": {k: v for sweep in sweeps for k, v in sweep["peers_missing"].items()},
     }
     if "min_sets" in first["sweep"]:  # files written before --min-sets have none
         merged["sweep"]["min_sets"] = first["sweep"]["min_sets"]
@@ -67,10 +61,8 @@ def merge(paths: list[Path]) -> dict:
     command = re.sub(r" --out \S+", "", first.get("command", "python -m guidekit.benchmark"))
     command = re.sub(r"--dtypes \S+", "--dtypes DTYPE", command)
     command = re.sub(r"--passes \S+", "--passes PASS", command)
-    merged["command"] = (
-        f"{command} "
-        f"(DTYPE {', '.join(dtypes)}; PASS {', '.join(passes)}: one process each, in one run)"
-    )
+    each = f"DTYPE {', '.join(dtypes)}; PASS {', '.join(passes)}: one process each, in one run"
+    merged["command"] = f"{command} ({each})"
     return merged
 
 
