@@ -124,18 +124,11 @@ def library_launches(
                 ops.fused_add_rms_norm(x, x.clone(), w, 1e-6)
                 ops.fused_add_rms_norm(x, x.clone(), None, 1e-6)
                 for kernel, args, kw in made:
-                    variants = [kw]
-                    if "GDC" in kw and pdl.get("GDC"):
-                        variants.append({**kw, **pdl})
-                    for options in variants:
-                        options = _autotune_options(kernel, options)
-                        for opts in options:
-                            launch = Launch(
-                                *_name_of(kernel),
-                                tuple(describe(a) for a in args),
-                                tuple(sorted(opts.items())),
-                            )
-                            seen.setdefault(_canonical(launch))
+                    variants = [kw, {**kw, **pdl}] if "GDC" in kw and pdl.get("GDC") else [kw]
+                    named = tuple(describe(a) for a in args)
+                    for opts in (o for v in variants for o in _autotune_options(kernel, v)):
+                        launch = Launch(*_name_of(kernel), named, tuple(sorted(opts.items())))
+                        seen.setdefault(_canonical(launch))
     return list(seen)
 
 

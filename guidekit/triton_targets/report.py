@@ -9,8 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from .checking import _check_here, check
-from .compiling import _cache_dir
+from .checking import _check_here, _child_env, check
 from .targets import TARGETS, Usage
 
 
@@ -42,11 +41,9 @@ def format_table(results: Sequence[Usage], width: int = 60) -> str:
         if len(config) > width:
             config = config[: width - 3] + "..."
         status = u.status if u.ok else f"{u.status}: {u.reason}"
-        lines.append(
-            f"{u.kernel:32} {u.target:8} {regs:>7} {sgpr:>4} {u.spills + u.sgpr_spills:>5} "
-            f"{u.shared:>7} "
-            f"{budget:>11}  {status:11} {config}"
-        )
+        spills = u.spills + u.sgpr_spills
+        lines.append(f"{u.kernel:32} {u.target:8} {regs:>7} {sgpr:>4} {spills:>5} {u.shared:>7} "
+                     f"{budget:>11}  {status:11} {config}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -65,9 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--request", help=argparse.SUPPRESS)  # check()'s child process
     args = parser.parse_args(argv)
     if "triton" not in sys.modules:  # nothing compiled for the interpreter yet: compile here
-        os.environ["TRITON_INTERPRET"] = "0"
-        os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-        os.environ.setdefault("TRITON_CACHE_DIR", str(_cache_dir() / "triton_cache"))
+        os.environ.update(_child_env())  # the environment check() gives a child
     if args.request is not None:
         results = _check_here(json.loads(args.request))
         print(json.dumps([dataclasses.asdict(u) for u in results]))
