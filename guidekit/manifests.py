@@ -284,13 +284,8 @@ def _cut_init(text: str, path: str, listed: set[str], root: Path) -> str:
     # The docstring describes this repository's package; the reader's is their own.
     if kept and isinstance(kept[0][0], ast.Expr) and isinstance(kept[0][0].value, ast.Constant):
         kept = kept[1:]
-    exported = {
-        e.value
-        for node, _ in kept
-        for sub in ast.walk(node)
-        if isinstance(sub, ast.Constant) and isinstance(sub.value, str)
-        for e in [sub]
-    }
+    strings = (sub for node, _ in kept for sub in ast.walk(node) if isinstance(sub, ast.Constant))
+    exported = {sub.value for sub in strings if isinstance(sub.value, str)}
     # A name imported for a statement that was left out is not imported.
     kept = [
         (node, chunk)
