@@ -56,7 +56,6 @@ def main() -> int:
     import torch
 
     command = "python -m pytest -q tests/test_two_gpus.py"
-    machine = {}
     if args.from_logs:
         if not (args.device and args.gpus and args.torch):
             parser.error("--from-logs needs --device, --gpus and --torch")
