@@ -240,8 +240,8 @@ pdl_changed = [
 if pdl_changed:
     say(
         "The two PDL runs measured kernels that have changed since (the files named "
-        "above): the verdict is about those kernels. The kernels as they are launch "
-        "with PDL on Hopper, unmeasured here until the runs are recorded again."
+        "above): the verdict is about those kernels. The kernels as they are also "
+        "launch with PDL on Hopper; no run here has timed them with it off."
     )
 
 # %%

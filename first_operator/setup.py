@@ -11,9 +11,9 @@ from torch.utils.cpp_extension import (
     CUDAExtension,
 )
 
-# The CUDA kernel needs a GPU that torch sees and a CUDA toolkit (nvcc, CUDA_HOME);
-# without them the library holds the CPU kernel alone.
-use_cuda = torch.cuda.is_available() and CUDA_HOME is not None
+# The CUDA kernel needs a CUDA build of torch and a CUDA toolkit (nvcc,
+# CUDA_HOME), not a GPU; without them the library holds the CPU kernel alone.
+use_cuda = torch.version.cuda is not None and CUDA_HOME is not None
 Extension = CUDAExtension if use_cuda else CppExtension
 sources = sorted(glob.glob("csrc/*.cpp") + (glob.glob("csrc/*.cu") if use_cuda else []))
 

@@ -73,7 +73,8 @@ Its C++ function does four things every CUDA operator must do:
 The file defines no schema: its ``TORCH_LIBRARY_IMPL(first_op, CUDA, m)``
 adds a kernel for the ``CUDA`` key to the operator that ``rms_norm.cpp``
 defines. It includes only the ``c10/cuda`` headers it uses; the larger
-``ATen/cuda/CUDAContext.h`` would pull in cuBLAS's headers too.
+``ATen/cuda/CUDAContext.h`` would pull in cuBLAS's headers too (through
+``ATen/cuda/CUDAContextLight.h``, which includes ``cublas_v2.h``).
 """
 
 # %%

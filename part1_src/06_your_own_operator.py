@@ -25,7 +25,7 @@ one by one; ``--data`` answers them on the command line:
        --data route=cpp --data kind=rowwise path/to/opguide/template my_ops
 
 ``route`` chooses how the kernels are written: ``cpp`` (a C++ CPU kernel and a
-CUDA kernel, as here), ``triton`` (a Triton kernel) or ``python`` (a body of
+CUDA kernel, as here, and a Triton kernel beside them), ``triton`` (a Triton kernel) or ``python`` (a body of
 PyTorch operations, as on page 1). ``kind`` chooses the formula to start
 from: ``elementwise``, ``rowwise`` (RMSNorm's shape: one result per row
 element, from a reduction over the row), ``indexed`` or ``scatter``.
