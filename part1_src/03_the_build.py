@@ -24,10 +24,11 @@ On this page you will:
 :class:`~torch.utils.cpp_extension.CppExtension` and
 :class:`~torch.utils.cpp_extension.CUDAExtension` add torch's include
 folders, libraries and flags; ``CUDAExtension`` also compiles ``.cu`` files
-with nvcc and links the CUDA runtime. Where torch sees no GPU, or no CUDA
-toolkit is found, the library is built from the ``.cpp`` file alone and the
-operator has no CUDA kernel: a call on a GPU tensor raises an error naming
-the ``CUDA`` key. ``BuildExtension`` runs the compilers (with ninja when it
+with nvcc and links the CUDA runtime. Where torch is not a CUDA build, or
+no CUDA toolkit is found, the library is built from the ``.cpp`` file alone
+and the operator has no CUDA kernel. nvcc compiles for the architectures in
+``TORCH_CUDA_ARCH_LIST`` (``9.0`` for an H100, say); unset, torch takes those
+of the visible GPUs, so a machine without one needs it set. ``BuildExtension`` runs the compilers (with ninja when it
 is installed, several files at a time).
 
 ``py_limited_api=True`` and the wheel's ``py_limited_api`` option make one
