@@ -1,6 +1,7 @@
 """Builds first_op._C against the installed torch (pip install --no-build-isolation)."""
 
 import glob
+import sys
 
 import torch
 from setuptools import setup
@@ -16,6 +17,9 @@ from torch.utils.cpp_extension import (
 use_cuda = torch.version.cuda is not None and CUDA_HOME is not None
 Extension = CUDAExtension if use_cuda else CppExtension
 sources = sorted(glob.glob("csrc/*.cpp") + (glob.glob("csrc/*.cu") if use_cuda else []))
+# at::parallel_for uses several threads only in code built with OpenMP, which
+# Apple's clang lacks (there the CPU kernel runs on one thread).
+openmp = [] if sys.platform == "darwin" else ["-fopenmp"]
 
 setup(
     packages=["first_op"],
@@ -23,9 +27,8 @@ setup(
         Extension(
             "first_op._C",
             sources,
-            # at::parallel_for uses several threads only in code built with OpenMP.
-            extra_compile_args={"cxx": ["-O3", "-fopenmp"], "nvcc": ["-O3"]},
-            extra_link_args=["-fopenmp"],
+            extra_compile_args={"cxx": ["-O3", *openmp], "nvcc": ["-O3"]},
+            extra_link_args=openmp,
             # The library calls no Python C API (TORCH_LIBRARY registers the
             # operator), so one build serves every CPython from 3.10 on.
             py_limited_api=True,

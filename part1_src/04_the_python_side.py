@@ -31,7 +31,8 @@ annotations on page 1. ``Tensor`` arguments without an alias annotation
 (such as ``Tensor(a!)``) promise that the operator writes none of them, and
 ``float`` is a Python float, a C++ ``double``. A namespace is defined by one
 ``TORCH_LIBRARY`` block in the whole process; other files add kernels with
-``TORCH_LIBRARY_IMPL``.
+``TORCH_LIBRARY_IMPL``, and schemas with ``TORCH_LIBRARY_FRAGMENT``
+(:doc:`step 13 </auto_examples/13_namespaces_and_fragments>`).
 
 ``m.set_python_module("first_op.ops")`` applies to every operator defined
 after it in the block. It records that their Python side lives in the module
