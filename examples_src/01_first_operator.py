@@ -19,7 +19,8 @@ length ``N``, ``y = x / sqrt(mean(x**2) + eps) * weight``.
 # ------------
 # The schema comes from the annotations; ``mutates_args=()`` promises that no
 # input is written. The body computes in float32, as the compiled kernels of
-# the later steps do for float32 and the 16-bit types.
+# the later steps do for float32 and the 16-bit types (they sum float64 rows
+# in float64, as Part I's operator does).
 import time
 
 import torch
