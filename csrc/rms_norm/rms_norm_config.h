@@ -22,7 +22,7 @@ constexpr int kMaxThreadsPerRow = 1024;
 // Vectors each thread keeps in registers when it moves `vec` elements of
 // `elem_bytes` bytes at a time: as many bytes as kForwardRegVecs 16-byte
 // vectors, and no more than 8 vectors (narrow accesses need a register per
-// vector; more spill). tools/sweep_rms_norm_narrow.cu times other counts.
+// vector; more spill).
 constexpr int forward_reg_vecs(int elem_bytes, int vec) {
   return kForwardRegVecs * (16 / elem_bytes) / vec < 8
              ? kForwardRegVecs * (16 / elem_bytes) / vec
@@ -94,7 +94,7 @@ constexpr int cluster_backward_stages(int reg_vecs) { return reg_vecs <= 2 ? 4 :
 // Backward of rows that are not whole, aligned 16-byte vectors: the register
 // kernel with the widest narrower vectors they allow, four 8-byte vectors
 // per thread, eight of 4 bytes, or eight single 16-bit elements (more spill)
-// (tools/sweep_rms_norm_narrow.cu, docs/recorded/sweep_odd_rows_h100.json).
+// (docs/recorded/sweep_odd_rows_h100.json times them beside F.rms_norm and a copy).
 template <int kBytes>
 constexpr int narrow_backward_regs() {
   return kBytes == 8 ? 4 : 8;
