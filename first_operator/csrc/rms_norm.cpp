@@ -38,9 +38,12 @@ void rms_norm_rows(const scalar_t* x,       // [rows, cols]
 }
 
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  TORCH_CHECK_TYPE(at::isFloatingType(x.scalar_type()) &&
-                       weight.scalar_type() == x.scalar_type(),
-                   "rms_norm: x and weight must be floating point, of one dtype");
+  const at::ScalarType t = x.scalar_type();  // the dtypes the kernel is built for
+  const bool floating =
+      t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+  TORCH_CHECK_TYPE(floating && weight.scalar_type() == t,
+                   "rms_norm: x and weight must be floating point (float32, float64, "
+                   "float16 or bfloat16), of one dtype");
   TORCH_CHECK_VALUE(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1),
                     "rms_norm: weight must have shape (N,) for x of shape (..., N)");
   TORCH_CHECK(x.is_cpu() && weight.is_cpu(),

@@ -100,6 +100,12 @@ def test_export_records_the_operator():
     [
         (torch.ones(2, 4), torch.ones(4).double(), TypeError, "one dtype"),
         (torch.ones(2, 4).int(), torch.ones(4).int(), TypeError, "floating point"),
+        (
+            torch.ones(2, 4, dtype=torch.float8_e4m3fn),
+            torch.ones(4, dtype=torch.float8_e4m3fn),
+            TypeError,
+            "bfloat16",
+        ),
         (torch.ones(2, 4), torch.ones(5), ValueError, "shape"),
         (torch.ones(2, 4), torch.ones(2, 4), ValueError, "shape"),
     ],
