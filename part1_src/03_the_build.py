@@ -28,8 +28,9 @@ with nvcc and links the CUDA runtime. Where torch is not a CUDA build, or
 no CUDA toolkit is found, the library is built from the ``.cpp`` file alone
 and the operator has no CUDA kernel. nvcc compiles for the architectures in
 ``TORCH_CUDA_ARCH_LIST`` (``9.0`` for an H100, say); unset, torch takes those
-of the visible GPUs, so a machine without one needs it set. ``BuildExtension`` runs the compilers (with ninja when it
-is installed, several files at a time).
+of the visible GPUs, so a machine without one needs it set.
+``BuildExtension`` runs the compilers (with ninja when it is installed,
+several files at a time).
 
 ``py_limited_api=True`` and the wheel's ``py_limited_api`` option make one
 build serve every CPython from 3.10 on (a wheel tagged ``cp310-abi3``): the

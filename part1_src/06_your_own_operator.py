@@ -25,10 +25,11 @@ one by one; ``--data`` answers them on the command line:
        --data route=cpp --data kind=rowwise path/to/opguide/template my_ops
 
 ``route`` chooses how the kernels are written: ``cpp`` (a C++ CPU kernel and a
-CUDA kernel, as here, and a Triton kernel beside them), ``triton`` (a Triton kernel) or ``python`` (a body of
-PyTorch operations, as on page 1). ``kind`` chooses the formula to start
-from: ``elementwise``, ``rowwise`` (RMSNorm's shape: one result per row
-element, from a reduction over the row), ``indexed`` or ``scatter``.
+CUDA kernel, as here, and a Triton kernel beside them), ``triton`` (a Triton
+kernel) or ``python`` (a body of PyTorch operations, as on page 1). ``kind``
+chooses the formula to start from: ``elementwise``, ``rowwise`` (RMSNorm's
+shape: one result per row element, from a reduction over the row),
+``indexed`` or ``scatter``.
 :doc:`Step 18 </auto_examples/18_your_own_operator>` lists every question.
 """
 
@@ -63,6 +64,14 @@ else:
             if path.is_file() and ".copier-answers" not in path.name:
                 lines = len(path.read_text().splitlines())
                 print(f"  {path.relative_to(project).as_posix():38} {lines:4} lines")
+        for name, root in (("my_ops", project), ("first_operator", GUIDE / "first_operator")):
+            files = [f for f in root.rglob("*") if f.is_file() and f.suffix != ".so"]
+            files = [f for f in files if ".copier-answers" not in f.name]
+            built = ("__pycache__", ".pytest_cache", "build", "dist")  # left by runs
+            files = [f for f in files if not set(built) & set(f.parts)]
+            files = [f for f in files if not any(p.endswith(".egg-info") for p in f.parts)]
+            total = sum(len(f.read_text(errors="replace").splitlines()) for f in files)
+            print(f"{name}: {len(files)} files, {total} lines")
 
 # %%
 # The files, and where Part I explains them:
@@ -102,11 +111,12 @@ else:
 # needs it: the backward is a C++ and a CUDA kernel of its own, ``setup.py``
 # explains why it builds without CUDA, the Python entry point checks its
 # arguments, the tests cover more cases, and a CI workflow runs them. Its
-# README gives the commands to build and test it, the two of
-# ``first_operator/``'s README with the test extra:
+# README gives the same two commands as ``first_operator/``'s:
 # ``pip install --no-build-isolation -e ".[test]"``, then
-# ``python -m pytest``. :doc:`Step 18 </auto_examples/18_your_own_operator>`
-# runs them on a rendered project.
+# ``python -m pytest``. The last two lines above compare the two projects'
+# sizes: start from ``first_operator/`` to learn, from the template to ship.
+# :doc:`Step 18 </auto_examples/18_your_own_operator>` runs them on a rendered
+# project.
 
 # %%
 # Where to go next
