@@ -49,6 +49,21 @@ GUIDE = Path(first_op.__file__).resolve().parents[2]  # the folder of first_oper
 TEMPLATE = GUIDE / "template"
 ANSWERS = ["package=my_ops", "op_name=my_norm", "route=cpp", "kind=rowwise"]
 copier = [sys.executable, "-m", "copier"]
+
+
+def line_counts(root: Path) -> dict[str, int]:
+    """Each file of a project and its lines, less what builds and runs leave behind."""
+    left = {"__pycache__", ".pytest_cache", "build", "dist"}
+    counts = {}
+    for path in sorted(root.rglob("*")):
+        if not path.is_file() or path.suffix == ".so" or ".copier-answers" in path.name:
+            continue
+        if left & set(path.parts) or any(p.endswith(".egg-info") for p in path.parts):
+            continue
+        counts[path.relative_to(root).as_posix()] = len(path.read_text().splitlines())
+    return counts
+
+
 found = subprocess.run([*copier, "--version"], capture_output=True).returncode == 0
 if not TEMPLATE.is_dir() or not found:
     print("SKIPPED: this needs copier (pip install copier) and the guide's")
@@ -59,19 +74,12 @@ else:
     with tempfile.TemporaryDirectory(prefix="my-ops-") as work:
         done = subprocess.run(command, cwd=work, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
-        project = Path(work) / "my_ops"
-        for path in sorted(project.rglob("*")):
-            if path.is_file() and ".copier-answers" not in path.name:
-                lines = len(path.read_text().splitlines())
-                print(f"  {path.relative_to(project).as_posix():38} {lines:4} lines")
-        for name, root in (("my_ops", project), ("first_operator", GUIDE / "first_operator")):
-            files = [f for f in root.rglob("*") if f.is_file() and f.suffix != ".so"]
-            files = [f for f in files if ".copier-answers" not in f.name]
-            built = ("__pycache__", ".pytest_cache", "build", "dist")  # left by runs
-            files = [f for f in files if not set(built) & set(f.parts)]
-            files = [f for f in files if not any(p.endswith(".egg-info") for p in f.parts)]
-            total = sum(len(f.read_text(errors="replace").splitlines()) for f in files)
-            print(f"{name}: {len(files)} files, {total} lines")
+        project = line_counts(Path(work) / "my_ops")
+        for path, lines in project.items():
+            print(f"  {path:38} {lines:4} lines")
+        first = line_counts(GUIDE / "first_operator")
+        for name, counts in (("my_ops", project), ("first_operator", first)):
+            print(f"{name}: {len(counts)} files, {sum(counts.values())} lines")
 
 # %%
 # The files, and where Part I explains them:
