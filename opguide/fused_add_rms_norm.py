@@ -127,13 +127,8 @@ def fused_add_rms_norm_(
         (torch.Size([4, 8]), torch.Size([4]))
     """
     native = native_under_compile("fused_add_rms_norm_", compiled)
-    plain = (
-        type(x) in _PLAIN
-        and type(residual) in _PLAIN
-        and type(weight) in (*_PLAIN, type(None))
-        and type(eps) is float
-    )
-    if native or not (plain and backend == "triton"):
+    plain = type(x) in _PLAIN and type(residual) in _PLAIN and type(eps) is float
+    if native or not (plain and type(weight) in (*_PLAIN, type(None)) and backend == "triton"):
         # The Triton operator checks the same things with the same messages.
         _check_fused_add_rms_norm_args(x, residual, weight, eps, out_dtype)
     if native:
