@@ -32,13 +32,19 @@ namespace and every device here that runs it:
   the real kernel's differ.
 
 The fake mode runs with ``allow_fallback_kernels=False``, so an operator
-without a fake kernel fails here instead of being run for real on zeros.
+without a fake kernel fails here instead of being run for real on zeros, and
+with a ``ShapeEnv``, so a fake kernel may return a size that depends on the
+data (an unbacked SymInt, from ``torch.library.get_ctx().new_dynamic_size()``):
+such a size equals whatever the real kernel returns, and every other size is
+compared exactly. The fake inputs keep the real inputs' sizes
+(``static_shapes``).
 
 The operators are found in the dispatcher, not listed by hand: an operator of
 the namespace with no entry in ``CASES`` fails
 ``test_every_operator_has_a_case``. The last tests show that the checks fail
-on a fake kernel that lies about strides or dtype, and on an operator without
-a case.
+on a fake kernel that lies about strides, dtype or a size beside one the data
+decides, and on an operator without a case, and that they take a size the
+data decides.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, has_free_unbacked_symbols
 
 import opguide
 from opguide import registry
@@ -290,7 +297,7 @@ def metadata(t: torch.Tensor) -> dict:
     }
 
 
-def output_metadata(t: torch.Tensor) -> dict:
+def output_metadata(t: torch.Tensor, like: torch.Tensor | None = None) -> dict:
     """``metadata(t)`` with the strides that address an element only.
 
     The stride of a dimension of size 1, and every stride of an empty tensor,
@@ -298,11 +305,29 @@ def output_metadata(t: torch.Tensor) -> dict:
     ``empty_like`` of an empty tensor keeps its strides, the fake one does not.
     So, as PyTorch's fake-tensor checks do (``check_significant_strides``),
     those strides are left out; every other one must match.
+
+    ``like`` is the real kernel's output when ``t`` is the fake kernel's. A
+    size, stride or offset of ``t`` that holds an unbacked SymInt depends on
+    the data, which the fake kernel cannot see: it reads as ``like``'s, so it
+    equals whatever the real kernel returned. Every other one is an int, kept
+    to be compared exactly.
     """
     meta = metadata(t)
+    if like is not None:
+        if t.dim() != like.dim():
+            return meta  # the shapes differ, which the comparison reports first
+
+        def known(f, r):
+            return r if has_free_unbacked_symbols(f) else f
+
+        real = metadata(like)
+        meta["shape"] = tuple(map(known, meta["shape"], real["shape"]))
+        meta["stride"] = tuple(map(known, meta["stride"], real["stride"]))
+        meta["storage_offset"] = known(meta["storage_offset"], real["storage_offset"])
+    shape = meta["shape"]
     meta["stride"] = (
-        tuple(s if n > 1 else None for n, s in zip(t.shape, t.stride(), strict=True))
-        if t.numel() > 0
+        tuple(s if n > 1 else None for n, s in zip(shape, meta["stride"], strict=True))
+        if math.prod(shape) > 0
         else None
     )
     return meta
@@ -323,7 +348,9 @@ def assert_fake_matches_real(op, make_args: Callable[[], tuple]) -> None:
     real_args = make_args()
     fake_source = make_args()
     written = written_arguments(op)
-    with FakeTensorMode(allow_fallback_kernels=False) as mode:
+    with FakeTensorMode(
+        allow_fallback_kernels=False, shape_env=ShapeEnv(), static_shapes=True
+    ) as mode:
         fake_args = tuple(
             mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in fake_source
         )
@@ -337,7 +364,7 @@ def assert_fake_matches_real(op, make_args: Callable[[], tuple]) -> None:
     assert len(fake_out) == len(real_out), f"{op}: fake returns {len(fake_out)} outputs"
     inputs = [metadata(a) if isinstance(a, torch.Tensor) else a for a in real_args]
     for k, (f, r) in enumerate(zip(fake_out, real_out, strict=True)):
-        fm, rm = output_metadata(f), output_metadata(r)
+        fm, rm = output_metadata(f, like=r), output_metadata(r)
         for field in rm:
             assert fm[field] == rm[field], (
                 f"{op}: output {k}: the fake kernel says {field}={fm[field]}, the real kernel "
@@ -610,6 +637,53 @@ def test_check_passes_where_the_lie_does_not_show():
     # keeps_strides's fake is right for contiguous inputs: the check is not
     # a check that always fails.
     assert_fake_matches_real(lying_operators()["keeps_strides"], lambda: (torch.ones(2, 3),))
+
+
+@functools.cache
+def data_sized_operators() -> dict[str, Callable]:
+    """Operators of a scratch namespace with outputs sized by the data.
+
+    Each keeps the rows of ``x`` whose id is not negative, and returns them
+    and the same rows as columns: how many are kept only the real kernel
+    knows, so the fake kernel makes the count an unbacked SymInt (the first
+    size of one output, the second size and the first stride of the other).
+    ``kept_rows``'s fake is right; ``kept_rows_wrong``'s says one column too
+    many.
+    """
+    lib = "opguide_test"
+
+    def kept_rows(x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = x[ids >= 0]
+        return rows, rows.t().clone(memory_format=torch.contiguous_format)
+
+    def fake(extra: int):
+        def kept_rows_fake(x, ids):
+            kept = torch.library.get_ctx().new_dynamic_size()
+            return x.new_empty(kept, x.shape[1] + extra), x.new_empty(x.shape[1], kept)
+
+        return kept_rows_fake
+
+    ops = {}
+    for name, extra in (("kept_rows", 0), ("kept_rows_wrong", 1)):
+        torch.library.custom_op(f"{lib}::{name}", kept_rows, mutates_args=()).register_fake(
+            fake(extra)
+        )
+        ops[name] = getattr(torch.ops.opguide_test, name).default
+    return ops
+
+
+@pytest.mark.parametrize(
+    "ids", [[0, -1, 2, 3, -1], [-1, -1, -1, -1, -1], [0, 1, 2, 3, 4]], ids=["some", "none", "all"]
+)
+def test_check_takes_a_size_the_data_decides(ids):
+    op = data_sized_operators()["kept_rows"]
+    assert_fake_matches_real(op, lambda: (torch.randn(5, 3), torch.tensor(ids)))
+
+
+def test_check_fails_on_a_wrong_size_beside_one_the_data_decides():
+    op = data_sized_operators()["kept_rows_wrong"]
+    with pytest.raises(AssertionError, match=r"output 0: the fake kernel says shape=\(3, 4\)"):
+        assert_fake_matches_real(op, lambda: (torch.randn(5, 3), torch.tensor([0, -1, 2, 3, -1])))
 
 
 def test_coverage_check_finds_an_operator_without_a_case():
