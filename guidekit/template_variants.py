@@ -34,11 +34,25 @@ SCATTER_WRITTEN = {
 }
 
 
-def answers(route: str, abi: str, kind: str, inplace: bool, package: str) -> dict[str, str]:
-    """The copier answers of one variant."""
-    out = dict(package=package, op_name=op_name(kind, inplace), route=route, kind=kind)
+def answers(
+    route: str, abi: str, kind: str, inplace: bool, package: str, triton: bool = True
+) -> dict[str, str | bool]:
+    """The copier answers of one variant.
+
+    ``triton=False`` renders the C++ route without its Triton variant (the
+    ``triton`` question; the other routes do not ask it).
+
+    Raises:
+        ValueError: if ``triton`` is False on a route other than ``cpp``.
+    """
+    if not triton and route != "cpp":
+        raise ValueError(f"triton=False applies to the cpp route only, got route={route!r}")
+    out: dict[str, str | bool] = dict(package=package, route=route, kind=kind)
+    out["op_name"] = op_name(kind, inplace)
     if route == "cpp":
         out["abi"] = abi
+    if not triton:
+        out["triton"] = False
     if kind == "scatter":
         out["written"] = SCATTER_WRITTEN[(route, abi)]
     return out

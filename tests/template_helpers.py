@@ -8,7 +8,7 @@ README between their ``<!-- install-command -->`` / ``<!-- test-command -->``
 markers (as ``.ci/run`` reads this repository's README), so that README and
 test cannot drift. Dependencies come from the project's ``pyproject.toml``
 through pip, never from this environment. On the C++ route the README's nvcc
-check runs beside the tests, and on every route but the pure-Python one its Triton check
+check runs beside the tests, and in every project with Triton kernels its Triton check
 (``tools/check_triton_targets.py``: each Triton kernel compiled for four AMD
 and three NVIDIA GPUs; no spill, none over a GPU's budget). After them, where
 the case asks, the README's wheel command: the wheel's name (its tags) must be
@@ -244,22 +244,31 @@ def assert_passed(tests: subprocess.CompletedProcess) -> str:
     return summary
 
 
+#: The variants rendered without the C++ route's Triton variant (the
+#: ``triton`` question answered false), in every run: the C++ classic scatter
+#: one, whose Triton operator the C++ stable scatter case builds and tests.
+WITHOUT_TRITON = {("cpp", "classic", "scatter", False)}
+
+
 def case(route: str, abi: str, kind: str, inplace: bool, wheel: bool = True, wheel_venv=True):
     op_name = OP_NAMES[kind] + ("_" if inplace else "")
     label = f"{route}{'-stable' if abi == 'stable' else ''}-{kind}{'-inplace' if inplace else ''}"
+    label += "-no-triton" if (route, abi, kind, inplace) in WITHOUT_TRITON else ""
     return pytest.param(route, abi, kind, op_name, wheel, wheel_venv, id=label)
 
 
 # The default cases: each route, kind and in-place choice at least once, one
 # build per route, and the scatter kind (an operator that only writes) once
 # per route but Triton's, with neither wheel (its packaging is the other
-# kinds'): both C++ projects run its Triton operator's tests and Triton check,
-# and test_template_triton.py installs and tests its Triton-route project
-# from a wheelhouse. The pure-Python route once with a wheel. Gallery
-# step 18 builds and tests the C++ classic and stable elementwise functional
-# ones, test_generated_tests_catch_a_broken_kernel the C++ classic elementwise
-# in-place one; every C++ project also carries the Triton operator of its
-# kind, so the Triton route's own case checks its packaging. The last two
+# kinds'): the C++ stable project runs its Triton operator's tests and Triton
+# check, the C++ classic one is rendered without the Triton variant
+# (WITHOUT_TRITON), and test_template_triton.py installs and tests its
+# Triton-route project from a folder of wheels without a package index. The
+# pure-Python route once with a wheel. Gallery step 18 builds and tests the
+# C++ classic and stable elementwise functional ones,
+# test_generated_tests_catch_a_broken_kernel the C++ classic elementwise
+# in-place one; each C++ project but WITHOUT_TRITON's also carries the Triton
+# operator of its kind, so the Triton route's own case checks its packaging. The last two
 # fields: whether the README's wheel command runs (on the classic ABI it is a
 # second build), and whether the wheel's tests run in a fresh venv (once per
 # route: C++ and Triton).
@@ -357,13 +366,15 @@ def check_generated_project(
     functional = op_name.rstrip("_")
     package = f"tpl_{route}_{abi}_{kind}{'_inplace' if inplace else ''}"
     assert op_name == tv.op_name(kind, inplace), op_name
-    project = render(tmp_path / package, **tv.answers(route, abi, kind, inplace, package))
+    triton = (route, abi, kind, inplace) not in WITHOUT_TRITON
+    project = render(tmp_path / package, **tv.answers(route, abi, kind, inplace, package, triton))
     expected = {"pyproject.toml", "README.md", f"tests/test_{functional}.py"}
     expected |= {f"src/{package}/reference.py", ".github/workflows/ci.yml"}
     if route == "python":
         expected |= {f"src/{package}/ops.py"}
-    else:
+    elif triton:
         expected |= {"tools/check_triton_targets.py", f"src/{package}/triton_{functional}.py"}
+        expected |= {"tests/conftest.py"}
     if route == "cpp":
         expected |= {"setup.py", f"csrc/{package}.cpp", f"csrc/{functional}_cpu.cpp"}
         expected |= {f"csrc/{functional}.cuh", f"csrc/{functional}_cuda.cu"}
@@ -378,10 +389,11 @@ def check_generated_project(
     assert expected <= present, f"missing: {sorted(expected - present)}"
     if route != "cpp":
         assert not (project / "csrc").exists() and not (project / "setup.py").exists()
-    if route == "python":
-        # No compiled code and no Triton: the body is PyTorch operations.
-        assert not list(project.rglob("triton_*.py")), "a Triton file in the Python route"
+    if route == "python" or not triton:
+        # No Triton: the body is PyTorch operations, or C++ and CUDA kernels alone.
+        assert not list(project.rglob("*triton*")), "a Triton file in a project without Triton"
         assert "triton" not in (project / "pyproject.toml").read_text()
+        assert not (project / "tests" / "conftest.py").exists(), "it sets TRITON_INTERPRET"
     if route == "cpp":
         # Each ABI's registration macro, and nothing of the other API.
         sources = "".join(p.read_text() for p in (project / "csrc").iterdir())
@@ -414,7 +426,7 @@ def check_generated_project(
         one_arch = "" if every_arch else "TORCH_CUDA_ARCH_LIST=9.0 "
         nvcc = venv.start(one_arch + venv.readme("nvcc-command"))
     triton_targets = None
-    if route != "python":
+    if route != "python" and triton:
         triton_targets = venv.start(venv.readme("triton-targets-command"))
     tests = venv.test()
     print(f"the README's tests: {time.perf_counter() - began:.0f} s")

@@ -36,32 +36,35 @@ def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_pat
     beside_python = Path(sys.executable).with_name("actionlint")
     actionlint = str(beside_python) if beside_python.exists() else shutil.which("actionlint")
     workflows = []
-    for (route, abi), kind, inplace in itertools.product(ROUTES, KINDS, [False, True]):
+    choices = itertools.product(ROUTES, KINDS, [False, True], [True, False])
+    for (route, abi), kind, inplace, triton in choices:
         if kind == "scatter" and inplace:  # the scatter kind has no in-place twin
             continue
-        name = f"wf_{route}_{abi}_{kind}{'_inplace' if inplace else ''}"
+        if not triton and route != "cpp":  # the triton question is the C++ route's only
+            continue
+        name = f"wf_{route}_{abi}_{kind}{'_inplace' if inplace else ''}{'' if triton else '_nt'}"
         answers = dict(package=name, route=route, kind=kind)
         answers["op_name"] = OP_NAMES[kind] + ("_" if inplace else "")
         if route == "cpp":
-            answers["abi"] = abi
+            answers.update(abi=abi, triton=triton)
         project = render(tmp_path / name, **answers)
         workflow = project / ".github" / "workflows" / "ci.yml"
         jobs = yaml.safe_load(workflow.read_text())["jobs"]
         expected = {"test", "wheel", "gpu", *(["nvcc"] if route == "cpp" else [])}
-        expected |= set() if route == "python" else {"triton-targets"}
+        expected |= {"triton-targets"} if route != "python" and triton else set()
         assert set(jobs) == expected, sorted(jobs)
         assert "vars.GPU_RUNNER" in jobs["gpu"]["if"] and "GPU_RUNNER" in jobs["gpu"]["runs-on"]
         steps = [step for job in jobs.values() for step in job["steps"]]
         runs = " ".join(" ".join(step.get("run", "").split()) for step in steps)
         readme = (project / "README.md").read_text()
         blocks = re.findall(r"^<!-- ([a-z-]+-command) -->\n```bash\n(.*?)^```", readme, re.S | re.M)
-        # Not CI's: the template's updates, and the wheelhouse carried to a
-        # machine without a package index.
+        # Not CI's: the template's updates, and the folder of wheels carried to
+        # a machine without a package index.
         updates = ("adopt-template-command", "update-command", "copy-from-git-command")
         offline = ("wheelhouse-command", "offline-install-command")
         ran = {m for m, _ in blocks if m not in updates + offline}
         assert {"install-command", "test-command", "wheel-command"} <= ran
-        assert ("triton-targets-command" in ran) == (route != "python"), sorted(ran)
+        assert ("triton-targets-command" in ran) == (route != "python" and triton), sorted(ran)
         for marker, block in blocks:
             if marker in ran:
                 for line in block.splitlines():
@@ -88,6 +91,135 @@ def test_template_rejects_a_bad_package_name(tmp_path):
     with pytest.raises(Exception, match="lower case"):
         render(tmp_path / "bad", package="My-Lib")
     assert not (tmp_path / "bad" / "pyproject.toml").exists()
+
+
+#: The files of the C++ route's Triton variant, relative to the project (``{package}``,
+#: ``{op}``: the package and the operator).
+TRITON_VARIANT = {"src/{package}/triton_{op}.py", "tools/check_triton_targets.py",
+                  "tests/conftest.py"}  # fmt: skip
+
+
+def files_of(project: Path) -> set[str]:
+    """The paths of ``project``'s files, relative to it."""
+    return {p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("abi", ["classic", "stable"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_cpp_route_without_triton_leaves_out_the_triton_variant(tmp_path, kind, abi):
+    """``triton=false``: the C++ project without its Triton variant, and nothing else missing.
+
+    The Triton module, the target check, the conftest that sets
+    ``TRITON_INTERPRET``, the CI job, ``triton`` in the test extra, the import
+    in ``__init__.py``, the README's words on it and the tests of it are
+    gone; every other file of the ``triton=true`` project is there.
+    """
+    op = OP_NAMES[kind]
+    common = dict(package="nt", op_name=op, route="cpp", kind=kind, abi=abi)
+    with_triton = files_of(render(tmp_path / "with", **common))
+    project = render(tmp_path / "without", **common, triton=False)
+    variant = {f.format(package="nt", op=op) for f in TRITON_VARIANT}
+    assert variant <= with_triton, sorted(variant - with_triton)
+    assert files_of(project) == with_triton - variant, sorted(files_of(project) ^ with_triton)
+    for path in sorted(files_of(project) - {".copier-answers.yml"}):
+        text = (project / path).read_text()
+        assert not re.search("triton", text, re.I), f"{path} speaks of Triton"
+    assert "triton: false" in (project / ".copier-answers.yml").read_text()  # for copier update
+
+
+def test_triton_question_is_the_cpp_routes_only(tmp_path):
+    """The Triton route keeps its kernel: ``triton=false`` there is refused; Python asks nothing."""
+    with pytest.raises(Exception, match=re.escape("triton=false applies to the C++ route")):
+        render(tmp_path / "bad", package="bad", route="triton", triton="false")
+    project = render(tmp_path / "py", package="py", route="python", triton="false")
+    assert "triton" not in (project / ".copier-answers.yml").read_text()
+    assert not (project / "tests" / "conftest.py").exists(), "no Triton, no TRITON_INTERPRET"
+    project = render(tmp_path / "tr", package="tr", route="triton")
+    assert {"src/tr/triton_silu_mul.py", "tools/check_triton_targets.py"} <= files_of(project)
+
+
+@pytest.mark.parametrize("route", ["cpp", "triton", "python"])
+def test_gitignore_keeps_the_offline_wheels_and_leaves_out_the_test_caches(tmp_path, route):
+    """git, asked of the generated ``.gitignore``: what the commands write, and what it keeps.
+
+    The test command writes ``.pytest_cache/`` and ``.hypothesis/``, left
+    out; the C++ route's wheel repair writes ``wheelhouse/``, left out there;
+    ``offline_wheels/``, the README's folder for a machine without a package
+    index, stays in a git copy of the project.
+    """
+    env = git_env(tmp_path)
+    project = render(tmp_path / "gi", package="gi", route=route)
+    written = [".pytest_cache/v/cache/lastfailed", ".hypothesis/examples/0", "wheelhouse/a.whl"]
+    written += ["offline_wheels/pytest-8.0-py3-none-any.whl"]
+    for path in written:
+        (project / path).parent.mkdir(parents=True, exist_ok=True)
+        (project / path).write_text("")
+    commit_all(project, "the generated project", env)
+    proc = run(["git", "check-ignore", *written], project, env=env)
+    ignored = set(proc.stdout.split())
+    left_out = {".pytest_cache/v/cache/lastfailed", ".hypothesis/examples/0"}
+    left_out |= {"wheelhouse/a.whl"} if route == "cpp" else set()
+    assert ignored == left_out, sorted(ignored ^ left_out)
+
+
+@pytest.mark.parametrize("route", ["cpp", "triton", "python"])
+def test_readme_offline_download_names_the_targets_python_and_platform(tmp_path, route):
+    """The README's download: wheels for the Python and platform it names, into ``offline_wheels``.
+
+    Only wheels (``--only-binary=:all:``), for the CPython version and the
+    manylinux tags of the processor that two variables hold, which the
+    README's one-line command prints on the target: run here, it names this
+    interpreter's version and processor. The offline install reads that
+    folder only.
+    """
+    import platform
+
+    project = render(tmp_path / "off", package="off", route=route)
+    readme = (project / "README.md").read_text()
+    download = readme_command(project / "README.md", "wheelhouse-command")
+    assert download and "pip download -d offline_wheels --only-binary=:all:" in download
+    options = ["--implementation cp", '--python-version "$PYTHON_VERSION"']
+    options += ['--platform "manylinux_2_28_$ARCH"', '--platform "manylinux2014_$ARCH"']
+    for option in options:
+        assert option in download, option
+    assert re.search(r"^PYTHON_VERSION=3\.\d+ ", download, re.M)
+    assert re.search(r"^ARCH=x86_64 ", download, re.M)
+    found = re.search(r'`(python -c "import platform, sys;[^`]*)`', readme)
+    assert found, "the README has no command that prints the target's values"
+    proc = run(["bash", "-c", found[1].replace("python", sys.executable, 1)], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert proc.stdout.split() == [f"PYTHON_VERSION={version}", f"ARCH={platform.machine()}"]
+    offline = readme_command(project / "README.md", "offline-install-command")
+    installs = [line for line in offline.splitlines() if line.startswith("pip install")]
+    assert installs and all("--no-index --find-links offline_wheels" in i for i in installs)
+    assert "wheelhouse" not in download + offline, "auditwheel's folder, not the offline one"
+
+
+@pytest.mark.parametrize("route", ["cpp", "triton", "python"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_readme_calls_the_formula_the_templates_example(tmp_path, kind, route):
+    """Under another operator's name, the README says the formula is the example to replace.
+
+    With ``op_name=moe_permute``, no sentence says that the operator computes
+    RoPE (or ``silu(x) * gate``, a row norm, a KV-cache write): the paragraph
+    that states the formula calls it the template's starting one, to replace
+    (\"Your own formula\"), and that section names the example.
+    """
+    project = render(tmp_path / "ex", package="ex", op_name="moe_permute", route=route,
+                     kind=kind)  # fmt: skip
+    readme = (project / "README.md").read_text()
+    assert not re.search(r"\bIt (computes|writes)\b", readme), "the operator claims the example"
+    words = {
+        "elementwise": "`silu(x) * gate`",
+        "rowwise": "`x / sqrt(mean(x**2,",
+        "indexed": "rotary position embedding",
+        "scatter": "the rows of `k` and `v`",
+    }[kind]
+    paragraph = next(p for p in readme.split("\n\n") if words in p)
+    assert "As generated" in paragraph and "template's starting" in paragraph, paragraph
+    assert '"Your own formula"' in paragraph, paragraph
+    assert f"`moe_permute` starts as the template's example of the {kind} kind" in readme
 
 
 def copier_cli() -> str:

@@ -55,16 +55,19 @@ def test_triton_target_check_fails_on_a_spill(tmp_path):
     assert "0 ok, 1 failed" in spills.stdout, spills.stdout
 
 
-def test_readme_installs_from_a_wheelhouse_without_an_index(tmp_path, base_venv):
-    """The README's wheelhouse: downloaded with network, then installed with ``--no-index``.
+def test_readme_installs_from_offline_wheels_without_an_index(tmp_path, base_venv):
+    """The README's folder of wheels: downloaded with network, then installed with ``--no-index``.
 
-    The download names setuptools (pip builds the package in an isolated
-    environment, from the wheelhouse too) and the test dependencies of the
-    project's ``pyproject.toml`` (checked here); torch in the torch-only venv is a CPU
-    build, without Triton, so ``triton`` is added as the README says. The
-    install reads the wheelhouse only, and the project's tests then run, in
-    Triton's interpreter: the scatter kind with the three written tensors of
-    the GPU record's variant.
+    The download names the target's Python version and processor, the values
+    that the README's one-line command prints on the target (run here in the
+    project's venv, whose machine plays the target), and it names setuptools
+    (pip builds the package in an isolated environment, from that folder too)
+    and the test dependencies of the project's ``pyproject.toml`` (checked
+    here); torch in the torch-only venv is a CPU build, without Triton, so
+    ``triton`` is added as the README says. The install reads
+    ``offline_wheels/`` only, and the project's tests then run, in Triton's
+    interpreter: the scatter kind with the three written tensors of the GPU
+    record's variant.
     """
     from template_helpers import ReaderVenv
 
@@ -78,14 +81,21 @@ def test_readme_installs_from_a_wheelhouse_without_an_index(tmp_path, base_venv)
     test_extras = re.search(r"^test = \[(.*)\]$", pyproject, re.M)[1]
     for requirement in re.findall(r'"([^"]+)"', test_extras):
         assert requirement in download, f"{requirement} is not in the download"
+    readme = (project / "README.md").read_text()
+    values = venv.shell(re.search(r'`(python -c "import platform, sys;[^`]*)`', readme)[1])
+    assert values.returncode == 0, values.stdout + values.stderr
+    for assignment in values.stdout.split():  # PYTHON_VERSION=3.12, ARCH=x86_64
+        name = assignment.split("=")[0]
+        download, replaced = re.subn(rf"^{name}=\S+", assignment, download, flags=re.M)
+        assert replaced == 1, f"the download sets no {name}"
     proc = venv.shell(download + " triton")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted((project / "wheelhouse").glob("triton-*.whl")), "triton was not downloaded"
+    assert sorted((project / "offline_wheels").glob("triton-*.whl")), "triton was not downloaded"
     offline = venv.readme("offline-install-command").strip().splitlines()
     assert offline[-1].split("#")[0].strip() == "python -m pytest", offline
-    assert all("--no-index" in line for line in offline[:-1]), offline
+    assert all("--no-index --find-links offline_wheels" in line for line in offline[:-1]), offline
     # No index to reach even if a line forgot --no-index, and no other
-    # folder of wheels than the wheelhouse.
+    # folder of wheels than offline_wheels/.
     venv.env["PIP_INDEX_URL"] = "http://127.0.0.1:9/simple"
     venv.env.pop("PIP_FIND_LINKS", None)
     proc = venv.shell("\n".join(offline[:-1]))
