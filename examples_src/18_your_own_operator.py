@@ -5,8 +5,8 @@ Step 18: Start your own operator
 Part I renders the project template once. This step renders it for
 ``silu_mul`` (SwiGLU, ``silu(x) * gate``) and adds: every question it asks,
 which step explains each generated file, its CUDA compile check and CI, its
-recorded GPU runs, and the in-place, indexed, writing and stable-ABI
-variants.
+recorded GPU runs, the in-place, indexed, writing and stable-ABI
+variants, and a second operator in the same project.
 
 The template
 ------------
@@ -30,7 +30,8 @@ renders the files that apply and records the answers in
      - whether ``op_name`` writes its first tensor (must agree with the name)
    * - ``route``
      - ``cpp``: C++ CPU and CUDA kernels in ``TORCH_LIBRARY``, built by
-       ``setup.py``, plus Triton; ``triton``: a Triton kernel in a
+       ``setup.py``, and an optional Triton variant (the ``triton``
+       question); ``triton``: a Triton kernel in a
        :func:`torch.library.custom_op`; ``python``: a ``custom_op`` of PyTorch
        operations. :doc:`/routes` says which fits.
    * - ``abi``
@@ -38,10 +39,19 @@ renders the files that apply and records the answers in
        <15_one_wheel_for_every_torch>`)
    * - ``kind``
      - ``elementwise`` (``silu(x) * gate``), ``rowwise`` (like RMSNorm),
-       ``indexed`` (the rotary embedding, ``rope``), or ``scatter``
-       (``store_kv``, :doc:`step 10.3 <10_patterns_3_operators_that_write>`)
+       ``indexed`` (the rotary embedding, ``rope``), ``scatter``
+       (``store_kv``, :doc:`step 10.3 <10_patterns_3_operators_that_write>`),
+       or ``grouped`` (``group_rows``, an output sized by the data, :doc:`step
+       10.4 <10_patterns_4_outputs_sized_by_the_data>`; ``route=python``, or
+       ``cpp`` with the classic ABI)
+   * - ``triton``
+     - ``cpp`` only: the operator in Triton too, with its target check, CI job
+       and tests; ``true`` but for ``grouped``, which has no Triton variant
    * - ``written``
      - ``scatter`` only: the written tensors (``k,v``)
+   * - ``add_to_project``
+     - ``true`` adds an operator to a project the template made (see `A
+       second operator in the project`_)
 
 Run it with your answers (``copier copy`` alone asks them one by one):
 
@@ -174,7 +184,8 @@ for path in sorted(PROJECT.rglob("*")):
 #      - the checked wrapper, the fake kernels, the autograd formula
 #      - :doc:`step 1 <01_first_operator>`, :doc:`step 8 <08_autograd>`
 #    * - ``src/myops/triton_silu_mul.py``
-#      - the same operator in Triton
+#      - the same operator in Triton (with ``--data triton=false``, no
+#        Triton file, test or CI job)
 #      - :doc:`step 9 <09_triton_kernel>`
 #    * - ``src/myops/__init__.py``
 #      - loading the compiled library
@@ -403,10 +414,10 @@ readme = (PROJECT / "README.md").read_text()
 blocks = re.findall(r"^<!-- ([a-z-]+-command) -->\n```bash\n(.*?)^```", readme, re.S | re.M)
 steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
 runs = " ".join(" ".join(step.get("run", "").split()) for step in steps)
-# copier's update commands are run by the reader, not by CI, and so are the
-# wheelhouse commands, for a machine without a package index
+# copier's commands (update, add an operator) are run by the reader, not by
+# CI, and so are the wheel downloads for a machine without a package index
 skipped = {"adopt-template-command", "update-command", "copy-from-git-command"}
-skipped |= {"wheelhouse-command", "offline-install-command"}
+skipped |= {"add-operator-command", "wheelhouse-command", "offline-install-command"}
 lines = [
     " ".join(line.split(" #")[0].split())
     for marker, block in blocks
@@ -501,6 +512,9 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # kernel through an error flag, :doc:`step 10.3
 # <10_patterns_3_operators_that_write>`). ``--data kind=scatter`` starts from
 # ``store_kv``, step 10.3's cache write, with every test that step lists.
+# ``--data kind=grouped`` starts from ``group_rows``, whose output's size
+# depends on the data: :doc:`step 10.4 <10_patterns_4_outputs_sized_by_the_data>`
+# renders it and explains its fake kernel and its CUDA pattern.
 #
 # One build for every torch
 # -------------------------
@@ -572,6 +586,22 @@ if TORCH_2_13:
         show="pip uninstall -y myops_stable")  # fmt: skip
 else:
     print(f"SKIPPED: torch {torch.__version__} here; the stable-ABI sources build with 2.13+")
+
+# %%
+# A second operator in the project
+# --------------------------------
+# Run the template again in the project's folder with
+# ``--data add_to_project=true``, the project's ``package``, ``namespace``,
+# ``route`` and ``abi``, and the new operator's ``kind`` and ``op_name``. It writes only
+# that operator's files, each named after it: on the C++ route its kernels
+# and ``csrc/<op_name>_library.cpp``, whose ``TORCH_LIBRARY_FRAGMENT`` adds
+# its schema to the namespace (:doc:`step 13 <13_namespaces_and_fragments>`);
+# on every route ``src/myops/<op_name>_ops.py`` with its checks and
+# reference, and ``tests/test_<op_name>.py``. Its answers go to
+# ``.copier-answers.<op_name>.yml``. ``setup.py``, the README, CI and
+# ``__init__.py`` stay as they are, and copier prints the import line to add
+# to ``__init__.py``. The generated README's section "Another operator"
+# (shown whole above) gives the command with the project's answers filled in.
 
 # %%
 # Updates from the template

@@ -25,11 +25,13 @@ one by one; ``--data`` answers them on the command line:
        --data route=cpp --data kind=rowwise path/to/opguide/template my_ops
 
 ``route`` chooses how the kernels are written: ``cpp`` (a C++ CPU kernel and a
-CUDA kernel, as here, and a Triton kernel beside them), ``triton`` (a Triton
+CUDA kernel, as here, and a Triton kernel beside them, which
+``--data triton=false`` leaves out), ``triton`` (a Triton
 kernel) or ``python`` (a body of PyTorch operations, as on page 1). ``kind``
 chooses the formula to start from: ``elementwise``, ``rowwise`` (RMSNorm's
 shape: one result per row element, from a reduction over the row),
-``indexed`` or ``scatter``.
+``indexed``, ``scatter`` or ``grouped`` (an output whose size depends on the
+data).
 :doc:`Step 18 </auto_examples/18_your_own_operator>` lists every question.
 """
 
