@@ -14,13 +14,14 @@ TEMPLATE = ROOT / "template"
 
 #: (route, ABI) pairs: the C++ route comes with either ABI, the others with none of their own.
 ROUTES = [("cpp", "classic"), ("cpp", "stable"), ("triton", "classic"), ("python", "classic")]
-KINDS = ["elementwise", "rowwise", "indexed", "scatter"]
+KINDS = ["elementwise", "rowwise", "indexed", "scatter", "grouped"]
 #: The example operator of each kind (in-place variants append ``_``).
 OP_NAMES = {
     "elementwise": "silu_mul",
     "rowwise": "scaled_norm",
     "indexed": "rope",
     "scatter": "store_kv",
+    "grouped": "group_rows",
 }
 
 #: The tensors each route's scatter variant writes (the ``written`` question):
@@ -58,12 +59,26 @@ def answers(
     return out
 
 
-#: Every variant, as (route, abi, kind, inplace) tuples; the scatter kind only writes, so it has
-#: no in-place twin.
+def supports(route: str, abi: str, kind: str, inplace: bool = False, triton: bool = False) -> bool:
+    """Whether the template renders this variant (the questions' validators refuse the others).
+
+    The scatter and grouped kinds have no in-place twin (the one only writes,
+    the other's output has another size); the grouped kind comes on the C++
+    route with the classic ABI and no Triton variant, and on the Python route.
+    """
+    if inplace and kind in ("scatter", "grouped"):
+        return False
+    if kind == "grouped":
+        return route == "python" or (route, abi, triton) == ("cpp", "classic", False)
+    return True
+
+
+#: Every variant, as (route, abi, kind, inplace) tuples (the C++ route's with its
+#: Triton variant, but the grouped kind's, which has none).
 EVERY = [
     (r, a, k, i)
     for (r, a), k, i in itertools.product(ROUTES, KINDS, [False, True])
-    if not (k == "scatter" and i)
+    if supports(r, a, k, i)
 ]
 
 

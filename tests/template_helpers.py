@@ -249,11 +249,22 @@ def assert_passed(tests: subprocess.CompletedProcess) -> str:
 #: one, whose Triton operator the C++ stable scatter case builds and tests.
 WITHOUT_TRITON = {("cpp", "classic", "scatter", False)}
 
+#: The variants that get a second operator, of this kind, with the README's
+#: add-operator command (the template's ``add_to_project``), before its
+#: commands run: a project of two operators, one of them with an output sized
+#: by the data, built and tested whole.
+ADDED = {
+    ("cpp", "classic", "indexed", True): "grouped",
+    ("python", "classic", "indexed", True): "grouped",
+}
+
 
 def case(route: str, abi: str, kind: str, inplace: bool, wheel: bool = True, wheel_venv=True):
     op_name = OP_NAMES[kind] + ("_" if inplace else "")
     label = f"{route}{'-stable' if abi == 'stable' else ''}-{kind}{'-inplace' if inplace else ''}"
     label += "-no-triton" if (route, abi, kind, inplace) in WITHOUT_TRITON else ""
+    added = ADDED.get((route, abi, kind, inplace))
+    label += f"-plus-{added}" if added else ""
     return pytest.param(route, abi, kind, op_name, wheel, wheel_venv, id=label)
 
 
@@ -366,8 +377,9 @@ def check_generated_project(
     functional = op_name.rstrip("_")
     package = f"tpl_{route}_{abi}_{kind}{'_inplace' if inplace else ''}"
     assert op_name == tv.op_name(kind, inplace), op_name
-    triton = (route, abi, kind, inplace) not in WITHOUT_TRITON
+    triton = (route, abi, kind, inplace) not in WITHOUT_TRITON and kind != "grouped"
     project = render(tmp_path / package, **tv.answers(route, abi, kind, inplace, package, triton))
+    added = ADDED.get((route, abi, kind, inplace))
     expected = {"pyproject.toml", "README.md", f"tests/test_{functional}.py"}
     expected |= {f"src/{package}/reference.py", ".github/workflows/ci.yml"}
     if route == "python":
@@ -405,6 +417,9 @@ def check_generated_project(
             assert "#include <ATen/" not in sources and "at::Tensor" not in sources
         else:
             assert "TORCH_LIBRARY(" in sources and "STABLE_TORCH_LIBRARY" not in sources
+
+    if added is not None:
+        add_operator(project, package, added)
 
     began = time.perf_counter()
     venv = ReaderVenv(base_venv, project)
@@ -463,6 +478,38 @@ def check_generated_project(
         start = time.perf_counter()
         check_wheel_in_fresh_venv(base_venv, project, package)
         print(f"the wheel's tests in a fresh venv: {time.perf_counter() - start:.0f} s")
+
+
+def add_operator(project: Path, package: str, kind: str) -> None:
+    """Adds an operator of ``kind`` to ``project`` as its README says, then checks what was written.
+
+    The README's add-operator command runs (with this Python's copier), and
+    the line copier prints is put where it says, in ``__init__.py``; nothing
+    of the project's own files but that line may change.
+    """
+    op = tv.OP_NAMES[kind]
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
+    command = readme_command(project / "README.md", "add-operator-command")
+    assert command, "the generated README has no add-operator-command block"
+    copier = f"{shlex.quote(sys.executable)} -m copier"
+    script = command.replace("TEMPLATE=path/to/opguide/template", f"TEMPLATE={tv.TEMPLATE}")
+    script = script.replace("KIND=grouped OP_NAME=group_rows", f"KIND={kind} OP_NAME={op}")
+    script = re.sub(r"^copier ", copier + " ", script, flags=re.M)
+    proc = run(["bash", "-euo", "pipefail", "-c", script], project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    message = " ".join((proc.stdout + proc.stderr).split())
+    line = f"from .{op}_ops import {op}  # noqa: E402"
+    assert f'add "{" ".join(line.split())}"' in message, message
+    changed = sorted(p.name for p, was in before.items() if p.read_bytes() != was)
+    assert not changed, f"adding an operator changed the project's files: {changed}"
+    written = {p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()}
+    written -= {p.relative_to(project).as_posix() for p in before}
+    assert written and all(op in path for path in written), sorted(written)
+    init = project / "src" / package / "__init__.py"
+    lines = init.read_text().splitlines(keepends=True)
+    at = next(n for n, text in enumerate(lines) if text.startswith("from .ops import"))
+    lines.insert(at + 1, line + "\n")
+    init.write_text("".join(lines).replace("__all__ = [", f'__all__ = ["{op}", ', 1))
 
 
 def check_triton_targets(triton_targets: subprocess.Popen, kind: str) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from template_helpers import copier, readme_command, render, run
 
-from guidekit.template_variants import KINDS, OP_NAMES, ROOT, ROUTES, TEMPLATE
+from guidekit.template_variants import KINDS, OP_NAMES, ROOT, ROUTES, TEMPLATE, supports
 
 
 def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_path):
@@ -38,9 +38,9 @@ def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_pat
     workflows = []
     choices = itertools.product(ROUTES, KINDS, [False, True], [True, False])
     for (route, abi), kind, inplace, triton in choices:
-        if kind == "scatter" and inplace:  # the scatter kind has no in-place twin
-            continue
         if not triton and route != "cpp":  # the triton question is the C++ route's only
+            continue
+        if not supports(route, abi, kind, inplace, triton=triton and route == "cpp"):
             continue
         name = f"wf_{route}_{abi}_{kind}{'_inplace' if inplace else ''}{'' if triton else '_nt'}"
         answers = dict(package=name, route=route, kind=kind)
@@ -58,9 +58,10 @@ def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_pat
         runs = " ".join(" ".join(step.get("run", "").split()) for step in steps)
         readme = (project / "README.md").read_text()
         blocks = re.findall(r"^<!-- ([a-z-]+-command) -->\n```bash\n(.*?)^```", readme, re.S | re.M)
-        # Not CI's: the template's updates, and the folder of wheels carried to
+        # Not CI's: the template's updates and added operators, and the folder of wheels carried to
         # a machine without a package index.
-        updates = ("adopt-template-command", "update-command", "copy-from-git-command")
+        updates = ("adopt-template-command", "update-command", "copy-from-git-command",
+                   "add-operator-command")  # fmt: skip
         offline = ("wheelhouse-command", "offline-install-command")
         ran = {m for m, _ in blocks if m not in updates + offline}
         assert {"install-command", "test-command", "wheel-command"} <= ran
@@ -105,7 +106,7 @@ def files_of(project: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("abi", ["classic", "stable"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "grouped"])  # grouped: never Triton
 def test_cpp_route_without_triton_leaves_out_the_triton_variant(tmp_path, kind, abi):
     """``triton=false``: the C++ project without its Triton variant, and nothing else missing.
 
@@ -196,8 +197,10 @@ def test_readme_offline_download_names_the_targets_python_and_platform(tmp_path,
     assert "wheelhouse" not in download + offline, "auditwheel's folder, not the offline one"
 
 
-@pytest.mark.parametrize("route", ["cpp", "triton", "python"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "route, kind",
+    [(r, k) for r in ["cpp", "triton", "python"] for k in KINDS if supports(r, "classic", k)],
+)
 def test_readme_calls_the_formula_the_templates_example(tmp_path, kind, route):
     """Under another operator's name, the README says the formula is the example to replace.
 
@@ -215,6 +218,7 @@ def test_readme_calls_the_formula_the_templates_example(tmp_path, kind, route):
         "rowwise": "`x / sqrt(mean(x**2,",
         "indexed": "rotary position embedding",
         "scatter": "the rows of `k` and `v`",
+        "grouped": "an\noutput whose size depends on the data",
     }[kind]
     paragraph = next(p for p in readme.split("\n\n") if words in p)
     assert "As generated" in paragraph and "template's starting" in paragraph, paragraph
@@ -298,7 +302,7 @@ def test_copier_update_works_with_the_readmes_commands(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     newer = tmp_path / "opguide-new" / "template"
     shutil.copytree(archive, newer)
-    readme_template = newer / "project" / "README.md.jinja"
+    readme_template = newer / "project" / "{% if not add_to_project %}README.md{% endif %}.jinja"
     newer_line = "A line of the newer template.\n\n## The files"
     readme_template.write_text(readme_template.read_text().replace("## The files", newer_line))
 
@@ -355,7 +359,9 @@ def test_copier_copy_and_update_from_opguides_git_repository(tmp_path):
     assert "package: myops" in answers and "route: triton" in answers, answers
 
     # A newer opguide, and the reader's project under git; no adoption step.
-    readme_template = repo / "template" / "project" / "README.md.jinja"
+    readme_template = (
+        repo / "template" / "project" / "{% if not add_to_project %}README.md{% endif %}.jinja"
+    )
     newer_line = "A line of opguide v2.\n\n## The files"
     readme_template.write_text(readme_template.read_text().replace("## The files", newer_line))
     commit_all(repo, "opguide v2", env, tag="v2")

@@ -184,7 +184,7 @@ def _template(record: str, listed: Callable[[str], list[str]]) -> list[str]:
                 return False
         return True
 
-    keep = re.compile(r"template/(copier|questions)\.yml|template/project/(pyproject|.*setup\.py"
+    keep = re.compile(r"template/(copier|questions)\.yml|template/project/(.*pyproject|.*setup\.py"
                       r"|src/|tests/|\{% if route == 'cpp' %\}csrc)")  # fmt: skip
     return [p for p in listed("template") if keep.match(p) and renders(p)]
 
