@@ -1,1 +1,1 @@
-../../template/project/{% if route == 'cpp' %}tools{% endif %}/{% if abi == 'stable' %}check_abi.py{% endif %}
+../../template/project/{% if route == 'cpp' %}tools{% endif %}/{% if not add_to_project and abi == 'stable' %}check_abi.py{% endif %}
