@@ -33,9 +33,9 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path.cwd().resolve().parent if Path.cwd().name == "examples_src" else Path.cwd()
-if not (ROOT / "template").is_dir():  # run from the repository root or from examples_src/
-    raise SystemExit(f"run this step from the opguide repository, not {Path.cwd()}")
+from guidekit.compile_checks import source_root
+
+ROOT = source_root()  # the opguide source tree: it holds template/
 WORK = ROOT / "build" / "outputs_sized_by_the_data"
 WORK.mkdir(parents=True, exist_ok=True)
 
