@@ -172,17 +172,27 @@ def _route(route: str, passes: str) -> list[str]:
 
 
 def _template(record: str, listed: Callable[[str], list[str]]) -> list[str]:
-    """The template's files that render for the route of ``template_<variant>_cuda_*.json``."""
+    """The template's files that render for a project of ``template_<variant>_cuda_*.json``.
+
+    The record ran :data:`guidekit.template_variants.EVERY`'s variants of its
+    route and ABI, each a first render (not ``add_to_project``) with the
+    ``triton`` question's default; a file counts when its name's conditions
+    hold for one of them.
+    """
+    from guidekit.template_variants import EVERY
+
     route, abi = TEMPLATE_ROUTES[record.split("_")[1]]
-    names = {"route": route, "abi": abi}
+    projects = [
+        dict(route=route, abi=abi, kind=kind, inplace=inplace, triton=kind != "grouped",
+             add_to_project=False)
+        for r, a, kind, inplace in EVERY
+        if (r, a) == (route, abi)
+    ]  # fmt: skip
 
     def renders(path: str) -> bool:
-        for condition in re.findall(r"{% if (.*?) %}", path):
-            # Clauses on the operator's kind hold for some project of the record.
-            clauses = [c for c in condition.split(" and ") if "route" in c or "abi" in c]
-            if not all(eval(c, {}, names) for c in clauses):  # noqa: S307 (the repo's own names)
-                return False
-        return True
+        conditions = re.findall(r"{% if (.*?) %}", path)
+        # The repository's own file names: eval reads the template's conditions.
+        return any(all(eval(c, {}, names) for c in conditions) for names in projects)  # noqa: S307
 
     keep = re.compile(r"template/(copier|questions)\.yml|template/project/(.*pyproject|.*setup\.py"
                       r"|src/|tests/|\{% if route == 'cpp' %\}csrc)")  # fmt: skip
