@@ -441,7 +441,7 @@ memchecked = []
 for path in sorted(recorded_dir().glob("template_*_cuda_*.json")):
     say_stale(path.name)
     for project in json.loads(path.read_text())["projects"]:
-        if checked := project.get("memcheck"):
+        if "_scatter" in project["project"] and (checked := project.get("memcheck")):
             failed = f", exit status {checked['exit_code']}" if checked.get("exit_code", 0) else ""
             tests = checked["tests"].rsplit(" in ", 1)[0]  # the counts, not the time
             errors = checked["errors"].removeprefix("ERROR SUMMARY: ")

@@ -183,6 +183,27 @@ print("exported, 12 rows:", [tuple(t.shape) for t in program.module()(x12, ids12
 print("csrc/:", ", ".join(p.name for p in sorted((cpp_route / "csrc").iterdir())))
 
 # %%
+# On a GPU, the template's record of its C++ projects holds this one's run:
+# its tests, the CUDA items among them, and those again under
+# ``compute-sanitizer --tool memcheck`` (a release build, with no ``assert``
+# left to catch a write out of bounds):
+import json  # noqa: E402
+
+from guidekit.recorded import recorded_dir  # noqa: E402
+from guidekit.recorded.pages import say_stale  # noqa: E402
+
+for path in sorted(recorded_dir().glob("template_classic_cuda_*.json")):
+    say_stale(path.name)
+    run = json.loads(path.read_text())
+    for project in run["projects"]:
+        if project["project"].endswith("_grouped"):
+            checked = project.get("memcheck", {})
+            print(f"{run['run_with']['device']}, torch {run['run_with']['torch']}, {run['date']}")
+            print(f"{project['project']}: {project['summary']}")
+            print(f"  CUDA items: {project['cuda_items']}")
+            print(f"  memcheck: {checked.get('tests', 'not run')}, {checked.get('errors', '')}")
+
+# %%
 # What the read costs, and the fixed-size form
 # --------------------------------------------
 # The host's read is a wait: the call returns only once the GPU has run

@@ -156,7 +156,7 @@ for path in sorted(PROJECT.rglob("*")):
         print(f"  {path.relative_to(PROJECT).as_posix():34} {lines:4} lines")
 
 # %%
-# Its README's checklist, in the order to make the operator yours:
+# The files to change, in the order that makes the operator yours:
 #
 # .. list-table::
 #    :header-rows: 1
