@@ -329,6 +329,10 @@ def test_code_leaves_out_comments_only():
     assert not same("v.patch", patch.encode(), moved.replace("+y", "+z").encode())
     assert same("run.sh", b"#!/bin/sh\n# says\necho 1\n", b"# says more\necho 1\n")
     assert not same("run.sh", b"echo 1\n", b"echo 2\n")
+    # copier's message to the reader renders nothing; a question's default does.
+    questions = b"_message_after_copy: >-\n  Add one line.\n\nkind:\n  default: a\n"
+    assert same("q.yml", questions, questions.replace(b"Add one line.", b"Add two lines."))
+    assert not same("q.yml", questions, questions.replace(b"default: a", b"default: b"))
     assert not same("notes.txt", b"a", b"b")
     assert same("bad.py", b"def (", b"def (") and not same("bad.py", b"def (", b"def ( ")
 

@@ -15,7 +15,9 @@ of a file that a record's stored hash covers:
 * a patch (``.patch``, the kernel variants of ``tools/variants/``): its file
   names and its removed and added lines, in order; its context lines and hunk
   positions follow the sources, which are hashed on their own;
-* shell scripts, TOML and YAML: the lines that are not ``#`` comments;
+* shell scripts, TOML and YAML: the lines that are not ``#`` comments; in
+  YAML also not a copier message (a top-level ``_message_...`` key and its
+  lines), prose that copier prints to the reader and renders nothing;
 * anything else: its bytes.
 """
 
@@ -95,7 +97,16 @@ def code(path: str, data: bytes) -> bytes:
         lines = [line for line in text.splitlines() if line[:1] in "+-"]
     elif path.endswith(C_SUFFIXES):
         lines = _c_lines(text)
-    elif path.endswith((".sh", ".toml", ".yml", ".yaml")):
+    elif path.endswith((".yml", ".yaml")):
+        lines, message = [], False
+        for line in text.splitlines():
+            if line.lstrip().startswith("#"):
+                continue
+            if line.strip() and not line[0].isspace():  # a top-level key starts
+                message = line.startswith("_message_")
+            if not message:
+                lines.append(line)
+    elif path.endswith((".sh", ".toml")):
         lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     else:
         return data
