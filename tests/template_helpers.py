@@ -493,7 +493,8 @@ def add_operator(project: Path, package: str, kind: str) -> None:
     assert command, "the generated README has no add-operator-command block"
     copier = f"{shlex.quote(sys.executable)} -m copier"
     script = command.replace("TEMPLATE=path/to/opguide/template", f"TEMPLATE={tv.TEMPLATE}")
-    script = script.replace("KIND=grouped OP_NAME=group_rows", f"KIND={kind} OP_NAME={op}")
+    script, chosen = re.subn(r"KIND=\S+ OP_NAME=\S+", f"KIND={kind} OP_NAME={op}", script)
+    assert chosen == 1, script
     script = re.sub(r"^copier ", copier + " ", script, flags=re.M)
     proc = run(["bash", "-euo", "pipefail", "-c", script], project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
