@@ -54,7 +54,7 @@ def render(folder: str, *answers: str) -> Path:
 
 
 python_route = render("groups_py", "package=groups", "kind=grouped", "route=python")
-cpp_route = render("groups_cpp", "package=groups", "kind=grouped", "route=cpp", "triton=false")
+cpp_route = render("groups_cpp", "package=groups", "kind=grouped", "route=cpp")
 for project in (python_route, cpp_route):
     files = sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file())
     print(f"{project.name}: " + ", ".join(f for f in files if not f.startswith(".")))
@@ -97,9 +97,10 @@ for name, f, r in zip(("out", "counts", "source"), fake, real, strict=True):
 # ``ids`` may be int32 or int64; the C++ kernels take both with
 # ``AT_DISPATCH_INDEX_TYPES``, which names the type ``index_t`` inside its
 # lambda. No value is an error: an id outside ``[0, num_groups)`` drops its
-# row, on every device and in a release build too (a device assert would
-# vanish under ``-DNDEBUG``). Rows 4 (id -1) and 7 (id 7) are dropped, and
-# group 1 keeps its rows in order:
+# row, on every device and in a release build too (a plain ``assert()``
+# vanishes under ``-DNDEBUG``, and a device assert that fires leaves the CUDA
+# context unusable). Rows 4 (id -1) and 7 (id 7) are dropped, and group 1
+# keeps its rows in order:
 out, counts, source = real
 print("ids    ", ids.tolist())
 print("source ", source.tolist(), " counts", counts.tolist())
@@ -113,7 +114,8 @@ print("int64 ids give the same outputs:", same)
 # ---------------------------------------
 # ``fullgraph=True`` refuses any graph break: the operator traces whole, and
 # its ``u0`` flows into the operations after it. A counting backend shows
-# how many graphs three calls with three row counts make:
+# how many graphs three calls make, on the same 8 rows, each keeping another
+# number of them:
 graphs = []
 
 
@@ -137,8 +139,10 @@ for call, dropped in enumerate([1, 3, 6]):  # the first `dropped` rows get id -1
 print("graphs compiled for the three calls:", len(graphs))
 
 # %%
-# ``torch.export`` records the operator itself and the bound of ``u0``; the
-# exported program runs on inputs of another size:
+# ``torch.export`` records the operator itself, with ``x``'s rows as a
+# symbol of their own; ``u0``'s bounds become checks that run with the
+# program (``_assert_scalar``). The exported program runs on inputs of
+# another size that drop other rows:
 tokens = torch.export.Dim("tokens")
 
 
@@ -149,10 +153,18 @@ class Dispatch(torch.nn.Module):
 
 program = torch.export.export(Dispatch(), (x, ids), dynamic_shapes=({0: tokens}, {0: tokens}))
 for node in program.graph.nodes:
-    if node.op == "call_function" and "group_rows" in str(node.target):
+    target = str(node.target)
+    if node.op == "call_function" and ("group_rows" in target or "assert" in target):
         print(node.format_node())
-x12, ids12 = torch.randn(12, 2), torch.randint(0, 3, (12,))
-print("exported, 12 rows:", [tuple(t.shape) for t in program.module()(x12, ids12)])
+print("range constraints:", program.range_constraints)
+x12 = torch.randn(12, 2)
+ids12 = torch.tensor([0, -1, 2, 1, 5, 0, 2, 2, -3, 1, 0, 2], dtype=torch.int32)
+exported = program.module()(x12, ids12)
+print("exported, 12 rows in:", [tuple(t.shape) for t in exported])
+same = all(
+    torch.equal(a, b) for a, b in zip(exported, groups.group_rows(x12, ids12, 3), strict=True)
+)
+print("equal to the eager call:", same)
 
 # %%
 # The CUDA pattern: count, read, allocate, fill
@@ -167,8 +179,8 @@ print("exported, 12 rows:", [tuple(t.shape) for t in program.module()(x12, ids12
 # ``ids`` in order, a tile of 256 rows at a time, and a row's place in its
 # tile is the number of rows of its group before it (``__ballot_sync`` and
 # ``__popc`` within a warp, then the warps before it). That reads ``ids``
-# once per group: right for tens to hundreds of experts; for thousands, a
-# stable radix sort of (id, row) pairs does it in one pass.
+# once per group, so its work grows with groups times rows; a stable radix
+# sort of (id, row) pairs reads them once in all, whatever the groups.
 #
 # .. literalinclude:: /../build/outputs_sized_by_the_data/groups_cpp/csrc/group_rows.cuh
 #    :language: cuda
@@ -207,9 +219,9 @@ for path in sorted(recorded_dir().glob("template_classic_cuda_*.json")):
 # What the read costs, and the fixed-size form
 # --------------------------------------------
 # The host's read is a wait: the call returns only once the GPU has run
-# everything queued before it, so the CPU cannot run ahead and queue the
-# next kernels while the GPU works. Under CUDA graph capture no wait is
-# allowed at all, and the operator refuses the capture with an error that
+# everything queued before it on the current stream, so the CPU cannot run
+# ahead and queue the next kernels while the GPU works. Under CUDA graph
+# capture no wait is allowed at all, and the operator refuses the capture with an error that
 # says so (the project's test ``test_cuda_graph_capture_is_refused_clearly``
 # checks it on a GPU).
 #
@@ -217,8 +229,9 @@ for path in sorted(recorded_dir().glob("template_classic_cuda_*.json")):
 # ``num_tokens`` rows, the kept ones first, and the counts. Nothing is read
 # on the host, a CUDA graph can hold it, and ``torch.compile`` sees static
 # shapes; the price is memory for every row, and the code after it must
-# respect ``counts``. In PyTorch operations, without one host read (``torch.bincount``
-# would read its input's maximum on the host; ``scatter_add_`` does not):
+# respect ``counts``. In PyTorch operations, without one host read
+# (``torch.bincount`` would read its input's maximum on the host;
+# ``scatter_add_`` does not):
 
 
 def group_rows_padded(x, ids, num_groups):
