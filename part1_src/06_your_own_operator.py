@@ -114,8 +114,8 @@ else:
 #      - the same operator in Triton (Part II, :doc:`step 9
 #        </auto_examples/09_triton_kernel>`)
 #    * - ``tools/``, ``.github/workflows/ci.yml``
-#      - the ``nvcc`` check of page 2 as a script, and CI (:doc:`step 18
-#        </auto_examples/18_your_own_operator>`)
+#      - the ``nvcc`` check of page 2 as a script, and CI (:doc:`step 19
+#        </auto_examples/19_ship_your_operator>`)
 #
 # The template goes further than ``first_operator/`` where a real project
 # needs it: the backward is a C++ and a CUDA kernel of its own, ``setup.py``

@@ -254,7 +254,7 @@ def test_readme_calls_the_formula_the_templates_example(tmp_path, kind, route):
         "rowwise": "`x / sqrt(mean(x**2,",
         "indexed": "rotary position embedding",
         "scatter": "the rows of `k` and `v`",
-        "grouped": "an\noutput whose size depends on the data",
+        "grouped": "an output whose size depends on the data",
     }[kind]
     paragraph = next(p for p in readme.split("\n\n") if words in p)
     assert "As generated" in paragraph and "template's starting" in paragraph, paragraph
