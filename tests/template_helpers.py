@@ -480,12 +480,15 @@ def check_generated_project(
         print(f"the wheel's tests in a fresh venv: {time.perf_counter() - start:.0f} s")
 
 
-def add_operator(project: Path, package: str, kind: str) -> None:
-    """Adds an operator of ``kind`` to ``project`` as its README says, then checks what was written.
+def run_add_operator_command(project: Path, kind: str) -> tuple[str, set[str]]:
+    """Runs the README's add-operator command for an operator of ``kind``; checks what it wrote.
 
-    The README's add-operator command runs (with this Python's copier), and
-    the line copier prints is put where it says, in ``__init__.py``; nothing
-    of the project's own files but that line may change.
+    The command runs with this Python's copier. No project file may change, and
+    every file written must be named after the new operator.
+
+    Returns:
+        The first import line copier's message tells the reader to add (its
+        spaces made single), and the files written, relative to ``project``.
     """
     op = tv.OP_NAMES[kind]
     before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
@@ -498,14 +501,27 @@ def add_operator(project: Path, package: str, kind: str) -> None:
     script = re.sub(r"^copier ", copier + " ", script, flags=re.M)
     proc = run(["bash", "-euo", "pipefail", "-c", script], project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    message = " ".join((proc.stdout + proc.stderr).split())
-    line = f"from .{op}_ops import {op}  # noqa: E402"
-    assert f'add "{" ".join(line.split())}"' in message, message
     changed = sorted(p.name for p, was in before.items() if p.read_bytes() != was)
     assert not changed, f"adding an operator changed the project's files: {changed}"
     written = {p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()}
     written -= {p.relative_to(project).as_posix() for p in before}
     assert written and all(op in path for path in written), sorted(written)
+    printed = " ".join((proc.stdout + proc.stderr).split())
+    found = re.search(r'add "(from \.\S+ import [^"]+)"', printed)
+    assert found, printed
+    return found[1], written
+
+
+def add_operator(project: Path, package: str, kind: str) -> None:
+    """Adds an operator of ``kind`` to ``project`` as its README says, then joins it to the package.
+
+    The line copier prints is put where it says, in ``__init__.py``; nothing of
+    the project's own files but that line changes.
+    """
+    op = tv.OP_NAMES[kind]
+    printed, _ = run_add_operator_command(project, kind)
+    line = f"from .{op}_ops import {op}  # noqa: E402"
+    assert printed == " ".join(line.split()), printed
     init = project / "src" / package / "__init__.py"
     lines = init.read_text().splitlines(keepends=True)
     at = next(n for n, text in enumerate(lines) if text.startswith("from .ops import"))

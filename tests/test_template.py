@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from template_helpers import copier, readme_command, render, run
+from template_helpers import copier, readme_command, render, run, run_add_operator_command
 
 from guidekit.template_variants import KINDS, OP_NAMES, ROOT, ROUTES, TEMPLATE, supports
 
@@ -138,26 +138,13 @@ def test_an_added_operator_writes_its_own_files_and_joins_with_one_line(tmp_path
     first, added = "elementwise", "rowwise" if (route == "triton" or abi == "stable") else "grouped"
     project = render(tmp_path / "two", package="two", route=route, kind=first,
                      **({"abi": abi} if route == "cpp" else {}))  # fmt: skip
-    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
-    command = readme_command(project / "README.md", "add-operator-command")
     op = OP_NAMES[added]
-    script = command.replace("TEMPLATE=path/to/opguide/template", f"TEMPLATE={TEMPLATE}")
-    script = re.sub(r"KIND=\S+ OP_NAME=\S+", f"KIND={added} OP_NAME={op}", script)
-    script = re.sub(r"^copier ", f"{sys.executable} -m copier ", script, flags=re.M)
-    proc = run(["bash", "-euo", "pipefail", "-c", script], project)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert all(p.read_bytes() == data for p, data in before.items()), "a project file changed"
-    written = {p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()}
-    written -= {p.relative_to(project).as_posix() for p in before}
-    assert written and all(op in path for path in written), sorted(written)
-    printed = " ".join((proc.stdout + proc.stderr).split())
-    line = re.search(r'add "(from \.\S+ import [^"]+)"', printed)
-    assert line, printed
-    module = line[1].split()[1].lstrip(".")
-    assert f"src/two/{module}.py" in written, (line[1], sorted(written))
+    line, written = run_add_operator_command(project, added)
+    module = line.split()[1].lstrip(".")
+    assert f"src/two/{module}.py" in written, (line, sorted(written))
     if route in ("python", "triton"):
         init = project / "src" / "two" / "__init__.py"
-        init.write_text(init.read_text() + f"{line[1]}\n")
+        init.write_text(init.read_text() + f"{line}\n")
         check = f"import two; print(two.{OP_NAMES[first]}, two.{op})"
         env = dict(os.environ, PYTHONPATH=str(project / "src"), TRITON_INTERPRET="1")
         proc = run([sys.executable, "-c", check], tmp_path, env=env)
