@@ -217,9 +217,14 @@ def _notebook_item(parent: pytest.Collector, md_path: Path):
 
     out_dir = BUILD / "nbval"
     out_dir.mkdir(parents=True, exist_ok=True)
-    notebook = jupytext.read(md_path)
+    text = nbformat.writes(jupytext.read(md_path))
     ipynb = out_dir / (md_path.stem + ".ipynb")
-    nbformat.write(notebook, ipynb)
+    # Each pytest-xdist worker collects the notebook: the file is replaced whole
+    # (written beside it, then renamed), so that no worker reads it half written.
+    if not ipynb.is_file() or ipynb.read_text() != text:
+        partial = ipynb.with_name(f"{ipynb.name}.{os.getpid()}.partial")
+        partial.write_text(text)
+        os.replace(partial, ipynb)
     return IPyNbFile.from_parent(parent, path=ipynb)
 
 
