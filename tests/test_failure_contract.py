@@ -298,6 +298,27 @@ def test_triton_launch_failure_leaves_residual_whole(monkeypatch, device, layout
 # --- On a GPU ----------------------------------------------------------------
 
 
+def _plug_free_blocks(device: torch.device, smallest: int) -> list[torch.Tensor]:
+    """Tensors that take every free block of at least ``smallest`` bytes the allocator holds.
+
+    An allocation takes the smallest free block that fits; each round takes
+    blocks of the sizes the snapshot lists, until none of that size is free.
+    """
+    plugs: list[torch.Tensor] = []
+    for _ in range(64):
+        free = [
+            block["size"]
+            for segment in torch.cuda.memory_snapshot()
+            if segment["device"] == device.index
+            for block in segment["blocks"]
+            if block["state"] == "inactive" and block["size"] >= smallest
+        ]
+        if not free:
+            return plugs
+        plugs += [torch.empty(size, dtype=torch.uint8, device=device) for size in free]
+    raise AssertionError(f"free blocks of {smallest} bytes or more remain after 64 rounds")
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("layout", ["contiguous", "strided"])
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
@@ -312,10 +333,13 @@ def test_cuda_out_of_memory_leaves_residual_whole(backend, layout):
     opguide.fused_add_rms_norm_(x, residual.clone(), weight, EPS, backend=backend)
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
-    # The caching allocator refuses to reserve past the fraction: room for the
-    # dense copy of a strided residual and for half of out.
     out_bytes = x.numel() * x.element_size()
     copy_bytes = out_bytes if layout == "strided" else 0
+    # Free blocks left inside segments that also hold live tensors would serve
+    # out without a new reservation: they are taken first.
+    plugs = _plug_free_blocks(device, out_bytes // 2)
+    # The caching allocator refuses to reserve past the fraction: room for the
+    # dense copy of a strided residual and for half of out.
     allowed = torch.cuda.memory_reserved(device) + copy_bytes + out_bytes // 2
     total = torch.cuda.get_device_properties(device).total_memory
     torch.cuda.set_per_process_memory_fraction(allowed / total, device)
@@ -324,6 +348,7 @@ def test_cuda_out_of_memory_leaves_residual_whole(backend, layout):
             opguide.fused_add_rms_norm_(x, residual, weight, EPS, backend=backend)
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
+        del plugs
     torch.cuda.synchronize(device)
     assert torch.equal(storage, storage_before), "residual was written by a call that raised"
     assert residual._version == version, "a call that raised bumped residual's version"

@@ -8,6 +8,10 @@ on a GPU.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -294,6 +298,25 @@ def test_split_backward_with_several_rows_per_program(rows):
         forced = launch.Split(seg=32768, num_warps=2, per_sm=groups)
         grad_x, grad_weight = triton_ops.ops.rms_norm_backward(grad, x, w, inv_rms, forced=forced)
         assert_grads_close((grad_x, grad_weight), reference_grads(x, w, grad))
+
+
+def test_no_row_is_split_when_the_setting_says_so(monkeypatch):
+    # OPGUIDE_TRITON_SPLIT=0 (read when the module is imported) sends every
+    # long row to the chunked kernels, whose programs never wait for each
+    # other: the setting for a GPU shared with kernels that hold SMs.
+    cpu = torch.device("cpu")
+    planners = (launch.forward_config, launch.backward_config, launch.fused_config)
+    assert any(isinstance(p(2, 20000, torch.float32, cpu), launch.Split) for p in planners)
+    monkeypatch.setattr(launch, "SPLIT_ENABLED", False)
+    for planner in planners:
+        assert planner(2, 20000, torch.float32, cpu) == launch.CHUNKED
+
+
+def test_the_split_setting_is_read_from_the_environment():
+    code = "from opguide.triton import launch; print(launch.SPLIT_ENABLED)"
+    env = {**os.environ, "OPGUIDE_TRITON_SPLIT": "0", "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_launch_configurations_are_frozen_and_forced_ones_are_taken_as_they_are():

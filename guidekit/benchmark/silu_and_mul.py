@@ -70,10 +70,18 @@ def _implementations(device: torch.device) -> tuple[dict, dict[str, str]]:
     except ImportError as error:
         missing["liger"] = f"liger_kernel.ops.swiglu does not import: {error}"
     else:
-        if device.type == "cuda" or interpret:  # Liger's kernels are Triton kernels too
+        if device.type == "cuda":
             impls["liger"] = (LigerSiLUMulFunction.apply, True)
         else:
-            missing["liger"] = "CPU tensors run in Triton's interpreter: TRITON_INTERPRET=1"
+            # Liger's kernels are Triton kernels: CPU tensors need them
+            # interpreted, which is decided when liger_kernel is first imported
+            # (TRITON_INTERPRET=1 then), so one small call says.
+            try:
+                LigerSiLUMulFunction.apply(*torch.randn(2, 32, device=device).chunk(2, dim=-1))
+            except Exception as error:  # noqa: BLE001 (any failure: leave it out, say why)
+                missing["liger"] = f"Liger's Triton kernels do not take CPU tensors here: {error}"
+            else:
+                impls["liger"] = (LigerSiLUMulFunction.apply, True)
     return impls, missing
 
 

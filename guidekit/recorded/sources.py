@@ -91,6 +91,14 @@ MEASURED: dict[str, tuple[str, ...]] = {
     # What tools/record_template_gpu.py renders for the record's route and runs.
     "template_*_cuda_*.json": ("template:", "guidekit/template_variants.py",
                                "tools/record_template_gpu.py"),
+    # tests/shared_gpu_probe.py: every operator's kernels beside a kernel that
+    # holds all but two SMs.
+    "shared_gpu_*.json": (f"cuda:{ALL}", f"triton:{ALL}", f"python:{BOTH},silu_and_mul",
+                          "csrc/silu_and_mul/silu_and_mul.cuh",
+                          "csrc/silu_and_mul/silu_and_mul_config.h",
+                          "csrc/silu_and_mul/silu_and_mul_cuda.cu",
+                          "opguide/_silu_and_mul/triton/kernels.py",
+                          "opguide/_silu_and_mul/triton/ops.py", "tests/shared_gpu_probe.py"),
     "hipcc_check.json": ("csrc/device_checks/rms_norm.cu",
                          "csrc/device_checks/fused_add_rms_norm.cu", f"cuda:{ALL}",
                          "guidekit/compile_checks.py"),

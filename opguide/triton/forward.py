@@ -7,21 +7,7 @@
 import triton
 import triton.language as tl
 
-from .interpreter import INTERPRET
 from .prologue import aligned, pdl_prologue, row_block
-
-
-def _long_row_configs() -> list:
-    """The configs the chunked kernel's autotuner times, on the first call for each N."""
-    if INTERPRET:
-        # The interpreter would run (slowly) every config to time it, on a
-        # device it does not have; one config means no timing at all.
-        return [triton.Config({"BLOCK_N": 1024}, num_warps=1)]
-    return [
-        triton.Config({"BLOCK_N": block}, num_warps=warps)
-        for block in (1024, 4096)
-        for warps in (4, 8, 16)
-    ]
 
 
 # do_not_specialize: Triton compiles a kernel for each kind of int argument
@@ -59,7 +45,6 @@ def _rms_norm_forward_kernel(
     tl.store(y_ptr + rows * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.autotune(configs=_long_row_configs(), key=["N"])
 @triton.jit
 def _rms_norm_forward_chunked_kernel(
     x_ptr,  # [M, N] input, x's dtype

@@ -8,16 +8,17 @@ row length, the dtype and the device, and returns one of :class:`Registers`,
 how ``tools/sweep_triton.py`` times each configuration. The numbers were chosen
 with ``python3 tools/sweep_triton.py forward backward fused grad-weight-sum split``
 on a GPU (step 11.3 shows the split sweep's records; the others are not
-kept), not with :func:`triton.autotune`
-keyed on N: an autotuner
-picks a kernel's parameters only, while the backward's plan also sets, from
-the number of rows, how many programs run, the height of the buffer of
-partial sums allocated before the launch, and whether the second kernel runs.
+kept), not with :func:`triton.autotune` keyed on N: an autotuner picks a
+kernel's parameters only, and times them on the first call, which waits
+for the GPU. The backward's plan also sets, from the number of rows, how
+many programs run and the buffer of partial sums they write.
 
-Two environment variables are read once, when this module is imported:
+Three environment variables are read once, when this module is imported:
 ``OPGUIDE_PDL=0`` turns programmatic dependent launch off (for the CUDA
-kernels too), and ``OPGUIDE_TRITON_DEVICE_GUARD=0`` launches without making
-the input's GPU current (``tools/record_two_gpus.py`` records what fails then).
+kernels too), ``OPGUIDE_TRITON_SPLIT=0`` walks long rows in chunks instead
+of splitting them (:func:`_split_or_chunked`), and
+``OPGUIDE_TRITON_DEVICE_GUARD=0`` launches without making the input's GPU
+current (``tools/record_two_gpus.py`` records what fails then).
 """
 
 from __future__ import annotations
@@ -91,15 +92,13 @@ class Split:
 
 @dataclasses.dataclass(frozen=True)
 class Chunked:
-    """One program per row, walking it in chunks of ``block_n`` columns.
+    """One program per row, walking it in chunks of ``block_n`` columns on ``num_warps`` warps."""
 
-    Attributes:
-        block_n: BLOCK_N; 0 for the forward, whose autotuner chooses it.
-        num_warps: warps per program; 0 for the forward (the autotuner's).
-    """
+    block_n: int
+    num_warps: int
 
-    block_n: int = 0
-    num_warps: int = 0
+
+CHUNKED = Chunked(1024, 1) if INTERPRET else Chunked(4096, 8)  #: the chunked kernels' launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,13 +181,21 @@ def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+#: Whether long rows may be split (``OPGUIDE_TRITON_SPLIT=0``: never).
+SPLIT_ENABLED = os.environ.get("OPGUIDE_TRITON_SPLIT", "1") != "0"
+
+
 def _split_or_chunked(n: int, device: torch.device, split: Split) -> Split | None:
     """``split`` when rows of n elements may be split, else None (the chunked kernels).
 
     A row of more segments than SMs is not split: its programs are not sure
-    to run at once. The interpreter runs one segment per row, and the chunked
-    kernels past 2**17 elements, so that both run on CPU.
+    to run at once. With ``OPGUIDE_TRITON_SPLIT=0`` no row is: beside a
+    kernel that holds all but a few SMs until work queued after this one
+    runs, they would wait for ever (``tests/test_shared_gpu.py``). The
+    interpreter splits into one segment, and chunks past 2**17 elements.
     """
+    if not SPLIT_ENABLED:
+        return None
     if INTERPRET or device.type != "cuda":
         return dataclasses.replace(split, seg=next_power_of_2(n)) if n <= 2**17 else None
     return split if split.segments(n) <= sm_count(device) else None
@@ -222,7 +229,7 @@ def forward_config(
         elements = per_program * block
         warps = min(max(elements // 512, 1), 8 if elements <= 8192 else 16)
         return Registers(block, per_program, warps)
-    return _split_or_chunked(cols, device, SPLIT_FORWARD) or Chunked()
+    return _split_or_chunked(cols, device, SPLIT_FORWARD) or CHUNKED
 
 
 def backward_config(
@@ -274,10 +281,7 @@ def backward_config(
         # take 4 warps, 16 a thread.
         warps = 4 if step < 4096 else 8
         return Registers(block, per_step, warps, max(1, min(programs, rows)), stages)
-    split = _split_or_chunked(cols, device, SPLIT_BACKWARD)
-    if split is not None:
-        return split
-    return Chunked(1024, 1) if INTERPRET else Chunked(4096, 8)
+    return _split_or_chunked(cols, device, SPLIT_BACKWARD) or CHUNKED
 
 
 def fused_config(
@@ -314,10 +318,7 @@ def fused_config(
         # 32-lane warp, 32 of float32, whose 64 spill on gfx1100 (Triton 3.7).
         warps = max(2, min(per_program * block * dtype.itemsize // 4096, 16))
         return Registers(block, per_program, warps)
-    split = _split_or_chunked(cols, device, split_for(SPLIT_FUSED, dtype))
-    if split is not None:
-        return split
-    return Chunked(1024, 1) if INTERPRET else Chunked(4096, 8)
+    return _split_or_chunked(cols, device, split_for(SPLIT_FUSED, dtype)) or CHUNKED
 
 
 def split_launch(config: Split, rows: int, cols: int, device: torch.device, groups: bool):

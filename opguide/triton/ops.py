@@ -145,8 +145,9 @@ def rms_norm_forward(
             )  # fmt: skip
         else:
             launchable(_rms_norm_forward_chunked_kernel)[p.grid](
-                xc, wc, y, inv_arg, n, eps, STORE_INV=store_inv
-            )
+                xc, wc, y, inv_arg, n, eps, BLOCK_N=config.block_n, STORE_INV=store_inv,
+                num_warps=config.num_warps,
+            )  # fmt: skip
     return y
 
 

@@ -21,11 +21,16 @@ from .prologue import aligned
 # docs/recorded/sweep_triton_split_fenced_h100.txt).
 #
 # Nothing in CUDA promises that the S programs of a row run at the same time.
-# The GPU starts programs in the order of their index, and those of a row are
-# neighbours, so a waiting program only ever waits for programs already
-# running, or next to start, as long as S programs fit on the GPU at once
-# (``launch._split_or_chunked`` keeps S to at most the number of SMs). The
-# interpreter runs programs one after another: there S is 1.
+# On a GPU of its own, the GPU starts programs in the order of their index,
+# and those of a row are neighbours, so a waiting program only ever waits for
+# programs already running, or next to start, as long as S programs fit on
+# the GPU at once (``launch._split_or_chunked`` keeps S to at most the number
+# of SMs). Beside other work that holds SMs they may not fit: the programs
+# that run wait for those that cannot start, until the other work ends, and
+# for ever if that work waits for work queued after this kernel.
+# ``OPGUIDE_TRITON_SPLIT=0`` walks such rows in chunks instead
+# (``tests/test_shared_gpu.py``, step 10.5). The interpreter runs programs
+# one after another: there S is 1.
 @triton.jit
 def _count_in(
     slots_ptr,  # [M * S] int64, one slot per segment of each row
