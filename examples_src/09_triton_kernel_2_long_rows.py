@@ -62,15 +62,14 @@ Rows longer still: chunks
 -------------------------
 A row of more segments than the GPU has SMs is walked by one program in
 chunks of ``BLOCK_N``, twice: for the sum of squares, then for the output.
-That kernel uses the autotuner, with one config under the interpreter:
+So is every long row with ``OPGUIDE_TRITON_SPLIT=0``, the setting for a GPU
+shared with other work (:doc:`step 10.5 <10_patterns_5_beside_other_work>`).
+Its launch is fixed, not autotuned: an autotuner times its configs on the
+first call for each N, and that call waits for the GPU.
 
 .. literalinclude:: /../opguide/triton/launch.py
    :language: python
    :pyobject: Chunked
-
-.. literalinclude:: /../opguide/triton/forward.py
-   :language: python
-   :pyobject: _long_row_configs
 
 .. literalinclude:: /../opguide/triton/forward.py
    :language: python

@@ -214,6 +214,15 @@ run_part() {  # run_part PART
         want "${op}_$gpu.json" python3 -m guidekit.benchmark."$op" || continue
         python3 -m guidekit.benchmark."$op" --out "$out/${op}_$gpu.json"
         done_ "${op}_$gpu.json"
+      done
+      # Every operator beside a kernel that holds all but two SMs, with the
+      # setting of each route for a shared GPU (step 10.5).
+      for route in triton:OPGUIDE_TRITON_SPLIT cuda:OPGUIDE_CLUSTERS; do
+        name="shared_gpu_${route%%:*}_$gpu.json" backend="${route%%:*}"
+        [[ "$backend" == cuda ]] && backend=cpp
+        want "$name" "${route#*:}=0" python3 tests/shared_gpu_probe.py --routes "$backend" || continue
+        env "${route#*:}=0" python3 tests/shared_gpu_probe.py --routes "$backend" --json "$out/$name"
+        done_ "$name"
       done ;;
   esac
 }

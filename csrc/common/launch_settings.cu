@@ -25,6 +25,7 @@ bool cuda_use_pdl() {
 
 int cuda_warp_size() { return device_info().warp_size; }
 
+// [max-cluster]
 // The most blocks per thread-block cluster the long-row kernels may use
 // (rms_norm_forward.cuh, rms_norm_backward_long_rows.cuh): 16 on GPUs that
 // launch clusters (compute capability 9.0 and later), 0 (no clusters) before, on
@@ -41,5 +42,6 @@ int cuda_max_cluster() {
   return 0;
 #endif
 }
+// [max-cluster-end]
 
 }  // namespace opguide
