@@ -211,7 +211,9 @@ for route, run in runs.items():
 # are off by default because on a GPU of its own they cost a read. The probes
 # hold SMs with one kernel of this process; an MPS limit on another process
 # was not tried. The template's generated GPU tests do not run shapes past
-# ``2**31`` elements.
+# ``2**31`` elements: each such case needs tens of GiB of GPU memory, more
+# than a reader's CI GPU may have; copy ``tests/test_large_tensors.py``'s
+# checks when yours has it.
 #
 # What's next
 # -----------
