@@ -115,8 +115,8 @@ for ax, (route, run) in zip(axes, runs.items(), strict=True):
     ax.axhline(run["timeout_s"] * 1e3, color="black", linestyle="--", linewidth=0.8)
     ax.set(xscale="log", yscale="log", xlabel="row length N (8 rows)", title=route)
 axes[0].set_ylabel("ms to finish (o progress, x dependent)")
-axes[1].legend(fontsize=8, loc="lower right")
-fig.suptitle(f"All but two SMs held, {runs['CUDA']['device']}; dashed: the release")
+axes[0].legend(fontsize=8, loc="upper left")
+title = fig.suptitle(f"All but two SMs held, {runs['CUDA']['device']}; dashed: the release")
 
 # %%
 # What the figure shows, read from the records:
