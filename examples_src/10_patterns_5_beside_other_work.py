@@ -176,10 +176,11 @@ for route, run in runs.items():
 # Past 2**31 elements
 # -------------------
 # An index computed in 32 bits wraps past ``2**31`` elements, silently.
-# ``tests/test_large_tensors.py`` runs every kernel family of both routes
-# (registers, one block, clusters, split, chunked; forward, backward, fused,
-# and ``silu_and_mul``) on a shape past ``2**31`` elements and checks the
-# rows on both sides of element ``2**31`` and the whole ``grad_weight``.
+# ``tests/test_large_tensors.py`` runs every RMSNorm kernel family of both
+# routes (registers, one block, clusters, split, chunked; forward, backward
+# and fused) on a shape past ``2**31`` elements and checks the rows on both
+# sides of element ``2**31`` and the whole ``grad_weight``;
+# ``tests/test_silu_and_mul_cuda.py`` does the same for ``silu_and_mul``.
 #
 # A call that fails halfway
 # -------------------------

@@ -17,8 +17,9 @@ Each result must equal the same call's result on an idle GPU, bit for bit.
 The holding kernel is a Triton kernel of 1024 threads whose values fill an
 SM's register file, one program per held SM; the probe checks that other
 work then runs only on the free SMs (``%smid``) before it trusts the numbers.
-``tests/test_shared_gpu.py`` runs this script with and without
-``OPGUIDE_CLUSTERS=0``.
+``tests/test_shared_gpu.py`` runs this script once per route, with the
+route's setting for a shared GPU. Every operator of the registry is called
+as its ``tests/calls_<name>.py`` says.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ import time
 import torch
 import triton
 import triton.language as tl
+from op_calls import calls_for
+
+from opguide.registry import OPERATORS
 
 # Values each holding thread keeps in registers through its wait: 64 float32
 # on 1024 threads are the 65536 registers of an SM (sm_80 to sm_100), so no
@@ -141,72 +145,29 @@ class Holder:
         return len(held - {-1}), sorted(set(where.tolist()))
 
 
-def _inputs(name: str, n: int, dtype=torch.bfloat16, rows: int = 8):
-    g = torch.Generator(device="cuda").manual_seed(n)
-    x = torch.randn(rows, n, device="cuda", dtype=dtype, generator=g)
-    if name == "silu_and_mul":
-        return {"x": torch.cat([x, x.flip(0)], dim=-1)}
-    w = torch.randn(n, device="cuda", dtype=dtype, generator=g)
-    r = torch.randn(rows, n, device="cuda", dtype=dtype, generator=g)
-    return {
-        "x": x,
-        "w": w,
-        "r": r,
-        "g": torch.randn(rows, n, device="cuda", dtype=dtype, generator=g),
-    }
-
-
 def make_case(op: str, direction: str, backend: str, n: int):
-    """A function that queues one call on the current stream and returns its results."""
-    import opguide
+    """A function that queues one call on the current stream and returns its results.
 
-    t = _inputs(op, n)
-    if op == "rms_norm":
-
-        def call():
-            x = t["x"].detach().requires_grad_(direction == "training")
-            w = t["w"].detach().requires_grad_(direction == "training")
-            y = opguide.rms_norm(x, w, 1e-6, backend=backend)
-            if direction == "forward":
-                return (y,)
-            y.backward(t["g"])
-            return (y.detach(), x.grad, w.grad)
-
-    elif op == "fused_add_rms_norm_":
-
-        def call():
-            residual = t["r"].clone()
-            out, inv = opguide.fused_add_rms_norm_(t["x"], residual, t["w"], 1e-6, backend=backend)
-            return (out, inv, residual)
-
-    elif op == "silu_and_mul":
-
-        def call():
-            x = t["x"].detach().requires_grad_(direction == "training")
-            y = opguide.silu_and_mul(x, backend=backend)
-            if direction == "forward":
-                return (y,)
-            y.backward(torch.ones_like(y))
-            return (y.detach(), x.grad)
-
-    else:
-        raise ValueError(f"no probe case for operator {op!r}")
-    return call
+    The operator is called as ``tests/calls_<op>.py`` says, on 8 rows of ``n``
+    bfloat16 elements.
+    """
+    calls = calls_for(op)
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    inputs = calls.inputs((8, n), torch.bfloat16, gen)
+    kwargs = {"backend": backend}
+    return lambda: tuple(calls.call(inputs, kwargs, direction == "training").values())
 
 
 def cases(routes):
-    """(operator, direction, backend, row length) of every case."""
+    """(operator, direction, backend, row length) of every case: every operator of the registry."""
     out = []
-    lengths = (4096, 32768, 262144, 524288, 1 << 20)
     for backend in routes:
-        for n in lengths:
-            out += [("rms_norm", "forward", backend, n), ("rms_norm", "training", backend, n)]
-            out += [("fused_add_rms_norm_", "forward", backend, n)]
-        for n in (4096, 1 << 20):
-            out += [
-                ("silu_and_mul", "forward", backend, n),
-                ("silu_and_mul", "training", backend, n),
-            ]
+        for op in OPERATORS:
+            if backend not in op.routes:
+                continue
+            directions = ("forward", "training") if calls_for(op.name).backward else ("forward",)
+            for n in (4096, 32768, 262144, 524288, 1 << 20):
+                out += [(op.name, direction, backend, n) for direction in directions]
     return out
 
 

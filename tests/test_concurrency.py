@@ -24,124 +24,27 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
 import torch
+from op_calls import Calls, Tensors, calls_for, modules
 
-import opguide
 from opguide import backends
 from opguide.registry import OPERATORS
 
 SECONDS = "OPGUIDE_CONCURRENCY_SECONDS"
 
-Tensors = dict[str, torch.Tensor]
-
-
-def _randn(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    # Drawn in float32 on CPU from the caller's generator: the same values on
-    # every thread and every device.
-    return torch.randn(shape, generator=gen).to(dtype)
-
-
-# -- How each operator is called ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Calls:
-    """How these tests call one operator of the registry.
-
-    Attributes:
-        inputs: ``(shape, dtype, generator)`` -> the operator's input tensors,
-            on CPU; ``shape`` is that of its main input ``x``.
-        call: ``(inputs, keyword arguments)`` -> every result of one forward
-            call and of its ``.backward()`` where the operator has one: the
-            outputs, the gradients and the tensors it writes in place. The
-            inputs are left as they were, so that a call can be repeated.
-    """
-
-    inputs: Callable[[tuple[int, ...], torch.dtype, torch.Generator], Tensors]
-    call: Callable[[Tensors, dict[str, str]], Tensors]
-
-
-def _rms_norm_inputs(shape, dtype, gen):
-    return {
-        "x": _randn(shape, dtype, gen),
-        "weight": _randn(shape[-1:], dtype, gen),
-        "grad_y": _randn(shape, dtype, gen),
-    }
-
-
-def _rms_norm_call(inputs, kwargs):
-    # New leaves on the same memory: each call's gradients are its own.
-    x = inputs["x"].detach().requires_grad_()
-    weight = inputs["weight"].detach().requires_grad_()
-    y = opguide.rms_norm(x, weight, 1e-6, **kwargs)
-    y.backward(inputs["grad_y"])
-    return {"y": y.detach(), "grad_x": x.grad, "grad_weight": weight.grad}
-
-
-def _fused_add_rms_norm_inputs(shape, dtype, gen):
-    return {
-        "x": _randn(shape, dtype, gen),
-        "residual": _randn(shape, dtype, gen),
-        "weight": _randn(shape[-1:], dtype, gen),
-    }
-
-
-def _fused_add_rms_norm_call(inputs, kwargs):
-    # The operator adds x into residual in place, so each call writes a copy
-    # of its own. It has no backward: it refuses inputs that need grad.
-    residual = inputs["residual"].clone()
-    out, inv_rms = opguide.fused_add_rms_norm_(
-        inputs["x"], residual, inputs["weight"], 1e-6, **kwargs
-    )
-    return {"out": out, "inv_rms": inv_rms, "residual": residual}
-
-
-def _silu_and_mul_inputs(shape, dtype, gen):
-    return {
-        "x": _randn(shape, dtype, gen),
-        "grad_y": _randn((*shape[:-1], shape[-1] // 2), dtype, gen),
-    }
-
-
-def _silu_and_mul_call(inputs, kwargs):
-    x = inputs["x"].detach().requires_grad_()
-    y = opguide.silu_and_mul(x, **kwargs)
-    y.backward(inputs["grad_y"])
-    return {"y": y.detach(), "grad_x": x.grad}
-
-
-#: Registry name -> how to call the operator. An operator of the registry
-#: that is missing here fails every test of this file.
-CALLS: dict[str, Calls] = {
-    "rms_norm": Calls(_rms_norm_inputs, _rms_norm_call),
-    "fused_add_rms_norm": Calls(_fused_add_rms_norm_inputs, _fused_add_rms_norm_call),
-    "silu_and_mul": Calls(_silu_and_mul_inputs, _silu_and_mul_call),
-}
-
 
 def calls_of(name: str) -> Calls:
-    """The entry of :data:`CALLS` for the registry's operator ``name``.
-
-    Raises:
-        LookupError: ``CALLS`` has no entry for it.
-    """
-    try:
-        return CALLS[name]
-    except KeyError:
-        raise LookupError(
-            f"tests/test_concurrency.py: CALLS has no entry for the operator {name!r} of "
-            "opguide.registry.OPERATORS; add how to make its inputs and call it"
-        ) from None
+    """How these tests call the registry's operator ``name`` (``tests/calls_<name>.py``)."""
+    return calls_for(name)
 
 
 @dataclass(frozen=True)
 class Job:
-    """One operator called one way: its entry of :data:`CALLS` and its keyword arguments."""
+    """One operator called one way: how it is called and its keyword arguments."""
 
     label: str
     calls: Calls
@@ -149,7 +52,7 @@ class Job:
 
     def run(self, inputs: Tensors) -> Tensors:
         """Every result of one call on ``inputs``."""
-        return self.calls.call(inputs, self.kwargs)
+        return self.calls.call(inputs, self.kwargs, self.calls.backward)
 
 
 def _cpu_jobs() -> list[Job]:
@@ -176,10 +79,12 @@ def _cuda_jobs() -> list[Job]:
 
 def test_every_operator_has_calls():
     registry = {op.name for op in OPERATORS}
-    missing = sorted(registry - set(CALLS))
-    assert not missing, f"operators of the registry without an entry in CALLS: {missing}"
-    unknown = sorted(set(CALLS) - registry)
-    assert not unknown, f"CALLS names operators that the registry does not have: {unknown}"
+    missing = sorted(registry - set(modules()))
+    assert not missing, f"operators of the registry without tests/calls_<name>.py: {missing}"
+    unknown = sorted(set(modules()) - registry)
+    assert not unknown, f"tests/calls_<name>.py for operators the registry lacks: {unknown}"
+    for name in registry:
+        assert isinstance(calls_of(name), Calls)
 
 
 # -- Comparing results ------------------------------------------------------------
@@ -237,7 +142,7 @@ class Case:
 # The C++ CPU kernels spread rows over ATen's thread pool with tasks of at
 # least GRAIN_SIZE (32768) elements, and rms_norm's backward also spreads the
 # columns of grad_weight: rows of 65536 and more elements take several tasks
-# each, and so do many short rows. Every last dimension is even (silu_and_mul
+# each, and so do many short rows. Every last dimension is even (an operator
 # halves it).
 CPU_CASES = (
     Case((4, 65536), torch.float32, 0),

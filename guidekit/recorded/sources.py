@@ -6,8 +6,9 @@ them. :data:`MEASURED` names them, per record, in the words of the operator
 registry (``opguide/registry.py``): ``"cuda:forward"`` is the CUDA kernel
 families of the forward pass, their operator's CUDA planning files and the
 shared device and launch code; ``"triton:fused"`` the same for Triton;
-``"python:rms_norm"`` an operator's Python wrapper; ``"bench:sweep"`` the
-benchmark modules that time a sweep; anything else is a path.
+``"python:rms_norm"`` an operator's Python wrapper; ``"gpu:every"`` every
+operator's CUDA and Triton code and Python; ``"bench:sweep"`` the benchmark
+modules that time a sweep; anything else is a path.
 
 A JSON record keeps ``{"sha256": total, "files": {path: hash}}`` in its
 ``"sources"`` field; a text record (``.txt``, ``.log``) in ``<record>.sources``
@@ -93,12 +94,7 @@ MEASURED: dict[str, tuple[str, ...]] = {
                                "tools/record_template_gpu.py"),
     # tests/shared_gpu_probe.py: every operator's kernels beside a kernel that
     # holds all but two SMs.
-    "shared_gpu_*.json": (f"cuda:{ALL}", f"triton:{ALL}", f"python:{BOTH},silu_and_mul",
-                          "csrc/silu_and_mul/silu_and_mul.cuh",
-                          "csrc/silu_and_mul/silu_and_mul_config.h",
-                          "csrc/silu_and_mul/silu_and_mul_cuda.cu",
-                          "opguide/_silu_and_mul/triton/kernels.py",
-                          "opguide/_silu_and_mul/triton/ops.py", "tests/shared_gpu_probe.py"),
+    "shared_gpu_*.json": ("gpu:every", "tests/shared_gpu_probe.py"),
     "hipcc_check.json": ("csrc/device_checks/rms_norm.cu",
                          "csrc/device_checks/fused_add_rms_norm.cu", f"cuda:{ALL}",
                          "guidekit/compile_checks.py"),
@@ -179,6 +175,18 @@ def _route(route: str, passes: str) -> list[str]:
     return files + [p for role in roles for p in reg.COMMON[role]]
 
 
+def _every_gpu_operator() -> list[str]:
+    """Every operator's CUDA and Triton kernels, its planning and Python, and the shared code."""
+    reg, files = registry(), []
+    for op in reg.OPERATORS:
+        for family, paths in (*op.kernels.items(), *op.planning.items()):
+            if family.startswith(("cuda", "triton")):
+                files += paths
+        files += op.python
+    roles = ("device", "cluster", "launch", "triton")
+    return files + [p for role in roles for p in reg.COMMON[role]]
+
+
 def _template(record: str, listed: Callable[[str], list[str]]) -> list[str]:
     """The template's files that render for a project of ``template_<variant>_cuda_*.json``.
 
@@ -232,6 +240,8 @@ def measured(record: str, listed: Callable[[str], list[str]] | None = None) -> l
             files += [_BENCH + name for name in BENCH[arg]]
         elif kind == "template":
             files += _template(record, listed or _lister(ROOT))
+        elif kind == "gpu":  # gpu:every, every operator's GPU code
+            files += _every_gpu_operator()
         else:
             files.append(item)
     return sorted(set(files))
