@@ -142,7 +142,7 @@ class Case:
 # The C++ CPU kernels spread rows over ATen's thread pool with tasks of at
 # least GRAIN_SIZE (32768) elements, and rms_norm's backward also spreads the
 # columns of grad_weight: rows of 65536 and more elements take several tasks
-# each, and so do many short rows. Every last dimension is even (an operator
+# each, and so do many short rows. Every last dimension is even (one operator
 # halves it).
 CPU_CASES = (
     Case((4, 65536), torch.float32, 0),
