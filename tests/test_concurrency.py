@@ -37,11 +37,6 @@ from opguide.registry import OPERATORS
 SECONDS = "OPGUIDE_CONCURRENCY_SECONDS"
 
 
-def calls_of(name: str) -> Calls:
-    """How these tests call the registry's operator ``name`` (``tests/calls_<name>.py``)."""
-    return calls_for(name)
-
-
 @dataclass(frozen=True)
 class Job:
     """One operator called one way: how it is called and its keyword arguments."""
@@ -62,7 +57,7 @@ def _cpu_jobs() -> list[Job]:
     # two threads in it at once break each other: the interpreter is not
     # tested from threads; the GPU tests run the Triton backend from threads.
     return [
-        Job(f"{op.name} {how}", calls_of(op.name), kwargs)
+        Job(f"{op.name} {how}", calls_for(op.name), kwargs)
         for op in OPERATORS
         for how, kwargs in (("backend='cpp'", {"backend": "cpp"}), ("default backend", {}))
     ]
@@ -70,7 +65,7 @@ def _cpu_jobs() -> list[Job]:
 
 def _cuda_jobs() -> list[Job]:
     return [
-        Job(f"{op.name} backend={route!r}", calls_of(op.name), {"backend": route})
+        Job(f"{op.name} backend={route!r}", calls_for(op.name), {"backend": route})
         for op in OPERATORS
         for route in op.routes
         if route in backends.BACKENDS
@@ -84,7 +79,7 @@ def test_every_operator_has_calls():
     unknown = sorted(set(modules()) - registry)
     assert not unknown, f"tests/calls_<name>.py for operators the registry lacks: {unknown}"
     for name in registry:
-        assert isinstance(calls_of(name), Calls)
+        assert isinstance(calls_for(name), Calls)
 
 
 # -- Comparing results ------------------------------------------------------------
@@ -331,7 +326,7 @@ def test_cuda_graph_replays_beside_other_work(name, route, case):
     """
     if route == "triton":
         _skip_in_triton_interpreter()
-    job = Job(f"{name} backend={route!r}", calls_of(name), {"backend": route})
+    job = Job(f"{name} backend={route!r}", calls_for(name), {"backend": route})
     static = case.inputs(job.calls, "cuda")
 
     side = torch.cuda.Stream()

@@ -30,16 +30,19 @@ BACKENDS = ("cpp", "triton")
 DTYPE = torch.bfloat16
 
 
-def _rows_for(n: int) -> int:
-    return LIMIT // n + 1  # the smallest row count past 2**31 elements
+def rows_past(n: int) -> int:
+    """The fewest rows of ``n`` elements past 2**31 elements."""
+    return LIMIT // n + 1
 
 
-def _sampled(rows: int, n: int) -> list[int]:
+def sampled_rows(rows: int, n: int) -> list[int]:
+    """The rows checked: the first and last two, and those on each side of element 2**31."""
     at = LIMIT // n  # the row that holds element 2**31
     return sorted({0, 1, at - 1, at, min(at + 1, rows - 1), rows - 1})
 
 
-def _need(gib: float) -> None:
+def need_free_gib(gib: float) -> None:
+    """Skips the test unless the GPU has ``gib`` GiB free."""
     free, _ = torch.cuda.mem_get_info()
     if free < gib * 2**30:
         pytest.skip(f"needs {gib:.0f} GiB of free GPU memory, {free / 2**30:.0f} GiB free")
@@ -59,14 +62,14 @@ def _randn(*shape, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("n", LENGTHS)
 def test_rms_norm_past_2_31_elements(n, backend):
     _backend(backend)
-    rows = _rows_for(n)
-    _need(6 * rows * n * DTYPE.itemsize / 2**30 + 4)
+    rows = rows_past(n)
+    need_free_gib(6 * rows * n * DTYPE.itemsize / 2**30 + 4)
     x = _randn(rows, n, seed=n).requires_grad_()
     w = (_randn(n, seed=n + 1) * 0.5 + 1).requires_grad_()
     grad = _randn(rows, n, seed=n + 2)
     y = opguide.rms_norm(x, w, 1e-6, backend=backend)
     y.backward(grad)
-    sample = _sampled(rows, n)
+    sample = sampled_rows(rows, n)
     xs = x.detach()[sample].clone().requires_grad_()
     ws = w.detach().clone().requires_grad_()
     want = rms_norm_reference(xs, ws)
@@ -88,12 +91,12 @@ def test_rms_norm_past_2_31_elements(n, backend):
 @pytest.mark.parametrize("n", (4096, 32768, 2**20 + 16))
 def test_fused_add_rms_norm_past_2_31_elements(n, backend):
     _backend(backend)
-    rows = _rows_for(n)
-    _need(4 * rows * n * DTYPE.itemsize / 2**30 + 4)
+    rows = rows_past(n)
+    need_free_gib(4 * rows * n * DTYPE.itemsize / 2**30 + 4)
     x = _randn(rows, n, seed=n)
     residual = _randn(rows, n, seed=n + 1)
     w = _randn(n, seed=n + 2) * 0.5 + 1
-    sample = _sampled(rows, n)
+    sample = sampled_rows(rows, n)
     before = residual[sample].clone()
     out, inv_rms = opguide.fused_add_rms_norm_(x, residual, w, 1e-6, backend=backend)
     h = (x[sample].float() + before.float()).to(DTYPE)  # rounded once to the residual's dtype

@@ -148,22 +148,20 @@ def test_past_two_to_the_31_elements(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_past_2_31_elements(backend):
     # An index computed in 32 bits wraps past 2**31 elements: the output here
-    # passes that, and the rows on both sides of element 2**31 are checked
-    # (tests/test_large_tensors.py does the same for the RMSNorm kernels).
+    # passes that, and the rows on both sides of element 2**31 are checked,
+    # as tests/test_large_tensors.py checks the RMSNorm kernels.
+    from test_large_tensors import need_free_gib, rows_past, sampled_rows
+
     d = 4096
-    rows = 2**31 // d + 1
-    free, _ = torch.cuda.mem_get_info()
-    need = 6 * rows * d * 2 + (4 << 30)  # bfloat16 x, grad_x, y and grad_y, and room
-    if free < need:
-        pytest.skip(f"needs {need >> 30} GiB of free GPU memory, {free >> 30} GiB free")
+    rows = rows_past(d)
+    need_free_gib(6 * rows * d * 2 / 2**30 + 4)  # bfloat16 x, grad_x, y and grad_y, and room
     gen = torch.Generator(device="cuda").manual_seed(7)
     x = torch.randn(rows, 2 * d, device="cuda", dtype=torch.bfloat16, generator=gen)
     x.requires_grad_()
     grad = torch.randn(rows, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     y = opguide.silu_and_mul(x, backend=backend)
     y.backward(grad)
-    at = 2**31 // d
-    sample = [0, at - 1, at, rows - 1]
+    sample = sampled_rows(rows, d)
     xs = x.detach()[sample]
     torch.testing.assert_close(
         y.detach()[sample], silu_and_mul_reference(xs), **TOLERANCES[torch.bfloat16]

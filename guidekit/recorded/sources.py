@@ -175,14 +175,16 @@ def _route(route: str, passes: str) -> list[str]:
     return files + [p for role in roles for p in reg.COMMON[role]]
 
 
+def _gpu_code(op) -> list[str]:
+    """An operator's CUDA and Triton kernel families and planning files (registry entry ``op``)."""
+    return [f for family, paths in (*op.kernels.items(), *op.planning.items())
+            if family.startswith(("cuda", "triton")) for f in paths]  # fmt: skip
+
+
 def _every_gpu_operator() -> list[str]:
     """Every operator's CUDA and Triton kernels, its planning and Python, and the shared code."""
-    reg, files = registry(), []
-    for op in reg.OPERATORS:
-        for family, paths in (*op.kernels.items(), *op.planning.items()):
-            if family.startswith(("cuda", "triton")):
-                files += paths
-        files += op.python
+    reg = registry()
+    files = [f for op in reg.OPERATORS for f in (*_gpu_code(op), *op.python)]
     roles = ("device", "cluster", "launch", "triton")
     return files + [p for role in roles for p in reg.COMMON[role]]
 
@@ -277,8 +279,7 @@ def _operator_benchmark(record: str) -> list[str]:
     for name in operator_benchmarks():
         op, tool = registry().get(name), f"{_BENCH}{name}.py"
         if fnmatch.fnmatchcase(record, f"{name}_*.json"):
-            gpu = [f for k, v in (*op.kernels.items(), *op.planning.items())
-                   if k.startswith(("cuda", "triton")) for f in v]  # fmt: skip
+            gpu = _gpu_code(op)
             cuda = _includes([f for f in gpu if f.startswith("csrc/")])
             bench = [tool, _BENCH + "timing.py", _BENCH + "results.py"]
             return sorted({*gpu, *cuda, *op.python, *registry().COMMON["triton"], *bench})
