@@ -11,7 +11,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from .launches import _patched
 from .targets import TARGETS, Launch, Target, Usage
 
 
@@ -103,8 +102,7 @@ _MEASURED = ("regs", "agprs", "sgprs", "spills", "sgpr_spills", "scratch", "shar
 def _from_cache(found: dict, usage: Usage) -> Usage:
     usage = dataclasses.replace(usage, **found)
     usage.cached = True
-    target = TARGETS[usage.target]
-    _judge(usage, target)
+    _judge(usage, TARGETS[usage.target])
     return usage
 
 
@@ -140,19 +138,16 @@ def _compile(launch: Launch, target: Target, inputs, usage: Usage) -> None:
 @contextlib.contextmanager
 def _ptxas_log():
     """Triton prints the log of ``ptxas -v`` (registers, spills) after each cubin."""
-    import triton
+    from triton import knobs
 
-    knobs = getattr(triton, "knobs", None)
-    if knobs is None:
-        yield
-        return
     # Compiled again even when Triton's cache holds the kernel, so that the
     # log is always there (this module keeps its own cache of the results).
-    with (
-        _patched(knobs.nvidia, "dump_ptxas_log", True),
-        _patched(knobs.compilation, "always_compile", True),
-    ):
+    old = knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile
+    knobs.nvidia.dump_ptxas_log = knobs.compilation.always_compile = True
+    try:
         yield
+    finally:
+        knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile = old
 
 
 def _read_amdgcn(asm: str, usage: Usage) -> None:
@@ -203,18 +198,8 @@ def _run_ptxas(ptx: str, target: Target) -> str:
         src = Path(folder) / "k.ptx"
         src.write_text(ptx)
         arch = sm_arch_from_capability(target.arch)
-        done = subprocess.run(
-            [
-                get_ptxas(target.arch).path,
-                "-v",
-                f"--gpu-name={arch}",
-                str(src),
-                "-o",
-                str(src) + ".o",
-            ],
-            capture_output=True,
-            text=True,
-        )
+        command = [get_ptxas(target.arch).path, "-v", f"--gpu-name={arch}", str(src)]
+        done = subprocess.run([*command, "-o", f"{src}.o"], capture_output=True, text=True)
     return done.stdout + done.stderr
 
 

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from unittest import mock
 
 from .targets import _DTYPES, KERNEL_MODULES, LIBRARY, ROW_LENGTHS, Launch, Target
 
@@ -15,22 +16,8 @@ def _pdl_choice(lib, target: Target) -> dict:
     import torch
 
     meta = torch.empty(1, device="meta")  # a plain tensor: pdl_options's eager case
-    with (
-        _pretend_gpu(target),
-        _patched(lib.launch, "_PDL_CAPABLE", {}),
-        _patched(lib.launch, "_PDL_ENABLED", True),
-    ):
+    with _pretend_gpu(target), mock.patch.multiple(lib.launch, _PDL_CAPABLE={}, _PDL_ENABLED=True):
         return dict(lib.launch.pdl_options(meta))
-
-
-@contextlib.contextmanager
-def _patched(obj, name, value):
-    old = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, old)
 
 
 @contextlib.contextmanager
@@ -47,17 +34,18 @@ def _pretend_gpu(target: Target):
         minor=target.capability[1],
         name=target.gpu,
     )
-    with contextlib.ExitStack() as stack:
-        for name, value in (
-            ("get_device_properties", lambda *a, **k: props),
-            ("get_device_capability", lambda *a, **k: target.capability),
-            ("current_device", lambda: 0),
-            ("_lazy_init", lambda: None),
-        ):
-            stack.enter_context(_patched(torch.cuda, name, value))
-        # An AMD GPU is seen through a ROCm build of torch.
-        hip = "7.0" if target.backend == "hip" else None
-        stack.enter_context(_patched(torch.version, "hip", hip))
+    # An AMD GPU is seen through a ROCm build of torch.
+    hip = "7.0" if target.backend == "hip" else None
+    with (
+        mock.patch.multiple(
+            torch.cuda,
+            get_device_properties=lambda *a, **k: props,
+            get_device_capability=lambda *a, **k: target.capability,
+            current_device=lambda: 0,
+            _lazy_init=lambda: None,
+        ),
+        mock.patch.object(torch.version, "hip", hip),
+    ):
         yield
 
 
@@ -110,7 +98,7 @@ def library_launches(
     seen: dict[Launch, None] = {}
     pdl = _pdl_choice(lib, target)
     ops = lib.ops
-    with _pretend_gpu(target), _patched(ops, "launchable", _Recorder), FakeTensorMode():
+    with _pretend_gpu(target), mock.patch.object(ops, "launchable", _Recorder), FakeTensorMode():
         for dtype_name in dtypes:
             dtype = getattr(torch, dtype_name)
             for n in row_lengths:
