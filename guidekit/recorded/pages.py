@@ -299,39 +299,33 @@ def _figure(rows: int, cols: int, size: tuple[float, float]):
 def lines_figure(
     rows: Sequence[dict],
     title: str,
-    panel: str = "pass",
     series: Sequence[str] = ("impl",),
-    y: Callable[[dict], float] = lambda r: 100 * r["vs_copy"],
-    ylabel: str = "% of the same-size copy",
     marks: Mapping[str, Mapping[str, float]] | None = None,
-    columns: int = 2,
 ):
-    """One panel per value of ``panel``, one line per value of the ``series`` fields, against N.
+    """One panel per pass, one line per value of the ``series`` fields: % of the copy against N.
 
     Args:
-        rows: the rows to draw (a sweep's, or :func:`tool_rows`').
+        rows: a sweep's rows to draw.
         title: the figure's title (say where and when it was recorded).
-        panel: the field whose values are the panels.
         series: the fields that name a line; a float16 line is dashed.
-        y: a row -> its height.
-        ylabel: the y axis' label.
-        marks: ``{"target": {panel: y}, "limit": {panel: N}}``: a dashed
+        marks: ``{"target": {pass: y}, "limit": {pass: N}}``: a dashed
             horizontal or dotted vertical grey line per panel, under that name.
-        columns: panels per row of the figure.
 
     Returns:
         The matplotlib figure (drawn with pyplot, so sphinx-gallery shows it).
     """
-    names = list(dict.fromkeys(r[panel] for r in rows))
-    cols = min(columns, len(names))
+    names = list(dict.fromkeys(r["pass"] for r in rows))
+    cols = min(2, len(names))
     fig, axes = _figure(-(-len(names) // cols), cols, (5.8 * cols, 4.2 * -(-len(names) // cols)))
     for ax in axes.flat[len(names) :]:
         ax.remove()
     legend: dict = {}
     for ax, name in zip(axes.flat, names, strict=False):
-        found = select(rows, **{panel: name})
+        found = select(rows, **{"pass": name})
         for key in dict.fromkeys(tuple(r[s] for s in series) for r in found):
-            points = sorted((r["n"], y(r)) for r in found if tuple(r[s] for s in series) == key)
+            points = sorted(
+                (r["n"], 100 * r["vs_copy"]) for r in found if tuple(r[s] for s in series) == key
+            )
             (line,) = ax.plot(
                 *zip(*points, strict=True),
                 marker="o",
@@ -350,7 +344,7 @@ def lines_figure(
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns], rotation=45, fontsize=8)
         ax.minorticks_off()
-        ax.set(title=str(name), xlabel="N (row length)", ylabel=ylabel)
+        ax.set(title=str(name), xlabel="N (row length)", ylabel="% of the same-size copy")
     fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=4, fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
