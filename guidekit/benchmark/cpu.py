@@ -8,6 +8,7 @@ something else slows every implementation alike.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,9 +21,8 @@ import opguide
 from .passes import EPS
 from .timing import time_interleaved
 
-_PYTHON_CUSTOM_OP: Callable | None = None
 
-
+@functools.cache
 def python_custom_op() -> Callable:
     """``opguide_bench::rms_norm``: a Python ``custom_op`` around the same C++ kernel.
 
@@ -30,19 +30,16 @@ def python_custom_op() -> Callable:
     that operator directly is the cost of the Python operator layer alone.
     Defined on first use (an operator name can be defined once per process).
     """
-    global _PYTHON_CUSTOM_OP
-    if _PYTHON_CUSTOM_OP is None:
 
-        @torch.library.custom_op("opguide_bench::rms_norm", mutates_args=())
-        def rms_norm_custom(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-            return torch.ops.opguide.rms_norm.default(x, weight, eps)
+    @torch.library.custom_op("opguide_bench::rms_norm", mutates_args=())
+    def rms_norm_custom(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return torch.ops.opguide.rms_norm.default(x, weight, eps)
 
-        @rms_norm_custom.register_fake
-        def _(x, weight, eps):
-            return x.new_empty(x.shape)
+    @rms_norm_custom.register_fake
+    def _(x, weight, eps):
+        return x.new_empty(x.shape)
 
-        _PYTHON_CUSTOM_OP = rms_norm_custom
-    return _PYTHON_CUSTOM_OP
+    return rms_norm_custom
 
 
 def run_cpu_overhead(
