@@ -78,16 +78,12 @@ def read(route: str, root: Path = ROOT) -> Manifest:
 
 def includes(path: Path, root: Path = ROOT) -> list[str]:
     """The repository paths that ``#include "..."`` lines of ``path`` name."""
-    found = []
-    for name in _INCLUDE.findall(path.read_text()):
-        target = (path.parent / name).resolve()
-        if not target.is_relative_to(root.resolve()):
-            continue
-        found.append(target.relative_to(root.resolve()).as_posix())
-    return found
+    root = root.resolve()
+    targets = ((path.parent / name).resolve() for name in _INCLUDE.findall(path.read_text()))
+    return [t.relative_to(root).as_posix() for t in targets if t.is_relative_to(root)]
 
 
-def _module_file(module: str, root: Path) -> str | None:
+def _module_file(module: str, root: Path) -> str:
     """``opguide.x.y`` -> the repository path of its file (a module or a package)."""
     base = module.replace(".", "/")
     for candidate in (f"{base}.py", f"{base}/__init__.py"):
@@ -274,8 +270,7 @@ def _cut_init(text: str, path: str, listed: set[str], root: Path) -> str:
             start -= 1
         chunk = "".join(lines[start : node.end_lineno])
         previous_end = node.end_lineno
-        modules = _imported_modules(node, path)
-        files = [_module_file(m, root) for m in modules]
+        files = [_module_file(m, root) for m in _imported_modules(node, path)]
         missing = [f for f in files if f not in listed and (root / f).is_file()]
         if missing or _used_names(node) & dropped:
             dropped |= _bound_names(node)
@@ -298,12 +293,10 @@ def _cut_init(text: str, path: str, listed: set[str], root: Path) -> str:
     out = []
     for node, chunk in kept:
         target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
-        if isinstance(target, ast.Name) and target.id == "__all__":
+        # An empty __all__ is the list that later statements add to: kept as it is.
+        if isinstance(target, ast.Name) and target.id == "__all__" and node.value.elts:
             names = [e.value for e in node.value.elts if e.value in defined]
-            if not names and node.value.elts:
-                continue
-            if not node.value.elts:  # the empty list that later statements add to
-                out.append(chunk)
+            if not names:
                 continue
             op = "+=" if isinstance(node, ast.AugAssign) else "="
             chunk = f"__all__ {op} {names!r}\n".replace("'", '"')
