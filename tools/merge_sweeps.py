@@ -32,7 +32,7 @@ def merge(paths: list[Path]) -> dict:
                 raise SystemExit(f"{path}: {key} is {run.get(key)!r}, not {first.get(key)!r}")
         if run["sweep"]["elements"] != first["sweep"]["elements"]:
             raise SystemExit(f"{path}: another M * N")
-        if run["sweep"].get("min_sets") != first["sweep"].get("min_sets"):
+        if run["sweep"]["min_sets"] != first["sweep"]["min_sets"]:
             raise SystemExit(f"{path}: another --min-sets")
     merged = {k: v for k, v in first.items() if k != "sweep"}
     merged["date"] = min(r["date"] for r in runs)
@@ -54,9 +54,8 @@ def merge(paths: list[Path]) -> dict:
         "rows": rows,
         "skipped": [skip for sweep in sweeps for skip in sweep["skipped"]],
         "peers_missing": {k: v for sweep in sweeps for k, v in sweep["peers_missing"].items()},
+        "min_sets": first["sweep"]["min_sets"],
     }
-    if "min_sets" in first["sweep"]:  # files written before --min-sets have none
-        merged["sweep"]["min_sets"] = first["sweep"]["min_sets"]
     # The first process's command with its dtype, pass and output file as placeholders.
     command = re.sub(r" --out \S+", "", first.get("command", "python -m guidekit.benchmark"))
     command = re.sub(r"--dtypes \S+", "--dtypes DTYPE", command)
