@@ -23,12 +23,8 @@ from opguide.triton import launch, ops
 ROUNDS, CALLS = 21, 10
 
 
-def _quartiles(values: list[float]) -> tuple[float, float, float]:
-    q1, median, q3 = statistics.quantiles(values, n=4)
-    return q1, median, q3
-
-
-def _interleaved(fns: dict) -> dict[str, tuple[float, float, float]]:
+def _interleaved(fns: dict) -> dict[str, list[float]]:
+    """Each call's quartiles in microseconds: ``[q1, median, q3]``."""
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for fn in fns.values():  # compiles and loads every kernel first
         fn()
@@ -43,7 +39,7 @@ def _interleaved(fns: dict) -> dict[str, tuple[float, float, float]]:
             end.record()
             end.synchronize()
             samples[name].append(start.elapsed_time(end) * 1e3 / CALLS)
-    return {name: _quartiles(v) for name, v in samples.items()}
+    return {name: statistics.quantiles(v, n=4) for name, v in samples.items()}
 
 
 def _launches(x, r, g, w, inv, y) -> dict:
