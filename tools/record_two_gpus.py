@@ -8,8 +8,7 @@ runs the matrix as it is, then again with ``OPGUIDE_TRITON_DEVICE_GUARD=0``
 (the Triton launches make no GPU current; ``opguide/triton/launch.py`` reads
 the variable when it is imported), and records both pytest
 summaries, the failed tests and the first error. Steps 3 and 9 show the
-record on builds with fewer GPUs. ``--from-logs WITH WITHOUT`` builds the
-record from the pytest output of two such runs made by hand.
+record on builds with fewer GPUs.
 """
 
 from __future__ import annotations
@@ -47,35 +46,21 @@ def run_matrix(device_guard: bool) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the JSON file to write")
-    parser.add_argument("--from-logs", nargs=2, metavar=("WITH", "WITHOUT"))
-    parser.add_argument("--with-command", help="with --from-logs: the command of WITH")
-    parser.add_argument("--device", help="with --from-logs: the GPU's name")
-    parser.add_argument("--gpus", type=int, help="with --from-logs: how many GPUs")
-    parser.add_argument("--torch", help="with --from-logs: the torch version")
     args = parser.parse_args()
     import torch
 
+    if torch.cuda.device_count() < 2:
+        print(f"needs two GPUs, this machine has {torch.cuda.device_count()}")
+        return 1
     command = "python -m pytest -q tests/test_two_gpus.py"
-    if args.from_logs:
-        if not (args.device and args.gpus and args.torch):
-            parser.error("--from-logs needs --device, --gpus and --torch")
-        with_guard, without_guard = (Path(p).read_text() for p in args.from_logs)
-        machine = {"device": args.device, "gpus": args.gpus, "torch": args.torch}
-    else:
-        if torch.cuda.device_count() < 2:
-            print(f"needs two GPUs, this machine has {torch.cuda.device_count()}")
-            return 1
-        with_guard = run_matrix(device_guard=True)
-        without_guard = run_matrix(device_guard=False)
-        machine = {
-            "device": torch.cuda.get_device_name(0),
-            "gpus": torch.cuda.device_count(),
-            "torch": torch.__version__,
-        }
+    with_guard = run_matrix(device_guard=True)
+    without_guard = run_matrix(device_guard=False)
     record = {
-        **machine,
+        "device": torch.cuda.get_device_name(0),
+        "gpus": torch.cuda.device_count(),
+        "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"),
-        "with_guard": {"command": args.with_command or command, **summarize(with_guard)},
+        "with_guard": {"command": command, **summarize(with_guard)},
         "without_guard": {
             "command": f"OPGUIDE_TRITON_DEVICE_GUARD=0 {command}",
             **summarize(without_guard),
