@@ -31,14 +31,13 @@ The modules, by role: ``targets`` (the GPUs, a launch, a compile's usage),
 ``launches`` (the configurations the library's launch code chooses),
 ``compiling`` (one launch compiled for one target, its usage read and
 judged), ``checking`` (every launch for every target, cached, in this process
-or a child), ``report`` (the table, the summary, the command line).
+or a child; the table, the summary, the command line).
 """
 
 from __future__ import annotations
 
-from .checking import check
+from .checking import check, format_table, main, summary
 from .launches import library_kernels, library_launches, representative
-from .report import format_table, main, summary
 from .targets import KERNEL_MODULES, LIBRARY, ROW_LENGTHS, TARGETS, Launch, Target, Usage
 
 __all__ = [
