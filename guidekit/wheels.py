@@ -138,30 +138,24 @@ def requirements(wheel: Path) -> list[str]:
         return re.findall(r"^Requires-Dist: (.+)$", archive.read(name).decode(), re.M)
 
 
-def _elf_needed(data: bytes) -> list[str]:
-    from io import BytesIO
-
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
-
-    elf = ELFFile(BytesIO(data))
-    needed: list[str] = []
-    for section in elf.iter_sections():
-        if isinstance(section, DynamicSection):
-            needed += [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
-    return needed
-
-
 def needed_libraries(wheel: Path) -> dict[str, list[str]]:
     """For each shared library in ``wheel``, the libraries it loads (its ``DT_NEEDED``).
 
     Read with pyelftools (which auditwheel installs), as ``readelf -d`` shows them.
     """
+    from io import BytesIO
+
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
     found = {}
     with zipfile.ZipFile(wheel) as archive:
         for name in archive.namelist():
             if re.search(r"\.so(\.\d+)*$", name):
-                found[name] = _elf_needed(archive.read(name))
+                sections = ELFFile(BytesIO(archive.read(name))).iter_sections()
+                dynamic = (s for s in sections if isinstance(s, DynamicSection))
+                tags = (t for section in dynamic for t in section.iter_tags())
+                found[name] = [t.needed for t in tags if t.entry.d_tag == "DT_NEEDED"]
     return found
 
 
@@ -190,8 +184,8 @@ def torch_exclusions(wheel: Path) -> list[str]:
     runtime) in the process, and a library that auditwheel cannot find
     (``libc10.so`` is on no system path) stops the repair.
     """
-    provided = torch_provided()
-    return sorted({n for libs in needed_libraries(wheel).values() for n in libs} & set(provided))
+    needed = {n for libs in needed_libraries(wheel).values() for n in libs}
+    return sorted(needed & set(torch_provided()))
 
 
 def repair(
