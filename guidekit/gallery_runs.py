@@ -54,27 +54,16 @@ LONGEST_FIRST = (
 )
 
 
-def _checkout_files(root: Path) -> list[str] | None:
-    """Files git tracks or would track under ``root``, or None without git."""
-    try:
-        done = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=root,
-            capture_output=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return sorted(set(filter(None, done.stdout.decode().split("\0"))))
-
-
 def key(root: Path = ROOT) -> str | None:
     """The key of what a gallery script's result depends on here; None without git."""
-    files = _checkout_files(root)
-    if files is None:
+    # The files git tracks or would track.
+    command = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    try:
+        done = subprocess.run(command, cwd=root, capture_output=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
         return None
     digest = hashlib.sha256()
-    for name in files:
+    for name in sorted(set(filter(None, done.stdout.decode().split("\0")))):
         path = root / name
         if path.is_file():
             digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
