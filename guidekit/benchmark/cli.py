@@ -103,12 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _save(result, args.out, argv)
         print(format_sweep_report(result))
         return 0
-    if args.cpu_only:
-        passes = ["cpu"]
-    elif args.passes:
+    # --cpu-only has made the device the CPU, where the one pass is "cpu".
+    passes = list(PASSES) if device.type != "cpu" else ["cpu"]
+    if args.passes and not args.cpu_only:
         passes = args.passes.split(",")
-    else:
-        passes = list(PASSES) if device.type != "cpu" else ["cpu"]
     result = measure(
         device,
         passes=passes,
@@ -120,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu_shape=args.cpu_shape,
         cpu_rounds=args.cpu_rounds,
         clean_l2=not args.keep_l2,
-        progress=lambda line: print(f"-- {line}", file=sys.stderr, flush=True),
+        progress=say,
     )
     _save(result, args.out, argv)
     print(format_report(result))
