@@ -6,9 +6,10 @@ them. :data:`MEASURED` names them, per record, in the words of the operator
 registry (``opguide/registry.py``): ``"cuda:forward"`` is the CUDA kernel
 families of the forward pass, their operator's CUDA planning files and the
 shared device and launch code; ``"triton:fused"`` the same for Triton;
-``"python:rms_norm"`` an operator's Python wrapper; ``"gpu:every"`` every
-operator's CUDA and Triton code and Python; ``"bench:sweep"`` the benchmark
-modules that time a sweep; anything else is a path.
+``"python:rms_norm"`` an operator's Python wrapper; ``"every:cuda"`` every
+operator's CUDA code (``"every:triton"`` its Triton code) and Python;
+``"bench:sweep"`` the benchmark modules that time a sweep; anything else is a
+path.
 
 A JSON record keeps ``{"sha256": total, "files": {path: hash}}`` in its
 ``"sources"`` field; a text record (``.txt``, ``.log``) in ``<record>.sources``
@@ -92,9 +93,10 @@ MEASURED: dict[str, tuple[str, ...]] = {
     # What tools/record_template_gpu.py renders for the record's route and runs.
     "template_*_cuda_*.json": ("template:", "guidekit/template_variants.py",
                                "tools/record_template_gpu.py"),
-    # tests/shared_gpu_probe.py: every operator's kernels beside a kernel that
-    # holds all but two SMs.
-    "shared_gpu_*.json": ("gpu:every", "tests/shared_gpu_probe.py"),
+    # tests/shared_gpu_probe.py: every operator's kernels of one route beside a
+    # kernel that holds all but two SMs.
+    "shared_gpu_cuda_*.json": ("every:cuda", "tests/shared_gpu_probe.py"),
+    "shared_gpu_triton_*.json": ("every:triton", "tests/shared_gpu_probe.py"),
     "hipcc_check.json": ("csrc/device_checks/rms_norm.cu",
                          "csrc/device_checks/fused_add_rms_norm.cu", f"cuda:{ALL}",
                          "guidekit/compile_checks.py"),
@@ -175,17 +177,18 @@ def _route(route: str, passes: str) -> list[str]:
     return files + [p for role in roles for p in reg.COMMON[role]]
 
 
-def _gpu_code(op) -> list[str]:
-    """An operator's CUDA and Triton kernel families and planning files (registry entry ``op``)."""
+def _gpu_code(op, routes: tuple[str, ...] = ("cuda", "triton")) -> list[str]:
+    """An operator's kernel families and planning files of ``routes`` (registry entry ``op``)."""
     return [f for family, paths in (*op.kernels.items(), *op.planning.items())
-            if family.startswith(("cuda", "triton")) for f in paths]  # fmt: skip
+            if family.startswith(routes) for f in paths]  # fmt: skip
 
 
-def _every_gpu_operator() -> list[str]:
-    """Every operator's CUDA and Triton kernels, its planning and Python, and the shared code."""
+def _every_operator(route: str) -> list[str]:
+    """Every operator's kernels and planning of ``route`` (``cuda``, ``triton``), its Python,
+    and the shared code of that route."""
     reg = registry()
-    files = [f for op in reg.OPERATORS for f in (*_gpu_code(op), *op.python)]
-    roles = ("device", "cluster", "launch", "triton")
+    files = [f for op in reg.OPERATORS for f in (*_gpu_code(op, (route,)), *op.python)]
+    roles = ("triton",) if route == "triton" else ("device", "cluster", "launch")
     return files + [p for role in roles for p in reg.COMMON[role]]
 
 
@@ -242,8 +245,8 @@ def measured(record: str, listed: Callable[[str], list[str]] | None = None) -> l
             files += [_BENCH + name for name in BENCH[arg]]
         elif kind == "template":
             files += _template(record, listed or _lister(ROOT))
-        elif kind == "gpu":  # gpu:every, every operator's GPU code
-            files += _every_gpu_operator()
+        elif kind == "every":  # every:cuda, every:triton
+            files += _every_operator(arg)
         else:
             files.append(item)
     return sorted(set(files))
