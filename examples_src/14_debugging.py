@@ -317,7 +317,7 @@ if RECORDING.is_file():
 # ``tools/sanitize_kernels.py`` runs opguide's CUDA and Triton kernels, each
 # checked against the reference, here the long-row kernels whose blocks wait
 # for each other and rows of narrow accesses, under both tools (recorded):
-SANITIZED = ROOT / "docs" / "recorded" / "sanitizer_h100.txt"
+SANITIZED = ROOT / "docs" / "recorded" / "sanitizer_h200.txt"
 summaries = []
 say_stale(SANITIZED.name)
 for line in SANITIZED.read_text().splitlines():

@@ -178,15 +178,15 @@ run_part() {  # run_part PART
       tool gpu_debug.json tools/record_gpu_debug.py "$out"
       tool bad_index_h100.json tools/record_bad_index.py ;;
     4)
-      if want sanitizer_h100.txt "compute-sanitizer memcheck and racecheck of" \
+      if want "sanitizer_$gpu.txt" "compute-sanitizer memcheck and racecheck of" \
         "tools/sanitize_kernels.py --long-rows --small, then --narrow"; then
-        header > "$scratch/sanitizer_h100.txt"
+        header > "$scratch/sanitizer_$gpu.txt"
         for args in "--long-rows --small" "--narrow"; do for tool in memcheck racecheck; do
           # shellcheck disable=SC2086  # the arguments split on purpose
-          run_to "$scratch/sanitizer_h100.txt" compute-sanitizer --tool $tool \
+          run_to "$scratch/sanitizer_$gpu.txt" compute-sanitizer --tool $tool \
             python3 tools/sanitize_kernels.py $args
         done; done
-        mv "$scratch/sanitizer_h100.txt" "$out/" && done_ sanitizer_h100.txt
+        mv "$scratch/sanitizer_$gpu.txt" "$out/" && done_ "sanitizer_$gpu.txt"
       fi
       text "cuda_tests_$gpu.log" python3 -m pytest -q -p no:cacheprovider tests/test_rms_norm_cuda.py \
         tests/test_fused_add_rms_norm.py tests/test_rms_norm.py -k cuda ;;
