@@ -64,7 +64,12 @@ def _implementations(device: torch.device) -> tuple[dict, dict[str, str]]:
         missing["opguide triton"] = "CPU tensors run in Triton's interpreter: TRITON_INTERPRET=1"
     else:
         missing["opguide triton"] = "Triton is not usable in this process"
-    impls["torch.compile"] = (torch.compile(opguide.silu_and_mul_reference), False)
+    # dynamic=False: a kernel specialised to each shape, as a model of fixed
+    # shapes gets (by default a second shape compiles one kernel for any shape).
+    impls["torch.compile"] = (
+        torch.compile(opguide.silu_and_mul_reference, dynamic=False),
+        False,
+    )
     try:
         from liger_kernel.ops.swiglu import LigerSiLUMulFunction
     except ImportError as error:
@@ -122,6 +127,9 @@ def measure(shapes, dtypes, device, rounds: int, calls: int) -> dict:
         for dtype in dtypes:
             for backward in (False, True):
                 print(f"silu_and_mul: {rows}x{d} {dtype} backward={backward}", file=sys.stderr)
+                # A fresh start for torch.compile at each case, so that no case
+                # hits the recompilation limit and falls back to eager.
+                torch.compiler.reset()
                 inputs = _inputs(rows, d, dtype, device, backward)
                 fns = {}
                 for name, (f, halves) in impls.items():
