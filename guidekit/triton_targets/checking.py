@@ -17,12 +17,6 @@ from .launches import library_launches, representative
 from .targets import FULL_ENV, TARGETS, Launch, Usage
 
 
-def _can_compile_here() -> bool:
-    # opguide selects the interpreter on a machine without a GPU unless
-    # TRITON_INTERPRET already has a value.
-    return os.environ.get("TRITON_INTERPRET") == "0"
-
-
 def _child_env() -> dict:
     env = dict(os.environ)
     env["TRITON_INTERPRET"] = "0"  # a value: opguide keeps one already set
@@ -66,7 +60,9 @@ def check(
         "row_lengths": list(row_lengths) if row_lengths else None,
         "dtypes": list(dtypes) if dtypes else None,
     }
-    if not _can_compile_here():
+    # opguide selects the interpreter on a machine without a GPU unless
+    # TRITON_INTERPRET already has a value.
+    if os.environ.get("TRITON_INTERPRET") != "0":
         done = subprocess.run(
             [sys.executable, "-m", "guidekit.triton_targets", "--request", json.dumps(request)],
             capture_output=True,
@@ -81,17 +77,16 @@ def check(
     return _check_here(request)
 
 
-def _launch_from(d: dict) -> Launch:
-    return Launch(d["module"], d["kernel"], tuple(d["args"]), tuple(map(tuple, d["options"])))
-
-
 def _check_here(request: dict) -> list[Usage]:
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     todo: list[tuple[Launch, str]] = []
     for name in request["targets"]:
         target = TARGETS[name]
         if request["launches"]:
-            chosen = [_launch_from(d) for d in request["launches"]]
+            chosen = [
+                Launch(d["module"], d["kernel"], tuple(d["args"]), tuple(map(tuple, d["options"])))
+                for d in request["launches"]
+            ]
         else:
             only = {k: request[k] for k in ("row_lengths", "dtypes") if request.get(k)}
             chosen = library_launches(target, **only)

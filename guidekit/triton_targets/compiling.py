@@ -25,15 +25,12 @@ def _cache_dir() -> Path:
 
 
 def _kernel_object(launch: Launch):
+    """The launch's JITFunction, or None: an autotuner (or heuristics) wraps one in ``fn``."""
     import importlib
 
-    return _jit_function(getattr(importlib.import_module(launch.module), launch.kernel))
-
-
-def _jit_function(value):
-    """The JITFunction of a kernel, or None: an autotuner (or heuristics) wraps one in ``fn``."""
     import triton
 
+    value = getattr(importlib.import_module(launch.module), launch.kernel)
     while not isinstance(value, triton.runtime.JITFunction):
         if not isinstance(value, triton.runtime.KernelInterface):
             return None
