@@ -242,8 +242,8 @@ show(table(per_row, ("dtype", "n"), "variant", lambda r: f"{r['pct']:.0f}%"))
 # ``split`` (slots) runs (the backward's ``late`` loads one row ahead,
 # ``ahead`` two), each at its best launch, in % of the 1 GiB copy, then the
 # library's split backward against the best:
-fenced = select(tool_rows(recorded_text("sweep_triton_split_fenced_h100.txt")), best=True)
-slots = tool_rows(recorded_text("sweep_triton_split_h100.txt"))
+fenced = select(tool_rows(recorded_text("sweep_triton_split_fenced_h200.txt")), best=True)
+slots = tool_rows(recorded_text("sweep_triton_split_h200.txt"))
 # Columns: fenced, each row waited for, and one row late; with slots the
 # same two, and the backward's two rows ahead.
 SHORT = {"row at a time": "each row", "one row late": "late", "two rows ahead": "ahead"}

@@ -33,7 +33,7 @@ listing=""
 want() {
   if [[ -n "$listing" ]]; then
     local found=() f
-    for f in "$out"/${1//<gpu>/*}; do [[ -e "$f" ]] && found+=("${f##*/}"); done
+    for f in "$out"/${1//<gpu>/[a-z][0-9]*}; do [[ -e "$f" ]] && found+=("${f##*/}"); done
     for f in "${found[@]:-$1}"; do echo "  $f ${*:2}" | sed "s|$scratch/||g"; done
     return 1
   fi
@@ -160,8 +160,8 @@ run_part() {  # run_part PART
       nvcc_sweep sweep_rms_norm_forward_cluster_h100.txt tools/sweep_rms_norm_forward_cluster.cu
       nvcc_sweep sweep_rms_norm_backward_cluster_h100.txt tools/sweep_rms_norm_backward_cluster.cu
       nvcc_sweep sweep_rms_norm_backward_pipelined_h100.txt tools/sweep_rms_norm_backward.cu pipelined
-      text sweep_triton_split_h100.txt python3 tools/sweep_triton.py split
-      text sweep_triton_split_fenced_h100.txt python3 tools/sweep_triton.py split-fenced
+      text "sweep_triton_split_$gpu.txt" python3 tools/sweep_triton.py split
+      text "sweep_triton_split_fenced_$gpu.txt" python3 tools/sweep_triton.py split-fenced
       nvcc_sweep sweep_fused_add_rms_norm_h100.txt tools/sweep_fused_add_rms_norm.cu
       if want sweep_rms_norm_forward_keep_packed_h100.txt tools/sweep_rms_norm_forward_vectors.cu \
         "(-DOPGUIDE_KEEP_PACKED=1, then 0)"; then
