@@ -29,9 +29,10 @@ setup(
             sources,
             extra_compile_args={"cxx": ["-O3", *openmp], "nvcc": ["-O3"]},
             extra_link_args=openmp,
-            # The library calls no Python C API (TORCH_LIBRARY registers the
-            # operator), so one build serves every CPython from 3.10 on.
+            # No Python C API is called (TORCH_LIBRARY registers the operator), so
+            # one build serves every CPython from 3.10 on; the macro enforces it.
             py_limited_api=True,
+            define_macros=[("Py_LIMITED_API", "0x030A0000")],
         )
     ],
     cmdclass={"build_ext": BuildExtension},

@@ -32,8 +32,9 @@ The page needs only torch: it runs as it is in any folder.
 # ``custom_op`` turns a function with type annotations into the operator
 # ``torch.ops.mylib.rms_norm``: the schema comes from the annotations, and
 # ``mutates_args=()`` promises that no input is written. The body sums in
-# float32 (float64 for float64 inputs) and rounds the result once, as the
-# compiled kernels will.
+# float32 (float64 for float64 inputs) and rounds the result once, and returns
+# a dense (contiguous) tensor whatever the strides of ``x``, as the compiled
+# kernels will.
 import torch
 
 
@@ -42,7 +43,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     xf = x.to(acc)
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.to(acc)
-    return y.to(x.dtype)
+    return y.to(x.dtype).contiguous()
 
 
 print(torch.ops.mylib.rms_norm.default._schema)
@@ -65,7 +66,7 @@ print("largest difference from F.rms_norm:", (y - expected).abs().max().item())
 # they have a shape, a dtype, strides and a device, but no data. For an
 # operator, they call its fake kernel, which must say what the real kernel
 # returns without computing it: here a new tensor of ``x``'s shape and dtype,
-# with dense (contiguous) strides.
+# with dense (contiguous) strides, as the body returns.
 
 
 @rms_norm.register_fake
@@ -129,13 +130,16 @@ print("grad_x and grad_weight match F.rms_norm's")
 # input is written, that the fake kernel's output matches the real one's, and
 # that the autograd registration works through the dispatcher. It does not
 # check the gradients' values: that is gradcheck's job. Each entry of the
-# result says how one check went:
+# result says how one check went. The samples include a transposed ``x``,
+# whose strides the fake kernel's dense output must match:
 for dtype in (torch.float32, torch.bfloat16):
-    for needs_grad in (False, True):
-        xs = torch.randn(5, 33, dtype=dtype, requires_grad=needs_grad)
+    for needs_grad, transposed in ((False, False), (True, False), (False, True)):
+        shape = (33, 5) if transposed else (5, 33)
+        xs = torch.randn(*shape, dtype=dtype)
+        xs = (xs.t() if transposed else xs).requires_grad_(needs_grad)
         ws = torch.randn(33, dtype=dtype, requires_grad=needs_grad)
         result = torch.library.opcheck(rms_norm, (xs, ws, 1e-6))
-        print(f"{dtype}, requires_grad={needs_grad}:")
+        print(f"{dtype}, requires_grad={needs_grad}, transposed={transposed}:")
         for check, outcome in result.items():
             print(f"    {check}: {outcome}")
 
@@ -159,8 +163,8 @@ print("torch.compile(fullgraph=True): same values as eager")
 # ----------------
 # :func:`torch.export.export` records a module's whole program as a graph of
 # operators. The operator is one node of it, by its name, so a program
-# exported from a model that calls it runs this operator wherever it is
-# loaded:
+# exported from a model that calls it runs this operator wherever the module
+# that defines it (here, this script; in a package, its import) is loaded:
 
 
 class Norm(torch.nn.Module):

@@ -34,8 +34,10 @@ several files at a time).
 
 ``py_limited_api=True`` and the wheel's ``py_limited_api`` option make one
 build serve every CPython from 3.10 on (a wheel tagged ``cp310-abi3``): the
-library calls no Python C API. It is still tied to the torch it was built
-against, whose C++ API changes from one release to the next.
+library calls no Python C API, and the ``Py_LIMITED_API`` macro makes the
+compiler refuse any call outside the limited API should a header bring one
+in. It is still tied to the torch it was built against, whose C++ API changes
+from one release to the next.
 
 The package metadata sits in ``pyproject.toml``:
 
@@ -129,7 +131,8 @@ for dtype in DTYPES:
 # %%
 # The two add up each row in a different order. In float32 and float64 the
 # sums are kept in the output's own precision, so the order shows in the
-# last bits of the results. A 16-bit result is a float32 value rounded once,
+# low bits of the results: some ulps, a few bits of the 24 or 53 (the first
+# two lines above). A 16-bit result is a float32 value rounded once,
 # so the two differ only where that value lies close to halfway between two
 # 16-bit numbers, and then by one unit. On a GPU the same call runs the CUDA kernel;
 # where this page ran without one, the cell says so instead:
