@@ -316,8 +316,10 @@ print(
 
 # %%
 # A ``triton_op`` through ``opcheck``. Under the interpreter its
-# ``test_faketensor`` fails; on a GPU it passes, and the next cell's graph
-# holds the kernel launch (a ``triton_kernel_wrapper_functional`` node):
+# ``test_faketensor`` fails (the interpreter reads the data of the fake
+# tensors it is handed); with compiled kernels on a GPU it is meant to pass,
+# and where it does, the next cell's graph holds the kernel launch (a
+# ``triton_kernel_wrapper_functional`` node). The output says which happened:
 import logging  # noqa: E402
 import warnings  # noqa: E402
 
@@ -441,7 +443,7 @@ print(
 # fixed): these Triton kernels and :doc:`step 3 <03_cuda_kernel>`'s CUDA
 # kernels in % of a copy of the same bytes. The dotted line is the longest
 # row one Triton program holds:
-sweep_record = recorded("sweep_opguide_h100.json")
+sweep_record = recorded("sweep_opguide_<gpu>.json")
 say(f"Triton {sweep_record['triton']}, CUDA {sweep_record['cuda']}")
 LIMITS = {
     "forward": triton_ops.launch.MAX_REGISTER_ROW,

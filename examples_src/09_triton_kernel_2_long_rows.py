@@ -172,7 +172,7 @@ for n in sorted({20000, 2**17 + 3, chunked_n}):
 # split one wherever the GPU has that many SMs. :doc:`Step 11.3
 # <11_performance_3_long_rows>` also times and compiles faster launches of
 # the split backward:
-record = recorded("sweep_opguide_h100.json")
+record = recorded("sweep_opguide_<gpu>.json")
 say(f"Triton {record['triton']}, CUDA {record['cuda']}")
 longest = max(record["sweep"]["ns"])
 # The fused kernel's limit depends on the dtype: the longest 16-bit row it

@@ -348,7 +348,7 @@ def longest_register_row(planner, dtype: torch.dtype) -> int:
     return max(n for n in fits if isinstance(planner(1, n, dtype, cpu), Registers))
 
 
-record = recorded("sweep_opguide_h100.json")
+record = recorded("sweep_opguide_<gpu>.json")
 say(f"Triton {record['triton']}, CUDA {record['cuda']}")
 say("bytes per call: " + record["bytes_model"]["fused"])
 fused_limit = longest_register_row(launch.fused_config, torch.bfloat16)

@@ -364,7 +364,7 @@ print(f"version counters after the compiled call: {versions(compiled_k, compiled
 # <https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cuda/IndexKernel.cu>`__).
 from guidekit.recorded.pages import bars_figure, recorded, say, say_stale, show, table  # noqa: E402
 
-costs = recorded("bad_index_h100.json")
+costs = recorded("bad_index_<gpu>.json")
 STRATEGIES = {
     "skip": "the token writes nothing; nobody is told",
     "flag_read": "error flag, read by the host after every launch (the template's)",

@@ -135,8 +135,9 @@ for route, run in runs.items():
         )
 
 # %%
-# Without the settings, the cluster and split rows of both routes need the
-# held SMs and wait for the release; the records above are the settings'.
+# The records are of the settings. Without them, by the reasons above, the
+# cluster and split rows of both routes wait for the held SMs; no record of
+# that run is kept here.
 #
 # What the settings cost
 # ----------------------
@@ -196,9 +197,11 @@ for route, run in runs.items():
 #
 # Your own operator
 # -----------------
-# * Never let a block wait for another block that may not be running: use a
-#   cluster, a second kernel, or a form that walks the row itself, and give
-#   readers the setting that avoids co-scheduling.
+# * A block that waits for another block needs the GPU to run both at once,
+#   which a GPU shared with other work does not promise. Keep a form that
+#   needs no co-scheduling (a second kernel, or one program walking the row)
+#   and a setting that selects it, as opguide's two settings do; make the
+#   waiting form the default only where the GPU is yours.
 # * Do not read the GPU from the host inside a call, autotune, or copy to
 #   the host: each one waits behind whatever else the GPU runs.
 # * Allocate and check everything before the first write to an input.
@@ -210,11 +213,11 @@ for route, run in runs.items():
 # ------------
 # The defaults still need more than two free SMs for long rows; the settings
 # are off by default because on a GPU of its own they cost a read. The probes
-# hold SMs with one kernel of this process; an MPS limit on another process
-# was not tried. The template's generated GPU tests do not run shapes past
-# ``2**31`` elements: each such case needs tens of GiB of GPU memory, more
-# than a reader's CI GPU may have; copy ``tests/test_large_tensors.py``'s
-# checks when yours has it.
+# hold SMs with one kernel of this process; they say nothing of SMs held by
+# another process under MPS or of MPS's own limits. The template's generated
+# GPU tests do not run shapes past ``2**31`` elements: each such case needs
+# tens of GiB of GPU memory, more than a reader's CI GPU may have; copy
+# ``tests/test_large_tensors.py``'s checks when yours has it.
 #
 # What's next
 # -----------

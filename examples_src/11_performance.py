@@ -66,7 +66,7 @@ say("training  the forward's bytes plus the backward's")
 # ``copy_`` of the pass's bytes timed in the same run: each implementation is
 # the copy's time over its own (above 100%: faster than ``copy_``). The last
 # line says how much the copy's own speed moves with N:
-sweep_file = recorded("sweep_h100.json")
+sweep_file = recorded("sweep_<gpu>.json")
 sweep = sweep_file["sweep"]
 say(f"1 GiB copy: {sweep_file['copy_bandwidth_GBps']:.0f} GB/s")
 copies = select(sweep["rows"], impl=benchmark.SAME_SIZE_COPY, dtype="bf16")
@@ -93,7 +93,7 @@ say(
 #
 # Does cleaning L2 matter? Recorded runs without the clean (``--keep-l2``)
 # and with it, in % of the 1 GiB copy:
-kept, cleaned = recorded("l2_keep_h100.json"), recorded("l2_clean_h100.json")
+kept, cleaned = recorded("l2_keep_<gpu>.json"), recorded("l2_clean_<gpu>.json")
 impls = ["opguide", "opguide triton", "compile(reference)", "F.rms_norm"]
 l2 = fixed_changes(kept, cleaned, "forward", impls)
 show(table(l2, ("impl", "shape"), "pass", lambda r: f"{r['before']:.1%} -> {r['after']:.1%}"))
@@ -107,7 +107,7 @@ say(f"The largest change: {max((c['points'] for c in l2), key=abs):+.1f} points"
 # call that reads the set the previous call read may find part of it there.
 # The bfloat16 forward recorded with one set (``--min-sets 1``), in points
 # gained against three:
-one_set = recorded("sweep_one_input_set_h100.json")["sweep"]
+one_set = recorded("sweep_one_input_set_<gpu>.json")["sweep"]
 THREE = {
     (r["impl"], r["n"]): r["vs_copy"]
     for r in sweep["rows"]
@@ -164,7 +164,7 @@ _ = lines_figure(shown, title, series=("impl", "dtype"), marks=marks)
 # %%
 # Every bfloat16 point, then the misses and the CUDA kernel against the
 # fastest peer, both 16-bit types. A gap no larger than the most a second run
-# (``sweep_opguide_h100.json``) moved a point of the CUDA kernel is a tie.
+# (the sweep of opguide's kernels alone) moved a point of the CUDA kernel is a tie.
 fastest = {}  # (pass, N) -> the fastest peer's row, named in its cell
 for r in select(ROWS, impl=PEERS):
     if r["vs_copy"] > fastest.get((r["pass"], r["n"]), {"vs_copy": 0})["vs_copy"]:
@@ -183,7 +183,7 @@ if not misses:
 FIRST = {(r["impl"], r["pass"], r["dtype"], r["n"]): r["vs_copy"] for r in sweep["rows"]}
 RERUN = [
     {**r, "points": 100 * (r["vs_copy"] - FIRST[k])}
-    for r in recorded("sweep_opguide_h100.json")["sweep"]["rows"]
+    for r in recorded("sweep_opguide_<gpu>.json")["sweep"]["rows"]
     if r["impl"] in OURS and (k := (r["impl"], r["pass"], r["dtype"], r["n"])) in FIRST
 ]
 tie = max(abs(r["points"]) for r in select(RERUN, impl="opguide"))
@@ -244,14 +244,14 @@ for impl, pass_name in dict.fromkeys((r["impl"], r["pass"]) for r in RERUN):
 #    .. literalinclude:: /../tools/variants/odd_rows_16_byte_only.patch
 #       :language: diff
 #       :caption: tools/variants/odd_rows_16_byte_only.patch
-odd_file = recorded("sweep_odd_rows_h100.json")
+odd_file = recorded("sweep_odd_rows_<gpu>.json")
 ODD = select(
     odd_file["sweep"]["rows"], dtype="bf16", impl=("opguide", "opguide triton", "F.rms_norm")
 )
 WIDE = [
     {**r, "impl": "CUDA, 16-byte only"}
     for r in select(
-        recorded("sweep_odd_rows_16_byte_only_h100.json")["sweep"]["rows"],
+        recorded("sweep_odd_rows_16_byte_only_<gpu>.json")["sweep"]["rows"],
         dtype="bf16",
         impl="opguide",
     )

@@ -2,8 +2,9 @@ r"""
 Step 11.2: What an eager call costs
 ===================================
 
-Part I registers its operator with PyTorch's Python APIs (``custom_op``,
-``register_fake``, ``register_autograd``). A user who calls it eagerly waits
+Part I defines its operator with ``custom_op`` (page 1), then with
+``TORCH_LIBRARY`` and, on the Python side, ``register_fake`` and
+``register_autograd`` (page 4). A user who calls it eagerly waits
 for Python, the dispatcher, autograd and the launches before the kernel
 starts. What does a call cost, where does the time go, and what does each
 registration add?
@@ -127,8 +128,9 @@ for impl, only in EAGER_KERNELS.items():
 node, two = us("opguide", "training"), us(FUNCTION_NODE, "training")
 saved = [two[k] - node[k] for k in node]
 say(
-    f"A Function of one output (y) against one of two (y, inv_rms) saves "
-    f"{statistics.median(saved):+.1f} us per training call (median), faster at "
+    f"rms_norm's C++ Function (returns y) against rms_norm_forward's (returns y and "
+    f"inv_rms), the same kernels: {statistics.median(saved):+.1f} us per training call "
+    f"(median), faster at "
     f"{sum(d > 0 for d in saved)} of {len(saved)} shapes"
 )
 empty = us(EMPTY_FUNCTION, "training")
@@ -146,8 +148,9 @@ say(
 # * **Autograd in C++.** The formula is a C++ kernel at the ``Autograd`` key
 #   (:doc:`step 8 <08_autograd>`), so no call re-enters Python. Its
 #   ``torch::autograd::Function`` returns y alone and saves ``inv_rms``, where
-#   ``opguide::rms_norm_forward``'s returns both; autograd wraps every output
-#   (the "one output against two" line above):
+#   ``opguide::rms_norm_forward``'s returns both (the line above compares the
+#   two; they are two operators as well, so it does not isolate what one
+#   more output costs):
 #
 #   .. literalinclude:: /../csrc/rms_norm/rms_norm_autograd.cpp
 #      :language: cpp
@@ -326,7 +329,9 @@ say(
 # lives in a ``Library`` object kept alive by the module; the fake kernel and
 # the backward are registered by name on it; a body that writes an input
 # bumps its version counter itself (``custom_op`` does so for
-# ``mutates_args``); and the operator has none of ``CustomOpDef``'s methods.
+# ``mutates_args``); and of ``CustomOpDef``'s methods, ``set_kernel_enabled``
+# has no counterpart, while ``torch.library.register_kernel``,
+# ``register_vmap`` and ``register_autocast`` take the operator's name.
 # Under ``torch.compile`` it is one opaque call, as a ``custom_op`` is.
 
 # %%

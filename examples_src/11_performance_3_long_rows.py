@@ -159,7 +159,7 @@ say(f"spills: {[u.config for u in backward if u.spills] or 'none'}")
 # :doc:`11_performance`'s sweep at long rows, bfloat16, with Quack and Liger
 # (their fused kernels in the fused pass; ``-``: could not run). Right of the
 # dotted line, the CUDA kernels use clusters:
-sweep_file = recorded("sweep_h100.json")
+sweep_file = recorded("sweep_<gpu>.json")
 FUSED_PEER = {"liger (fused)": "liger", "quack (residual)": "quack"}
 LONG = [
     {**r, "impl": FUSED_PEER.get(r["impl"], r["impl"])}
@@ -203,8 +203,8 @@ _ = lines_figure(LONG, title, marks={"limit": ONE_BLOCK})
 # cell the cluster size; these differ too, so a gain is the changes'
 # together, not the push's alone:
 BARRIER, PUSH = "loop 1024 x 4, barrier", "loop 512 x 4, push"
-FORWARD = tool_rows(recorded_text("sweep_rms_norm_forward_cluster_h100.txt"))
-BACKWARD = tool_rows(recorded_text("sweep_rms_norm_backward_cluster_h100.txt"))
+FORWARD = tool_rows(recorded_text("sweep_rms_norm_forward_cluster_<gpu>.txt"))
+BACKWARD = tool_rows(recorded_text("sweep_rms_norm_backward_cluster_<gpu>.txt"))
 pushed = select(
     FORWARD, dtype="bf16", variant=(BARRIER, PUSH), n=lambda n: n > ONE_BLOCK["forward"]
 )
@@ -242,8 +242,8 @@ show(table(per_row, ("dtype", "n"), "variant", lambda r: f"{r['pct']:.0f}%"))
 # ``split`` (slots) runs (the backward's ``late`` loads one row ahead,
 # ``ahead`` two), each at its best launch, in % of the 1 GiB copy, then the
 # library's split backward against the best:
-fenced = select(tool_rows(recorded_text("sweep_triton_split_fenced_h200.txt")), best=True)
-slots = tool_rows(recorded_text("sweep_triton_split_h200.txt"))
+fenced = select(tool_rows(recorded_text("sweep_triton_split_fenced_<gpu>.txt")), best=True)
+slots = tool_rows(recorded_text("sweep_triton_split_<gpu>.txt"))
 # Columns: fenced, each row waited for, and one row late; with slots the
 # same two, and the backward's two rows ahead.
 SHORT = {"row at a time": "each row", "one row late": "late", "two rows ahead": "ahead"}

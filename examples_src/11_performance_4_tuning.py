@@ -61,7 +61,7 @@ from guidekit.recorded.pages import (
     tool_rows,
 )
 
-packed = tool_rows(recorded_text("sweep_rms_norm_forward_keep_packed_h100.txt"))
+packed = tool_rows(recorded_text("sweep_rms_norm_forward_keep_packed_<gpu>.txt"))
 ON, OFF = "OPGUIDE_KEEP_PACKED=1", "OPGUIDE_KEEP_PACKED=0"
 columns = {"4 vecs": (ON, 4), "2 vecs": (ON, 2), "1 vec": (ON, 1), "4, no keep_packed": (OFF, 4)}
 cells = [
@@ -109,9 +109,9 @@ say(
 #    .. literalinclude:: /../tools/variants/cuda_forward_loads_interleaved.patch
 #       :language: diff
 #       :caption: tools/variants/cuda_forward_loads_interleaved.patch
-loads_first = recorded("cuda_forward_loads_first_h100.json")
+loads_first = recorded("cuda_forward_loads_first_<gpu>.json")
 loads = fixed_changes(
-    recorded("cuda_forward_loads_interleaved_h100.json"), loads_first, "forward", ["opguide"]
+    recorded("cuda_forward_loads_interleaved_<gpu>.json"), loads_first, "forward", ["opguide"]
 )
 BEFORE_AFTER = lambda r: f"{r['before']:.1%} -> {r['after']:.1%}"  # noqa: E731
 show(table(loads, ("impl", "shape"), "pass", BEFORE_AFTER))
@@ -134,7 +134,7 @@ say(
 #    :end-before: // [pipelined-backward-kernel-end]
 #
 # The register-prefetch kernel against the best pipelined layout, per shape:
-pipelined = tool_rows(recorded_text("sweep_rms_norm_backward_pipelined_h100.txt"))
+pipelined = tool_rows(recorded_text("sweep_rms_norm_backward_pipelined_<gpu>.txt"))
 pipeline_gains = []
 for dtype, shape in dict.fromkeys((r["dtype"], r["shape"]) for r in pipelined):
     prefetch = best(pipelined, dtype=dtype, shape=shape, prefetch=1)
@@ -165,11 +165,11 @@ say(f"gain: {min(pipeline_gains):+.1f} to {max(pipeline_gains):+.1f} points")
 #    .. literalinclude:: /../tools/variants/triton_evict_first_on.patch
 #       :language: diff
 #       :caption: tools/variants/triton_evict_first_on.patch
-hints_on = recorded("cuda_forward_hints_on_h100.json")
-hints_off = recorded("cuda_forward_hints_off_h100.json")
+hints_on = recorded("cuda_forward_hints_on_<gpu>.json")
+hints_off = recorded("cuda_forward_hints_off_<gpu>.json")
 hints = fixed_changes(hints_on, hints_off, "forward", ["opguide"])
-evict_on = recorded("triton_evict_first_on_h100.json")
-evict_off = recorded("triton_evict_first_off_h100.json")
+evict_on = recorded("triton_evict_first_on_<gpu>.json")
+evict_off = recorded("triton_evict_first_off_<gpu>.json")
 evict = [
     c
     for p in ("forward", "fused")

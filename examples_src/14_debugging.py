@@ -34,6 +34,7 @@ import torch
 
 import opguide
 from guidekit.compile_checks import source_root, without_machine_paths  # noqa: E402
+from guidekit.recorded import recorded_dir, resolve  # noqa: E402
 from guidekit.recorded.pages import say_stale  # noqa: E402
 
 # sphinx_gallery_thumbnail_path = "_thumbnails/14.png"
@@ -317,7 +318,7 @@ if RECORDING.is_file():
 # ``tools/sanitize_kernels.py`` runs opguide's CUDA and Triton kernels, each
 # checked against the reference, here the long-row kernels whose blocks wait
 # for each other and rows of narrow accesses, under both tools (recorded):
-SANITIZED = ROOT / "docs" / "recorded" / "sanitizer_h200.txt"
+SANITIZED = recorded_dir() / resolve("sanitizer_<gpu>.txt")
 summaries = []
 say_stale(SANITIZED.name)
 for line in SANITIZED.read_text().splitlines():

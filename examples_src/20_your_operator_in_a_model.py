@@ -186,8 +186,9 @@ STEPS = {
     "training step": model_step.training_step,
     "inference forward": model_step.inference_forward,
 }
-# Dynamo compiles the model's forward once per variant and step, and by
-# default sends a function back to eager after 8 compiles: this page needs 8.
+# Dynamo compiles the model's forward once per variant and step (8 here),
+# and by default sends a function back to eager once it holds 8 compiled
+# versions; a higher limit keeps any extra recompile from doing that.
 torch._dynamo.config.recompile_limit = 16
 compiled = {name: torch.compile(m) for name, m in models.items()}
 generated = {}
@@ -490,9 +491,9 @@ else:
 # dispatcher call (``OSSOpKernelOperator`` in `oss_proxy_executor.h
 # <https://github.com/pytorch/pytorch/blob/main/torch/csrc/inductor/aoti_torch/oss_proxy_executor.h>`__).
 # The private options ``aot_inductor.custom_ops_to_c_shims`` and
-# ``custom_op_libs`` give it a direct call to a C function,
-# ``aoti_torch_<device>_<operator>``, which takes handles and returns an
-# error code:
+# ``custom_op_libs`` replace that with a call to a C function,
+# ``aoti_torch_<device>_<operator>``, which takes handles, returns an error
+# code, and calls the operator through the dispatcher unboxed:
 #
 # .. literalinclude:: /../opguide/experimental/aoti_shim.cpp
 #    :language: cpp
@@ -597,8 +598,10 @@ else:
 #    :language: python
 #    :pyobject: kernelized
 #
-# The layer declares both modes (no GPU record measures it). Loss, gradients
-# and logits against the model left alone:
+# For this check the layer declares both modes, so that every mode runs it;
+# which modes a shipped layer declares follows from its timings, as for the
+# norms (the cells below time it). Loss, gradients and logits against the
+# model left alone:
 from collections import Counter
 
 from transformers.models.llama.modeling_llama import LlamaMLP

@@ -5,8 +5,9 @@ Step 21: A second operator
 A second operator in the library, ``silu_and_mul``, the gated activation of
 Llama MLPs: for ``x`` of shape ``(..., 2*d)`` (gate and up projections side
 by side) it returns ``silu(x[..., :d]) * x[..., d:]``. Its kernels are short,
-so the page is about what an operator needs around them: one registry entry,
-its own folders and tests, no edit to a shared file; the schema, kernels and
+so the page is about what an operator needs around them: one entry in the
+registry (``opguide/registry.py``), its own folders and tests, and no other
+edit to a shared file; the schema, kernels and
 rules whole; the earlier steps' checks applied unchanged; its recorded speed
 on a GPU.
 

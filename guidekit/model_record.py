@@ -15,9 +15,6 @@ variant's times in interleaved rounds, with their median and quartiles.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from guidekit.model_step import compare, spread
 from guidekit.model_swap import OWN, measured_support, record_rows
 
@@ -243,13 +240,9 @@ def _kernelized_findings(record: dict, groups: dict) -> list[str]:
         used, own = flags(about.get("support", {})), flags(measured_support(record))
         same = "the same flags" if used == own else f"other flags ({own})"
         command = record.get("command", "")
-        out = re.search(r"--out (\S+)", command)
         # Without --support-from the tool reads the record that --out replaces.
         given = "--support-from" in command or not command
         source = f"--support-from {about['from']}" if given else f"read from {about['from']}"
-        if out and Path(out.group(1)).name == about["from"]:
-            # Remade in place (by name): the flags came from the record this one replaced.
-            source += ", the record that this one replaced"
         said.append(
             f"The kernelized layers declared the modes that this run was given "
             f"({source}): {used}. This record's own numbers give {same}."
