@@ -20,6 +20,7 @@ from guidekit.recorded import (
     load,
     pages,
     recorded_dir,
+    resolve,
     sources,
     stamp,
 )
@@ -373,3 +374,26 @@ def test_building_page_shows_each_logs_header_and_summary():
         assert 1 in shown, (name, spec)
         last = max(i for i, line in enumerate(lines, 1) if summary.search(line))
         assert last in shown, f"{name}: the summary is line {last}, the page shows {spec}"
+
+
+def test_a_gpu_placeholder_names_the_one_record_of_its_kind(tmp_path):
+    (tmp_path / "sweep_h100.json").write_text("{}")
+    (tmp_path / "sweep_odd_rows_h100.json").write_text("{}")
+    (tmp_path / "sweep_h100.json.sources").write_text("{}")
+    assert resolve("sweep_<gpu>.json", tmp_path) == "sweep_h100.json"
+    assert resolve("sweep_odd_rows_<gpu>.json", tmp_path) == "sweep_odd_rows_h100.json"
+    assert resolve("pdl_on.json", tmp_path) == "pdl_on.json"
+    (tmp_path / "sweep_h200.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="2 records match"):
+        resolve("sweep_<gpu>.json", tmp_path)
+    with pytest.raises(FileNotFoundError, match="0 records match"):
+        resolve("l2_keep_<gpu>.json", tmp_path)
+
+
+def test_every_placeholder_in_the_pages_names_one_record():
+    pages_src = recorded_dir().parents[1] / "examples_src"
+    found = (re.findall(r'"(\w+_<gpu>\.\w+)"', p.read_text()) for p in pages_src.glob("*.py"))
+    names = {name for names in found for name in names}
+    assert names
+    for name in sorted(names):
+        assert resolve(name), name

@@ -20,7 +20,7 @@ from guidekit.recorded import load, recorded_dir
 
 pytestmark = pytest.mark.cpu
 ROOT = recorded_dir().parents[1]
-RECORD = "bad_index_h100.json"
+RECORD = "bad_index_<gpu>.json"
 
 
 def _tool():

@@ -5,7 +5,7 @@
 #   tools/gpu_records.sh list                # which part makes which record, and how
 #   tools/gpu_records.sh PART [WHEELHOUSE]   # PART 1 to 6
 #   tools/gpu_records.sh PART WHEELHOUSE NAME  # only the records of PART that NAME, a
-#                                            # name or a pattern, matches (sweep_h100.json,
+#                                            # name or a pattern, matches (sweep_h200.json,
 #                                            # "cuda_forward_hints_*"), when a part is too
 #                                            # long for one call ("" for no wheelhouse)
 #
@@ -134,38 +134,48 @@ vbench() {  # vbench NAME VARIANT [BENCHMARK ARGS...]: bench, built as VARIANT (
 operator_benchmarks() {
   python3 -c 'from guidekit.recorded.sources import operator_benchmarks as o; print(*o())'
 }
-done_() { python3 -m guidekit.recorded.stamp "$out/$1" && echo "refreshed: $1"; }
+# Stamps the record NAME; the same record made on another GPU (NAME with that
+# GPU's name) is replaced by it: pages name it with <gpu> (guidekit.recorded.resolve).
+done_() {
+  python3 -m guidekit.recorded.stamp "$out/$1" && echo "refreshed: $1"
+  [[ "$1" == *"_$gpu."* ]] || return 0
+  local other stem="${1%%_"$gpu".*}" ext="${1##*_"$gpu".}"
+  for other in "$out/${stem}"_*."$ext"; do
+    [[ "${other##*/}" =~ ^${stem}_[a-z]+[0-9]+[a-z]*\.${ext}$ && "$other" != "$out/$1" ]] || continue
+    rm -f "$other" "$other.sources" && echo "replaced: ${other##*/}"
+  done
+}
 gpu="$(python3 -c 'import torch; from guidekit.recorded import short_gpu_name as s; print(s(torch.cuda.get_device_name()))' 2>/dev/null || echo gpu)"
 
 run_part() {  # run_part PART
   case "$1" in
     1)
-      sweep sweep_h100.json
-      sweep sweep_opguide_h100.json --impls "opguide,opguide triton,copy (same bytes)"
-      bench sweep_one_input_set_h100.json --sweep --dtypes bf16 --passes forward --min-sets 1 ;;
+      sweep "sweep_$gpu.json"
+      sweep "sweep_opguide_$gpu.json" --impls "opguide,opguide triton,copy (same bytes)"
+      bench "sweep_one_input_set_$gpu.json" --sweep --dtypes bf16 --passes forward --min-sets 1 ;;
     2)
       for d in bf16 fp16; do bench "eager_${d}_$gpu.json" --eager --dtypes "$d"; done
-      bench sweep_odd_rows_h100.json --sweep --dtypes bf16,fp16 \
+      bench "sweep_odd_rows_$gpu.json" --sweep --dtypes bf16,fp16 \
         --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
         --passes forward,backward,training,fused \
         --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"
       shapes=(--passes forward,fused --shapes 8192x4096,4096x8192,65536x1024 --dtypes bf16)
-      bench l2_keep_h100.json "${shapes[@]}" --keep-l2
-      bench l2_clean_h100.json "${shapes[@]}"
+      bench "l2_keep_$gpu.json" "${shapes[@]}" --keep-l2
+      bench "l2_clean_$gpu.json" "${shapes[@]}"
       for on in 0 1; do
         name=pdl_off.json; [[ $on == 1 ]] && name=pdl_on.json
         OPGUIDE_PDL=$on bench "$name" --passes forward,backward --impls "opguide,compile(reference)"
       done ;;
     3)
-      nvcc_sweep sweep_rms_norm_forward_cluster_h100.txt tools/sweep_rms_norm_forward_cluster.cu
-      nvcc_sweep sweep_rms_norm_backward_cluster_h100.txt tools/sweep_rms_norm_backward_cluster.cu
-      nvcc_sweep sweep_rms_norm_backward_pipelined_h100.txt tools/sweep_rms_norm_backward.cu pipelined
+      nvcc_sweep "sweep_rms_norm_forward_cluster_$gpu.txt" tools/sweep_rms_norm_forward_cluster.cu
+      nvcc_sweep "sweep_rms_norm_backward_cluster_$gpu.txt" tools/sweep_rms_norm_backward_cluster.cu
+      nvcc_sweep "sweep_rms_norm_backward_pipelined_$gpu.txt" tools/sweep_rms_norm_backward.cu pipelined
       text "sweep_triton_split_$gpu.txt" python3 tools/sweep_triton.py split
       text "sweep_triton_split_fenced_$gpu.txt" python3 tools/sweep_triton.py split-fenced
-      nvcc_sweep sweep_fused_add_rms_norm_h100.txt tools/sweep_fused_add_rms_norm.cu
-      if want sweep_rms_norm_forward_keep_packed_h100.txt tools/sweep_rms_norm_forward_vectors.cu \
+      nvcc_sweep "sweep_fused_add_rms_norm_$gpu.txt" tools/sweep_fused_add_rms_norm.cu
+      if want "sweep_rms_norm_forward_keep_packed_$gpu.txt" tools/sweep_rms_norm_forward_vectors.cu \
         "(-DOPGUIDE_KEEP_PACKED=1, then 0)"; then
-        name=sweep_rms_norm_forward_keep_packed_h100.txt
+        name="sweep_rms_norm_forward_keep_packed_$gpu.txt"
         header > "$scratch/$name"
         for keep in 1 0; do
           sweep_binary "$scratch/sweep_vectors" tools/sweep_rms_norm_forward_vectors.cu -Icsrc \
@@ -176,7 +186,7 @@ run_part() {  # run_part PART
       fi
       tool "minimal_cuda_$gpu.json" tools/record_minimal_cuda.py
       tool gpu_debug.json tools/record_gpu_debug.py "$out"
-      tool bad_index_h100.json tools/record_bad_index.py ;;
+      tool "bad_index_$gpu.json" tools/record_bad_index.py ;;
     4)
       if want "sanitizer_$gpu.txt" "compute-sanitizer memcheck and racecheck of" \
         "tools/sanitize_kernels.py --long-rows --small, then --narrow"; then
@@ -195,17 +205,17 @@ run_part() {  # run_part PART
       # Each variant is timed next to what it is compared with: the forward with the
       # hints the backward's stores have, then no hints in any kernel; each of the
       # others, then the library as it is.
-      vbench cuda_forward_hints_on_h100.json cuda_forward_hints_on --passes forward,backward \
+      vbench "cuda_forward_hints_on_$gpu.json" cuda_forward_hints_on --passes forward,backward \
         "${fixed[@]}"
-      vbench cuda_forward_hints_off_h100.json -DOPGUIDE_STREAMING_HINTS=0 \
+      vbench "cuda_forward_hints_off_$gpu.json" -DOPGUIDE_STREAMING_HINTS=0 \
         --passes forward,backward "${fixed[@]}"
-      vbench cuda_forward_loads_interleaved_h100.json cuda_forward_loads_interleaved \
+      vbench "cuda_forward_loads_interleaved_$gpu.json" cuda_forward_loads_interleaved \
         --passes forward "${fixed[@]}"
-      bench cuda_forward_loads_first_h100.json --passes forward "${fixed[@]}"
+      bench "cuda_forward_loads_first_$gpu.json" --passes forward "${fixed[@]}"
       triton=(--passes forward,fused --dtypes bf16 --impls "opguide triton,copy (same bytes)")
-      vbench triton_evict_first_on_h100.json triton_evict_first_on "${triton[@]}"
-      bench triton_evict_first_off_h100.json "${triton[@]}"
-      vbench sweep_odd_rows_16_byte_only_h100.json odd_rows_16_byte_only --sweep --dtypes bf16 \
+      vbench "triton_evict_first_on_$gpu.json" triton_evict_first_on "${triton[@]}"
+      bench "triton_evict_first_off_$gpu.json" "${triton[@]}"
+      vbench "sweep_odd_rows_16_byte_only_$gpu.json" odd_rows_16_byte_only --sweep --dtypes bf16 \
         --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
         --passes forward,backward,training,fused \
         --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)" ;;
@@ -247,7 +257,6 @@ LIST
   exit 0
 fi
 [[ "$part" == [1-6] ]] || { echo "unknown part: $part (list, 1, 2, 3, 4, 5 or 6)" >&2; exit 2; }
-[[ "$gpu" == h100 || "$gpu" == h200 ]] || echo "note: the records' names say h100/h200; this GPU is $gpu"
 wheels="$(cd "${2:-.whl}" 2>/dev/null && pwd || true)"
 [[ -n "${2+x}" && -z "$2" ]] && wheels=""
 if [[ -n "$wheels" ]]; then

@@ -6,7 +6,7 @@ that one pass's compiled kernels and allocations do not weigh on the next):
     for d in bf16 fp16; do for p in forward backward training fused; do
         python -m guidekit.benchmark --sweep --dtypes $d --passes $p --out sweep_${d}_$p.json
     done; done
-    python tools/merge_sweeps.py sweep_*_*.json --out docs/recorded/sweep_h100.json
+    python tools/merge_sweeps.py sweep_*_*.json --out docs/recorded/sweep_<gpu>.json
 
 The merged file has every row, skip and missing peer of the inputs; its copy
 bandwidth per dtype is the mean of the processes' copies of that dtype. The

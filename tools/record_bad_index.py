@@ -16,7 +16,7 @@ each does). This tool compiles it with nvcc into a shared library, then:
 
 Usage, on a GPU machine::
 
-    python tools/record_bad_index.py --out docs/recorded/bad_index_h100.json
+    python tools/record_bad_index.py --out docs/recorded/bad_index_<gpu>.json
 """
 
 from __future__ import annotations

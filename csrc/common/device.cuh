@@ -108,11 +108,11 @@ struct alignas(sizeof(T) * kVec) Vec {
 
 // Accesses with the .cs ("cache streaming") hints, which tell L2 not to keep
 // those lines. The backward writes grad_x with them (without them it changes
-// by less than a point: docs/recorded/cuda_forward_hints_off_h100.json); the
+// by less than a point: docs/recorded/cuda_forward_hints_off_<gpu>.json); the
 // forward does not use them for x and y: with L2 full of other data at the
 // start of each batch they cost it one to two points
-// (docs/recorded/cuda_forward_hints_on_h100.json against
-// cuda_forward_hints_off_h100.json). OPGUIDE_STREAMING_HINTS=0 turns them
+// (docs/recorded/cuda_forward_hints_on_<gpu>.json against
+// cuda_forward_hints_off_<gpu>.json). OPGUIDE_STREAMING_HINTS=0 turns them
 // off, for such comparisons. HIP has no such intrinsics; plain accesses there.
 #ifndef OPGUIDE_STREAMING_HINTS
 #define OPGUIDE_STREAMING_HINTS 1

@@ -28,7 +28,7 @@ constexpr int fused_vector_width() {
 // The accesses of `vec` elements a thread of the block kernel keeps: one
 // 16-byte vector (kFusedRegVecs); two of the narrower accesses that rows of
 // one dtype take when they are not whole 16-byte vectors
-// (docs/recorded/sweep_odd_rows_h100.json); four single elements (more spill
+// (docs/recorded/sweep_odd_rows_<gpu>.json); four single elements (more spill
 // under the kernel's register cap), or one for double.
 template <typename X, typename R, typename O>
 constexpr int fused_reg_vecs(int vec) {

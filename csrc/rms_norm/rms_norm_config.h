@@ -30,7 +30,7 @@ constexpr int forward_reg_vecs(int elem_bytes, int vec) {
 }
 
 // The forward's blocks, measured over every row length (python -m
-// guidekit.benchmark, docs/recorded/sweep_h100.json). A row that needs fewer
+// guidekit.benchmark, docs/recorded/sweep_<gpu>.json). A row that needs fewer
 // threads than a warp gets a power of two of them, and a block of
 // kForwardShortRowsThreads holds as many such rows as fit (rows of 256
 // bfloat16 elements: 8 threads each, 32 rows a block). Longer rows go two to
@@ -44,7 +44,7 @@ constexpr int kForwardPairedRowThreads = 64;
 // (32 KiB): 128 threads x 8 vectors a block, or 256 x 8 for rows too long for
 // 16 such blocks. At 2048 vectors and fewer the one-block kernel is as fast
 // (tools/sweep_rms_norm_forward_cluster.cu,
-// docs/recorded/sweep_rms_norm_forward_cluster_h100.txt). double rows take
+// docs/recorded/sweep_rms_norm_forward_cluster_<gpu>.txt). double rows take
 // the one-block kernel: there the division's slow path, a call, costs the
 // cluster kernel a spill.
 constexpr int64_t kClusterForwardMinVecs = 2048;
@@ -52,7 +52,7 @@ constexpr int kClusterForwardThreads = 128;
 constexpr int kClusterForwardVecs = 8;
 
 // Backward, rows held by one block (tools/sweep_rms_norm_backward.cu,
-// docs/recorded/sweep_rms_norm_backward_pipelined_h100.txt).
+// docs/recorded/sweep_rms_norm_backward_pipelined_<gpu>.txt).
 constexpr int kBackwardMaxThreads = 512;  // threads per block, at most
 // The pipelined kernel (cp.async): rows in flight per row slot, blocks of at
 // least this many threads (two rows at a time for rows of 4096 bf16
@@ -85,7 +85,7 @@ constexpr int kGradWeightLanes = 32;
 // memory, one stage per row in flight: two vectors per thread and four
 // stages (128 KiB), or four vectors and three stages (192 KiB) for rows too
 // long for 16 blocks of two (tools/sweep_rms_norm_backward_cluster.cu,
-// docs/recorded/sweep_rms_norm_backward_cluster_h100.txt).
+// docs/recorded/sweep_rms_norm_backward_cluster_<gpu>.txt).
 constexpr int kClusterThreads = 512;
 constexpr int kClusterBackwardRegVecs = 2;
 constexpr int kClusterBackwardRegVecsLong = 4;
@@ -94,7 +94,7 @@ constexpr int cluster_backward_stages(int reg_vecs) { return reg_vecs <= 2 ? 4 :
 // Backward of rows that are not whole, aligned 16-byte vectors: the register
 // kernel with the widest narrower vectors they allow, four 8-byte vectors
 // per thread, eight of 4 bytes, or eight single 16-bit elements (more spill)
-// (docs/recorded/sweep_odd_rows_h100.json times them beside F.rms_norm and a copy).
+// (docs/recorded/sweep_odd_rows_<gpu>.json times them beside F.rms_norm and a copy).
 template <int kBytes>
 constexpr int narrow_backward_regs() {
   return kBytes == 8 ? 4 : 8;

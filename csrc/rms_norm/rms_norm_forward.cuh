@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
   // All loads first, then the arithmetic: written this way the compiler
   // issues every load before it waits for the first one (interleaved with
   // the sums, it waits for each x before loading the next:
-  // docs/recorded/cuda_forward_loads_first_h100.json against
-  // cuda_forward_loads_interleaved_h100.json; tests/test_compile_checks.py
+  // docs/recorded/cuda_forward_loads_first_<gpu>.json against
+  // cuda_forward_loads_interleaved_<gpu>.json; tests/test_compile_checks.py
   // checks the order in the machine code).
   V cache[kRegVecs];
   V wcache[kRegVecs];
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(1024) rms_norm_forward_kernel(
 // Persistent clusters that loop over rows, one block of 512 threads per
 // multiprocessor holding its slice in registers, were 3 to 5 points of a
 // copy slower from 32768 elements on (tools/sweep_rms_norm_forward_cluster.cu,
-// docs/recorded/sweep_rms_norm_forward_cluster_h100.txt).
+// docs/recorded/sweep_rms_norm_forward_cluster_<gpu>.txt).
 template <typename T, int kVec, int kThreads, int kVecs>
 __global__ void __launch_bounds__(kThreads) rms_norm_forward_cluster_kernel(
     const T* __restrict__ x,       // [rows, cols], row r at x + r * x_row_stride

@@ -90,7 +90,7 @@ RowClusters rms_norm_forward_clusters(bool wide, int64_t rows, int64_t nvec,
 // every pointer allow (aligned_bytes: the largest power of two, at most 16,
 // dividing the address of x, weight and y): 16 bytes, else 8, else 4, else
 // one element. A row length that is not a multiple of 16 bytes still gets
-// narrower vectors (docs/recorded/sweep_odd_rows_h100.json).
+// narrower vectors (docs/recorded/sweep_odd_rows_<gpu>.json).
 template <typename T>
 int forward_vector_width(int64_t cols, int64_t x_row_stride, int aligned_bytes) {
   for (int bytes = 16; bytes > static_cast<int>(sizeof(T)); bytes /= 2) {

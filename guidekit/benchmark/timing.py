@@ -255,7 +255,7 @@ def _l2_bytes(device: torch.device) -> int:
 #: With one set every call reads the previous call's input again, and a set
 #: larger than L2 still leaves part of itself there: on an H100 some kernels
 #: gained 3-4 points of the copy from it at 2**26 elements
-#: (``docs/recorded/sweep_one_input_set_h100.json`` against ``sweep_h100.json``).
+#: (``docs/recorded/sweep_one_input_set_<gpu>.json`` against ``sweep_<gpu>.json``).
 #: With three, the set a call reads was last read two calls before.
 MIN_SETS = 3
 

@@ -30,6 +30,7 @@ __all__ = [
     "listed",
     "load",
     "recorded_dir",
+    "resolve",
     "short_gpu_name",
     "tool_command",
 ]
@@ -85,17 +86,38 @@ def recorded_dir() -> Path:
     return source_root() / "docs" / "recorded"
 
 
+def resolve(name: str, directory: Path | None = None) -> str:
+    """A record's file name, where ``name`` may say ``<gpu>`` for the GPU that made it.
+
+    ``tools/gpu_records.sh`` names a record for the GPU it ran on
+    (``sweep_h200.json``) and removes the same record made on another GPU, so
+    ``"sweep_<gpu>.json"`` names the one record of its kind, whichever GPU made it.
+
+    Raises:
+        FileNotFoundError: if not exactly one record matches.
+    """
+    if "<gpu>" not in name:
+        return name
+    folder = directory or recorded_dir()
+    # A GPU's part, as short_gpu_name writes it: h100, l40s, mi300x.
+    pattern = re.compile(re.escape(name).replace(re.escape("<gpu>"), "[a-z]+[0-9]+[a-z]*"))
+    found = sorted(p.name for p in folder.iterdir() if pattern.fullmatch(p.name))
+    if len(found) != 1:
+        raise FileNotFoundError(f"{name}: {len(found)} records match in {folder}: {found}")
+    return found[0]
+
+
 def load(name: str, directory: Path | None = None) -> dict:
     """A recorded JSON result file.
 
     Args:
-        name: its file name, e.g. ``"sweep_h100.json"``.
+        name: its file name, e.g. ``"sweep_<gpu>.json"`` (see :func:`resolve`).
         directory: where it is (default: :func:`recorded_dir`).
 
     Returns:
         The file's content.
     """
-    return json.loads(((directory or recorded_dir()) / name).read_text())
+    return json.loads(((directory or recorded_dir()) / resolve(name, directory)).read_text())
 
 
 def describe(name: str, data: dict) -> str:

@@ -18,7 +18,7 @@ import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from . import describe, load, recorded_dir, sources
+from . import describe, load, recorded_dir, resolve, sources
 
 #: The widest line a page prints: wider ones would scroll sideways at 1280 px.
 WIDTH = 88
@@ -52,7 +52,7 @@ def say_stale(name: str, directory: Path | None = None) -> None:
         name: the record's file name in ``docs/recorded/``.
         directory: another folder to read it from (tests).
     """
-    note = sources.stale_note((directory or recorded_dir()) / name)
+    note = sources.stale_note((directory or recorded_dir()) / resolve(name, directory))
     if note:
         say(note)
 
@@ -64,6 +64,7 @@ def recorded(name: str, directory: Path | None = None) -> dict:
         name: the file name in ``docs/recorded/``.
         directory: another folder to read it from (tests).
     """
+    name = resolve(name, directory)
     data = load(name, directory)
     say(describe(name, data))
     say_stale(name, directory)
@@ -76,6 +77,7 @@ def recorded_text(name: str, directory: Path | None = None) -> str:
     ``tools/gpu_records.sh`` starts each text record with ``# <GPU>, ...,
     <date>`` and the tool prints a line that starts with ``NVIDIA``.
     """
+    name = resolve(name, directory)
     text = ((directory or recorded_dir()) / name).read_text()
     date = re.search(r"\b(\d{4}-\d\d-\d\d)\s*$", text.split("\n", 1)[0])
     device = next((line for line in text.splitlines() if line.startswith("NVIDIA")), "no device")
@@ -247,14 +249,14 @@ def fixed_changes(before: dict, after: dict, pass_name: str, impls: Sequence[str
 
 def rerun_noise() -> float:
     """The most a second run moved a point of opguide's two kernel families, in points of
-    the copy: ``sweep_h100.json`` against ``sweep_opguide_h100.json`` (their device lines
+    the copy: ``sweep_<gpu>.json`` against ``sweep_opguide_<gpu>.json`` (their device lines
     printed). A change no larger is no measurable difference."""
     first = {
         (r["impl"], r["pass"], r["dtype"], r["n"]): r["vs_copy"]
-        for r in recorded("sweep_h100.json")["sweep"]["rows"]
+        for r in recorded("sweep_<gpu>.json")["sweep"]["rows"]
     }
     again = select(
-        recorded("sweep_opguide_h100.json")["sweep"]["rows"], impl=("opguide", "opguide triton")
+        recorded("sweep_opguide_<gpu>.json")["sweep"]["rows"], impl=("opguide", "opguide triton")
     )
     return max(
         abs(100 * (r["vs_copy"] - first[k]))

@@ -2,7 +2,7 @@
 
 After a record is (re)made on the GPU machine, from the repository root::
 
-    python -m guidekit.recorded.stamp docs/recorded/sweep_h100.json [MORE RECORDS...]
+    python -m guidekit.recorded.stamp docs/recorded/sweep_<gpu>.json [MORE RECORDS...]
 
 hashes the files that the record measured (:data:`~guidekit.recorded.sources.MEASURED`)
 as they are in the work tree and stores the hashes with it.

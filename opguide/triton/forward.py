@@ -32,7 +32,7 @@ def _rms_norm_forward_kernel(
     row_ids, rows, cols, mask = row_block(M, N, ROWS, BLOCK_N)
     # No cache hints: eviction_policy="evict_first" on x and y costs one to two
     # points of the copy when L2 holds other data (guidekit.benchmark,
-    # docs/recorded/triton_evict_first_on_h100.json against ..._off_h100.json).
+    # docs/recorded/triton_evict_first_on_<gpu>.json against ..._off_<gpu>.json).
     x = tl.load(x_ptr + rows * N + cols, mask=mask, other=0.0)
     # The weight is loaded now, so that its load overlaps the reduction.
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)

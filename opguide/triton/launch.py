@@ -117,7 +117,7 @@ class GradWeightSum:
 GRAD_WEIGHT_SUM = GradWeightSum()
 # The split kernels of the forward and the fused kernel, from
 # `tools/sweep_triton.py split` on an H100 at M * N = 2**26, bfloat16, N from
-# 16384 to 131072 (docs/recorded/sweep_triton_split_h100.txt): the choice
+# 16384 to 131072 (docs/recorded/sweep_triton_split_<gpu>.txt): the choice
 # whose slowest N is fastest.
 SPLIT_FORWARD = Split(seg=4096, num_warps=2)
 SPLIT_FUSED = Split(seg=16384, num_warps=16)
@@ -168,8 +168,8 @@ def align(n: int) -> int:
     ``N = aligned(N, ALIGN)`` (``prologue.py``): the same N, written so that
     the compiler can see it is a multiple of ALIGN. Rows of 4104 elements
     (ALIGN 8) get 16-byte loads, at the cost of one compiled variant per ALIGN
-    (``guidekit.benchmark --sweep``, docs/recorded/sweep_odd_rows_h100.json
-    against docs/recorded/sweep_odd_rows_16_byte_only_h100.json).
+    (``guidekit.benchmark --sweep``, docs/recorded/sweep_odd_rows_<gpu>.json
+    against docs/recorded/sweep_odd_rows_16_byte_only_<gpu>.json).
     """
     return min(n & -n, 16) or 16
 

@@ -19,7 +19,7 @@ def aligned(N, ALIGN: tl.constexpr):
     the largest power of two up to 16 that divides N (``launch.align``), so
     ``N // ALIGN * ALIGN`` is N itself: rows of 4104 elements (ALIGN 8) get
     16-byte loads, at the cost of one compiled variant per ALIGN
-    (``guidekit.benchmark --sweep``, docs/recorded/sweep_odd_rows_h100.json).
+    (``guidekit.benchmark --sweep``, docs/recorded/sweep_odd_rows_<gpu>.json).
     """
     return N // ALIGN * ALIGN
 

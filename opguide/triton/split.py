@@ -17,8 +17,8 @@ from .prologue import aligned
 # 64-bit store: a count of the parts written next to them would need a fence
 # between part and count, which waits for every store the program has in
 # flight (``tools/sweep_triton.py split``,
-# docs/recorded/sweep_triton_split_h100.txt against
-# docs/recorded/sweep_triton_split_fenced_h100.txt).
+# docs/recorded/sweep_triton_split_<gpu>.txt against
+# docs/recorded/sweep_triton_split_fenced_<gpu>.txt).
 #
 # Nothing in CUDA promises that the S programs of a row run at the same time.
 # On a GPU of its own, the GPU starts programs in the order of their index,
@@ -117,7 +117,7 @@ def _rms_norm_backward_split_kernel(
     # waits for; the next, whose part of the sum, sum(grad_y * w * x_hat), it
     # counts in before that wait; and the one after, whose loads it starts
     # first, so that they have a whole row's work to arrive
-    # (``tools/sweep_triton.py split``, docs/recorded/sweep_triton_split_h100.txt).
+    # (``tools/sweep_triton.py split``, docs/recorded/sweep_triton_split_<gpu>.txt).
     G = tl.num_programs(0) // S
     g, s, cols, mask = _segment(S, N, SEG)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
