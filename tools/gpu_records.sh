@@ -134,16 +134,16 @@ vbench() {  # vbench NAME VARIANT [BENCHMARK ARGS...]: bench, built as VARIANT (
 operator_benchmarks() {
   python3 -c 'from guidekit.recorded.sources import operator_benchmarks as o; print(*o())'
 }
-# Stamps the record NAME; the same record made on another GPU (NAME with that
-# GPU's name) is replaced by it: pages name it with <gpu> (guidekit.recorded.resolve).
+# Stamps the record NAME, and removes that record made on another GPU (pages
+# name it with <gpu>: guidekit.recorded.resolve).
 done_() {
   python3 -m guidekit.recorded.stamp "$out/$1" && echo "refreshed: $1"
-  [[ "$1" == *"_$gpu."* ]] || return 0
   local other stem="${1%%_"$gpu".*}" ext="${1##*_"$gpu".}"
   for other in "$out/${stem}"_*."$ext"; do
-    [[ "${other##*/}" =~ ^${stem}_[a-z]+[0-9]+[a-z]*\.${ext}$ && "$other" != "$out/$1" ]] || continue
-    rm -f "$other" "$other.sources" && echo "replaced: ${other##*/}"
+    [[ "${other##*/}" =~ ^${stem}_[a-z]+[0-9]+[a-z]*\.${ext}$ && "$other" != "$out/$1" ]] &&
+      rm -f "$other" "$other.sources" && echo "replaced: ${other##*/}"
   done
+  return 0
 }
 gpu="$(python3 -c 'import torch; from guidekit.recorded import short_gpu_name as s; print(s(torch.cuda.get_device_name()))' 2>/dev/null || echo gpu)"
 

@@ -87,21 +87,15 @@ def recorded_dir() -> Path:
 
 
 def resolve(name: str, directory: Path | None = None) -> str:
-    """A record's file name, where ``name`` may say ``<gpu>`` for the GPU that made it.
-
-    ``tools/gpu_records.sh`` names a record for the GPU it ran on
-    (``sweep_h200.json``) and removes the same record made on another GPU, so
-    ``"sweep_<gpu>.json"`` names the one record of its kind, whichever GPU made it.
+    """The record that ``name`` names, ``<gpu>`` standing for the GPU's part
+    (``"sweep_<gpu>.json"``); ``tools/gpu_records.sh`` keeps one such record.
 
     Raises:
         FileNotFoundError: if not exactly one record matches.
     """
-    if "<gpu>" not in name:
-        return name
     folder = directory or recorded_dir()
-    # A GPU's part, as short_gpu_name writes it: h100, l40s, mi300x.
-    pattern = re.compile(re.escape(name).replace(re.escape("<gpu>"), "[a-z]+[0-9]+[a-z]*"))
-    found = sorted(p.name for p in folder.iterdir() if pattern.fullmatch(p.name))
+    pattern = re.escape(name).replace(re.escape("<gpu>"), "[a-z]+[0-9]+[a-z]*")  # h100, mi300x
+    found = sorted(p.name for p in folder.iterdir() if re.fullmatch(pattern, p.name))
     if len(found) != 1:
         raise FileNotFoundError(f"{name}: {len(found)} records match in {folder}: {found}")
     return found[0]
