@@ -93,6 +93,8 @@ def resolve(name: str, directory: Path | None = None) -> str:
     Raises:
         FileNotFoundError: if not exactly one record matches.
     """
+    if "<gpu>" not in name:
+        return name
     folder = directory or recorded_dir()
     pattern = re.escape(name).replace(re.escape("<gpu>"), "[a-z]+[0-9]+[a-z]*")  # h100, mi300x
     found = sorted(p.name for p in folder.iterdir() if re.fullmatch(pattern, p.name))
