@@ -188,7 +188,7 @@ RERUN = [
 ]
 tie = max(abs(r["points"]) for r in select(RERUN, impl="opguide"))
 lead = {}  # (pass, dtype, N) -> the CUDA kernel's % of the copy less the fastest peer's
-for r in select(sweep["rows"], impl=PEERS, **{"pass": ("forward", "training", "fused")}):
+for r in select(sweep["rows"], impl=PEERS):
     key = (r["pass"], r["dtype"], r["n"])
     lead[key] = min(lead.get(key, 100.0), 100 * (FIRST[("opguide", *key)] - r["vs_copy"]))
 slower = [" ".join(map(str, k)) for k, v in lead.items() if v < -tie]

@@ -27,7 +27,10 @@ What to notice:
 
 * **Checks first.** A wrong dtype, shape or device raises an error that names
   the argument; ``TORCH_CHECK_TYPE`` and ``TORCH_CHECK_VALUE`` become Python's
-  ``TypeError`` and ``ValueError``.
+  ``TypeError`` and ``ValueError``. The kernels ask more than page 1's Python
+  body did: ``weight`` must have the dtype of ``x`` (page 1 cast it), so a
+  bfloat16 ``x`` with a float32 ``weight`` is refused, where a model would
+  cast its weight first.
 * **Dense rows.** ``contiguous()`` copies a strided input into dense rows (and
   returns a dense one as it is), so the kernel can walk each row with one
   pointer.
