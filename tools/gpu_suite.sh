@@ -22,14 +22,9 @@
 # The manifests' projects are built there over the machine's own torch
 # (tests/test_manifests.py), the C++ routes with CUDA.
 #
-# `records PART` remakes the records in docs/recorded/ that one command makes
-# from the sources as they are, in five parts that each take under ten minutes
-# on an H100 (the benchmark's sweeps; its fixed shapes and eager calls; the
-# tools' programs; compute-sanitizer and the CUDA tests; kernel variants),
-# stamps each with the hash of
-# the sources it measured (python -m guidekit.recorded.stamp) and prints what it
-# refreshed. Then `OPGUIDE_STALE_RECORDS=fail tools/gpu_suite.sh tests .whl
-# tests/test_recorded.py` fails on any record left stale.
+# `records PART` runs tools/gpu_records.sh PART (its header says what each
+# part remakes); `OPGUIDE_STALE_RECORDS=fail tools/gpu_suite.sh tests .whl
+# tests/test_recorded.py` then fails on any record left stale.
 #
 # The sessions run in the current interpreter (OPGUIDE_SYSTEM_TORCH=1) and
 # build the CUDA kernels (USE_CUDA=1; TORCH_CUDA_ARCH_LIST defaults to the
