@@ -506,6 +506,19 @@ torch._dynamo.reset()
 # trick that need not be an operator. Double backward is not supported:
 # ``rms_norm_backward`` has no formula of its own.
 #
+# When you change a backward
+# --------------------------
+# ``torch.compile`` keeps compiled graphs on disk (the FX graph and
+# AOTAutograd caches, under ``/tmp/torchinductor_$USER`` by default) and keys
+# them on the graph it traced, in which your operator is a name. What the
+# operator's autograd kernel calls is not in the key, as for PyTorch's own
+# operators (`pytorch#144344
+# <https://github.com/pytorch/pytorch/issues/144344>`__). After you change a
+# backward, or rename an operator it calls, a process can load a graph compiled
+# from the old build: it computes the old gradients, or fails with "no
+# attribute" on the old name. Clear the cache folder after such a rebuild, or
+# give each build its own with ``TORCHINDUCTOR_CACHE_DIR``.
+#
 # What's next
 # -----------
 # The CUDA kernels of the pair are in ``csrc/rms_norm/rms_norm_cuda.cu``
