@@ -135,9 +135,9 @@ for route, run in runs.items():
         )
 
 # %%
-# The records are of the settings. Without them, by the reasons above, the
-# cluster and split rows of both routes wait for the held SMs; no record of
-# that run is kept here.
+# The records were made with the settings. Without them, for the reasons
+# above, the cluster and split rows of both routes wait for the held SMs; no
+# record of such a run is kept here.
 #
 # What the settings cost
 # ----------------------
