@@ -5,10 +5,11 @@ Each planner (:func:`forward_config`, :func:`backward_config`,
 row length, the dtype and the device, and returns one of :class:`Registers`,
 :class:`Split` or :class:`Chunked`; the launch functions of
 :mod:`opguide.triton.ops` take that choice, or a ``forced=`` one, which is
-how ``tools/sweep_triton.py`` times each configuration. The numbers were chosen
-with ``python3 tools/sweep_triton.py forward backward fused grad-weight-sum split``
-on a GPU (step 11.3 shows the split sweep's records; the others are not
-kept), not with :func:`triton.autotune` keyed on N: an autotuner picks a
+how ``tools/sweep_triton.py`` times each configuration. The numbers come
+from ``python3 tools/sweep_triton.py forward backward fused grad-weight-sum split``
+on a GPU, which prints every configuration's time (step 11.3 shows the split
+sweep's record; run the command for the others), not from
+:func:`triton.autotune` keyed on N: an autotuner picks a
 kernel's parameters only, and times them on the first call, which waits
 for the GPU. The backward's plan also sets, from the number of rows, how
 many programs run and the buffer of partial sums they write.
