@@ -173,8 +173,13 @@ def _route(route: str, passes: str) -> list[str]:
             if family.startswith(f"{route}_{name}") or family == f"{route}_split":
                 files += paths
         files += op.planning[route]
+    return files + _shared(route)
+
+
+def _shared(route: str) -> list[str]:
+    """The code every operator's kernels of ``route`` share (registry ``COMMON``)."""
     roles = ("triton",) if route == "triton" else ("device", "cluster", "launch")
-    return files + [p for role in roles for p in reg.COMMON[role]]
+    return [p for role in roles for p in registry().COMMON[role]]
 
 
 def _gpu_code(op, routes: tuple[str, ...] = ("cuda", "triton")) -> list[str]:
@@ -186,10 +191,8 @@ def _gpu_code(op, routes: tuple[str, ...] = ("cuda", "triton")) -> list[str]:
 def _every_operator(route: str) -> list[str]:
     """Every operator's kernels and planning of ``route`` (``cuda``, ``triton``), its Python,
     and the shared code of that route."""
-    reg = registry()
-    files = [f for op in reg.OPERATORS for f in (*_gpu_code(op, (route,)), *op.python)]
-    roles = ("triton",) if route == "triton" else ("device", "cluster", "launch")
-    return files + [p for role in roles for p in reg.COMMON[role]]
+    files = [f for op in registry().OPERATORS for f in (*_gpu_code(op, (route,)), *op.python)]
+    return files + _shared(route)
 
 
 def _template(record: str, listed: Callable[[str], list[str]]) -> list[str]:
