@@ -33,7 +33,7 @@ listing=""
 want() {
   if [[ -n "$listing" ]]; then
     local found=() f
-    for f in "$out"/${1//<gpu>/[a-z][0-9]*}; do [[ -e "$f" ]] && found+=("${f##*/}"); done
+    mapfile -t found < <(of_kind "$1")
     for f in "${found[@]:-$1}"; do echo "  $f ${*:2}" | sed "s|$scratch/||g"; done
     return 1
   fi
@@ -134,18 +134,30 @@ vbench() {  # vbench NAME VARIANT [BENCHMARK ARGS...]: bench, built as VARIANT (
 operator_benchmarks() {
   python3 -c 'from guidekit.recorded.sources import operator_benchmarks as o; print(*o())'
 }
-# Stamps the record NAME, and removes that record made on another GPU (pages
-# name it with <gpu>: guidekit.recorded.resolve).
-done_() {
-  python3 -m guidekit.recorded.stamp "$out/$1" && echo "refreshed: $1"
-  local other stem="${1%%_"$gpu".*}" ext="${1##*_"$gpu".}"
-  for other in "$out/${stem}"_*."$ext"; do
-    [[ "${other##*/}" =~ ^${stem}_[a-z]+[0-9]+[a-z]*\.${ext}$ && "$other" != "$out/$1" ]] &&
-      rm -f "$other" "$other.sources" && echo "replaced: ${other##*/}"
+# of_kind NAME: the records in $out of NAME's kind, whichever GPU made each: NAME
+# with its GPU's part ($gpu) matched as guidekit.recorded.GPU_PART, as pages
+# find it (guidekit.recorded.resolve); NAME itself if it has no GPU's part.
+of_kind() {
+  local stem="${1%%_"$gpu".*}" ext="${1##*_"$gpu".}" f
+  if [[ "$1" != *"_$gpu."* ]]; then
+    [[ -e "$out/$1" ]] && echo "$1"
+    return 0
+  fi
+  for f in "$out/$stem"_*."$ext"; do
+    [[ "${f##*/}" =~ ^${stem}_${gpu_part}\.${ext}$ ]] && echo "${f##*/}"
   done
   return 0
 }
+# Stamps the record NAME, and removes that record made on another GPU.
+done_() {
+  python3 -m guidekit.recorded.stamp "$out/$1" && echo "refreshed: $1"
+  local other
+  for other in $(of_kind "$1"); do
+    [[ "$other" == "$1" ]] || { rm -f "$out/$other" "$out/$other.sources" && echo "replaced: $other"; }
+  done
+}
 gpu="$(python3 -c 'import torch; from guidekit.recorded import short_gpu_name as s; print(s(torch.cuda.get_device_name()))' 2>/dev/null || echo gpu)"
+gpu_part="$(python3 -c 'from guidekit.recorded import GPU_PART; print(GPU_PART)')"
 
 run_part() {  # run_part PART
   case "$1" in

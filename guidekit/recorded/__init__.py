@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 __all__ = [
+    "GPU_PART",
     "describe",
     "installed_version",
     "listed",
@@ -34,6 +35,11 @@ __all__ = [
     "short_gpu_name",
     "tool_command",
 ]
+
+
+#: A GPU's part of a record's file name, as :func:`short_gpu_name` writes it
+#: (``h100``, ``mi300x``); :func:`resolve` and ``tools/gpu_records.sh`` match it.
+GPU_PART = "[a-z]+[0-9]+[a-z]*"
 
 
 def short_gpu_name(device_name: str) -> str:
@@ -46,9 +52,9 @@ def short_gpu_name(device_name: str) -> str:
         The first word of letters then digits, lower case; the whole name in
         lower case with ``_`` between words when there is none.
     """
-    found = re.search(r"\b([A-Za-z]+\d+[A-Za-z]*)\b", device_name.replace("NVIDIA", ""))
+    found = re.search(rf"\b({GPU_PART})\b", device_name.replace("NVIDIA", "").lower())
     if found:
-        return found.group(1).lower()
+        return found.group(1)
     return re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_")
 
 
@@ -96,7 +102,7 @@ def resolve(name: str, directory: Path | None = None) -> str:
     if "<gpu>" not in name:
         return name
     folder = directory or recorded_dir()
-    pattern = re.escape(name).replace(re.escape("<gpu>"), "[a-z]+[0-9]+[a-z]*")  # h100, mi300x
+    pattern = re.escape(name).replace(re.escape("<gpu>"), GPU_PART)
     found = sorted(p.name for p in folder.iterdir() if re.fullmatch(pattern, p.name))
     if len(found) != 1:
         raise FileNotFoundError(f"{name}: {len(found)} records match in {folder}: {found}")
