@@ -179,19 +179,22 @@ show(table(hints + evict, ("pass", "shape"), "impl", BEFORE_AFTER))
 # The most a second run moved a point: step 11's rerun, whose two records
 # print their lines here.
 NOISE = rerun_noise()
-moved = [c["points"] for c in hints + evict]
-say(
-    f"without the hints: {min(moved):+.1f} to {max(moved):+.1f} points; "
-    f"{sum(abs(m) > NOISE for m in moved)} of {len(moved)} points move by more than the "
-    f"{NOISE:.2f} points a second run moves one"
-)
+for name, changes in (("the CUDA forward's hints", hints), ("evict_first", evict)):
+    moved = [c["points"] for c in changes]
+    if moved:
+        say(
+            f"without {name}: {min(moved):+.1f} to {max(moved):+.1f} points; "
+            f"{sum(abs(m) > NOISE for m in moved)} of {len(moved)} points move by more "
+            f"than the {NOISE:.2f} points a second run moves one"
+        )
 
 # %%
 # The library's forward kernels use no hints; the backward keeps ``.cs`` on
 # its ``grad_x`` stores, measured both ways by the same runs:
 grad_x = fixed_changes(hints_on, hints_off, "backward", ["opguide"])
-most = max(grad_x, key=lambda c: abs(c["points"]))
-say(f"without them, the backward's largest change: {most['points']:+.1f} at {most['shape']}")
+if grad_x:
+    most = max(grad_x, key=lambda c: abs(c["points"]))
+    say(f"without them, the backward's largest change: {most['points']:+.1f} at {most['shape']}")
 
 # %%
 # Programmatic dependent launch
@@ -249,7 +252,8 @@ if pdl_changed:
 # -----------
 # Every change on this page, in points of the copy gained at each point
 # measured (for the hints: leaving them out; PDL's forward points carry the
-# gap between runs above):
+# gap between runs above; a change whose two runs come from different GPUs is
+# left out):
 gains = {
     "keep_packed": keep_packed,
     "loads first": [c["points"] for c in loads],
@@ -259,6 +263,7 @@ gains = {
     "no evict_first (Triton)": [c["points"] for c in evict],
     "PDL": points,
 }
+gains = {change: gained for change, gained in gains.items() if gained}
 _ = bars_figure({"points of the copy gained": gains}, "Tuning changes, before and after (recorded)")
 show(ranking(gains, NOISE))
 

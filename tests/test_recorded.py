@@ -74,17 +74,28 @@ def test_ranges_and_versus():
 
 
 def test_fixed_changes_compare_two_runs_point_by_point():
-    def run(*fractions):
+    def run(*fractions, device="NVIDIA H200"):
         return {
+            "device": device,
             "forward": [
                 {"impl": i, "dtype": "bf16", "m": 8, "n": 4096, "of_copy": f}
                 for i, f in zip(("opguide", "F.rms_norm"), fractions, strict=True)
-            ]
+            ],
         }
 
     changes = pages.fixed_changes(run(0.90, 0.50), run(0.95, 0.70), "forward", ["opguide"])
     assert len(changes) == 1 and changes[0]["shape"] == "bf16 8x4096"
     assert changes[0]["points"] == pytest.approx(5.0)
+
+
+def test_runs_of_two_gpus_are_not_compared(capsys):
+    def run(device):
+        row = {"impl": "opguide", "dtype": "bf16", "m": 8, "n": 4096, "of_copy": 0.9}
+        return {"device": device, "forward": [row]}
+
+    assert pages.fixed_changes(run("NVIDIA H100"), run("NVIDIA H200"), "forward", ["opguide"]) == []
+    assert "different GPUs (NVIDIA H100, NVIDIA H200)" in capsys.readouterr().out
+    assert pages.one_gpu(run("NVIDIA H200"), run("NVIDIA H200"))
 
 
 def test_tool_rows_read_every_tool_s_lines():

@@ -224,14 +224,26 @@ def versus(rows: Iterable[dict], ours: str, theirs: str, tie: float = 1.0) -> st
     return text
 
 
+def one_gpu(*records: dict) -> bool:
+    """Whether the records ran on one kind of GPU; if not, says so (a page then compares
+    nothing: percentages of two GPUs' copies are not one scale)."""
+    devices = list(dict.fromkeys(r["device"] for r in records))
+    if len(devices) > 1:
+        say(f"measured on different GPUs ({', '.join(devices)}): not compared here")
+    return len(devices) == 1
+
+
 def fixed_changes(before: dict, after: dict, pass_name: str, impls: Sequence[str]) -> list[dict]:
     """Two fixed-shape runs point by point, in % of their 1 GiB copies (``of_copy``).
 
     Returns:
         One row per point both measured, for :func:`table`: ``impl``,
         ``shape`` (``"dtype MxN"``), ``before`` and ``after`` (fractions),
-        ``points`` (100 * (after - before)).
+        ``points`` (100 * (after - before)). No rows when the two ran on
+        different GPUs (see :func:`one_gpu`).
     """
+    if not one_gpu(before, after):
+        return []
     old = {(r["impl"], r["dtype"], r["m"], r["n"]): r["of_copy"] for r in before[pass_name]}
     return [
         {
