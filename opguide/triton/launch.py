@@ -116,10 +116,11 @@ class GradWeightSum:
 
 
 GRAD_WEIGHT_SUM = GradWeightSum()
-# The split kernels of the forward and the fused kernel, from
-# `tools/sweep_triton.py split` on an H100 at M * N = 2**26, bfloat16, N from
-# 16384 to 131072 (docs/recorded/sweep_triton_split_<gpu>.txt): the choice
-# whose slowest N is fastest.
+# The split kernels of the forward and the fused kernel: of the launches that
+# `tools/sweep_triton.py split` times (M * N = 2**26, bfloat16, N from 16384
+# to 131072), the one whose slowest N is fastest on the GPU it ran on. Step
+# 11.3 prints the kept run (docs/recorded/sweep_triton_split_<gpu>.txt) and
+# how far this launch stands from that run's best.
 SPLIT_FORWARD = Split(seg=4096, num_warps=2)
 SPLIT_FUSED = Split(seg=16384, num_warps=16)
 
@@ -148,11 +149,10 @@ def split_for(split: Split, dtype: torch.dtype) -> Split:
 # The split backward holds three rows of x and grad_y and its part of grad_weight:
 # segments of 4096 elements on 16 warps, one program per SM, 8 values of
 # each per thread (4 on a 64-lane wavefront). The same sweep's fastest
-# choices hold 32 a thread (86-91% of the copy at segments of 4096 on 4
-# warps); those spill 230-310 B on sm_80 and sm_90 in bfloat16 (Triton 3.8
-# and 3.9) and 0.6-6.6 KB in float32 (Triton 3.7 to 3.9). Of the choices
-# that hold 16 or fewer, this one's slowest N is fastest (69-79% there),
-# and a row splits into as many segments.
+# launches hold 32 a thread on 4 warps, and those spill on sm_80 (step 11.3
+# compiles both for sm_80 and sm_90 and prints registers and spills beside
+# the times). Of the launches that hold 16 or fewer, this one's slowest N
+# is fastest, and a row splits into as many segments.
 SPLIT_BACKWARD = Split(seg=4096, num_warps=16, per_sm=1)
 
 
