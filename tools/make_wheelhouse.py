@@ -69,20 +69,15 @@ def main() -> int:
     cmd += [arg for platform in PLATFORMS for arg in ("--platform", platform)]
     print("downloading:", " ".join(reqs))
     subprocess.run(cmd + reqs, check=True)
-    if args.skip_present:
-        present = {
-            normalise(line.strip())
-            for line in args.skip_present.read_text().splitlines()
-            if line.strip() and not line.startswith("#")
-        }
-        for wheel in sorted(args.dest.glob("*.whl")):
-            if normalise(wheel.name.split("-")[0]) in present:
-                wheel.unlink()
+    lines = args.skip_present.read_text().splitlines() if args.skip_present else []
+    present = {
+        normalise(line.strip()) for line in lines if line.strip() and not line.startswith("#")
+    }
+    held = {w.name for w in args.leave_out.glob("*.whl")} if args.leave_out else set()
+    for wheel in sorted(args.dest.glob("*.whl")):
+        if normalise(wheel.name.split("-")[0]) in present or wheel.name in held:
+            wheel.unlink()
     if args.leave_out:
-        held = {w.name for w in args.leave_out.glob("*.whl")}
-        for wheel in sorted(args.dest.glob("*.whl")):
-            if wheel.name in held:
-                wheel.unlink()
         print(f"left out the wheels that {args.leave_out} holds: install those first")
     wheels = sorted(args.dest.glob("*.whl"))
     size = sum(w.stat().st_size for w in wheels) / 2**20
