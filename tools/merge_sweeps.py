@@ -30,10 +30,9 @@ def merge(paths: list[Path]) -> dict:
         for key in SAME:
             if run.get(key) != first.get(key):
                 raise SystemExit(f"{path}: {key} is {run.get(key)!r}, not {first.get(key)!r}")
-        if run["sweep"]["elements"] != first["sweep"]["elements"]:
-            raise SystemExit(f"{path}: another M * N")
-        if run["sweep"]["min_sets"] != first["sweep"]["min_sets"]:
-            raise SystemExit(f"{path}: another --min-sets")
+        for key, what in (("elements", "M * N"), ("min_sets", "--min-sets")):
+            if run["sweep"][key] != first["sweep"][key]:
+                raise SystemExit(f"{path}: another {what}")
     merged = {k: v for k, v in first.items() if k != "sweep"}
     merged["date"] = min(r["date"] for r in runs)
     sweeps = [run["sweep"] for run in runs]
