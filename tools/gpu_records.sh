@@ -158,6 +158,9 @@ done_() {
 }
 gpu="$(python3 -c 'import torch; from guidekit.recorded import short_gpu_name as s; print(s(torch.cuda.get_device_name()))' 2>/dev/null || echo gpu)"
 gpu_part="$(python3 -c 'from guidekit.recorded import GPU_PART; print(GPU_PART)')"
+# The odd row lengths of part 2's sweep, which part 5's variant of them is timed at too.
+odd_rows=(--sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 --passes forward,backward,training,fused
+  --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)")
 
 run_part() {  # run_part PART
   case "$1" in
@@ -167,10 +170,7 @@ run_part() {  # run_part PART
       bench "sweep_one_input_set_$gpu.json" --sweep --dtypes bf16 --passes forward --min-sets 1 ;;
     2)
       for d in bf16 fp16; do bench "eager_${d}_$gpu.json" --eager --dtypes "$d"; done
-      bench "sweep_odd_rows_$gpu.json" --sweep --dtypes bf16,fp16 \
-        --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
-        --passes forward,backward,training,fused \
-        --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)"
+      bench "sweep_odd_rows_$gpu.json" --sweep --dtypes bf16,fp16 "${odd_rows[@]}"
       shapes=(--passes forward,fused --shapes 8192x4096,4096x8192,65536x1024 --dtypes bf16)
       bench "l2_keep_$gpu.json" "${shapes[@]}" --keep-l2
       bench "l2_clean_$gpu.json" "${shapes[@]}"
@@ -228,9 +228,7 @@ run_part() {  # run_part PART
       vbench "triton_evict_first_on_$gpu.json" triton_evict_first_on "${triton[@]}"
       bench "triton_evict_first_off_$gpu.json" "${triton[@]}"
       vbench "sweep_odd_rows_16_byte_only_$gpu.json" odd_rows_16_byte_only --sweep --dtypes bf16 \
-        --sweep-ns 2049,2050,2052,4096,4104,5125,8200,12300 \
-        --passes forward,backward,training,fused \
-        --impls "opguide,opguide triton,F.rms_norm,copy (same bytes)" ;;
+        "${odd_rows[@]}" ;;
     6)
       for op in $(operator_benchmarks); do
         want "${op}_$gpu.json" python3 -m guidekit.benchmark."$op" || continue
