@@ -105,11 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     # --cpu-only has made the device the CPU, where the one pass is "cpu".
     passes = list(PASSES) if device.type != "cpu" else ["cpu"]
-    if args.passes and not args.cpu_only:
-        passes = args.passes.split(",")
     result = measure(
         device,
-        passes=passes,
+        passes=args.passes.split(",") if args.passes and not args.cpu_only else passes,
         shapes=[_shape(s) for s in args.shapes.split(",")],
         dtypes=args.dtypes.split(","),
         only=args.impls.split(",") if args.impls else None,
