@@ -201,12 +201,10 @@ def load_line(
     seconds = time.time() - since
     name = name or os.path.basename(library)
     built = os.path.getmtime(library) >= since
-    if loaded:
-        if built:
-            return f"built and loaded {name} in {seconds:.1f} s"
-        return f"loaded {name} in {seconds:.1f} s (its build was up to date)"
     if built:
-        return f"built {name} in {seconds:.1f} s"
+        return f"built{' and loaded' if loaded else ''} {name} in {seconds:.1f} s"
+    if loaded:
+        return f"loaded {name} in {seconds:.1f} s (its build was up to date)"
     return f"{name} was up to date (checked in {seconds:.1f} s)"
 
 
