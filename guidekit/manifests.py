@@ -92,22 +92,14 @@ def _module_file(module: str, root: Path) -> str:
     return f"{base}.py"
 
 
-def _package_of(path: str) -> str:
-    parts = Path(path).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _imported_modules(node: ast.AST, path: str) -> list[str]:
     """Modules of the package that ``node`` imports (``from . import x`` names ``x``)."""
-    here = (
-        _package_of(path) if path.endswith("__init__.py") else _package_of(path).rpartition(".")[0]
-    )
+    here = list(Path(path).parts[:-1])  # the package that the file is in
     found = []
     for sub in ast.walk(node):
         if isinstance(sub, ast.ImportFrom):
             if sub.level:
-                base = here.split(".")
-                base = base[: len(base) - (sub.level - 1)]
+                base = here[: len(here) - (sub.level - 1)]
                 module = ".".join(base + ([sub.module] if sub.module else []))
             else:
                 module = sub.module or ""
@@ -135,8 +127,7 @@ def python_imports(source: str, path: str, root: Path = ROOT) -> list[str]:
             continue
         for module in _imported_modules(node, path):
             parts = module.split(".")
-            for i in range(2, len(parts)):
-                found.append(f"{'/'.join(parts[:i])}/__init__.py")
+            found += [f"{'/'.join(parts[:i])}/__init__.py" for i in range(2, len(parts))]
             file = _module_file(module, root)
             # "from . import name" also names attributes, which are no file.
             if (root / file).is_file() or module.count(".") == 1:
@@ -178,8 +169,7 @@ def problems(manifest: Manifest, root: Path = ROOT) -> list[str]:
     def py_edges(path: str) -> list[str]:
         if not path.endswith(".py") or path == "setup.py":
             return []
-        text = written.get(path)
-        text = text if text is not None else (root / path).read_text()
+        text = written[path] if path in written else (root / path).read_text()
         found = python_imports(text, path, root)
         if path == "opguide/registry.py":
             # The package imports the modules that the registry's entries name.
@@ -250,12 +240,8 @@ def _bound_names(node: ast.stmt) -> set[str]:
 
 
 def _used_names(node: ast.stmt) -> set[str]:
-    used = {s.id for s in ast.walk(node) if isinstance(s, ast.Name) and isinstance(s.ctx, ast.Load)}
-    return used | {
-        s.value.id
-        for s in ast.walk(node)
-        if isinstance(s, ast.Attribute) and isinstance(s.value, ast.Name)
-    }
+    # The name an attribute is read from (``a`` of ``a.b = 1``) is loaded too.
+    return {s.id for s in ast.walk(node) if isinstance(s, ast.Name) and isinstance(s.ctx, ast.Load)}
 
 
 def _cut_init(text: str, path: str, listed: set[str], root: Path) -> str:
