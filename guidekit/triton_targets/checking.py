@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .compiling import _cache_dir, _cacheable, _compile, _from_cache, _new_usage, _prepare
+from .compiling import _cache_dir, _cacheable, _compile, _from_cache, _prepare
 from .launches import library_launches, representative
 from .targets import FULL_ENV, TARGETS, Launch, Usage
 
@@ -154,12 +154,7 @@ def _save(cache_file: Path, cache: dict) -> None:
 
 def _compile_chunk(chunk) -> list[tuple[str, Usage]]:
     os.environ["TRITON_INTERPRET"] = "0"  # a spawned worker imports opguide afresh
-    out = []
-    for key, launch, name, inputs in chunk:
-        usage = _new_usage(launch, TARGETS[name])
-        _compile(launch, TARGETS[name], inputs, usage)
-        out.append((key, usage))
-    return out
+    return [(key, _compile(launch, TARGETS[name], inputs)) for key, launch, name, inputs in chunk]
 
 
 def summary(results: Sequence[Usage]) -> str:

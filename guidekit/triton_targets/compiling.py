@@ -103,10 +103,11 @@ def _from_cache(found: dict, usage: Usage) -> Usage:
     return usage
 
 
-def _compile(launch: Launch, target: Target, inputs, usage: Usage) -> None:
+def _compile(launch: Launch, target: Target, inputs) -> Usage:
     import triton
     from triton.compiler import ASTSource
 
+    usage = _new_usage(launch, target)
     signature, constexprs, attrs, options = inputs
     kernel = _kernel_object(launch)
     start = time.perf_counter()
@@ -122,7 +123,7 @@ def _compile(launch: Launch, target: Target, inputs, usage: Usage) -> None:
         usage.status = "error"
         usage.reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
         usage.seconds = time.perf_counter() - start
-        return
+        return usage
     usage.seconds = time.perf_counter() - start
     usage.shared = int(compiled.metadata.shared)
     if target.backend == "hip":
@@ -130,6 +131,7 @@ def _compile(launch: Launch, target: Target, inputs, usage: Usage) -> None:
     else:
         _read_ptxas(log.getvalue(), compiled.asm["ptx"], target, usage)
     _judge(usage, target)
+    return usage
 
 
 @contextlib.contextmanager
