@@ -169,11 +169,8 @@ def torch_provided() -> dict[str, str]:
     import torch
 
     site = Path(torch.__file__).resolve().parent.parent
-    provided = {}
-    for folder in [site / "torch" / "lib", *sorted(site.glob("nvidia/*/lib"))]:
-        for path in sorted(folder.glob("*.so*")):
-            provided[path.name] = str(path.relative_to(site))
-    return provided
+    folders = [site / "torch" / "lib", *sorted(site.glob("nvidia/*/lib"))]
+    return {p.name: str(p.relative_to(site)) for f in folders for p in sorted(f.glob("*.so*"))}
 
 
 def torch_exclusions(wheel: Path) -> list[str]:
