@@ -137,6 +137,8 @@ def record_findings(record: dict) -> list[str]:
             continue
         best = min(ops, key=lambda r: r["median"])
         change, overlap = compare(best, base)
+        # A gap for the fusion pass to win back only where the operator is measurably slower.
+        gap = change > 0 and not overlap
         if overlap:
             verdict = (
                 "no measurable difference from the model's own norm "
@@ -163,9 +165,6 @@ def record_findings(record: dict) -> list[str]:
             continue
         win = min(fused, key=lambda r: r["median"])
         change, overlap = compare(win, base)
-        # A gap to win back only where the operator was measurably slower.
-        op_change, op_overlap = compare(best, base)
-        gap = op_change > 0 and not op_overlap
         if overlap:
             verdict = "no measurable difference"
         elif change <= 0 and gap:
@@ -221,8 +220,7 @@ def _kernelized_findings(record: dict, groups: dict) -> list[str]:
             f"{r['median']:.2f} ms, {change:+.1f}% from the model's own norm "
             f"({'no measurable difference' if overlap else 'their quartiles do not overlap'})."
         )
-        recorded = (mode, step, r["variant"]) in forwards
-        if recorded and "Opguide" not in runs and not overlap:
+        if (mode, step, r["variant"]) in forwards and "Opguide" not in runs and not overlap:
             # The model's own norm code in both rows, yet apart: say so.
             sentence += (
                 " Its norms run the model's own code, as the model's own row does, so the "
@@ -296,8 +294,7 @@ def plot_record(record: dict):
                         va="center", fontsize=8, color="black")  # fmt: skip
         ax.axvline(1.0, color="black", linewidth=0.8)
         ax.set_yticks(list(ys), [r["variant"] for r in rows], fontsize=8)
-        low = min(r["ratio_q1"] for r in rows)
-        high = max(r["ratio_q3"] for r in rows)
+        low, high = min(r["ratio_q1"] for r in rows), max(r["ratio_q3"] for r in rows)
         pad = max(0.01, (high - low) * 0.12)
         ax.set_xlim(low - pad, high + 2.5 * pad)
         ax.set_ylim(len(rows) - 0.5, -0.5)
