@@ -166,14 +166,11 @@ def format_build_config(config: dict[str, object] | None = None) -> str:
     width = max(len(key) for key in config)
     lines = []
     for key, value in config.items():
-        if isinstance(value, list | tuple) and value:
-            lines.append(f"{key:<{width}} : {value[0]}")
-            lines.extend(f"{'':<{width}}   {item}" for item in value[1:])
-        elif isinstance(value, dict):
-            shown = ", ".join(f"{k}={v}" for k, v in value.items()) or "(none set)"
-            lines.append(f"{key:<{width}} : {shown}")
-        else:
-            lines.append(f"{key:<{width}} : {value}")
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "(none set)"
+        first, *more = value if isinstance(value, list | tuple) and value else [value]
+        lines.append(f"{key:<{width}} : {first}")
+        lines.extend(f"{'':<{width}}   {item}" for item in more)
     return "\n".join(lines)
 
 
