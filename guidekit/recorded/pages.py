@@ -352,8 +352,7 @@ def lines_figure(
         for mark, at in (marks or {}).items():
             if name in at:
                 draw, style = (ax.axhline, "--") if mark == "target" else (ax.axvline, ":")
-                line = draw(at[name], color="grey", label=mark, linestyle=style)
-                legend.setdefault(mark, line)
+                legend.setdefault(mark, draw(at[name], color="grey", label=mark, linestyle=style))
         ns = sorted({r["n"] for r in found})
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns], rotation=45, fontsize=8)
