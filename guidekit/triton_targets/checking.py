@@ -63,12 +63,8 @@ def check(
     # opguide selects the interpreter on a machine without a GPU unless
     # TRITON_INTERPRET already has a value.
     if os.environ.get("TRITON_INTERPRET") != "0":
-        done = subprocess.run(
-            [sys.executable, "-m", "guidekit.triton_targets", "--request", json.dumps(request)],
-            capture_output=True,
-            text=True,
-            env=_child_env(),
-        )
+        child = [sys.executable, "-m", "guidekit.triton_targets", "--request", json.dumps(request)]
+        done = subprocess.run(child, capture_output=True, text=True, env=_child_env())
         if done.returncode != 0:
             raise RuntimeError(
                 f"guidekit.triton_targets child failed ({done.returncode}):\n{done.stderr[-4000:]}"
