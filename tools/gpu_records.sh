@@ -269,9 +269,7 @@ fi
 [[ "$part" == [1-6] ]] || { echo "unknown part: $part (list, 1, 2, 3, 4, 5 or 6)" >&2; exit 2; }
 wheels="$(cd "${2:-.whl}" 2>/dev/null && pwd || true)"
 [[ -n "${2+x}" && -z "$2" ]] && wheels=""
-if [[ -n "$wheels" ]]; then
-  python3 -m pip install -q --no-index --find-links "$wheels" setuptools wheel ninja
-fi
+[[ -z "$wheels" ]] || python3 -m pip install -q --no-index --find-links "$wheels" setuptools wheel ninja
 # The CUDA kernels, compiled in place for the visible GPU (reused when nothing changed).
 USE_CUDA=1 python3 setup.py -q build_ext --inplace
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
