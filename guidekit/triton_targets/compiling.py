@@ -76,17 +76,10 @@ def _prepare(launch: Launch, target: Target):
     except Exception as error:  # options the target's backend does not take
         usage.status, usage.reason = "error", f"{type(error).__name__}: {error}"
         return usage, None, None
-    parts = (
-        kernel.cache_key,
-        target,
-        sorted(signature.items()),
-        sorted(constexprs.items()),
-        sorted(attrs.items()),
-        sorted(options.__dict__.items()),
-        triton.__version__,
-    )
+    tables = (signature, constexprs, attrs, options.__dict__)
+    parts = (kernel.cache_key, target, *(sorted(t.items()) for t in tables), triton.__version__)
     key = hashlib.sha256(repr(parts).encode()).hexdigest()
-    return usage, key, (signature, constexprs, attrs, options.__dict__)
+    return usage, key, tables
 
 
 def _cacheable(usage: Usage) -> dict:
@@ -113,12 +106,9 @@ def _compile(launch: Launch, target: Target, inputs) -> Usage:
     start = time.perf_counter()
     log = io.StringIO()
     try:
+        source = ASTSource(kernel, signature, constexprs, attrs)
         with _ptxas_log(), contextlib.redirect_stdout(log):
-            compiled = triton.compile(
-                ASTSource(kernel, signature, constexprs, attrs),
-                target=target.gpu_target(),
-                options=options,
-            )
+            compiled = triton.compile(source, target=target.gpu_target(), options=options)
     except Exception as error:
         usage.status = "error"
         usage.reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
