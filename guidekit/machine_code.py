@@ -72,11 +72,8 @@ def kernel_machine_code(
         command = [nvcc, "-cubin", str(source), "-o", str(cubin), f"-arch={arch}", "-O3"]
         command += ["-std=c++17", *("-I" + str(d) for d in include_dirs), *extra_flags]
         outputs = []
-        for cmd in (
-            command,
-            [cuobjdump, "-res-usage", str(cubin)],
-            [cuobjdump, "-sass", str(cubin)],
-        ):
+        dumps = [[cuobjdump, what, str(cubin)] for what in ("-res-usage", "-sass")]
+        for cmd in (command, *dumps):
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
