@@ -12,6 +12,7 @@ it states from the same rows.
 
 from __future__ import annotations
 
+import operator
 import re
 import statistics
 import textwrap
@@ -263,18 +264,11 @@ def rerun_noise() -> float:
     """The most a second run moved a point of opguide's two kernel families, in points of
     the copy: ``sweep_<gpu>.json`` against ``sweep_opguide_<gpu>.json`` (their device lines
     printed). A change no larger is no measurable difference."""
-    first = {
-        (r["impl"], r["pass"], r["dtype"], r["n"]): r["vs_copy"]
-        for r in recorded("sweep_<gpu>.json")["sweep"]["rows"]
-    }
-    again = select(
-        recorded("sweep_opguide_<gpu>.json")["sweep"]["rows"], impl=("opguide", "opguide triton")
-    )
-    return max(
-        abs(100 * (r["vs_copy"] - first[k]))
-        for r in again
-        if (k := (r["impl"], r["pass"], r["dtype"], r["n"])) in first
-    )
+    point = operator.itemgetter("impl", "pass", "dtype", "n")
+    first = {point(r): r["vs_copy"] for r in recorded("sweep_<gpu>.json")["sweep"]["rows"]}
+    again = recorded("sweep_opguide_<gpu>.json")["sweep"]["rows"]
+    ours = select(again, impl=("opguide", "opguide triton"))
+    return max(abs(100 * (r["vs_copy"] - first[point(r)])) for r in ours if point(r) in first)
 
 
 def ranking(gains: Mapping[str, Sequence[float]], noise: float) -> list[str]:
