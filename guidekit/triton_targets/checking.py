@@ -168,11 +168,10 @@ def summary(results: Sequence[Usage]) -> str:
 
 def format_table(results: Sequence[Usage], width: int = 60) -> str:
     """A line per compile: kernel, target, configuration, registers, spills, shared memory."""
-    head = (
+    lines = [
         f"{'kernel':32} {'target':8} {'regs':>7} {'sgpr':>4} {'spill':>5} {'shared':>7} "
         f"{'budget':>11}  {'status':11} config"
-    )
-    lines = [head]
+    ]
     for u in results:
         regs = "-" if u.regs is None else f"{u.regs}+{u.agprs}" if u.agprs else f"{u.regs}"
         sgpr = "" if u.sgprs is None else str(u.sgprs)

@@ -177,13 +177,12 @@ def library_kernels() -> list[str]:
     import importlib.util
 
     folder = Path(importlib.util.find_spec(LIBRARY).origin).parent
-    jitted = {}
-    for path in sorted(folder.glob("*.py")):
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.FunctionDef) and any(
-                "jit" in ast.unparse(d) for d in node.decorator_list
-            ):
-                jitted[node.name] = node
+    nodes = (n for path in sorted(folder.glob("*.py")) for n in ast.parse(path.read_text()).body)
+    jitted = {
+        n.name: n
+        for n in nodes
+        if isinstance(n, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in n.decorator_list)
+    }
     called = {
         call.func.id
         for node in jitted.values()
