@@ -163,21 +163,20 @@ def problems(manifest: Manifest, root: Path = ROOT) -> list[str]:
         return found
     written = {p: cut(manifest, p, root) for p in manifest.write}
 
-    def c_edges(path: str) -> list[str]:
-        return includes(root / path, root) if path.endswith(_C_SOURCES + _C_HEADERS) else []
-
-    def py_edges(path: str) -> list[str]:
+    def needs(path: str) -> list[str]:
+        if path.endswith(_C_SOURCES + _C_HEADERS):
+            return includes(root / path, root)
         if not path.endswith(".py") or path == "setup.py":
             return []
         text = written[path] if path in written else (root / path).read_text()
-        found = python_imports(text, path, root)
+        imported = python_imports(text, path, root)
         if path == "opguide/registry.py":
             # The package imports the modules that the registry's entries name.
-            found += [_module_file(m, root) for m in _REGISTRY_MODULE.findall(text)]
-        return found
+            imported += [_module_file(m, root) for m in _REGISTRY_MODULE.findall(text)]
+        return imported
 
     def edges(path: str) -> list[str]:
-        needed = c_edges(path) + py_edges(path)
+        needed = needs(path)
         for target in needed:
             if target not in listed:
                 found.append(f"{path} needs {target}, which the manifest does not list")
