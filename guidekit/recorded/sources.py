@@ -341,8 +341,7 @@ def write_stored(path: Path, stored: dict) -> None:
         path.with_name(path.name + SIDECAR).write_text(json.dumps(stored, indent=1) + "\n")
         return
     text = path.read_text()
-    data = json.loads(text)
-    data["sources"] = stored
+    data = {**json.loads(text), "sources": stored}
     lines = text.splitlines()
     indent = len(lines[1]) - len(lines[1].lstrip(" ")) if len(lines) > 1 else None
     path.write_text(json.dumps(data, indent=indent) + ("\n" if text.endswith("\n") else ""))
