@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import matplotlib.pyplot as plt
 import pytest
@@ -408,3 +409,72 @@ def test_every_placeholder_in_the_pages_names_one_record():
     assert names
     for name in sorted(names):
         assert resolve(name), name
+
+
+# A stand-in for python3 on the PATH of tools/gpu_records.sh: the benchmark writes a
+# one-row sweep (and fails at the call numbered $FAKE_STOP_AT, as a call's time
+# limit would stop it), pip and the build do nothing, and the rest is Python.
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+case "$1 ${2:-}" in
+  "-m guidekit.benchmark")
+    echo "${*}" >> "$FAKE_LOG"
+    if [[ "$(wc -l < "$FAKE_LOG")" == "${FAKE_STOP_AT:-0}" ]]; then exit 3; fi
+    exec "$REAL_PYTHON" -c '
+import json, sys
+a = sys.argv[1:]
+d, p, out = a[a.index("--dtypes") + 1], a[a.index("--passes") + 1], a[a.index("--out") + 1]
+row = {"pass": p, "impl": "opguide", "dtype": d, "n": 4096, "vs_copy": 1.0}
+sweep = {"elements": 2**26, "ns": [4096], "dtypes": [d], "rows": [row], "skipped": [],
+         "peers_missing": {}, "min_sets": 2}
+json.dump({"device": "GPU", "torch": "2", "cuda": "13", "python": "3", "triton": "3",
+           "format": 1, "date": "2026-01-01", "copy_bandwidth_GBps": 1.0,
+           "command": "python -m guidekit.benchmark --sweep --out x.json", "sweep": sweep},
+          open(out, "w"))' "$@" ;;
+  "-m pip"|"setup.py -q") exit 0 ;;
+  *) exec "$REAL_PYTHON" "$@" ;;
+esac
+"""
+
+
+def test_a_stopped_sweep_resumes_where_it_stopped(tmp_path):
+    """tools/gpu_records.sh keeps each finished process of a sweep: run again, it runs the rest."""
+    root = recorded_dir().parents[1]
+    tree = tmp_path / "tree"
+    (tree / "tools").mkdir(parents=True)
+    (tree / "docs" / "recorded").mkdir(parents=True)
+    for tool in ("gpu_records.sh", "merge_sweeps.py"):
+        (tree / "tools" / tool).write_bytes((root / "tools" / tool).read_bytes())
+    (tree / "guidekit").symlink_to(root / "guidekit")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(FAKE_PYTHON)
+    (bin_dir / "python3").chmod(0o755)
+    log = tmp_path / "benchmark_calls.log"
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        REAL_PYTHON=sys.executable,
+        FAKE_LOG=str(log),
+        PYTHONPATH=str(tree),
+    )
+    command = ["bash", "tools/gpu_records.sh", "1", "", "sweep_gpu.json"]
+
+    def run(**extra):
+        return subprocess.run(
+            command, cwd=tree, env=dict(env, **extra), capture_output=True, text=True
+        )
+
+    stopped = run(FAKE_STOP_AT="3")
+    assert stopped.returncode != 0
+    kept = list((tree / "build" / "records_partial").glob("sweep_gpu-*/*.json"))
+    assert len(kept) == 2  # the two processes before the stop
+    assert not (tree / "docs" / "recorded" / "sweep_gpu.json").exists()
+
+    resumed = run()
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    calls = log.read_text().splitlines()
+    assert len(calls) == 3 + 6  # the stopped call ran again; the two kept did not
+    assert resumed.stdout.count("kept: ") == 2
+    record = json.loads((tree / "docs" / "recorded" / "sweep_gpu.json").read_text())
+    assert len(record["sweep"]["rows"]) == 8  # bf16 and fp16, four passes
+    assert not list((tree / "build" / "records_partial").iterdir())

@@ -47,14 +47,25 @@ scratch="$(mktemp -d "$PWD/build/records.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 
 # The sweep of every pass and dtype, one process each, merged (tools/merge_sweeps.py).
+# Each process's result is kept in build/records_partial/NAME-HASH/ (HASH: of the
+# sources the record measures) until the merge: a run stopped midway, by a call's
+# time limit, resumes at the first process it had not finished, on the same sources
+# (on a fresh machine, when that folder is carried there).
 sweep() {  # sweep NAME [BENCHMARK ARGS...]
   want "$1" "(--sweep, each dtype and pass in a process, merged)" "${@:2}" || return 0
-  local name="$1"; shift
+  local name="$1" keep f; shift
+  keep="build/records_partial/${name%.*}-$(python3 -c 'import sys
+from guidekit.recorded.sources import current
+print(current(sys.argv[1])["sha256"][:16])' "$name")"
+  mkdir -p "$keep"
   for d in bf16 fp16; do for p in backward forward fused training; do
-    python3 -m guidekit.benchmark --sweep --dtypes "$d" --passes "$p" "$@" \
-      --out "$scratch/${name}_${d}_$p.json"
+    f="$keep/${name%.*}_${d}_$p.json"
+    if [[ -e "$f" ]]; then echo "kept: $f"; continue; fi
+    python3 -m guidekit.benchmark --sweep --dtypes "$d" --passes "$p" "$@" --out "$f.part"
+    mv "$f.part" "$f"
   done; done
-  python3 tools/merge_sweeps.py "$scratch/${name}"_*_*.json --out "$out/$name"
+  python3 tools/merge_sweeps.py "$keep/${name%.*}"_*_*.json --out "$out/$name"
+  rm -rf "$keep"
   done_ "$name"
 }
 bench() {  # bench NAME [BENCHMARK ARGS...]
