@@ -478,3 +478,22 @@ def test_a_stopped_sweep_resumes_where_it_stopped(tmp_path):
     record = json.loads((tree / "docs" / "recorded" / "sweep_gpu.json").read_text())
     assert len(record["sweep"]["rows"]) == 8  # bf16 and fp16, four passes
     assert not list((tree / "build" / "records_partial").iterdir())
+
+
+def test_the_stale_listing_names_each_stale_record_once():
+    """`tools/gpu_records.sh list stale` names what `stale` remakes, and the stale rest."""
+    root = recorded_dir().parents[1]
+    listing = subprocess.run(
+        ["bash", "tools/gpu_records.sh", "list", "stale"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    named = re.findall(r"^  ([\w.]+\.(?:json|txt|log))\b", listing, re.MULTILINE)
+    stale = [
+        p.name
+        for p in _records()
+        if sources.read_stored(p) is None or sources.stale_note(p, sources.ROOT)
+    ]
+    assert sorted(named) == sorted(stale)

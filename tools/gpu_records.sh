@@ -8,6 +8,14 @@
 #                                            # name or a pattern, matches (sweep_h200.json,
 #                                            # "cuda_forward_hints_*"), when a part is too
 #                                            # long for one call ("" for no wheelhouse)
+#   tools/gpu_records.sh stale [WHEELHOUSE [NAME]]  # every part, making only the records
+#                                            # whose kind has a stale record (or none yet)
+#   tools/gpu_records.sh list stale          # which those are, and the stale records that
+#                                            # no part makes
+#
+# A record made is stamped, and so no longer stale: run `stale` again after a
+# call's time limit stopped it, and it goes on with the records still stale (a
+# sweep with its processes still to run).
 #
 # Each part builds opguide's CUDA kernels in place (once: later parts reuse the
 # build), runs its commands, writes each record into docs/recorded/, stamps it
@@ -22,7 +30,7 @@
 # its sources changed since.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part="${1:?usage: tools/gpu_records.sh list|1|2|3|4|5|6 [WHEELHOUSE]}"
+part="${1:?usage: tools/gpu_records.sh list [stale]|stale|1|2|3|4|5|6 [WHEELHOUSE [NAME]]}"
 out=docs/recorded
 only="${3:-}"
 # want NAME [HOW...]: is NAME made in this run? (NAME matches the pattern given, e.g.
@@ -31,6 +39,7 @@ only="${3:-}"
 # arguments, and nothing is made.
 listing=""
 want() {
+  is_stale "$1" || return 1
   if [[ -n "$listing" ]]; then
     local found=() f
     mapfile -t found < <(of_kind "$1")
@@ -39,6 +48,20 @@ want() {
   fi
   # shellcheck disable=SC2053  # $only is a pattern on purpose
   [[ -z "$only" || "$1" == $only ]]
+}
+# With `stale`: the stale records' names (python3 -m guidekit.recorded.stamp --check).
+stale_only="" stale_names=""
+if [[ "$part" == stale || ("$part" == list && "${2:-}" == stale) ]]; then
+  stale_only=1
+  stale_names="$(python3 -m guidekit.recorded.stamp --check | sed -n 's/^\([^ :]*\): .*/\1/p' || true)"
+fi
+is_stale() {  # is_stale NAME: whether a run makes NAME (always, but under `stale`)
+  [[ -z "$stale_only" ]] && return 0
+  local found=() f
+  mapfile -t found < <(of_kind "$1")
+  ((${#found[@]} == 0)) && return 0
+  for f in "${found[@]}"; do grep -qxF "$f" <<< "$stale_names" && return 0; done
+  return 1
 }
 # Under build/, not /tmp: the programs compiled here run from it, and /tmp may
 # be mounted noexec.
@@ -260,7 +283,13 @@ run_part() {  # run_part PART
 
 if [[ "$part" == list ]]; then
   listing=1 gpu="<gpu>"
-  for p in 1 2 3 4 5 6; do echo "part $p:"; run_part "$p"; done
+  made="$(for p in 1 2 3 4 5 6; do echo "part $p:"; run_part "$p"; done)"
+  echo "$made"
+  if [[ -n "$stale_only" ]]; then
+    echo "stale, and in no part (\`tools/gpu_records.sh list\` says how each is made):"
+    for f in $stale_names; do grep -q "^  $f " <<< "$made" || echo "  $f"; done
+    exit 0
+  fi
   cat <<LIST
 by hand (no part):
   two GPUs: two_gpus.json (tools/record_two_gpus.py), many_gpus_nccl.json (step 17)
@@ -277,7 +306,8 @@ by hand (no part):
 LIST
   exit 0
 fi
-[[ "$part" == [1-6] ]] || { echo "unknown part: $part (list, 1, 2, 3, 4, 5 or 6)" >&2; exit 2; }
+[[ "$part" == [1-6] || "$part" == stale ]] ||
+  { echo "unknown part: $part (list, stale, 1, 2, 3, 4, 5 or 6)" >&2; exit 2; }
 wheels="$(cd "${2:-.whl}" 2>/dev/null && pwd || true)"
 [[ -n "${2+x}" && -z "$2" ]] && wheels=""
 [[ -z "$wheels" ]] || python3 -m pip install -q --no-index --find-links "$wheels" setuptools wheel ninja
@@ -285,5 +315,9 @@ wheels="$(cd "${2:-.whl}" 2>/dev/null && pwd || true)"
 USE_CUDA=1 python3 setup.py -q build_ext --inplace
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-run_part "$part"
+if [[ "$part" == stale ]]; then
+  for p in 1 2 3 4 5 6; do run_part "$p"; done
+else
+  run_part "$part"
+fi
 echo "part $part done; python3 -m guidekit.recorded.stamp --check lists the records still stale"
