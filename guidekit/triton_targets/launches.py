@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from unittest import mock
 
 from .targets import _DTYPES, KERNEL_MODULES, LIBRARY, ROW_LENGTHS, Launch, Target
-
-
-def _pdl_choice(lib, target: Target) -> dict:
-    """The options ``launch.pdl_options`` picks for an eager call on a GPU like ``target``."""
-    import torch
-
-    meta = torch.empty(1, device="meta")  # a plain tensor: pdl_options's eager case
-    with _pretend_gpu(target), mock.patch.multiple(lib.launch, _PDL_CAPABLE={}, _PDL_ENABLED=True):
-        return dict(lib.launch.pdl_options(meta))
 
 
 @contextlib.contextmanager
@@ -77,7 +69,12 @@ def library_launches(
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    lib = _library()
+    lib = importlib.import_module(LIBRARY)
+    if lib.INTERPRET:
+        raise RuntimeError(
+            "guidekit.triton_targets: Triton's interpreter is selected in this process "
+            "(TRITON_INTERPRET=1); check() runs the compiles in a child process instead"
+        )
     made: list[tuple] = []
 
     class _Recorder:
@@ -95,8 +92,11 @@ def library_launches(
             return "*" + str(value.dtype).removeprefix("torch.")
         return value
 
+    # The options launch.pdl_options picks for an eager call: a plain tensor is its eager case.
+    meta = torch.empty(1, device="meta")
+    with _pretend_gpu(target), mock.patch.multiple(lib.launch, _PDL_CAPABLE={}, _PDL_ENABLED=True):
+        pdl = dict(lib.launch.pdl_options(meta))
     seen: dict[Launch, None] = {}
-    pdl = _pdl_choice(lib, target)
     ops = lib.ops
     with _pretend_gpu(target), mock.patch.object(ops, "launchable", _Recorder), FakeTensorMode():
         for dtype_name in dtypes:
@@ -145,25 +145,11 @@ def _canonical(launch: Launch) -> Launch:
 
 def _name_of(kernel) -> tuple[str, str]:
     """(module, name) of a kernel of the library's kernel modules."""
-    import importlib
-
     for module_name in KERNEL_MODULES:
         for name, value in vars(importlib.import_module(module_name)).items():
             if value is kernel:
                 return module_name, name
     raise LookupError(f"{kernel} is not a module-level name of {', '.join(KERNEL_MODULES)}")
-
-
-def _library():
-    import importlib
-
-    lib = importlib.import_module(LIBRARY)
-    if lib.INTERPRET:
-        raise RuntimeError(
-            "guidekit.triton_targets: Triton's interpreter is selected in this process "
-            "(TRITON_INTERPRET=1); check() runs the compiles in a child process instead"
-        )
-    return lib
 
 
 def library_kernels() -> list[str]:
@@ -174,7 +160,6 @@ def library_kernels() -> list[str]:
     ``triton.jit`` that no other such function calls.
     """
     import ast
-    import importlib.util
 
     folder = Path(importlib.util.find_spec(LIBRARY).origin).parent
     nodes = (n for path in sorted(folder.glob("*.py")) for n in ast.parse(path.read_text()).body)
