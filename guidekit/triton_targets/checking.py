@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .compiling import _cache_dir, _cacheable, _compile, _from_cache, _prepare
+from .compiling import _MEASURED, _cache_dir, _compile, _from_cache, _prepare
 from .launches import library_launches, representative
 from .targets import FULL_ENV, TARGETS, Launch, Usage
 
@@ -121,7 +121,7 @@ def _check_here(request: dict) -> list[Usage]:
             for i in missing[key]:
                 results[i] = usage
             if usage.status != "error":  # an error is worth seeing again
-                cache[key] = _cacheable(usage)
+                cache[key] = {k: v for k, v in dataclasses.asdict(usage).items() if k in _MEASURED}
         if time.monotonic() - saved > 30:  # a long run keeps what it has done
             _save(cache_file, cache)
             saved = time.monotonic()

@@ -82,10 +82,6 @@ def _prepare(launch: Launch, target: Target):
     return usage, key, tables
 
 
-def _cacheable(usage: Usage) -> dict:
-    return {k: v for k, v in dataclasses.asdict(usage).items() if k in _MEASURED}
-
-
 _MEASURED = ("regs", "agprs", "sgprs", "spills", "sgpr_spills", "scratch", "shared", "seconds")
 
 
