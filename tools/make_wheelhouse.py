@@ -38,12 +38,8 @@ PLATFORMS = ["manylinux2014_x86_64"] + [f"manylinux_2_{v}_x86_64" for v in (17, 
 def requirements(extras: list[str]) -> list[str]:
     """The requirements of the given extras of pyproject.toml, torch excluded, plus nox."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = {"nox"}
-    for extra in extras:
-        for req in project["optional-dependencies"][extra]:
-            if not re.match(r"^(torch|triton)\b", req):
-                reqs.add(req)
-    return sorted(reqs)
+    reqs = [req for extra in extras for req in project["optional-dependencies"][extra]]
+    return sorted({"nox", *(req for req in reqs if not re.match(r"^(torch|triton)\b", req))})
 
 
 def normalise(name: str) -> str:
