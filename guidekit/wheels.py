@@ -33,22 +33,6 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "FreshVenv",
-    "Tags",
-    "build_lock",
-    "build_wheel",
-    "bundled_libraries",
-    "needed_libraries",
-    "platform_constraint",
-    "repair",
-    "requirements",
-    "tools_missing",
-    "torch_exclusions",
-    "torch_provided",
-    "wheel_tags",
-]
-
 
 def _bin(name: str) -> str | None:
     """``name`` from this interpreter's scripts folder, else from PATH."""
