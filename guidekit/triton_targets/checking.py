@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .compiling import _MEASURED, _cache_dir, _compile, _from_cache, _prepare
+from .compiling import _MEASURED, _cache_dir, _compile, _judge, _prepare
 from .launches import library_launches, representative
 from .targets import FULL_ENV, TARGETS, Launch, Usage
 
@@ -105,7 +105,8 @@ def _check_here(request: dict) -> list[Usage]:
         if key is None:
             continue
         if key in cache:
-            results[-1] = _from_cache(cache[key], usage)
+            results[-1] = dataclasses.replace(usage, **cache[key], cached=True)
+            _judge(results[-1], TARGETS[name])
         elif key in missing:
             missing[key].append(len(results) - 1)
         else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import io
 import re
@@ -11,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .targets import TARGETS, Launch, Target, Usage
+from .targets import Launch, Target, Usage
 
 
 def _cache_dir() -> Path:
@@ -83,13 +82,6 @@ def _prepare(launch: Launch, target: Target):
 
 
 _MEASURED = ("regs", "agprs", "sgprs", "spills", "sgpr_spills", "scratch", "shared", "seconds")
-
-
-def _from_cache(found: dict, usage: Usage) -> Usage:
-    usage = dataclasses.replace(usage, **found)
-    usage.cached = True
-    _judge(usage, TARGETS[usage.target])
-    return usage
 
 
 def _compile(launch: Launch, target: Target, inputs) -> Usage:
