@@ -54,9 +54,10 @@ def _registry():
 
 
 # The library's folders: the namespace file at the top of csrc/, the shared
-# device code, and the folder of each operator of the registry. The guide's
-# demo folders (minimal/, dispatcher/, index_inputs/, device_checks/) stay out.
-LIBRARY_DIRS = ["", "common"] + [
+# device code, the launcher of the Triton kernels compiled ahead of time, and
+# the folder of each operator of the registry. The guide's demo folders
+# (minimal/, dispatcher/, index_inputs/, device_checks/) stay out.
+LIBRARY_DIRS = ["", "common", "triton_aot"] + [
     os.path.relpath(op.csrc, CSRC) for op in _registry().OPERATORS if op.csrc is not None
 ]
 
