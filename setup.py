@@ -14,7 +14,14 @@ Environment switches (read at build time):
     takes the architectures of the visible GPUs; with none visible,
     :data:`DEFAULT_ARCH_LIST`.
 ``MAX_JOBS``
-    Parallel compile jobs for ninja; read by ``BuildExtension`` itself.
+    Parallel compile jobs for ninja; read by ``BuildExtension`` itself. Also
+    the processes that compile the Triton kernels ahead of time.
+``OPGUIDE_TRITON_AOT``
+    The GPUs a CUDA or ROCm build compiles the Triton RMSNorm kernels for
+    ahead of time (``opguide/triton/aot.py``), embedded in the extension:
+    ``sm_90,gfx942`` names them, ``0`` compiles none; unset, the targets of
+    ``TORCH_CUDA_ARCH_LIST`` (NVIDIA) or ``PYTORCH_ROCM_ARCH`` (AMD), else
+    the visible GPUs.
 
 Build without build isolation so that the extension is compiled against the
 torch you already have: ``pip install --no-build-isolation .``
@@ -25,6 +32,8 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 import sysconfig
 
@@ -42,15 +51,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("csrc")
 
 
-def _registry():
-    """opguide/registry.py, read as a file: the package cannot be imported before it is built."""
-    spec = importlib.util.spec_from_file_location(
-        "_opguide_registry", os.path.join(HERE, "opguide", "registry.py")
-    )
+def _source_module(path: str):
+    """A module of opguide read as a file: the package cannot be imported before it is built."""
+    name = "_opguide_" + os.path.basename(path).removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, path))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
+
+
+def _registry():
+    """opguide/registry.py, the single list of operators."""
+    return _source_module("opguide/registry.py")
 
 
 # The library's folders: the namespace file at the top of csrc/, the shared
@@ -135,6 +148,57 @@ def _want_cuda() -> bool:
     return True
 
 
+def _triton_aot_targets() -> list[str]:
+    """The targets of the Triton kernels compiled ahead of time (``OPGUIDE_TRITON_AOT``)."""
+    named = os.environ.get("OPGUIDE_TRITON_AOT", "")
+    if named:
+        return [] if named == "0" else named.split(",")
+    if torch.version.hip is not None:  # "gfx90a;gfx942:xnack-" -> gfx90a, gfx942
+        archs = [a.split(":")[0] for a in os.environ.get("PYTORCH_ROCM_ARCH", "").split(";")]
+    else:  # "8.0;9.0+PTX" -> sm_80, sm_90; "9.0a" runs on the same GPUs as "9.0"
+        archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(" ", ";").split(";")
+        archs = ["sm_" + a.split("+")[0].rstrip("af").replace(".", "") for a in archs if a]
+    if not any(archs) and torch.cuda.is_available():  # torch builds for the visible GPUs
+        devices = range(torch.cuda.device_count())
+        if torch.version.hip is not None:
+            archs = [torch.cuda.get_device_properties(i).gcnArchName.split(":")[0] for i in devices]
+        else:
+            archs = ["sm_{}{}".format(*torch.cuda.get_device_capability(i)) for i in devices]
+    return list(dict.fromkeys(a for a in archs if a))
+
+
+def triton_aot(out: str) -> str:
+    """Compiles the Triton kernels for the build's targets into ``out``; the table's C++ file.
+
+    A target that ``opguide/triton/aot.py`` has no device model for is left
+    out, unless ``OPGUIDE_TRITON_AOT`` names it; without triton the table is empty.
+    """
+    aot = _source_module("opguide/triton/aot.py")
+    targets = _triton_aot_targets()
+    unknown = [t for t in targets if t not in aot.SHARED_MEMORY_OPTIN]
+    if unknown and os.environ.get("OPGUIDE_TRITON_AOT"):
+        known = ", ".join(aot.SHARED_MEMORY_OPTIN)
+        raise SystemExit(f"setup.py: OPGUIDE_TRITON_AOT: unknown {unknown}; known: {known}")
+    if unknown:
+        print(f"setup.py: no Triton kernels compiled ahead of time for {', '.join(unknown)}")
+    targets = [t for t in targets if t not in unknown]
+    try:
+        import triton  # noqa: F401
+    except Exception as error:  # not installed, or does not load: the JIT route is off too
+        print(f"setup.py: no Triton kernels compiled ahead of time: {error}")
+        targets = []
+    if targets:
+        # A child process: the compile imports the kernels, and spawns workers that do.
+        command = [sys.executable, os.path.join(HERE, "opguide", "triton", "aot.py")]
+        command += ["--targets", ",".join(targets), "--out", out]
+        command += ["--jobs", os.environ["MAX_JOBS"]] if os.environ.get("MAX_JOBS") else []
+        env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+        if subprocess.run(command, env=env).returncode != 0:
+            raise SystemExit("setup.py: compiling the Triton kernels ahead of time failed")
+        return os.path.relpath(os.path.join(out, "triton_aot_artifacts.cpp"), HERE)
+    return os.path.relpath(str(aot.write_outputs(aot.Path(out), [], {})), HERE)
+
+
 def make_extension():
     debug = bool(_flag("DEBUG"))
     use_cuda = _want_cuda()
@@ -185,6 +249,9 @@ def make_extension():
     )
 
 
+EXTENSION = make_extension()
+GPU_BUILD = any(source.endswith(".cu") for source in EXTENSION.sources)  # CUDA or ROCm
+
 # The classic C++ API gives no binary compatibility across torch releases
 # (https://docs.pytorch.org/docs/stable/notes/libtorch_stable_abi.html): the
 # library links against mangled C++ symbols of libtorch (step 15 lists them),
@@ -208,13 +275,27 @@ class BuildInTree(BuildExtension):
         tag = f"{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
         self.build_temp = os.path.join(HERE, "build", f"temp.{tag}")
 
+    def build_extensions(self):
+        # A CUDA or ROCm build also compiles the Triton kernels ahead of time,
+        # embeds them (csrc/triton_aot/artifacts.h's table), and puts their
+        # manifest next to the extension.
+        (ext,) = self.extensions
+        out = os.path.join(HERE, "build", "triton_aot")
+        if GPU_BUILD:
+            ext.sources.append(triton_aot(out))
+        super().build_extensions()
+        if GPU_BUILD:
+            folder = os.path.dirname(self.get_ext_fullpath(ext.name))
+            shutil.copyfile(os.path.join(out, "manifest.json"),
+                            os.path.join(folder, "triton_aot_manifest.json"))  # fmt: skip
+
 
 setup(
     install_requires=[f"torch=={TORCH_RELEASE}.*"],
     packages=find_packages(include=PACKAGES + (["guidekit", "guidekit.*"] if EDITABLE else [])),
     # The C shim the AOTInductor experiment compiles when it is first used.
     package_data={"opguide.experimental": ["aoti_shim.cpp"]},
-    ext_modules=[make_extension()],
+    ext_modules=[EXTENSION],
     cmdclass={"build_ext": BuildInTree},
     options={"bdist_wheel": {"py_limited_api": LIMITED_API_TAG}},
 )
