@@ -1,0 +1,37 @@
+// The torch side of the Triton RMSNorm kernels compiled ahead of time: what
+// the files of this folder share. The operators (triton_aot_schema.cpp) have
+// the signatures of the JIT route's (opguide/triton/ops.py); the CUDA kernel
+// (triton_aot_cuda.cu) launches the build's artifacts (artifacts.h) with the
+// plans of plan.h, and every call that no artifact fits goes to the JIT
+// route's operator through the functions below (triton_aot_fallback.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <tuple>
+
+namespace opguide::triton_aot {
+
+using Pair = std::tuple<at::Tensor, at::Tensor>;
+
+// Why a call takes the JIT route: `kind` names the reason for the warning that
+// is given once per kind (a short stable word: "target", "artifact", "rows",
+// ...), `message` says it in a sentence, with the values of this call.
+struct Fallback {
+  const char* kind;
+  std::string message;
+};
+
+// The JIT route's operators, called through the dispatcher after a warning
+// (once per kind of reason, or every time under torch.set_warn_always(True))
+// that names the reason; an error naming it when `import opguide.triton` has
+// not registered them in this process.
+at::Tensor jit_rms_norm(const Fallback& why, const at::Tensor& x, const at::Tensor& weight,
+                        double eps);
+Pair jit_rms_norm_forward(const Fallback& why, const at::Tensor& x, const at::Tensor& weight,
+                          double eps);
+Pair jit_rms_norm_backward(const Fallback& why, const at::Tensor& grad_y, const at::Tensor& x,
+                           const at::Tensor& weight, const at::Tensor& inv_rms);
+
+}  // namespace opguide::triton_aot

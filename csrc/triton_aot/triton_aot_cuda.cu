@@ -1,0 +1,666 @@
+// The Triton RMSNorm kernels compiled ahead of time, launched from C++ on
+// CUDA (and on ROCm after hipify): the CUDA kernels of the operators of
+// triton_aot_schema.cpp. Each call plans as the JIT route does (plan.h, the
+// port of opguide/triton/launch.py's Registers plans), names the kernel that
+// plan needs in the key of opguide/triton/aot.py, finds it in the build's
+// table (artifacts.h), loads its image once, and launches it on the current
+// stream as Triton's own launcher would (backends/nvidia/driver.c: the
+// non-constexpr arguments in order, then the global and profile scratch
+// pointers, null here since no library kernel uses scratch; block =
+// threads_per_warp * num_warps; dynamic shared memory = Triton's "shared";
+// programmatic stream serialisation where it was compiled with launch_pdl).
+// A call that no artifact fits (another GPU, a row longer than the Registers
+// plans hold, a misaligned pointer, 2**31 rows or more, a dtype the kernels do
+// not take) goes to the JIT route's operator, after a warning that names why
+// (triton_aot_fallback.cpp).
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#if defined(USE_ROCM)
+#include <hip/hip_runtime.h>
+#else
+#include <cuda_runtime.h>
+#endif
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <initializer_list>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "../rms_norm/rms_norm.h"
+#include "artifacts.h"
+#include "plan.h"
+#include "triton_aot.h"
+
+// The CUDA runtime's library API (cudaLibraryLoadData, cudaLibraryGetKernel,
+// cudaKernelSetAttributeForDevice) and cudaLaunchKernelExC, which take a
+// cubin that no nvcc of this build compiled. An older runtime builds the
+// operators, and every call takes the JIT route.
+#if defined(USE_ROCM) || (defined(CUDART_VERSION) && CUDART_VERSION >= 12040)
+#define OPGUIDE_TRITON_AOT_LAUNCH 1
+#else
+#define OPGUIDE_TRITON_AOT_LAUNCH 0
+#endif
+
+namespace opguide::triton_aot {
+namespace {
+
+// Device indices the caches below hold (torch's C10_COMPILE_TIME_MAX_GPUS is lower).
+constexpr int kMaxDevices = 128;
+// Triton passes M and P as i32 below 2**31 (and compiles an i64 variant
+// above, which the table does not hold).
+constexpr int64_t kMaxI32 = std::numeric_limits<int32_t>::max();
+
+// ---------------------------------------------------------------------------
+// The device: what the plans and the key read, once per GPU.
+
+struct DeviceInfo {
+  std::string target;  // the key's target: "sm_90"; on AMD the gcnArchName before ':'
+  int64_t sm_count;    // multiProcessorCount: the backward's programs
+  int64_t smem_optin;  // sharedMemPerBlockOptin: the backward's STAGES
+  bool gdc;            // GDC=1 and programmatic dependent launch
+  bool pdl_off;        // a GPU that takes PDL, with OPGUIDE_PDL=0
+};
+
+// launch.pdl_options: NVIDIA GPUs of compute capability 9.0 and later, unless
+// OPGUIDE_PDL=0 (read once per process, as launch.py reads it at import).
+bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("OPGUIDE_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+const DeviceInfo& device_info(int device) {
+  static std::array<std::atomic<const DeviceInfo*>, kMaxDevices> infos{};
+  static std::mutex mutex;
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "rms_norm_triton_aot: device index ", device,
+              " is beyond the ", kMaxDevices, " this build's cache holds");
+  if (const DeviceInfo* info = infos[device].load(std::memory_order_acquire)) return *info;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const DeviceInfo* info = infos[device].load(std::memory_order_acquire)) return *info;
+  cudaDeviceProp prop;
+  const cudaError_t err = cudaGetDeviceProperties(&prop, device);
+  TORCH_CHECK(err == cudaSuccess, "rms_norm_triton_aot: cudaGetDeviceProperties(", device,
+              ") failed: ", cudaGetErrorString(err));
+  auto* info = new DeviceInfo();  // kept for the life of the process
+#if defined(USE_ROCM)
+  const std::string arch = prop.gcnArchName;
+  info->target = arch.substr(0, arch.find(':'));
+  info->gdc = false;  // Triton's AMD backend has no programmatic dependent launch
+  info->pdl_off = false;
+#else
+  info->target = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
+  info->gdc = pdl_enabled() && prop.major >= 9;
+  info->pdl_off = !pdl_enabled() && prop.major >= 9;
+#endif
+  info->sm_count = prop.multiProcessorCount;
+#if defined(USE_ROCM) && HIP_VERSION_MAJOR < 6
+  info->smem_optin = 0;  // not reported: the planner's 96 KiB, as launch.py's getattr fallback
+#else
+  info->smem_optin = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+#endif
+  infos[device].store(info, std::memory_order_release);
+  return *info;
+}
+
+// ---------------------------------------------------------------------------
+// The build's table, indexed by key once.
+
+struct Table {
+  std::unordered_map<std::string_view, size_t> by_key;  // key -> index in artifacts()
+  std::unordered_set<std::string> targets;
+  std::string listed;  // the targets, for messages: "sm_90, gfx942"
+};
+
+const Table& table() {
+  static const Table t = [] {
+    Table made;
+    const Artifact* all = artifacts();
+    const size_t count = artifact_count();
+    made.by_key.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      made.by_key.emplace(all[i].key, i);
+      if (made.targets.insert(all[i].target).second) {
+        made.listed += (made.listed.empty() ? "" : ", ") + std::string(all[i].target);
+      }
+    }
+    return made;
+  }();
+  return t;
+}
+
+// ---------------------------------------------------------------------------
+// Loading: each artifact's image once, and per device what it needs there.
+
+#if OPGUIDE_TRITON_AOT_LAUNCH
+#if defined(USE_ROCM)
+using KernelHandle = hipFunction_t;
+using RtError = hipError_t;
+constexpr RtError kSuccess = hipSuccess;
+const char* error_string(RtError e) { return hipGetErrorString(e); }
+const char* error_name(RtError e) { return hipGetErrorName(e); }
+#else
+using KernelHandle = cudaKernel_t;
+using RtError = cudaError_t;
+constexpr RtError kSuccess = cudaSuccess;
+const char* error_string(RtError e) { return cudaGetErrorString(e); }
+const char* error_name(RtError e) { return cudaGetErrorName(e); }
+#endif
+
+// A failed runtime call, with the call and the artifact named. The error is
+// also taken off the runtime's last-error slot, so that it is not reported
+// again by the next unrelated check.
+void check(RtError err, const char* call, const Artifact& a, int device) {
+  if (err == kSuccess) return;
+#if defined(USE_ROCM)
+  (void)hipGetLastError();
+#else
+  (void)cudaGetLastError();
+#endif
+  TORCH_CHECK(false, "rms_norm_triton_aot: ", call, " failed for the kernel compiled ahead of time ",
+              a.key, " (symbol ", a.function, ", ", a.image_size, " bytes) on cuda:", device, ": ",
+              error_name(err), ": ", error_string(err));
+}
+
+// The kernel of one artifact on each device: ready[d] says handle[d] is set.
+// CUDA loads a library once for every device (cudaLibraryLoadData is
+// context-independent) and sets the shared-memory limit per device; HIP
+// loads a module per device.
+struct Loaded {
+#if !defined(USE_ROCM)
+  cudaLibrary_t library = nullptr;
+  cudaKernel_t kernel = nullptr;
+#endif
+  std::array<KernelHandle, kMaxDevices> handle{};
+  std::array<std::atomic<bool>, kMaxDevices> ready{};
+};
+
+// The loaded kernel of artifacts()[index] on `device`. After the first call
+// for a device, a call reads two atomics and takes no lock: entries are never
+// removed, and ready[device] is set after handle[device].
+KernelHandle load(int64_t index, int device) {
+  static const std::unique_ptr<std::atomic<Loaded*>[]> entries(
+      new std::atomic<Loaded*>[artifact_count() + 1]());
+  static std::mutex mutex;
+  Loaded* entry = entries[index].load(std::memory_order_acquire);
+  if (entry != nullptr && entry->ready[device].load(std::memory_order_acquire)) {
+    return entry->handle[device];
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  entry = entries[index].load(std::memory_order_acquire);
+  if (entry == nullptr) {
+    entry = new Loaded();  // kept for the life of the process, as the image is
+    entries[index].store(entry, std::memory_order_release);
+  }
+  if (entry->ready[device].load(std::memory_order_acquire)) return entry->handle[device];
+  const Artifact& a = artifacts()[index];
+#if defined(USE_ROCM)
+  hipModule_t module = nullptr;
+  check(hipModuleLoadData(&module, a.image), "hipModuleLoadData", a, device);
+  hipFunction_t function = nullptr;
+  check(hipModuleGetFunction(&function, module, a.function), "hipModuleGetFunction", a, device);
+  entry->handle[device] = function;
+#else
+  if (entry->library == nullptr) {
+    cudaLibrary_t library = nullptr;
+    check(cudaLibraryLoadData(&library, a.image, nullptr, nullptr, 0, nullptr, nullptr, 0),
+          "cudaLibraryLoadData", a, device);
+    check(cudaLibraryGetKernel(&entry->kernel, library, a.function), "cudaLibraryGetKernel", a,
+          device);
+    entry->library = library;
+  }
+  // Above 48 KiB of dynamic shared memory a kernel must opt in, per device
+  // (the backward's three stages take up to 135 KB on sm_90).
+  if (a.shared_bytes > 48 * 1024) {
+    check(cudaKernelSetAttributeForDevice(entry->kernel,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          a.shared_bytes, device),
+          "cudaKernelSetAttributeForDevice(cudaFuncAttributeMaxDynamicSharedMemorySize)", a,
+          device);
+  }
+  entry->handle[device] = entry->kernel;
+#endif
+  entry->ready[device].store(true, std::memory_order_release);
+  return entry->handle[device];
+}
+
+// One launch of a loaded kernel on `stream`: grid programs of
+// threads_per_warp * num_warps threads, as Triton's launcher makes it.
+void launch(int64_t index, int device, int64_t grid, void** args, cudaStream_t stream) {
+  const Artifact& a = artifacts()[index];
+  const KernelHandle kernel = load(index, device);
+  const unsigned block = static_cast<unsigned>(a.threads_per_warp * a.num_warps);
+#if defined(USE_ROCM)
+  check(hipModuleLaunchKernel(kernel, static_cast<unsigned>(grid), 1, 1, block, 1, 1,
+                              static_cast<unsigned>(a.shared_bytes), stream, args, nullptr),
+        "hipModuleLaunchKernel", a, device);
+#else
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  config.blockDim = dim3(block, 1, 1);
+  config.dynamicSmemBytes = static_cast<size_t>(a.shared_bytes);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  if (a.launch_pdl) {
+    // The kernel was compiled with GDC: it waits for the previous kernel's
+    // results itself, so it may be scheduled while that kernel drains.
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  check(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel), args),
+        "cudaLaunchKernelExC", a, device);
+#endif
+}
+#endif  // OPGUIDE_TRITON_AOT_LAUNCH
+
+// ---------------------------------------------------------------------------
+// Keys: opguide/triton/aot.py's key(), byte for byte.
+
+const char* dtype_word(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return "fp32";
+    case at::kHalf:
+      return "fp16";
+    case at::kBFloat16:
+      return "bf16";
+    default:
+      return nullptr;
+  }
+}
+
+// How Triton specialises N: the constexpr 1, a multiple of 16, or neither.
+const char* spec(int64_t n) { return n == 1 ? "1" : n % 16 == 0 ? "D" : "N"; }
+
+// "kernel|target|dtype|NAME=v,...|spec|wN", the constexprs in the kernel's
+// parameter order.
+std::string make_key(const char* kernel, const DeviceInfo& d, at::ScalarType dtype,
+                     std::initializer_list<std::pair<const char*, int64_t>> constexprs,
+                     int64_t cols, int64_t num_warps) {
+  std::string s;
+  s.reserve(96);
+  s.append(kernel).append("|").append(d.target).append("|").append(dtype_word(dtype));
+  const char* sep = "|";
+  for (const auto& [name, value] : constexprs) {
+    s.append(sep).append(name).append("=").append(std::to_string(value));
+    sep = ",";
+  }
+  s.append("|").append(spec(cols)).append("|w").append(std::to_string(num_warps));
+  return s;
+}
+
+// The index in artifacts() of the artifact of `key`; -1, with why there is
+// none, where the table does not hold it.
+int64_t find(const std::string& key, const DeviceInfo& d, Fallback* why) {
+  const Table& t = table();
+  const auto it = t.by_key.find(key);
+  if (it != t.by_key.end()) return static_cast<int64_t>(it->second);
+  if (t.targets.empty()) {
+    *why = {"empty",
+            "this build holds no kernels compiled ahead of time (it named no target), so none "
+            "for " + key};
+  } else if (t.targets.count(d.target) == 0) {
+    *why = {"target",
+            "no artifact for " + d.target + " in this build (it holds " + t.listed + ")"};
+  } else {
+    // The build compiles the launches of an eager call with PDL on: GDC=1 on
+    // sm_90 and later, which OPGUIDE_PDL=0 turns off.
+    *why = {"artifact", "no artifact " + key + " in this build" +
+                            (d.pdl_off ? " (OPGUIDE_PDL=0 asks for kernels without GDC)" : "")};
+  }
+  return -1;
+}
+
+// ---------------------------------------------------------------------------
+// Plans: the kernels one call launches, or why none fits. Torch-free but
+// for the tensors' metadata; the launches below and the check operator at
+// the end of this file share them.
+
+struct ForwardPlan {
+  Registers cfg{};
+  std::string key;
+  int64_t artifact = -1;
+};
+
+struct BackwardPlan {
+  Registers cfg{};
+  std::string key, sum_key;  // sum_key empty: grad_weight written by the one program
+  int64_t artifact = -1, sum_artifact = -1;
+};
+
+// Where every direction needs the JIT route before it plans: a dtype the
+// kernels do not take, rows Triton would pass as i64, a runtime without the
+// library API.
+bool before_plan(at::ScalarType dtype, int64_t rows, Fallback* why) {
+  if (dtype_word(dtype) == nullptr) {
+    *why = {"dtype", "x is " + dtype_name(dtype) +
+                         ", and the kernels compiled ahead of time take float32, float16 and "
+                         "bfloat16"};
+    return true;
+  }
+  if (rows > kMaxI32) {
+    *why = {"rows", "x has " + std::to_string(rows) +
+                        " rows, and the kernels compiled ahead of time take fewer than 2**31"};
+    return true;
+  }
+  if (!OPGUIDE_TRITON_AOT_LAUNCH) {
+    *why = {"runtime", "this build's CUDA runtime predates 12.4, whose library API loads the "
+                       "kernels compiled ahead of time"};
+    return true;
+  }
+  return false;
+}
+
+bool plan_forward(at::ScalarType dtype, int64_t itemsize, int64_t rows, int64_t cols,
+                  bool store_inv, const DeviceInfo& d, ForwardPlan* plan, Fallback* why) {
+  if (!forward_registers(rows, cols, itemsize, &plan->cfg)) {
+    *why = {"long", "rows of " + std::to_string(cols) + " elements are longer than the " +
+                        std::to_string(kMaxRegisterRow) +
+                        " that the forward compiled ahead of time keeps in registers"};
+    return false;
+  }
+  const Registers& c = plan->cfg;
+  plan->key = make_key("rms_norm_forward", d, dtype,
+                       {{"BLOCK_N", c.block_n}, {"ROWS", c.rows}, {"STORE_INV", store_inv},
+                        {"GDC", d.gdc}, {"ALIGN", align(cols)}},
+                       cols, c.num_warps);
+  plan->artifact = find(plan->key, d, why);
+  return plan->artifact >= 0;
+}
+
+bool plan_backward(at::ScalarType dtype, int64_t itemsize, int64_t rows, int64_t cols,
+                   const DeviceInfo& d, BackwardPlan* plan, Fallback* why) {
+  if (!backward_registers(rows, cols, itemsize, d.sm_count, d.smem_optin, &plan->cfg)) {
+    *why = {"long", "rows of " + std::to_string(cols) + " elements are longer than the " +
+                        std::to_string(kMaxRegisterRowBackward) +
+                        " that the backward compiled ahead of time keeps in registers"};
+    return false;
+  }
+  const Registers& c = plan->cfg;
+  plan->key = make_key("rms_norm_backward", d, dtype,
+                       {{"BLOCK_N", c.block_n}, {"ROWS", c.rows}, {"STAGES", c.stages},
+                        {"GDC", d.gdc}, {"ALIGN", align(cols)}},
+                       cols, c.num_warps);
+  // The JIT route lets a single program write grad_weight itself, through a
+  // grad_weight_partial pointer of the weight's dtype. The artifacts are
+  // compiled with float32 partial sums (opguide/triton/aot.py), so a 16-bit
+  // grad_weight of one program goes through the sum kernel too: the sum of
+  // one float32 row is that row, rounded once, as the JIT route rounds it.
+  if (c.programs > 1 || dtype != at::kFloat) {
+    const GradWeightSum sum;
+    plan->sum_key = make_key("grad_weight_sum", d, dtype,
+                             {{"BLOCK_P", sum.block_p}, {"BLOCK_N", sum.block_n},
+                              {"GDC", d.gdc}, {"ALIGN", align(cols)}},
+                             cols, sum.num_warps);
+  }
+  plan->artifact = find(plan->key, d, why);
+  if (plan->artifact < 0) return false;
+  plan->sum_artifact = plan->sum_key.empty() ? -1 : find(plan->sum_key, d, why);
+  return plan->sum_key.empty() || plan->sum_artifact >= 0;
+}
+
+bool aligned16(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0;
+}
+
+// The artifacts assume 16-byte aligned pointers (tt.divisibility 16), as
+// Triton's JIT specialises them; a view at an offset takes the JIT route.
+bool misaligned(std::initializer_list<std::pair<const char*, const at::Tensor*>> tensors,
+                Fallback* why) {
+  for (const auto& [name, t] : tensors) {
+    if (!aligned16(*t)) {
+      *why = {"aligned", std::string(name) +
+                             " does not start on a 16-byte boundary (a view at an offset), and "
+                             "the kernels compiled ahead of time assume it does"};
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------
+// Forward.
+
+// y, and inv_rms when `store_inv`; false, with `why`, where no artifact fits.
+// The JIT route's rms_norm_forward (opguide/triton/ops.py), step by step.
+bool forward_aot(const at::Tensor& x, const at::Tensor& weight, double eps, bool store_inv,
+                 at::Tensor* y_out, at::Tensor* inv_out, Fallback* why) {
+  const int64_t cols = x.size(-1);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  if (before_plan(x.scalar_type(), rows, why)) return false;
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor inv_rms;
+  if (store_inv) {
+    inv_rms = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
+  }
+  if (rows == 0) {
+    // Rows of length 0: the mean of no squares is 0/0, as the C++ kernels compute.
+    if (store_inv) inv_rms.fill_(std::numeric_limits<double>::quiet_NaN());
+    *y_out = y;
+    *inv_out = inv_rms;
+    return true;
+  }
+  const at::Tensor wc = weight.contiguous();
+  if (misaligned({{"x", &xc}, {"weight", &wc}}, why)) return false;
+  const int device = static_cast<int>(x.get_device());
+  ForwardPlan plan;
+  if (!plan_forward(x.scalar_type(), x.element_size(), rows, cols, store_inv,
+                    device_info(device), &plan, why)) {
+    return false;
+  }
+#if OPGUIDE_TRITON_AOT_LAUNCH
+  // _rms_norm_forward_kernel(x_ptr, w_ptr, y_ptr, inv_rms_ptr, M, N, eps):
+  // without inv_rms the JIT route passes y, which the kernel does not write.
+  void* x_ptr = const_cast<void*>(xc.const_data_ptr());
+  void* w_ptr = const_cast<void*>(wc.const_data_ptr());
+  void* y_ptr = y.mutable_data_ptr();
+  void* inv_ptr = store_inv ? inv_rms.mutable_data_ptr() : y_ptr;
+  int32_t m = static_cast<int32_t>(rows);
+  int32_t n = static_cast<int32_t>(cols);
+  float eps32 = static_cast<float>(eps);  // Triton's fp32 argument, rounded as its launcher does
+  void* global_scratch = nullptr;
+  void* profile_scratch = nullptr;
+  void* with_n[] = {&x_ptr, &w_ptr, &y_ptr, &inv_ptr, &m, &n, &eps32,
+                    &global_scratch, &profile_scratch};
+  // N == 1 is a constexpr of the compiled kernel, not an argument.
+  void* without_n[] = {&x_ptr, &w_ptr, &y_ptr, &inv_ptr, &m, &eps32,
+                       &global_scratch, &profile_scratch};
+  launch(plan.artifact, device, cdiv(rows, plan.cfg.rows), cols == 1 ? without_n : with_n,
+         c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
+#endif
+  *y_out = y;
+  *inv_out = inv_rms;
+  return true;
+}
+
+at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_rms_norm_args(x, weight, eps);
+  TORCH_CHECK(x.is_cuda(), "rms_norm_triton_aot: x must be a CUDA tensor, got ", x.device().str());
+  at::Tensor y, unused;
+  Fallback why;
+  if (forward_aot(x, weight, eps, /*store_inv=*/false, &y, &unused, &why)) return y;
+  return jit_rms_norm(why, x, weight, eps);
+}
+
+Pair rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_rms_norm_args(x, weight, eps);
+  TORCH_CHECK(x.is_cuda(), "rms_norm_forward_triton_aot: x must be a CUDA tensor, got ",
+              x.device().str());
+  at::Tensor y, inv_rms;
+  Fallback why;
+  if (forward_aot(x, weight, eps, /*store_inv=*/true, &y, &inv_rms, &why)) return {y, inv_rms};
+  return jit_rms_norm_forward(why, x, weight, eps);
+}
+
+// ---------------------------------------------------------------------------
+// Backward.
+
+// (grad_x, grad_weight); false, with `why`, where no artifact fits. The JIT
+// route's rms_norm_backward (opguide/triton/ops.py), step by step.
+bool backward_aot(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& weight,
+                  const at::Tensor& inv_rms, Pair* out, Fallback* why) {
+  const int64_t cols = x.size(-1);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  if (before_plan(x.scalar_type(), rows, why)) return false;
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const at::Tensor xc = x.contiguous();
+  const at::Tensor gc = grad_y.contiguous();
+  const at::Tensor rc = inv_rms.contiguous();
+  const at::Tensor wc = weight.contiguous();
+  at::Tensor grad_x =
+      at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  if (rows == 0) {
+    // No rows: grad_weight is a sum over nothing.
+    *out = {grad_x, at::zeros_like(weight)};
+    return true;
+  }
+  if (misaligned({{"grad_y", &gc}, {"x", &xc}, {"weight", &wc}, {"inv_rms", &rc}}, why)) {
+    return false;
+  }
+  const int device = static_cast<int>(x.get_device());
+  BackwardPlan plan;
+  if (!plan_backward(x.scalar_type(), x.element_size(), rows, cols, device_info(device), &plan,
+                     why)) {
+    return false;
+  }
+  const bool summed = plan.sum_artifact >= 0;
+  at::Tensor grad_weight = at::empty({cols}, weight.options());
+  // grad_weight is a sum over rows: each program writes its own row of
+  // float32 partial sums, and the sum kernel adds them.
+  at::Tensor partial =
+      summed ? at::empty({plan.cfg.programs, cols}, x.options().dtype(at::kFloat)) : grad_weight;
+#if OPGUIDE_TRITON_AOT_LAUNCH
+  const cudaStream_t stream =
+      c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+  void* global_scratch = nullptr;
+  void* profile_scratch = nullptr;
+  int32_t n = static_cast<int32_t>(cols);
+  // _rms_norm_backward_kernel(grad_y_ptr, x_ptr, w_ptr, inv_rms_ptr, grad_x_ptr,
+  //                           grad_weight_partial_ptr, M, N)
+  void* g_ptr = const_cast<void*>(gc.const_data_ptr());
+  void* x_ptr = const_cast<void*>(xc.const_data_ptr());
+  void* w_ptr = const_cast<void*>(wc.const_data_ptr());
+  void* r_ptr = const_cast<void*>(rc.const_data_ptr());
+  void* gx_ptr = grad_x.mutable_data_ptr();
+  void* partial_ptr = partial.mutable_data_ptr();
+  int32_t m = static_cast<int32_t>(rows);
+  void* with_n[] = {&g_ptr, &x_ptr, &w_ptr, &r_ptr, &gx_ptr, &partial_ptr, &m, &n,
+                    &global_scratch, &profile_scratch};
+  void* without_n[] = {&g_ptr, &x_ptr, &w_ptr, &r_ptr, &gx_ptr, &partial_ptr, &m,
+                       &global_scratch, &profile_scratch};
+  launch(plan.artifact, device, plan.cfg.programs, cols == 1 ? without_n : with_n, stream);
+  if (summed) {
+    // _grad_weight_sum_kernel(partial_ptr, grad_weight_ptr, P, N): the
+    // programs' rows added in a fixed order.
+    void* gw_ptr = grad_weight.mutable_data_ptr();
+    int32_t p = static_cast<int32_t>(plan.cfg.programs);
+    void* sum_with_n[] = {&partial_ptr, &gw_ptr, &p, &n, &global_scratch, &profile_scratch};
+    void* sum_without_n[] = {&partial_ptr, &gw_ptr, &p, &global_scratch, &profile_scratch};
+    launch(plan.sum_artifact, device, cdiv(cols, GradWeightSum().block_n),
+           cols == 1 ? sum_without_n : sum_with_n, stream);
+  }
+#endif
+  *out = {grad_x, grad_weight};
+  return true;
+}
+
+Pair rms_norm_backward_cuda(const at::Tensor& grad_y, const at::Tensor& x,
+                            const at::Tensor& weight, const at::Tensor& inv_rms) {
+  check_rms_norm_backward_args(grad_y, x, weight, inv_rms);
+  TORCH_CHECK(x.is_cuda(), "rms_norm_backward_triton_aot: x must be a CUDA tensor, got ",
+              x.device().str());
+  Pair out;
+  Fallback why;
+  if (backward_aot(grad_y, x, weight, inv_rms, &out, &why)) return out;
+  return jit_rms_norm_backward(why, grad_y, x, weight, inv_rms);
+}
+
+// ---------------------------------------------------------------------------
+// For tests: what the route sees on x's GPU, and the kernels a call on x
+// would launch, without launching them, so that tests/test_triton_aot.py can
+// compare both with the JIT route's device properties, plans and keys
+// (opguide/triton/aot.py's key()).
+
+// [target, sm_count, smem_optin, gdc (0/1), artifacts in the table]
+std::vector<std::string> triton_aot_device(const at::Tensor& x) {
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const DeviceInfo& d = device_info(static_cast<int>(x.get_device()));
+  return {d.target, std::to_string(d.sm_count), std::to_string(d.smem_optin),
+          std::to_string(d.gdc ? 1 : 0), std::to_string(artifact_count())};
+}
+
+// The keys of the kernels `direction` ("forward", "inference" or "backward")
+// launches for x, and "found" or "missing" after each; or ["fallback", the
+// reason] where the plan alone sends the call to the JIT route. Alignment is
+// not looked at.
+std::vector<std::string> triton_aot_route(const std::string& direction, const at::Tensor& x) {
+  TORCH_CHECK_VALUE(direction == "forward" || direction == "inference" || direction == "backward",
+                    "triton_aot_route: direction must be \"forward\", \"inference\" or "
+                    "\"backward\", got \"", direction, "\"");
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  TORCH_CHECK_VALUE(x.dim() >= 1, "triton_aot_route: x must have at least one dimension");
+  const int64_t cols = x.size(-1);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  const DeviceInfo& d = device_info(static_cast<int>(x.get_device()));
+  Fallback why;
+  if (before_plan(x.scalar_type(), rows, &why)) return {"fallback", why.message};
+  std::vector<std::string> out;
+  const auto add = [&](const std::string& key) {
+    out.push_back(key);
+    out.push_back(table().by_key.count(key) ? "found" : "missing");
+  };
+  if (direction == "backward") {
+    BackwardPlan plan;
+    plan_backward(x.scalar_type(), x.element_size(), rows, cols, d, &plan, &why);
+    if (plan.key.empty()) return {"fallback", why.message};
+    add(plan.key);
+    if (!plan.sum_key.empty()) add(plan.sum_key);
+  } else {
+    ForwardPlan plan;
+    plan_forward(x.scalar_type(), x.element_size(), rows, cols, direction == "forward", d, &plan,
+                 &why);
+    if (plan.key.empty()) return {"fallback", why.message};
+    add(plan.key);
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace opguide::triton_aot
+
+TORCH_LIBRARY_IMPL(opguide, CUDA, m) {
+  m.impl("rms_norm_triton_aot", &opguide::triton_aot::rms_norm_cuda);
+  m.impl("rms_norm_forward_triton_aot", &opguide::triton_aot::rms_norm_forward_cuda);
+  m.impl("rms_norm_backward_triton_aot", &opguide::triton_aot::rms_norm_backward_cuda);
+}
+
+// Its own namespace, as plan_check.cpp's: not operators a model calls.
+TORCH_LIBRARY_FRAGMENT(opguide_checks, m) {
+  m.def("triton_aot_device(Tensor x) -> str[]");
+  m.def("triton_aot_route(str direction, Tensor x) -> str[]");
+}
+
+TORCH_LIBRARY_IMPL(opguide_checks, CUDA, m) {
+  m.impl("triton_aot_device", &opguide::triton_aot::triton_aot_device);
+  m.impl("triton_aot_route", &opguide::triton_aot::triton_aot_route);
+}
