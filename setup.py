@@ -51,19 +51,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("csrc")
 
 
-def _source_module(path: str):
-    """A module of opguide read as a file: the package cannot be imported before it is built."""
-    name = "_opguide_" + os.path.basename(path).removesuffix(".py")
-    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, path))
+def _registry():
+    """opguide/registry.py, read as a file: the package cannot be imported before it is built."""
+    spec = importlib.util.spec_from_file_location(
+        "_opguide_registry", os.path.join(HERE, "opguide", "registry.py")
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
-
-
-def _registry():
-    """opguide/registry.py, the single list of operators."""
-    return _source_module("opguide/registry.py")
 
 
 # The library's folders: the namespace file at the top of csrc/, the shared
@@ -170,33 +166,36 @@ def _triton_aot_targets() -> list[str]:
 def triton_aot(out: str) -> str:
     """Compiles the Triton kernels for the build's targets into ``out``; the table's C++ file.
 
-    A target that ``opguide/triton/aot.py`` has no device model for is left
-    out, unless ``OPGUIDE_TRITON_AOT`` names it; without triton the table is empty.
+    Targets that ``opguide/triton/aot.py`` has no device model for are left
+    out, unless ``OPGUIDE_TRITON_AOT`` names them; without triton the table is empty.
     """
-    aot = _source_module("opguide/triton/aot.py")
     targets = _triton_aot_targets()
-    unknown = [t for t in targets if t not in aot.SHARED_MEMORY_OPTIN]
-    if unknown and os.environ.get("OPGUIDE_TRITON_AOT"):
-        known = ", ".join(aot.SHARED_MEMORY_OPTIN)
-        raise SystemExit(f"setup.py: OPGUIDE_TRITON_AOT: unknown {unknown}; known: {known}")
-    if unknown:
-        print(f"setup.py: no Triton kernels compiled ahead of time for {', '.join(unknown)}")
-    targets = [t for t in targets if t not in unknown]
     try:
         import triton  # noqa: F401
     except Exception as error:  # not installed, or does not load: the JIT route is off too
         print(f"setup.py: no Triton kernels compiled ahead of time: {error}")
         targets = []
-    if targets:
-        # A child process: the compile imports the kernels, and spawns workers that do.
-        command = [sys.executable, os.path.join(HERE, "opguide", "triton", "aot.py")]
-        command += ["--targets", ",".join(targets), "--out", out]
-        command += ["--jobs", os.environ["MAX_JOBS"]] if os.environ.get("MAX_JOBS") else []
-        env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
-        if subprocess.run(command, env=env).returncode != 0:
-            raise SystemExit("setup.py: compiling the Triton kernels ahead of time failed")
-        return os.path.relpath(os.path.join(out, "triton_aot_artifacts.cpp"), HERE)
-    return os.path.relpath(str(aot.write_outputs(aot.Path(out), [], {})), HERE)
+    # opguide/__init__.py loads the extension this build makes, and
+    # opguide/triton/__init__.py the operators: the child imports
+    # opguide.triton.aot through stand-in packages that only name the folders.
+    packages = os.path.join(out, "packages")
+    stand_ins = {
+        "opguide": [os.path.join(packages, "opguide"), os.path.join(HERE, "opguide")],
+        os.path.join("opguide", "triton"): [os.path.join(HERE, "opguide", "triton")],
+    }
+    for package, folders in stand_ins.items():
+        os.makedirs(os.path.join(packages, package), exist_ok=True)
+        with open(os.path.join(packages, package, "__init__.py"), "w") as f:
+            f.write(f"__path__ = {folders!r}\n")
+    command = [sys.executable, "-m", "opguide.triton.aot", "--targets", ",".join(targets)]
+    command += ["--out", out] + ([] if os.environ.get("OPGUIDE_TRITON_AOT") else ["--skip-unknown"])
+    command += ["--jobs", os.environ["MAX_JOBS"]] if os.environ.get("MAX_JOBS") else []
+    path = os.pathsep.join(p for p in (packages, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "TRITON_INTERPRET": "0"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, said: no warning
+    if subprocess.run(command, env=env, cwd=packages).returncode != 0:
+        raise SystemExit("setup.py: compiling the Triton kernels ahead of time failed")
+    return os.path.relpath(os.path.join(out, "triton_aot_artifacts.cpp"), HERE)
 
 
 def make_extension():
