@@ -44,6 +44,7 @@
 #include "../rms_norm/rms_norm.h"
 #include "artifacts.h"
 #include "plan.h"
+#include "route.h"
 #include "triton_aot.h"
 
 // The CUDA runtime's library API (cudaLibraryLoadData, cudaLibraryGetKernel,
@@ -68,12 +69,8 @@ constexpr int64_t kMaxI32 = std::numeric_limits<int32_t>::max();
 // ---------------------------------------------------------------------------
 // The device: what the plans and the key read, once per GPU.
 
-struct DeviceInfo {
-  std::string target;  // the key's target: "sm_90"; on AMD the gcnArchName before ':'
-  int64_t sm_count;    // multiProcessorCount: the backward's programs
-  int64_t smem_optin;  // sharedMemPerBlockOptin: the backward's STAGES
-  bool gdc;            // GDC=1 and programmatic dependent launch
-  bool pdl_off;        // a GPU that takes PDL, with OPGUIDE_PDL=0
+struct DeviceInfo : Device {
+  bool pdl_off = false;  // a GPU that takes PDL, with OPGUIDE_PDL=0
 };
 
 // launch.pdl_options: NVIDIA GPUs of compute capability 9.0 and later, unless
@@ -126,11 +123,20 @@ struct Table {
   std::unordered_map<std::string_view, size_t> by_key;  // key -> index in artifacts()
   std::unordered_set<std::string> targets;
   std::string listed;  // the targets, for messages: "sm_90, gfx942"
+  bool turned_off = false;
 };
 
+// OPGUIDE_TRITON_AOT_TABLE=0 (read once per process) leaves the table empty,
+// as in a build that named no target: every call takes the JIT route, for
+// comparisons and for tests of that route.
 const Table& table() {
   static const Table t = [] {
     Table made;
+    const char* v = std::getenv("OPGUIDE_TRITON_AOT_TABLE");
+    if (v != nullptr && std::strcmp(v, "0") == 0) {
+      made.turned_off = true;
+      return made;
+    }
     const Artifact* all = artifacts();
     const size_t count = artifact_count();
     made.by_key.reserve(count);
@@ -272,7 +278,7 @@ void launch(int64_t index, int device, int64_t grid, void** args, cudaStream_t s
 #endif  // OPGUIDE_TRITON_AOT_LAUNCH
 
 // ---------------------------------------------------------------------------
-// Keys: opguide/triton/aot.py's key(), byte for byte.
+// Keys (route.h) and the table.
 
 const char* dtype_word(at::ScalarType t) {
   switch (t) {
@@ -287,33 +293,16 @@ const char* dtype_word(at::ScalarType t) {
   }
 }
 
-// How Triton specialises N: the constexpr 1, a multiple of 16, or neither.
-const char* spec(int64_t n) { return n == 1 ? "1" : n % 16 == 0 ? "D" : "N"; }
-
-// "kernel|target|dtype|NAME=v,...|spec|wN", the constexprs in the kernel's
-// parameter order.
-std::string make_key(const char* kernel, const DeviceInfo& d, at::ScalarType dtype,
-                     std::initializer_list<std::pair<const char*, int64_t>> constexprs,
-                     int64_t cols, int64_t num_warps) {
-  std::string s;
-  s.reserve(96);
-  s.append(kernel).append("|").append(d.target).append("|").append(dtype_word(dtype));
-  const char* sep = "|";
-  for (const auto& [name, value] : constexprs) {
-    s.append(sep).append(name).append("=").append(std::to_string(value));
-    sep = ",";
-  }
-  s.append("|").append(spec(cols)).append("|w").append(std::to_string(num_warps));
-  return s;
-}
-
 // The index in artifacts() of the artifact of `key`; -1, with why there is
 // none, where the table does not hold it.
 int64_t find(const std::string& key, const DeviceInfo& d, Fallback* why) {
   const Table& t = table();
   const auto it = t.by_key.find(key);
   if (it != t.by_key.end()) return static_cast<int64_t>(it->second);
-  if (t.targets.empty()) {
+  if (t.turned_off) {
+    *why = {"empty", "OPGUIDE_TRITON_AOT_TABLE=0 turns the table of kernels compiled ahead of "
+                     "time off"};
+  } else if (t.targets.empty()) {
     *why = {"empty",
             "this build holds no kernels compiled ahead of time (it named no target), so none "
             "for " + key};
@@ -377,11 +366,7 @@ bool plan_forward(at::ScalarType dtype, int64_t itemsize, int64_t rows, int64_t 
                         " that the forward compiled ahead of time keeps in registers"};
     return false;
   }
-  const Registers& c = plan->cfg;
-  plan->key = make_key("rms_norm_forward", d, dtype,
-                       {{"BLOCK_N", c.block_n}, {"ROWS", c.rows}, {"STORE_INV", store_inv},
-                        {"GDC", d.gdc}, {"ALIGN", align(cols)}},
-                       cols, c.num_warps);
+  plan->key = forward_key(d, dtype_word(dtype), plan->cfg, store_inv, cols);
   plan->artifact = find(plan->key, d, why);
   return plan->artifact >= 0;
 }
@@ -394,22 +379,9 @@ bool plan_backward(at::ScalarType dtype, int64_t itemsize, int64_t rows, int64_t
                         " that the backward compiled ahead of time keeps in registers"};
     return false;
   }
-  const Registers& c = plan->cfg;
-  plan->key = make_key("rms_norm_backward", d, dtype,
-                       {{"BLOCK_N", c.block_n}, {"ROWS", c.rows}, {"STAGES", c.stages},
-                        {"GDC", d.gdc}, {"ALIGN", align(cols)}},
-                       cols, c.num_warps);
-  // The JIT route lets a single program write grad_weight itself, through a
-  // grad_weight_partial pointer of the weight's dtype. The artifacts are
-  // compiled with float32 partial sums (opguide/triton/aot.py), so a 16-bit
-  // grad_weight of one program goes through the sum kernel too: the sum of
-  // one float32 row is that row, rounded once, as the JIT route rounds it.
-  if (c.programs > 1 || dtype != at::kFloat) {
-    const GradWeightSum sum;
-    plan->sum_key = make_key("grad_weight_sum", d, dtype,
-                             {{"BLOCK_P", sum.block_p}, {"BLOCK_N", sum.block_n},
-                              {"GDC", d.gdc}, {"ALIGN", align(cols)}},
-                             cols, sum.num_warps);
+  plan->key = backward_key(d, dtype_word(dtype), plan->cfg, cols);
+  if (backward_sums(plan->cfg, dtype == at::kFloat)) {
+    plan->sum_key = sum_key(d, dtype_word(dtype), cols);
   }
   plan->artifact = find(plan->key, d, why);
   if (plan->artifact < 0) return false;
@@ -601,12 +573,12 @@ Pair rms_norm_backward_cuda(const at::Tensor& grad_y, const at::Tensor& x,
 // compare both with the JIT route's device properties, plans and keys
 // (opguide/triton/aot.py's key()).
 
-// [target, sm_count, smem_optin, gdc (0/1), artifacts in the table]
+// [target, sm_count, smem_optin, gdc (0/1), the targets of the table ("" for none)]
 std::vector<std::string> triton_aot_device(const at::Tensor& x) {
   const c10::cuda::CUDAGuard device_guard(x.device());
   const DeviceInfo& d = device_info(static_cast<int>(x.get_device()));
   return {d.target, std::to_string(d.sm_count), std::to_string(d.smem_optin),
-          std::to_string(d.gdc ? 1 : 0), std::to_string(artifact_count())};
+          std::to_string(d.gdc ? 1 : 0), table().listed};
 }
 
 // The keys of the kernels `direction` ("forward", "inference" or "backward")
