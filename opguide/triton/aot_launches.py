@@ -256,7 +256,8 @@ def launches(
     inv_rms), the backward's (up to ``MAX_REGISTER_ROW_BACKWARD``) and
     ``GRAD_WEIGHT_SUM``; ALIGN is ``launch.align(N)`` and GDC what
     ``launch.pdl_options`` gives an eager call there. The number of rows sets
-    no constexpr; one row and many are both planned all the same.
+    no constexpr today; each length is planned for one row and for 2**20
+    all the same, so that a planner that came to read it would show here.
 
     Args:
         target_name: a name of :data:`SHARED_MEMORY_OPTIN`.
@@ -279,10 +280,10 @@ def launches(
         device = torch.device("cuda", 0)
         pdl = launch.pdl_options(torch.empty(1, device="meta"))
         gdc = bool(pdl.get("GDC")) and bool(pdl.get("launch_pdl"))
-        lengths = sorted(set(cols)) if cols is not None else None
+        lengths = sorted(set(cols)) if cols is not None else range(1, launch.MAX_REGISTER_ROW + 1)
         for dtype_name in dtypes:
             dtype = getattr(torch, dtype_name)
-            for n in lengths or range(1, launch.MAX_REGISTER_ROW + 1):
+            for n in lengths:
                 a = launch.align(n)
                 for rows in (1, 1 << 20):
                     fwd = launch.forward_config(rows, n, dtype, device)
