@@ -149,18 +149,19 @@ def _triton_aot_targets() -> list[str]:
     named = os.environ.get("OPGUIDE_TRITON_AOT", "")
     if named:
         return [] if named == "0" else named.split(",")
+    variable = "PYTORCH_ROCM_ARCH" if torch.version.hip is not None else "TORCH_CUDA_ARCH_LIST"
+    archs = [a for a in os.environ.get(variable, "").replace(" ", ";").split(";") if a]
     if torch.version.hip is not None:  # "gfx90a;gfx942:xnack-" -> gfx90a, gfx942
-        archs = [a.split(":")[0] for a in os.environ.get("PYTORCH_ROCM_ARCH", "").split(";")]
+        archs = [a.split(":")[0] for a in archs]
     else:  # "8.0;9.0+PTX" -> sm_80, sm_90; "9.0a" runs on the same GPUs as "9.0"
-        archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(" ", ";").split(";")
-        archs = ["sm_" + a.split("+")[0].rstrip("af").replace(".", "") for a in archs if a]
-    if not any(archs) and torch.cuda.is_available():  # torch builds for the visible GPUs
+        archs = ["sm_" + a.split("+")[0].rstrip("af").replace(".", "") for a in archs]
+    if not archs and torch.cuda.is_available():  # torch builds for the visible GPUs
         devices = range(torch.cuda.device_count())
         if torch.version.hip is not None:
             archs = [torch.cuda.get_device_properties(i).gcnArchName.split(":")[0] for i in devices]
         else:
             archs = ["sm_{}{}".format(*torch.cuda.get_device_capability(i)) for i in devices]
-    return list(dict.fromkeys(a for a in archs if a))
+    return list(dict.fromkeys(archs))
 
 
 def triton_aot(out: str) -> str:
@@ -174,6 +175,9 @@ def triton_aot(out: str) -> str:
         import triton  # noqa: F401
     except Exception as error:  # not installed, or does not load: the JIT route is off too
         print(f"setup.py: no Triton kernels compiled ahead of time: {error}")
+        targets = []
+    if targets and os.name == "nt":
+        print("setup.py: no Triton kernels compiled ahead of time: the table's .incbin needs GCC")
         targets = []
     # opguide/__init__.py loads the extension this build makes, and
     # opguide/triton/__init__.py the operators: the child imports
