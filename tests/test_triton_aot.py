@@ -409,6 +409,15 @@ class NoJit:
         self._patch.__exit__(*exc)
 
 
+@interpreter
+def test_no_jit_sees_a_jit_launch():
+    # The check the CUDA items use to show an AOT call runs no JIT kernel can fail.
+    x, w = make_inputs((2, 8))
+    with pytest.raises(AssertionError, match="the JIT route launched"), NoJit() as seen:
+        OPS.rms_norm_triton(x, w, EPS)
+    assert seen.calls
+
+
 CUDA_SHAPES = [(1, 4096), (8192, 4096), (65536, 1024), (7, 4104), (33, 1000), (5, 1), (3, 2, 768)]
 CUDA_IDS = ["x".join(map(str, s)) for s in CUDA_SHAPES]
 
@@ -467,7 +476,7 @@ def test_cuda_forward_matches_the_jit_route_and_the_reference(shape, dtype):
         y2, inv_rms = OPS.rms_norm_forward_triton_aot(x, w, EPS)
     y_jit, inv_jit = OPS.rms_norm_forward_triton(x, w, EPS)
     # The same kernels with the same plans: the same bits.
-    torch.testing.assert_close(y, y_jit, rtol=0, atol=0)
+    torch.testing.assert_close(y, OPS.rms_norm_triton(x, w, EPS), rtol=0, atol=0)
     torch.testing.assert_close((y2, inv_rms), (y_jit, inv_jit), rtol=0, atol=0)
     assert y.is_contiguous() and inv_rms.shape == shape[:-1] and inv_rms.dtype == torch.float32
     ref = rms_norm_reference(x.double(), w.double(), EPS)

@@ -419,19 +419,19 @@ bool forward_aot(const at::Tensor& x, const at::Tensor& weight, double eps, bool
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   if (before_plan(x.scalar_type(), rows, why)) return false;
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const at::Tensor xc = x.contiguous();
-  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  at::Tensor inv_rms;
-  if (store_inv) {
-    inv_rms = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
-  }
+  const auto outputs = [&] {
+    *y_out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    if (store_inv) {
+      *inv_out = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
+    }
+  };
   if (rows == 0) {
+    outputs();
     // Rows of length 0: the mean of no squares is 0/0, as the C++ kernels compute.
-    if (store_inv) inv_rms.fill_(std::numeric_limits<double>::quiet_NaN());
-    *y_out = y;
-    *inv_out = inv_rms;
+    if (store_inv) inv_out->fill_(std::numeric_limits<double>::quiet_NaN());
     return true;
   }
+  const at::Tensor xc = x.contiguous();
   const at::Tensor wc = weight.contiguous();
   if (misaligned({{"x", &xc}, {"weight", &wc}}, why)) return false;
   const int device = static_cast<int>(x.get_device());
@@ -440,7 +440,10 @@ bool forward_aot(const at::Tensor& x, const at::Tensor& weight, double eps, bool
                     device_info(device), &plan, why)) {
     return false;
   }
+  outputs();
 #if OPGUIDE_TRITON_AOT_LAUNCH
+  const at::Tensor& y = *y_out;
+  const at::Tensor& inv_rms = *inv_out;
   // _rms_norm_forward_kernel(x_ptr, w_ptr, y_ptr, inv_rms_ptr, M, N, eps):
   // without inv_rms the JIT route passes y, which the kernel does not write.
   void* x_ptr = const_cast<void*>(xc.const_data_ptr());
@@ -460,8 +463,6 @@ bool forward_aot(const at::Tensor& x, const at::Tensor& weight, double eps, bool
   launch(plan.artifact, device, cdiv(rows, plan.cfg.rows), cols == 1 ? without_n : with_n,
          c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
 #endif
-  *y_out = y;
-  *inv_out = inv_rms;
   return true;
 }
 
@@ -495,17 +496,18 @@ bool backward_aot(const at::Tensor& grad_y, const at::Tensor& x, const at::Tenso
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   if (before_plan(x.scalar_type(), rows, why)) return false;
   const c10::cuda::CUDAGuard device_guard(x.device());
+  const auto like_x = [&] {
+    return at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  };
+  if (rows == 0) {
+    // No rows: grad_weight is a sum over nothing.
+    *out = {like_x(), at::zeros_like(weight)};
+    return true;
+  }
   const at::Tensor xc = x.contiguous();
   const at::Tensor gc = grad_y.contiguous();
   const at::Tensor rc = inv_rms.contiguous();
   const at::Tensor wc = weight.contiguous();
-  at::Tensor grad_x =
-      at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  if (rows == 0) {
-    // No rows: grad_weight is a sum over nothing.
-    *out = {grad_x, at::zeros_like(weight)};
-    return true;
-  }
   if (misaligned({{"grad_y", &gc}, {"x", &xc}, {"weight", &wc}, {"inv_rms", &rc}}, why)) {
     return false;
   }
@@ -516,6 +518,7 @@ bool backward_aot(const at::Tensor& grad_y, const at::Tensor& x, const at::Tenso
     return false;
   }
   const bool summed = plan.sum_artifact >= 0;
+  at::Tensor grad_x = like_x();
   at::Tensor grad_weight = at::empty({cols}, weight.options());
   // grad_weight is a sum over rows: each program writes its own row of
   // float32 partial sums, and the sum kernel adds them.
