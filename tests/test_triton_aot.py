@@ -91,11 +91,11 @@ def test_meta_kernels_describe_the_outputs(shape, dtype):
         w = torch.empty(shape[-1], dtype=dtype)
         y = OPS.rms_norm_triton_aot(x, w, EPS)
         y2, inv_rms = OPS.rms_norm_forward_triton_aot(x, w, EPS)
-        grad_x, grad_w = OPS.rms_norm_backward_triton_aot(x, x, w, inv_rms)
+        grad_x, grad_weight = OPS.rms_norm_backward_triton_aot(x, x, w, inv_rms)
     for out in (y, y2, grad_x):
         assert out.shape == shape and out.dtype == dtype and out.is_contiguous()
     assert inv_rms.shape == shape[:-1] and inv_rms.dtype == torch.float32
-    assert grad_w.shape == (shape[-1],) and grad_w.dtype == dtype
+    assert grad_weight.shape == (shape[-1],) and grad_weight.dtype == dtype
 
 
 def test_meta_kernels_take_symbolic_shapes():
@@ -111,8 +111,8 @@ def test_meta_kernels_take_symbolic_shapes():
     assert any(isinstance(s, torch.Tensor) for s in shapes)
     text = graph.code
     assert "rms_norm_forward_triton_aot" in text and "rms_norm_backward_triton_aot" in text
-    y, (grad_x, grad_w) = graph(*make_inputs((5, 4, 16), torch.bfloat16, device="meta"), x.new_empty(5, 4, 16))
-    assert y.shape == grad_x.shape == (5, 4, 16) and grad_w.shape == (16,)
+    y, (grad_x, grad_weight) = graph(*make_inputs((5, 4, 16), torch.bfloat16, device="meta"), x.new_empty(5, 4, 16))
+    assert y.shape == grad_x.shape == (5, 4, 16) and grad_weight.shape == (16,)
 
 
 # -- argument errors (Meta kernels: no kernel runs) ------------------------------------
@@ -340,15 +340,73 @@ def test_fake_matches_real_on_drawn_layouts():
 # -- the CUDA source, compiled without a GPU --------------------------------------------
 
 
-def test_nvcc_compiles_the_launcher():
+@pytest.mark.parametrize("source", ["triton_aot_cuda.cu", "triton_aot_launch.cu"])
+def test_nvcc_compiles_the_cuda_sources(source):
     from guidekit import compile_checks
 
-    result = compile_checks.nvcc_check(
-        ROOT / "csrc" / "triton_aot" / "triton_aot_cuda.cu", with_torch=True
-    )
+    result = compile_checks.nvcc_check(ROOT / "csrc" / "triton_aot" / source, with_torch=True)
     if result.status == "skipped":
         pytest.skip(result.reason)
     assert result.ok, result.summary() + "\n" + result.output[-6000:]
+
+
+# The parameters the launcher passes (triton_aot_cuda.cu), "p" a pointer (8
+# bytes) and "4" a 4-byte scalar: the kernel's non-constexpr arguments in
+# order (N left out where it is the constexpr 1), then Triton's global and
+# profile scratch pointers.
+LAUNCHER_PARAMS = {
+    # x, weight, y, inv_rms, M, N, eps
+    ("rms_norm_forward", "N"): "pppp444pp",
+    ("rms_norm_forward", "1"): "pppp44pp",
+    # grad_y, x, weight, inv_rms, grad_x, grad_weight_partial, M, N
+    ("rms_norm_backward", "N"): "pppppp44pp",
+    ("rms_norm_backward", "1"): "pppppp4pp",
+    # partial, grad_weight, P, N
+    ("grad_weight_sum", "N"): "pp44pp",
+    ("grad_weight_sum", "1"): "pp4pp",
+}
+
+
+def _kernel_params(cuobjdump: str, image: Path) -> str:
+    """The image's kernel parameters by ordinal, as LAUNCHER_PARAMS spells them."""
+    import re
+
+    dump = subprocess.run([cuobjdump, "-elf", str(image)], capture_output=True, text=True).stdout
+    found = {}
+    for ordinal, size, space in re.findall(
+        r"Ordinal\s*:\s*(0x[0-9a-f]+)\s+Offset\s*:\s*0x[0-9a-f]+\s+Size\s*:\s*(0x[0-9a-f]+)"
+        r"\s+Pointee's logAlignment\s*:\s*0x[0-9a-f]+\s+Space\s*:\s*(0x[0-9a-f]+)",
+        dump,
+    ):
+        found[int(ordinal, 16)] = "p" if int(space, 16) and int(size, 16) == 8 else str(int(size, 16))
+    return "".join(found[i] for i in sorted(found))
+
+
+def test_the_compiled_kernels_take_the_arguments_the_launcher_passes(tmp_path):
+    from guidekit.compilers import find_cuobjdump
+
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found (set CUDA_HOME, or install triton's wheel)")
+    out = tmp_path / "aot"
+    run = _run(
+        f"import sys; from opguide.triton import aot; sys.exit(aot.main(['--targets', 'sm_90', "
+        f"'--out', {str(out)!r}, '--cols', '1,1000', '--dtypes', 'bfloat16', '--jobs', '1']))",
+        TRITON_INTERPRET="0",
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    import json
+
+    artifacts = json.loads((out / "manifest.json").read_text())["artifacts"]
+    seen = set()
+    for a in artifacts:
+        kernel, spec = a["key"].split("|")[0], a["key"].split("|")[4]
+        want = LAUNCHER_PARAMS[(kernel, "1" if spec == "1" else "N")]
+        assert _kernel_params(cuobjdump, out / a["image"]) == want, a["key"]
+        assert a["function"].encode() in (out / a["image"]).read_bytes()
+        seen.add((kernel, spec))
+    assert {k for k, _ in seen} == {"rms_norm_forward", "rms_norm_backward", "grad_weight_sum"}
+    assert {s for _, s in seen} == {"1", "N"}
 
 
 # -- CUDA: the compiled kernels ---------------------------------------------------------
@@ -382,7 +440,7 @@ def _require_artifacts():
         pytest.skip(
             f"this build holds no kernels compiled ahead of time for {facts['target']} "
             f"(it holds {facts['held'] or 'none'}): build it for this GPU "
-            "(TORCH_CUDA_ARCH_LIST or OPGUIDE_TRITON_AOT, setup.py)"
+            "(setup.py's targets)"
         )
     if not facts["gdc"] and os.environ.get("OPGUIDE_PDL") == "0":
         pytest.skip("OPGUIDE_PDL=0: the table's sm_90+ kernels are compiled with GDC")
@@ -493,11 +551,11 @@ def test_cuda_backward_matches_the_jit_route_and_the_reference(shape, dtype):
     g = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(dtype).cuda()
     _, inv_rms = OPS.rms_norm_forward_triton(x, w, EPS)
     with NoJit():
-        grad_x, grad_w = OPS.rms_norm_backward_triton_aot(g, x, w, inv_rms)
+        grad_x, grad_weight = OPS.rms_norm_backward_triton_aot(g, x, w, inv_rms)
     want = OPS.rms_norm_backward_triton(g, x, w, inv_rms)
-    torch.testing.assert_close((grad_x, grad_w), want, rtol=0, atol=0)
-    assert grad_w.dtype == dtype and grad_w.shape == (shape[-1],)
-    assert_grads_close((grad_x, grad_w), reference_grads(x, w, g, EPS))
+    torch.testing.assert_close((grad_x, grad_weight), want, rtol=0, atol=0)
+    assert grad_weight.dtype == dtype and grad_weight.shape == (shape[-1],)
+    assert_grads_close((grad_x, grad_weight), reference_grads(x, w, g, EPS))
 
 
 @pytest.mark.cuda
