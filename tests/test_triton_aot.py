@@ -34,7 +34,6 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import opguide
 from opguide import rms_norm_reference
 from opguide.testing import TOLERANCES, assert_grads_close, make_inputs, reference_grads
 
@@ -87,7 +86,11 @@ def test_the_operators_have_meta_and_autograd_kernels_in_cpp():
 def test_meta_kernels_describe_the_outputs(shape, dtype):
     with FakeTensorMode():
         # 2-D inputs as a transposed view: the outputs are contiguous all the same.
-        x = torch.empty(shape[::-1], dtype=dtype).t() if len(shape) == 2 else torch.empty(shape, dtype=dtype)
+        x = (
+            torch.empty(shape[::-1], dtype=dtype).t()
+            if len(shape) == 2
+            else torch.empty(shape, dtype=dtype)
+        )
         w = torch.empty(shape[-1], dtype=dtype)
         y = OPS.rms_norm_triton_aot(x, w, EPS)
         y2, inv_rms = OPS.rms_norm_forward_triton_aot(x, w, EPS)
@@ -111,7 +114,9 @@ def test_meta_kernels_take_symbolic_shapes():
     assert any(isinstance(s, torch.Tensor) for s in shapes)
     text = graph.code
     assert "rms_norm_forward_triton_aot" in text and "rms_norm_backward_triton_aot" in text
-    y, (grad_x, grad_weight) = graph(*make_inputs((5, 4, 16), torch.bfloat16, device="meta"), x.new_empty(5, 4, 16))
+    y, (grad_x, grad_weight) = graph(
+        *make_inputs((5, 4, 16), torch.bfloat16, device="meta"), x.new_empty(5, 4, 16)
+    )
     assert y.shape == grad_x.shape == (5, 4, 16) and grad_weight.shape == (16,)
 
 
@@ -126,7 +131,11 @@ def _meta(shape, dtype=torch.float32):
     ("args", "error", "match"),
     [
         ((_meta((3, 4)), _meta(5), EPS), ValueError, r"weight must have shape \(4,\)"),
-        ((_meta((3, 4)), _meta(4, torch.float16), EPS), TypeError, "weight must have the dtype of x"),
+        (
+            (_meta((3, 4)), _meta(4, torch.float16), EPS),
+            TypeError,
+            "weight must have the dtype of x",
+        ),
         ((_meta((3, 4)), _meta(4), -1.0), ValueError, "eps must be non-negative"),
         ((_meta((3, 4), torch.int32), _meta(4, torch.int32), EPS), TypeError, "floating-point"),
         ((_meta(()), _meta(1), EPS), ValueError, "at least one dimension"),
@@ -205,19 +214,23 @@ def test_every_key_the_cpp_route_asks_for_is_compiled_by_the_build(device):
     constexprs = {"BLOCK_N": 8192, "ROWS": 1, "STORE_INV": 1, "GDC": int(gdc), "ALIGN": 8}
     assert forward == [aot.key("rms_norm_forward", target, torch.bfloat16, constexprs, 4104, 8)]
     # Rows past the Registers plans ask for nothing: the JIT route runs them.
-    assert torch.ops.opguide_checks.triton_aot_keys(
-        "backward", 8, 8193, "fp32", target, sm_count, smem_optin, gdc
-    ) == []
+    assert (
+        torch.ops.opguide_checks.triton_aot_keys(
+            "backward", 8, 8193, "fp32", target, sm_count, smem_optin, gdc
+        )
+        == []
+    )
 
 
 def test_a_one_program_16_bit_backward_sums_its_float32_row():
-    keys = torch.ops.opguide_checks.triton_aot_keys
-    assert [k.split("|")[0] for k in keys("backward", 1, 4096, "bf16", "sm_90", 132, 232448, True)] == [
-        "rms_norm_backward", "grad_weight_sum"
-    ]  # fmt: skip
-    assert [k.split("|")[0] for k in keys("backward", 1, 4096, "fp32", "sm_90", 132, 232448, True)] == [
-        "rms_norm_backward"
-    ]  # fmt: skip
+    def kernels(dtype):
+        keys = torch.ops.opguide_checks.triton_aot_keys(
+            "backward", 1, 4096, dtype, "sm_90", 132, 232448, True
+        )
+        return [k.split("|")[0] for k in keys]
+
+    assert kernels("bf16") == ["rms_norm_backward", "grad_weight_sum"]
+    assert kernels("fp32") == ["rms_norm_backward"]
 
 
 # -- CPU tensors: the JIT route, in Triton's interpreter ------------------------------
@@ -378,7 +391,9 @@ def _kernel_params(cuobjdump: str, image: Path) -> str:
         r"\s+Pointee's logAlignment\s*:\s*0x[0-9a-f]+\s+Space\s*:\s*(0x[0-9a-f]+)",
         dump,
     ):
-        found[int(ordinal, 16)] = "p" if int(space, 16) and int(size, 16) == 8 else str(int(size, 16))
+        found[int(ordinal, 16)] = (
+            "p" if int(space, 16) and int(size, 16) == 8 else str(int(size, 16))
+        )
     return "".join(found[i] for i in sorted(found))
 
 
@@ -507,16 +522,16 @@ def test_cpp_keys_are_the_build_keys_of_the_jit_plans(shape, dtype, direction):
         return
     c, gdc, t = p.config, int(bool(pdl.get("GDC"))), facts["target"]
     if direction == "backward":
-        want = [aot.key("rms_norm_backward", t, dtype, {"BLOCK_N": c.block_n, "ROWS": c.rows,
-                        "STAGES": c.stages, "GDC": gdc, "ALIGN": p.align}, n, c.num_warps)]  # fmt: skip
+        cx = {"BLOCK_N": c.block_n, "ROWS": c.rows, "STAGES": c.stages, "GDC": gdc}
+        want = [aot.key("rms_norm_backward", t, dtype, {**cx, "ALIGN": p.align}, n, c.num_warps)]
         if p.sum_grid or dtype != torch.float32:
             s = launch.GRAD_WEIGHT_SUM
-            want.append(aot.key("grad_weight_sum", t, dtype, {"BLOCK_P": s.block_p,
-                                "BLOCK_N": s.block_n, "GDC": gdc, "ALIGN": p.align}, n, s.num_warps))  # fmt: skip
+            cx = {"BLOCK_P": s.block_p, "BLOCK_N": s.block_n, "GDC": gdc, "ALIGN": p.align}
+            want.append(aot.key("grad_weight_sum", t, dtype, cx, n, s.num_warps))
     else:
-        want = [aot.key("rms_norm_forward", t, dtype, {"BLOCK_N": c.block_n, "ROWS": c.rows,
-                        "STORE_INV": direction == "forward", "GDC": gdc, "ALIGN": p.align}, n,
-                        c.num_warps)]  # fmt: skip
+        cx = {"BLOCK_N": c.block_n, "ROWS": c.rows, "STORE_INV": direction == "forward"}
+        cx.update(GDC=gdc, ALIGN=p.align)
+        want = [aot.key("rms_norm_forward", t, dtype, cx, n, c.num_warps)]
     assert got[0::2] == want
     if t in facts["held"]:
         assert set(got[1::2]) == {"found"}, got

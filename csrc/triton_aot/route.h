@@ -27,9 +27,10 @@ struct Device {
 inline const char* spec(int64_t n) { return n == 1 ? "1" : n % 16 == 0 ? "D" : "N"; }
 
 // key(): the constexprs in the kernel's parameter order, booleans as 0/1.
-inline std::string make_key(const char* kernel, const Device& d, const char* dtype,
-                            std::initializer_list<std::pair<const char*, int64_t>> constexprs,
-                            int64_t cols, int64_t num_warps) {
+inline std::string make_key(
+    const char* kernel, const Device& d, const char* dtype,
+    std::initializer_list<std::pair<const char*, int64_t>> constexprs, int64_t cols,
+    int64_t num_warps) {
   std::string s;
   s.reserve(96);
   s.append(kernel).append("|").append(d.target).append("|").append(dtype);
@@ -46,8 +47,11 @@ inline std::string make_key(const char* kernel, const Device& d, const char* dty
 inline std::string forward_key(const Device& d, const char* dtype, const Registers& c,
                                bool store_inv, int64_t cols) {
   return make_key("rms_norm_forward", d, dtype,
-                  {{"BLOCK_N", c.block_n}, {"ROWS", c.rows}, {"STORE_INV", store_inv},
-                   {"GDC", d.gdc}, {"ALIGN", align(cols)}},
+                  {{"BLOCK_N", c.block_n},
+                   {"ROWS", c.rows},
+                   {"STORE_INV", store_inv},
+                   {"GDC", d.gdc},
+                   {"ALIGN", align(cols)}},
                   cols, c.num_warps);
 }
 
@@ -55,8 +59,11 @@ inline std::string forward_key(const Device& d, const char* dtype, const Registe
 inline std::string backward_key(const Device& d, const char* dtype, const Registers& c,
                                 int64_t cols) {
   return make_key("rms_norm_backward", d, dtype,
-                  {{"BLOCK_N", c.block_n}, {"ROWS", c.rows}, {"STAGES", c.stages},
-                   {"GDC", d.gdc}, {"ALIGN", align(cols)}},
+                  {{"BLOCK_N", c.block_n},
+                   {"ROWS", c.rows},
+                   {"STAGES", c.stages},
+                   {"GDC", d.gdc},
+                   {"ALIGN", align(cols)}},
                   cols, c.num_warps);
 }
 
@@ -66,13 +73,17 @@ inline std::string backward_key(const Device& d, const char* dtype, const Regist
 // compiled with float32 partial sums (opguide/triton/aot.py), so a 16-bit
 // grad_weight of one program goes through the sum kernel too: the sum of one
 // float32 row is that row, rounded once, as the JIT route rounds it.
-inline bool backward_sums(const Registers& c, bool float32) { return c.programs > 1 || !float32; }
+inline bool backward_sums(const Registers& c, bool float32) {
+  return c.programs > 1 || !float32;
+}
 
 // _grad_weight_sum_kernel's key (launch.GRAD_WEIGHT_SUM), for rows of `cols`.
 inline std::string sum_key(const Device& d, const char* dtype, int64_t cols) {
   const GradWeightSum sum;
   return make_key("grad_weight_sum", d, dtype,
-                  {{"BLOCK_P", sum.block_p}, {"BLOCK_N", sum.block_n}, {"GDC", d.gdc},
+                  {{"BLOCK_P", sum.block_p},
+                   {"BLOCK_N", sum.block_n},
+                   {"GDC", d.gdc},
                    {"ALIGN", align(cols)}},
                   cols, sum.num_warps);
 }

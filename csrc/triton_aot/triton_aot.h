@@ -27,11 +27,12 @@ struct Fallback {
 // (once per kind of reason, or every time under torch.set_warn_always(True))
 // that names the reason; an error naming it when `import opguide.triton` has
 // not registered them in this process.
-at::Tensor jit_rms_norm(const Fallback& why, const at::Tensor& x, const at::Tensor& weight,
-                        double eps);
-Pair jit_rms_norm_forward(const Fallback& why, const at::Tensor& x, const at::Tensor& weight,
-                          double eps);
-Pair jit_rms_norm_backward(const Fallback& why, const at::Tensor& grad_y, const at::Tensor& x,
-                           const at::Tensor& weight, const at::Tensor& inv_rms);
+at::Tensor jit_rms_norm(const Fallback& why, const at::Tensor& x,
+                        const at::Tensor& weight, double eps);
+Pair jit_rms_norm_forward(const Fallback& why, const at::Tensor& x,
+                          const at::Tensor& weight, double eps);
+Pair jit_rms_norm_backward(const Fallback& why, const at::Tensor& grad_y,
+                           const at::Tensor& x, const at::Tensor& weight,
+                           const at::Tensor& inv_rms);
 
 }  // namespace opguide::triton_aot

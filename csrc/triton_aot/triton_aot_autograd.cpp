@@ -31,18 +31,20 @@ Pair call_forward(const at::Tensor& x, const at::Tensor& weight, double eps) {
 }
 
 at::Tensor call_inference(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("opguide::rms_norm_triton_aot", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("opguide::rms_norm_triton_aot", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   return op.call(x, weight, eps);
 }
 
-Pair call_backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& weight,
-                   const at::Tensor& inv_rms) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("opguide::rms_norm_backward_triton_aot", "")
-                             .typed<Pair(const at::Tensor&, const at::Tensor&,
-                                         const at::Tensor&, const at::Tensor&)>();
+Pair call_backward(const at::Tensor& grad_y, const at::Tensor& x,
+                   const at::Tensor& weight, const at::Tensor& inv_rms) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("opguide::rms_norm_backward_triton_aot", "")
+          .typed<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                      const at::Tensor&)>();
   return op.call(grad_y, x, weight, inv_rms);
 }
 
@@ -77,8 +79,8 @@ struct RmsNormForwardFunction : torch::autograd::Function<RmsNormForwardFunction
 // rms_norm_triton_aot with gradients: the training forward, so that backward
 // reuses inv_rms; only y is returned.
 struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            double eps) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& weight, double eps) {
     auto [y, inv_rms] = call_forward(x, weight, eps);
     ctx->save_for_backward({x, weight, inv_rms});
     return y;
@@ -94,11 +96,13 @@ bool needs_grad(const at::Tensor& x, const at::Tensor& weight) {
 }
 
 void check_no_forward_ad(const at::Tensor& x, const at::Tensor& weight) {
-  TORCH_CHECK(!x._fw_grad(/*level=*/0).defined() && !weight._fw_grad(/*level=*/0).defined(),
-              "rms_norm_triton_aot: forward-mode automatic differentiation is not supported");
+  TORCH_CHECK(
+      !x._fw_grad(/*level=*/0).defined() && !weight._fw_grad(/*level=*/0).defined(),
+      "rms_norm_triton_aot: forward-mode automatic differentiation is not supported");
 }
 
-Pair rms_norm_forward_autograd(const at::Tensor& x, const at::Tensor& weight, double eps) {
+Pair rms_norm_forward_autograd(const at::Tensor& x, const at::Tensor& weight,
+                               double eps) {
   if (!needs_grad(x, weight)) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return call_forward(x, weight, eps);
@@ -108,7 +112,8 @@ Pair rms_norm_forward_autograd(const at::Tensor& x, const at::Tensor& weight, do
   return {out[0], out[1]};
 }
 
-at::Tensor rms_norm_autograd(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm_autograd(const at::Tensor& x, const at::Tensor& weight,
+                             double eps) {
   if (!needs_grad(x, weight)) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return call_inference(x, weight, eps);
@@ -122,5 +127,6 @@ at::Tensor rms_norm_autograd(const at::Tensor& x, const at::Tensor& weight, doub
 
 TORCH_LIBRARY_IMPL(opguide, Autograd, m) {
   m.impl("rms_norm_triton_aot", &opguide::triton_aot::rms_norm_autograd);
-  m.impl("rms_norm_forward_triton_aot", &opguide::triton_aot::rms_norm_forward_autograd);
+  m.impl("rms_norm_forward_triton_aot",
+         &opguide::triton_aot::rms_norm_forward_autograd);
 }

@@ -70,28 +70,33 @@ struct BackwardPlan {
 // library API.
 bool before_plan(at::ScalarType dtype, int64_t rows, Fallback* why) {
   if (dtype_word(dtype) == nullptr) {
-    *why = {"dtype", "x is " + dtype_name(dtype) +
-                         ", and the kernels compiled ahead of time take float32, float16 and "
-                         "bfloat16"};
+    *why = {"dtype",
+            "x is " + dtype_name(dtype) +
+                ", and the kernels compiled ahead of time take float32, float16 and "
+                "bfloat16"};
     return true;
   }
   if (rows > kMaxI32) {
-    *why = {"rows", "x has " + std::to_string(rows) +
-                        " rows, and the kernels compiled ahead of time take fewer than 2**31"};
+    *why = {"rows",
+            "x has " + std::to_string(rows) +
+                " rows, and the kernels compiled ahead of time take fewer than 2**31"};
     return true;
   }
   if (!can_launch()) {
-    *why = {"runtime", "this build's CUDA runtime predates 12.4, whose library API loads the "
-                       "kernels compiled ahead of time"};
+    *why = {"runtime",
+            "this build's CUDA runtime predates 12.4, whose library API loads the "
+            "kernels compiled ahead of time"};
     return true;
   }
   return false;
 }
 
 bool plan_forward(at::ScalarType dtype, int64_t itemsize, int64_t rows, int64_t cols,
-                  bool store_inv, const DeviceInfo& d, ForwardPlan* plan, Fallback* why) {
+                  bool store_inv, const DeviceInfo& d, ForwardPlan* plan,
+                  Fallback* why) {
   if (!forward_registers(rows, cols, itemsize, &plan->cfg)) {
-    *why = {"long", "rows of " + std::to_string(cols) + " elements are longer than the " +
+    *why = {"long", "rows of " + std::to_string(cols) +
+                        " elements are longer than the " +
                         std::to_string(kMaxRegisterRow) +
                         " that the forward compiled ahead of time keeps in registers"};
     return false;
@@ -104,7 +109,8 @@ bool plan_forward(at::ScalarType dtype, int64_t itemsize, int64_t rows, int64_t 
 bool plan_backward(at::ScalarType dtype, int64_t itemsize, int64_t rows, int64_t cols,
                    const DeviceInfo& d, BackwardPlan* plan, Fallback* why) {
   if (!backward_registers(rows, cols, itemsize, d.sm_count, d.smem_optin, &plan->cfg)) {
-    *why = {"long", "rows of " + std::to_string(cols) + " elements are longer than the " +
+    *why = {"long", "rows of " + std::to_string(cols) +
+                        " elements are longer than the " +
                         std::to_string(kMaxRegisterRowBackward) +
                         " that the backward compiled ahead of time keeps in registers"};
     return false;
@@ -125,13 +131,15 @@ bool aligned16(const at::Tensor& t) {
 
 // The artifacts assume 16-byte aligned pointers (tt.divisibility 16), as
 // Triton's JIT specialises them; a view at an offset takes the JIT route.
-bool misaligned(std::initializer_list<std::pair<const char*, const at::Tensor*>> tensors,
-                Fallback* why) {
+bool misaligned(
+    std::initializer_list<std::pair<const char*, const at::Tensor*>> tensors,
+    Fallback* why) {
   for (const auto& [name, t] : tensors) {
     if (!aligned16(*t)) {
-      *why = {"aligned", std::string(name) +
-                             " does not start on a 16-byte boundary (a view at an offset), and "
-                             "the kernels compiled ahead of time assume it does"};
+      *why = {"aligned",
+              std::string(name) +
+                  " does not start on a 16-byte boundary (a view at an offset), and "
+                  "the kernels compiled ahead of time assume it does"};
       return true;
     }
   }
@@ -143,16 +151,19 @@ bool misaligned(std::initializer_list<std::pair<const char*, const at::Tensor*>>
 
 // y, and inv_rms when `store_inv`; false, with `why`, where no artifact fits.
 // The JIT route's rms_norm_forward (opguide/triton/ops.py), step by step.
-bool forward_aot(const at::Tensor& x, const at::Tensor& weight, double eps, bool store_inv,
-                 at::Tensor* y_out, at::Tensor* inv_out, Fallback* why) {
+bool forward_aot(const at::Tensor& x, const at::Tensor& weight, double eps,
+                 bool store_inv, at::Tensor* y_out, at::Tensor* inv_out,
+                 Fallback* why) {
   const int64_t cols = x.size(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   if (before_plan(x.scalar_type(), rows, why)) return false;
   const c10::cuda::CUDAGuard device_guard(x.device());
   const auto outputs = [&] {
-    *y_out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    *y_out =
+        at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
     if (store_inv) {
-      *inv_out = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
+      *inv_out =
+          at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
     }
   };
   if (rows == 0) {
@@ -181,22 +192,25 @@ bool forward_aot(const at::Tensor& x, const at::Tensor& weight, double eps, bool
   void* inv_ptr = store_inv ? inv_rms.mutable_data_ptr() : y_ptr;
   int32_t m = static_cast<int32_t>(rows);
   int32_t n = static_cast<int32_t>(cols);
-  float eps32 = static_cast<float>(eps);  // Triton's fp32 argument, rounded as its launcher does
+  float eps32 =
+      static_cast<float>(eps);  // Triton's fp32 argument, rounded as its launcher does
   void* global_scratch = nullptr;
   void* profile_scratch = nullptr;
-  void* with_n[] = {&x_ptr, &w_ptr, &y_ptr, &inv_ptr, &m, &n, &eps32,
-                    &global_scratch, &profile_scratch};
+  void* with_n[] = {&x_ptr, &w_ptr, &y_ptr,          &inv_ptr,        &m,
+                    &n,     &eps32, &global_scratch, &profile_scratch};
   // N == 1 is a constexpr of the compiled kernel, not an argument.
-  void* without_n[] = {&x_ptr, &w_ptr, &y_ptr, &inv_ptr, &m, &eps32,
-                       &global_scratch, &profile_scratch};
-  launch(plan.artifact, device, cdiv(rows, plan.cfg.rows), cols == 1 ? without_n : with_n,
-         c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
+  void* without_n[] = {&x_ptr, &w_ptr, &y_ptr,          &inv_ptr,
+                       &m,     &eps32, &global_scratch, &profile_scratch};
+  launch(
+      plan.artifact, device, cdiv(rows, plan.cfg.rows), cols == 1 ? without_n : with_n,
+      c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
   return true;
 }
 
 at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double eps) {
   check_rms_norm_args(x, weight, eps);
-  TORCH_CHECK(x.is_cuda(), "rms_norm_triton_aot: x must be a CUDA tensor, got ", x.device().str());
+  TORCH_CHECK(x.is_cuda(), "rms_norm_triton_aot: x must be a CUDA tensor, got ",
+              x.device().str());
   at::Tensor y, unused;
   Fallback why;
   if (forward_aot(x, weight, eps, /*store_inv=*/false, &y, &unused, &why)) return y;
@@ -209,7 +223,8 @@ Pair rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, double
               x.device().str());
   at::Tensor y, inv_rms;
   Fallback why;
-  if (forward_aot(x, weight, eps, /*store_inv=*/true, &y, &inv_rms, &why)) return {y, inv_rms};
+  if (forward_aot(x, weight, eps, /*store_inv=*/true, &y, &inv_rms, &why))
+    return {y, inv_rms};
   return jit_rms_norm_forward(why, x, weight, eps);
 }
 
@@ -218,14 +233,16 @@ Pair rms_norm_forward_cuda(const at::Tensor& x, const at::Tensor& weight, double
 
 // (grad_x, grad_weight); false, with `why`, where no artifact fits. The JIT
 // route's rms_norm_backward (opguide/triton/ops.py), step by step.
-bool backward_aot(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& weight,
-                  const at::Tensor& inv_rms, Pair* out, Fallback* why) {
+bool backward_aot(const at::Tensor& grad_y, const at::Tensor& x,
+                  const at::Tensor& weight, const at::Tensor& inv_rms, Pair* out,
+                  Fallback* why) {
   const int64_t cols = x.size(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   if (before_plan(x.scalar_type(), rows, why)) return false;
   const c10::cuda::CUDAGuard device_guard(x.device());
   const auto like_x = [&] {
-    return at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    return at::empty(x.sizes(),
+                     x.options().memory_format(at::MemoryFormat::Contiguous));
   };
   if (rows == 0) {
     // No rows: grad_weight is a sum over nothing.
@@ -236,13 +253,14 @@ bool backward_aot(const at::Tensor& grad_y, const at::Tensor& x, const at::Tenso
   const at::Tensor gc = grad_y.contiguous();
   const at::Tensor rc = inv_rms.contiguous();
   const at::Tensor wc = weight.contiguous();
-  if (misaligned({{"grad_y", &gc}, {"x", &xc}, {"weight", &wc}, {"inv_rms", &rc}}, why)) {
+  if (misaligned({{"grad_y", &gc}, {"x", &xc}, {"weight", &wc}, {"inv_rms", &rc}},
+                 why)) {
     return false;
   }
   const int device = static_cast<int>(x.get_device());
   BackwardPlan plan;
-  if (!plan_backward(x.scalar_type(), x.element_size(), rows, cols, device_info(device), &plan,
-                     why)) {
+  if (!plan_backward(x.scalar_type(), x.element_size(), rows, cols, device_info(device),
+                     &plan, why)) {
     return false;
   }
   const bool summed = plan.sum_artifact >= 0;
@@ -251,7 +269,8 @@ bool backward_aot(const at::Tensor& grad_y, const at::Tensor& x, const at::Tenso
   // grad_weight is a sum over rows: each program writes its own row of
   // float32 partial sums, and the sum kernel adds them.
   at::Tensor partial =
-      summed ? at::empty({plan.cfg.programs, cols}, x.options().dtype(at::kFloat)) : grad_weight;
+      summed ? at::empty({plan.cfg.programs, cols}, x.options().dtype(at::kFloat))
+             : grad_weight;
   void* const stream =
       c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
   void* global_scratch = nullptr;
@@ -266,18 +285,21 @@ bool backward_aot(const at::Tensor& grad_y, const at::Tensor& x, const at::Tenso
   void* gx_ptr = grad_x.mutable_data_ptr();
   void* partial_ptr = partial.mutable_data_ptr();
   int32_t m = static_cast<int32_t>(rows);
-  void* with_n[] = {&g_ptr, &x_ptr, &w_ptr, &r_ptr, &gx_ptr, &partial_ptr, &m, &n,
-                    &global_scratch, &profile_scratch};
-  void* without_n[] = {&g_ptr, &x_ptr, &w_ptr, &r_ptr, &gx_ptr, &partial_ptr, &m,
-                       &global_scratch, &profile_scratch};
-  launch(plan.artifact, device, plan.cfg.programs, cols == 1 ? without_n : with_n, stream);
+  void* with_n[] = {&g_ptr,       &x_ptr, &w_ptr, &r_ptr,          &gx_ptr,
+                    &partial_ptr, &m,     &n,     &global_scratch, &profile_scratch};
+  void* without_n[] = {&g_ptr,       &x_ptr, &w_ptr,          &r_ptr,          &gx_ptr,
+                       &partial_ptr, &m,     &global_scratch, &profile_scratch};
+  launch(plan.artifact, device, plan.cfg.programs, cols == 1 ? without_n : with_n,
+         stream);
   if (summed) {
     // _grad_weight_sum_kernel(partial_ptr, grad_weight_ptr, P, N): the
     // programs' rows added in a fixed order.
     void* gw_ptr = grad_weight.mutable_data_ptr();
     int32_t p = static_cast<int32_t>(plan.cfg.programs);
-    void* sum_with_n[] = {&partial_ptr, &gw_ptr, &p, &n, &global_scratch, &profile_scratch};
-    void* sum_without_n[] = {&partial_ptr, &gw_ptr, &p, &global_scratch, &profile_scratch};
+    void* sum_with_n[] = {&partial_ptr, &gw_ptr,         &p,
+                          &n,           &global_scratch, &profile_scratch};
+    void* sum_without_n[] = {&partial_ptr, &gw_ptr, &p, &global_scratch,
+                             &profile_scratch};
     launch(plan.sum_artifact, device, cdiv(cols, GradWeightSum().block_n),
            cols == 1 ? sum_without_n : sum_with_n, stream);
   }
@@ -288,7 +310,8 @@ bool backward_aot(const at::Tensor& grad_y, const at::Tensor& x, const at::Tenso
 Pair rms_norm_backward_cuda(const at::Tensor& grad_y, const at::Tensor& x,
                             const at::Tensor& weight, const at::Tensor& inv_rms) {
   check_rms_norm_backward_args(grad_y, x, weight, inv_rms);
-  TORCH_CHECK(x.is_cuda(), "rms_norm_backward_triton_aot: x must be a CUDA tensor, got ",
+  TORCH_CHECK(x.is_cuda(),
+              "rms_norm_backward_triton_aot: x must be a CUDA tensor, got ",
               x.device().str());
   Pair out;
   Fallback why;
@@ -314,12 +337,16 @@ std::vector<std::string> triton_aot_device(const at::Tensor& x) {
 // launches for x, and "found" or "missing" after each; or ["fallback", the
 // reason] where the plan alone sends the call to the JIT route. Alignment is
 // not looked at.
-std::vector<std::string> triton_aot_route(const std::string& direction, const at::Tensor& x) {
-  TORCH_CHECK_VALUE(direction == "forward" || direction == "inference" || direction == "backward",
-                    "triton_aot_route: direction must be \"forward\", \"inference\" or "
-                    "\"backward\", got \"", direction, "\"");
+std::vector<std::string> triton_aot_route(const std::string& direction,
+                                          const at::Tensor& x) {
+  TORCH_CHECK_VALUE(
+      direction == "forward" || direction == "inference" || direction == "backward",
+      "triton_aot_route: direction must be \"forward\", \"inference\" or "
+      "\"backward\", got \"",
+      direction, "\"");
   const c10::cuda::CUDAGuard device_guard(x.device());
-  TORCH_CHECK_VALUE(x.dim() >= 1, "triton_aot_route: x must have at least one dimension");
+  TORCH_CHECK_VALUE(x.dim() >= 1,
+                    "triton_aot_route: x must have at least one dimension");
   const int64_t cols = x.size(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   const DeviceInfo& d = device_info(static_cast<int>(x.get_device()));
@@ -339,8 +366,8 @@ std::vector<std::string> triton_aot_route(const std::string& direction, const at
     if (!plan.sum_key.empty()) add(plan.sum_key);
   } else {
     ForwardPlan plan;
-    plan_forward(x.scalar_type(), x.element_size(), rows, cols, direction == "forward", d, &plan,
-                 &why);
+    plan_forward(x.scalar_type(), x.element_size(), rows, cols, direction == "forward",
+                 d, &plan, &why);
     if (plan.key.empty()) return {"fallback", why.message};
     add(plan.key);
   }

@@ -29,8 +29,8 @@ void warn_fallback(const char* op, const char* jit_op, const Fallback& why) {
     first = warned.insert(std::string(op) + "/" + why.kind).second;
   }
   if (first || c10::WarningUtils::get_warnAlways()) {
-    TORCH_WARN("opguide::", op, ": ", why.message, ": the JIT Triton route runs (opguide::",
-               jit_op, ")");
+    TORCH_WARN("opguide::", op, ": ", why.message,
+               ": the JIT Triton route runs (opguide::", jit_op, ")");
   }
 }
 
@@ -39,34 +39,37 @@ void warn_fallback(const char* op, const char* jit_op, const Fallback& why) {
 c10::OperatorHandle find_jit(const char* op, const char* jit_op, const Fallback& why) {
   const std::optional<c10::OperatorHandle> handle =
       c10::Dispatcher::singleton().findSchema({std::string("opguide::") + jit_op, ""});
-  TORCH_CHECK(handle.has_value(), "opguide::", op, ": ", why.message,
-              ", so this call needs the JIT Triton route (opguide::", jit_op,
-              "), which is not registered in this process: `import opguide.triton` registers "
-              "it (it needs the triton package)");
+  TORCH_CHECK(
+      handle.has_value(), "opguide::", op, ": ", why.message,
+      ", so this call needs the JIT Triton route (opguide::", jit_op,
+      "), which is not registered in this process: `import opguide.triton` registers "
+      "it (it needs the triton package)");
   warn_fallback(op, jit_op, why);
   return *handle;
 }
 
 }  // namespace
 
-at::Tensor jit_rms_norm(const Fallback& why, const at::Tensor& x, const at::Tensor& weight,
-                        double eps) {
+at::Tensor jit_rms_norm(const Fallback& why, const at::Tensor& x,
+                        const at::Tensor& weight, double eps) {
   return find_jit("rms_norm_triton_aot", "rms_norm_triton", why)
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>()
       .call(x, weight, eps);
 }
 
-Pair jit_rms_norm_forward(const Fallback& why, const at::Tensor& x, const at::Tensor& weight,
-                          double eps) {
+Pair jit_rms_norm_forward(const Fallback& why, const at::Tensor& x,
+                          const at::Tensor& weight, double eps) {
   return find_jit("rms_norm_forward_triton_aot", "rms_norm_forward_triton", why)
       .typed<Pair(const at::Tensor&, const at::Tensor&, double)>()
       .call(x, weight, eps);
 }
 
-Pair jit_rms_norm_backward(const Fallback& why, const at::Tensor& grad_y, const at::Tensor& x,
-                           const at::Tensor& weight, const at::Tensor& inv_rms) {
+Pair jit_rms_norm_backward(const Fallback& why, const at::Tensor& grad_y,
+                           const at::Tensor& x, const at::Tensor& weight,
+                           const at::Tensor& inv_rms) {
   return find_jit("rms_norm_backward_triton_aot", "rms_norm_backward_triton", why)
-      .typed<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&)>()
+      .typed<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                  const at::Tensor&)>()
       .call(grad_y, x, weight, inv_rms);
 }
 

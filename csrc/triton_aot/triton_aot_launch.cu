@@ -120,8 +120,9 @@ void check(RtError err, const char* call, const Artifact& a, int device) {
 #else
   (void)cudaGetLastError();
 #endif
-  TORCH_CHECK(false, "rms_norm_triton_aot: ", call, " failed for the kernel compiled ahead of time ",
-              a.key, " (symbol ", a.function, ", ", a.image_size, " bytes) on cuda:", device, ": ",
+  TORCH_CHECK(false, "rms_norm_triton_aot: ", call,
+              " failed for the kernel compiled ahead of time ", a.key, " (symbol ",
+              a.function, ", ", a.image_size, " bytes) on cuda:", device, ": ",
               error_name(err), ": ", error_string(err));
 }
 
@@ -155,31 +156,35 @@ KernelHandle load(int64_t index, int device) {
     entry = new Loaded();  // kept for the life of the process, as the image is
     entries[index].store(entry, std::memory_order_release);
   }
-  if (entry->ready[device].load(std::memory_order_acquire)) return entry->handle[device];
+  if (entry->ready[device].load(std::memory_order_acquire))
+    return entry->handle[device];
   const Artifact& a = artifacts()[index];
 #if defined(USE_ROCM)
   hipModule_t module = nullptr;
   check(hipModuleLoadData(&module, a.image), "hipModuleLoadData", a, device);
   hipFunction_t function = nullptr;
-  check(hipModuleGetFunction(&function, module, a.function), "hipModuleGetFunction", a, device);
+  check(hipModuleGetFunction(&function, module, a.function), "hipModuleGetFunction", a,
+        device);
   entry->handle[device] = function;
 #else
   if (entry->library == nullptr) {
     cudaLibrary_t library = nullptr;
-    check(cudaLibraryLoadData(&library, a.image, nullptr, nullptr, 0, nullptr, nullptr, 0),
+    check(cudaLibraryLoadData(&library, a.image, nullptr, nullptr, 0, nullptr, nullptr,
+                              0),
           "cudaLibraryLoadData", a, device);
-    check(cudaLibraryGetKernel(&entry->kernel, library, a.function), "cudaLibraryGetKernel", a,
-          device);
+    check(cudaLibraryGetKernel(&entry->kernel, library, a.function),
+          "cudaLibraryGetKernel", a, device);
     entry->library = library;
   }
   // Above 48 KiB of dynamic shared memory a kernel must opt in, per device
   // (the backward's three stages take up to 135 KB on sm_90).
   if (a.shared_bytes > 48 * 1024) {
-    check(cudaKernelSetAttributeForDevice(entry->kernel,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          a.shared_bytes, device),
-          "cudaKernelSetAttributeForDevice(cudaFuncAttributeMaxDynamicSharedMemorySize)", a,
-          device);
+    check(
+        cudaKernelSetAttributeForDevice(entry->kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        a.shared_bytes, device),
+        "cudaKernelSetAttributeForDevice(cudaFuncAttributeMaxDynamicSharedMemorySize)",
+        a, device);
   }
   entry->handle[device] = entry->kernel;
 #endif
@@ -189,13 +194,15 @@ KernelHandle load(int64_t index, int device) {
 
 // One launch of a loaded kernel on `stream`: grid programs of
 // threads_per_warp * num_warps threads, as Triton's launcher makes it.
-void launch_on(int64_t index, int device, int64_t grid, void** args, cudaStream_t stream) {
+void launch_on(int64_t index, int device, int64_t grid, void** args,
+               cudaStream_t stream) {
   const Artifact& a = artifacts()[index];
   const KernelHandle kernel = load(index, device);
   const unsigned block = static_cast<unsigned>(a.threads_per_warp * a.num_warps);
 #if defined(USE_ROCM)
   check(hipModuleLaunchKernel(kernel, static_cast<unsigned>(grid), 1, 1, block, 1, 1,
-                              static_cast<unsigned>(a.shared_bytes), stream, args, nullptr),
+                              static_cast<unsigned>(a.shared_bytes), stream, args,
+                              nullptr),
         "hipModuleLaunchKernel", a, device);
 #else
   cudaLaunchConfig_t config = {};
@@ -226,15 +233,17 @@ void launch_on(int64_t index, int device, int64_t grid, void** args, cudaStream_
 const DeviceInfo& device_info(int device) {
   static std::array<std::atomic<const DeviceInfo*>, kMaxDevices> infos{};
   static std::mutex mutex;
-  TORCH_CHECK(device >= 0 && device < kMaxDevices, "rms_norm_triton_aot: device index ", device,
-              " is beyond the ", kMaxDevices, " this build's cache holds");
-  if (const DeviceInfo* info = infos[device].load(std::memory_order_acquire)) return *info;
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "rms_norm_triton_aot: device index ",
+              device, " is beyond the ", kMaxDevices, " this build's cache holds");
+  if (const DeviceInfo* info = infos[device].load(std::memory_order_acquire))
+    return *info;
   const std::lock_guard<std::mutex> lock(mutex);
-  if (const DeviceInfo* info = infos[device].load(std::memory_order_acquire)) return *info;
+  if (const DeviceInfo* info = infos[device].load(std::memory_order_acquire))
+    return *info;
   cudaDeviceProp prop;
   const cudaError_t err = cudaGetDeviceProperties(&prop, device);
-  TORCH_CHECK(err == cudaSuccess, "rms_norm_triton_aot: cudaGetDeviceProperties(", device,
-              ") failed: ", cudaGetErrorString(err));
+  TORCH_CHECK(err == cudaSuccess, "rms_norm_triton_aot: cudaGetDeviceProperties(",
+              device, ") failed: ", cudaGetErrorString(err));
   auto* info = new DeviceInfo();  // kept for the life of the process
 #if defined(USE_ROCM)
   const std::string arch = prop.gcnArchName;
@@ -248,7 +257,8 @@ const DeviceInfo& device_info(int device) {
 #endif
   info->sm_count = prop.multiProcessorCount;
 #if defined(USE_ROCM) && HIP_VERSION_MAJOR < 6
-  info->smem_optin = 0;  // not reported: the planner's 96 KiB, as launch.py's getattr fallback
+  info->smem_optin =
+      0;  // not reported: the planner's 96 KiB, as launch.py's getattr fallback
 #else
   info->smem_optin = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
 #endif
@@ -267,20 +277,24 @@ int64_t find(const std::string& key, const DeviceInfo& d, Fallback* why) {
   const auto it = t.by_key.find(key);
   if (it != t.by_key.end()) return static_cast<int64_t>(it->second);
   if (t.turned_off) {
-    *why = {"empty", "OPGUIDE_TRITON_AOT_TABLE=0 turns the table of kernels compiled ahead of "
-                     "time off"};
+    *why = {"empty",
+            "OPGUIDE_TRITON_AOT_TABLE=0 turns the table of kernels compiled ahead of "
+            "time off"};
   } else if (t.targets.empty()) {
     *why = {"empty",
-            "this build holds no kernels compiled ahead of time (it named no target), so none "
-            "for " + key};
+            "this build holds no kernels compiled ahead of time (it named no target), "
+            "so none "
+            "for " +
+                key};
   } else if (t.targets.count(d.target) == 0) {
-    *why = {"target",
-            "no artifact for " + d.target + " in this build (it holds " + t.listed + ")"};
+    *why = {"target", "no artifact for " + d.target + " in this build (it holds " +
+                          t.listed + ")"};
   } else {
     // The build compiles the launches of an eager call with PDL on: GDC=1 on
     // sm_90 and later, which OPGUIDE_PDL=0 turns off.
-    *why = {"artifact", "no artifact " + key + " in this build" +
-                            (d.pdl_off ? " (OPGUIDE_PDL=0 asks for kernels without GDC)" : "")};
+    *why = {"artifact",
+            "no artifact " + key + " in this build" +
+                (d.pdl_off ? " (OPGUIDE_PDL=0 asks for kernels without GDC)" : "")};
   }
   return -1;
 }
@@ -291,7 +305,9 @@ void launch(int64_t index, int device, int64_t grid, void** args, void* stream) 
 }
 #else
 void launch(int64_t, int, int64_t, void**, void*) {
-  TORCH_CHECK(false, "rms_norm_triton_aot: this build cannot launch kernels compiled ahead of time");
+  TORCH_CHECK(
+      false,
+      "rms_norm_triton_aot: this build cannot launch kernels compiled ahead of time");
 }
 #endif
 
