@@ -49,9 +49,8 @@ const char* dtype_word(at::ScalarType t) {
 }
 
 // ---------------------------------------------------------------------------
-// Plans: the kernels one call launches, or why none fits. Torch-free but
-// for the tensors' metadata; the launches below and the check operator at
-// the end of this file share them.
+// Plans: the kernels one call launches, or why none fits. The launches below
+// and the check operator at the end of this file share them.
 
 struct ForwardPlan {
   Registers cfg{};

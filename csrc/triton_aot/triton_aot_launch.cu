@@ -282,10 +282,7 @@ int64_t find(const std::string& key, const DeviceInfo& d, Fallback* why) {
             "time off"};
   } else if (t.targets.empty()) {
     *why = {"empty",
-            "this build holds no kernels compiled ahead of time (it named no target), "
-            "so none "
-            "for " +
-                key};
+            "this build holds no kernels compiled ahead of time (it named no target)"};
   } else if (t.targets.count(d.target) == 0) {
     *why = {"target", "no artifact for " + d.target + " in this build (it holds " +
                           t.listed + ")"};
