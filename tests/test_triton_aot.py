@@ -307,6 +307,30 @@ def test_cpu_fallback_says_why(capfd):
     assert "rms_norm_triton_aot" not in capfd.readouterr().err
 
 
+WITHOUT_TRITON = """
+    import sys
+    sys.modules["triton"] = None  # as if triton were not installed
+    import warnings
+    import torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import opguide
+    assert not hasattr(torch.ops.opguide, "rms_norm_triton")
+    try:
+        torch.ops.opguide.rms_norm_triton_aot(torch.ones(2, 8), torch.ones(8), 1e-6)
+    except RuntimeError as error:
+        print(error)
+"""
+
+
+def test_without_the_jit_route_a_fallback_says_what_it_needs():
+    run = _run(WITHOUT_TRITON)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "opguide::rms_norm_triton_aot: x is on cpu" in run.stdout
+    assert "needs the JIT Triton route (opguide::rms_norm_triton)" in run.stdout
+    assert "`import opguide.triton` registers it" in run.stdout
+
+
 # -- fake against real (tests/test_fake_kernels.py's check) -----------------------------
 
 
