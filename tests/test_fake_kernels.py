@@ -238,6 +238,12 @@ CASES: dict[str, Case] = {
         TRITON_DEVICES, TRITON_DTYPES, rms_norm_backward_args(lambda _: torch.float32)
     ),
     "fused_add_rms_norm_triton_": Case(TRITON_DEVICES, TRITON_DTYPES, fused_args(TRITON_DTYPES)),
+    # The same kernels compiled ahead of time (csrc/triton_aot/), launched from C++.
+    "rms_norm_triton_aot": Case(TRITON_DEVICES, TRITON_DTYPES, rms_norm_args),
+    "rms_norm_forward_triton_aot": Case(TRITON_DEVICES, TRITON_DTYPES, rms_norm_args),
+    "rms_norm_backward_triton_aot": Case(
+        TRITON_DEVICES, TRITON_DTYPES, rms_norm_backward_args(lambda _: torch.float32)
+    ),
 }
 
 

@@ -67,6 +67,10 @@ TEMPLATE_ROUTES = {
 }
 _VARIANT = "tools/variants/{}.patch"
 _SWEEP_TOOL = ("tools/sweep_common.cuh",)
+#: The ahead-of-time Triton route's C++ that plans, keys and launches a call (csrc/triton_aot/).
+AOT_CPP = ("artifacts.h", "plan.h", "route.h", "triton_aot.h", "triton_aot_autograd.cpp",
+           "triton_aot_cuda.cu", "triton_aot_fallback.cpp", "triton_aot_launch.cu",
+           "triton_aot_launch.h", "triton_aot_schema.cpp")  # fmt: skip
 
 #: A record's name (an ``fnmatch`` pattern; the first that matches wins) ->
 #: what it measured (see the module's docstring).
@@ -145,6 +149,10 @@ MEASURED: dict[str, tuple[str, ...]] = {
     "sweep_odd_rows_16_byte_only_*": (f"cuda:{ALL}", f"triton:{ALL}", "bench:sweep",
                                       _VARIANT.format("odd_rows_16_byte_only")),
     "sweep_*.json": (f"cuda:{ALL}", f"triton:{ALL}", "bench:sweep"),
+    # tools/bench_per_call.py --out: every route's eager calls and GPU time,
+    # the ahead-of-time Triton route's build and C++ launch among them.
+    "triton_aot_*.json": ("cuda:forward,backward", "triton:forward,backward", "python:rms_norm",
+                          "aot:", "bench:eager", "tools/bench_per_call.py"),
 }
 # fmt: on
 
@@ -248,6 +256,9 @@ def measured(record: str, listed: Callable[[str], list[str]] | None = None) -> l
             files += [_BENCH + name for name in BENCH[arg]]
         elif kind == "template":
             files += _template(record, listed or _lister(ROOT))
+        elif kind == "aot":  # the ahead-of-time Triton route: its build and its launcher
+            files += [f"csrc/triton_aot/{name}" for name in AOT_CPP]
+            files += [f"opguide/triton/aot{part}.py" for part in ("", "_launches", "_compile")]
         elif kind == "every":  # every:cuda, every:triton
             files += _every_operator(arg)
         else:
