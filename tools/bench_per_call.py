@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -118,6 +120,53 @@ def gpu_times(shape_list, dtype: torch.dtype, device: torch.device, batches: int
     return rows
 
 
+#: The issue's floor of a training call: autograd around an elementwise product and its backward.
+FLOOR = "x * w (autograd)"
+
+
+def per_call(shape_list, dtype: torch.dtype, device: torch.device, rounds: int, calls: int = 50):
+    """Wall-clock seconds per eager call of the three routes and the two floors, with quartiles.
+
+    The rows of :func:`run_eager` that the ahead-of-time route is judged by:
+    ``calls`` calls back to back, then a synchronisation, in rounds that take
+    the implementations in turn (the order reversed every other round); the
+    median and quartiles are over rounds.
+    """
+    keep = ("opguide", "opguide triton", AOT, eager_module.EMPTY_FUNCTION)
+    rows = []
+    for mode in ("forward", "training"):
+        impls = eager_module.eager_implementations(mode, device)
+        fns = {name: impls[name] for name in keep if name in impls}
+        if mode == "training":
+
+            def floor(x, w, g):
+                x.grad = w.grad = None
+                (x * w).backward(g)
+
+            fns[FLOOR] = floor
+        for m, n in shape_list:
+            grad = mode == "training"
+            x = torch.randn(m, n, device=device, dtype=dtype, requires_grad=grad)
+            w = torch.randn(n, device=device, dtype=dtype, requires_grad=grad)
+            g = torch.randn(m, n, device=device, dtype=dtype)
+            samples = {name: [] for name in fns}
+            for r in range(rounds + 2):  # two rounds of warm-up
+                for name in fns if r % 2 == 0 else reversed(fns):
+                    x.grad = w.grad = None
+                    torch.cuda.synchronize(device)
+                    t0 = time.perf_counter()
+                    for _ in range(calls):
+                        fns[name](x, w, g)
+                    torch.cuda.synchronize(device)
+                    if r >= 2:
+                        samples[name].append((time.perf_counter() - t0) / calls)
+            for name, s in samples.items():
+                q1, median, q3 = statistics.quantiles(s, n=4)
+                rows.append({"mode": mode, "impl": name, "m": m, "n": n,
+                             "median": median, "q1": q1, "q3": q3})  # fmt: skip
+    return rows
+
+
 def manifest() -> dict | None:
     """The build's manifest of ahead-of-time Triton artifacts, or None."""
     import opguide
@@ -189,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
         # Shapes whose every tensor outgrows L2 (2**25 elements, 64 MiB of bfloat16):
         # two argument sets, taken in turn, then never start in cache.
         large = [(m, n) for m, n in args.shapes or [(8192, 4096)] if m * n >= 2**25]
+        shape_list = args.shapes or [(1, 4096), (8192, 4096)]
+        result["per_call"] = per_call(shape_list, DTYPES[args.dtype], device, args.rounds)
+        for row in result["per_call"]:
+            median, q1, q3 = (row[k] * 1e6 for k in ("median", "q1", "q3"))
+            print(f"{row['mode']:8} {row['m']}x{row['n']} {row['impl']:22} "
+                  f"{median:7.1f} us ({q1:.1f}-{q3:.1f})")  # fmt: skip
         result["gpu_time"] = gpu_times(large, DTYPES[args.dtype], device, batches=args.rounds)
         for row in result["gpu_time"]:
             us, pct = row["seconds"] * 1e6, row["pct_of_copy"]
