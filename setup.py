@@ -288,9 +288,13 @@ class BuildInTree(BuildExtension):
             ext.sources.append(triton_aot(out))
         super().build_extensions()
         if GPU_BUILD:
-            folder = os.path.dirname(self.get_ext_fullpath(ext.name))
-            shutil.copyfile(os.path.join(out, "manifest.json"),
-                            os.path.join(folder, "triton_aot_manifest.json"))  # fmt: skip
+            # The package being built, and the source tree's for an in-place build.
+            folders = {os.path.dirname(self.get_ext_fullpath(ext.name))}
+            if self.inplace:
+                folders.add(os.path.join(HERE, "opguide"))
+            for folder in folders:
+                shutil.copyfile(os.path.join(out, "manifest.json"),
+                                os.path.join(folder, "triton_aot_manifest.json"))  # fmt: skip
 
 
 setup(

@@ -84,8 +84,12 @@ __all__ = [
 _IMAGE_ALIGN = 64
 
 
-def write_outputs(out: Path, targets: Sequence[str], compiled: Mapping[str, tuple[dict, bytes]]):
+def write_outputs(
+    out: Path, targets: Sequence[str], compiled: Mapping[str, tuple[dict, bytes]], stats=None
+):
     """Writes the images, each target's blob, ``manifest.json`` and ``triton_aot_artifacts.cpp``.
+
+    ``stats`` (:func:`compile_launches`'s) goes into the manifest as ``"compile"``.
 
     Files are rewritten only when their bytes change, so that a build that
     compiles nothing new recompiles no C++.
@@ -94,7 +98,8 @@ def write_outputs(out: Path, targets: Sequence[str], compiled: Mapping[str, tupl
         The path of ``triton_aot_artifacts.cpp``.
     """
     out.mkdir(parents=True, exist_ok=True)
-    manifest = {"triton": _triton_version(), "targets": list(targets), "artifacts": []}
+    manifest = {"triton": _triton_version(), "targets": list(targets), "compile": stats,
+                "artifacts": []}  # fmt: skip
     rows, blobs = [], []
     for t in targets:
         blob = bytearray()
@@ -227,8 +232,9 @@ def build(
         counts = ", ".join(f"{k} {sum(la.kernel == k for la in found)}" for k in KERNELS)
         log(f"triton aot {t}: {len(found)} launches ({counts})")
         todo += found
-    compiled = compile_launches(todo, Path(cache) if cache else out / "cache", jobs, log)
-    return write_outputs(out, list(targets), compiled)
+    stats: dict = {}
+    compiled = compile_launches(todo, Path(cache) if cache else out / "cache", jobs, log, stats)
+    return write_outputs(out, list(targets), compiled, stats)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

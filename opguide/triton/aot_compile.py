@@ -165,7 +165,7 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def compile_launches(
-    todo: Sequence[Launch], cache: Path, jobs: int | None = None, log=print
+    todo: Sequence[Launch], cache: Path, jobs: int | None = None, log=print, stats=None
 ) -> dict[str, tuple[dict, bytes]]:
     """Compiles ``todo`` (those not in ``cache`` yet) on ``jobs`` processes.
 
@@ -175,6 +175,8 @@ def compile_launches(
             and :func:`_source_hash`.
         jobs: processes that compile at once (default: the CPU count).
         log: where the progress lines go (``triton aot sm_90: 300/640``).
+        stats: a dict to fill with ``launches``, ``compiled`` (those not
+            cached), ``jobs`` and ``seconds`` (the wall time of the compiles).
 
     Returns:
         key -> (metadata, image) of every launch.
@@ -222,8 +224,11 @@ def compile_launches(
                 for future in futures:
                     future.cancel()
                 raise
+    seconds = time.perf_counter() - start
     if missing:
-        log(f"triton aot: compiled {len(missing)} in {time.perf_counter() - start:.0f} s")
+        log(f"triton aot: compiled {len(missing)} in {seconds:.0f} s")
+    if stats is not None:
+        stats.update(launches=len(todo), compiled=len(missing), jobs=jobs, seconds=seconds)
     result = {}
     for la in todo:
         meta = json.loads((cache / f"{names[la.key]}.json").read_text())
