@@ -288,13 +288,16 @@ class BuildInTree(BuildExtension):
             ext.sources.append(triton_aot(out))
         super().build_extensions()
         if GPU_BUILD:
-            # The package being built, and the source tree's for an in-place build.
-            folders = {os.path.dirname(self.get_ext_fullpath(ext.name))}
-            if self.inplace:
-                folders.add(os.path.join(HERE, "opguide"))
-            for folder in folders:
-                shutil.copyfile(os.path.join(out, "manifest.json"),
-                                os.path.join(folder, "triton_aot_manifest.json"))  # fmt: skip
+            folder = os.path.dirname(self.get_ext_fullpath(ext.name))
+            shutil.copyfile(os.path.join(out, "manifest.json"),
+                            os.path.join(folder, "triton_aot_manifest.json"))  # fmt: skip
+
+    def copy_extensions_to_source(self):
+        # An in-place build copies the extension into the source tree; its manifest goes too.
+        super().copy_extensions_to_source()
+        if GPU_BUILD:
+            shutil.copyfile(os.path.join(HERE, "build", "triton_aot", "manifest.json"),
+                            os.path.join(HERE, "opguide", "triton_aot_manifest.json"))  # fmt: skip
 
 
 setup(
