@@ -125,7 +125,7 @@ for mode, words in MODES.items():
 # A launch is one kernel with its constexprs fixed (``BLOCK_N``, ``ROWS``,
 # ...), its warps, and the way Triton specialises the row length N. The
 # build asks :mod:`opguide.triton.launch`'s planners for them as they answer
-# on a GPU of the target's kind: :func:`opguide.triton.aot.device_model` makes
+# on a GPU of the target's kind: :func:`opguide.triton.aot_launches.device_model` makes
 # ``torch.cuda`` report that GPU's compute capability and shared memory. Each
 # launch has a key, a string the C++ side can form from its own plan:
 import torch  # noqa: E402
@@ -151,7 +151,7 @@ print(
 )
 
 # %%
-# :func:`opguide.triton.aot.launches` does this for every row length the
+# :func:`opguide.triton.aot_launches.launches` does this for every row length the
 # Registers plans cover, every dtype, and both the inference forward
 # (``STORE_INV=0``) and the training forward. At one row length:
 for target_name in ("sm_90", "gfx942"):
@@ -513,11 +513,11 @@ for name, offset in cases.items():
     with route_messages(messages):
         torch.set_warn_always(True)  # the first call of each kind says why, wherever it runs
         try:
-            y, grad_x, grad_w = training_step(x, w, grad)
+            y, grad_x, grad_weight = training_step(x, w, grad)
         finally:
             torch.set_warn_always(False)
     torch.testing.assert_close(y, rms_norm_reference(x, w, 1e-6), **TOL[torch.bfloat16])
-    assert_grads_close((grad_x, grad_w), reference_grads(x, w, grad))
+    assert_grads_close((grad_x, grad_weight), reference_grads(x, w, grad))
     print(f"{name}, 2x{cols}: y, grad_x and grad_weight match the reference; messages:")
     if messages:
         show(f"    {m}" for m in messages)
