@@ -450,7 +450,8 @@ print(
 # ---------------
 # The messages are C++ warnings; some reach Python's :mod:`warnings` and some
 # go straight to the process's stderr, so this cell collects both. Without a
-# GPU, the operators run on CPU tensors; with one, on a view at an offset:
+# GPU, the operators run on CPU tensors; with one, on a tensor at the start of
+# its allocation and on a view 2 bytes in:
 import contextlib  # noqa: E402
 import re  # noqa: E402
 import warnings  # noqa: E402
