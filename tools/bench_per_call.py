@@ -5,7 +5,7 @@ at one row and at 1024 rows of 4096 and 8192 (or the ``--shapes`` given), with
 its rows of the autograd floor (``empty Python Function``: autograd around a
 Python Function that launches nothing), and ``opguide triton aot`` where the
 build holds the ahead-of-time Triton operator (``torch.ops.opguide.rms_norm_triton_aot``,
-step 22); or, with ``--profile``, where the time of a call goes::
+step 9.3); or, with ``--profile``, where the time of a call goes::
 
     python tools/bench_per_call.py --rounds 15   # the table, bf16
     python tools/bench_per_call.py --shapes 1x4096,8192x4096,4096x8192,65536x1024
