@@ -280,5 +280,7 @@ print(
 # %%
 # What's next
 # -----------
-# :doc:`Step 10 <10_patterns>` writes an operator that updates one of its
-# inputs and returns two tensors, in C++, CUDA and Triton.
+# :doc:`Step 9.3 <09_triton_kernel_3_ahead_of_time>` compiles these kernels
+# when the library is built and launches them from C++, as the CUDA kernels
+# are launched. :doc:`Step 10 <10_patterns>` writes an operator that updates
+# one of its inputs and returns two tensors, in C++, CUDA and Triton.
