@@ -120,7 +120,7 @@ def gpu_times(shape_list, dtype: torch.dtype, device: torch.device, batches: int
     return rows
 
 
-#: The issue's floor of a training call: autograd around an elementwise product and its backward.
+#: A floor of a training call with GPU work: autograd around an elementwise product.
 FLOOR = "x * w (autograd)"
 
 

@@ -300,7 +300,9 @@ by hand (no part):
     (tools/record_template_gpu.py build here, run there; run --memcheck scatter --jobs 7)
   the suite's own logs: gpu_suite_h200_tests.log, gpu_suite_h200_gallery_notebooks.log
     (tools/record_gpu_suite.sh 1, tools/record_gpu_suite.sh 2 .whl --durations=10)
-  longer than one part: model_step_h100.json (tools/record_model_step.py)
+  longer than one part: model_step_h200.json (tools/record_model_step.py)
+  the Triton kernels compiled ahead of time, in a GPU build: triton_aot_h200.json
+    (tools/bench_per_call.py --rounds 21 --shapes 1x4096,8192x4096,4096x8192,65536x1024 --out FILE)
   elsewhere: hipcc_check.json (step 4, where hipcc is), across_pytorch_gpu.json
     (step 16 on a GPU: tools/record_gpu_suite.sh 3)
 LIST
