@@ -3,7 +3,7 @@
 ``csrc/triton_aot/plan.h`` ports the Registers branches of
 :func:`opguide.triton.launch.forward_config` and
 :func:`~opguide.triton.launch.backward_config` (and :func:`~opguide.triton.launch.align`)
-for the launcher in C++; ``csrc/triton_aot/plan_check.cpp`` exposes it as
+for the launcher in C++; ``csrc/triton_aot/checks.cpp`` exposes it as
 ``torch.ops.opguide_checks.triton_aot_plan``, in every build. This file runs
 both planners as on a CUDA device, on the CPU: ``launch.INTERPRET`` is
 patched to False and ``torch.cuda.get_device_properties`` to a stand-in that

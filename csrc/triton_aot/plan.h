@@ -6,7 +6,7 @@
 // plans are launched from Python. Where launch.py returns Split or Chunked
 // these return false, and the call takes the JIT route.
 // tests/test_triton_aot_plan.py compares both planners through
-// opguide_checks::triton_aot_plan (plan_check.cpp). Plain C++; torch- and
+// opguide_checks::triton_aot_plan (checks.cpp). Plain C++; torch- and
 // CUDA-free.
 #pragma once
 

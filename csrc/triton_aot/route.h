@@ -1,7 +1,7 @@
 // The names of the kernels one call of the Triton route compiled ahead of
 // time launches: opguide/triton/aot.py's key(), byte for byte,
 // "kernel|target|dtype|NAME=v,...|spec|wN", formed from the plans of plan.h.
-// triton_aot_cuda.cu looks them up in the build's table; route_check.cpp
+// triton_aot_cuda.cu looks them up in the build's table; checks.cpp
 // exposes them in every build, so that tests/test_triton_aot.py compares them
 // with the keys aot.py compiles, on the CPU. Plain C++; torch- and CUDA-free.
 #pragma once

@@ -382,7 +382,7 @@ TORCH_LIBRARY_IMPL(opguide, CUDA, m) {
   m.impl("rms_norm_backward_triton_aot", &opguide::triton_aot::rms_norm_backward_cuda);
 }
 
-// Its own namespace, as plan_check.cpp's: not operators a model calls.
+// Its own namespace, as checks.cpp's: not operators a model calls.
 TORCH_LIBRARY_FRAGMENT(opguide_checks, m) {
   m.def("triton_aot_device(Tensor x) -> str[]");
   m.def("triton_aot_route(str direction, Tensor x) -> str[]");
