@@ -41,6 +41,8 @@ class Operator:
             that choose a kernel and launch it (configuration, planner,
             launch functions), besides :data:`COMMON`.
         python: the Python every eager call runs before a kernel (wrapper, checks).
+        aot: its Triton kernels compiled ahead of time: the build that compiles
+            them and the C++ that plans, keys and launches a call (empty: none).
     """
 
     name: str
@@ -54,6 +56,7 @@ class Operator:
     kernels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     planning: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     python: tuple[str, ...] = ()
+    aot: tuple[str, ...] = ()
 
     def twins(self) -> tuple[tuple[str, str | None], ...]:
         """(compiled operator, its Triton twin or None) for each of :attr:`ops`."""
@@ -83,6 +86,7 @@ COMMON: Mapping[str, tuple[str, ...]] = {
 
 _RMS = "csrc/rms_norm/"
 _FUSED = "csrc/fused_add_rms_norm/"
+_AOT = "csrc/triton_aot/"
 
 OPERATORS: tuple[Operator, ...] = (
     Operator(
@@ -125,6 +129,21 @@ OPERATORS: tuple[Operator, ...] = (
             ),
         },
         python=("opguide/ops.py", "opguide/_checks.py", "opguide/backends.py"),
+        aot=(
+            "opguide/triton/aot.py",
+            "opguide/triton/aot_launches.py",
+            "opguide/triton/aot_compile.py",
+            _AOT + "artifacts.h",
+            _AOT + "plan.h",
+            _AOT + "route.h",
+            _AOT + "triton_aot.h",
+            _AOT + "triton_aot_autograd.cpp",
+            _AOT + "triton_aot_cuda.cu",
+            _AOT + "triton_aot_fallback.cpp",
+            _AOT + "triton_aot_launch.cu",
+            _AOT + "triton_aot_launch.h",
+            _AOT + "triton_aot_schema.cpp",
+        ),
     ),
     Operator(
         name="fused_add_rms_norm",

@@ -8,6 +8,7 @@ families of the forward pass, their operator's CUDA planning files and the
 shared device and launch code; ``"triton:fused"`` the same for Triton;
 ``"python:rms_norm"`` an operator's Python wrapper; ``"every:cuda"`` every
 operator's CUDA code (``"every:triton"`` its Triton code) and Python;
+``"aot:rms_norm"`` an operator's Triton kernels compiled ahead of time;
 ``"bench:sweep"`` the benchmark modules that time a sweep; anything else is a
 path.
 
@@ -67,10 +68,6 @@ TEMPLATE_ROUTES = {
 }
 _VARIANT = "tools/variants/{}.patch"
 _SWEEP_TOOL = ("tools/sweep_common.cuh",)
-#: The ahead-of-time Triton route's C++ that plans, keys and launches a call (csrc/triton_aot/).
-AOT_CPP = ("artifacts.h", "plan.h", "route.h", "triton_aot.h", "triton_aot_autograd.cpp",
-           "triton_aot_cuda.cu", "triton_aot_fallback.cpp", "triton_aot_launch.cu",
-           "triton_aot_launch.h", "triton_aot_schema.cpp")  # fmt: skip
 
 #: A record's name (an ``fnmatch`` pattern; the first that matches wins) ->
 #: what it measured (see the module's docstring).
@@ -152,7 +149,7 @@ MEASURED: dict[str, tuple[str, ...]] = {
     # tools/bench_per_call.py --out: every route's eager calls and GPU time,
     # the ahead-of-time Triton route's build and C++ launch among them.
     "triton_aot_*.json": ("cuda:forward,backward", "triton:forward,backward", "python:rms_norm",
-                          "aot:", "bench:eager", "tools/bench_per_call.py"),
+                          "aot:rms_norm", "bench:eager", "tools/bench_per_call.py"),
 }
 # fmt: on
 
@@ -256,9 +253,8 @@ def measured(record: str, listed: Callable[[str], list[str]] | None = None) -> l
             files += [_BENCH + name for name in BENCH[arg]]
         elif kind == "template":
             files += _template(record, listed or _lister(ROOT))
-        elif kind == "aot":  # the ahead-of-time Triton route: its build and its launcher
-            files += [f"csrc/triton_aot/{name}" for name in AOT_CPP]
-            files += [f"opguide/triton/aot{part}.py" for part in ("", "_launches", "_compile")]
+        elif kind == "aot":  # an operator's Triton kernels compiled ahead of time
+            files += registry().get(arg).aot
         elif kind == "every":  # every:cuda, every:triton
             files += _every_operator(arg)
         else:
