@@ -254,6 +254,8 @@ def make_extension():
 
 EXTENSION = make_extension()
 GPU_BUILD = any(source.endswith(".cu") for source in EXTENSION.sources)  # CUDA or ROCm
+#: Where a GPU build compiles the Triton kernels ahead of time (images, manifest, table).
+AOT_OUT = os.path.join(HERE, "build", "triton_aot")
 
 # The classic C++ API gives no binary compatibility across torch releases
 # (https://docs.pytorch.org/docs/stable/notes/libtorch_stable_abi.html): the
@@ -283,21 +285,23 @@ class BuildInTree(BuildExtension):
         # embeds them (csrc/triton_aot/artifacts.h's table), and puts their
         # manifest next to the extension.
         (ext,) = self.extensions
-        out = os.path.join(HERE, "build", "triton_aot")
         if GPU_BUILD:
-            ext.sources.append(triton_aot(out))
+            ext.sources.append(triton_aot(AOT_OUT))
         super().build_extensions()
         if GPU_BUILD:
-            folder = os.path.dirname(self.get_ext_fullpath(ext.name))
-            shutil.copyfile(os.path.join(out, "manifest.json"),
-                            os.path.join(folder, "triton_aot_manifest.json"))  # fmt: skip
+            _copy_manifest(os.path.dirname(self.get_ext_fullpath(ext.name)))
 
     def copy_extensions_to_source(self):
         # An in-place build copies the extension into the source tree; its manifest goes too.
         super().copy_extensions_to_source()
         if GPU_BUILD:
-            shutil.copyfile(os.path.join(HERE, "build", "triton_aot", "manifest.json"),
-                            os.path.join(HERE, "opguide", "triton_aot_manifest.json"))  # fmt: skip
+            _copy_manifest(os.path.join(HERE, "opguide"))
+
+
+def _copy_manifest(folder: str) -> None:
+    """The manifest of the Triton kernels compiled ahead of time, into the package ``folder``."""
+    shutil.copyfile(os.path.join(AOT_OUT, "manifest.json"),
+                    os.path.join(folder, "triton_aot_manifest.json"))  # fmt: skip
 
 
 setup(
