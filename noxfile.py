@@ -119,6 +119,7 @@ def _requirements(extra: str) -> list[str]:
 COMPILE_LOG = BUILD / "opguide-compile.log"
 #: Part I's project: its pages import it and its tests are in the test command.
 FIRST_OPERATOR = ROOT / "first_operator"
+FIRST_OPERATOR_LOG = BUILD / "first_operator-install.log"
 
 
 def _start_compile(session: nox.Session, python: str) -> subprocess.Popen:
@@ -135,12 +136,30 @@ def _start_compile(session: nox.Session, python: str) -> subprocess.Popen:
         )
 
 
-def _wait_for_compile(session: nox.Session, compiling: subprocess.Popen) -> None:
+def _start_first_operator(session: nox.Session, python: str) -> subprocess.Popen:
+    """Starts Part I's install (``pip install -e first_operator``), its output in a log."""
+    session.log(f"first_operator: installing in the background (log: {FIRST_OPERATOR_LOG})")
+    command = [python, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps"]
+    command += ["--no-index", "--find-links", WHEELHOUSE] if WHEELHOUSE else []
+    with FIRST_OPERATOR_LOG.open("w") as log:
+        return subprocess.Popen(
+            [*command, "-e", str(FIRST_OPERATOR)],
+            cwd=ROOT,
+            env={k: v for k, v in {**os.environ, **session.env}.items() if v is not None},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _wait_for_compile(
+    session: nox.Session, compiling: subprocess.Popen, log: pathlib.Path = COMPILE_LOG
+) -> None:
+    what = "opguide" if log == COMPILE_LOG else "first_operator"
     if compiling.poll() is None:
-        session.log("opguide: waiting for the compile")
+        session.log(f"{what}: waiting for the compile")
     if compiling.wait() != 0:
-        session.error(f"opguide: the compile failed:\n{COMPILE_LOG.read_text()[-6000:]}")
-    session.log("opguide: compiled")
+        session.error(f"{what}: the compile failed:\n{log.read_text()[-6000:]}")
+    session.log(f"{what}: compiled")
 
 
 def _install(session: nox.Session, extra: str) -> str:
@@ -191,12 +210,14 @@ def _install(session: nox.Session, extra: str) -> str:
         # object up to date in build/ (setup.py's BuildInTree) and only links.
         compiling = _start_compile(session, python)
         _pip(session, "-q", *_requirements(extra), python=python)
+        # Part I's project, as its README installs it: one C++ file, a minute
+        # on one core, compiled while opguide's compile keeps the other busy.
+        # It starts once the pip above is done: one pip at a time in the venv.
+        first = _start_first_operator(session, python)
         _wait_for_compile(session, compiling)
+        _wait_for_compile(session, first, FIRST_OPERATOR_LOG)
         # No build isolation: the extension is compiled against the torch above.
         _pip(session, "-q", "--no-build-isolation", "--no-deps", "-e", ".", python=python)
-        # Part I's project, as its README installs it (a minute to compile).
-        _pip(session, "-q", "--no-build-isolation", "--no-deps", "-e", str(FIRST_OPERATOR),
-             python=python)  # fmt: skip
         session.log(f"opguide: installed in {time.perf_counter() - start:.0f} s")
     stamp.parent.mkdir(parents=True, exist_ok=True)
     extras.add(extra)

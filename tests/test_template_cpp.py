@@ -26,10 +26,15 @@ def test_generated_tests_catch_a_broken_kernel(tmp_path, base_venv):
 
     The CPU kernel of the functional operator loses a factor of its formula,
     and the in-place operator's version bump is deleted. One build holds both
-    breaks; each is caught by tests that the other leaves passing.
+    breaks; each is caught by tests that the other leaves passing. Only the
+    C++ kernels are tested, so the project has no Triton variant: its install
+    leaves out Triton's gigabyte.
     """
     package = "tpl_broken"
-    project = render(tmp_path / package, package=package, op_name="silu_mul_", route="cpp")
+    project = render(
+        tmp_path / package, package=package, op_name="silu_mul_", route="cpp", triton=False
+    )
+    assert not list(project.rglob("*triton*")), "rendered with a Triton variant"
     kernel = project / "csrc" / "silu_mul_cpu.cpp"
     source = kernel.read_text()
     right = "out[i] = static_cast<scalar_t>(v * sigmoid * static_cast<acc_t>(gate[i]));"
