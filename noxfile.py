@@ -15,6 +15,8 @@ Environment switches:
     How many processes run pytest items (``tests``) and gallery scripts
     (``docs``) at once, default 2 (1 on a one-core machine). ``tests`` hands out
     whole files (``--dist loadfile``), so a notebook's cells stay in order.
+    With a process per core, Inductor compiles in the process that asks
+    (``TORCHINDUCTOR_COMPILE_THREADS=1``), not in a pool of its own.
 
 ``docs`` and ``tests`` share one virtual environment, ``.nox/opguide``: torch
 is installed and the C++ library compiled once for the two.
@@ -58,6 +60,11 @@ CACHE_ENV = {
     "MPLBACKEND": "Agg",
     "PYTHONUNBUFFERED": "1",
 }
+if JOBS >= (os.cpu_count() or 1):
+    # Each core already runs a page or a test: Inductor compiles in the
+    # process that asks (its output is the same) instead of first starting a
+    # pool of compile workers, each of which imports torch.
+    CACHE_ENV["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
 
 def _python(session: nox.Session) -> str:
