@@ -82,9 +82,13 @@ def _python(session: nox.Session) -> str:
     return str(python)
 
 
+def _pip_index() -> list[str]:
+    """pip's options that choose where packages come from: OPGUIDE_WHEELHOUSE alone, if set."""
+    return ["--no-index", "--find-links", WHEELHOUSE] if WHEELHOUSE else []
+
+
 def _pip(session: nox.Session, *args: str, python: str = "python") -> None:
-    extra = ["--no-index", "--find-links", WHEELHOUSE] if WHEELHOUSE else []
-    session.run(python, "-m", "pip", "install", *extra, *args, external=True)
+    session.run(python, "-m", "pip", "install", *_pip_index(), *args, external=True)
 
 
 def _build_fingerprint(session: nox.Session, python: str) -> str:
@@ -129,42 +133,27 @@ FIRST_OPERATOR = ROOT / "first_operator"
 FIRST_OPERATOR_LOG = BUILD / "first_operator-install.log"
 
 
-def _start_compile(session: nox.Session, python: str) -> subprocess.Popen:
-    """Starts ``setup.py build_ext`` (objects in build/temp.*), its output in COMPILE_LOG."""
-    session.log(f"opguide: compiling the C++ extension in the background (log: {COMPILE_LOG})")
-    COMPILE_LOG.parent.mkdir(parents=True, exist_ok=True)
-    with COMPILE_LOG.open("w") as log:
+def _start(
+    session: nox.Session, what: str, command: list[str], log: pathlib.Path
+) -> subprocess.Popen:
+    """Starts ``command`` in the background for ``what``, its output in ``log``."""
+    session.log(f"{what}: started in the background (log: {log})")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
         return subprocess.Popen(
-            [python, "setup.py", "build_ext"],
+            command,
             cwd=ROOT,
             env={k: v for k, v in {**os.environ, **session.env}.items() if v is not None},
-            stdout=log,
+            stdout=out,
             stderr=subprocess.STDOUT,
         )
 
 
-def _start_first_operator(session: nox.Session, python: str) -> subprocess.Popen:
-    """Starts Part I's install (``pip install -e first_operator``), its output in a log."""
-    session.log(f"first_operator: installing in the background (log: {FIRST_OPERATOR_LOG})")
-    command = [python, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps"]
-    command += ["--no-index", "--find-links", WHEELHOUSE] if WHEELHOUSE else []
-    with FIRST_OPERATOR_LOG.open("w") as log:
-        return subprocess.Popen(
-            [*command, "-e", str(FIRST_OPERATOR)],
-            cwd=ROOT,
-            env={k: v for k, v in {**os.environ, **session.env}.items() if v is not None},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-
-
-def _wait_for_compile(
-    session: nox.Session, compiling: subprocess.Popen, log: pathlib.Path = COMPILE_LOG
-) -> None:
-    what = "opguide" if log == COMPILE_LOG else "first_operator"
-    if compiling.poll() is None:
+def _wait(session: nox.Session, what: str, process: subprocess.Popen, log: pathlib.Path) -> None:
+    """Waits for a process of :func:`_start`; fails the session with its log's end if it failed."""
+    if process.poll() is None:
         session.log(f"{what}: waiting for the compile")
-    if compiling.wait() != 0:
+    if process.wait() != 0:
         session.error(f"{what}: the compile failed:\n{log.read_text()[-6000:]}")
     session.log(f"{what}: compiled")
 
@@ -215,14 +204,21 @@ def _install(session: nox.Session, extra: str) -> str:
         # The compile (a minute or two on 2 cores) runs while pip installs the
         # extra's packages; the editable install after both then finds every
         # object up to date in build/ (setup.py's BuildInTree) and only links.
-        compiling = _start_compile(session, python)
+        # setup.py build_ext: the objects go to build/temp.*.
+        compiling = _start(session, "opguide", [python, "setup.py", "build_ext"], COMPILE_LOG)
         _pip(session, "-q", *_requirements(extra), python=python)
         # Part I's project, as its README installs it: one C++ file, a minute
         # on one core, compiled while opguide's compile keeps the other busy.
         # It starts once the pip above is done: one pip at a time in the venv.
-        first = _start_first_operator(session, python)
-        _wait_for_compile(session, compiling)
-        _wait_for_compile(session, first, FIRST_OPERATOR_LOG)
+        pip = [python, "-m", "pip", "install", *_pip_index(), "-q"]
+        first = _start(
+            session,
+            "first_operator",
+            [*pip, "--no-build-isolation", "--no-deps", "-e", str(FIRST_OPERATOR)],
+            FIRST_OPERATOR_LOG,
+        )
+        _wait(session, "opguide", compiling, COMPILE_LOG)
+        _wait(session, "first_operator", first, FIRST_OPERATOR_LOG)
         # No build isolation: the extension is compiled against the torch above.
         _pip(session, "-q", "--no-build-isolation", "--no-deps", "-e", ".", python=python)
         session.log(f"opguide: installed in {time.perf_counter() - start:.0f} s")
