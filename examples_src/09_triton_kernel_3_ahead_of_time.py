@@ -179,7 +179,7 @@ for target_name in ("sm_90", "gfx942"):
 #
 # .. literalinclude:: /../opguide/triton/aot_compile.py
 #    :language: python
-#    :pyobject: _compile_chunk
+#    :pyobject: _compile_one
 #
 # .. dropdown:: opguide/triton/aot_launches.py (what to compile, and each launch's key)
 #

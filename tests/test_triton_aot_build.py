@@ -240,3 +240,31 @@ def test_an_empty_table(tmp_path):
     cpp = aot.write_outputs(tmp_path, [], {})
     assert "artifact_count() { return 0; }" in cpp.read_text()
     assert json.loads((tmp_path / "manifest.json").read_text())["artifacts"] == []
+
+
+_ONE_PROCESS = """
+import os, sys
+from pathlib import Path
+
+import triton
+
+from opguide.triton import aot
+
+before = (dict(os.environ), triton.knobs.compilation.disable_line_info)
+todo = [la for la in aot.launches("sm_90", cols=[64], dtypes=["bfloat16"])
+        if la.kernel == "rms_norm_forward"][:1]
+compiled = aot.compile_launches(todo, Path(sys.argv[1]), jobs=1, log=lambda line: None)
+after = (dict(os.environ), triton.knobs.compilation.disable_line_info)
+print(len(compiled), before == after)
+"""
+
+
+def test_compiling_on_one_process_leaves_the_callers_settings(tmp_path):
+    # With --jobs 1 the compiles run in the calling process: the line-table
+    # setting they need is put back, and the environment is not touched.
+    done = subprocess.run(
+        [sys.executable, "-c", _ONE_PROCESS, str(tmp_path / "cache")],
+        capture_output=True, text=True, env=_child_env(), cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.split() == ["1", "True"]

@@ -8,6 +8,7 @@ which needs no GPU. :mod:`opguide.triton.aot` documents the route.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import os
@@ -110,51 +111,68 @@ def _cache_name(la: Launch, source_hash: str) -> str:
     return hashlib.sha256(f"{la.key}|{triton.__version__}|{source_hash}".encode()).hexdigest()[:32]
 
 
+@contextlib.contextmanager
+def _no_line_info():
+    """Compiles without line tables, then puts Triton's settings back as they were.
+
+    Line tables serve profilers' source views: they make images larger and
+    change no instruction. On one process the compiles run in the caller:
+    the knobs' ``scope`` restores the setting and its environment variable.
+    """
+    import triton
+
+    with triton.knobs.compilation.scope():
+        triton.knobs.compilation.disable_line_info = True
+        yield
+
+
 def _compile_chunk(chunk: list[tuple[Launch, str]], cache: str) -> list[str]:
     """Compiles each (launch, cache name) into ``cache``; returns the keys done."""
+    done = []
+    with _no_line_info():
+        for la, name in chunk:
+            _compile_one(la, Path(cache) / name)
+            done.append(la.key)
+    return done
+
+
+def _compile_one(la: Launch, stem: Path) -> None:
+    """Compiles ``la``; writes its image to ``stem.img`` and its metadata to ``stem.json``."""
     import triton
     from triton.compiler import ASTSource
 
-    os.environ["TRITON_INTERPRET"] = "0"  # a spawned worker imports triton afresh
-    # Line tables serve profilers' source views: they make images larger and change no instruction.
-    triton.knobs.compilation.disable_line_info = True
-    done = []
-    for la, name in chunk:
-        fn, signature, constexprs, attrs, options = compile_inputs(la)
-        gpu = target(la.target)
-        try:
-            compiled = triton.compile(
-                ASTSource(fn, signature, constexprs, attrs),
-                target=gpu.gpu_target(),
-                options=options,
-            )
-        except Exception as error:
-            raise RuntimeError(
-                f"opguide.triton.aot: compiling {la.key} failed: {type(error).__name__}: {error}"
-            ) from error
-        md = compiled.metadata
-        image = compiled.asm["cubin" if gpu.backend == "cuda" else "hsaco"]
-        # The C++ route passes null scratch pointers: a kernel that needs scratch cannot run.
-        scratch = (getattr(md, "global_scratch_size", 0), getattr(md, "profile_scratch_size", 0))
-        if any(scratch) or not image.startswith(_MAGIC_ELF):
-            raise RuntimeError(
-                f"opguide.triton.aot: {la.key} compiled to an image the C++ route cannot "
-                f"launch (scratch sizes {scratch}, image starts {image[:4]!r})"
-            )
-        meta = {
-            "key": la.key,
-            "target": la.target,
-            "function": md.name,
-            "num_warps": int(md.num_warps),
-            "threads_per_warp": int(getattr(md, "warp_size", gpu.warp_size)),
-            "shared": int(md.shared),
-            "launch_pdl": bool(getattr(md, "launch_pdl", False)),
-        }
-        folder = Path(cache)
-        _write(folder / f"{name}.img", image)
-        _write(folder / f"{name}.json", json.dumps(meta).encode())
-        done.append(la.key)
-    return done
+    fn, signature, constexprs, attrs, options = compile_inputs(la)
+    gpu = target(la.target)
+    try:
+        compiled = triton.compile(
+            ASTSource(fn, signature, constexprs, attrs),
+            target=gpu.gpu_target(),
+            options=options,
+        )
+    except Exception as error:
+        raise RuntimeError(
+            f"opguide.triton.aot: compiling {la.key} failed: {type(error).__name__}: {error}"
+        ) from error
+    md = compiled.metadata
+    image = compiled.asm["cubin" if gpu.backend == "cuda" else "hsaco"]
+    # The C++ route passes null scratch pointers: a kernel that needs scratch cannot run.
+    scratch = (getattr(md, "global_scratch_size", 0), getattr(md, "profile_scratch_size", 0))
+    if any(scratch) or not image.startswith(_MAGIC_ELF):
+        raise RuntimeError(
+            f"opguide.triton.aot: {la.key} compiled to an image the C++ route cannot "
+            f"launch (scratch sizes {scratch}, image starts {image[:4]!r})"
+        )
+    meta = {
+        "key": la.key,
+        "target": la.target,
+        "function": md.name,
+        "num_warps": int(md.num_warps),
+        "threads_per_warp": int(getattr(md, "warp_size", gpu.warp_size)),
+        "shared": int(md.shared),
+        "launch_pdl": bool(getattr(md, "launch_pdl", False)),
+    }
+    _write(stem.with_suffix(".img"), image)
+    _write(stem.with_suffix(".json"), json.dumps(meta).encode())
 
 
 def _write(path: Path, data: bytes) -> None:
