@@ -33,7 +33,6 @@ import glob
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 import sysconfig
 
@@ -144,20 +143,27 @@ def _want_cuda() -> bool:
     return True
 
 
+def _aot_build():
+    """opguide/triton/aot_build.py, read as a file, as the registry is."""
+    spec = importlib.util.spec_from_file_location(
+        "_opguide_aot_build", os.path.join(HERE, "opguide", "triton", "aot_build.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _triton_aot_targets() -> list[str]:
     """The targets of the Triton kernels compiled ahead of time (``OPGUIDE_TRITON_AOT``)."""
     named = os.environ.get("OPGUIDE_TRITON_AOT", "")
     if named:
         return [] if named == "0" else named.split(",")
-    variable = "PYTORCH_ROCM_ARCH" if torch.version.hip is not None else "TORCH_CUDA_ARCH_LIST"
-    archs = [a for a in os.environ.get(variable, "").replace(" ", ";").split(";") if a]
-    if torch.version.hip is not None:  # "gfx90a;gfx942:xnack-" -> gfx90a, gfx942
-        archs = [a.split(":")[0] for a in archs]
-    else:  # "8.0;9.0+PTX" -> sm_80, sm_90; "9.0a" runs on the same GPUs as "9.0"
-        archs = ["sm_" + a.split("+")[0].rstrip("af").replace(".", "") for a in archs]
+    rocm = torch.version.hip is not None
+    variable = "PYTORCH_ROCM_ARCH" if rocm else "TORCH_CUDA_ARCH_LIST"
+    archs = _aot_build().arch_targets(os.environ.get(variable, ""), rocm)
     if not archs and torch.cuda.is_available():  # torch builds for the visible GPUs
         devices = range(torch.cuda.device_count())
-        if torch.version.hip is not None:
+        if rocm:
             archs = [torch.cuda.get_device_properties(i).gcnArchName.split(":")[0] for i in devices]
         else:
             archs = ["sm_{}{}".format(*torch.cuda.get_device_capability(i)) for i in devices]
@@ -168,38 +174,12 @@ def triton_aot(out: str) -> str:
     """Compiles the Triton kernels for the build's targets into ``out``; the table's C++ file.
 
     Targets that ``opguide/triton/aot.py`` has no device model for are left
-    out, unless ``OPGUIDE_TRITON_AOT`` names them; without triton the table is empty.
+    out, unless ``OPGUIDE_TRITON_AOT`` names them; without triton the table is
+    empty (``opguide/triton/aot_build.py`` says why).
     """
-    targets = _triton_aot_targets()
-    try:
-        import triton  # noqa: F401
-    except Exception as error:  # not installed, or does not load: the JIT route is off too
-        print(f"setup.py: no Triton kernels compiled ahead of time: {error}")
-        targets = []
-    if targets and os.name == "nt":
-        print("setup.py: no Triton kernels compiled ahead of time: the table's .incbin needs GCC")
-        targets = []
-    # opguide/__init__.py loads the extension this build makes, and
-    # opguide/triton/__init__.py the operators: the child imports
-    # opguide.triton.aot through stand-in packages that only name the folders.
-    packages = os.path.join(out, "packages")
-    stand_ins = {
-        "opguide": [os.path.join(packages, "opguide"), os.path.join(HERE, "opguide")],
-        os.path.join("opguide", "triton"): [os.path.join(HERE, "opguide", "triton")],
-    }
-    for package, folders in stand_ins.items():
-        os.makedirs(os.path.join(packages, package), exist_ok=True)
-        with open(os.path.join(packages, package, "__init__.py"), "w") as f:
-            f.write(f"__path__ = {folders!r}\n")
-    command = [sys.executable, "-m", "opguide.triton.aot", "--targets", ",".join(targets)]
-    command += ["--out", out] + ([] if os.environ.get("OPGUIDE_TRITON_AOT") else ["--skip-unknown"])
-    command += ["--jobs", os.environ["MAX_JOBS"]] if os.environ.get("MAX_JOBS") else []
-    path = os.pathsep.join(p for p in (packages, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "TRITON_INTERPRET": "0"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, said: no warning
-    if subprocess.run(command, env=env, cwd=packages).returncode != 0:
-        raise SystemExit("setup.py: compiling the Triton kernels ahead of time failed")
-    return os.path.relpath(os.path.join(out, "triton_aot_artifacts.cpp"), HERE)
+    named = bool(os.environ.get("OPGUIDE_TRITON_AOT"))
+    cpp = _aot_build().compile_table(_triton_aot_targets(), out, skip_unknown=not named)
+    return os.path.relpath(cpp, HERE)
 
 
 def make_extension():

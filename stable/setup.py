@@ -15,12 +15,19 @@ Environment switches:
     torch has CUDA and a toolkit is found.
 ``TORCH_CUDA_ARCH_LIST``
     GPU architectures; with no GPU visible and none given, ``8.0;9.0+PTX``.
+``OPGUIDE_TRITON_AOT``
+    The GPUs a CUDA build compiles opguide's Triton RMSNorm forward for,
+    ahead of time, into ``opguide_stable::rms_norm_triton_aot``
+    (``csrc/rms_norm_triton_aot.cu``): ``sm_90,sm_80`` names them, ``0``
+    compiles none; unset, those of ``TORCH_CUDA_ARCH_LIST``. It needs triton
+    at build time only.
 
 Build against the torch you have: ``pip wheel --no-build-isolation --no-deps .``
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -37,6 +44,10 @@ TARGET = (2, 11)
 TORCH_TARGET_VERSION = f"0x{TARGET[0]:02x}{TARGET[1]:02x}000000000000"
 # The device code is the torch-free header of the guide's step 3.
 MINIMAL = os.path.join(HERE, os.pardir, "csrc", "minimal")
+# opguide's C++ folders: the launcher of Triton kernels compiled ahead of
+# time, torch-free, is triton_aot/ there.
+OPGUIDE_CSRC = os.path.join(os.path.dirname(HERE), "csrc")
+AOT_OUT = os.path.join(HERE, "build", "triton_aot")
 DEFAULT_ARCH_LIST = "8.0;9.0+PTX"
 
 
@@ -86,9 +97,40 @@ def _want_cuda() -> bool:
     return not problems
 
 
+def _triton_aot() -> tuple[list[str], list[str]]:
+    """The Triton forward compiled ahead of time for the build's GPUs: (sources, targets).
+
+    Sources: the table of kernels (``opguide/triton/aot_build.py`` compiles
+    it), opguide's launcher and this library's operator; none where no
+    kernel was compiled (``OPGUIDE_TRITON_AOT=0``, no target Triton knows,
+    no triton installed).
+    """
+    named = os.environ.get("OPGUIDE_TRITON_AOT", "")
+    spec = importlib.util.spec_from_file_location(
+        "_opguide_aot_build", os.path.join(HERE, os.pardir, "opguide", "triton", "aot_build.py")
+    )
+    aot_build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(aot_build)
+    if named == "0":
+        return [], []
+    archs = os.environ["TORCH_CUDA_ARCH_LIST"]
+    targets = named.split(",") if named else aot_build.arch_targets(archs)
+    table = aot_build.compile_table(targets, AOT_OUT, ["--inference"], skip_unknown=not named)
+    with open(os.path.join(AOT_OUT, "manifest.json")) as f:
+        manifest = json.load(f)
+    if not manifest["artifacts"]:
+        return [], []
+    # setuptools takes sources by paths inside this folder: the launcher is
+    # included by csrc/triton_aot_launch.cu.
+    sources = [os.path.relpath(table, HERE), "csrc/triton_aot_launch.cu"]
+    sources.append("csrc/rms_norm_triton_aot.cu")
+    return sources, sorted({a["target"] for a in manifest["artifacts"]})
+
+
 def make_extension() -> CppExtension:
     use_cuda = _want_cuda()
     defines = [f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"]
+    aot_targets: list[str] = []
     sources = ["csrc/rms_norm.cpp"]
     extra = {"cxx": ["-O3", *defines]}
     kwargs = {}
@@ -96,8 +138,13 @@ def make_extension() -> CppExtension:
         if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
             os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_ARCH_LIST
         sources.append("csrc/rms_norm_cuda.cu")
-        # USE_CUDA declares the shim's CUDA functions (the current stream).
+        aot_sources, aot_targets = _triton_aot()
+        sources += aot_sources
+        # USE_CUDA declares the shim's CUDA functions (the current stream);
+        # OPGUIDE_STABLE_ABI gives the launcher the stable error check
+        # (csrc/triton_aot/check.h).
         extra["nvcc"] = ["-O3", "-DUSE_CUDA", *defines]
+        extra["nvcc"] += ["-DOPGUIDE_STABLE_ABI"] if aot_sources else []
         # The current-stream call lives in libtorch_cuda, which libtorch.so pulls
         # in on a CUDA torch: keep libtorch.so as a dependency even though the
         # linker finds none of its symbols when the build's torch has no CUDA.
@@ -117,6 +164,8 @@ def make_extension() -> CppExtension:
         "torch": torch.__version__,
         "target_version": f"{TARGET[0]}.{TARGET[1]}",
         "cuda_kernel": use_cuda,
+        # The GPUs whose Triton forward is compiled in (rms_norm_triton_aot).
+        "triton_aot": aot_targets,
         "python": sys.version.split()[0],
     }
     with open(os.path.join(HERE, "opguide_stable", "_build_info.json"), "w") as f:
@@ -126,7 +175,7 @@ def make_extension() -> CppExtension:
     return CppExtension(
         name="opguide_stable._C",
         sources=sources,
-        include_dirs=[os.path.join(HERE, "csrc"), MINIMAL],
+        include_dirs=[os.path.join(HERE, "csrc"), MINIMAL, OPGUIDE_CSRC],
         extra_compile_args=extra,
         py_limited_api=True,
         **kwargs,

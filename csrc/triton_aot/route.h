@@ -15,6 +15,14 @@
 
 namespace opguide::triton_aot {
 
+// Why a call takes another route: `kind` names the reason for the warning that
+// is given once per kind (a short stable word: "target", "artifact", "rows",
+// ...), `message` says it in a sentence, with the values of this call.
+struct Fallback {
+  const char* kind;
+  std::string message;
+};
+
 // What the plans and the keys read of a GPU.
 struct Device {
   std::string target;      // "sm_90"; on AMD the gcnArchName before ':'

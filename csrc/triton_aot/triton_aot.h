@@ -8,20 +8,13 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <string>
 #include <tuple>
+
+#include "route.h"  // Fallback
 
 namespace opguide::triton_aot {
 
 using Pair = std::tuple<at::Tensor, at::Tensor>;
-
-// Why a call takes the JIT route: `kind` names the reason for the warning that
-// is given once per kind (a short stable word: "target", "artifact", "rows",
-// ...), `message` says it in a sentence, with the values of this call.
-struct Fallback {
-  const char* kind;
-  std::string message;
-};
 
 // The JIT route's operators, called through the dispatcher after a warning
 // (once per kind of reason, or every time under torch.set_warn_always(True))

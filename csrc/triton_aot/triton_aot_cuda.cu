@@ -30,10 +30,6 @@
 namespace opguide::triton_aot {
 namespace {
 
-// Triton passes M and P as i32 below 2**31 (and compiles an i64 variant
-// above, which the table does not hold).
-constexpr int64_t kMaxI32 = std::numeric_limits<int32_t>::max();
-
 // The key's word for a dtype the kernels take; nullptr for others.
 const char* dtype_word(at::ScalarType t) {
   switch (t) {
@@ -52,57 +48,16 @@ const char* dtype_word(at::ScalarType t) {
 // Plans: the kernels one call launches, or why none fits. The launches below
 // and the check operator at the end of this file share them.
 
-struct ForwardPlan {
-  Registers cfg{};
-  std::string key;
-  int64_t artifact = -1;
-};
-
 struct BackwardPlan {
   Registers cfg{};
   std::string key, sum_key;  // sum_key empty: grad_weight written by the one program
   int64_t artifact = -1, sum_artifact = -1;
 };
 
-// Where every direction needs the JIT route before it plans: a dtype the
-// kernels do not take, rows Triton would pass as i64, a runtime without the
-// library API.
-bool before_plan(at::ScalarType dtype, int64_t rows, Fallback* why) {
-  if (dtype_word(dtype) == nullptr) {
-    *why = {"dtype",
-            "x is " + dtype_name(dtype) +
-                ", and the kernels compiled ahead of time take float32, float16 and "
-                "bfloat16"};
-    return true;
-  }
-  if (rows > kMaxI32) {
-    *why = {"rows",
-            "x has " + std::to_string(rows) +
-                " rows, and the kernels compiled ahead of time take fewer than 2**31"};
-    return true;
-  }
-  if (!can_launch()) {
-    *why = {"runtime",
-            "this build's CUDA runtime predates 12.4, whose library API loads the "
-            "kernels compiled ahead of time"};
-    return true;
-  }
-  return false;
-}
-
-bool plan_forward(at::ScalarType dtype, int64_t itemsize, int64_t rows, int64_t cols,
-                  bool store_inv, const DeviceInfo& d, ForwardPlan* plan,
-                  Fallback* why) {
-  if (!forward_registers(rows, cols, itemsize, &plan->cfg)) {
-    *why = {"long", "rows of " + std::to_string(cols) +
-                        " elements are longer than the " +
-                        std::to_string(kMaxRegisterRow) +
-                        " that the forward compiled ahead of time keeps in registers"};
-    return false;
-  }
-  plan->key = forward_key(d, dtype_word(dtype), plan->cfg, store_inv, cols);
-  plan->artifact = find(plan->key, d, why);
-  return plan->artifact >= 0;
+// Where every direction needs the JIT route before it plans: before_plan of
+// triton_aot_launch.h for x's dtype.
+bool needs_jit(at::ScalarType dtype, int64_t rows, Fallback* why) {
+  return before_plan(dtype_word(dtype), dtype_name(dtype), rows, why);
 }
 
 bool plan_backward(at::ScalarType dtype, int64_t itemsize, int64_t rows, int64_t cols,
@@ -124,27 +79,6 @@ bool plan_backward(at::ScalarType dtype, int64_t itemsize, int64_t rows, int64_t
   return plan->sum_key.empty() || plan->sum_artifact >= 0;
 }
 
-bool aligned16(const at::Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0;
-}
-
-// The artifacts assume 16-byte aligned pointers (tt.divisibility 16), as
-// Triton's JIT specialises them; a view at an offset takes the JIT route.
-bool misaligned(
-    std::initializer_list<std::pair<const char*, const at::Tensor*>> tensors,
-    Fallback* why) {
-  for (const auto& [name, t] : tensors) {
-    if (!aligned16(*t)) {
-      *why = {"aligned",
-              std::string(name) +
-                  " does not start on a 16-byte boundary (a view at an offset), and "
-                  "the kernels compiled ahead of time assume it does"};
-      return true;
-    }
-  }
-  return false;
-}
-
 // ---------------------------------------------------------------------------
 // Forward.
 
@@ -155,7 +89,7 @@ bool forward_aot(const at::Tensor& x, const at::Tensor& weight, double eps,
                  Fallback* why) {
   const int64_t cols = x.size(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-  if (before_plan(x.scalar_type(), rows, why)) return false;
+  if (needs_jit(x.scalar_type(), rows, why)) return false;
   const c10::cuda::CUDAGuard device_guard(x.device());
   const auto outputs = [&] {
     *y_out =
@@ -173,35 +107,19 @@ bool forward_aot(const at::Tensor& x, const at::Tensor& weight, double eps,
   }
   const at::Tensor xc = x.contiguous();
   const at::Tensor wc = weight.contiguous();
-  if (misaligned({{"x", &xc}, {"weight", &wc}}, why)) return false;
+  if (misaligned({{"x", xc.const_data_ptr()}, {"weight", wc.const_data_ptr()}}, why)) {
+    return false;
+  }
   const int device = static_cast<int>(x.get_device());
   ForwardPlan plan;
-  if (!plan_forward(x.scalar_type(), x.element_size(), rows, cols, store_inv,
+  if (!plan_forward(dtype_word(x.scalar_type()), x.element_size(), rows, cols, store_inv,
                     device_info(device), &plan, why)) {
     return false;
   }
   outputs();
-  const at::Tensor& y = *y_out;
-  const at::Tensor& inv_rms = *inv_out;
-  // _rms_norm_forward_kernel(x_ptr, w_ptr, y_ptr, inv_rms_ptr, M, N, eps):
-  // without inv_rms the JIT route passes y, which the kernel does not write.
-  void* x_ptr = const_cast<void*>(xc.const_data_ptr());
-  void* w_ptr = const_cast<void*>(wc.const_data_ptr());
-  void* y_ptr = y.mutable_data_ptr();
-  void* inv_ptr = store_inv ? inv_rms.mutable_data_ptr() : y_ptr;
-  int32_t m = static_cast<int32_t>(rows);
-  int32_t n = static_cast<int32_t>(cols);
-  float eps32 =
-      static_cast<float>(eps);  // Triton's fp32 argument, rounded as its launcher does
-  void* global_scratch = nullptr;
-  void* profile_scratch = nullptr;
-  void* with_n[] = {&x_ptr, &w_ptr, &y_ptr,          &inv_ptr,        &m,
-                    &n,     &eps32, &global_scratch, &profile_scratch};
-  // N == 1 is a constexpr of the compiled kernel, not an argument.
-  void* without_n[] = {&x_ptr, &w_ptr, &y_ptr,          &inv_ptr,
-                       &m,     &eps32, &global_scratch, &profile_scratch};
-  launch(
-      plan.artifact, device, cdiv(rows, plan.cfg.rows), cols == 1 ? without_n : with_n,
+  launch_forward(
+      plan, device, xc.const_data_ptr(), wc.const_data_ptr(), y_out->mutable_data_ptr(),
+      store_inv ? inv_out->mutable_data_ptr() : nullptr, rows, cols, eps,
       c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
   return true;
 }
@@ -237,7 +155,7 @@ bool backward_aot(const at::Tensor& grad_y, const at::Tensor& x,
                   Fallback* why) {
   const int64_t cols = x.size(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-  if (before_plan(x.scalar_type(), rows, why)) return false;
+  if (needs_jit(x.scalar_type(), rows, why)) return false;
   const c10::cuda::CUDAGuard device_guard(x.device());
   const auto like_x = [&] {
     return at::empty(x.sizes(),
@@ -252,7 +170,10 @@ bool backward_aot(const at::Tensor& grad_y, const at::Tensor& x,
   const at::Tensor gc = grad_y.contiguous();
   const at::Tensor rc = inv_rms.contiguous();
   const at::Tensor wc = weight.contiguous();
-  if (misaligned({{"grad_y", &gc}, {"x", &xc}, {"weight", &wc}, {"inv_rms", &rc}},
+  if (misaligned({{"grad_y", gc.const_data_ptr()},
+                  {"x", xc.const_data_ptr()},
+                  {"weight", wc.const_data_ptr()},
+                  {"inv_rms", rc.const_data_ptr()}},
                  why)) {
     return false;
   }
@@ -350,7 +271,7 @@ std::vector<std::string> triton_aot_route(const std::string& direction,
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   const DeviceInfo& d = device_info(static_cast<int>(x.get_device()));
   Fallback why;
-  if (before_plan(x.scalar_type(), rows, &why)) return {"fallback", why.message};
+  if (needs_jit(x.scalar_type(), rows, &why)) return {"fallback", why.message};
   std::vector<std::string> out;
   const auto add = [&](const std::string& key) {
     out.push_back(key);
@@ -365,8 +286,8 @@ std::vector<std::string> triton_aot_route(const std::string& direction,
     if (!plan.sum_key.empty()) add(plan.sum_key);
   } else {
     ForwardPlan plan;
-    plan_forward(x.scalar_type(), x.element_size(), rows, cols, direction == "forward",
-                 d, &plan, &why);
+    plan_forward(dtype_word(x.scalar_type()), x.element_size(), rows, cols,
+                 direction == "forward", d, &plan, &why);
     if (plan.key.empty()) return {"fallback", why.message};
     add(plan.key);
   }

@@ -1,6 +1,7 @@
 // Loading and launching the Triton kernels compiled ahead of time, on CUDA
-// (and on ROCm after hipify), for the operators of triton_aot_cuda.cu
-// (declared in triton_aot_launch.h): the GPU's properties the plans read,
+// (and on ROCm after hipify), for the operators of triton_aot_cuda.cu and of
+// the stable-ABI library (declared in triton_aot_launch.h; torch-free but for
+// the error check of check.h): the GPU's properties the plans read,
 // the build's table (artifacts.h) indexed by key, each artifact's image
 // loaded once, and each launch made as Triton's own launcher makes it
 // (backends/nvidia/driver.c: the non-constexpr arguments in order, then the
@@ -8,8 +9,6 @@
 // uses scratch; block = threads_per_warp * num_warps; dynamic shared memory =
 // Triton's "shared"; programmatic stream serialisation where it was compiled
 // with launch_pdl).
-#include <c10/util/Exception.h>
-
 #if defined(USE_ROCM)
 #include <hip/hip_runtime.h>
 #else
@@ -21,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +29,7 @@
 #include <unordered_set>
 
 #include "artifacts.h"
+#include "check.h"
 #include "triton_aot_launch.h"
 
 // The CUDA runtime's library API (cudaLibraryLoadData, cudaLibraryGetKernel,
@@ -120,7 +121,7 @@ void check(RtError err, const char* call, const Artifact& a, int device) {
 #else
   (void)cudaGetLastError();
 #endif
-  TORCH_CHECK(false, "rms_norm_triton_aot: ", call,
+  OPGUIDE_AOT_CHECK(false, "rms_norm_triton_aot: ", call,
               " failed for the kernel compiled ahead of time ", a.key, " (symbol ",
               a.function, ", ", a.image_size, " bytes) on cuda:", device, ": ",
               error_name(err), ": ", error_string(err));
@@ -233,7 +234,7 @@ void launch_on(int64_t index, int device, int64_t grid, void** args,
 const DeviceInfo& device_info(int device) {
   static std::array<std::atomic<const DeviceInfo*>, kMaxDevices> infos{};
   static std::mutex mutex;
-  TORCH_CHECK(device >= 0 && device < kMaxDevices, "rms_norm_triton_aot: device index ",
+  OPGUIDE_AOT_CHECK(device >= 0 && device < kMaxDevices, "rms_norm_triton_aot: device index ",
               device, " is beyond the ", kMaxDevices, " this build's cache holds");
   if (const DeviceInfo* info = infos[device].load(std::memory_order_acquire))
     return *info;
@@ -242,7 +243,7 @@ const DeviceInfo& device_info(int device) {
     return *info;
   cudaDeviceProp prop;
   const cudaError_t err = cudaGetDeviceProperties(&prop, device);
-  TORCH_CHECK(err == cudaSuccess, "rms_norm_triton_aot: cudaGetDeviceProperties(",
+  OPGUIDE_AOT_CHECK(err == cudaSuccess, "rms_norm_triton_aot: cudaGetDeviceProperties(",
               device, ") failed: ", cudaGetErrorString(err));
   auto* info = new DeviceInfo();  // kept for the life of the process
 #if defined(USE_ROCM)
@@ -302,10 +303,89 @@ void launch(int64_t index, int device, int64_t grid, void** args, void* stream) 
 }
 #else
 void launch(int64_t, int, int64_t, void**, void*) {
-  TORCH_CHECK(
+  OPGUIDE_AOT_CHECK(
       false,
       "rms_norm_triton_aot: this build cannot launch kernels compiled ahead of time");
 }
 #endif
+
+
+// ---------------------------------------------------------------------------
+// Planning and launching a forward, for both libraries' operators.
+
+bool before_plan(const char* dtype, const std::string& dtype_label, int64_t rows,
+                 Fallback* why) {
+  if (dtype == nullptr) {
+    *why = {"dtype", "x is " + dtype_label +
+                         ", and the kernels compiled ahead of time take float32, "
+                         "float16 and bfloat16"};
+    return true;
+  }
+  if (rows > std::numeric_limits<int32_t>::max()) {
+    *why = {"rows",
+            "x has " + std::to_string(rows) +
+                " rows, and the kernels compiled ahead of time take fewer than 2**31"};
+    return true;
+  }
+  if (!can_launch()) {
+    *why = {"runtime",
+            "this build's CUDA runtime predates 12.4, whose library API loads the "
+            "kernels compiled ahead of time"};
+    return true;
+  }
+  return false;
+}
+
+bool misaligned(std::initializer_list<std::pair<const char*, const void*>> pointers,
+                Fallback* why) {
+  for (const auto& [name, pointer] : pointers) {
+    if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0) {
+      *why = {"aligned",
+              std::string(name) +
+                  " does not start on a 16-byte boundary (a view at an offset), and "
+                  "the kernels compiled ahead of time assume it does"};
+      return true;
+    }
+  }
+  return false;
+}
+
+bool plan_forward(const char* dtype, int64_t itemsize, int64_t rows, int64_t cols,
+                  bool store_inv, const DeviceInfo& d, ForwardPlan* plan, Fallback* why) {
+  if (!forward_registers(rows, cols, itemsize, &plan->cfg)) {
+    *why = {"long", "rows of " + std::to_string(cols) +
+                        " elements are longer than the " +
+                        std::to_string(kMaxRegisterRow) +
+                        " that the forward compiled ahead of time keeps in registers"};
+    return false;
+  }
+  plan->key = forward_key(d, dtype, plan->cfg, store_inv, cols);
+  plan->artifact = find(plan->key, d, why);
+  return plan->artifact >= 0;
+}
+
+void launch_forward(const ForwardPlan& plan, int device, const void* x, const void* w,
+                    void* y, void* inv_rms, int64_t rows, int64_t cols, double eps,
+                    void* stream) {
+  // The JIT route passes y for inv_rms when it does not keep it: the kernel
+  // compiled with STORE_INV=0 does not write it.
+  void* x_ptr = const_cast<void*>(x);
+  void* w_ptr = const_cast<void*>(w);
+  void* y_ptr = y;
+  void* inv_ptr = inv_rms != nullptr ? inv_rms : y;
+  int32_t m = static_cast<int32_t>(rows);
+  int32_t n = static_cast<int32_t>(cols);
+  // Triton's fp32 argument, rounded as its launcher rounds it.
+  float eps32 = static_cast<float>(eps);
+  void* global_scratch = nullptr;
+  void* profile_scratch = nullptr;
+  void* with_n[] = {&x_ptr, &w_ptr, &y_ptr,          &inv_ptr,        &m,
+                    &n,     &eps32, &global_scratch, &profile_scratch};
+  // N == 1 is a constexpr of the compiled kernel, not an argument.
+  void* without_n[] = {&x_ptr, &w_ptr, &y_ptr,          &inv_ptr,
+                       &m,     &eps32, &global_scratch, &profile_scratch};
+  launch(plan.artifact, device, cdiv(rows, plan.cfg.rows), cols == 1 ? without_n : with_n,
+         stream);
+}
 
 }  // namespace opguide::triton_aot

@@ -1,13 +1,17 @@
 // Loading and launching the Triton kernels compiled ahead of time (defined in
-// triton_aot_launch.cu; CUDA and ROCm builds only), for the operators of
-// triton_aot_cuda.cu.
+// triton_aot_launch.cu; CUDA and ROCm builds only). Torch-free, so that two
+// libraries compile it: opguide's operators (triton_aot_cuda.cu) and the
+// stable-ABI library's (stable/csrc/rms_norm_triton_aot.cu). Each passes its
+// tensors' pointers and its current stream.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
+#include "plan.h"
 #include "route.h"
-#include "triton_aot.h"
 
 namespace opguide::triton_aot {
 
@@ -35,5 +39,40 @@ int64_t find(const std::string& key, const DeviceInfo& d, Fallback* why);
 // `args`; the image is loaded on the first launch. Errors name the runtime
 // call and the artifact's key.
 void launch(int64_t index, int device, int64_t grid, void** args, void* stream);
+
+// Where every direction needs another route before it plans: a dtype the
+// kernels do not take (`dtype` is the key's word, "fp32", "fp16" or "bf16",
+// or nullptr; `dtype_label` names it in the message), 2**31 rows or more
+// (Triton passes M as i32 below that), a runtime without the library API.
+bool before_plan(const char* dtype, const std::string& dtype_label, int64_t rows,
+                 Fallback* why);
+
+// Whether a pointer does not start on a 16-byte boundary (a view at an
+// offset): the artifacts assume it does (tt.divisibility 16), as Triton's
+// JIT specialises them. Each pointer comes with its argument's name.
+bool misaligned(std::initializer_list<std::pair<const char*, const void*>> pointers,
+                Fallback* why);
+
+// The forward kernel one call launches: its Registers plan, key and index in
+// the table.
+struct ForwardPlan {
+  Registers cfg{};
+  std::string key;
+  int64_t artifact = -1;
+};
+
+// Plans a forward of `rows` rows of `cols` elements (STORE_INV: the training
+// forward, which writes inv_rms) as the JIT route does; false, with why,
+// where the rows are longer than the Registers plans hold or the table has
+// no artifact for the plan.
+bool plan_forward(const char* dtype, int64_t itemsize, int64_t rows, int64_t cols,
+                  bool store_inv, const DeviceInfo& d, ForwardPlan* plan, Fallback* why);
+
+// Launches `plan` on dense rows: _rms_norm_forward_kernel(x, w, y, inv_rms,
+// M, N, eps). `inv_rms` is null for the inference forward (whose kernel
+// does not write it); `stream` as launch()'s.
+void launch_forward(const ForwardPlan& plan, int device, const void* x, const void* w,
+                    void* y, void* inv_rms, int64_t rows, int64_t cols, double eps,
+                    void* stream);
 
 }  // namespace opguide::triton_aot

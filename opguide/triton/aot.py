@@ -204,6 +204,7 @@ def build(
     jobs: int | None = None,
     cache: Path | str | None = None,
     log=print,
+    inference: bool = False,
 ) -> Path:
     """Compiles every launch of ``targets`` and writes the outputs into ``out``.
 
@@ -216,6 +217,8 @@ def build(
         jobs: processes that compile at once (default: the CPU count).
         cache: the folder of compiled images (default: ``out/cache``).
         log: where the progress lines go.
+        inference: only the inference forward (``rms_norm_forward`` with
+            ``STORE_INV=0``), for a library without training operators.
 
     Returns:
         The path of the generated ``triton_aot_artifacts.cpp``.
@@ -229,6 +232,8 @@ def build(
     todo = []
     for t in targets:
         found = [la for la in launches(t, cols, dtypes) if not kernels or la.kernel in kernels]
+        if inference:
+            found = [la for la in found if dict(la.constexprs).get("STORE_INV") == 0]
         counts = ", ".join(f"{k} {sum(la.kernel == k for la in found)}" for k in KERNELS)
         log(f"triton aot {t}: {len(found)} launches ({counts})")
         todo += found
@@ -253,6 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--skip-unknown", action="store_true", help="leave out targets without a device model"
     )
+    parser.add_argument(
+        "--inference", action="store_true", help="only the inference forward (STORE_INV=0)"
+    )
     args = parser.parse_args(argv)
     targets = [t for t in args.targets.split(",") if t]
     unknown = [t for t in targets if t not in SHARED_MEMORY_OPTIN]
@@ -265,7 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     dtypes = tuple(args.dtypes.split(",")) if args.dtypes else tuple(DTYPES)
     for d in dtypes:
         _dtype_name(d)
-    cpp = build(targets, args.out, args.only, cols, dtypes, args.jobs, args.cache)
+    cpp = build(
+        targets, args.out, args.only, cols, dtypes, args.jobs, args.cache, inference=args.inference
+    )
     print(f"triton aot: wrote {cpp}")
     return 0
 

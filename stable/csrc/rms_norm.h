@@ -30,4 +30,12 @@ inline void check_arguments(const torch::stable::Tensor& x, const torch::stable:
                   "rms_norm: weight must have shape (N,) for x of shape (..., N)");
 }
 
+// The library's kernels (rms_norm.cpp, rms_norm_cuda.cu), which the Triton
+// operator of a CUDA build (rms_norm_triton_aot.cu) runs where none of its
+// kernels fits.
+torch::stable::Tensor rms_norm_cpu(const torch::stable::Tensor& x,
+                                   const torch::stable::Tensor& weight, double eps);
+torch::stable::Tensor rms_norm_cuda(const torch::stable::Tensor& x,
+                                    const torch::stable::Tensor& weight, double eps);
+
 }  // namespace opguide_stable

@@ -93,3 +93,106 @@ def test_second_gpu_while_current_is_first():
     y = opguide_stable.rms_norm(x, w)
     assert y.device == x.device
     torch.testing.assert_close(y, reference(x, w, 1e-6))
+
+
+# -- the Triton forward compiled ahead of time (CUDA builds with triton at build time) --
+
+needs_aot = pytest.mark.skipif(
+    not (opguide_stable.TRITON_AOT and torch.cuda.is_available()),
+    reason="needs a GPU and a build with the Triton kernels compiled ahead of time",
+)
+
+
+def test_triton_backend_needs_the_kernels_or_says_so():
+    x = torch.randn(4, 8)
+    w = torch.randn(8)
+    with pytest.raises(ValueError, match="backend must be 'cpp' or 'triton'"):
+        opguide_stable.rms_norm(x, w, backend="cuda")
+    if not opguide_stable.TRITON_AOT:
+        assert not opguide_stable.BUILD_INFO.get("triton_aot")
+        with pytest.raises(RuntimeError, match="compiled the Triton kernels ahead of time"):
+            opguide_stable.rms_norm(x, w, backend="triton")
+
+
+@needs_aot
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(4, 8), (3, 5, 257), (1, 4096), (2, 4104), (7, 16384), (0, 16), (5, 1)], ids=str
+)
+def test_triton_kernel_matches_reference(dtype, shape, recwarn):
+    torch.manual_seed(0)
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    w = torch.randn(shape[-1], device="cuda", dtype=dtype)
+    y = opguide_stable.rms_norm(x, w, 1e-6, backend="triton")
+    assert y.shape == x.shape and y.dtype == x.dtype and y.device == x.device
+    torch.testing.assert_close(y, reference(x, w, 1e-6), **TOLERANCES[dtype])
+    # Every row length up to 16384 of these dtypes has its compiled kernel: no fallback.
+    assert not [r for r in recwarn if "rms_norm_triton_aot" in str(r.message)]
+
+
+@needs_aot
+def test_triton_kernel_runs_on_the_current_stream():
+    x = torch.randn(64, 1024, device="cuda")
+    w = torch.randn(1024, device="cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        y = opguide_stable.rms_norm(x, w, backend="triton")
+    stream.synchronize()
+    torch.testing.assert_close(y, reference(x, w, 1e-6))
+
+
+@needs_aot
+def test_triton_opcheck():
+    x = torch.randn(8, 256, device="cuda")
+    w = torch.randn(256, device="cuda")
+    torch.library.opcheck(torch.ops.opguide_stable.rms_norm_triton_aot.default, (x, w, 1e-6))
+
+
+@needs_aot
+def test_triton_kernel_was_compiled_for_this_gpu():
+    major, minor = torch.cuda.get_device_capability()
+    assert f"sm_{major}{minor}" in opguide_stable.BUILD_INFO["triton_aot"]
+
+
+# Each reason is told once per process: one fresh process sees each once.
+_FALLBACKS = """
+import warnings, torch, opguide_stable
+
+def ref(x, w):
+    xa = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    inv_rms = torch.rsqrt(xa.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return (xa * inv_rms * w.to(xa.dtype)).to(x.dtype)
+
+cases = {
+    "long": torch.randn(3, 20000, device="cuda"),
+    "dtype": torch.randn(3, 64, device="cuda", dtype=torch.float64),
+    "aligned": torch.randn(3 * 64 + 1, device="cuda")[1:].view(3, 64),
+    "cpu": torch.randn(3, 64),
+}
+for kind, x in cases.items():
+    w = torch.randn(x.shape[-1], device=x.device, dtype=x.dtype)
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = opguide_stable.rms_norm(x, w, backend="triton")
+        torch.testing.assert_close(y, ref(x, w))
+        print(kind, len(caught), caught[0].message if caught else "")
+"""
+
+
+@needs_aot
+def test_calls_no_kernel_fits_run_the_librarys_kernel_and_say_why():
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _FALLBACKS], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    said = {line.split()[0]: line for line in lines[0::2]}
+    again = {line.split()[0]: int(line.split()[1]) for line in lines[1::2]}
+    assert "longer than the 16384" in said["long"] and "CUDA kernel runs" in said["long"]
+    assert "float64" in said["dtype"]
+    assert "16-byte boundary" in said["aligned"]
+    assert "x is on cpu" in said["cpu"] and "CPU kernel runs" in said["cpu"]
+    assert all(line.split()[1] == "1" for line in lines[0::2])
+    assert again == {"long": 0, "dtype": 0, "aligned": 0, "cpu": 0}
