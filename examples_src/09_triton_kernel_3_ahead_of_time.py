@@ -44,7 +44,9 @@ What the ahead-of-time route changes
 
 :func:`opguide.rms_norm` with ``backend="triton"`` calls step 9's JIT
 operators. The operators of this step are called directly, as
-``torch.ops.opguide.rms_norm_triton_aot(x, weight, eps)``.
+``torch.ops.opguide.rms_norm_triton_aot(x, weight, eps)``. The launcher is
+torch-free, so the stable-ABI wheel of :doc:`step 15
+<15_one_wheel_for_every_torch>` ships the same forward.
 """
 
 # %%
@@ -412,6 +414,16 @@ print(
 # .. literalinclude:: /../setup.py
 #    :language: python
 #    :pyobject: triton_aot
+#
+# The compile runs before the extension it feeds exists, and ``import
+# opguide`` loads that extension, so a child process imports the module
+# through stand-in packages that only name the source folders. The
+# stable-ABI wheel's ``setup.py`` runs the same function
+# (:doc:`step 15 <15_one_wheel_for_every_torch>`):
+#
+# .. literalinclude:: /../opguide/triton/aot_build.py
+#    :language: python
+#    :pyobject: compile_table
 #
 # .. literalinclude:: /../setup.py
 #    :language: python

@@ -17,7 +17,10 @@ This step shows:
 * one wheel per platform, with ``TORCH_TARGET_VERSION`` and ``py_limited_api``;
 * a check of the built library for C++ API symbols, shim functions newer than
   its target, and glibc newer than its tag, and what it finds when one slips in;
-* a wheel built once passing its tests under other torch releases (recorded).
+* a wheel built once passing its tests under other torch releases (recorded);
+* Triton kernels in the same wheel: :doc:`step 9.3 <09_triton_kernel_3_ahead_of_time>`'s
+  forward, compiled ahead of time and launched through the stable ABI
+  (recorded).
 
 The project is ``stable/``: a package ``opguide_stable`` with one operator.
 """
@@ -97,7 +100,8 @@ The project is ``stable/``: a package ``opguide_stable`` with one operator.
 # ---------
 # Two additions to a classic ``setup.py``: the target version, and the CUDA
 # file built with ``CppExtension`` (it links no torch CUDA library, so a
-# CPU-only torch with nvcc builds it):
+# CPU-only torch with nvcc builds it). A third, ``_triton_aot``, adds Triton
+# kernels to a CUDA build (`Triton kernels in the same wheel`_, below):
 #
 # .. literalinclude:: /../stable/setup.py
 #    :language: python
@@ -324,6 +328,8 @@ for path, r in zip(records, cross, strict=True):
         f"CUDA kernel: {'yes' if b['cuda_kernel'] else 'no'}), {r['date'][:10]}"
     )
     print(f"  ran with torch {u['torch']} on {u['device']}: {r['pytest_summary']}")
+    if b.get("triton_aot"):
+        print(f"  Triton forward compiled ahead of time for: {', '.join(b['triton_aot'])}")
     pages.say_stale(path.name)
 different = [r for r in cross if r["run_with"]["torch"] != r["built_with"]["torch"]]
 on_gpu = [
@@ -339,6 +345,89 @@ if len(different) > len(on_gpu):
         "In the others the machine had no GPU or the wheel no CUDA kernel (the tests"
         " parametrise over the devices present)."
     )
+
+
+# %%
+# Triton kernels in the same wheel
+# --------------------------------
+# :doc:`Step 9.3 <09_triton_kernel_3_ahead_of_time>` compiles opguide's
+# Triton kernels when the library is built and launches them from C++. The
+# launcher, ``csrc/triton_aot/triton_aot_launch.cu``, calls no torch
+# function: it takes pointers and a stream, and raises through
+# ``check.h``'s macro, which is ``STD_TORCH_CHECK`` in a stable build. So a
+# CUDA build of this library where ``triton`` is installed (``setup.py``'s
+# ``_triton_aot``) compiles the inference forward for the build's GPUs, with
+# step 9.3's planner and keys, embeds the images, and defines
+# ``opguide_stable::rms_norm_triton_aot``: ``rms_norm(x, w,
+# backend="triton")``. Triton is needed when the wheel is built, not where
+# it runs, and the wheel stays one per platform. Where none of the compiled
+# kernels fits a call (another GPU, rows of more than 16384 elements,
+# float64, a view at an offset, a CPU tensor), the library's own kernel runs
+# after a warning that says why.
+#
+# .. literalinclude:: /../stable/csrc/rms_norm_triton_aot.cu
+#    :language: cuda
+#    :caption: stable/csrc/rms_norm_triton_aot.cu
+#
+# setuptools takes sources from inside the project's folder only, so one
+# file there includes the launcher:
+#
+# .. literalinclude:: /../stable/csrc/triton_aot_launch.cu
+#    :language: cuda
+#    :caption: stable/csrc/triton_aot_launch.cu
+#
+# .. literalinclude:: /../csrc/triton_aot/check.h
+#    :language: cpp
+#    :caption: csrc/triton_aot/check.h
+#
+# The recorded runs on a GPU time an eager call of each backend (bfloat16;
+# rounds that take the two in turn, quartiles over the rounds):
+timed = [(path, r) for path, r in zip(records, cross, strict=True) if r.get("per_call_us")]
+for path, r in timed:
+    method = r["per_call_method"]
+    print(
+        f"{r['run_with']['device']}, torch {r['run_with']['torch']}, {method['dtype']}, "
+        f"{method['rounds']} rounds of {method['calls']} calls; us per call, median (quartiles)"
+    )
+    print(f"  {'shape':>10} {'CUDA kernel':>22} {'Triton, compiled ahead':>24}")
+    for shape, by in r["per_call_us"].items():
+        cells = [f"{q[1]:7.1f} ({q[0]:.1f}-{q[2]:.1f})" for q in (by["cpp"], by["triton"])]
+        print(f"  {shape:>10} {cells[0]:>22} {cells[1]:>24}")
+    for shape, by in r["per_call_us"].items():
+        (c1, cm, c3), (t1, tm, t3) = by["cpp"], by["triton"]
+        if t1 > c3 or c1 > t3:
+            faster = "the Triton kernel" if tm < cm else "the CUDA kernel"
+            say = f"{faster} is faster, {tm:.1f} against {cm:.1f} us"
+        else:
+            say = "no measurable difference (the quartiles overlap)"
+        print(f"  {shape}: {say}")
+    pages.say_stale(path.name)
+if not timed:
+    print("No recorded run timed the Triton forward of the stable wheel.")
+
+# %%
+# The same, as a figure:
+if timed:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(timed), figsize=(9, 3.2), layout="constrained", squeeze=False)
+    fig.set_facecolor("white")
+    for ax, (_, r) in zip(axes[0], timed, strict=True):
+        shapes = list(r["per_call_us"])
+        for k, (backend, label) in enumerate(
+            (("cpp", "CUDA kernel"), ("triton", "Triton, compiled ahead of time"))
+        ):
+            q = [r["per_call_us"][s][backend] for s in shapes]
+            spots = [i + 0.4 * k for i in range(len(shapes))]
+            err = [[m - lo for lo, m, _ in q], [hi - m for _, m, hi in q]]
+            ax.barh(spots, [m for _, m, _ in q], 0.4, xerr=err, capsize=2, label=label)
+        ax.set_yticks([i + 0.2 for i in range(len(shapes))], shapes)
+        ax.invert_yaxis()
+        ax.set(title=f"{r['run_with']['device']}, torch {r['run_with']['torch']}",
+               xlabel="us per eager call (median, quartiles)")  # fmt: skip
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    plt.show()
 
 
 # %%

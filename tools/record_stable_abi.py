@@ -3,7 +3,11 @@
 The wheel was built elsewhere (another torch, perhaps another machine); this
 installs it into a temporary folder, runs ``stable/tests`` against it in a
 fresh process, and writes what happened to a JSON file that step 15 of the
-guide reads::
+guide reads. On a GPU, with a wheel that holds the Triton forward compiled
+ahead of time, it also times an eager call of each backend (``"cpp"``, the
+library's CUDA kernel, and ``"triton"``) at a few bfloat16 shapes: rounds
+that take the backends in turn, each round many calls then one
+synchronisation; quartiles over the rounds::
 
     python tools/record_stable_abi.py --wheel dist/opguide_stable-*.whl \\
         --out docs/recorded/stable_abi_torch2.11_cuda.json
@@ -24,11 +28,39 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+# The timing child: prints {shape: {backend: [q1, median, q3]}} in us per call.
+_PER_CALL = """
+import json, statistics, sys, time
+import torch, opguide_stable
+rounds, calls = int(sys.argv[1]), int(sys.argv[2])
+backends = ("cpp", "triton")
+out = {}
+for rows, cols in ((1, 4096), (8192, 4096), (65536, 1024)):
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(cols, device="cuda", dtype=torch.bfloat16)
+    for b in backends:  # the first calls load the kernels
+        for _ in range(10):
+            opguide_stable.rms_norm(x, w, backend=b)
+    times = {b: [] for b in backends}
+    for r in range(rounds):
+        for b in backends if r % 2 == 0 else backends[::-1]:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(calls):
+                opguide_stable.rms_norm(x, w, backend=b)
+            torch.cuda.synchronize()
+            times[b].append((time.perf_counter() - start) / calls * 1e6)
+    out[f"{rows}x{cols}"] = {b: statistics.quantiles(t, n=4) for b, t in times.items()}
+print(json.dumps(out))
+"""
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheel", required=True, type=pathlib.Path)
     parser.add_argument("--out", required=True, type=pathlib.Path)
+    parser.add_argument("--rounds", type=int, default=21, help="timing rounds (GPU only)")
+    parser.add_argument("--calls", type=int, default=200, help="calls per round")
     args = parser.parse_args()
 
     import torch
@@ -78,11 +110,21 @@ def main() -> int:
             text=True,
             cwd=target,
         )
+        built = json.loads(info.stdout)
+        per_call = None
+        if torch.cuda.is_available() and built.get("triton_aot"):
+            timed = subprocess.run(
+                [sys.executable, "-c", _PER_CALL, str(args.rounds), str(args.calls)],
+                env=env, capture_output=True, text=True, cwd=target,
+            )  # fmt: skip
+            if timed.returncode != 0:
+                raise SystemExit("timing the backends failed:\n" + timed.stderr[-3000:])
+            per_call = json.loads(timed.stdout.splitlines()[-1])
     print(run.stdout[-3000:], run.stderr[-2000:])
     summary = [line for line in run.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     record = {
         "wheel": args.wheel.name,
-        "built_with": json.loads(info.stdout),
+        "built_with": built,
         "run_with": {
             "torch": torch.__version__,
             "python": platform.python_version(),
@@ -90,6 +132,10 @@ def main() -> int:
         },
         "pytest_exit_code": run.returncode,
         "pytest_summary": summary[-1].strip("= ") if summary else run.stdout[-300:],
+        # us per eager call, [q1, median, q3] over rounds; None without a GPU
+        # or without the Triton forward in the wheel.
+        "per_call_us": per_call,
+        "per_call_method": {"dtype": "bfloat16", "rounds": args.rounds, "calls": args.calls},
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -73,7 +73,8 @@ def rms_norm(
             those kernels fits the call (another GPU, rows of more than 16384
             elements, float64, a view at an offset, a CPU tensor), the
             library's own kernel runs, after a warning that says why (once
-            per reason and process).
+            per reason and process; a C++ warning, which torch prints on
+            stderr for operators called through ``torch.ops``).
 
     Raises:
         RuntimeError: ``backend="triton"`` in a build without the Triton kernels.
