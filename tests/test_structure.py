@@ -188,6 +188,7 @@ NOT_SETTINGS = {
     "OPGUIDE_LOG": "tests/test_dispatcher.py clears the settings that start so",
     "OPGUIDE_OVERRIDE": "tests/test_dispatcher.py clears the settings that start so",
     "OPGUIDE_LIBRARY": "a macro that tests/test_site.py makes sure no page shows",
+    "OPGUIDE_CSRC": "a constant of stable/setup.py: the folder of opguide's C++ sources",
 }
 
 
