@@ -210,3 +210,40 @@ def test_the_oldest_tag_covers_glibc_and_libstdcxx(tmp_path, monkeypatch):
     assert check_abi.oldest_tag("x.so") == (2, 34)
     assert check_abi.main(["x.so", "--manylinux", "manylinux_2_28_x86_64"]) == 1
     assert check_abi.main(["x.so", "--manylinux", "manylinux_2_34_x86_64"]) == 0
+
+
+def _nvcc_library(tmp_path: Path, sources: list[Path], defines: list[str]):
+    """nvcc's run that compiles the sources into one shared library, with stable/setup.py's
+    target version and include folders; (the library's path, nvcc's run)."""
+    from guidekit import compile_checks
+
+    nvcc = compile_checks.find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc is not installed")
+    setup = (STABLE / "setup.py").read_text()
+    major, minor = re.search(r"^TARGET = \((\d+), (\d+)\)", setup, re.M).group(1, 2)
+    version = f"0x{int(major):02x}{int(minor):02x}000000000000"
+    includes = [*cpp_extension.include_paths(), STABLE / "csrc", ROOT / "csrc" / "minimal",
+                ROOT / "csrc"]  # fmt: skip
+    library = tmp_path / "probe.so"
+    command = [str(nvcc), "-shared", "-Xcompiler", "-fPIC", "-std=c++17", "-arch=sm_90",
+               f"-DTORCH_TARGET_VERSION={version}", "-DUSE_CUDA", *defines,
+               *[f"-I{p}" for p in includes], *map(str, sources), "-o", str(library)]  # fmt: skip
+    return str(library), subprocess.run(command, capture_output=True, text=True)
+
+
+def test_the_triton_forward_of_a_cuda_build_stays_on_the_stable_abi(tmp_path):
+    """The sources of a CUDA build with the Triton forward (its operator and opguide's
+    launcher beside the library's own), compiled as stable/setup.py compiles them, call no
+    libtorch C++ function. Without OPGUIDE_STABLE_ABI the launcher would raise with c10's
+    TORCH_CHECK, whose header refuses to compile under TORCH_TARGET_VERSION. The table of
+    kernels, generated at build time, is left out."""
+    names = ["rms_norm.cpp", "rms_norm_cuda.cu", "triton_aot_launch.cu", "rms_norm_triton_aot.cu"]
+    sources = [STABLE / "csrc" / name for name in names]
+    library, done = _nvcc_library(tmp_path, sources, ["-DOPGUIDE_STABLE_ABI"])
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert check_abi.torch_cpp_symbols(library) == []
+    assert "aoti_torch_get_current_cuda_stream" in check_abi.c_shim_symbols(library)
+    _, classic = _nvcc_library(tmp_path, [STABLE / "csrc" / "triton_aot_launch.cu"], [])
+    assert classic.returncode != 0
+    assert "c10/util/Exception.h" in classic.stderr and "TORCH_TARGET_VERSION" in classic.stderr
