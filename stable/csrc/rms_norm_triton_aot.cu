@@ -50,7 +50,8 @@ const char* dtype_word(ScalarType t) {
 }
 
 // Says once per kind of reason which kernel runs instead, through torch's
-// warning channel (a UserWarning in Python).
+// warning handler (which prints it on stderr for an operator called through
+// torch.ops, as for opguide's own C++ warnings).
 void warn_fallback(const aot::Fallback& why, const char* instead) {
   static std::mutex mutex;
   static std::set<std::string> told;
