@@ -268,3 +268,14 @@ def test_compiling_on_one_process_leaves_the_callers_settings(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.split() == ["1", "True"]
+
+
+def test_inference_compiles_only_the_inference_forward(tmp_path):
+    # What stable/setup.py asks for: the forward without inv_rms, nothing else.
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "opguide.triton.aot", "--targets", "sm_90", "--out", str(out)]
+    command += ["--cols", "4096,100", "--dtypes", "bfloat16", "--jobs", "1", "--inference"]
+    done = subprocess.run(command, capture_output=True, text=True, env=_child_env(), cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    keys = {e["key"] for e in json.loads((out / "manifest.json").read_text())["artifacts"]}
+    assert keys == {_forward_key("sm_90", 1, n, torch.bfloat16, False) for n in (4096, 100)}
