@@ -44,8 +44,9 @@ What the ahead-of-time route changes
 
 :func:`opguide.rms_norm` with ``backend="triton"`` calls step 9's JIT
 operators. The operators of this step are called directly, as
-``torch.ops.opguide.rms_norm_triton_aot(x, weight, eps)``. The launcher is
-torch-free, so the stable-ABI wheel of :doc:`step 15
+``torch.ops.opguide.rms_norm_triton_aot(x, weight, eps)``. The launcher
+takes pointers and a stream, and needs from torch only an error-check macro
+(``csrc/triton_aot/check.h``), so the stable-ABI wheel of :doc:`step 15
 <15_one_wheel_for_every_torch>` ships the same forward.
 """
 
@@ -182,6 +183,13 @@ for target_name in ("sm_90", "gfx942"):
 # .. literalinclude:: /../opguide/triton/aot_compile.py
 #    :language: python
 #    :pyobject: _compile_one
+#
+# The images are compiled without line tables, which serve profilers'
+# source views and change no instruction:
+#
+# .. literalinclude:: /../opguide/triton/aot_compile.py
+#    :language: python
+#    :pyobject: _no_line_info
 #
 # .. dropdown:: opguide/triton/aot_launches.py (what to compile, and each launch's key)
 #

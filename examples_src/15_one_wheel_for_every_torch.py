@@ -19,8 +19,8 @@ This step shows:
   its target, and glibc newer than its tag, and what it finds when one slips in;
 * a wheel built once passing its tests under other torch releases (recorded);
 * Triton kernels in the same wheel: :doc:`step 9.3 <09_triton_kernel_3_ahead_of_time>`'s
-  forward, compiled ahead of time and launched through the stable ABI
-  (recorded).
+  forward, compiled ahead of time, launched from the library through the CUDA
+  runtime on torch's current stream (recorded).
 
 The project is ``stable/``: a package ``opguide_stable`` with one operator.
 """
@@ -100,8 +100,9 @@ The project is ``stable/``: a package ``opguide_stable`` with one operator.
 # ---------
 # Two additions to a classic ``setup.py``: the target version, and the CUDA
 # file built with ``CppExtension`` (it links no torch CUDA library, so a
-# CPU-only torch with nvcc builds it). A third, ``_triton_aot``, adds Triton
-# kernels to a CUDA build (`Triton kernels in the same wheel`_, below):
+# CPU-only torch with nvcc builds it). A third addition, ``_triton_aot``,
+# puts Triton kernels in a CUDA build (`Triton kernels in the same wheel`_,
+# below):
 #
 # .. literalinclude:: /../stable/setup.py
 #    :language: python
@@ -168,7 +169,8 @@ else:
     info = json.loads((OUT / "site" / "opguide_stable" / "_build_info.json").read_text())
     print(
         f"built with torch {info['torch']}, target {info['target_version']}, "
-        f"CUDA kernel: {'yes' if info['cuda_kernel'] else 'no'}"
+        f"CUDA kernel: {'yes' if info['cuda_kernel'] else 'no'}, Triton kernels compiled "
+        f"ahead of time for: {', '.join(info['triton_aot']) or 'none'}"
     )
 
 # %%
@@ -362,8 +364,9 @@ if len(different) > len(on_gpu):
 # backend="triton")``. Triton is needed when the wheel is built, not where
 # it runs, and the wheel stays one per platform. Where none of the compiled
 # kernels fits a call (another GPU, rows of more than 16384 elements,
-# float64, a view at an offset, a CPU tensor), the library's own kernel runs
-# after a warning that says why.
+# float64, a view at an offset, a CPU tensor, ``OPGUIDE_PDL=0`` or
+# ``OPGUIDE_TRITON_AOT_TABLE=0`` in the environment), the library's own
+# kernel runs after a warning that says why.
 #
 # .. literalinclude:: /../stable/csrc/rms_norm_triton_aot.cu
 #    :language: cuda
@@ -397,7 +400,7 @@ for path, r in timed:
         (c1, cm, c3), (t1, tm, t3) = by["cpp"], by["triton"]
         if t1 > c3 or c1 > t3:
             faster = "the Triton kernel" if tm < cm else "the CUDA kernel"
-            say = f"{faster} is faster, {tm:.1f} against {cm:.1f} us"
+            say = f"{faster} is faster: Triton {tm:.1f} us, CUDA {cm:.1f} us"
         else:
             say = "no measurable difference (the quartiles overlap)"
         print(f"  {shape}: {say}")
@@ -408,8 +411,8 @@ if not timed:
 # %%
 # This wheel's CUDA kernel is :doc:`step 3 <03_cuda_kernel>`'s minimal one,
 # written to teach, not tuned; the Triton forward is the library's own,
-# planned per row length as step 9 plans it. Where the two differ above,
-# that is the difference between them. The same, as a figure:
+# planned per row length as step 9 plans it. A gap above compares a teaching
+# kernel with a tuned one, not CUDA with Triton. The same, as a figure:
 if timed:
     import matplotlib.pyplot as plt
 

@@ -18,9 +18,10 @@ Environment switches:
 ``OPGUIDE_TRITON_AOT``
     The GPUs a CUDA build compiles opguide's Triton RMSNorm forward for,
     ahead of time, into ``opguide_stable::rms_norm_triton_aot``
-    (``csrc/rms_norm_triton_aot.cu``): ``sm_90,sm_80`` names them, ``0``
-    compiles none; unset, those of ``TORCH_CUDA_ARCH_LIST``. It needs triton
-    at build time only.
+    (``csrc/rms_norm_triton_aot.cu``): ``sm_90,sm_80`` names them (AMD names
+    are left out: this library is built for NVIDIA GPUs), ``0`` compiles
+    none; unset, those of ``TORCH_CUDA_ARCH_LIST``, else of the visible GPUs.
+    It needs triton and a CUDA 12.4 or later toolkit at build time only.
 
 Build against the torch you have: ``pip wheel --no-build-isolation --no-deps .``
 """
@@ -30,6 +31,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+import subprocess
 import sys
 
 import torch
@@ -97,24 +100,50 @@ def _want_cuda() -> bool:
     return not problems
 
 
+def _toolkit_version() -> tuple[int, int] | None:
+    """The CUDA toolkit's version, as ``nvcc --version`` reports it (None if it does not)."""
+    nvcc = os.path.join(CUDA_HOME or "", "bin", "nvcc")
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    except OSError:
+        return None
+    found = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 def _triton_aot() -> tuple[list[str], list[str]]:
     """The Triton forward compiled ahead of time for the build's GPUs: (sources, targets).
 
     Sources: the table of kernels (``opguide/triton/aot_build.py`` compiles
     it), opguide's launcher and this library's operator; none where no
-    kernel was compiled (``OPGUIDE_TRITON_AOT=0``, no target Triton knows,
-    no triton installed).
+    kernel was compiled (``OPGUIDE_TRITON_AOT=0``, no NVIDIA target Triton
+    knows, no triton installed), or where the toolkit predates CUDA 12.4,
+    whose runtime library API loads an image no nvcc of the build compiled.
     """
     named = os.environ.get("OPGUIDE_TRITON_AOT", "")
+    if named == "0":
+        return [], []
+    version = _toolkit_version()
+    if version is None or version < (12, 4):
+        print(
+            f"setup.py: no Triton kernels compiled ahead of time: the CUDA toolkit "
+            f"({version or 'version unknown'}) predates 12.4, whose runtime loads them",
+            file=sys.stderr,
+        )
+        return [], []
     spec = importlib.util.spec_from_file_location(
         "_opguide_aot_build", os.path.join(HERE, os.pardir, "opguide", "triton", "aot_build.py")
     )
     aot_build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(aot_build)
-    if named == "0":
-        return [], []
-    archs = os.environ["TORCH_CUDA_ARCH_LIST"]
+    # TORCH_CUDA_ARCH_LIST, or the visible GPUs (make_extension sets the list
+    # when none is visible); this library is built for NVIDIA GPUs only.
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST") or ";".join(
+        "{}.{}".format(*torch.cuda.get_device_capability(i))
+        for i in range(torch.cuda.device_count())
+    )
     targets = named.split(",") if named else aot_build.arch_targets(archs)
+    targets = [t for t in targets if t.startswith("sm_")]
     table = aot_build.compile_table(targets, AOT_OUT, ["--inference"], skip_unknown=not named)
     with open(os.path.join(AOT_OUT, "manifest.json")) as f:
         manifest = json.load(f)

@@ -247,6 +247,7 @@ import os, sys
 from pathlib import Path
 
 import triton
+from triton.compiler import ASTSource
 
 from opguide.triton import aot
 
@@ -255,19 +256,35 @@ todo = [la for la in aot.launches("sm_90", cols=[64], dtypes=["bfloat16"])
         if la.kernel == "rms_norm_forward"][:1]
 compiled = aot.compile_launches(todo, Path(sys.argv[1]), jobs=1, log=lambda line: None)
 after = (dict(os.environ), triton.knobs.compilation.disable_line_info)
-print(len(compiled), before == after)
+# The same launch compiled with Triton's default, line tables on.
+fn, signature, constexprs, attrs, options = aot.compile_inputs(todo[0])
+gpu = aot.target("sm_90").gpu_target()
+default = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu, options=options)
+ours = compiled[todo[0].key][1]
+print(len(compiled), before == after, before[1],
+      b".debug_line" in ours, b".debug_line" in default.asm["cubin"])
 """
 
 
 def test_compiling_on_one_process_leaves_the_callers_settings(tmp_path):
-    # With --jobs 1 the compiles run in the calling process: the line-table
-    # setting they need is put back, and the environment is not touched.
+    # With --jobs 1 the compiles run in the calling process: they are made
+    # without line tables, and the setting and the environment are put back.
+    env = {k: v for k, v in _child_env().items() if k != "TRITON_DISABLE_LINE_INFO"}
     done = subprocess.run(
         [sys.executable, "-c", _ONE_PROCESS, str(tmp_path / "cache")],
-        capture_output=True, text=True, env=_child_env(), cwd=ROOT,
+        capture_output=True, text=True, env=env, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
-    assert done.stdout.split() == ["1", "True"]
+    assert done.stdout.split() == ["1", "True", "False", "False", "True"]
+
+
+def test_arch_targets_reads_torchs_architecture_lists():
+    from opguide.triton import aot_build
+
+    assert aot_build.arch_targets("8.0;9.0+PTX") == ["sm_80", "sm_90"]
+    assert aot_build.arch_targets("9.0a 10.0f;9.0") == ["sm_90", "sm_100"]
+    assert aot_build.arch_targets("gfx90a;gfx942:xnack-", rocm=True) == ["gfx90a", "gfx942"]
+    assert aot_build.arch_targets("") == []
 
 
 def test_inference_compiles_only_the_inference_forward(tmp_path):

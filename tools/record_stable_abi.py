@@ -3,8 +3,8 @@
 The wheel was built elsewhere (another torch, perhaps another machine); this
 installs it into a temporary folder, runs ``stable/tests`` against it in a
 fresh process, and writes what happened to a JSON file that step 15 of the
-guide reads. On a GPU, with a wheel that holds the Triton forward compiled
-ahead of time, it also times an eager call of each backend (``"cpp"``, the
+guide reads. On a GPU that the wheel's Triton forward was compiled for
+(ahead of time), it also times an eager call of each backend (``"cpp"``, the
 library's CUDA kernel, and ``"triton"``) at a few bfloat16 shapes: rounds
 that take the backends in turn, each round many calls then one
 synchronisation; quartiles over the rounds::
@@ -112,7 +112,14 @@ def main() -> int:
         )
         built = json.loads(info.stdout)
         per_call = None
-        if torch.cuda.is_available() and built.get("triton_aot"):
+        # Only on a GPU the wheel's Triton kernels were compiled for: elsewhere
+        # the "triton" backend runs the CUDA kernel after a warning.
+        here = (
+            "sm_{}{}".format(*torch.cuda.get_device_capability())
+            if torch.cuda.is_available()
+            else None
+        )
+        if here is not None and here in built.get("triton_aot", []):
             timed = subprocess.run(
                 [sys.executable, "-c", _PER_CALL, str(args.rounds), str(args.calls)],
                 env=env, capture_output=True, text=True, cwd=target,
@@ -135,7 +142,9 @@ def main() -> int:
         # us per eager call, [q1, median, q3] over rounds; None without a GPU
         # or without the Triton forward in the wheel.
         "per_call_us": per_call,
-        "per_call_method": {"dtype": "bfloat16", "rounds": args.rounds, "calls": args.calls},
+        "per_call_method": (
+            {"dtype": "bfloat16", "rounds": args.rounds, "calls": args.calls} if per_call else None
+        ),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -71,10 +71,11 @@ def rms_norm(
             ``"triton"``, opguide's Triton kernel compiled ahead of time for
             ``BUILD_INFO["triton_aot"]`` and launched from C++. Where none of
             those kernels fits the call (another GPU, rows of more than 16384
-            elements, float64, a view at an offset, a CPU tensor), the
-            library's own kernel runs, after a warning that says why (once
-            per reason and process; a C++ warning, which torch prints on
-            stderr for operators called through ``torch.ops``).
+            elements, float64, a view at an offset, a CPU tensor,
+            ``OPGUIDE_PDL=0`` or ``OPGUIDE_TRITON_AOT_TABLE=0`` in the
+            environment), the library's own kernel runs, after a warning
+            that says why (once per reason and process; a C++ warning, which
+            torch prints on stderr for operators called through ``torch.ops``).
 
     Raises:
         RuntimeError: ``backend="triton"`` in a build without the Triton kernels.
