@@ -37,7 +37,8 @@ What the ahead-of-time route changes
   through the CUDA runtime's library API: no Python runs in a call that a
   compiled kernel fits.
 * **The same plans.** ``csrc/triton_aot/plan.h`` ports the Registers plans
-  of ``opguide/triton/launch.py``, which stays the source of truth;
+  of ``opguide/triton/launch.py`` (those that keep a whole row in registers,
+  :doc:`step 9.2 <09_triton_kernel_2_long_rows>`), which stay the source of truth;
   ``tests/test_triton_aot_plan.py`` compares the two over every row length
   the plans cover.
 * **C++ autograd**, as the CUDA route's (``triton_aot_autograd.cpp``).
@@ -164,8 +165,10 @@ for target_name in ("sm_90", "gfx942"):
         print("   ", la.key)
 
 # %%
-# ``GDC`` differs between the two: programmatic dependent launch exists on
-# NVIDIA GPUs of compute capability 9.0 and later.
+# ``GDC`` differs between the two. A kernel compiled with ``GDC=1`` waits
+# for the previous kernel's results itself, so it may be launched with
+# programmatic dependent launch (:doc:`step 11.4 <11_performance_4_tuning>`),
+# which exists on NVIDIA GPUs of compute capability 9.0 and later.
 #
 # .. literalinclude:: /../opguide/triton/aot_launches.py
 #    :language: python
@@ -243,6 +246,13 @@ generated = (out / "triton_aot_artifacts.cpp").read_text().replace(str(out), "OU
 files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 shutil.rmtree(out)
 say("OUT holds " + ", ".join(f for f in files if not f.startswith("cache/")) + ", and cache/")
+# The images belong to the Triton release that compiled them: the one
+# installed where the build runs.
+built_with = f"the images above were compiled by Triton {manifest['triton']}"
+if manifest["triton"] == record["triton"]:
+    say(f"{built_with}, the release of the recorded GPU build")
+else:
+    say(f"{built_with}, the recorded GPU build's by Triton {record['triton']}, installed there")
 
 # %%
 # What came out, per artifact: the kernel's symbol in the image, its warps
@@ -287,7 +297,8 @@ print("\n".join(lines[lines.index("};") : lines.index("};") + 4]))
 # -----------------------------------
 # ``csrc/triton_aot/route.h`` forms a call's keys from ``plan.h``'s plans.
 # ``torch.ops.opguide_checks.triton_aot_keys`` runs it in every build, CPU
-# builds too. At the recorded shapes, for each direction and for both
+# builds too (``opguide_checks`` is a namespace of operators that exist for
+# tests and pages, not for models). At the recorded shapes, for each direction and for both
 # targets, with the device model the build used:
 asked_here = set()
 for target_name in ("sm_90", "gfx942"):
@@ -553,10 +564,12 @@ for name, offset in cases.items():
 # What it buys, on a GPU (recorded)
 # ---------------------------------
 # Per call, in microseconds, median and quartiles over the record's rounds,
-# for the three routes and two floors of a forward+backward call:
-# ``empty Function``, autograd around a Python ``Function`` that launches
-# nothing, and ``x * w``, an elementwise product and its backward through
-# autograd, the cost of about the simplest training operator of two inputs:
+# for the three routes and two references for a forward+backward call, here
+# called floors (a route can go below them; they measure what the simplest
+# operators cost, not a limit): ``empty Function``, autograd around a Python
+# ``Function`` that launches nothing, and ``x * w``, an elementwise product
+# and its backward through autograd, the cost of about the simplest training
+# operator of two inputs:
 LABELS = {
     CUDA: "CUDA",
     JIT: "Triton JIT",

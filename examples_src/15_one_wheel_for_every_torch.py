@@ -358,15 +358,36 @@ if len(different) > len(on_gpu):
 # function: it takes pointers and a stream, and raises through
 # ``check.h``'s macro, which is ``STD_TORCH_CHECK`` in a stable build. So a
 # CUDA build of this library where ``triton`` is installed (``setup.py``'s
-# ``_triton_aot``) compiles the inference forward for the build's GPUs, with
-# step 9.3's planner and keys, embeds the images, and defines
+# ``_triton_aot``) compiles the inference forward for the build's GPUs
+# (``OPGUIDE_TRITON_AOT``, else ``TORCH_CUDA_ARCH_LIST``, else the visible
+# GPUs), with step 9.3's planner and keys, embeds the images, and defines
 # ``opguide_stable::rms_norm_triton_aot``: ``rms_norm(x, w,
-# backend="triton")``. Triton is needed when the wheel is built, not where
-# it runs, and the wheel stays one per platform. Where none of the compiled
+# backend="triton")``. The library holds the images and launches them
+# through the CUDA runtime, with no Python in it, so Triton is needed where
+# the wheel is built, not where it runs; the wheel stays one per platform and
+# CUDA major version. Where none of the compiled
 # kernels fits a call (another GPU, rows of more than 16384 elements,
 # float64, a view at an offset, a CPU tensor, ``OPGUIDE_PDL=0`` or
 # ``OPGUIDE_TRITON_AOT_TABLE=0`` in the environment), the library's own
 # kernel runs after a warning that says why.
+#
+# To build it, in an opguide checkout (``stable/setup.py`` reads
+# ``csrc/minimal/``, ``csrc/triton_aot/`` and ``opguide/triton/`` beside
+# ``stable/``), with torch 2.13 or later, a CUDA toolkit of 12.4 or later
+# (nvcc, whose runtime loads an image no nvcc compiled) and ``triton``
+# installed (this site uses PyPI's ``triton``; the images are those that
+# release compiles), for an H100 or H200:
+#
+# .. code-block:: bash
+#
+#    cd stable
+#    USE_CUDA=1 TORCH_CUDA_ARCH_LIST="9.0" pip wheel --no-build-isolation --no-deps . -w dist
+#    pip install dist/opguide_stable-*.whl
+#    python -c "import opguide_stable; print(opguide_stable.BUILD_INFO['triton_aot'])"
+#
+# The last line prints the targets compiled in (``['sm_90']``); an empty
+# list means the build compiled none, and ``setup.py``'s output says why.
+# The operator:
 #
 # .. literalinclude:: /../stable/csrc/rms_norm_triton_aot.cu
 #    :language: cuda
@@ -492,5 +513,7 @@ print(f"the CUDA runtime here: {soname}" if soname else f"SKIPPED: {where}")
 #   <https://github.com/pytorch/pytorch/tree/main/torch/csrc/stable>`__) hold
 #   no autograd API: gradients come from ``register_autograd``.
 #
-# ``stable/`` is a whole project: copy it, rename the namespace, replace the
-# kernel.
+# ``stable/`` is a whole project but for the device code it reads from
+# ``csrc/minimal/`` (and, for its Triton variant, ``csrc/triton_aot/`` and
+# ``opguide/triton/``): copy it with those, rename the namespace, replace
+# the kernel.

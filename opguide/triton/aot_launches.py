@@ -256,7 +256,7 @@ def launches(
     inv_rms), the backward's (up to ``MAX_REGISTER_ROW_BACKWARD``) and
     ``GRAD_WEIGHT_SUM``; ALIGN is ``launch.align(N)`` and GDC what
     ``launch.pdl_options`` gives an eager call there. The number of rows sets
-    no constexpr today; each length is planned for one row and for 2**20
+    no constexpr; each length is planned for one row and for 2**20
     all the same, so that a planner that came to read it would show here.
 
     Args:
