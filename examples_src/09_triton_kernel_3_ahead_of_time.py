@@ -444,6 +444,12 @@ print(
 #    :language: python
 #    :pyobject: compile_table
 #
+# .. dropdown:: opguide/triton/aot_build.py (the compile for a build: targets, stand-ins, child)
+#
+#    .. literalinclude:: /../opguide/triton/aot_build.py
+#       :language: python
+#       :caption: opguide/triton/aot_build.py
+#
 # .. literalinclude:: /../setup.py
 #    :language: python
 #    :pyobject: BuildInTree.build_extensions
