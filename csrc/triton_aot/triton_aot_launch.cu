@@ -122,9 +122,9 @@ void check(RtError err, const char* call, const Artifact& a, int device) {
   (void)cudaGetLastError();
 #endif
   OPGUIDE_AOT_CHECK(false, "rms_norm_triton_aot: ", call,
-              " failed for the kernel compiled ahead of time ", a.key, " (symbol ",
-              a.function, ", ", a.image_size, " bytes) on cuda:", device, ": ",
-              error_name(err), ": ", error_string(err));
+                    " failed for the kernel compiled ahead of time ", a.key, " (symbol ",
+                    a.function, ", ", a.image_size, " bytes) on cuda:", device, ": ",
+                    error_name(err), ": ", error_string(err));
 }
 
 // The kernel of one artifact on each device: ready[d] says handle[d] is set.
@@ -235,7 +235,7 @@ const DeviceInfo& device_info(int device) {
   static std::array<std::atomic<const DeviceInfo*>, kMaxDevices> infos{};
   static std::mutex mutex;
   OPGUIDE_AOT_CHECK(device >= 0 && device < kMaxDevices, "rms_norm_triton_aot: device index ",
-              device, " is beyond the ", kMaxDevices, " this build's cache holds");
+                    device, " is beyond the ", kMaxDevices, " this build's cache holds");
   if (const DeviceInfo* info = infos[device].load(std::memory_order_acquire))
     return *info;
   const std::lock_guard<std::mutex> lock(mutex);
@@ -244,7 +244,7 @@ const DeviceInfo& device_info(int device) {
   cudaDeviceProp prop;
   const cudaError_t err = cudaGetDeviceProperties(&prop, device);
   OPGUIDE_AOT_CHECK(err == cudaSuccess, "rms_norm_triton_aot: cudaGetDeviceProperties(",
-              device, ") failed: ", cudaGetErrorString(err));
+                    device, ") failed: ", cudaGetErrorString(err));
   auto* info = new DeviceInfo();  // kept for the life of the process
 #if defined(USE_ROCM)
   const std::string arch = prop.gcnArchName;
@@ -308,7 +308,6 @@ void launch(int64_t, int, int64_t, void**, void*) {
       "rms_norm_triton_aot: this build cannot launch kernels compiled ahead of time");
 }
 #endif
-
 
 // ---------------------------------------------------------------------------
 // Planning and launching a forward, for both libraries' operators.
