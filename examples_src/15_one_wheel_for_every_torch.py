@@ -376,18 +376,12 @@ if len(different) > len(on_gpu):
 # ``stable/``), with torch 2.13 or later, a CUDA toolkit of 12.4 or later
 # (nvcc, whose runtime loads an image no nvcc compiled) and ``triton``
 # installed (this site uses PyPI's ``triton``; the images are those that
-# release compiles), for an H100 or H200:
-#
-# .. code-block:: bash
-#
-#    cd stable
-#    USE_CUDA=1 TORCH_CUDA_ARCH_LIST="9.0" pip wheel --no-build-isolation --no-deps . -w dist
-#    pip install dist/opguide_stable-*.whl
-#    python -c "import opguide_stable; print(opguide_stable.BUILD_INFO['triton_aot'])"
-#
-# The last line prints the targets compiled in (``['sm_90']``); an empty
-# list means the build compiled none, and ``setup.py``'s output says why.
-# The operator:
+# release compiles), run the ``pip wheel`` command of `Building the wheel`_
+# above with ``USE_CUDA=1`` and ``TORCH_CUDA_ARCH_LIST`` (``"9.0"`` for an
+# H100 or H200) in the environment. The build's line there names the
+# targets compiled in (``BUILD_INFO["triton_aot"]``, ``sm_90``); "none"
+# means the build compiled none, and ``setup.py``'s output says why. The
+# operator:
 #
 # .. literalinclude:: /../stable/csrc/rms_norm_triton_aot.cu
 #    :language: cuda
