@@ -570,9 +570,8 @@ for name, offset in cases.items():
 # What it buys, on a GPU (recorded)
 # ---------------------------------
 # Per call, in microseconds, median and quartiles over the record's rounds,
-# for the three routes and two references for a forward+backward call, here
-# called floors (a route can go below them; they measure what the simplest
-# operators cost, not a limit): ``empty Function``, autograd around a Python
+# for the three routes and two floors of a forward+backward call (what the
+# simplest operators cost, not a limit): ``empty Function``, autograd around a Python
 # ``Function`` that launches nothing, and ``x * w``, an elementwise product
 # and its backward through autograd, the cost of about the simplest training
 # operator of two inputs:

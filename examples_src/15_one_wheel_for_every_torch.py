@@ -375,13 +375,11 @@ if len(different) > len(on_gpu):
 # ``csrc/minimal/``, ``csrc/triton_aot/`` and ``opguide/triton/`` beside
 # ``stable/``), with torch 2.13 or later, a CUDA toolkit of 12.4 or later
 # (nvcc, whose runtime loads an image no nvcc compiled) and ``triton``
-# installed (this site uses PyPI's ``triton``; the images are those that
-# release compiles), run the ``pip wheel`` command of `Building the wheel`_
-# above with ``USE_CUDA=1`` and ``TORCH_CUDA_ARCH_LIST`` (``"9.0"`` for an
-# H100 or H200) in the environment. The build's line there names the
-# targets compiled in (``BUILD_INFO["triton_aot"]``, ``sm_90``); "none"
-# means the build compiled none, and ``setup.py``'s output says why. The
-# operator:
+# installed, run the ``pip wheel`` command of `Building the wheel`_ with
+# ``USE_CUDA=1`` and ``TORCH_CUDA_ARCH_LIST`` (``"9.0"`` for an H100 or H200)
+# in the environment. Its line there names the targets compiled in
+# (``BUILD_INFO["triton_aot"]``); for "none", ``setup.py``'s output says
+# why. The operator:
 #
 # .. literalinclude:: /../stable/csrc/rms_norm_triton_aot.cu
 #    :language: cuda
