@@ -153,32 +153,27 @@ def _aot_build():
     return module
 
 
-def _triton_aot_targets() -> list[str]:
-    """The targets of the Triton kernels compiled ahead of time (``OPGUIDE_TRITON_AOT``)."""
-    named = os.environ.get("OPGUIDE_TRITON_AOT", "")
-    if named:
-        return [] if named == "0" else named.split(",")
-    rocm = torch.version.hip is not None
-    variable = "PYTORCH_ROCM_ARCH" if rocm else "TORCH_CUDA_ARCH_LIST"
-    archs = _aot_build().arch_targets(os.environ.get(variable, ""), rocm)
-    if not archs and torch.cuda.is_available():  # torch builds for the visible GPUs
-        devices = range(torch.cuda.device_count())
-        if rocm:
-            archs = [torch.cuda.get_device_properties(i).gcnArchName.split(":")[0] for i in devices]
-        else:
-            archs = ["sm_{}{}".format(*torch.cuda.get_device_capability(i)) for i in devices]
-    return list(dict.fromkeys(archs))
+def _visible_targets() -> list[str]:
+    """The visible GPUs' target names (``sm_90``, ``gfx942``): torch builds for them."""
+    if not torch.cuda.is_available():
+        return []
+    devices = range(torch.cuda.device_count())
+    if torch.version.hip is not None:
+        return [torch.cuda.get_device_properties(i).gcnArchName.split(":")[0] for i in devices]
+    return ["sm_{}{}".format(*torch.cuda.get_device_capability(i)) for i in devices]
 
 
 def triton_aot(out: str) -> str:
     """Compiles the Triton kernels for the build's targets into ``out``; the table's C++ file.
 
-    Targets that ``opguide/triton/aot.py`` has no device model for are left
-    out, unless ``OPGUIDE_TRITON_AOT`` names them; without triton the table is
-    empty (``opguide/triton/aot_build.py`` says why).
+    The targets are ``opguide/triton/aot_build.py``'s ``targets()``. Those
+    that ``opguide/triton/aot.py`` has no device model for are left out,
+    unless ``OPGUIDE_TRITON_AOT`` names them; without triton the table is
+    empty (``aot_build.py`` says why).
     """
-    named = bool(os.environ.get("OPGUIDE_TRITON_AOT"))
-    cpp = _aot_build().compile_table(_triton_aot_targets(), out, skip_unknown=not named)
+    aot_build = _aot_build()
+    targets, named = aot_build.targets(torch.version.hip is not None, _visible_targets)
+    cpp = aot_build.compile_table(targets, out, skip_unknown=not named)
     return os.path.relpath(cpp, HERE)
 
 

@@ -426,9 +426,9 @@ print(
 # ``PYTORCH_ROCM_ARCH``, else the visible GPUs) and adds the generated file
 # to the extension's sources, in CUDA and ROCm builds:
 #
-# .. literalinclude:: /../setup.py
+# .. literalinclude:: /../opguide/triton/aot_build.py
 #    :language: python
-#    :pyobject: _triton_aot_targets
+#    :pyobject: targets
 #
 # .. literalinclude:: /../setup.py
 #    :language: python

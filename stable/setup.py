@@ -120,30 +120,32 @@ def _triton_aot() -> tuple[list[str], list[str]]:
     knows, no triton installed), or where the toolkit predates CUDA 12.4,
     whose runtime library API loads an image no nvcc of the build compiled.
     """
-    named = os.environ.get("OPGUIDE_TRITON_AOT", "")
-    if named == "0":
-        return [], []
-    version = _toolkit_version()
-    if version is None or version < (12, 4):
-        print(
-            f"setup.py: no Triton kernels compiled ahead of time: the CUDA toolkit "
-            f"({version or 'version unknown'}) predates 12.4, whose runtime loads them",
-            file=sys.stderr,
-        )
-        return [], []
     spec = importlib.util.spec_from_file_location(
         "_opguide_aot_build", os.path.join(HERE, os.pardir, "opguide", "triton", "aot_build.py")
     )
     aot_build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(aot_build)
-    # TORCH_CUDA_ARCH_LIST, or the visible GPUs (make_extension sets the list
-    # when none is visible); this library is built for NVIDIA GPUs only.
-    archs = os.environ.get("TORCH_CUDA_ARCH_LIST") or ";".join(
-        "{}.{}".format(*torch.cuda.get_device_capability(i))
-        for i in range(torch.cuda.device_count())
-    )
-    targets = named.split(",") if named else aot_build.arch_targets(archs)
+
+    def visible() -> list[str]:  # make_extension sets the list when no GPU is visible
+        return [
+            "sm_{}{}".format(*torch.cuda.get_device_capability(i))
+            for i in range(torch.cuda.device_count())
+        ]
+
+    targets, named = aot_build.targets(visible=visible)
+    # This library is built for NVIDIA GPUs only.
     targets = [t for t in targets if t.startswith("sm_")]
+    if not targets:
+        return [], []
+    version = _toolkit_version()
+    if version is None or version < (12, 4):
+        found = "{}.{}".format(*version) if version else "of a version nvcc does not report"
+        print(
+            f"setup.py: no Triton kernels compiled ahead of time: their runtime loading "
+            f"needs a CUDA 12.4 or later toolkit, and this one is {found}",
+            file=sys.stderr,
+        )
+        return [], []
     table = aot_build.compile_table(targets, AOT_OUT, ["--inference"], skip_unknown=not named)
     with open(os.path.join(AOT_OUT, "manifest.json")) as f:
         manifest = json.load(f)
@@ -161,7 +163,10 @@ def make_extension() -> CppExtension:
     defines = [f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"]
     aot_targets: list[str] = []
     sources = ["csrc/rms_norm.cpp"]
-    extra = {"cxx": ["-O3", *defines]}
+    # Hidden symbols: the library is loaded by torch.ops.load_library and
+    # exports nothing, so its copy of opguide's launcher cannot bind to
+    # opguide's where both libraries are loaded RTLD_GLOBAL.
+    extra = {"cxx": ["-O3", "-fvisibility=hidden", *defines]}
     kwargs = {}
     if use_cuda:
         if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
@@ -172,7 +177,7 @@ def make_extension() -> CppExtension:
         # USE_CUDA declares the shim's CUDA functions (the current stream);
         # OPGUIDE_STABLE_ABI gives the launcher the stable error check
         # (csrc/triton_aot/check.h).
-        extra["nvcc"] = ["-O3", "-DUSE_CUDA", *defines]
+        extra["nvcc"] = ["-O3", "-Xcompiler", "-fvisibility=hidden", "-DUSE_CUDA", *defines]
         extra["nvcc"] += ["-DOPGUIDE_STABLE_ABI"] if aot_sources else []
         # The current-stream call lives in libtorch_cuda, which libtorch.so pulls
         # in on a CUDA torch: keep libtorch.so as a dependency even though the

@@ -66,6 +66,18 @@ def test_no_symbol_from_libtorch_cpp_api(built):
     assert "torch_library_impl" in shim or "aoti_torch_library_impl" in shim
 
 
+def test_the_library_exports_none_of_its_own_functions(built):
+    # Hidden visibility (stable/setup.py): where opguide's library is loaded
+    # too, RTLD_GLOBAL or not, neither binds to the other's copy of the launcher.
+    _, library, _ = built
+    listing = subprocess.run(
+        ["nm", "-D", "--defined-only", "-C", str(library)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert listing.strip(), "nm listed no symbol: the check would see nothing"
+    assert [line for line in listing.splitlines() if "opguide" in line] == []
+
+
 def test_the_classic_library_does_use_the_cpp_api():
     assert check_abi.torch_cpp_symbols(_library.library_path())
 

@@ -287,6 +287,26 @@ def test_arch_targets_reads_torchs_architecture_lists():
     assert aot_build.arch_targets("") == []
 
 
+def test_targets_come_from_the_variable_then_torchs_list_then_the_gpus(monkeypatch):
+    from opguide.triton import aot_build
+
+    gpus = []  # whether the visible GPUs were asked for
+    visible = lambda: gpus.append(1) or ["sm_90", "sm_90"]  # noqa: E731
+    for name in ("OPGUIDE_TRITON_AOT", "TORCH_CUDA_ARCH_LIST", "PYTORCH_ROCM_ARCH"):
+        monkeypatch.delenv(name, raising=False)
+    assert aot_build.targets(False, visible) == (["sm_90"], False)
+    assert gpus == [1]
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
+    monkeypatch.setenv("PYTORCH_ROCM_ARCH", "gfx942")
+    assert aot_build.targets(False, visible) == (["sm_80", "sm_90"], False)
+    assert aot_build.targets(True, visible) == (["gfx942"], False)
+    monkeypatch.setenv("OPGUIDE_TRITON_AOT", "gfx90a,sm_120")
+    assert aot_build.targets(False, visible) == (["gfx90a", "sm_120"], True)
+    monkeypatch.setenv("OPGUIDE_TRITON_AOT", "0")
+    assert aot_build.targets(True, visible) == ([], True)
+    assert gpus == [1]
+
+
 def test_inference_compiles_only_the_inference_forward(tmp_path):
     # What stable/setup.py asks for: the forward without inv_rms, nothing else.
     out = tmp_path / "out"

@@ -31,6 +31,23 @@ struct Device {
   bool gdc = false;        // GDC=1, and launched with programmatic dependent launch
 };
 
+// The key's word for a dtype the kernels take, or nullptr: torch's
+// ScalarType, c10's in opguide's library and the stable ABI's headeronly one
+// in the stable library (a template, so that this header stays torch-free).
+template <class ScalarType>
+const char* dtype_word(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float:
+      return "fp32";
+    case ScalarType::Half:
+      return "fp16";
+    case ScalarType::BFloat16:
+      return "bf16";
+    default:
+      return nullptr;
+  }
+}
+
 // How Triton specialises N: the constexpr 1, a multiple of 16, or neither.
 inline const char* spec(int64_t n) { return n == 1 ? "1" : n % 16 == 0 ? "D" : "N"; }
 

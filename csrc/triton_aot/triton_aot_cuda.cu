@@ -30,20 +30,6 @@
 namespace opguide::triton_aot {
 namespace {
 
-// The key's word for a dtype the kernels take; nullptr for others.
-const char* dtype_word(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return "fp32";
-    case at::kHalf:
-      return "fp16";
-    case at::kBFloat16:
-      return "bf16";
-    default:
-      return nullptr;
-  }
-}
-
 // ---------------------------------------------------------------------------
 // Plans: the kernels one call launches, or why none fits. The launches below
 // and the check operator at the end of this file share them.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 #: The repository's root: the folder that holds ``opguide/``.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,6 +35,30 @@ def arch_targets(arch_list: str, rocm: bool = False) -> list[str]:
     else:
         names = ["sm_" + a.split("+")[0].rstrip("af").replace(".", "") for a in archs]
     return list(dict.fromkeys(names))
+
+
+def targets(rocm: bool = False, visible: Callable[[], list[str]] = list) -> tuple[list[str], bool]:
+    """The targets a build compiles the kernels for, and whether they were named.
+
+    ``OPGUIDE_TRITON_AOT`` names them (``"sm_90,gfx942"``; ``"0"``: none);
+    unset, they are those of torch's architecture list
+    (``PYTORCH_ROCM_ARCH`` on ROCm, else ``TORCH_CUDA_ARCH_LIST``, through
+    :func:`arch_targets`); with no list, those of the visible GPUs.
+
+    Args:
+        rocm: the build is for AMD GPUs (torch's ROCm build).
+        visible: returns the visible GPUs' target names (``setup.py`` asks
+            torch); called only when no list is set.
+
+    Returns:
+        The target names, each once, and True when ``OPGUIDE_TRITON_AOT`` named them.
+    """
+    named = os.environ.get("OPGUIDE_TRITON_AOT", "")
+    if named:
+        return ([] if named == "0" else named.split(",")), True
+    variable = "PYTORCH_ROCM_ARCH" if rocm else "TORCH_CUDA_ARCH_LIST"
+    archs = arch_targets(os.environ.get(variable, ""), rocm) or visible()
+    return list(dict.fromkeys(archs)), False
 
 
 def compile_table(

@@ -35,20 +35,6 @@ using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
 namespace aot = opguide::triton_aot;
 
-// The key's word for a dtype the Triton kernels take; nullptr for others.
-const char* dtype_word(ScalarType t) {
-  switch (t) {
-    case ScalarType::Float:
-      return "fp32";
-    case ScalarType::Half:
-      return "fp16";
-    case ScalarType::BFloat16:
-      return "bf16";
-    default:
-      return nullptr;
-  }
-}
-
 // Says once per kind of reason which kernel runs instead, through torch's
 // warning handler (which prints it on stderr for an operator called through
 // torch.ops, as for opguide's own C++ warnings).
@@ -72,7 +58,7 @@ std::optional<Tensor> forward_aot(const Tensor& x, const Tensor& weight, double 
   const int64_t m = n == 0 ? 0 : x.numel() / n;
   // check_arguments let float32, float16, bfloat16 and float64 through: the
   // kernels take the first three.
-  const char* word = dtype_word(x.scalar_type());
+  const char* word = aot::dtype_word(x.scalar_type());
   if (aot::before_plan(word, "float64", m, why)) return std::nullopt;
   const Tensor xc = torch::stable::contiguous(x);
   const Tensor wc = torch::stable::contiguous(weight);
