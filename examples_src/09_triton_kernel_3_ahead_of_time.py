@@ -421,14 +421,20 @@ print(
 #       :language: cpp
 #       :caption: csrc/triton_aot/triton_aot_launch.h
 #
-# The build: ``setup.py`` compiles the launches for the targets it names
-# (``OPGUIDE_TRITON_AOT``, else ``TORCH_CUDA_ARCH_LIST`` or
-# ``PYTORCH_ROCM_ARCH``, else the visible GPUs) and adds the generated file
-# to the extension's sources, in CUDA and ROCm builds:
+# The build: ``setup.py`` compiles the launches for the targets that
+# ``aot_build.targets`` gives (``OPGUIDE_TRITON_AOT``, else
+# ``TORCH_CUDA_ARCH_LIST`` or ``PYTORCH_ROCM_ARCH``, else the visible GPUs)
+# and adds the generated file to the extension's sources, in CUDA and ROCm builds:
 #
 # .. literalinclude:: /../opguide/triton/aot_build.py
 #    :language: python
 #    :pyobject: targets
+#    :caption: opguide/triton/aot_build.py
+#
+# .. literalinclude:: /../setup.py
+#    :language: python
+#    :pyobject: _visible_targets
+#    :caption: setup.py
 #
 # .. literalinclude:: /../setup.py
 #    :language: python

@@ -136,13 +136,23 @@ def _triton_aot() -> tuple[list[str], list[str]]:
     # This library is built for NVIDIA GPUs only.
     targets = [t for t in targets if t.startswith("sm_")]
     if not targets:
+        if named:
+            print(
+                "setup.py: no Triton kernels compiled ahead of time: OPGUIDE_TRITON_AOT "
+                "names no NVIDIA target (sm_XY)",
+                file=sys.stderr,
+            )
         return [], []
     version = _toolkit_version()
     if version is None or version < (12, 4):
-        found = "{}.{}".format(*version) if version else "of a version nvcc does not report"
+        found = (
+            f"this one is {version[0]}.{version[1]}"
+            if version
+            else "nvcc does not report this one's version"
+        )
         print(
-            f"setup.py: no Triton kernels compiled ahead of time: their runtime loading "
-            f"needs a CUDA 12.4 or later toolkit, and this one is {found}",
+            "setup.py: no Triton kernels compiled ahead of time: loading them at run "
+            f"time needs a CUDA 12.4 or later toolkit, and {found}",
             file=sys.stderr,
         )
         return [], []
@@ -163,9 +173,10 @@ def make_extension() -> CppExtension:
     defines = [f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"]
     aot_targets: list[str] = []
     sources = ["csrc/rms_norm.cpp"]
-    # Hidden symbols: the library is loaded by torch.ops.load_library and
-    # exports nothing, so its copy of opguide's launcher cannot bind to
-    # opguide's where both libraries are loaded RTLD_GLOBAL.
+    # Hidden symbols: the library exports none of its own functions (it is
+    # loaded by torch.ops.load_library), so that where either this library or
+    # opguide's is loaded RTLD_GLOBAL, neither binds to the other's copy of
+    # opguide's launcher.
     extra = {"cxx": ["-O3", "-fvisibility=hidden", *defines]}
     kwargs = {}
     if use_cuda:

@@ -67,8 +67,9 @@ def test_no_symbol_from_libtorch_cpp_api(built):
 
 
 def test_the_library_exports_none_of_its_own_functions(built):
-    # Hidden visibility (stable/setup.py): where opguide's library is loaded
-    # too, RTLD_GLOBAL or not, neither binds to the other's copy of the launcher.
+    # Hidden visibility (stable/setup.py): where either this library or
+    # opguide's is loaded RTLD_GLOBAL, neither binds to the other's copy of
+    # opguide's launcher.
     _, library, _ = built
     listing = subprocess.run(
         ["nm", "-D", "--defined-only", "-C", str(library)],

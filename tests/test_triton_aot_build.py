@@ -300,7 +300,7 @@ def test_targets_come_from_the_variable_then_torchs_list_then_the_gpus(monkeypat
     monkeypatch.setenv("PYTORCH_ROCM_ARCH", "gfx942")
     assert aot_build.targets(False, visible) == (["sm_80", "sm_90"], False)
     assert aot_build.targets(True, visible) == (["gfx942"], False)
-    monkeypatch.setenv("OPGUIDE_TRITON_AOT", "gfx90a,sm_120")
+    monkeypatch.setenv("OPGUIDE_TRITON_AOT", "gfx90a, sm_120,gfx90a,")
     assert aot_build.targets(False, visible) == (["gfx90a", "sm_120"], True)
     monkeypatch.setenv("OPGUIDE_TRITON_AOT", "0")
     assert aot_build.targets(True, visible) == ([], True)

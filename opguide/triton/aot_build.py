@@ -48,14 +48,15 @@ def targets(rocm: bool = False, visible: Callable[[], list[str]] = list) -> tupl
     Args:
         rocm: the build is for AMD GPUs (torch's ROCm build).
         visible: returns the visible GPUs' target names (``setup.py`` asks
-            torch); called only when no list is set.
+            torch); called only when no list is set (default: none).
 
     Returns:
         The target names, each once, and True when ``OPGUIDE_TRITON_AOT`` named them.
     """
-    named = os.environ.get("OPGUIDE_TRITON_AOT", "")
+    named = os.environ.get("OPGUIDE_TRITON_AOT", "").strip()
     if named:
-        return ([] if named == "0" else named.split(",")), True
+        names = [] if named == "0" else [t.strip() for t in named.split(",") if t.strip()]
+        return list(dict.fromkeys(names)), True
     variable = "PYTORCH_ROCM_ARCH" if rocm else "TORCH_CUDA_ARCH_LIST"
     archs = arch_targets(os.environ.get(variable, ""), rocm) or visible()
     return list(dict.fromkeys(archs)), False
