@@ -486,13 +486,22 @@ print(
 # * ``OPGUIDE_TRITON_AOT_TABLE=0``, which leaves the table empty, for
 #   comparisons.
 #
-# The fused residual-add + RMSNorm of :doc:`step 10 <10_patterns>` has no
-# ahead-of-time operator: its Triton route is the JIT route.
+# silu_and_mul's kernels share the table: its registry entry names an
+# ``aot_module``, which gives the build its kernels and launches, and
+# ``torch.ops.opguide.silu_and_mul_triton_aot`` launches them. The fused
+# residual-add + RMSNorm of :doc:`step 10 <10_patterns>` has no
+# ahead-of-time operator.
+#
+# .. dropdown:: opguide/_silu_and_mul/triton/aot.py (an operator's kernels for the build)
+#
+#    .. literalinclude:: /../opguide/_silu_and_mul/triton/aot.py
+#       :language: python
+#       :caption: opguide/_silu_and_mul/triton/aot.py
 #
 # On this machine
 # ---------------
-# The messages are C++ warnings; some reach Python's :mod:`warnings` and some
-# go straight to the process's stderr, so this cell collects both. Without a
+# The messages are C++ warnings, in Python's :mod:`warnings` or on stderr:
+# this cell collects both. Without a
 # GPU, the operators run on CPU tensors; with one, on a tensor at the start of
 # its allocation and on a view 2 bytes in:
 import contextlib  # noqa: E402

@@ -43,6 +43,10 @@ class Operator:
         python: the Python every eager call runs before a kernel (wrapper, checks).
         aot: its Triton kernels compiled ahead of time: the build that compiles
             them and the C++ that plans, keys and launches a call (empty: none).
+        aot_module: the module that tells the ahead-of-time build
+            (:mod:`opguide.triton.aot`) its Triton kernels and every launch of
+            them (``KERNELS``, ``launches``); None where the build's own
+            module does (rms_norm's) or there are none.
     """
 
     name: str
@@ -57,6 +61,7 @@ class Operator:
     planning: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     python: tuple[str, ...] = ()
     aot: tuple[str, ...] = ()
+    aot_module: str | None = None
 
     def twins(self) -> tuple[tuple[str, str | None], ...]:
         """(compiled operator, its Triton twin or None) for each of :attr:`ops`."""
@@ -220,6 +225,24 @@ OPERATORS: tuple[Operator, ...] = (
             "opguide/_silu_and_mul/_checks.py",
             "opguide/backends.py",
         ),
+        aot=(
+            "opguide/_silu_and_mul/triton/aot.py",
+            "opguide/triton/aot.py",
+            "opguide/triton/aot_launches.py",
+            "opguide/triton/aot_compile.py",
+            "opguide/triton/aot_build.py",
+            _AOT + "check.h",
+            _AOT + "plan.h",
+            _AOT + "route.h",
+            _AOT + "triton_aot.h",
+            _AOT + "triton_aot_fallback.cpp",
+            _AOT + "triton_aot_launch.cu",
+            _AOT + "triton_aot_launch.h",
+            _AOT + "silu_and_mul_triton_aot.h",
+            _AOT + "silu_and_mul_triton_aot.cpp",
+            _AOT + "silu_and_mul_triton_aot_cuda.cu",
+        ),
+        aot_module="opguide._silu_and_mul.triton.aot",
         # [registry-silu-and-mul-end]
     ),
 )

@@ -376,4 +376,7 @@ def fake_cases(kit):
         "silu_and_mul_backward": kit.Case(compiled, kit.FLOATING, backward_args),
         "silu_and_mul_triton": kit.Case(*triton, forward_args),
         "silu_and_mul_backward_triton": kit.Case(*triton, backward_args),
+        # The same kernels compiled ahead of time (csrc/triton_aot/), launched from C++.
+        "silu_and_mul_triton_aot": kit.Case(*triton, forward_args),
+        "silu_and_mul_backward_triton_aot": kit.Case(*triton, backward_args),
     }

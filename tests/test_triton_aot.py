@@ -430,7 +430,9 @@ def test_the_compiled_kernels_take_the_arguments_the_launcher_passes(tmp_path):
     out = tmp_path / "aot"
     run = _run(
         f"import sys; from opguide.triton import aot; sys.exit(aot.main(['--targets', 'sm_90', "
-        f"'--out', {str(out)!r}, '--cols', '1,1000', '--dtypes', 'bfloat16', '--jobs', '1']))",
+        f"'--out', {str(out)!r}, '--cols', '1,1000', '--dtypes', 'bfloat16', '--jobs', '1', "
+        f"'--only', 'rms_norm_forward', '--only', 'rms_norm_backward', "
+        f"'--only', 'grad_weight_sum']))",
         TRITON_INTERPRET="0",
     )
     assert run.returncode == 0, run.stderr[-4000:]

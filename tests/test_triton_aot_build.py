@@ -121,7 +121,8 @@ _ORACLE = textwrap.dedent(
     n_arg = {"rms_norm_forward": 5, "rms_norm_backward": 7, "grad_weight_sum": 3}
     out = {}
     for target in sys.argv[1:]:
-        mine = {la.key for la in aot.launches(target, cols)}
+        # RMSNorm's: each operator's aot_module is checked by its own tests.
+        mine = {la.key for la in aot.launches(target, cols) if la.kernel in n_arg}
         pdl_target = aot.target(target).backend == "cuda" and aot.target(target).capability[0] >= 9
         theirs, differ = set(), []
         for g in library_launches(TARGETS[target], row_lengths=cols):

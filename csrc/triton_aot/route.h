@@ -31,9 +31,10 @@ struct Device {
   bool gdc = false;        // GDC=1, and launched with programmatic dependent launch
 };
 
-// The key's word for a dtype the kernels take, or nullptr: torch's
-// ScalarType, c10's in opguide's library and the stable ABI's headeronly one
-// in the stable library (a template, so that this header stays torch-free).
+// The key's word for a dtype the kernels take, or nullptr, for torch's
+// ScalarType (c10::ScalarType, also named torch::headeronly::ScalarType, as
+// the stable library spells it): a template, so that this header includes
+// no torch header.
 template <class ScalarType>
 const char* dtype_word(ScalarType t) {
   switch (t) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <tuple>
 
@@ -27,5 +28,11 @@ Pair jit_rms_norm_forward(const Fallback& why, const at::Tensor& x,
 Pair jit_rms_norm_backward(const Fallback& why, const at::Tensor& grad_y,
                            const at::Tensor& x, const at::Tensor& weight,
                            const at::Tensor& inv_rms);
+
+// The JIT route's operator opguide::`jit_op`, for a call of opguide::`op`
+// that `why` sends there, after the warning above; the error above when it
+// is not registered. The calls above go through it, and so do other
+// operators' (their own files of this folder).
+c10::OperatorHandle jit_operator(const char* op, const char* jit_op, const Fallback& why);
 
 }  // namespace opguide::triton_aot

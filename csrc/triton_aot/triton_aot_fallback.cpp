@@ -34,9 +34,11 @@ void warn_fallback(const char* op, const char* jit_op, const Fallback& why) {
   }
 }
 
+}  // namespace
+
 // The JIT route's operator, looked up at each fallback (not once): it exists
 // only after `import opguide.triton`, which may come after the first call.
-c10::OperatorHandle find_jit(const char* op, const char* jit_op, const Fallback& why) {
+c10::OperatorHandle jit_operator(const char* op, const char* jit_op, const Fallback& why) {
   const std::optional<c10::OperatorHandle> handle =
       c10::Dispatcher::singleton().findSchema({std::string("opguide::") + jit_op, ""});
   TORCH_CHECK(
@@ -48,18 +50,16 @@ c10::OperatorHandle find_jit(const char* op, const char* jit_op, const Fallback&
   return *handle;
 }
 
-}  // namespace
-
 at::Tensor jit_rms_norm(const Fallback& why, const at::Tensor& x,
                         const at::Tensor& weight, double eps) {
-  return find_jit("rms_norm_triton_aot", "rms_norm_triton", why)
+  return jit_operator("rms_norm_triton_aot", "rms_norm_triton", why)
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>()
       .call(x, weight, eps);
 }
 
 Pair jit_rms_norm_forward(const Fallback& why, const at::Tensor& x,
                           const at::Tensor& weight, double eps) {
-  return find_jit("rms_norm_forward_triton_aot", "rms_norm_forward_triton", why)
+  return jit_operator("rms_norm_forward_triton_aot", "rms_norm_forward_triton", why)
       .typed<Pair(const at::Tensor&, const at::Tensor&, double)>()
       .call(x, weight, eps);
 }
@@ -67,7 +67,7 @@ Pair jit_rms_norm_forward(const Fallback& why, const at::Tensor& x,
 Pair jit_rms_norm_backward(const Fallback& why, const at::Tensor& grad_y,
                            const at::Tensor& x, const at::Tensor& weight,
                            const at::Tensor& inv_rms) {
-  return find_jit("rms_norm_backward_triton_aot", "rms_norm_backward_triton", why)
+  return jit_operator("rms_norm_backward_triton_aot", "rms_norm_backward_triton", why)
       .typed<Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                   const at::Tensor&)>()
       .call(grad_y, x, weight, inv_rms);

@@ -193,21 +193,22 @@ KernelHandle load(int64_t index, int device) {
   return entry->handle[device];
 }
 
-// One launch of a loaded kernel on `stream`: grid programs of
+// One launch of a loaded kernel on `stream`: grid x grid_y programs of
 // threads_per_warp * num_warps threads, as Triton's launcher makes it.
-void launch_on(int64_t index, int device, int64_t grid, void** args,
+void launch_on(int64_t index, int device, int64_t grid, int64_t grid_y, void** args,
                cudaStream_t stream) {
   const Artifact& a = artifacts()[index];
   const KernelHandle kernel = load(index, device);
   const unsigned block = static_cast<unsigned>(a.threads_per_warp * a.num_warps);
 #if defined(USE_ROCM)
-  check(hipModuleLaunchKernel(kernel, static_cast<unsigned>(grid), 1, 1, block, 1, 1,
+  check(hipModuleLaunchKernel(kernel, static_cast<unsigned>(grid),
+                              static_cast<unsigned>(grid_y), 1, block, 1, 1,
                               static_cast<unsigned>(a.shared_bytes), stream, args,
                               nullptr),
         "hipModuleLaunchKernel", a, device);
 #else
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+  config.gridDim = dim3(static_cast<unsigned>(grid), static_cast<unsigned>(grid_y), 1);
   config.blockDim = dim3(block, 1, 1);
   config.dynamicSmemBytes = static_cast<size_t>(a.shared_bytes);
   config.stream = stream;
@@ -298,11 +299,12 @@ int64_t find(const std::string& key, const DeviceInfo& d, Fallback* why) {
 }
 
 #if OPGUIDE_TRITON_AOT_LAUNCH
-void launch(int64_t index, int device, int64_t grid, void** args, void* stream) {
-  launch_on(index, device, grid, args, static_cast<cudaStream_t>(stream));
+void launch(int64_t index, int device, int64_t grid, void** args, void* stream,
+            int64_t grid_y) {
+  launch_on(index, device, grid, grid_y, args, static_cast<cudaStream_t>(stream));
 }
 #else
-void launch(int64_t, int, int64_t, void**, void*) {
+void launch(int64_t, int, int64_t, void**, void*, int64_t) {
   OPGUIDE_AOT_CHECK(
       false,
       "rms_norm_triton_aot: this build cannot launch kernels compiled ahead of time");

@@ -35,10 +35,11 @@ const std::string& table_targets();
 int64_t find(const std::string& key, const DeviceInfo& d, Fallback* why);
 
 // Launches artifacts()[index] on `device` (the current GPU) on `stream` (a
-// cudaStream_t, or hipStream_t): `grid` programs, the kernel's arguments in
-// `args`; the image is loaded on the first launch. Errors name the runtime
-// call and the artifact's key.
-void launch(int64_t index, int device, int64_t grid, void** args, void* stream);
+// cudaStream_t, or hipStream_t): a grid of `grid` by `grid_y` programs, the
+// kernel's arguments in `args`; the image is loaded on the first launch.
+// Errors name the runtime call and the artifact's key.
+void launch(int64_t index, int device, int64_t grid, void** args, void* stream,
+            int64_t grid_y = 1);
 
 // Where every direction needs another route before it plans: a dtype the
 // kernels do not take (`dtype` is the key's word, "fp32", "fp16" or "bf16",

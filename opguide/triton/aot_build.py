@@ -94,14 +94,17 @@ def compile_table(
         log("setup.py: no Triton kernels compiled ahead of time: the table's .incbin needs GCC")
         targets = []
     packages = os.path.join(out, "packages")
-    stand_ins = {
-        "opguide": [os.path.join(packages, "opguide"), os.path.join(ROOT, "opguide")],
-        os.path.join("opguide", "triton"): [os.path.join(ROOT, "opguide", "triton")],
-    }
-    for package, folders in stand_ins.items():
-        os.makedirs(os.path.join(packages, package), exist_ok=True)
-        with open(os.path.join(packages, package, "__init__.py"), "w") as f:
-            f.write(f"__path__ = {folders!r}\n")
+    # A stand-in for each package of opguide (its folders that hold an
+    # __init__.py): its path is the stand-in's folder, for the stand-ins of
+    # its subpackages, then the source folder.
+    source = os.path.join(ROOT, "opguide")
+    for folder, _, files in os.walk(source):
+        if "__init__.py" not in files or "__pycache__" in folder:
+            continue
+        package = os.path.join(packages, "opguide", os.path.relpath(folder, source))
+        os.makedirs(package, exist_ok=True)
+        with open(os.path.join(package, "__init__.py"), "w") as f:
+            f.write(f"__path__ = {[os.path.normpath(package), folder]!r}\n")
     command = [sys.executable, "-m", "opguide.triton.aot", "--targets", ",".join(targets)]
     command += ["--out", out, *args] + (["--skip-unknown"] if skip_unknown else [])
     command += ["--jobs", os.environ["MAX_JOBS"]] if os.environ.get("MAX_JOBS") else []

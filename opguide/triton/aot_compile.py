@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .aot_launches import KERNELS, Launch, _library, target
+from .aot_launches import KERNELS, OPERATOR_MODULES, POINTERS, Launch, kernel_function, target
 
 _MAGIC_ELF = b"\x7fELF"
 
@@ -41,9 +41,7 @@ def compile_inputs(la: Launch):
     (``tt.pointer_range`` 32, for buffer loads); artifacts are compiled
     without it, so that they serve tensors of any size.
     """
-    _, forward, backward = _library()
-    module = {"forward": forward, "backward": backward}[KERNELS[la.kernel][0]]
-    fn = getattr(module, KERNELS[la.kernel][1])
+    fn = kernel_function(la.kernel)
     if not hasattr(fn, "arg_names") or type(fn).__name__ != "JITFunction":
         raise RuntimeError(
             "opguide.triton.aot: the kernels are interpreted functions in this process "
@@ -51,7 +49,7 @@ def compile_inputs(la: Launch):
         )
     x = f"*{la.dtype}"
     cx = dict(la.constexprs)
-    pointers = {
+    rms_norm = {
         "rms_norm_forward": {
             "x_ptr": x, "w_ptr": x, "y_ptr": x,
             "inv_rms_ptr": "*fp32" if cx.get("STORE_INV") else x,
@@ -61,7 +59,11 @@ def compile_inputs(la: Launch):
             "grad_x_ptr": x, "grad_weight_partial_ptr": "*fp32",
         },
         "grad_weight_sum": {"partial_ptr": "*fp32", "grad_weight_ptr": x},
-    }[la.kernel]  # fmt: skip
+    }  # fmt: skip
+    if la.kernel in rms_norm:
+        pointers = rms_norm[la.kernel]
+    else:  # an operator's (its aot_module's KERNELS)
+        pointers = {k: x if v == "x" else v for k, v in POINTERS[la.kernel].items()}
     divisible = [["tt.divisibility", 16]]
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
@@ -90,14 +92,20 @@ def compile_inputs(la: Launch):
 def _source_hash() -> str:
     """Hash of what a compiled image depends on besides its key and Triton's version.
 
-    The kernels' files, aot_launches.py and this file (the signatures and the
-    compile options), and the ``TRITON_`` environment variables (another
-    ptxas, for one).
+    The kernels' files, aot_launches.py, the operators' ``aot_module`` and
+    this file (the signatures and the compile options), and the ``TRITON_``
+    environment variables (another ptxas, for one).
     """
+    import importlib.util
+
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for name in ("forward.py", "backward.py", "prologue.py", "aot_launches.py", "aot_compile.py"):
         digest.update((here / name).read_bytes())
+    # The operators' kernels and launches.
+    modules = sorted({m for m, _ in KERNELS.values()} | {m.__name__ for m in OPERATOR_MODULES})
+    for name in modules:
+        digest.update(Path(importlib.util.find_spec(name).origin).read_bytes())
     # Not these: where Triton keeps files, and a default that the options set.
     skip = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_INTERPRET", "TRITON_DEFAULT_FP_FUSION")
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TRITON_") and k not in skip)

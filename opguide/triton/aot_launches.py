@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import types
 from collections.abc import Iterable, Mapping, Sequence
 
 #: The kernels compiled ahead of time: the key's name -> (module, kernel object's name).
+#: RMSNorm's, then those that the registry's operators name (:func:`_operators`).
 KERNELS = {
-    "rms_norm_forward": ("forward", "_rms_norm_forward_kernel"),
-    "rms_norm_backward": ("backward", "_rms_norm_backward_kernel"),
-    "grad_weight_sum": ("backward", "_grad_weight_sum_kernel"),
+    "rms_norm_forward": ("opguide.triton.forward", "_rms_norm_forward_kernel"),
+    "rms_norm_backward": ("opguide.triton.backward", "_rms_norm_backward_kernel"),
+    "grad_weight_sum": ("opguide.triton.backward", "_grad_weight_sum_kernel"),
 }
 #: Each kernel's constexpr parameters, in its parameter order: the key lists them so.
 CONSTEXPRS = {
@@ -24,6 +26,27 @@ CONSTEXPRS = {
     "rms_norm_backward": ("BLOCK_N", "ROWS", "STAGES", "GDC", "ALIGN"),
     "grad_weight_sum": ("BLOCK_P", "BLOCK_N", "GDC", "ALIGN"),
 }
+#: The pointer arguments of the operators' kernels and their types (``"x"``: x's dtype).
+POINTERS: dict[str, dict[str, str]] = {}
+#: The registry's ``aot_module`` of each operator that has one.
+OPERATOR_MODULES: list[types.ModuleType] = []
+
+
+def _operators() -> None:
+    """Adds the kernels of each operator whose registry entry names an ``aot_module``."""
+    from ..registry import OPERATORS
+
+    for op in OPERATORS:
+        if op.aot_module:
+            module = importlib.import_module(op.aot_module)
+            OPERATOR_MODULES.append(module)
+            for name, (where, function, constexprs, pointers) in module.KERNELS.items():
+                KERNELS[name] = (where, function)
+                CONSTEXPRS[name] = tuple(constexprs)
+                POINTERS[name] = dict(pointers)
+
+
+_operators()
 #: The dtypes of x (and the weight), as the key and Triton's signatures spell them.
 DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
@@ -204,6 +227,12 @@ def _library():
     return launch, forward, backward
 
 
+def kernel_function(name: str):
+    """The ``@triton.jit`` function of the kernel ``name`` (a name of :data:`KERNELS`)."""
+    module, function = KERNELS[name]
+    return getattr(importlib.import_module(module), function)
+
+
 @contextlib.contextmanager
 def device_model(target_name: str):
     """The planners of :mod:`opguide.triton.launch` as they run on a GPU like ``target_name``.
@@ -258,6 +287,8 @@ def launches(
     ``launch.pdl_options`` gives an eager call there. The number of rows sets
     no constexpr; each length is planned for one row and for 2**20
     all the same, so that a planner that came to read it would show here.
+    Then each operator's ``aot_module`` adds its own launches, for the same
+    dtypes, GDC and row lengths.
 
     Args:
         target_name: a name of :data:`SHARED_MEMORY_OPTIN`.
@@ -301,4 +332,10 @@ def launches(
                         cx = (("BLOCK_P", s.block_p), ("BLOCK_N", s.block_n))
                         cx += (("GDC", int(gdc)), ("ALIGN", a))
                         add("grad_weight_sum", dtype_name, cx, n, s.num_warps, gdc)
+            # The operators' own launches, for this dtype.
+            for module in OPERATOR_MODULES:
+                module.launches(
+                    lambda kernel, cx, n, warps, d=dtype_name: add(kernel, d, cx, n, warps, gdc),
+                    launch.align, gdc, cols,
+                )  # fmt: skip
     return [found[k] for k in sorted(found)]
