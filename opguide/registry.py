@@ -227,10 +227,12 @@ OPERATORS: tuple[Operator, ...] = (
         ),
         aot=(
             "opguide/_silu_and_mul/triton/aot.py",
+            "opguide/_silu_and_mul/triton/kernels.py",
             "opguide/triton/aot.py",
             "opguide/triton/aot_launches.py",
             "opguide/triton/aot_compile.py",
             "opguide/triton/aot_build.py",
+            _AOT + "artifacts.h",
             _AOT + "check.h",
             _AOT + "plan.h",
             _AOT + "route.h",

@@ -355,3 +355,27 @@ def test_cuda_graph_capture_launches_on_the_current_stream():
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(y, OPS.silu_and_mul_triton(x), rtol=0, atol=0)
+
+
+@pytest.mark.cuda
+@cuda_route
+def test_cuda_empty_inputs_and_float64(capfd):
+    _require_artifacts()
+    for shape in ((0, 8), (4, 0), (2, 0, 6)):
+        x = _inputs(shape, torch.bfloat16, "cuda")
+        y = OPS.silu_and_mul_triton_aot(x)
+        assert y.shape == (*shape[:-1], shape[-1] // 2) and y.dtype == x.dtype
+        g = torch.empty(y.shape, dtype=x.dtype, device="cuda")
+        assert OPS.silu_and_mul_backward_triton_aot(g, x).shape == x.shape
+    # An empty view at an offset needs no kernel: no fallback, no warning.
+    empty_view = _inputs((9,), torch.bfloat16, "cuda")[1:1].view(0, 8)
+    try:
+        torch.set_warn_always(True)
+        assert OPS.silu_and_mul_triton_aot(empty_view).shape == (0, 4)
+    finally:
+        torch.set_warn_always(False)
+    assert "silu_and_mul_triton_aot" not in capfd.readouterr().err
+    # float64 goes to the JIT route, which refuses it, empty or not.
+    for shape in ((0, 8), (2, 8)):
+        with pytest.raises(TypeError):
+            OPS.silu_and_mul_triton_aot(torch.zeros(shape, dtype=torch.float64, device="cuda"))

@@ -4,14 +4,15 @@
 // kernel by the key of opguide/triton/aot.py (silu_and_mul_triton_aot.h),
 // and launches it from the build's table on the current stream
 // (triton_aot_launch.cu). A call that no artifact fits (another GPU, a
-// misaligned pointer, 2**31 rows or more, float64) goes to the JIT route's
-// operator, after a warning that names why.
+// misaligned pointer, 2**31 rows or more, rows of y past 2**30 elements,
+// float64) goes to the JIT route's operator, after a warning that names why.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -23,16 +24,27 @@
 namespace opguide::triton_aot {
 namespace {
 
-// The artifact of `kernel` ("silu_and_mul_forward" or "silu_and_mul_backward")
-// for x, and its key; -1, with why, where none fits before the pointers are
-// looked at.
-int64_t plan(const char* kernel, const at::Tensor& x, const DeviceInfo& d,
-             std::string* key, Fallback* why) {
-  const int64_t cols = x.size(-1) / 2;
-  const int64_t rows = cols == 0 ? 0 : x.numel() / x.size(-1);
+// Where a call of `kernel` ("silu_and_mul_forward" or "silu_and_mul_backward")
+// on x needs the JIT route before it looks for a kernel: a dtype the kernels
+// do not take, 2**31 rows or more, a runtime without the library API, and
+// rows of y too long for a 32-bit N or a grid of 65535 programs across.
+bool needs_jit(const at::Tensor& x, int64_t rows, int64_t cols, Fallback* why) {
   const at::ScalarType dtype = x.scalar_type();
-  if (before_plan(dtype_word(dtype), dtype_name(dtype), rows, why)) return -1;
-  *key = silu_and_mul_key(kernel, d, dtype_word(dtype), cols);
+  if (before_plan(dtype_word(dtype), dtype_name(dtype), rows, why)) return true;
+  if (cols > std::numeric_limits<int32_t>::max() / 2 ||
+      cdiv(cols, silu_and_mul_tile(cols).block_n) > 65535) {
+    *why = {"long", "rows of y of " + std::to_string(cols) +
+                        " elements are longer than the kernels compiled ahead of time take"};
+    return true;
+  }
+  return false;
+}
+
+// The index of `kernel`'s artifact for rows of `cols` elements of y, and its
+// key; -1, with why, where the table does not hold it.
+int64_t find_kernel(const char* kernel, const at::Tensor& x, int64_t cols,
+                    const DeviceInfo& d, std::string* key, Fallback* why) {
+  *key = silu_and_mul_key(kernel, d, dtype_word(x.scalar_type()), cols);
   return find(*key, d, why);
 }
 
@@ -58,6 +70,8 @@ void launch_tiles(int64_t index, int device, std::vector<void*> pointers, int64_
          cdiv(cols, tile.block_n));
 }
 
+// In the order of rms_norm_triton_aot's (triton_aot_cuda.cu): the checks that
+// need no plan, then empty outputs, then alignment and the table.
 at::Tensor silu_and_mul_cuda(const at::Tensor& x) {
   check_silu_and_mul_args(x);
   const c10::cuda::CUDAGuard device_guard(x.device());
@@ -65,13 +79,15 @@ at::Tensor silu_and_mul_cuda(const at::Tensor& x) {
   const int64_t cols = x.size(-1) / 2;
   const int64_t rows = cols == 0 ? 0 : x.numel() / x.size(-1);
   Fallback why;
-  std::string key;
-  const int64_t index = plan("silu_and_mul_forward", x, device_info(device), &key, &why);
-  if (index < 0 && rows > 0) return jit_silu_and_mul(why, x);
+  if (needs_jit(x, rows, cols, &why)) return jit_silu_and_mul(why, x);
+  if (rows == 0) return silu_and_mul_empty_output(x);
   const at::Tensor xc = x.contiguous();
   if (misaligned({{"x", xc.const_data_ptr()}}, &why)) return jit_silu_and_mul(why, x);
+  std::string key;
+  const int64_t index =
+      find_kernel("silu_and_mul_forward", x, cols, device_info(device), &key, &why);
+  if (index < 0) return jit_silu_and_mul(why, x);
   at::Tensor y = silu_and_mul_empty_output(xc);
-  if (rows == 0) return y;
   launch_tiles(index, device,
                {const_cast<void*>(xc.const_data_ptr()), y.mutable_data_ptr()}, rows, cols);
   return y;
@@ -84,16 +100,18 @@ at::Tensor silu_and_mul_backward_cuda(const at::Tensor& grad_y, const at::Tensor
   const int64_t cols = x.size(-1) / 2;
   const int64_t rows = cols == 0 ? 0 : x.numel() / x.size(-1);
   Fallback why;
-  std::string key;
-  const int64_t index = plan("silu_and_mul_backward", x, device_info(device), &key, &why);
-  if (index < 0 && rows > 0) return jit_silu_and_mul_backward(why, grad_y, x);
+  if (needs_jit(x, rows, cols, &why)) return jit_silu_and_mul_backward(why, grad_y, x);
+  if (rows == 0) return at::empty_like(x, at::MemoryFormat::Contiguous);
   const at::Tensor xc = x.contiguous();
   const at::Tensor gc = grad_y.contiguous();
   if (misaligned({{"grad_y", gc.const_data_ptr()}, {"x", xc.const_data_ptr()}}, &why)) {
     return jit_silu_and_mul_backward(why, grad_y, x);
   }
+  std::string key;
+  const int64_t index =
+      find_kernel("silu_and_mul_backward", x, cols, device_info(device), &key, &why);
+  if (index < 0) return jit_silu_and_mul_backward(why, grad_y, x);
   at::Tensor grad_x = at::empty_like(xc, at::MemoryFormat::Contiguous);
-  if (rows == 0) return grad_x;
   launch_tiles(index, device,
                {const_cast<void*>(gc.const_data_ptr()),
                 const_cast<void*>(xc.const_data_ptr()), grad_x.mutable_data_ptr()},
@@ -113,11 +131,13 @@ std::vector<std::string> triton_aot_silu_and_mul_route(const std::string& direct
   check_silu_and_mul_args(x);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const DeviceInfo& d = device_info(static_cast<int>(x.get_device()));
+  const int64_t cols = x.size(-1) / 2;
+  const int64_t rows = cols == 0 ? 0 : x.numel() / x.size(-1);
   Fallback why;
+  if (needs_jit(x, rows, cols, &why)) return {"fallback", why.message};
   std::string key;
   const std::string kernel = "silu_and_mul_" + direction;
-  const int64_t index = plan(kernel.c_str(), x, d, &key, &why);
-  if (key.empty()) return {"fallback", why.message};
+  const int64_t index = find_kernel(kernel.c_str(), x, cols, d, &key, &why);
   return {key, index >= 0 ? "found" : "missing"};
 }
 

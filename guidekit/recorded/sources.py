@@ -160,7 +160,8 @@ MEASURED: dict[str, tuple[str, ...]] = {
     # tools/bench_per_call.py --out: every route's eager calls and GPU time,
     # the ahead-of-time Triton route's build and C++ launch among them.
     "triton_aot_*.json": ("cuda:forward,backward", "triton:forward,backward", "python:rms_norm",
-                          "aot:rms_norm", "bench:eager", "tools/bench_per_call.py"),
+                          "aot:rms_norm", "aot_modules", "bench:eager",
+                          "tools/bench_per_call.py"),
 }
 # fmt: on
 
@@ -209,6 +210,17 @@ def _every_operator(route: str) -> list[str]:
     and the shared code of that route."""
     files = [f for op in registry().OPERATORS for f in (*_gpu_code(op, (route,)), *op.python)]
     return files + _shared(route)
+
+
+def _aot_modules() -> list[str]:
+    """The files that set the images an ``aot_module`` adds to the ahead-of-time build:
+    the module and its operator's Triton kernels."""
+    files = []
+    for op in registry().OPERATORS:
+        if op.aot_module:
+            files.append(op.aot_module.replace(".", "/") + ".py")
+            files += op.kernels.get("triton", ())
+    return files
 
 
 def _template(record: str, listed: Callable[[str], list[str]]) -> list[str]:
@@ -266,6 +278,8 @@ def measured(record: str, listed: Callable[[str], list[str]] | None = None) -> l
             files += _template(record, listed or _lister(ROOT))
         elif kind == "aot":  # an operator's Triton kernels compiled ahead of time
             files += registry().get(arg).aot
+        elif kind == "aot_modules":  # the other operators' kernels in the same build
+            files += _aot_modules()
         elif kind == "every":  # every:cuda, every:triton
             files += _every_operator(arg)
         else:

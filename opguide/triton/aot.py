@@ -1,4 +1,4 @@
-"""The RMSNorm Triton kernels compiled ahead of time, for GPUs named at build time.
+"""opguide's Triton kernels compiled ahead of time, for GPUs named at build time.
 
 The JIT route compiles a kernel the first time a launch needs it, on the
 machine that runs it. This module compiles, on the build machine and
@@ -23,6 +23,8 @@ kernels ``rms_norm_forward`` (the Registers plans, rows of up to
 inv_rms), ``rms_norm_backward`` (rows of up to
 :data:`~opguide.triton.launch.MAX_REGISTER_ROW_BACKWARD`) and
 ``grad_weight_sum`` (its second stage), for float32, float16 and bfloat16.
+The operators whose registry entry names an ``aot_module`` add their own
+kernels and launches (:attr:`opguide.registry.Operator.aot_module`).
 A launch without an artifact (a longer row, another device, a misaligned
 pointer) takes the JIT route.
 
