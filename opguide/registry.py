@@ -92,6 +92,22 @@ COMMON: Mapping[str, tuple[str, ...]] = {
 _RMS = "csrc/rms_norm/"
 _FUSED = "csrc/fused_add_rms_norm/"
 _AOT = "csrc/triton_aot/"
+# What every operator's Triton kernels compiled ahead of time share: the
+# build that compiles them, and the C++ that keys, loads and launches them.
+_AOT_SHARED = (
+    "opguide/triton/aot.py",
+    "opguide/triton/aot_launches.py",
+    "opguide/triton/aot_compile.py",
+    "opguide/triton/aot_build.py",
+    _AOT + "artifacts.h",
+    _AOT + "check.h",
+    _AOT + "plan.h",
+    _AOT + "route.h",
+    _AOT + "triton_aot.h",
+    _AOT + "triton_aot_fallback.cpp",
+    _AOT + "triton_aot_launch.cu",
+    _AOT + "triton_aot_launch.h",
+)
 
 OPERATORS: tuple[Operator, ...] = (
     Operator(
@@ -135,20 +151,9 @@ OPERATORS: tuple[Operator, ...] = (
         },
         python=("opguide/ops.py", "opguide/_checks.py", "opguide/backends.py"),
         aot=(
-            "opguide/triton/aot.py",
-            "opguide/triton/aot_launches.py",
-            "opguide/triton/aot_compile.py",
-            "opguide/triton/aot_build.py",
-            _AOT + "artifacts.h",
-            _AOT + "check.h",
-            _AOT + "plan.h",
-            _AOT + "route.h",
-            _AOT + "triton_aot.h",
+            *_AOT_SHARED,
             _AOT + "triton_aot_autograd.cpp",
             _AOT + "triton_aot_cuda.cu",
-            _AOT + "triton_aot_fallback.cpp",
-            _AOT + "triton_aot_launch.cu",
-            _AOT + "triton_aot_launch.h",
             _AOT + "triton_aot_schema.cpp",
         ),
     ),
@@ -226,20 +231,9 @@ OPERATORS: tuple[Operator, ...] = (
             "opguide/backends.py",
         ),
         aot=(
+            *_AOT_SHARED,
             "opguide/_silu_and_mul/triton/aot.py",
             "opguide/_silu_and_mul/triton/kernels.py",
-            "opguide/triton/aot.py",
-            "opguide/triton/aot_launches.py",
-            "opguide/triton/aot_compile.py",
-            "opguide/triton/aot_build.py",
-            _AOT + "artifacts.h",
-            _AOT + "check.h",
-            _AOT + "plan.h",
-            _AOT + "route.h",
-            _AOT + "triton_aot.h",
-            _AOT + "triton_aot_fallback.cpp",
-            _AOT + "triton_aot_launch.cu",
-            _AOT + "triton_aot_launch.h",
             _AOT + "silu_and_mul_triton_aot.h",
             _AOT + "silu_and_mul_triton_aot.cpp",
             _AOT + "silu_and_mul_triton_aot_cuda.cu",

@@ -421,18 +421,21 @@ def _kernel_params(cuobjdump: str, image: Path) -> str:
     return "".join(found[i] for i in sorted(found))
 
 
-def test_the_compiled_kernels_take_the_arguments_the_launcher_passes(tmp_path):
+def check_launcher_params(tmp_path, want: dict) -> None:
+    """Compiles the kernels ``want`` names for sm_90 at N = 1 and 1000 (bfloat16) and
+    checks each image's parameters: ``want`` maps (kernel, ``"1"`` or ``"N"``) to them,
+    spelt as :data:`LAUNCHER_PARAMS` spells them. Skips without cuobjdump."""
     from guidekit.compilers import find_cuobjdump
 
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found (set CUDA_HOME, or install triton's wheel)")
     out = tmp_path / "aot"
+    only = "".join(f", '--only', {k!r}" for k in sorted({k for k, _ in want}))
     run = _run(
         f"import sys; from opguide.triton import aot; sys.exit(aot.main(['--targets', 'sm_90', "
-        f"'--out', {str(out)!r}, '--cols', '1,1000', '--dtypes', 'bfloat16', '--jobs', '1', "
-        f"'--only', 'rms_norm_forward', '--only', 'rms_norm_backward', "
-        f"'--only', 'grad_weight_sum']))",
+        f"'--out', {str(out)!r}, '--cols', '1,1000', '--dtypes', 'bfloat16', '--jobs', '1'"
+        f"{only}]))",
         TRITON_INTERPRET="0",
     )
     assert run.returncode == 0, run.stderr[-4000:]
@@ -442,12 +445,15 @@ def test_the_compiled_kernels_take_the_arguments_the_launcher_passes(tmp_path):
     seen = set()
     for a in artifacts:
         kernel, spec = a["key"].split("|")[0], a["key"].split("|")[4]
-        want = LAUNCHER_PARAMS[(kernel, "1" if spec == "1" else "N")]
-        assert _kernel_params(cuobjdump, out / a["image"]) == want, a["key"]
+        spec = "1" if spec == "1" else "N"
+        assert _kernel_params(cuobjdump, out / a["image"]) == want[kernel, spec], a["key"]
         assert a["function"].encode() in (out / a["image"]).read_bytes()
         seen.add((kernel, spec))
-    assert {k for k, _ in seen} == {"rms_norm_forward", "rms_norm_backward", "grad_weight_sum"}
-    assert {s for _, s in seen} == {"1", "N"}
+    assert seen == set(want)
+
+
+def test_the_compiled_kernels_take_the_arguments_the_launcher_passes(tmp_path):
+    check_launcher_params(tmp_path, LAUNCHER_PARAMS)
 
 
 # -- CUDA: the compiled kernels ---------------------------------------------------------
@@ -490,17 +496,19 @@ def _require_artifacts():
 
 class NoJit:
     """Makes every launch of the JIT route fail while entered (opguide/triton/ops.py's
-    ``launchable`` wraps each one), and counts the attempts."""
+    ``launchable`` wraps each one; ``module``: another operator's module that
+    imported it), and counts the attempts."""
 
-    def __init__(self):
+    def __init__(self, module=None):
         self.calls = []
+        self.module = module or jit
 
     def __enter__(self):
         def refuse(kernel):
             self.calls.append(kernel.__name__ if hasattr(kernel, "__name__") else str(kernel))
             raise AssertionError(f"the JIT route launched {self.calls[-1]}")
 
-        self._patch = mock.patch.object(jit, "launchable", refuse)
+        self._patch = mock.patch.object(self.module, "launchable", refuse)
         self._patch.__enter__()
         return self
 

@@ -12,10 +12,7 @@ and the build's, and, in Triton's interpreter, the operators on CPU tensors
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import torch
@@ -25,6 +22,9 @@ from opguide import silu_and_mul_reference
 triton_ops = pytest.importorskip(
     "opguide.triton", reason="the JIT route the operators fall back to needs the triton package"
 )
+from test_triton_aot import NoJit as RefusingJit  # noqa: E402
+from test_triton_aot import _require_artifacts  # noqa: E402
+
 from opguide._silu_and_mul.triton import ops as silu_jit  # noqa: E402
 from opguide._silu_and_mul.triton.ops import silu_and_mul_config  # noqa: E402
 from opguide.triton import launch  # noqa: E402
@@ -104,37 +104,20 @@ def test_every_key_the_cpp_route_asks_for_is_compiled_by_the_build(device):
 
 
 def test_the_compiled_kernels_take_the_arguments_the_launcher_passes(tmp_path):
-    from test_triton_aot import _kernel_params, _run
+    from test_triton_aot import check_launcher_params
 
-    from guidekit.compilers import find_cuobjdump
-
-    cuobjdump = find_cuobjdump()
-    if cuobjdump is None:
-        pytest.skip("cuobjdump not found (set CUDA_HOME, or install triton's wheel)")
-    out = tmp_path / "aot"
-    run = _run(
-        f"import sys; from opguide.triton import aot; sys.exit(aot.main(['--targets', 'sm_90', "
-        f"'--out', {str(out)!r}, '--cols', '1,1000', '--dtypes', 'bfloat16', '--jobs', '1', "
-        f"'--only', 'silu_and_mul_forward', '--only', 'silu_and_mul_backward']))",
-        TRITON_INTERPRET="0",
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
     # silu_and_mul_triton_aot_cuda.cu's launch_tiles: the pointers ("p"), M and
     # N (4 bytes each; N left out where it is the constexpr 1), then Triton's
     # two scratch pointers.
-    want = {
-        ("silu_and_mul_forward", "N"): "pp44pp",  # x, y
-        ("silu_and_mul_forward", "1"): "pp4pp",
-        ("silu_and_mul_backward", "N"): "ppp44pp",  # grad_y, x, grad_x
-        ("silu_and_mul_backward", "1"): "ppp4pp",
-    }
-    seen = set()
-    for a in json.loads((out / "manifest.json").read_text())["artifacts"]:
-        kernel, spec = a["key"].split("|")[0], a["key"].split("|")[4]
-        spec = "1" if spec == "1" else "N"
-        assert _kernel_params(cuobjdump, out / a["image"]) == want[kernel, spec], a["key"]
-        seen.add((kernel, spec))
-    assert seen == set(want)
+    check_launcher_params(
+        tmp_path,
+        {
+            ("silu_and_mul_forward", "N"): "pp44pp",  # x, y
+            ("silu_and_mul_forward", "1"): "pp4pp",
+            ("silu_and_mul_backward", "N"): "ppp44pp",  # grad_y, x, grad_x
+            ("silu_and_mul_backward", "1"): "ppp4pp",
+        },
+    )
 
 
 def test_nvcc_compiles_the_cuda_source():
@@ -242,28 +225,9 @@ _READY, _WHY = _ready()
 cuda_route = pytest.mark.skipif(not _READY, reason=_WHY)
 
 
-def _require_artifacts():
-    x = torch.empty(1, device="cuda")
-    target, _, _, gdc, held = torch.ops.opguide_checks.triton_aot_device(x)
-    if target not in [t for t in held.split(", ") if t]:
-        pytest.skip(f"this build holds no kernels compiled ahead of time for {target}")
-    if gdc != "1" and os.environ.get("OPGUIDE_PDL") == "0":
-        pytest.skip("OPGUIDE_PDL=0: the table's sm_90+ kernels are compiled with GDC")
-
-
-class NoJit:
+def NoJit():
     """Makes every launch of silu_and_mul's JIT route fail while entered."""
-
-    def __enter__(self):
-        def refuse(kernel):
-            raise AssertionError(f"the JIT route launched {getattr(kernel, '__name__', kernel)}")
-
-        self._patch = mock.patch.object(silu_jit, "launchable", refuse)
-        self._patch.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self._patch.__exit__(*exc)
+    return RefusingJit(silu_jit)
 
 
 @interpreter
