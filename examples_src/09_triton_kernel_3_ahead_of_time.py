@@ -429,12 +429,10 @@ print(
 # .. literalinclude:: /../opguide/triton/aot_build.py
 #    :language: python
 #    :pyobject: targets
-#    :caption: opguide/triton/aot_build.py
 #
 # .. literalinclude:: /../setup.py
 #    :language: python
 #    :pyobject: _visible_targets
-#    :caption: setup.py
 #
 # .. literalinclude:: /../setup.py
 #    :language: python
