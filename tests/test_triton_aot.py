@@ -459,12 +459,13 @@ def test_the_compiled_kernels_take_the_arguments_the_launcher_passes(tmp_path):
 # -- CUDA: the compiled kernels ---------------------------------------------------------
 
 
-def _cuda_route_ready() -> tuple[bool, str]:
+def _cuda_route_ready(op: str = "opguide::rms_norm_triton_aot") -> tuple[bool, str]:
+    """Whether the CUDA items of ``op``'s compiled kernels can run here, and why not."""
     if not torch.cuda.is_available():
         return False, "no GPU visible"
     if triton_ops.INTERPRET:
         return False, "TRITON_INTERPRET=1: the JIT route is not compiled for the GPU"
-    if not torch._C._dispatch_has_kernel_for_dispatch_key("opguide::rms_norm_triton_aot", "CUDA"):
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA"):
         return False, "this build of opguide has no CUDA kernels (a CPU build)"
     return True, ""
 

@@ -23,7 +23,7 @@ triton_ops = pytest.importorskip(
     "opguide.triton", reason="the JIT route the operators fall back to needs the triton package"
 )
 from test_triton_aot import NoJit as RefusingJit  # noqa: E402
-from test_triton_aot import _require_artifacts  # noqa: E402
+from test_triton_aot import _cuda_route_ready, _require_artifacts  # noqa: E402
 
 from opguide._silu_and_mul.triton import ops as silu_jit  # noqa: E402
 from opguide._silu_and_mul.triton.ops import silu_and_mul_config  # noqa: E402
@@ -209,19 +209,7 @@ def test_meta_kernels_take_symbolic_shapes():
 # -- CUDA: the compiled kernels ---------------------------------------------------------
 
 
-def _ready() -> tuple[bool, str]:
-    if not torch.cuda.is_available():
-        return False, "no GPU visible"
-    if triton_ops.INTERPRET:
-        return False, "TRITON_INTERPRET=1: the JIT route is not compiled for the GPU"
-    if not torch._C._dispatch_has_kernel_for_dispatch_key(
-        "opguide::silu_and_mul_triton_aot", "CUDA"
-    ):
-        return False, "this build of opguide has no CUDA kernels (a CPU build)"
-    return True, ""
-
-
-_READY, _WHY = _ready()
+_READY, _WHY = _cuda_route_ready("opguide::silu_and_mul_triton_aot")
 cuda_route = pytest.mark.skipif(not _READY, reason=_WHY)
 
 

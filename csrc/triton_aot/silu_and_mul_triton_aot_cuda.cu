@@ -24,10 +24,19 @@
 namespace opguide::triton_aot {
 namespace {
 
-// Where a call of `kernel` ("silu_and_mul_forward" or "silu_and_mul_backward")
-// on x needs the JIT route before it looks for a kernel: a dtype the kernels
-// do not take, 2**31 rows or more, a runtime without the library API, and
-// rows of y too long for a 32-bit N or a grid of 65535 programs across.
+// The rows of y and their length d, for x of shape (..., 2*d).
+struct Rows {
+  int64_t rows, cols;
+};
+
+Rows rows_of_y(const at::Tensor& x) {
+  const int64_t cols = x.size(-1) / 2;
+  return {cols == 0 ? 0 : x.numel() / x.size(-1), cols};
+}
+
+// Where a call on x needs the JIT route before it looks for a kernel: a dtype
+// the kernels do not take, 2**31 rows or more, a runtime without the library
+// API, and rows of y too long for a 32-bit N or a grid of 65535 programs across.
 bool needs_jit(const at::Tensor& x, int64_t rows, int64_t cols, Fallback* why) {
   const at::ScalarType dtype = x.scalar_type();
   if (before_plan(dtype_word(dtype), dtype_name(dtype), rows, why)) return true;
@@ -76,8 +85,7 @@ at::Tensor silu_and_mul_cuda(const at::Tensor& x) {
   check_silu_and_mul_args(x);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int device = static_cast<int>(x.get_device());
-  const int64_t cols = x.size(-1) / 2;
-  const int64_t rows = cols == 0 ? 0 : x.numel() / x.size(-1);
+  const auto [rows, cols] = rows_of_y(x);
   Fallback why;
   if (needs_jit(x, rows, cols, &why)) return jit_silu_and_mul(why, x);
   if (rows == 0) return silu_and_mul_empty_output(x);
@@ -97,8 +105,7 @@ at::Tensor silu_and_mul_backward_cuda(const at::Tensor& grad_y, const at::Tensor
   check_silu_and_mul_backward_args(grad_y, x);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int device = static_cast<int>(x.get_device());
-  const int64_t cols = x.size(-1) / 2;
-  const int64_t rows = cols == 0 ? 0 : x.numel() / x.size(-1);
+  const auto [rows, cols] = rows_of_y(x);
   Fallback why;
   if (needs_jit(x, rows, cols, &why)) return jit_silu_and_mul_backward(why, grad_y, x);
   if (rows == 0) return at::empty_like(x, at::MemoryFormat::Contiguous);
@@ -131,8 +138,7 @@ std::vector<std::string> triton_aot_silu_and_mul_route(const std::string& direct
   check_silu_and_mul_args(x);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const DeviceInfo& d = device_info(static_cast<int>(x.get_device()));
-  const int64_t cols = x.size(-1) / 2;
-  const int64_t rows = cols == 0 ? 0 : x.numel() / x.size(-1);
+  const auto [rows, cols] = rows_of_y(x);
   Fallback why;
   if (needs_jit(x, rows, cols, &why)) return {"fallback", why.message};
   std::string key;
