@@ -49,10 +49,6 @@ namespace {
 // torch.compile, torch.export and opcheck. Where the sizes are symbols
 // (dynamic shapes) the checks compare them as symbols, which records a guard.
 
-bool symbolic(const at::Tensor& t) {
-  return t.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
-}
-
 void check_args(const at::Tensor& x) {
   if (!symbolic(x)) {
     check_silu_and_mul_args(x);

@@ -33,6 +33,13 @@ Pair jit_rms_norm_backward(const Fallback& why, const at::Tensor& grad_y,
 // that `why` sends there, after the warning above; the error above when it
 // is not registered. The calls above go through it, and so do other
 // operators' (their own files of this folder).
-c10::OperatorHandle jit_operator(const char* op, const char* jit_op, const Fallback& why);
+c10::OperatorHandle jit_operator(const char* op, const char* jit_op,
+                                 const Fallback& why);
+
+// Whether `t`'s sizes or strides are symbols (torch.compile's dynamic shapes):
+// the Meta kernels then compare them as symbols, which records a guard.
+inline bool symbolic(const at::Tensor& t) {
+  return t.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+}
 
 }  // namespace opguide::triton_aot

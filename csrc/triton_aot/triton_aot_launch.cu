@@ -121,7 +121,7 @@ void check(RtError err, const char* call, const Artifact& a, int device) {
 #else
   (void)cudaGetLastError();
 #endif
-  OPGUIDE_AOT_CHECK(false, "rms_norm_triton_aot: ", call,
+  OPGUIDE_AOT_CHECK(false, "opguide triton_aot launcher: ", call,
                     " failed for the kernel compiled ahead of time ", a.key, " (symbol ",
                     a.function, ", ", a.image_size, " bytes) on cuda:", device, ": ",
                     error_name(err), ": ", error_string(err));
@@ -235,8 +235,9 @@ void launch_on(int64_t index, int device, int64_t grid, int64_t grid_y, void** a
 const DeviceInfo& device_info(int device) {
   static std::array<std::atomic<const DeviceInfo*>, kMaxDevices> infos{};
   static std::mutex mutex;
-  OPGUIDE_AOT_CHECK(device >= 0 && device < kMaxDevices, "rms_norm_triton_aot: device index ",
-                    device, " is beyond the ", kMaxDevices, " this build's cache holds");
+  OPGUIDE_AOT_CHECK(device >= 0 && device < kMaxDevices,
+                    "opguide triton_aot launcher: device index ", device,
+                    " is beyond the ", kMaxDevices, " this build's cache holds");
   if (const DeviceInfo* info = infos[device].load(std::memory_order_acquire))
     return *info;
   const std::lock_guard<std::mutex> lock(mutex);
@@ -244,8 +245,9 @@ const DeviceInfo& device_info(int device) {
     return *info;
   cudaDeviceProp prop;
   const cudaError_t err = cudaGetDeviceProperties(&prop, device);
-  OPGUIDE_AOT_CHECK(err == cudaSuccess, "rms_norm_triton_aot: cudaGetDeviceProperties(",
-                    device, ") failed: ", cudaGetErrorString(err));
+  OPGUIDE_AOT_CHECK(err == cudaSuccess,
+                    "opguide triton_aot launcher: cudaGetDeviceProperties(", device,
+                    ") failed: ", cudaGetErrorString(err));
   auto* info = new DeviceInfo();  // kept for the life of the process
 #if defined(USE_ROCM)
   const std::string arch = prop.gcnArchName;
@@ -305,9 +307,9 @@ void launch(int64_t index, int device, int64_t grid, void** args, void* stream,
 }
 #else
 void launch(int64_t, int, int64_t, void**, void*, int64_t) {
-  OPGUIDE_AOT_CHECK(
-      false,
-      "rms_norm_triton_aot: this build cannot launch kernels compiled ahead of time");
+  OPGUIDE_AOT_CHECK(false,
+                    "opguide triton_aot launcher: this build cannot launch kernels "
+                    "compiled ahead of time");
 }
 #endif
 

@@ -34,10 +34,6 @@ TORCH_LIBRARY_FRAGMENT(opguide, m) {
 namespace opguide::triton_aot {
 namespace {
 
-bool symbolic(const at::Tensor& t) {
-  return t.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
-}
-
 // check_rms_norm_args where the sizes are numbers; where they are symbols
 // (torch.compile's dynamic shapes) the same checks, the sizes compared as
 // symbols (which records a guard).

@@ -248,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m opguide.triton.aot``: :func:`build` from the command line."""
     parser = argparse.ArgumentParser(
         prog="python -m opguide.triton.aot",
-        description="Compile the RMSNorm Triton kernels ahead of time for named GPUs.",
+        description="Compile the Triton kernels of every operator's aot module ahead of time "
+        "for named GPUs.",
     )
     parser.add_argument("--targets", required=True, help="e.g. sm_90,gfx942 (empty: none)")
     parser.add_argument("--out", required=True, help="the output folder")

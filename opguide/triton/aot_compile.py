@@ -92,15 +92,16 @@ def compile_inputs(la: Launch):
 def _source_hash() -> str:
     """Hash of what a compiled image depends on besides its key and Triton's version.
 
-    The kernels' files, aot_launches.py, the operators' ``aot_module`` and
-    this file (the signatures and the compile options), and the ``TRITON_``
-    environment variables (another ptxas, for one).
+    The kernels' modules (those of ``KERNELS``), the prologue they share,
+    aot_launches.py, the operators' ``aot_module`` and this file (the
+    signatures and the compile options), and the ``TRITON_`` environment
+    variables (another ptxas, for one).
     """
     import importlib.util
 
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for name in ("forward.py", "backward.py", "prologue.py", "aot_launches.py", "aot_compile.py"):
+    for name in ("prologue.py", "aot_launches.py", "aot_compile.py"):
         digest.update((here / name).read_bytes())
     # The operators' kernels and launches.
     modules = sorted({m for m, _ in KERNELS.values()} | {m.__name__ for m in OPERATOR_MODULES})

@@ -220,13 +220,6 @@ class Launch:
         )
 
 
-def _library():
-    """(launch, forward, backward): the planners' module and the kernels' modules."""
-    from . import backward, forward, launch
-
-    return launch, forward, backward
-
-
 def kernel_function(name: str):
     """The ``@triton.jit`` function of the kernel ``name`` (a name of :data:`KERNELS`)."""
     module, function = KERNELS[name]
@@ -250,8 +243,9 @@ def device_model(target_name: str):
 
     import torch
 
+    from . import launch
+
     gpu = target(target_name)
-    launch, _, _ = _library()
     props = types.SimpleNamespace(
         multi_processor_count=132,
         shared_memory_per_block_optin=gpu.smem_optin,
