@@ -7,6 +7,7 @@
 // public C++ API.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include <tuple>
@@ -127,4 +128,9 @@ at::Tensor rms_norm_autograd(const at::Tensor& x, const at::Tensor& weight,
 TORCH_LIBRARY_IMPL(opguide, Autograd, m) {
   m.impl("rms_norm", &opguide::rms_norm_autograd);
   m.impl("rms_norm_forward", &opguide::rms_norm_forward_autograd);
+  // The backward operator has no derivative of its own. Without a kernel here
+  // a double backward (torch.autograd.grad(..., create_graph=True), then a
+  // second backward) would pass through it with a warning and zero gradients;
+  // this kernel makes that second backward an error that names the operator.
+  m.impl("rms_norm_backward", torch::autograd::autogradNotImplementedFallback());
 }

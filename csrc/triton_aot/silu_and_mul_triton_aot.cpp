@@ -10,6 +10,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/SymBool.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include <string>
@@ -198,6 +199,10 @@ TORCH_LIBRARY_IMPL(opguide, Meta, m) {
 
 TORCH_LIBRARY_IMPL(opguide, Autograd, m) {
   m.impl("silu_and_mul_triton_aot", &opguide::triton_aot::silu_and_mul_autograd);
+  // No derivative of the backward: a double backward through it is an error
+  // naming it, not zero gradients.
+  m.impl("silu_and_mul_backward_triton_aot",
+         torch::autograd::autogradNotImplementedFallback());
 }
 
 TORCH_LIBRARY_IMPL(opguide, CPU, m) {

@@ -7,6 +7,7 @@
 // kernels compiled with STORE_INV=0: no inv_rms is written).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include <tuple>
@@ -129,4 +130,8 @@ TORCH_LIBRARY_IMPL(opguide, Autograd, m) {
   m.impl("rms_norm_triton_aot", &opguide::triton_aot::rms_norm_autograd);
   m.impl("rms_norm_forward_triton_aot",
          &opguide::triton_aot::rms_norm_forward_autograd);
+  // No derivative of the backward: a double backward through it is an error
+  // naming it, not zero gradients (as rms_norm_backward's, rms_norm_autograd.cpp).
+  m.impl("rms_norm_backward_triton_aot",
+         torch::autograd::autogradNotImplementedFallback());
 }

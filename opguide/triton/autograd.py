@@ -52,3 +52,17 @@ def _backward(ctx, grad_y):
 
 
 torch.library.register_autograd("opguide::rms_norm_triton", _backward, setup_context=_setup_context)
+
+
+# The backward operator has no derivative of its own. Without an autograd
+# kernel a double backward (torch.autograd.grad(..., create_graph=True), then a
+# second backward) would pass through it with a warning and zero gradients;
+# with this one the second backward is an error that names the operator.
+def _backward_op_backward(ctx, *grads):
+    raise RuntimeError(
+        "opguide::rms_norm_backward_triton has no derivative: a double backward "
+        "through opguide's Triton RMSNorm is not supported"
+    )
+
+
+torch.library.register_autograd("opguide::rms_norm_backward_triton", _backward_op_backward)

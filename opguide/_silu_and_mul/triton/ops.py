@@ -174,6 +174,18 @@ def _backward(ctx, grad_y):
 torch.library.register_autograd(
     "opguide::silu_and_mul_triton", _backward, setup_context=rules.setup_context
 )
+
+
+# The backward has no derivative of its own: a double backward through it is
+# an error that names it, not a warning and zero gradients.
+def _backward_op_backward(ctx, *grads):
+    raise RuntimeError(
+        "opguide::silu_and_mul_backward_triton has no derivative: a double backward "
+        "through opguide's Triton silu_and_mul is not supported"
+    )
+
+
+torch.library.register_autograd("opguide::silu_and_mul_backward_triton", _backward_op_backward)
 torch.library.register_vmap(
     "opguide::silu_and_mul_triton", rules.forward_vmap_rule(silu_and_mul_triton)
 )
