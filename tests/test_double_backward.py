@@ -1,7 +1,7 @@
 """A double backward through any operator's backward is an error, never zeros.
 
-The backward operators (``rms_norm_backward``, ``silu_and_mul_backward``, their
-Triton and ahead-of-time twins) have no derivative of their own. An operator
+The backward operators of the registry's operators (and their Triton and
+ahead-of-time twins) have no derivative of their own. An operator
 with no kernel at the Autograd key passes a second backward through with a
 warning and zero gradients; each of these has a kernel that makes it an error
 naming the operator. Every route of every operator of the registry is called
