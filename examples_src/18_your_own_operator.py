@@ -355,9 +355,11 @@ for path in gpu_records:
     record = json.loads(path.read_text())
     built, ran = record["built_with"], record["run_with"]
     route = f"the {built['abi']} ABI" if built["route"] == "cpp" else f"the {built['route']} route"
+    route += ", its kernels compiled ahead of time" if built.get("triton_aot") else ""
     print(f"{path.name} ({record['date'][:10]}): {route}")
-    # The tool carries every wheel but a classic C++ one, which is built where it runs.
-    carried = built["abi"] == "stable" or built["route"] != "cpp"
+    # The tool carries every wheel but a classic C++ one and one whose Triton
+    # kernels are compiled ahead of time: those are built where they run.
+    carried = (built["abi"] == "stable" or built["route"] != "cpp") and not built.get("triton_aot")
     where = f"built with torch {built['torch']}, run with" if carried else "built and run with"
     print(f"  {where} torch {ran['torch']} on {ran['device']}")
     pages.say_stale(path.name)

@@ -36,24 +36,31 @@ SCATTER_WRITTEN = {
 
 
 def answers(
-    route: str, abi: str, kind: str, inplace: bool, package: str, triton: bool = True
-) -> dict[str, str | bool]:
+    route: str, abi: str, kind: str, inplace: bool, package: str, triton: bool = True,
+    triton_aot: bool = False,
+) -> dict[str, str | bool]:  # fmt: skip
     """The copier answers of one variant.
 
     ``triton=False`` renders the C++ route without its Triton variant (the
-    ``triton`` question; the other routes do not ask it).
+    ``triton`` question; the other routes do not ask it); ``triton_aot=True``
+    the Triton route with its kernels compiled ahead of time.
 
     Raises:
-        ValueError: if ``triton`` is False on a route other than ``cpp``.
+        ValueError: if ``triton`` is False on a route other than ``cpp``, or
+            ``triton_aot`` is True on a route other than ``triton``.
     """
     if not triton and route != "cpp":
         raise ValueError(f"triton=False applies to the cpp route only, got route={route!r}")
+    if triton_aot and route != "triton":
+        raise ValueError(f"triton_aot=True applies to the triton route only, got route={route!r}")
     out: dict[str, str | bool] = dict(package=package, route=route, kind=kind)
     out["op_name"] = op_name(kind, inplace)
     if route == "cpp":
         out["abi"] = abi
     if not triton:
         out["triton"] = False
+    if triton_aot:
+        out["triton_aot"] = True
     if kind == "scatter":
         out["written"] = SCATTER_WRITTEN[(route, abi)]
     return out

@@ -520,11 +520,14 @@ def add_operator(project: Path, package: str, kind: str) -> None:
     """
     op = tv.OP_NAMES[kind]
     printed, _ = run_add_operator_command(project, kind)
-    line = f"from .{op}_ops import {op}  # noqa: E402"
-    assert printed == " ".join(line.split()), printed
     init = project / "src" / package / "__init__.py"
     lines = init.read_text().splitlines(keepends=True)
-    at = next(n for n, text in enumerate(lines) if text.startswith("from .ops import"))
+    if printed.startswith("from .triton_"):  # the Triton route: after the first operator's module
+        line, first = f"from .triton_{op} import {op}", "from .triton_"
+    else:
+        line, first = f"from .{op}_ops import {op}  # noqa: E402", "from .ops import"
+    assert printed == " ".join(line.split()), printed
+    at = next(n for n, text in enumerate(lines) if text.startswith(first))
     lines.insert(at + 1, line + "\n")
     init.write_text("".join(lines).replace("__all__ = [", f'__all__ = ["{op}", ', 1))
 

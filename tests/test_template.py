@@ -36,17 +36,22 @@ def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_pat
     beside_python = Path(sys.executable).with_name("actionlint")
     actionlint = str(beside_python) if beside_python.exists() else shutil.which("actionlint")
     workflows = []
-    choices = itertools.product(ROUTES, KINDS, [False, True], [True, False])
-    for (route, abi), kind, inplace, triton in choices:
+    choices = itertools.product(ROUTES, KINDS, [False, True], [True, False], [False, True])
+    for (route, abi), kind, inplace, triton, aot in choices:
         if not triton and route != "cpp":  # the triton question is the C++ route's only
+            continue
+        if aot and route != "triton":  # triton_aot: the Triton route's question
             continue
         if not supports(route, abi, kind, inplace, triton=triton and route == "cpp"):
             continue
         name = f"wf_{route}_{abi}_{kind}{'_inplace' if inplace else ''}{'' if triton else '_nt'}"
+        name += "_aot" if aot else ""
         answers = dict(package=name, route=route, kind=kind)
         answers["op_name"] = OP_NAMES[kind] + ("_" if inplace else "")
         if route == "cpp":
             answers.update(abi=abi, triton=triton)
+        if aot:
+            answers.update(triton_aot=True)
         project = render(tmp_path / name, **answers)
         workflow = project / ".github" / "workflows" / "ci.yml"
         jobs = yaml.safe_load(workflow.read_text())["jobs"]
@@ -66,6 +71,7 @@ def test_generated_workflows_run_the_readme_commands_and_pass_actionlint(tmp_pat
         ran = {m for m, _ in blocks if m not in updates + offline}
         assert {"install-command", "test-command", "wheel-command"} <= ran
         assert ("triton-targets-command" in ran) == (route != "python" and triton), sorted(ran)
+        assert ("aot-command" in ran) == aot, sorted(ran)
         for marker, block in blocks:
             if marker in ran:
                 for line in block.splitlines():

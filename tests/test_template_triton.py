@@ -7,12 +7,23 @@ route (``OPGUIDE_TEMPLATE_FULL=1``: every combination).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
+import zipfile
 
 import pytest
-from template_helpers import cases, check_generated_project, render, run, tv
+from template_helpers import (
+    ReaderVenv,
+    add_operator,
+    assert_passed,
+    cases,
+    check_generated_project,
+    render,
+    run,
+    tv,
+)
 
 
 @pytest.mark.parametrize("route, abi, kind, op_name, wheel, wheel_venv", cases("triton"))
@@ -103,3 +114,53 @@ def test_readme_installs_from_offline_wheels_without_an_index(tmp_path, base_ven
     tests = venv.shell(offline[-1] + " -p no:cacheprovider")
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert re.search(r"\d+ passed", tests.stdout.strip().splitlines()[-1]), tests.stdout
+
+
+def test_aot_project_compiles_its_kernels_and_passes_its_readme_commands(tmp_path, base_venv):
+    """The Triton route with its kernels compiled ahead of time (``triton_aot``), as README says.
+
+    A scatter project, with an elementwise operator added as its README says:
+    the README's build tools, then its aot-command, which compiles every
+    launch of both operators' ``aot_launches()`` for sm_80, sm_90 and gfx942
+    on this GPU-less machine; then its tests (the table's, and the operators'
+    in Triton's interpreter, where each launch falls back to the JIT and
+    says so). Where a CUDA toolkit is found the launcher is built against its
+    runtime. The README's wheel holds the table, every image and the launcher.
+    """
+    pytest.importorskip("triton", reason="the build compiles Triton kernels")
+    package = "tpl_triton_aot"
+    answers = tv.answers("triton", "classic", "scatter", False, package, triton_aot=True)
+    project = render(tmp_path / package, **answers)
+    add_operator(project, package, "elementwise")
+    venv = ReaderVenv(base_venv, project)
+    tools = venv.readme("install-command").strip().splitlines()[0]
+    assert tools.startswith("pip install setuptools wheel"), tools
+    proc = venv.shell(tools + "\n" + venv.readme("aot-command"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kernels = project / "src" / package / "_aot_kernels"
+    table = json.loads((kernels / "table.json").read_text())
+    assert table["targets"] == ["sm_80", "sm_90", "gfx942"], table["targets"]
+    modules = {name.split(".")[0] for name in table["kernels"]}
+    assert modules == {"triton_store_kv", "triton_silu_mul"}, modules
+    images = sorted(p.relative_to(kernels).as_posix() for p in kernels.rglob("*.bin"))
+    assert images == sorted(a["file"] for a in table["artifacts"])
+    print(f"{len(images)} kernels compiled for {', '.join(table['targets'])}")
+    probe = f"from {package} import _aot_launcher; print(_aot_launcher.can_launch())"
+    proc = venv.shell(f'python -c "import torch; {probe}"')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    if os.path.exists(os.path.join(toolkit, "include", "cuda_runtime.h")):
+        assert proc.stdout.strip() == "True", "the launcher was built without CUDA's runtime"
+    tests = venv.test("-rs")
+    print(tests.stdout[-3000:])
+    summary = assert_passed(tests)
+    skipped = [line for line in tests.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert not [line for line in skipped if "test_triton_aot.py" in line], skipped
+    print(summary)
+    proc = venv.shell(venv.readme("wheel-command"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (wheel,) = sorted((project / "dist").glob("*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert f"{package}/_aot_kernels/table.json" in names, names
+    assert sum(n.endswith(".bin") for n in names) == len(images), names
+    assert any(n.startswith(f"{package}/_aot_launcher") for n in names), names

@@ -5,7 +5,9 @@ loads into torch 2.11 and later, so its wheels are built on a machine with
 such a torch and nvcc (no GPU needed) and carried to the GPU machine, whose
 torch may be older. The Triton and Python routes ship pure-Python wheels,
 built the same way. The classic C++ route's wheel loads only into the torch
-it was built with, so it is built on the GPU machine itself. Two steps::
+it was built with, so it is built on the GPU machine itself, and so is the
+Triton route's with ``--triton-aot`` (its kernels compiled ahead of time, for
+``--arch``, by the Triton that runs them). Two steps::
 
     # where torch >= 2.13 and nvcc are (CUDA_HOME: a toolkit with libcudart.so)
     python tools/record_template_gpu.py build build/template_gpu --abi stable --arch 9.0
@@ -52,19 +54,28 @@ def variants(route: str, abi: str) -> list[tuple[str, str, str, bool]]:
     return [v for v in tv.EVERY if v[:2] == (route, abi)]
 
 
+def render(out: Path, route: str, abi: str, kind: str, inplace: bool, triton_aot: bool) -> Path:
+    """Renders one variant into ``out/<package>``; returns the project folder."""
+    package = tv.package_name(route, abi, kind, inplace, PREFIX + ("aot" if triton_aot else ""))
+    answers = tv.answers(route, abi, kind, inplace, package, triton_aot=triton_aot)
+    return tv.render(out / package, **answers)
+
+
 def build(args: argparse.Namespace) -> int:
     out = Path(args.dir).resolve()
     if out.exists():
         shutil.rmtree(out)
     (out / "wheels").mkdir(parents=True)
+    if args.triton_aot and args.route != "triton":
+        raise SystemExit("record_template_gpu.py build: --triton-aot is the triton route's")
     env = dict(os.environ, USE_CUDA="1", TORCH_CUDA_ARCH_LIST=args.arch)
     chosen = variants(args.route, args.abi)
-    carried = args.route != "cpp" or args.abi == "stable"
+    carried = (args.route != "cpp" or args.abi == "stable") and not args.triton_aot
     for number, (route, abi, kind, inplace) in enumerate(chosen, 1):
-        project = tv.render_variant(out / "projects", route, abi, kind, inplace, PREFIX)
+        project = render(out / "projects", route, abi, kind, inplace, args.triton_aot)
         print(f"[{number}/{len(chosen)}] {project.name}: rendered", flush=True)
         if not carried:
-            continue  # a classic-ABI wheel is built where it runs
+            continue  # built where it runs: a classic-ABI wheel, or kernels compiled ahead of time
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
              "-w", str(out / "wheels"), "."],
@@ -77,6 +88,7 @@ def build(args: argparse.Namespace) -> int:
     import torch
 
     info = {"route": args.route, "abi": args.abi, "torch": torch.__version__, "arch": args.arch}
+    info["triton_aot"] = args.triton_aot
     info["python"] = platform.python_version()
     (out / "built.json").write_text(json.dumps(info, indent=1) + "\n")
     return 0
@@ -118,14 +130,15 @@ def memcheck(project: Path, target: Path, scratch: str) -> dict:
     }
 
 
-def _one(project: Path, folder: Path, scratch: str, memcheck_kinds: list[str]) -> dict:
-    """Builds (classic ABI) or takes one project's wheel, installs it alone, runs its tests."""
+def _one(project: Path, folder: Path, scratch: str, memcheck_kinds: list[str], arch: str) -> dict:
+    """Builds (classic ABI, Triton AOT) or takes a project's wheel; installs it alone; tests it."""
     wheel = sorted((folder / "wheels").glob(f"{project.name}-*.whl"))
-    if not wheel:  # classic ABI: built here, against this torch
+    if not wheel:  # built here, against this torch (and Triton)
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
              "--no-deps", "-w", str(folder / "wheels"), "."],
             cwd=project, capture_output=True, text=True,
+            env=dict(os.environ, TORCH_CUDA_ARCH_LIST=arch),
         )  # fmt: skip
         if proc.returncode != 0:
             output = (proc.stdout + proc.stderr).splitlines()
@@ -182,7 +195,10 @@ def run(args: argparse.Namespace) -> int:
         # Projects share nothing but the GPU, so --jobs of them run at once; each
         # line below is printed when its project finishes.
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = {pool.submit(_one, p, folder, scratch, args.memcheck): p for p in projects}
+            futures = {
+                pool.submit(_one, p, folder, scratch, args.memcheck, built["arch"]): p
+                for p in projects
+            }
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 row = future.result()
                 rows[row["project"]] = row
@@ -221,6 +237,11 @@ def main() -> int:
     b.add_argument("--route", default="cpp", choices=["cpp", "triton", "python"])
     b.add_argument("--abi", default="stable", choices=["classic", "stable"])
     b.add_argument("--arch", default="9.0", help="TORCH_CUDA_ARCH_LIST (default 9.0)")
+    b.add_argument(
+        "--triton-aot",
+        action="store_true",
+        help="the triton route with triton_aot: kernels compiled ahead of time, on the GPU machine",
+    )
     r = sub.add_parser("run", help="on the GPU machine: install each wheel, run its tests")
     r.add_argument("dir")
     r.add_argument("--out", required=True)

@@ -64,6 +64,7 @@ TEMPLATE_ROUTES = {
     "stable": ("cpp", "stable"),
     "classic": ("cpp", "classic"),
     "triton": ("triton", "classic"),
+    "tritonaot": ("triton", "classic"),  # with triton_aot: its kernels compiled ahead of time
     "python": ("python", "classic"),
 }
 _VARIANT = "tools/variants/{}.patch"
@@ -233,10 +234,11 @@ def _template(record: str, listed: Callable[[str], list[str]]) -> list[str]:
     """
     from guidekit.template_variants import EVERY
 
-    route, abi = TEMPLATE_ROUTES[record.split("_")[1]]
+    variant = record.split("_")[1]
+    route, abi = TEMPLATE_ROUTES[variant]
     projects = [
         dict(route=route, abi=abi, kind=kind, inplace=inplace, triton=kind != "grouped",
-             add_to_project=False)
+             triton_aot=variant == "tritonaot", add_to_project=False)
         for r, a, kind, inplace in EVERY
         if (r, a) == (route, abi)
     ]  # fmt: skip
@@ -247,7 +249,8 @@ def _template(record: str, listed: Callable[[str], list[str]]) -> list[str]:
         return any(all(eval(c, {}, names) for c in conditions) for names in projects)  # noqa: S307
 
     keep = re.compile(r"template/(copier|questions)\.yml|template/project/(.*pyproject|.*setup\.py"
-                      r"|src/|tests/|\{% if route == 'cpp' %\}csrc)")  # fmt: skip
+                      r"|src/|tests/|\{% if route == 'cpp' %\}csrc|\{% if route == 'triton' and "
+                      r"triton_aot %\}csrc|tools/.*compile_triton_aot)")  # fmt: skip
     return [p for p in listed("template") if keep.match(p) and renders(p)]
 
 
