@@ -1,9 +1,10 @@
 """Per-call time of the template's Triton operators: kernels compiled ahead of time against the JIT.
 
-    python tools/bench_template_aot.py build/template_aot_bench --rounds 21
+    python tools/bench_template_aot.py build/template_aot_bench --render   # where copier is
+    python tools/bench_template_aot.py build/template_aot_bench --rounds 21  # on the GPU machine
 
-Renders the Triton route's elementwise and rowwise projects with
-``triton_aot`` (``guidekit.template_variants``), builds each into a folder of
+``--render`` renders the Triton route's elementwise and rowwise projects with
+``triton_aot`` (``guidekit.template_variants``). Then it builds each into a folder of
 its own for this GPU (``pip install --no-build-isolation --no-deps --target``,
 ``TORCH_CUDA_ARCH_LIST`` of the visible GPU: the kernels compiled by the
 Triton installed here), then times each operator's eager call, forward and
@@ -17,6 +18,11 @@ forward+backward, in bf16, three ways in one interleaved run:
 A round times ``--calls`` calls of each, in an order that rotates from round to
 round, and waits for the GPU once at the end; the table gives µs per call,
 median (quartiles) over the rounds.
+
+Then the first call: ``--cold`` new processes per way, alternating, each
+with an empty Triton cache (``TRITON_CACHE_DIR``), time one forward+backward
+of each operator after the import: the compiled kernels are loaded, or
+Triton's JIT compiles them.
 """
 
 from __future__ import annotations
@@ -40,19 +46,31 @@ KINDS = {"rowwise": "scaled_norm", "elementwise": "silu_mul"}
 SHAPES = [(1, 4096), (8192, 4096)]
 
 
+def render(out: Path) -> None:
+    """Renders the projects into ``out`` (needs copier; the GPU machine may not have it)."""
+    for kind in KINDS:
+        package = f"bench_aot_{kind}"
+        answers = tv.answers("triton", "classic", kind, False, package, triton_aot=True)
+        if (out / package).exists():
+            shutil.rmtree(out / package)
+        tv.render(out / package, **answers)
+        print(f"{package}: rendered into {out}", flush=True)
+
+
 def build(out: Path) -> Path:
-    """Renders and builds the projects into ``out/site``; returns that folder."""
+    """Builds the projects of ``out`` into ``out/site`` for this GPU; returns that folder."""
     import torch
 
     major, minor = torch.cuda.get_device_capability()
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST=f"{major}.{minor}")
-    if out.exists():
-        shutil.rmtree(out)
     site = out / "site"
+    if site.exists():
+        shutil.rmtree(site)
     for kind in KINDS:
         package = f"bench_aot_{kind}"
-        answers = tv.answers("triton", "classic", kind, False, package, triton_aot=True)
-        project = tv.render(out / package, **answers)
+        project = out / package
+        if not project.exists():
+            raise SystemExit(f"{project} is missing: run with --render first (where copier is)")
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
              "--target", str(site), "."],
@@ -119,6 +137,45 @@ def cases(site: Path):
     return out
 
 
+FIRST_CALL = """
+import sys, time, torch
+import {package}
+x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+other = torch.randn(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+if "{kind}" == "elementwise":
+    other = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+args = (x, other, 1e-6) if "{kind}" == "rowwise" else (x, other)
+torch.cuda.synchronize()
+start = time.perf_counter()
+{package}.{op}(*args).sum().backward()
+torch.cuda.synchronize()
+print(time.perf_counter() - start)
+"""
+
+
+def first_calls(site: Path, repeats: int) -> dict:
+    """{operator: {way: [seconds of the first forward+backward in a new process]}}."""
+    import tempfile
+
+    out = {}
+    for kind, op in KINDS.items():
+        package = f"bench_aot_{kind}"
+        times = {"aot": [], "jit": []}
+        for _ in range(repeats):
+            for way in times:
+                with tempfile.TemporaryDirectory() as cache:
+                    env = dict(os.environ, PYTHONPATH=str(site), TRITON_CACHE_DIR=cache)
+                    env[f"{package.upper()}_TRITON_AOT"] = "1" if way == "aot" else "0"
+                    code = FIRST_CALL.format(package=package, kind=kind, op=op)
+                    proc = subprocess.run([sys.executable, "-c", code], env=env,
+                                          capture_output=True, text=True)  # fmt: skip
+                    if proc.returncode != 0:
+                        raise SystemExit(f"{package} first call ({way}):\n{proc.stderr[-3000:]}")
+                    times[way].append(float(proc.stdout.split()[-1]))
+        out[op] = times
+    return out
+
+
 def time_calls(run, calls: int) -> float:
     """µs per call of ``calls`` calls of ``run``, the GPU waited for once at the end."""
     import torch
@@ -142,7 +199,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--calls", type=int, default=200, help="calls per way and round")
     parser.add_argument("--out", type=Path, help="a JSON file of the results")
+    parser.add_argument("--render", action="store_true", help="render the projects, then stop")
+    parser.add_argument("--cold", type=int, default=5, help="new processes per way (first call)")
     args = parser.parse_args()
+    if args.render:
+        render(args.dir.resolve())
+        return 0
     import torch
     import triton
 
@@ -171,11 +233,18 @@ def main() -> int:
         note = "  (quartiles overlap)" if overlap else ""
         print(f"{name:32} {r['aot'][1]:8.1f} {r['jit'][1]:8.1f} {r['torch'][1]:8.1f}  "
               f"{ratio:.2f}x{note}")  # fmt: skip
+    first = first_calls(site, args.cold) if args.cold else {}
+    if first:
+        print(f"\nThe first forward+backward in a new process, empty Triton cache, ms, median of "
+              f"{args.cold}:")  # fmt: skip
+    for op, times in first.items():
+        aot, jit = (statistics.median(times[w]) * 1e3 for w in ("aot", "jit"))
+        print(f"{op:32} aot {aot:8.1f}  jit {jit:8.1f}  ({jit / aot:.0f}x)")
     if args.out:
         args.out.write_text(json.dumps({
             "device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": triton.__version__, "rounds": args.rounds, "calls": args.calls,
-            "results": results,
+            "results": results, "first_call_seconds": first,
         }, indent=1) + "\n")  # fmt: skip
     return 0
 
