@@ -47,6 +47,9 @@ renders the files that apply and records the answers in
    * - ``triton``
      - ``cpp`` only: the operator in Triton too, with its target check, CI job
        and tests; ``true`` but for ``grouped``, which has no Triton variant
+   * - ``triton_aot``
+     - ``triton`` only: the kernels compiled ahead of time, launched from C++
+       (`Kernels compiled ahead of time`_)
    * - ``written``
      - ``scatter`` only: the written tensors (``k,v``)
    * - ``add_to_project``
@@ -391,6 +394,71 @@ else:
     # Each route's scatter project writes a different number of tensors.
     written = "; ".join(f"{'/'.join(key)}: {names}" for key, names in SCATTER_WRITTEN.items())
     pages.say(f"The scatter projects' written tensors (--data written=...): {written}")
+
+# %%
+# Kernels compiled ahead of time
+# ------------------------------
+# With ``--data triton_aot=true``, the Triton route's ``setup.py`` compiles
+# each launch that a ``triton_<op>.py`` lists in ``aot_launches()`` for the
+# GPUs the build names, and ``_aot.launch`` runs it through a small C++
+# launcher in place of ``kernel[grid](...)``; a call no compiled kernel fits
+# goes to Triton's JIT, with a warning that says why. Its projects' GPU
+# record is above; their eager calls, timed (recorded):
+bench = pages.recorded("template_tritonaot_bench_<gpu>.json")
+WAYS = {"aot": "compiled", "jit": "JIT", "torch": "torch"}
+rows = [
+    {"call": name, "way": label, "text": "{1:.1f} ({0:.1f}-{2:.1f})".format(*r[way])}
+    for name, r in bench["results"].items()
+    for way, label in WAYS.items()
+]
+print("us per call, median (quartiles):")
+pages.show(pages.table(rows, ("call",), "way", cell=lambda r: r["text"]))
+ratios = {n: r["aot"][1] / r["jit"][1] for n, r in bench["results"].items()}
+same = [
+    n
+    for n, r in bench["results"].items()
+    if r["aot"][2] >= r["jit"][0] and r["jit"][2] >= r["aot"][0]
+]
+pages.say(
+    f"per call, the compiled kernels take {min(ratios.values()):.2f}x to "
+    f"{max(ratios.values()):.2f}x the JIT's time; the quartiles overlap (no measurable "
+    f"difference) in {len(same)} of {len(ratios)} calls"
+)
+for name, r in bench["results"].items():
+    if r["aot"][1] > 2 * r["torch"][1]:  # where torch's own operator takes under half
+        saved = r["jit"][1] - r["aot"][1]
+        pages.say(
+            f"{name}: {r['aot'][1]:.0f} us compiled, {r['jit'][1]:.0f} us JIT, "
+            f"{r['torch'][1]:.0f} us for torch's own operator; "
+            + (f"the compiled launch saves {saved:.0f} us" if saved > 0 else "no saving")
+        )
+for op, t in bench["first_call_seconds"].items():
+    aot, jit = (sorted(t[w])[len(t[w]) // 2] for w in ("aot", "jit"))
+    pages.say(
+        f"{op}, the first forward+backward in a new process with an empty Triton cache: "
+        f"{aot:.1f} s compiled, {jit:.1f} s when Triton compiles (median of {len(t['aot'])})"
+    )
+
+# %%
+# The same calls as a figure:
+import matplotlib.pyplot as plt  # noqa: E402
+
+calls = list(bench["results"])
+fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+fig.set_facecolor("white")
+for ax, direction in zip(axes, ("fwd", "fwd+bwd"), strict=True):
+    names = [n for n in calls if n.endswith(" " + direction)]
+    for k, (way, label) in enumerate(WAYS.items()):
+        q = [bench["results"][n][way] for n in names]
+        spots = [i + k * 0.27 for i in range(len(names))]
+        err = [[m - a for a, m, _ in q], [b - m for _, m, b in q]]
+        ax.barh(spots, [m for _, m, _ in q], 0.27, xerr=err, capsize=2, label=label)
+    ax.set_yticks([i + 0.27 for i in range(len(names))], [n.rsplit(" ", 1)[0] for n in names])
+    ax.invert_yaxis()
+    ax.set(title=direction, xlabel="us per call (median, quartiles)")
+    ax.grid(axis="x", alpha=0.3)
+axes[0].legend(fontsize=8)
+plt.show()
 
 # %%
 # Its CI

@@ -241,9 +241,15 @@ def main() -> int:
         aot, jit = (statistics.median(times[w]) * 1e3 for w in ("aot", "jit"))
         print(f"{op:32} aot {aot:8.1f}  jit {jit:8.1f}  ({jit / aot:.0f}x)")
     if args.out:
+        import datetime
+
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        command = f"python tools/bench_template_aot.py DIR --rounds {args.rounds} --calls "
+        command += f"{args.calls} --cold {args.cold} --out {args.out.name}"
         args.out.write_text(json.dumps({
             "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": triton.__version__, "rounds": args.rounds, "calls": args.calls,
+            "triton": triton.__version__, "date": now, "command": command,
+            "rounds": args.rounds, "calls": args.calls, "cold": args.cold,
             "results": results, "first_call_seconds": first,
         }, indent=1) + "\n")  # fmt: skip
     return 0

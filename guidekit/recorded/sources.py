@@ -106,6 +106,9 @@ MEASURED: dict[str, tuple[str, ...]] = {
     # What tools/record_template_gpu.py renders for the record's route and runs.
     "template_*_cuda_*.json": ("template:", "guidekit/template_variants.py",
                                "tools/record_template_gpu.py"),
+    # tools/bench_template_aot.py: the Triton route's projects with triton_aot, timed.
+    "template_tritonaot_bench_*.json": ("template:", "guidekit/template_variants.py",
+                                        "tools/bench_template_aot.py"),
     # tests/shared_gpu_probe.py: every operator's kernels of one route beside a
     # kernel that holds all but two SMs.
     "shared_gpu_cuda_*.json": ("every:cuda", "tests/shared_gpu_probe.py"),
