@@ -296,8 +296,12 @@ by hand (no part):
   another torch: stable_abi_torch2.11_cuda.json, stable_abi_torch2.15_cpu.json
     (tools/record_stable_abi.py)
   the template's projects: template_stable_cuda_h200.json, template_classic_cuda_h200.json,
-    template_triton_cuda_h200.json, template_python_cuda_h200.json
-    (tools/record_template_gpu.py build here, run there; run --memcheck scatter --jobs 7)
+    template_triton_cuda_h200.json, template_python_cuda_h200.json,
+    template_tritonaot_cuda_h200.json (tools/record_template_gpu.py build here, with
+    --triton-aot for the last; run there: run --memcheck scatter --jobs 7)
+  the template's Triton operators compiled ahead of time, timed:
+    template_tritonaot_bench_h200.json (tools/bench_template_aot.py DIR --render here;
+    there: tools/bench_template_aot.py DIR --rounds 21 --cold 3 --out FILE)
   the suite's own logs: gpu_suite_h200_tests.log, gpu_suite_h200_gallery_notebooks.log
     (tools/record_gpu_suite.sh 1, tools/record_gpu_suite.sh 2 .whl --durations=10)
   longer than one part: model_step_h200.json (tools/record_model_step.py)
