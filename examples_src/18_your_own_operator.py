@@ -132,6 +132,17 @@ def run(command: list[str], cwd: Path, show: str | None = None, echo: bool = Fal
     return output
 
 
+def copier_copy(name: str, answers: list[str]) -> Path:
+    """Renders the template into ``WORK/name`` afresh, printing the command a reader types."""
+    if (WORK / name).exists():
+        shutil.rmtree(WORK / name)
+    data = [word for answer in answers for word in ("--data", answer)]
+    typed = " ".join(["copier copy --defaults", *data, f"path/to/opguide/template {name}"])
+    command = [sys.executable, "-m", "copier", "copy", "--quiet", "--defaults", *data]
+    run([*command, str(ROOT / "template"), name], cwd=WORK, show=typed)
+    return WORK / name
+
+
 def pytest_summary(output: str) -> str:
     """pytest's summary line ("3 passed in 1.2s"), wherever warnings on stderr put it."""
     found = [line for line in output.splitlines() if re.search(r" in [0-9.]+s\b", line)]
@@ -140,14 +151,7 @@ def pytest_summary(output: str) -> str:
 
 if importlib.util.find_spec("copier") is None:
     raise SystemExit("this step needs copier: pip install copier")
-if PROJECT.exists():
-    shutil.rmtree(PROJECT)  # render afresh on every run
-data = []
-for answer in ["package=myops", "op_name=silu_mul", "route=cpp", "kind=elementwise"]:
-    data += ["--data", answer]
-copier_copy = [sys.executable, "-m", "copier", "copy", "--quiet", "--defaults", *data]
-shown_command = " ".join(["copier copy --defaults", *data, "path/to/opguide/template myops"])
-rendered = run([*copier_copy, str(ROOT / "template"), "myops"], cwd=WORK, show=shown_command)
+copier_copy("myops", ["package=myops", "op_name=silu_mul", "route=cpp", "kind=elementwise"])
 
 # %%
 # What it wrote
@@ -419,15 +423,9 @@ else:
 #       :caption: myops_aot/setup.py
 #
 # Its calls, timed (recorded):
-AOT_PROJECT = WORK / "myops_aot"
-if AOT_PROJECT.exists():
-    shutil.rmtree(AOT_PROJECT)
-aot_data = []
-for answer in ["package=myops_aot", "op_name=silu_mul", "route=triton", "triton_aot=true"]:
-    aot_data += ["--data", answer]
-aot_copy = [sys.executable, "-m", "copier", "copy", "--quiet", "--defaults", *aot_data]
-aot_shown = " ".join(["copier copy --defaults", *aot_data, "path/to/opguide/template myops_aot"])
-run([*aot_copy, str(ROOT / "template"), "myops_aot"], cwd=WORK, show=aot_shown)
+copier_copy(
+    "myops_aot", ["package=myops_aot", "op_name=silu_mul", "route=triton", "triton_aot=true"]
+)
 bench = pages.recorded("template_tritonaot_bench_<gpu>.json")
 WAYS = {"aot": "compiled", "jit": "JIT", "torch": "torch"}
 rows = [
@@ -619,19 +617,8 @@ assert broken.returncode == 1 and failures, broken.stdout[-3000:] + broken.stder
 # ``--data abi=stable`` gives the same project on :doc:`step 15
 # <15_one_wheel_for_every_torch>`'s stable ABI; its C++ checks raise
 # ``RuntimeError`` only, and the tests expect that. The files that differ:
-STABLE = WORK / "myops_stable"
-if STABLE.exists():
-    shutil.rmtree(STABLE)
-stable_data = []
-for answer in ["package=myops_stable", "op_name=silu_mul", "route=cpp", "abi=stable"]:
-    stable_data += ["--data", answer]
-stable_command = [sys.executable, "-m", "copier", "copy", "--quiet", "--defaults", *stable_data]
-run(
-    [*stable_command, str(ROOT / "template"), "myops_stable"],
-    cwd=WORK,
-    show=" ".join(
-        ["copier copy --defaults", *stable_data, "path/to/opguide/template myops_stable"]
-    ),
+STABLE = copier_copy(
+    "myops_stable", ["package=myops_stable", "op_name=silu_mul", "route=cpp", "abi=stable"]
 )
 for path in sorted(STABLE.rglob("*")):
     if path.is_file() and not path.name.startswith("."):
