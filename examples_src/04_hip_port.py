@@ -46,6 +46,7 @@ import datetime
 import difflib
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -157,6 +158,7 @@ else:
     print(f"not compiled for AMD: {result.reason}")
 print("not compiled: the hipified torch wrapper (needs a ROCm build of torch)")
 print("not run: anything on an AMD GPU (no AMD GPU ran this code)")
+shutil.rmtree(scratch)  # the hipified copy
 
 # %%
 # Building on a ROCm machine

@@ -91,6 +91,7 @@ print(f"tokens per step: {BATCH} x {SEQ}")
 #    :pyobject: kernelized
 #
 # What the record decides:
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -111,7 +112,8 @@ for layer, declared in support.items():
     for flag in model_swap.FLAGS:
         said = f"{layer}.{flag} = {declared[flag]}: {declared['why'][flag]}"
         print(textwrap.fill(said, 80, subsequent_indent="    "))
-folder = Path(tempfile.mkdtemp())
+SCRATCH = Path(tempfile.mkdtemp(prefix="opguide-step20-"))  # removed at the page's end
+folder = Path(tempfile.mkdtemp(dir=SCRATCH))
 measured = model_swap.layer_repository(folder, support)
 
 # %%
@@ -520,7 +522,7 @@ layers = [
 ]
 stack = torch.nn.Sequential(*layers).eval()
 tokens = torch.randn(4, hidden_size)
-folder = Path(tempfile.mkdtemp())
+folder = Path(tempfile.mkdtemp(dir=SCRATCH))
 # torch's own pytree code warns, while packages are made and loaded, about a
 # deprecation inside torch; nothing here calls it.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
@@ -610,7 +612,7 @@ from guidekit import model_swap_silu_and_mul as mlp_swap
 
 marked_by = getattr(LlamaMLP, "kernel_layer_name", None)
 print(f"LlamaMLP marked by transformers: {marked_by or 'no'}; marked as {mlp_swap.marked_mlp()!r}")
-mlp_repository = mlp_swap.layer_repository(Path(tempfile.mkdtemp()), True, True)
+mlp_repository = mlp_swap.layer_repository(Path(tempfile.mkdtemp(dir=SCRATCH)), True, True)
 own_mlp = models["model's own"]
 swapped_mlp = mlp_swap.kernelized(copy.deepcopy(base), mlp_repository, EVERY)
 print(f"MLPs run {dict(mlp_swap.mlp_forwards(swapped_mlp))}")
@@ -703,6 +705,7 @@ for path in RECORDED:
     for sentence in model_record.record_findings(record):
         print("\n" + textwrap.fill(sentence, 80))
     model_record.plot_record(record)
+shutil.rmtree(SCRATCH)
 
 # %%
 # Measure the model, compiled as well as eager; declare only the modes a

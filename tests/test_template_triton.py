@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
+import sysconfig
 import zipfile
+from pathlib import Path
 
 import pytest
 from template_helpers import (
@@ -126,6 +129,7 @@ def test_aot_project_compiles_its_kernels_and_passes_its_readme_commands(tmp_pat
     in Triton's interpreter, where each launch falls back to the JIT and
     says so). Where a CUDA toolkit is found the launcher is built against its
     runtime. The README's wheel holds the table, every image and the launcher.
+    Where HIP's headers are, the launcher's ROCm branch compiles too.
     """
     pytest.importorskip("triton", reason="the build compiles Triton kernels")
     package = "tpl_triton_aot"
@@ -164,3 +168,22 @@ def test_aot_project_compiles_its_kernels_and_passes_its_readme_commands(tmp_pat
     assert f"{package}/_aot_kernels/table.json" in names, names
     assert sum(n.endswith(".bin") for n in names) == len(images), names
     assert any(n.startswith(f"{package}/_aot_launcher") for n in names), names
+    # The launcher's ROCm branch, compiled as setup.py compiles it beside a ROCm
+    # build of torch (the host compiler and HIP's headers), where those are.
+    hip = [
+        d for d in ("/opt/rocm/include", "/usr/include") if Path(d, "hip/hip_runtime.h").exists()
+    ]
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if hip and compiler:
+        python = sysconfig.get_paths()["include"]
+        command = [compiler, "-c", "-std=c++17", "-DUSE_ROCM", "-D__HIP_PLATFORM_AMD__"]
+        command += [
+            f"-I{hip[0]}",
+            f"-I{python}",
+            "csrc/aot_launcher.cpp",
+            "-o",
+            str(tmp_path / "l.o"),
+        ]
+        proc = run(command, project)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        print("the launcher's ROCm branch compiles with HIP's headers in", hip[0])
