@@ -17,7 +17,7 @@ In this step you will learn:
 * how C++ finds a compiled kernel by a key and launches it, behind operators
   with the JIT operators' signatures and a C++ autograd formula;
 * where the route does not apply, and what runs there;
-* how to do the same for a kernel of your own.
+* how to do it for your own kernel.
 
 What the ahead-of-time route changes
 ------------------------------------
@@ -738,8 +738,9 @@ for target_name in shipped["targets"]:
 # %%
 # For a kernel of your own
 # ------------------------
-# The same route for another Triton kernel takes five pieces; this step's
-# files are each one of them:
+# Another Triton kernel takes five pieces, this step's files one each; the
+# template's ``triton_aot`` projects (:doc:`step 18 <18_your_own_operator>`)
+# hold a generic form:
 #
 # 1. **Enumerate the launches** your planner can make on each target: call
 #    it on a model of the target's device (``aot_launches.device_model``)
