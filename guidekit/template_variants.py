@@ -108,7 +108,12 @@ def render(dest: Path, **answers: str) -> Path:
 
 
 def render_variant(dest_parent: Path, route: str, abi: str, kind: str, inplace: bool,
-                   prefix: str = "tpl") -> Path:  # fmt: skip
-    """Renders one variant into ``dest_parent/<package>``; returns the project folder."""
-    package = package_name(route, abi, kind, inplace, prefix)
-    return render(dest_parent / package, **answers(route, abi, kind, inplace, package))
+                   prefix: str = "tpl", triton_aot: bool = False) -> Path:  # fmt: skip
+    """Renders one variant into ``dest_parent/<package>``; returns the project folder.
+
+    ``triton_aot=True`` (the Triton route's) renders it with its kernels
+    compiled ahead of time, its package name prefixed ``<prefix>aot``.
+    """
+    package = package_name(route, abi, kind, inplace, prefix + ("aot" if triton_aot else ""))
+    chosen = answers(route, abi, kind, inplace, package, triton_aot=triton_aot)
+    return render(dest_parent / package, **chosen)

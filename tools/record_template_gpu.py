@@ -54,13 +54,6 @@ def variants(route: str, abi: str) -> list[tuple[str, str, str, bool]]:
     return [v for v in tv.EVERY if v[:2] == (route, abi)]
 
 
-def render(out: Path, route: str, abi: str, kind: str, inplace: bool, triton_aot: bool) -> Path:
-    """Renders one variant into ``out/<package>``; returns the project folder."""
-    package = tv.package_name(route, abi, kind, inplace, PREFIX + ("aot" if triton_aot else ""))
-    answers = tv.answers(route, abi, kind, inplace, package, triton_aot=triton_aot)
-    return tv.render(out / package, **answers)
-
-
 def build(args: argparse.Namespace) -> int:
     out = Path(args.dir).resolve()
     if out.exists():
@@ -72,7 +65,9 @@ def build(args: argparse.Namespace) -> int:
     chosen = variants(args.route, args.abi)
     carried = (args.route != "cpp" or args.abi == "stable") and not args.triton_aot
     for number, (route, abi, kind, inplace) in enumerate(chosen, 1):
-        project = render(out / "projects", route, abi, kind, inplace, args.triton_aot)
+        project = tv.render_variant(
+            out / "projects", route, abi, kind, inplace, PREFIX, triton_aot=args.triton_aot
+        )
         print(f"[{number}/{len(chosen)}] {project.name}: rendered", flush=True)
         if not carried:
             continue  # built where it runs: a classic-ABI wheel, or kernels compiled ahead of time

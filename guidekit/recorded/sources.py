@@ -254,6 +254,10 @@ def _template(record: str, listed: Callable[[str], list[str]]) -> list[str]:
     keep = re.compile(r"template/(copier|questions)\.yml|template/project/(.*pyproject|.*setup\.py"
                       r"|src/|tests/|\{% if route == 'cpp' %\}csrc|\{% if route == 'triton' and "
                       r"triton_aot %\}csrc|tools/.*compile_triton_aot)")  # fmt: skip
+    # The Triton check compiles no record's kernels but the ahead-of-time ones,
+    # with the compile of one kernel that compile_triton_aot.py takes from it.
+    if variant == "tritonaot":
+        keep = re.compile(keep.pattern + r"|template/project/tools/.*check_triton_targets")
     return [p for p in listed("template") if keep.match(p) and renders(p)]
 
 
