@@ -72,6 +72,7 @@ import importlib.util
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -459,7 +460,7 @@ for name, r in bench["results"].items():
             f"{r['torch'][1]:.0f} us for torch's own operator; {against}"
         )
 for op, t in bench["first_call_seconds"].items():
-    aot, jit = (sorted(t[w])[len(t[w]) // 2] for w in ("aot", "jit"))
+    aot, jit = (statistics.median(t[w]) for w in ("aot", "jit"))
     pages.say(
         f"{op}, the first forward+backward in a new process with an empty Triton cache: "
         f"{aot:.1f} s compiled, {jit:.1f} s when Triton compiles (median of {len(t['aot'])})"
