@@ -243,10 +243,15 @@ def sideways(driver, page: Path, site: Path) -> list[str]:
         One line per block, naming the page, the width, the block's index
         among the page's blocks of its kind and the start of its text.
     """
-    problems = []
-    name = page.relative_to(site) if page.is_relative_to(site) else page
     driver.set_window_size(LAPTOP, 900)
     open_page(driver, page)
+    return sideways_of_open_page(driver, page, site)
+
+
+def sideways_of_open_page(driver, page: Path, site: Path) -> list[str]:
+    """:func:`sideways` of ``page``, which the window shows, loaded, at :data:`LAPTOP` width."""
+    problems = []
+    name = page.relative_to(site) if page.is_relative_to(site) else page
     for width, pre, tables in ((LAPTOP, True, False), (PHONE, False, True)):
         # The page is loaded once; narrowing the window re-applies the style
         # sheets' media queries, and reading a block's size lays it out anew.
@@ -257,11 +262,29 @@ def sideways(driver, page: Path, site: Path) -> list[str]:
     return problems
 
 
-def test_every_page_loads_clean_in_chromium(browser):
+@pytest.fixture(scope="module")
+def site_read(browser):
+    """Every page of the site, each opened once at :data:`LAPTOP` width and read by both checks.
+
+    Returns:
+        The pages, :class:`SiteCheck`'s problems (anchors included) and
+        :func:`sideways`'s problems.
+    """
+    size = browser.get_window_size()
     check = SiteCheck(browser, SITE)
-    read = pages()
-    problems = [problem for page in read for problem in check.read(page)]
-    problems += check.anchors()
+    read, loads, widths = pages(), [], []
+    try:
+        for page in read:
+            browser.set_window_size(LAPTOP, 900)
+            loads += check.read(page)  # first: the width check opens the page's dropdowns
+            widths += sideways_of_open_page(browser, page, SITE)
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+    return read, loads + check.anchors(), widths
+
+
+def test_every_page_loads_clean_in_chromium(site_read):
+    read, problems, _ = site_read
     print(f"{len(read)} pages read in Chromium")
     assert not problems, "\n".join(problems)
 
@@ -285,13 +308,8 @@ def test_the_checks_catch_a_broken_page(browser, tmp_path):
     assert any("anchor #no-such-anchor not found" in p for p in problems), problems
 
 
-def test_nothing_needs_sideways_scrolling(browser):
-    size = browser.get_window_size()
-    try:
-        read = pages()
-        problems = [problem for page in read for problem in sideways(browser, page, SITE)]
-    finally:
-        browser.set_window_size(size["width"], size["height"])
+def test_nothing_needs_sideways_scrolling(site_read):
+    read, _, problems = site_read
     print(f"{len(read)} pages read at {LAPTOP}px and {PHONE}px")
     assert not problems, "\n".join(problems)
 
