@@ -157,7 +157,12 @@ def _run_cached(
     if stamp is not None and stamp.is_file():
         return CompileResult(compiler, str(source), "ok", command=command, cached=True)
     start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    # The compiler's scratch files go to a folder of this compile's own,
+    # removed after it: hipcc leaves an empty <source>-XXXXXX folder per run
+    # in the temporary folder it is given.
+    with tempfile.TemporaryDirectory() as scratch:
+        run_env = {**(os.environ if env is None else env), "TMPDIR": scratch}
+        proc = subprocess.run(command, capture_output=True, text=True, env=run_env)
     seconds = time.perf_counter() - start
     output = proc.stdout + proc.stderr
     if proc.returncode != 0:
