@@ -31,7 +31,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -189,13 +188,7 @@ torch._inductor.aoti_compile_and_package(ep, package_path="pydemo.pt2")
 LOAD = "import torch; torch._inductor.aoti_load_package('pydemo.pt2')"
 env = dict(os.environ, PYTHONWARNINGS="ignore")
 subprocess.run([sys.executable, "-c", PY_OP], cwd=OUT, check=True, capture_output=True, env=env)
-# The load unpacks the package into the temporary folder and leaves it there
-# when it fails: here, a folder that is removed afterwards.
-with tempfile.TemporaryDirectory() as scratch:
-    load_env = dict(env, TMPDIR=scratch)
-    failed = subprocess.run(
-        [sys.executable, "-c", LOAD], cwd=OUT, capture_output=True, text=True, env=load_env
-    )
+failed = subprocess.run([sys.executable, "-c", LOAD], cwd=OUT, capture_output=True, text=True)
 print("loading the package of a Python-only custom_op in a fresh process:")
 # The last line of the error, up to the end of its first sentence.
 message = failed.stderr.strip().splitlines()[-1]
