@@ -192,8 +192,8 @@ for path in sorted(PROJECT.rglob("*")):
 #      - the checked wrapper, the fake kernels, the autograd formula
 #      - :doc:`step 1 <01_first_operator>`, :doc:`step 8 <08_autograd>`
 #    * - ``src/myops/triton_silu_mul.py``
-#      - the same operator in Triton (with ``--data triton=false``, no
-#        Triton file, test or CI job)
+#      - the same operator in Triton; ``check_launches()`` when its
+#        launch changes (with ``--data triton=false``, no Triton file)
 #      - :doc:`step 9 <09_triton_kernel>`
 #    * - ``src/myops/__init__.py``
 #      - loading the compiled library
@@ -211,7 +211,7 @@ for path in sorted(PROJECT.rglob("*")):
 #      - nothing: it compiles every ``csrc/*.cu``
 #      - :doc:`step 3 <03_cuda_kernel>`
 #    * - ``tools/check_triton_targets.py``
-#      - ``launches()``, when a Triton kernel's arguments or launch change
+#      - nothing: it compiles the launches of each ``check_launches()``
 #      - :doc:`step 9 <09_triton_kernel>`
 #    * - ``.github/workflows/ci.yml``
 #      - nothing: its jobs run the README's commands

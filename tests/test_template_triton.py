@@ -64,7 +64,9 @@ def test_triton_target_check_fails_on_a_spill(tmp_path):
     print(spills.stdout)
     assert spills.returncode == 1, spills.stdout + spills.stderr
     failed = [line for line in spills.stdout.splitlines() if "FAILED" in line]
-    assert failed and failed[0].startswith("_backward_kernel") and "sm_90" in failed[0]
+    assert failed, spills.stdout
+    assert failed[0].startswith("triton_scaled_norm._backward_kernel"), failed[0]
+    assert "sm_90" in failed[0], failed[0]
     assert re.search(r"float64 \S+ .*: spills \d+ B", failed[0]), failed[0]
     assert "0 ok, 1 failed" in spills.stdout, spills.stdout
 
@@ -125,7 +127,8 @@ def test_aot_project_compiles_its_kernels_and_passes_its_readme_commands(tmp_pat
     A scatter project, with an elementwise operator added as its README says:
     the README's build tools, then its aot-command, which compiles every
     launch of both operators' ``aot_launches()`` for sm_80, sm_90 and gfx942
-    on this GPU-less machine; then its tests (the table's, and the operators'
+    on this GPU-less machine; its Triton check, which checks both operators'
+    kernels; then its tests (the table's, and the operators'
     in Triton's interpreter, where each launch falls back to the JIT and
     says so). Where a CUDA toolkit is found the launcher is built against its
     runtime. The README's wheel holds the table, every image and the launcher.
@@ -149,6 +152,11 @@ def test_aot_project_compiles_its_kernels_and_passes_its_readme_commands(tmp_pat
     images = sorted(p.relative_to(kernels).as_posix() for p in kernels.rglob("*.bin"))
     assert images == sorted(a["file"] for a in table["artifacts"])
     print(f"{len(images)} kernels compiled for {', '.join(table['targets'])}")
+    # The README's Triton check covers the added operator's kernels too.
+    proc = venv.shell(venv.readme("triton-targets-command").strip() + " --target sm_90")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    checked = set(re.findall(r"^(triton_\w+)\.\w+ +sm_90 .* ok$", proc.stdout, re.M))
+    assert checked == {"triton_store_kv", "triton_silu_mul"}, proc.stdout
     probe = f"from {package} import _aot_launcher; print(_aot_launcher.can_launch())"
     proc = venv.shell(f'python -c "import torch; {probe}"')
     assert proc.returncode == 0, proc.stdout + proc.stderr
