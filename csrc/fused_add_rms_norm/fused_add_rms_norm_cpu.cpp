@@ -1,8 +1,9 @@
 // Fused residual-add + RMSNorm on the CPU: residual += x in place, then the
 // normalised (and optionally scaled) updated residual, in one pass per row.
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 #include <cmath>

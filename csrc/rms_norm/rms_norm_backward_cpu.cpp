@@ -4,10 +4,14 @@
 // With r = inv_rms of a row, y_j = x_j * r * w_j and N the row length:
 //   grad_weight_j = sum over rows of grad_y_j * x_j * r
 //   grad_x_j = r * grad_y_j * w_j - x_j * r**3 / N * sum_k(grad_y_k * w_k * x_k)
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
 #include <algorithm>

@@ -1,10 +1,12 @@
 // RMSNorm forward on the CPU: one read of each row from memory (the second
 // loop finds it in cache), fp32 accumulation,
 // rows spread over threads with at::parallel_for.
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>

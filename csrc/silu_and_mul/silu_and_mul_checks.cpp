@@ -2,7 +2,8 @@
 // silu_and_mul.h). The messages match opguide/_silu_and_mul/_checks.py, so an
 // error reads the same from the Python wrapper, the fake kernels and
 // torch.ops.opguide.silu_and_mul called directly.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <string>

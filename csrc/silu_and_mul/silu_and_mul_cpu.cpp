@@ -2,10 +2,12 @@
 // silu_and_mul_cpu.h, rows spread over PyTorch's intra-op threads.
 #include "silu_and_mul_cpu.h"
 
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>
